@@ -1,0 +1,17 @@
+//! nodewright's Kubernetes-facing types, with no I/O.
+//!
+//! This crate is shared by the operator, the agent, the engine and the CLI. It holds the
+//! capability grants a NodeWright gives each package ([`grants`]) and the rules that
+//! validate them; the NodeWright and DeploymentPolicy CRD types join it as they land.
+//! It depends on serde, schemars and globset only: never on a client, a runtime or tokio.
+//!
+//! ```
+//! use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
+//! let caps: Capabilities = serde_json::from_str(r#"{"kernelModules": ["br_netfilter"]}"#).unwrap();
+//! let set = GrantSet::parse(&caps, false, GrantSource::Spec { package: "net".into() }).unwrap();
+//! assert!(set.allows_module("br_netfilter"));
+//! assert!(!set.allows_module("nvidia"));
+//! ```
+#![deny(missing_docs)]
+
+pub mod grants;
