@@ -1,0 +1,179 @@
+//! Running host processes with a deadline and bounded output.
+
+use std::io::Read;
+use std::path::Path;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{HostError, Result};
+
+/// Bounds for one command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecLimits {
+    /// Killed (SIGKILL) when still running after this long.
+    pub timeout: Duration,
+    /// Bytes kept from each of stdout and stderr; the rest is read and dropped so the
+    /// child never blocks on a full pipe.
+    pub max_output: usize,
+}
+
+impl Default for ExecLimits {
+    /// 5 minutes, 64 KiB per stream.
+    fn default() -> Self {
+        ExecLimits { timeout: Duration::from_secs(300), max_output: 64 * 1024 }
+    }
+}
+
+/// What a finished command produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOutput {
+    /// Exit code; `None` when killed by a signal or by the timeout.
+    pub status: Option<i32>,
+    /// Captured stdout (truncated to the limit).
+    pub stdout: Vec<u8>,
+    /// Captured stderr (truncated to the limit).
+    pub stderr: Vec<u8>,
+    /// Whether the timeout killed it.
+    pub timed_out: bool,
+}
+
+impl ExecOutput {
+    /// Turns a non-zero exit into [`HostError::Command`].
+    pub fn check(self, command: &str) -> Result<ExecOutput> {
+        if self.status == Some(0) {
+            return Ok(self);
+        }
+        let status = match (self.status, self.timed_out) {
+            (_, true) => "a timeout".to_string(),
+            (Some(code), _) => format!("status {code}"),
+            (None, _) => "a signal".to_string(),
+        };
+        let stderr = String::from_utf8_lossy(&self.stderr);
+        let tail: String = stderr.trim().chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
+        Err(HostError::Command { command: command.to_string(), status, stderr: tail })
+    }
+}
+
+/// Reads a pipe to the end on its own thread, keeping at most `max` bytes.
+fn drain(mut pipe: impl Read + Send + 'static, max: usize) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = max.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buf[..n.min(room)]);
+                }
+            }
+        }
+        let _ = tx.send(kept);
+    });
+    rx
+}
+
+/// After the child exits, a grandchild may still hold its pipes open; wait briefly, then
+/// give up on the rest of the output rather than hang.
+fn collect(rx: &mpsc::Receiver<Vec<u8>>) -> Vec<u8> {
+    rx.recv_timeout(Duration::from_secs(2)).unwrap_or_default()
+}
+
+/// Runs `program args` with a cleared environment (only `PATH`, plus `env`), in `cwd`,
+/// with stdin closed, killing it at the deadline.
+pub fn run_bounded(
+    program: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    cwd: Option<&Path>,
+    limits: &ExecLimits,
+) -> Result<ExecOutput> {
+    let display = std::iter::once(program.display().to_string()).chain(args.iter().cloned()).collect::<Vec<_>>().join(" ");
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Own process group, so the timeout kills everything the command started.
+        .process_group(0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd.spawn().map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => HostError::NotFound(program.display().to_string()),
+        _ => HostError::Spawn { command: display.clone(), source },
+    })?;
+    let out = drain(child.stdout.take().expect("stdout is piped"), limits.max_output);
+    let err = drain(child.stderr.take().expect("stderr is piped"), limits.max_output);
+    let started = Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() >= limits.timeout => {
+                let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+                let _ = child.kill();
+                timed_out = true;
+                break child.wait().ok();
+            }
+            Ok(None) => thread::sleep(Duration::from_millis(5)),
+            Err(source) => return Err(HostError::Spawn { command: display, source }),
+        }
+    };
+    Ok(ExecOutput {
+        status: if timed_out { None } else { status.and_then(|s| s.code()) },
+        stdout: collect(&out),
+        stderr: collect(&err),
+        timed_out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captures_and_bounds_output() {
+        let limits = ExecLimits { timeout: Duration::from_secs(10), max_output: 10 };
+        let out = run_bounded(Path::new("/bin/sh"), &["-c".into(), "yes | head -c 100000; echo err >&2; exit 3".into()], &[], None, &limits)
+            .unwrap();
+        assert_eq!(out.status, Some(3));
+        assert_eq!(out.stdout.len(), 10);
+        assert_eq!(out.stderr, b"err\n");
+        assert!(out.check("x").is_err());
+    }
+
+    #[test]
+    fn kills_at_the_deadline() {
+        let limits = ExecLimits { timeout: Duration::from_millis(100), max_output: 10 };
+        let out = run_bounded(Path::new("/bin/sleep"), &["30".into()], &[], None, &limits).unwrap();
+        assert!(out.timed_out);
+        assert_eq!(out.status, None);
+    }
+
+    #[test]
+    fn environment_is_cleared() {
+        let out = run_bounded(Path::new("/usr/bin/env"), &[], &[("A", "b")], None, &ExecLimits::default()).unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut keys: Vec<_> = text.lines().map(|l| l.split('=').next().unwrap()).collect();
+        keys.sort();
+        assert_eq!(keys, ["A", "PATH"]);
+    }
+
+    #[test]
+    fn missing_program_is_not_found() {
+        let err = run_bounded(Path::new("/nonexistent/x"), &[], &[], None, &ExecLimits::default()).unwrap_err();
+        assert!(matches!(err, HostError::NotFound(_)), "{err:?}");
+    }
+}

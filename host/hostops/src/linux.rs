@@ -1,0 +1,170 @@
+//! The real node backend.
+
+use std::path::{Path, PathBuf};
+
+use crate::command::{run_bounded, ExecLimits, ExecOutput};
+use crate::rootfs::RootFs;
+use crate::{parse_os_release, HostError, HostOps, NodeIdentity, NodeInfo, ProcSys, Result, ServiceVerb, UnitStatus, HELPER_TIMEOUT};
+
+/// Where host commands (`modprobe`, `systemctl`, granted commands) run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostNamespaces {
+    /// Run directly: the agent already runs in the host's namespaces (or `/` is the host).
+    Current,
+    /// Enter PID 1's mount, UTS, IPC, network and PID namespaces with `nsenter`. This is the
+    /// mode for an agent in a privileged pod with `hostPID: true`.
+    Pid1,
+}
+
+/// A real Linux node.
+///
+/// - files: under `root` (the host's `/` as mounted in the pod, e.g. `/host`);
+/// - sysctl: `proc_root/sys` (the pod needs `hostNetwork` for `net.*` keys to be the host's);
+/// - kmod, services, commands: run in the host's namespaces per [`HostNamespaces`];
+/// - reboot: `systemctl reboot` in the host's namespaces.
+#[derive(Debug)]
+pub struct LinuxHost {
+    fs: RootFs,
+    proc: ProcSys,
+    namespaces: HostNamespaces,
+    identity: NodeIdentity,
+}
+
+impl LinuxHost {
+    /// A host whose `/` is at `root`, with `/proc` at `proc_root`.
+    pub fn new(root: &Path, proc_root: &Path, namespaces: HostNamespaces, identity: NodeIdentity) -> Result<Self> {
+        Ok(LinuxHost { fs: RootFs::open(root)?, proc: ProcSys::new(proc_root), namespaces, identity })
+    }
+
+    fn command(&self, program: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
+        match self.namespaces {
+            HostNamespaces::Current => run_bounded(program, args, &[], None, limits),
+            HostNamespaces::Pid1 => {
+                let mut full: Vec<String> =
+                    ["--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--"].map(String::from).to_vec();
+                full.push(program.display().to_string());
+                full.extend(args.iter().cloned());
+                run_bounded(Path::new("/usr/bin/nsenter"), &full, &[], None, limits)
+            }
+        }
+    }
+
+    fn helper(&self, program: &str, args: &[&str]) -> Result<ExecOutput> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let limits = ExecLimits { timeout: HELPER_TIMEOUT, max_output: 64 * 1024 };
+        let line = format!("{program} {}", args.join(" "));
+        self.command(Path::new(program), &args, &limits)?.check(&line)
+    }
+}
+
+impl HostOps for LinuxHost {
+    fn fs(&self) -> &RootFs {
+        &self.fs
+    }
+
+    fn sysctl_get(&self, key: &str) -> Result<String> {
+        self.proc.get(key)
+    }
+
+    fn sysctl_set(&self, key: &str, value: &str) -> Result<()> {
+        let path = self.proc.path(key)?;
+        if !path.exists() {
+            return Err(HostError::NotFound(format!("sysctl {key}")));
+        }
+        std::fs::write(&path, value).map_err(|e| HostError::io("write", &path, e))
+    }
+
+    fn kmod_load(&self, name: &str, params: &[String]) -> Result<()> {
+        let mut args = vec![name];
+        args.extend(params.iter().map(String::as_str));
+        self.helper("/sbin/modprobe", &args).map(drop)
+    }
+
+    fn kmod_unload(&self, name: &str) -> Result<()> {
+        self.helper("/sbin/modprobe", &["-r", name]).map(drop)
+    }
+
+    fn kmod_is_loaded(&self, name: &str) -> Result<bool> {
+        // /sys/module/<name> also lists built-ins; /proc/modules only loadable ones, which is
+        // what load/unload act on.
+        let modules = std::fs::read_to_string(self.proc_path("modules")).map_err(|e| HostError::io("read", Path::new("/proc/modules"), e))?;
+        Ok(modules_contains(&modules, name))
+    }
+
+    fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
+        self.helper("/bin/systemctl", &[verb.as_str(), unit]).map(drop)
+    }
+
+    fn service_status(&self, unit: &str) -> Result<UnitStatus> {
+        let out = self.helper("/bin/systemctl", &["show", "--property=ActiveState,UnitFileState,LoadState", unit])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')).unwrap_or("").to_string();
+        if field("LoadState") == "not-found" {
+            return Err(HostError::NotFound(format!("unit {unit}")));
+        }
+        Ok(UnitStatus { active_state: field("ActiveState"), enabled: field("UnitFileState") == "enabled" })
+    }
+
+    fn daemon_reload(&self) -> Result<()> {
+        self.helper("/bin/systemctl", &["daemon-reload"]).map(drop)
+    }
+
+    fn exec(&self, path: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
+        self.command(path, args, limits)
+    }
+
+    fn request_reboot(&self, reason: &str) -> Result<()> {
+        tracing::warn!(reason, "requesting host reboot");
+        self.helper("/bin/systemctl", &["reboot", "--no-wall"]).map(drop)
+    }
+
+    fn node_info(&self) -> NodeInfo {
+        node_info(&self.fs, &self.proc, &self.identity, std::env::consts::ARCH)
+    }
+}
+
+impl LinuxHost {
+    fn proc_path(&self, rel: &str) -> PathBuf {
+        self.proc.base.parent().unwrap_or(Path::new("/proc")).join(rel)
+    }
+}
+
+/// Whether `/proc/modules` text lists `name` (`-` and `_` are the same to the kernel).
+pub(crate) fn modules_contains(modules: &str, name: &str) -> bool {
+    let want = name.replace('-', "_");
+    modules.lines().any(|l| l.split_whitespace().next() == Some(want.as_str()))
+}
+
+/// Node facts read from the root and proc, shared by both backends.
+pub(crate) fn node_info(fs: &RootFs, proc: &ProcSys, identity: &NodeIdentity, arch: &str) -> NodeInfo {
+    NodeInfo {
+        name: identity.name.clone(),
+        labels: identity.labels.clone(),
+        kernel_release: proc.read_opt("kernel/osrelease").unwrap_or_default(),
+        os_release: fs.read_host_file(Path::new("/etc/os-release")).map(|t| parse_os_release(&t)).unwrap_or_default(),
+        boot_id: proc.read_opt("kernel/random/boot_id").unwrap_or_default(),
+        architecture: arch.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modules_are_matched_by_first_column_with_dash_folding() {
+        let m = "br_netfilter 32768 0 - Live 0x0\nbridge 311296 1 br_netfilter, Live 0x0\n";
+        assert!(modules_contains(m, "br_netfilter"));
+        assert!(modules_contains(m, "br-netfilter"));
+        assert!(!modules_contains(m, "br"));
+    }
+
+    #[test]
+    fn reads_this_machines_node_facts() {
+        let host = LinuxHost::new(Path::new("/"), Path::new("/proc"), HostNamespaces::Current, NodeIdentity::default()).unwrap();
+        let info = host.node_info();
+        assert_eq!(info.boot_id.len(), 36, "boot id {:?}", info.boot_id);
+        assert!(!info.kernel_release.is_empty());
+        assert_eq!(host.sysctl_get("kernel.random.boot_id").unwrap(), info.boot_id);
+    }
+}

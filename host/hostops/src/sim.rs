@@ -1,0 +1,362 @@
+//! The simulated node: real files, recorded effects, state kept under the scratch root.
+//!
+//! Layout under the root (all created on demand):
+//!
+//! | path | what |
+//! |---|---|
+//! | `/proc/sys/...` | sysctl values, one file per key (`/proc/sys/kernel/random/boot_id` too) |
+//! | `/proc/modules` | loaded modules, `/proc/modules` format |
+//! | `/run/nodewright-sim/services.json` | unit states |
+//! | `/run/nodewright-sim/reboot-requested` | present while a reboot is pending (holds the reason) |
+//! | `/var/lib/nodewright-sim/journal.jsonl` | every effect, one JSON [`HostAction`] per line |
+//!
+//! Commands are run only if they exist as executables *inside* the root (tests drop small
+//! scripts there); the simulated node has no other binaries.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{run_bounded, ExecLimits, ExecOutput};
+use crate::linux::{modules_contains, node_info};
+use crate::rootfs::RootFs;
+use crate::{HostError, HostOps, NodeIdentity, NodeInfo, ProcSys, Result, ServiceVerb, UnitStatus};
+
+/// One recorded host effect.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum HostAction {
+    /// A sysctl write.
+    SysctlSet {
+        /// Dotted key.
+        key: String,
+        /// New value.
+        value: String,
+    },
+    /// A module load.
+    KmodLoad {
+        /// Module.
+        name: String,
+        /// Parameters.
+        params: Vec<String>,
+    },
+    /// A module unload.
+    KmodUnload {
+        /// Module.
+        name: String,
+    },
+    /// A systemctl verb.
+    Service {
+        /// Verb.
+        verb: ServiceVerb,
+        /// Unit.
+        unit: String,
+    },
+    /// `systemctl daemon-reload`.
+    DaemonReload,
+    /// A command run.
+    Exec {
+        /// Host path.
+        path: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// Exit code.
+        status: Option<i32>,
+    },
+    /// A reboot request.
+    RebootRequested {
+        /// Why.
+        reason: String,
+    },
+    /// A simulated reboot happened (new boot ID).
+    Rebooted {
+        /// The new boot ID.
+        boot_id: String,
+    },
+}
+
+impl std::fmt::Display for HostAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostAction::SysctlSet { key, value } => write!(f, "sysctl {key}={value}"),
+            HostAction::KmodLoad { name, params } if params.is_empty() => write!(f, "modprobe {name}"),
+            HostAction::KmodLoad { name, params } => write!(f, "modprobe {name} {}", params.join(" ")),
+            HostAction::KmodUnload { name } => write!(f, "modprobe -r {name}"),
+            HostAction::Service { verb, unit } => write!(f, "systemctl {verb} {unit}"),
+            HostAction::DaemonReload => f.write_str("systemctl daemon-reload"),
+            HostAction::Exec { path, args, status } => {
+                write!(f, "exec {path} {} (exit {})", args.join(" "), status.map_or("-".into(), |s| s.to_string()))
+            }
+            HostAction::RebootRequested { reason } => write!(f, "reboot requested: {reason}"),
+            HostAction::Rebooted { boot_id } => write!(f, "rebooted (boot id {boot_id})"),
+        }
+    }
+}
+
+const SIM_RUN: &str = "run/nodewright-sim";
+const SIM_LIB: &str = "var/lib/nodewright-sim";
+
+/// A simulated node rooted at a scratch directory.
+#[derive(Debug)]
+pub struct SimHost {
+    root: PathBuf,
+    fs: RootFs,
+    proc: ProcSys,
+    identity: NodeIdentity,
+    recorded: Mutex<Vec<HostAction>>,
+}
+
+impl SimHost {
+    /// Opens (creating if needed) a simulated node at `root`. A boot ID is written if the
+    /// root has none yet.
+    pub fn new(root: &Path, identity: NodeIdentity) -> Result<Self> {
+        for dir in ["proc/sys/kernel/random", SIM_RUN, SIM_LIB, "etc"] {
+            let d = root.join(dir);
+            std::fs::create_dir_all(&d).map_err(|e| HostError::io("create", &d, e))?;
+        }
+        let host = SimHost {
+            root: root.to_path_buf(),
+            fs: RootFs::open(root)?,
+            proc: ProcSys::new(&root.join("proc")),
+            identity,
+            recorded: Mutex::new(Vec::new()),
+        };
+        if host.proc.read_opt("kernel/random/boot_id").is_none_or(|b| b.is_empty()) {
+            host.write_local("proc/sys/kernel/random/boot_id", &new_boot_id())?;
+        }
+        if host.proc.read_opt("kernel/osrelease").is_none() {
+            host.write_local("proc/sys/kernel/osrelease", "6.1.0-nodewright-sim")?;
+        }
+        Ok(host)
+    }
+
+    /// Effects recorded by this instance, in order.
+    pub fn recorded(&self) -> Vec<HostAction> {
+        self.recorded.lock().expect("journal lock").clone()
+    }
+
+    /// Every effect ever recorded at this root (all processes), from the journal file.
+    pub fn journal(root: &Path) -> Vec<HostAction> {
+        std::fs::read_to_string(root.join(SIM_LIB).join("journal.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The pending reboot request's reason, if any.
+    pub fn reboot_requested(root: &Path) -> Option<String> {
+        std::fs::read_to_string(root.join(SIM_RUN).join("reboot-requested")).ok()
+    }
+
+    /// Performs a pending (or forced) reboot: new boot ID, runtime state under `/run`
+    /// cleared, modules unloaded and sysctls kept only if persisted... as a real boot would
+    /// (modules from `/etc/modules-load.d` are loaded again). Returns the new boot ID.
+    pub fn reboot(&self) -> Result<String> {
+        let boot_id = new_boot_id();
+        let run = self.root.join(SIM_RUN);
+        let _ = std::fs::remove_dir_all(&run);
+        std::fs::create_dir_all(&run).map_err(|e| HostError::io("create", &run, e))?;
+        // Modules do not survive a reboot; the ones configured to load at boot come back.
+        let mut modules = String::new();
+        if let Ok(entries) = std::fs::read_dir(self.root.join("etc/modules-load.d")) {
+            for entry in entries.flatten() {
+                for line in std::fs::read_to_string(entry.path()).unwrap_or_default().lines() {
+                    let name = line.trim();
+                    if !name.is_empty() && !name.starts_with('#') && !modules_contains(&modules, name) {
+                        modules.push_str(&format!("{} 0 0 - Live 0x0\n", name.replace('-', "_")));
+                    }
+                }
+            }
+        }
+        self.write_local("proc/modules", &modules)?;
+        self.write_local("proc/sys/kernel/random/boot_id", &boot_id)?;
+        self.record(HostAction::Rebooted { boot_id: boot_id.clone() })?;
+        Ok(boot_id)
+    }
+
+    fn write_local(&self, rel: &str, contents: &str) -> Result<()> {
+        let path = self.root.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| HostError::io("create", parent, e))?;
+        }
+        std::fs::write(&path, contents).map_err(|e| HostError::io("write", &path, e))
+    }
+
+    fn record(&self, action: HostAction) -> Result<()> {
+        let path = self.root.join(SIM_LIB).join("journal.jsonl");
+        let mut line = serde_json::to_string(&action).expect("host actions serialize");
+        line.push('\n');
+        // One write(2) per line with O_APPEND: concurrent processes do not interleave.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()))
+            .map_err(|e| HostError::io("write", &path, e))?;
+        self.recorded.lock().expect("journal lock").push(action);
+        Ok(())
+    }
+
+    fn services(&self) -> BTreeMap<String, UnitStatus> {
+        std::fs::read_to_string(self.root.join(SIM_RUN).join("services.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    }
+}
+
+fn new_boot_id() -> String {
+    // Not a security token: unique enough for a simulated boot. Mix time and pid.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let x = nanos ^ (u128::from(std::process::id()) << 64);
+    let h = format!("{x:032x}");
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+impl HostOps for SimHost {
+    fn fs(&self) -> &RootFs {
+        &self.fs
+    }
+
+    fn sysctl_get(&self, key: &str) -> Result<String> {
+        self.proc.get(key)
+    }
+
+    /// The simulated kernel accepts any key.
+    fn sysctl_set(&self, key: &str, value: &str) -> Result<()> {
+        let path = self.proc.path(key)?;
+        let rel = path.strip_prefix(&self.root).map_err(|_| HostError::NotFound(key.to_string()))?;
+        self.write_local(&rel.to_string_lossy(), value)?;
+        self.record(HostAction::SysctlSet { key: key.to_string(), value: value.to_string() })
+    }
+
+    fn kmod_load(&self, name: &str, params: &[String]) -> Result<()> {
+        let modules = self.fs.read_host_file(Path::new("/proc/modules")).unwrap_or_default();
+        if !modules_contains(&modules, name) {
+            self.write_local("proc/modules", &format!("{modules}{} 0 0 - Live 0x0\n", name.replace('-', "_")))?;
+        }
+        self.record(HostAction::KmodLoad { name: name.to_string(), params: params.to_vec() })
+    }
+
+    fn kmod_unload(&self, name: &str) -> Result<()> {
+        let modules = self.fs.read_host_file(Path::new("/proc/modules")).unwrap_or_default();
+        let want = name.replace('-', "_");
+        let kept: String = modules
+            .lines()
+            .filter(|l| l.split_whitespace().next() != Some(want.as_str()))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        self.write_local("proc/modules", &kept)?;
+        self.record(HostAction::KmodUnload { name: name.to_string() })
+    }
+
+    fn kmod_is_loaded(&self, name: &str) -> Result<bool> {
+        Ok(modules_contains(&self.fs.read_host_file(Path::new("/proc/modules")).unwrap_or_default(), name))
+    }
+
+    fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
+        let mut all = self.services();
+        let state = all.entry(unit.to_string()).or_insert_with(|| UnitStatus { active_state: "inactive".into(), enabled: false });
+        match verb {
+            ServiceVerb::Start | ServiceVerb::Restart | ServiceVerb::Reload => state.active_state = "active".into(),
+            ServiceVerb::Stop => state.active_state = "inactive".into(),
+            ServiceVerb::Enable => state.enabled = true,
+            ServiceVerb::Disable => state.enabled = false,
+        }
+        let json = serde_json::to_string_pretty(&all).expect("unit states serialize");
+        self.write_local(&format!("{SIM_RUN}/services.json"), &json)?;
+        self.record(HostAction::Service { verb, unit: unit.to_string() })
+    }
+
+    fn service_status(&self, unit: &str) -> Result<UnitStatus> {
+        Ok(self.services().remove(unit).unwrap_or_else(|| UnitStatus { active_state: "inactive".into(), enabled: false }))
+    }
+
+    fn daemon_reload(&self) -> Result<()> {
+        self.record(HostAction::DaemonReload)
+    }
+
+    fn exec(&self, path: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
+        let local = self.fs.host_to_local(path);
+        if !local.is_file() {
+            return Err(HostError::NotFound(format!("{} (the simulated node only has commands placed under its root)", path.display())));
+        }
+        let root = self.root.to_string_lossy().into_owned();
+        let out = run_bounded(&local, args, &[("NODEWRIGHT_SIM_ROOT", &root)], Some(&self.root), limits)?;
+        self.record(HostAction::Exec { path: path.display().to_string(), args: args.to_vec(), status: out.status })?;
+        Ok(out)
+    }
+
+    fn request_reboot(&self, reason: &str) -> Result<()> {
+        self.write_local(&format!("{SIM_RUN}/reboot-requested"), reason)?;
+        self.record(HostAction::RebootRequested { reason: reason.to_string() })
+    }
+
+    fn node_info(&self) -> NodeInfo {
+        node_info(&self.fs, &self.proc, &self.identity, std::env::consts::ARCH)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effects_are_recorded_and_stateful() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = SimHost::new(tmp.path(), NodeIdentity { name: "n1".into(), labels: vec![] }).unwrap();
+        host.sysctl_set("net.ipv4.ip_forward", "1").unwrap();
+        assert_eq!(host.sysctl_get("net.ipv4.ip_forward").unwrap(), "1");
+        assert!(!host.kmod_is_loaded("br_netfilter").unwrap());
+        host.kmod_load("br_netfilter", &[]).unwrap();
+        host.kmod_load("br_netfilter", &[]).unwrap();
+        assert!(host.kmod_is_loaded("br-netfilter").unwrap());
+        host.service(ServiceVerb::Restart, "containerd.service").unwrap();
+        assert_eq!(host.service_status("containerd.service").unwrap().active_state, "active");
+        host.request_reboot("driver").unwrap();
+        assert_eq!(SimHost::reboot_requested(tmp.path()).as_deref(), Some("driver"));
+
+        // A second process sees the same state and the whole journal.
+        let again = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
+        assert!(again.kmod_is_loaded("br_netfilter").unwrap());
+        assert_eq!(SimHost::journal(tmp.path()).len(), 5);
+        assert!(again.recorded().is_empty());
+    }
+
+    #[test]
+    fn reboot_changes_boot_id_and_resets_runtime_state() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
+        let before = host.node_info().boot_id;
+        std::fs::create_dir_all(tmp.path().join("etc/modules-load.d")).unwrap();
+        std::fs::write(tmp.path().join("etc/modules-load.d/a.conf"), "# c\nbr_netfilter\n").unwrap();
+        host.kmod_load("overlay", &[]).unwrap();
+        host.request_reboot("x").unwrap();
+        let after = host.reboot().unwrap();
+        assert_ne!(before, after);
+        assert_eq!(host.node_info().boot_id, after);
+        assert!(SimHost::reboot_requested(tmp.path()).is_none());
+        assert!(!host.kmod_is_loaded("overlay").unwrap());
+        assert!(host.kmod_is_loaded("br_netfilter").unwrap());
+    }
+
+    #[test]
+    fn commands_run_only_from_inside_the_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
+        let err = host.exec(Path::new("/bin/true"), &[], &ExecLimits::default()).unwrap_err();
+        assert!(matches!(err, HostError::NotFound(_)), "{err:?}");
+        std::fs::create_dir_all(tmp.path().join("usr/bin")).unwrap();
+        let script = tmp.path().join("usr/bin/hello");
+        std::fs::write(&script, "#!/bin/sh\necho hi \"$1\"\n").unwrap();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(&script).unwrap().permissions(), 0o755);
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let out = host.exec(Path::new("/usr/bin/hello"), &["you".into()], &ExecLimits::default()).unwrap();
+        assert_eq!(out.stdout, b"hi you\n");
+        assert_eq!(host.recorded().len(), 1);
+    }
+}
