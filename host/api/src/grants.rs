@@ -166,6 +166,16 @@ pub enum GrantSource {
 }
 
 impl GrantSource {
+    /// Where `capability` is granted: the spec field or the CLI flag.
+    pub fn field(&self, capability: Capability) -> String {
+        match (self, capability) {
+            (GrantSource::Spec { package }, Capability::Power) => format!("spec.packages.{package}.interrupt.type: reboot"),
+            (GrantSource::Spec { package }, c) => format!("spec.packages.{package}.capabilities.{}", c.grant_field()),
+            (GrantSource::Flags, Capability::Power) => "--grant power".to_string(),
+            (GrantSource::Flags, c) => format!("--grant {}=...", c.flag_key()),
+        }
+    }
+
     /// A sentence telling the user how to grant `value` for `capability`.
     pub fn hint(&self, capability: Capability, value: &str, write: bool) -> String {
         match (self, capability) {
@@ -620,5 +630,7 @@ mod tests {
         );
         assert_eq!(GrantSource::Flags.hint(Capability::Services, "a.service", false), "pass --grant service=a.service");
         assert_eq!(GrantSource::Flags.hint(Capability::Power, "", false), "pass --grant power");
+        assert_eq!(spec.field(Capability::Sysctl), "spec.packages.driver.capabilities.sysctl");
+        assert_eq!(GrantSource::Flags.field(Capability::Exec), "--grant command=...");
     }
 }

@@ -1,0 +1,105 @@
+//! Engine errors.
+
+use crate::inspect::GrantCheck;
+
+/// Loading, checking or linking a plugin failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The wasmtime engine could not be built.
+    #[error("cannot build the wasm engine: {0}")]
+    Engine(String),
+    /// The bytes are a core WebAssembly module, not a component.
+    #[error("not a component: this is a core WebAssembly module; build it for wasm32-wasip2 (nodewright plugin build)")]
+    CoreModule,
+    /// The bytes are not WebAssembly at all.
+    #[error("not a component: the file is not WebAssembly (no \\0asm header)")]
+    NotWasm,
+    /// The component does not export our world.
+    #[error("not a nodewright plugin: {0}")]
+    WrongWorld(String),
+    /// Compilation failed.
+    #[error("cannot compile the component: {0}")]
+    Compile(String),
+    /// The precompiled-code cache failed (I/O, not a stale entry: those are recompiled).
+    #[error("plugin cache at {path}: {message}")]
+    Cache {
+        /// Cache path involved.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The component imports capabilities the grant does not cover.
+    #[error("plugin {digest} needs capabilities that are not granted: {}", check.missing_summary())]
+    MissingGrants {
+        /// Component digest.
+        digest: String,
+        /// The full comparison.
+        check: GrantCheck,
+    },
+    /// The component imports something nodewright does not provide.
+    #[error("cannot link the component: {0}")]
+    Link(String),
+}
+
+impl Error {
+    pub(crate) fn engine(e: wasmtime::Error) -> Self {
+        Error::Engine(format!("{e:#}"))
+    }
+    pub(crate) fn compile(e: wasmtime::Error) -> Self {
+        Error::Compile(format!("{e:#}"))
+    }
+    pub(crate) fn link(e: wasmtime::Error) -> Self {
+        Error::Link(format!("{e:#}"))
+    }
+}
+
+/// Result alias for engine operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A stage could not run to completion in the sandbox. A plugin's own failure
+/// (`Err(step-error)`) is not a `RunError`: it is a normal [`crate::RunReport`].
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The wall-clock deadline passed (guest code or a host call took too long).
+    #[error("stage {stage} exceeded its deadline of {seconds:.1}s")]
+    Timeout {
+        /// Stage.
+        stage: String,
+        /// Deadline in seconds.
+        seconds: f64,
+    },
+    /// The guest tried to grow memory past the limit.
+    #[error("stage {stage} exceeded its memory limit of {limit_mib} MiB")]
+    MemoryLimit {
+        /// Stage.
+        stage: String,
+        /// Limit in MiB.
+        limit_mib: u64,
+    },
+    /// The guest trapped (including a Rust panic in the plugin).
+    #[error("stage {stage} trapped: {message}")]
+    Trap {
+        /// Stage.
+        stage: String,
+        /// Trap description (with the panic message when the guest printed one).
+        message: String,
+    },
+    /// Instantiation failed (a linking bug or resource limits at start).
+    #[error("cannot instantiate plugin for stage {stage}: {message}")]
+    Instantiate {
+        /// Stage.
+        stage: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl RunError {
+    /// Whether the failure is the plugin's fault (as opposed to the host's).
+    pub fn is_package_fault(&self) -> bool {
+        match self {
+            RunError::Timeout { .. } | RunError::MemoryLimit { .. } | RunError::Trap { .. } => true,
+            RunError::Instantiate { .. } => false,
+        }
+    }
+}

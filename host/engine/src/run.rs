@@ -1,0 +1,489 @@
+//! Running one stage in a fresh store, and the types a run reports.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nodewright_hostops::{ExecLimits, HostOps};
+use serde::{Deserialize, Serialize};
+use wasmtime::component::ResourceTable;
+use wasmtime::Store;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::bindings::types as wit;
+use crate::sandbox::{CapturedStream, Limiter, LogBuffer, MemoryLimitExceeded, SandboxLimits};
+use crate::{GrantSet, PreparedPlugin, RunError, EPOCH_TICK};
+
+/// Which export to call. Checks verify a stage, as NodeWright's `<stage>-check` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStage {
+    /// Read-only dry run.
+    Plan,
+    /// Install.
+    Apply,
+    /// Verify `apply`.
+    ApplyCheck,
+    /// Configure.
+    Config,
+    /// Verify `config`.
+    ConfigCheck,
+    /// Interrupt work (reboot requests are honoured only here).
+    Interrupt,
+    /// After the interrupt.
+    PostInterrupt,
+    /// Verify `post-interrupt`.
+    PostInterruptCheck,
+    /// Version change.
+    Upgrade,
+    /// Verify `upgrade`.
+    UpgradeCheck,
+    /// Removal.
+    Uninstall,
+    /// Verify `uninstall`.
+    UninstallCheck,
+}
+
+impl RunStage {
+    /// Every stage, in lifecycle order.
+    pub const ALL: [RunStage; 12] = [
+        RunStage::Plan,
+        RunStage::Apply,
+        RunStage::ApplyCheck,
+        RunStage::Config,
+        RunStage::ConfigCheck,
+        RunStage::Interrupt,
+        RunStage::PostInterrupt,
+        RunStage::PostInterruptCheck,
+        RunStage::Upgrade,
+        RunStage::UpgradeCheck,
+        RunStage::Uninstall,
+        RunStage::UninstallCheck,
+    ];
+
+    /// The name used on the command line and in results.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStage::Plan => "plan",
+            RunStage::Apply => "apply",
+            RunStage::ApplyCheck => "apply-check",
+            RunStage::Config => "config",
+            RunStage::ConfigCheck => "config-check",
+            RunStage::Interrupt => "interrupt",
+            RunStage::PostInterrupt => "post-interrupt",
+            RunStage::PostInterruptCheck => "post-interrupt-check",
+            RunStage::Upgrade => "upgrade",
+            RunStage::UpgradeCheck => "upgrade-check",
+            RunStage::Uninstall => "uninstall",
+            RunStage::UninstallCheck => "uninstall-check",
+        }
+    }
+
+    /// The stage the plugin sees in `context.stage` (for a check, the stage verified).
+    fn wit_stage(self) -> wit::Stage {
+        match self {
+            RunStage::Plan => wit::Stage::Plan,
+            RunStage::Apply | RunStage::ApplyCheck => wit::Stage::Apply,
+            RunStage::Config | RunStage::ConfigCheck => wit::Stage::Config,
+            RunStage::Interrupt => wit::Stage::Interrupt,
+            RunStage::PostInterrupt | RunStage::PostInterruptCheck => wit::Stage::PostInterrupt,
+            RunStage::Upgrade | RunStage::UpgradeCheck => wit::Stage::Upgrade,
+            RunStage::Uninstall | RunStage::UninstallCheck => wit::Stage::Uninstall,
+        }
+    }
+
+    /// Whether the stage may change the host. Plans and checks may not.
+    pub fn read_only(self) -> bool {
+        match self {
+            RunStage::Plan
+            | RunStage::ApplyCheck
+            | RunStage::ConfigCheck
+            | RunStage::PostInterruptCheck
+            | RunStage::UpgradeCheck
+            | RunStage::UninstallCheck => true,
+            RunStage::Apply
+            | RunStage::Config
+            | RunStage::Interrupt
+            | RunStage::PostInterrupt
+            | RunStage::Upgrade
+            | RunStage::Uninstall => false,
+        }
+    }
+
+    /// Whether a reboot request is honoured.
+    pub fn allows_reboot(self) -> bool {
+        self == RunStage::Interrupt
+    }
+}
+
+impl fmt::Display for RunStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunStage {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunStage::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| {
+            format!("unknown stage {s:?}; expected one of {}", RunStage::ALL.map(RunStage::as_str).join(", "))
+        })
+    }
+}
+
+/// Why a stage is running (the WIT `context` minus the stage, which comes from [`RunStage`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageContext {
+    /// Node name.
+    pub node: String,
+    /// Package name.
+    pub package: String,
+    /// Version.
+    pub version: String,
+    /// Previous version (upgrade).
+    pub previous_version: Option<String>,
+    /// Configuration.
+    pub config: BTreeMap<String, String>,
+    /// Keys changed since the last successful config.
+    pub changed_keys: Vec<String>,
+}
+
+impl StageContext {
+    /// A context for `package` `version` on `node`.
+    pub fn new(node: &str, package: &str, version: &str) -> Self {
+        StageContext { node: node.into(), package: package.into(), version: version.into(), ..Default::default() }
+    }
+
+    /// Adds a config entry.
+    pub fn with_config(mut self, key: &str, value: &str) -> Self {
+        self.config.insert(key.into(), value.into());
+        self
+    }
+
+    fn to_wit(&self, stage: RunStage) -> wit::Context {
+        wit::Context {
+            node: self.node.clone(),
+            package: self.package.clone(),
+            version: self.version.clone(),
+            previous_version: self.previous_version.clone(),
+            stage: stage.wit_stage(),
+            config: self.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            changed_keys: self.changed_keys.clone(),
+        }
+    }
+}
+
+/// A host change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// `file`, `sysctl`, `kernel-module`, ...
+    pub kind: String,
+    /// Path, key, module, unit.
+    pub target: String,
+    /// Human detail.
+    pub detail: String,
+}
+
+/// The interrupt a change needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "services", rename_all = "camelCase")]
+pub enum Interrupt {
+    /// Nothing.
+    None,
+    /// Restart these units.
+    Service(Vec<String>),
+    /// Restart all configured services.
+    RestartAllServices,
+    /// Reboot.
+    Reboot,
+}
+
+/// A successful stage's report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Changes made or planned.
+    pub changes: Vec<Change>,
+    /// Interrupt needed.
+    pub interrupt: Interrupt,
+    /// Summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl Outcome {
+    /// No change, no interrupt.
+    pub fn is_converged(&self) -> bool {
+        self.changes.is_empty() && self.interrupt == Interrupt::None
+    }
+}
+
+/// A capability call refused by the grant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Denial {
+    /// Capability interface.
+    pub capability: String,
+    /// Operation.
+    pub operation: String,
+    /// Refused argument.
+    pub target: String,
+    /// Actionable message naming the grant to add.
+    pub message: String,
+}
+
+/// Why the plugin reported failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", content = "message", rename_all = "kebab-case")]
+pub enum StepFailure {
+    /// A capability call was denied (blame: the grant).
+    #[error("{}", .0.message)]
+    Denied(Denial),
+    /// A call not allowed in this stage.
+    #[error("{0}")]
+    WrongStage(String),
+    /// Something the plugin needed does not exist on the host.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The host failed to perform an allowed call (blame: the host).
+    #[error("host operation failed: {0}")]
+    HostFailed(String),
+    /// The package configuration is unusable (blame: the spec).
+    #[error("invalid config: {0}")]
+    InvalidConfig(String),
+    /// The package failed (blame: the package).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Where a log line came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogSource {
+    /// The `log` interface.
+    Plugin,
+    /// Guest stdout.
+    Stdout,
+    /// Guest stderr.
+    Stderr,
+}
+
+/// Log level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogLevel {
+    /// Trace.
+    Trace,
+    /// Debug.
+    Debug,
+    /// Info.
+    Info,
+    /// Warn.
+    Warn,
+    /// Error.
+    Error,
+}
+
+/// One captured log line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    /// Source.
+    pub source: LogSource,
+    /// Level.
+    pub level: LogLevel,
+    /// Text.
+    pub message: String,
+}
+
+/// What one stage run produced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The stage run.
+    pub stage: RunStage,
+    /// The plugin's answer.
+    pub result: Result<Outcome, StepFailure>,
+    /// Captured log lines (most recent, bounded).
+    pub logs: Vec<LogLine>,
+    /// Older lines dropped to stay within the bound.
+    pub logs_dropped: u64,
+    /// Every denied call, even those the plugin recovered from.
+    pub denials: Vec<Denial>,
+    /// Wall time of instantiate + call.
+    pub duration: Duration,
+}
+
+/// Store data for one run.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+    pub(crate) caps: CapState,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// What capability implementations see.
+pub(crate) struct CapState {
+    pub(crate) grants: Arc<GrantSet>,
+    pub(crate) host: Arc<dyn HostOps>,
+    pub(crate) stage: RunStage,
+    pub(crate) log: Arc<Mutex<LogBuffer>>,
+    pub(crate) denials: Vec<Denial>,
+    pub(crate) exec_limits: ExecLimits,
+}
+
+impl From<wit::Change> for Change {
+    fn from(c: wit::Change) -> Self {
+        Change { kind: c.kind, target: c.target, detail: c.detail }
+    }
+}
+
+impl From<wit::Interrupt> for Interrupt {
+    fn from(i: wit::Interrupt) -> Self {
+        match i {
+            wit::Interrupt::None => Interrupt::None,
+            wit::Interrupt::Services(s) => Interrupt::Service(s),
+            wit::Interrupt::RestartAllServices => Interrupt::RestartAllServices,
+            wit::Interrupt::Reboot => Interrupt::Reboot,
+        }
+    }
+}
+
+impl From<wit::Denial> for Denial {
+    fn from(d: wit::Denial) -> Self {
+        Denial { capability: d.capability, operation: d.operation, target: d.target, message: d.message }
+    }
+}
+
+impl From<wit::StepError> for StepFailure {
+    fn from(e: wit::StepError) -> Self {
+        match e {
+            wit::StepError::Capability(wit::CapError::Denied(d)) => StepFailure::Denied(d.into()),
+            wit::StepError::Capability(wit::CapError::WrongStage(m)) => StepFailure::WrongStage(m),
+            wit::StepError::Capability(wit::CapError::NotFound(m)) => StepFailure::NotFound(m),
+            wit::StepError::Capability(wit::CapError::Failed(m)) => StepFailure::HostFailed(m),
+            wit::StepError::InvalidConfig(m) => StepFailure::InvalidConfig(m),
+            wit::StepError::Failed(m) => StepFailure::Failed(m),
+        }
+    }
+}
+
+impl PreparedPlugin {
+    /// Runs one stage in a fresh store against `host`, with `grants` checked on every call.
+    ///
+    /// Returns `Ok` when the plugin returned (successfully or with its own error) and
+    /// [`RunError`] when the sandbox stopped it (deadline, memory, trap).
+    pub async fn run(
+        &self,
+        stage: RunStage,
+        ctx: StageContext,
+        host: Arc<dyn HostOps>,
+        grants: Arc<GrantSet>,
+        limits: &SandboxLimits,
+    ) -> Result<RunReport, RunError> {
+        let log = Arc::new(Mutex::new(LogBuffer::new(limits)));
+        let stdout = CapturedStream::new(log.clone(), LogSource::Stdout);
+        let stderr = CapturedStream::new(log.clone(), LogSource::Stderr);
+        // Nothing inherited: no env, args, preopens or sockets (wasmtime-wasi denies TCP,
+        // UDP and name lookup unless allowed); stdio goes to the bounded log.
+        let wasi = WasiCtxBuilder::new().stdout(stdout.clone()).stderr(stderr.clone()).build();
+        let state = HostState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter { memory: limits.memory },
+            caps: CapState {
+                grants,
+                host,
+                stage,
+                log: log.clone(),
+                denials: Vec::new(),
+                exec_limits: ExecLimits { timeout: limits.exec_timeout, max_output: limits.exec_max_output },
+            },
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let ticks = (limits.timeout.as_millis() / EPOCH_TICK.as_millis()) as u64 + 1;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+
+        let started = Instant::now();
+        let timeout = |_| RunError::Timeout { stage: stage.to_string(), seconds: limits.timeout.as_secs_f64() };
+        let instance = tokio::time::timeout(limits.timeout, self.pre.instantiate_async(&mut store))
+            .await
+            .map_err(timeout)?
+            .map_err(|e| RunError::Instantiate { stage: stage.to_string(), message: format!("{e:#}") })?;
+        let wit_ctx = ctx.to_wit(stage);
+        let remaining = limits.timeout.saturating_sub(started.elapsed());
+        let call = async {
+            let stages = instance.nodewright_plugin_stages();
+            match stage {
+                RunStage::Plan => stages.call_plan(&mut store, &wit_ctx).await,
+                RunStage::Apply => stages.call_apply(&mut store, &wit_ctx).await,
+                RunStage::Config => stages.call_config(&mut store, &wit_ctx).await,
+                RunStage::Interrupt => stages.call_interrupt(&mut store, &wit_ctx).await,
+                RunStage::PostInterrupt => stages.call_post_interrupt(&mut store, &wit_ctx).await,
+                RunStage::Upgrade => stages.call_upgrade(&mut store, &wit_ctx).await,
+                RunStage::Uninstall => stages.call_uninstall(&mut store, &wit_ctx).await,
+                RunStage::ApplyCheck
+                | RunStage::ConfigCheck
+                | RunStage::PostInterruptCheck
+                | RunStage::UpgradeCheck
+                | RunStage::UninstallCheck => stages.call_check(&mut store, &wit_ctx).await,
+            }
+        };
+        let called = tokio::time::timeout(remaining, call).await;
+        stdout.finish();
+        stderr.finish();
+        let duration = started.elapsed();
+        let result = match called {
+            Err(elapsed) => return Err(timeout(elapsed)),
+            Ok(Err(trap)) => return Err(classify_trap(stage, trap, limits, &log)),
+            Ok(Ok(result)) => result.map(|o| Outcome {
+                changes: o.changes.into_iter().map(Change::from).collect(),
+                interrupt: o.interrupt.into(),
+                message: o.message,
+            }),
+        };
+        let (logs, logs_dropped) = log.lock().expect("log lock").take();
+        let denials = std::mem::take(&mut store.data_mut().caps.denials);
+        Ok(RunReport { stage, result: result.map_err(StepFailure::from), logs, logs_dropped, denials, duration })
+    }
+}
+
+fn classify_trap(stage: RunStage, err: wasmtime::Error, limits: &SandboxLimits, log: &Mutex<LogBuffer>) -> RunError {
+    if err.downcast_ref::<MemoryLimitExceeded>().is_some() {
+        return RunError::MemoryLimit { stage: stage.to_string(), limit_mib: limits.memory >> 20 };
+    }
+    if err.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+        return RunError::Timeout { stage: stage.to_string(), seconds: limits.timeout.as_secs_f64() };
+    }
+    // A Rust guest prints its panic message to stderr before aborting; surface it.
+    let (lines, _) = log.lock().expect("log lock").take();
+    let panic = lines.iter().rev().find(|l| l.source == LogSource::Stderr && l.message.contains("panicked"));
+    let trap = err.downcast_ref::<wasmtime::Trap>().map(|t| t.to_string()).unwrap_or_else(|| format!("{err:#}"));
+    let message = match panic {
+        Some(line) => format!("{trap} ({})", line.message),
+        None => trap,
+    };
+    RunError::Trap { stage: stage.to_string(), message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_names_roundtrip_and_classify() {
+        for stage in RunStage::ALL {
+            assert_eq!(stage.as_str().parse::<RunStage>().unwrap(), stage);
+        }
+        assert!("reboot".parse::<RunStage>().unwrap_err().contains("expected one of plan, apply"));
+        assert!(RunStage::Plan.read_only() && RunStage::ApplyCheck.read_only());
+        assert!(!RunStage::Apply.read_only());
+        assert!(RunStage::Interrupt.allows_reboot() && !RunStage::PostInterrupt.allows_reboot());
+    }
+}

@@ -1,0 +1,225 @@
+//! Per-run bounds: memory, wall clock, captured output.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::run::{LogLevel, LogLine, LogSource};
+
+/// Limits applied to every stage run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxLimits {
+    /// Wall-clock budget for the whole stage, guest code and host calls together.
+    pub timeout: Duration,
+    /// Cap on the guest's linear memory, in bytes.
+    pub memory: u64,
+    /// Log lines kept (the most recent ones; older lines are counted as dropped).
+    pub max_log_lines: usize,
+    /// Log bytes kept.
+    pub max_log_bytes: usize,
+    /// Timeout for each granted host command.
+    pub exec_timeout: Duration,
+    /// Bytes kept from each stream of a granted host command.
+    pub exec_max_output: usize,
+}
+
+impl Default for SandboxLimits {
+    /// 5 minutes, 128 MiB, the last 2000 log lines up to 256 KiB, 2-minute commands with
+    /// 64 KiB of output each.
+    fn default() -> Self {
+        SandboxLimits {
+            timeout: Duration::from_secs(300),
+            memory: 128 << 20,
+            max_log_lines: 2000,
+            max_log_bytes: 256 << 10,
+            exec_timeout: Duration::from_secs(120),
+            exec_max_output: 64 << 10,
+        }
+    }
+}
+
+/// A single line longer than this is cut: one huge line must not evict all others.
+const MAX_LINE: usize = 4096;
+
+/// Raised through the limiter when the guest asks for more memory than allowed, so the
+/// run can report a memory-limit error rather than a generic trap.
+#[derive(Debug, thiserror::Error)]
+#[error("memory limit of {limit} bytes exceeded (asked for {desired})")]
+pub(crate) struct MemoryLimitExceeded {
+    pub(crate) limit: u64,
+    pub(crate) desired: u64,
+}
+
+/// Caps total linear memory, table size and instance counts for one store.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    pub(crate) memory: u64,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired as u64 > self.memory {
+            return Err(wasmtime::Error::new(MemoryLimitExceeded { limit: self.memory, desired: desired as u64 }));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+
+    fn instances(&self) -> usize {
+        32
+    }
+    fn tables(&self) -> usize {
+        32
+    }
+    fn memories(&self) -> usize {
+        4
+    }
+}
+
+/// The bounded log of one run, shared by the `log` interface and guest stdout/stderr.
+#[derive(Debug)]
+pub(crate) struct LogBuffer {
+    lines: VecDeque<LogLine>,
+    bytes: usize,
+    max_lines: usize,
+    max_bytes: usize,
+    pub(crate) dropped: u64,
+}
+
+impl LogBuffer {
+    pub(crate) fn new(limits: &SandboxLimits) -> Self {
+        LogBuffer { lines: VecDeque::new(), bytes: 0, max_lines: limits.max_log_lines, max_bytes: limits.max_log_bytes, dropped: 0 }
+    }
+
+    pub(crate) fn push(&mut self, source: LogSource, level: LogLevel, mut message: String) {
+        if message.len() > MAX_LINE {
+            let mut cut = MAX_LINE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str(" [truncated]");
+        }
+        self.bytes += message.len();
+        self.lines.push_back(LogLine { source, level, message });
+        while self.lines.len() > self.max_lines || self.bytes > self.max_bytes {
+            let Some(old) = self.lines.pop_front() else { break };
+            self.bytes -= old.message.len();
+            self.dropped += 1;
+        }
+    }
+
+    pub(crate) fn take(&mut self) -> (Vec<LogLine>, u64) {
+        (std::mem::take(&mut self.lines).into(), self.dropped)
+    }
+}
+
+/// Guest stdout or stderr: split into lines and appended to the run's log. Never errors
+/// (an error would make Rust's `println!` panic inside the guest); the buffer bounds it.
+#[derive(Clone, Debug)]
+pub(crate) struct CapturedStream {
+    pub(crate) log: Arc<Mutex<LogBuffer>>,
+    pub(crate) source: LogSource,
+    partial: Arc<Mutex<Vec<u8>>>,
+}
+
+impl CapturedStream {
+    pub(crate) fn new(log: Arc<Mutex<LogBuffer>>, source: LogSource) -> Self {
+        CapturedStream { log, source, partial: Arc::default() }
+    }
+
+    fn accept(&self, buf: &[u8]) {
+        let mut partial = self.partial.lock().expect("stream lock");
+        partial.extend_from_slice(buf);
+        let level = if self.source == LogSource::Stderr { LogLevel::Warn } else { LogLevel::Info };
+        while let Some(pos) = partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = partial.drain(..=pos).collect();
+            let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+            self.log.lock().expect("log lock").push(self.source, level, text);
+        }
+        if partial.len() > MAX_LINE {
+            let text = String::from_utf8_lossy(&partial).into_owned();
+            partial.clear();
+            self.log.lock().expect("log lock").push(self.source, level, text);
+        }
+    }
+
+    /// Flushes a final line without a newline.
+    pub(crate) fn finish(&self) {
+        let mut partial = self.partial.lock().expect("stream lock");
+        if !partial.is_empty() {
+            let text = String::from_utf8_lossy(&partial).into_owned();
+            partial.clear();
+            let level = if self.source == LogSource::Stderr { LogLevel::Warn } else { LogLevel::Info };
+            self.log.lock().expect("log lock").push(self.source, level, text);
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for CapturedStream {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.accept(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl wasmtime_wasi::cli::IsTerminal for CapturedStream {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl wasmtime_wasi::cli::StdoutStream for CapturedStream {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_keeps_the_most_recent_lines_within_bounds() {
+        let limits = SandboxLimits { max_log_lines: 3, max_log_bytes: 1000, ..Default::default() };
+        let mut log = LogBuffer::new(&limits);
+        for i in 0..10 {
+            log.push(LogSource::Plugin, LogLevel::Info, format!("line {i}"));
+        }
+        let (lines, dropped) = log.take();
+        assert_eq!(dropped, 7);
+        assert_eq!(lines.iter().map(|l| l.message.as_str()).collect::<Vec<_>>(), ["line 7", "line 8", "line 9"]);
+    }
+
+    #[test]
+    fn long_lines_are_cut() {
+        let mut log = LogBuffer::new(&SandboxLimits::default());
+        log.push(LogSource::Plugin, LogLevel::Info, "é".repeat(5000));
+        let (lines, _) = log.take();
+        assert!(lines[0].message.len() <= MAX_LINE + 12);
+        assert!(lines[0].message.ends_with("[truncated]"));
+    }
+
+    #[test]
+    fn streams_split_lines() {
+        let log = Arc::new(Mutex::new(LogBuffer::new(&SandboxLimits::default())));
+        let s = CapturedStream::new(log.clone(), LogSource::Stdout);
+        s.accept(b"a\nb");
+        s.accept(b"c\n");
+        s.accept(b"tail");
+        s.finish();
+        let (lines, _) = log.lock().unwrap().take();
+        assert_eq!(lines.iter().map(|l| l.message.as_str()).collect::<Vec<_>>(), ["a", "bc", "tail"]);
+    }
+}
