@@ -39,12 +39,12 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             }
         }
         "log-flood" => {
-            for i in 0..1_000_000u32 {
+            for i in 0..200_000u32 {
                 log::info(&format!("flood line {i} {}", "x".repeat(100)));
             }
         }
         "stdout-flood" => {
-            for i in 0..1_000_000u32 {
+            for i in 0..200_000u32 {
                 println!("stdout flood {i} {}", "y".repeat(100));
             }
         }
