@@ -20,8 +20,12 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let workspace = manifest.ancestors().nth(2).unwrap().to_path_buf();
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    // The outer target dir is the first ancestor of OUT_DIR that cargo tagged.
-    let outer = out.ancestors().find(|p| p.join("CACHEDIR.TAG").exists()).unwrap_or(&out).to_path_buf();
+    // Share one wasm build between profiles: CARGO_TARGET_DIR when set, else the target
+    // dir OUT_DIR sits in (<target>/<profile>/build/<pkg>/out).
+    let outer = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| out.ancestors().nth(4).unwrap_or(&out).to_path_buf());
+    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
     let target_dir = outer.join("wasm-artifacts");
 
     for dir in ["wit", "sdk", "plugins", "tests/guests"] {

@@ -74,6 +74,11 @@ pub struct CommandGrant {
     /// arguments are allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
+    /// The admin vouches that this command does not change the host, so it may also run in
+    /// read-only stages (`plan` and the checks). Default `false`: commands run only in
+    /// stages that may change the host.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 /// The capability interfaces a grant can cover, as named in the WIT world.
@@ -261,6 +266,8 @@ pub struct CommandRule {
     pub path: PathBuf,
     /// Per-argument patterns; `None` allows any arguments.
     pub args: Option<Vec<NamePattern>>,
+    /// May run in read-only stages.
+    pub read_only: bool,
 }
 
 /// Grants parsed into typed allowlists. Built once per (package, spec generation).
@@ -342,7 +349,7 @@ impl GrantSet {
                     })
                     .collect()
             });
-            commands.push(CommandRule { path, args });
+            commands.push(CommandRule { path, args, read_only: grant.read_only });
         }
         if errors.is_empty() {
             Ok(GrantSet { source, files, kernel_modules, services, sysctl, commands, power })
@@ -396,15 +403,22 @@ impl GrantSet {
         self.sysctl.iter().any(|p| p.matches(key))
     }
 
-    /// Whether running `path` with `args` is granted.
-    pub fn allows_command(&self, path: &Path, args: &[String]) -> bool {
-        self.commands.iter().any(|rule| {
+    /// The rule granting `path` with `args`, if any (a read-only rule is preferred).
+    pub fn command_rule(&self, path: &Path, args: &[String]) -> Option<&CommandRule> {
+        let mut matching = self.commands.iter().filter(|rule| {
             rule.path == path
                 && match &rule.args {
                     None => true,
                     Some(patterns) => patterns.len() == args.len() && patterns.iter().zip(args).all(|(p, a)| p.matches(a)),
                 }
-        })
+        });
+        let first = matching.next()?;
+        Some(if first.read_only { first } else { matching.find(|r| r.read_only).unwrap_or(first) })
+    }
+
+    /// Whether running `path` with `args` is granted.
+    pub fn allows_command(&self, path: &Path, args: &[String]) -> bool {
+        self.command_rule(path, args).is_some()
     }
 }
 
@@ -438,6 +452,7 @@ impl Capabilities {
     /// - `files=/etc/sysctl.d` (read) or `files=/etc/sysctl.d:rw`
     /// - `kmod=br_netfilter`, `service=containerd.service`, `sysctl=net.ipv4.*`
     /// - `command=/usr/bin/nvidia-smi` or `command=/usr/bin/nvidia-smi:-pm,1`
+    /// - `probe=/usr/bin/nvidia-smi[:args]`: a command vouched read-only (`readOnly: true`)
     /// - `power`
     pub fn from_flags<S: AsRef<str>>(flags: &[S]) -> Result<(Capabilities, bool), GrantError> {
         let mut caps = Capabilities::default();
@@ -470,17 +485,17 @@ impl Capabilities {
                 "kmod" | "kernelModule" => caps.kernel_modules.push(value.to_string()),
                 "service" | "services" => caps.services.push(value.to_string()),
                 "sysctl" => caps.sysctl.push(value.to_string()),
-                "command" | "exec" => {
+                "command" | "exec" | "probe" => {
                     let (path, args) = match value.split_once(':') {
                         Some((p, a)) => (p, Some(a.split(',').map(str::to_string).collect())),
                         None => (value, None),
                     };
-                    caps.commands.push(CommandGrant { path: path.to_string(), args });
+                    caps.commands.push(CommandGrant { path: path.to_string(), args, read_only: key == "probe" });
                 }
                 other => {
                     return Err(GrantError::new(
                         field,
-                        format!("unknown grant {other:?}; expected files, kmod, service, sysctl, command or power"),
+                        format!("unknown grant {other:?}; expected files, kmod, service, sysctl, command, probe or power"),
                     ));
                 }
             }
@@ -531,7 +546,7 @@ mod tests {
                 FileGrant { path: "etc/x".into(), access: FileAccess::Read },
                 FileGrant { path: "/etc/../root".into(), access: FileAccess::Read },
             ],
-            commands: vec![CommandGrant { path: "bin/sh".into(), args: None }],
+            commands: vec![CommandGrant { path: "bin/sh".into(), args: None, read_only: false }],
             ..Default::default()
         };
         let errs = parse(&caps).unwrap_err();
@@ -575,8 +590,8 @@ mod tests {
     fn command_argument_patterns() {
         let caps = Capabilities {
             commands: vec![
-                CommandGrant { path: "/usr/bin/nvidia-smi".into(), args: Some(vec!["-pm".into(), "[01]".into()]) },
-                CommandGrant { path: "/usr/bin/true".into(), args: None },
+                CommandGrant { path: "/usr/bin/nvidia-smi".into(), args: Some(vec!["-pm".into(), "[01]".into()]), read_only: false },
+                CommandGrant { path: "/usr/bin/true".into(), args: None, read_only: true },
             ],
             ..Default::default()
         };
@@ -587,6 +602,8 @@ mod tests {
         assert!(!set.allows_command(smi, &["-pm".into()]), "argument count must match");
         assert!(set.allows_command(Path::new("/usr/bin/true"), &["anything".into()]));
         assert!(!set.allows_command(Path::new("/usr/bin/../bin/true"), &[]), "paths are exact");
+        assert!(set.command_rule(Path::new("/usr/bin/true"), &[]).unwrap().read_only);
+        assert!(!set.command_rule(smi, &["-pm".into(), "1".into()]).unwrap().read_only);
     }
 
     #[test]

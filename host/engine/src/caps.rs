@@ -304,7 +304,7 @@ impl exec::Host for CapState {
             Ok(p) => p,
             Err(reason) => return Err(self.deny_with(Capability::Exec, "run", &target, reason)),
         };
-        if !self.grants.allows_command(&normalized, &args) {
+        let Some(read_only) = self.grants.command_rule(&normalized, &args).map(|r| r.read_only) else {
             let hint = self.grants.source.hint(Capability::Exec, &path, false);
             let reason = if self.grants.commands.iter().any(|c| c.path == normalized) {
                 format!("arguments do not match the granted patterns for {path}")
@@ -312,10 +312,11 @@ impl exec::Host for CapState {
                 hint
             };
             return Err(self.deny_with(Capability::Exec, "run", &target, reason));
-        }
-        // A granted command may do anything: it is never run in a read-only stage.
-        if let Some(e) = self.refuse_write(Capability::Exec, "run") {
-            return Err(e);
+        };
+        // A granted command may do anything: in a read-only stage only commands the admin
+        // vouched for (`readOnly: true`) run.
+        if !read_only && let Some(CapError::WrongStage(msg)) = self.refuse_write(Capability::Exec, "run") {
+            return Err(CapError::WrongStage(format!("{msg}; grant {path} with readOnly: true if it only inspects the host")));
         }
         let limits = self.exec_limits.clone();
         let out = self.host(Capability::Exec, "run", &target, move |h| h.exec(&normalized, &args, &limits)).await?;
