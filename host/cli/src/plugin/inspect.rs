@@ -1,0 +1,101 @@
+//! `nodewright plugin inspect FILE`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
+use nodewright_engine::{check_grants, ImportKind, EXPECTED_EXPORT, STAGE_FUNCTIONS};
+use serde_json::json;
+
+/// Arguments of `plugin inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The component (.wasm).
+    file: PathBuf,
+    /// Also check these grants against the imports (same syntax as `plugin run --grant`).
+    #[arg(long = "grant", value_name = "GRANT")]
+    grants: Vec<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "text")]
+    output: super::run::Format,
+}
+
+pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let engine = super::engine()?;
+    let (plugin, _) = super::load(&engine, &args.file)?;
+    let check = if args.grants.is_empty() {
+        None
+    } else {
+        let (caps, power) = Capabilities::from_flags(&args.grants)?;
+        let set = GrantSet::parse(&caps, power, GrantSource::Flags)
+            .map_err(|errs| anyhow::anyhow!(errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
+        Some(check_grants(&plugin, &set))
+    };
+    let required: Vec<&str> = plugin.required_capabilities().iter().map(|c| c.interface()).collect();
+    match args.output {
+        super::run::Format::Json => {
+            let imports: Vec<_> = plugin
+                .imports
+                .iter()
+                .map(|i| {
+                    let kind = match i.kind {
+                        ImportKind::AlwaysLinked => "always-linked".to_string(),
+                        ImportKind::Capability(c) => format!("capability:{c}"),
+                        ImportKind::Wasi => "wasi".to_string(),
+                    };
+                    json!({"name": i.name, "kind": kind})
+                })
+                .collect();
+            let mut out = json!({
+                "file": args.file,
+                "digest": plugin.digest,
+                "size": plugin.size,
+                "world": "nodewright:plugin/plugin@0.1.0",
+                "export": EXPECTED_EXPORT,
+                "stages": STAGE_FUNCTIONS,
+                "requiredCapabilities": required,
+                "imports": imports,
+            });
+            if let Some(check) = &check {
+                out["grantCheck"] = json!({
+                    "missing": check.missing.iter().map(|c| c.interface()).collect::<Vec<_>>(),
+                    "excess": check.excess.iter().map(|c| c.interface()).collect::<Vec<_>>(),
+                });
+            }
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+        super::run::Format::Text => {
+            println!("file          {}", args.file.display());
+            println!("digest        {}", plugin.digest);
+            println!("size          {} ({} bytes)", super::human_size(plugin.size), plugin.size);
+            println!("world         nodewright:plugin/plugin@0.1.0");
+            println!("exports       {EXPECTED_EXPORT}: {}", STAGE_FUNCTIONS.join(", "));
+            println!("capabilities  {}", if required.is_empty() { "none".to_string() } else { required.join(", ") });
+            println!("imports");
+            for i in &plugin.imports {
+                let kind = match i.kind {
+                    ImportKind::AlwaysLinked => "always linked".to_string(),
+                    ImportKind::Capability(c) => format!("needs grant: {}", c.grant_field()),
+                    ImportKind::Wasi => "wasi (nothing granted behind it)".to_string(),
+                };
+                println!("  {:<40} {kind}", i.name);
+            }
+            if let Some(check) = &check {
+                if check.missing.is_empty() {
+                    println!("grant check   ok");
+                } else {
+                    println!("grant check   missing: {}", check.missing_summary());
+                }
+                if !check.excess.is_empty() {
+                    let excess: Vec<&str> = check.excess.iter().map(|c| c.interface()).collect();
+                    println!("              granted but not imported: {}", excess.join(", "));
+                }
+            }
+        }
+    }
+    Ok(match check {
+        Some(c) if !c.missing.is_empty() => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    })
+}

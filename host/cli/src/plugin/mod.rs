@@ -1,0 +1,70 @@
+//! `nodewright plugin ...`: the author loop.
+
+mod build;
+mod inspect;
+mod new;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use nodewright_engine::{Engine, EngineConfig, LoadedPlugin};
+
+/// Plugin subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Create a new plugin crate from a template that builds as is.
+    New(new::NewArgs),
+    /// Build a plugin crate for wasm32-wasip2 and check it is a nodewright plugin.
+    Build(build::BuildArgs),
+    /// Show a plugin's world, exports, required capabilities, size and digest.
+    Inspect(inspect::InspectArgs),
+    /// Run one stage of a plugin against a simulated node rooted at a scratch directory.
+    Run(run::RunArgs),
+}
+
+/// Runs a plugin subcommand.
+pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PluginCommand::New(args) => new::run(args),
+        PluginCommand::Build(args) => build::run(args),
+        PluginCommand::Inspect(args) => inspect::run(args),
+        PluginCommand::Run(args) => run::run(args).await,
+    }
+}
+
+/// Where compiled plugin code is cached: `$NODEWRIGHT_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/nodewright/code`, else `~/.cache/nodewright/code`.
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("NODEWRIGHT_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("nodewright/code"))
+}
+
+/// The engine with the user's code cache.
+fn engine() -> anyhow::Result<Engine> {
+    Ok(Engine::new(EngineConfig { cache_dir: cache_dir() })?)
+}
+
+/// Reads and loads a plugin file, naming the file in every error.
+fn load(engine: &Engine, file: &std::path::Path) -> anyhow::Result<(LoadedPlugin, std::time::Duration)> {
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let started = std::time::Instant::now();
+    let plugin = engine.load(&bytes).with_context(|| format!("{}", file.display()))?;
+    Ok((plugin, started.elapsed()))
+}
+
+/// `1234` → `1.2 KB`.
+fn human_size(n: usize) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.1} MB", n as f64 / (1 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KB", n as f64 / (1 << 10) as f64),
+        n => format!("{n} B"),
+    }
+}

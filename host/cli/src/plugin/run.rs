@@ -1,0 +1,212 @@
+//! `nodewright plugin run FILE --stage S --root DIR`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, ValueEnum};
+use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
+use nodewright_engine::{Interrupt, RunStage, SandboxLimits, StageContext};
+use nodewright_hostops::{NodeIdentity, SimHost};
+use serde_json::json;
+
+/// Output format.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    /// For people.
+    Text,
+    /// For scripts.
+    Json,
+}
+
+/// Arguments of `plugin run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The component (.wasm).
+    file: PathBuf,
+    /// Stage: plan, apply, apply-check, config, config-check, interrupt, post-interrupt,
+    /// post-interrupt-check, upgrade, upgrade-check, uninstall, uninstall-check.
+    #[arg(long, value_parser = |s: &str| s.parse::<RunStage>())]
+    stage: RunStage,
+    /// Scratch directory standing in for the node's `/` (created if missing).
+    #[arg(long)]
+    root: PathBuf,
+    /// Config entry KEY=VALUE (repeatable).
+    #[arg(long = "config", short = 'c', value_name = "KEY=VALUE")]
+    config: Vec<String>,
+    /// YAML or JSON map of config entries (merged before --config).
+    #[arg(long, value_name = "FILE")]
+    config_file: Option<PathBuf>,
+    /// Capability grant (repeatable): files=/etc/x[:rw], kmod=NAME, service=UNIT,
+    /// sysctl=KEY, command=/path[:arg,..], probe=/path[:arg,..] (read-only command), power.
+    /// Globs are allowed in names.
+    #[arg(long = "grant", short = 'g', value_name = "GRANT")]
+    grants: Vec<String>,
+    /// YAML or JSON file with a `capabilities` object as written in a NodeWright spec.
+    #[arg(long, value_name = "FILE")]
+    grants_file: Option<PathBuf>,
+    /// Package name (default: the file name without extension).
+    #[arg(long)]
+    package: Option<String>,
+    /// Package version.
+    #[arg(long, default_value = "0.0.0-local")]
+    version: String,
+    /// Previous version (for upgrade).
+    #[arg(long)]
+    previous_version: Option<String>,
+    /// Config key reported as changed (repeatable).
+    #[arg(long = "changed-key")]
+    changed_keys: Vec<String>,
+    /// Node name the plugin sees.
+    #[arg(long, default_value = "local")]
+    node: String,
+    /// Wall-clock limit for the stage.
+    #[arg(long, default_value = "5m", value_parser = crate::units::duration)]
+    timeout: Duration,
+    /// Memory limit for the sandbox.
+    #[arg(long, default_value = "128Mi", value_parser = crate::units::bytes)]
+    memory: u64,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "text")]
+    output: Format,
+}
+
+fn read_map(path: &PathBuf) -> anyhow::Result<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_yaml_ng::from_str(&text).with_context(|| format!("{}: expected a map of string keys to string values", path.display()))
+}
+
+fn grants(args: &RunArgs) -> anyhow::Result<(GrantSet, String)> {
+    let (mut caps, power) = Capabilities::from_flags(&args.grants)?;
+    if let Some(file) = &args.grants_file {
+        let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+        let from_file: Capabilities = serde_yaml_ng::from_str(&text).with_context(|| format!("{}: not a capabilities object", file.display()))?;
+        caps.files.extend(from_file.files);
+        caps.kernel_modules.extend(from_file.kernel_modules);
+        caps.services.extend(from_file.services);
+        caps.sysctl.extend(from_file.sysctl);
+        caps.commands.extend(from_file.commands);
+    }
+    let set = GrantSet::parse(&caps, power, GrantSource::Flags).map_err(|errs| {
+        anyhow::anyhow!("invalid grants: {}", errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+    })?;
+    let summary = {
+        let mut parts: Vec<String> = args.grants.clone();
+        if args.grants_file.is_some() {
+            parts.push("(+ grants file)".into());
+        }
+        if parts.is_empty() { "none".into() } else { parts.join(" ") }
+    };
+    Ok((set, summary))
+}
+
+fn interrupt_text(i: &Interrupt) -> String {
+    match i {
+        Interrupt::None => "none".into(),
+        Interrupt::Service(units) => format!("restart {}", units.join(", ")),
+        Interrupt::RestartAllServices => "restart all services".into(),
+        Interrupt::Reboot => "reboot".into(),
+    }
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut config = match &args.config_file {
+        Some(f) => read_map(f)?,
+        None => BTreeMap::new(),
+    };
+    for entry in &args.config {
+        let Some((k, v)) = entry.split_once('=') else { bail!("--config {entry:?} is not KEY=VALUE") };
+        config.insert(k.to_string(), v.to_string());
+    }
+    let (grants, grant_summary) = grants(&args)?;
+    let package = match &args.package {
+        Some(p) => p.clone(),
+        None => args.file.file_stem().map(|s| s.to_string_lossy().replace('_', "-")).unwrap_or_else(|| "plugin".into()),
+    };
+
+    let engine = super::engine()?;
+    let (plugin, load_time) = super::load(&engine, &args.file)?;
+    let prepared = engine.prepare(&plugin, &grants).with_context(|| format!("{}", args.file.display()))?;
+    std::fs::create_dir_all(&args.root).with_context(|| format!("cannot create {}", args.root.display()))?;
+    let host = Arc::new(SimHost::new(&args.root, NodeIdentity { name: args.node.clone(), labels: vec![] })?);
+    let ctx = StageContext {
+        node: args.node.clone(),
+        package: package.clone(),
+        version: args.version.clone(),
+        previous_version: args.previous_version.clone(),
+        config,
+        changed_keys: args.changed_keys.clone(),
+    };
+    let limits = SandboxLimits { timeout: args.timeout, memory: args.memory, ..Default::default() };
+    let text = matches!(args.output, Format::Text);
+    let source = if plugin.from_cache { "loaded from cache" } else { "compiled" };
+    if text {
+        println!(
+            "plugin   {} ({}, {}, {source} in {:.1} ms)",
+            args.file.display(),
+            &plugin.digest[..19],
+            super::human_size(plugin.size),
+            load_time.as_secs_f64() * 1000.0
+        );
+        println!("stage    {} of {package} {} on {} (simulated node at {})", args.stage, args.version, args.node, args.root.display());
+        println!("grants   {grant_summary}");
+    }
+    let result = prepared.run(args.stage, ctx, host.clone(), Arc::new(grants), &limits).await;
+    let actions = host.recorded();
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            if text {
+                println!("result   sandbox stopped the plugin: {e}");
+            } else {
+                println!("{}", serde_json::to_string_pretty(&json!({"error": e.to_string(), "hostActions": actions}))?);
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if !text {
+        let out = json!({
+            "digest": plugin.digest,
+            "fromCache": plugin.from_cache,
+            "report": report,
+            "hostActions": actions,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(if report.result.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
+    if !report.logs.is_empty() {
+        println!("logs{}", if report.logs_dropped > 0 { format!(" ({} older lines dropped)", report.logs_dropped) } else { String::new() });
+        for line in &report.logs {
+            println!("  {:<5} {}", format!("{:?}", line.level).to_lowercase(), line.message);
+        }
+    }
+    let code = match &report.result {
+        Ok(outcome) => {
+            let summary = if outcome.is_converged() {
+                "converged (no changes, no interrupt)".to_string()
+            } else {
+                format!("{} change(s), interrupt: {}", outcome.changes.len(), interrupt_text(&outcome.interrupt))
+            };
+            println!("outcome  ok in {:.1} ms: {summary}", report.duration.as_secs_f64() * 1000.0);
+            for c in &outcome.changes {
+                println!("  {:<14} {:<48} {}", c.kind, c.target, c.detail);
+            }
+            if let Some(m) = &outcome.message {
+                println!("  {m}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("outcome  failed: {e}");
+            ExitCode::from(1)
+        }
+    };
+    println!("host actions (simulated node){}", if actions.is_empty() { ": none" } else { "" });
+    for a in &actions {
+        println!("  {a}");
+    }
+    Ok(code)
+}
