@@ -315,6 +315,9 @@ pub trait Package {
 #[macro_export]
 macro_rules! export_package {
     ($pkg:ty) => {
+        // Component exports only exist on wasm; a native build (unit tests of the
+        // plugin's logic) must not carry symbols named `nodewright:plugin/...`.
+        #[cfg(target_arch = "wasm32")]
         const _: () = {
             use $crate::bindings::exports::nodewright::plugin::stages as __stages;
             type __Ctx = $crate::bindings::nodewright::plugin::types::Context;

@@ -1,0 +1,83 @@
+//! Plugin engine benchmark: prints compile time, cached load time, instantiate+call, and
+//! the whole-process overhead of `nodewright plugin run`. Figures vary with machine load;
+//! each is a median (and p90) over repeated runs in one process.
+//!
+//! Run: `cargo bench -p nodewright-cli --bench plugin`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
+use nodewright_engine::{Engine, EngineConfig, RunStage, SandboxLimits, StageContext};
+use nodewright_hostops::{NodeIdentity, SimHost};
+
+fn stats(mut xs: Vec<Duration>) -> String {
+    xs.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    format!("median {:>8.3} ms   p90 {:>8.3} ms   n={}", ms(xs[xs.len() / 2]), ms(xs[xs.len() * 9 / 10]), xs.len())
+}
+
+fn time<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let t = Instant::now();
+    let v = f();
+    (v, t.elapsed())
+}
+
+fn main() {
+    let bytes = std::fs::read(nodewright_artifacts::SYSCTL).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    println!("plugin: sysctl ({} bytes)", bytes.len());
+
+    // Compile (no cache).
+    let nocache = Engine::new(EngineConfig::default()).unwrap();
+    let compile: Vec<_> = (0..10).map(|_| time(|| nocache.load(&bytes).unwrap()).1).collect();
+    println!("compile (Cranelift, no cache)          {}", stats(compile));
+
+    // Cached load: a fresh engine each time so nothing is in memory, the same cache dir.
+    let cache = tmp.path().join("cache");
+    Engine::new(EngineConfig { cache_dir: Some(cache.clone()) }).unwrap().load(&bytes).unwrap();
+    let cached: Vec<_> = (0..20)
+        .map(|_| {
+            let e = Engine::new(EngineConfig { cache_dir: Some(cache.clone()) }).unwrap();
+            let (p, d) = time(|| e.load(&bytes).unwrap());
+            assert!(p.from_cache);
+            d
+        })
+        .collect();
+    println!("cached load (re-hash + mmap)           {}", stats(cached));
+
+    // Instantiate + call plan, fresh store each time.
+    let engine = Engine::new(EngineConfig { cache_dir: Some(cache.clone()) }).unwrap();
+    let plugin = engine.load(&bytes).unwrap();
+    let (caps, _) = Capabilities::from_flags(&["files=/etc/sysctl.d:rw", "sysctl=net.ipv4.ip_forward"]).unwrap();
+    let grants = Arc::new(GrantSet::parse(&caps, false, GrantSource::Flags).unwrap());
+    let prepared = engine.prepare(&plugin, &grants).unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(root.join("proc/sys/net/ipv4")).unwrap();
+    std::fs::write(root.join("proc/sys/net/ipv4/ip_forward"), "1").unwrap();
+    let host = Arc::new(SimHost::new(&root, NodeIdentity::default()).unwrap());
+    let ctx = StageContext::new("n", "tuning", "1").with_config("net.ipv4.ip_forward", "1");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let calls: Vec<_> = (0..300)
+        .map(|_| {
+            rt.block_on(async {
+                let t = Instant::now();
+                let r = prepared.run(RunStage::Plan, ctx.clone(), host.clone(), grants.clone(), &SandboxLimits::default()).await.unwrap();
+                assert!(r.result.is_ok());
+                t.elapsed()
+            })
+        })
+        .collect();
+    println!("instantiate + plan (3 host calls)      {}", stats(calls));
+
+    // Whole `nodewright plugin run` process, warm cache.
+    let bin = env!("CARGO_BIN_EXE_nodewright");
+    let args = [
+        "plugin", "run", nodewright_artifacts::SYSCTL, "--stage", "plan", "--root", root.to_str().unwrap(),
+        "--grant", "files=/etc/sysctl.d:rw", "--grant", "sysctl=net.ipv4.ip_forward", "--config", "net.ipv4.ip_forward=1",
+    ];
+    let run = || std::process::Command::new(bin).args(args).env("NODEWRIGHT_CACHE_DIR", &cache).output().unwrap();
+    assert!(run().status.success());
+    let procs: Vec<_> = (0..20).map(|_| time(run).1).collect();
+    println!("`nodewright plugin run` process, warm  {}", stats(procs));
+}
