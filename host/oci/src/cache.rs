@@ -1,0 +1,266 @@
+//! The node's content-addressed plugin cache.
+//!
+//! ```text
+//! <root>/blobs/sha256/<hex>        component layers (and configs)
+//! <root>/manifests/sha256/<hex>    manifests, by manifest digest
+//! <root>/code/                     the engine's precompiled code (see nodewright-engine)
+//! <root>/.lock                     shared by readers and writers, exclusive for gc
+//! ```
+//!
+//! Guarantees:
+//! - a file is only ever visible complete (written to a temp name, then renamed);
+//! - every load re-hashes the content; a mismatch moves the file aside and is an error, so
+//!   a corrupted or tampered file is never used (the puller then fetches it again);
+//! - any number of processes may read and write at once (identical content under identical
+//!   names); garbage collection takes the lock exclusively and removes only what is not in
+//!   the keep-set it is given.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::{parse_digest, sha256_digest, Error, Result};
+
+/// The node cache.
+#[derive(Clone, Debug)]
+pub struct NodeCache {
+    root: PathBuf,
+}
+
+/// What garbage collection did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Digests removed.
+    pub removed: Vec<String>,
+    /// Digests kept.
+    pub kept: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Blob,
+    Manifest,
+}
+
+impl Kind {
+    fn dir(self) -> &'static str {
+        match self {
+            Kind::Blob => "blobs/sha256",
+            Kind::Manifest => "manifests/sha256",
+        }
+    }
+}
+
+impl NodeCache {
+    /// Opens (creating, mode 0700) the cache at `root`.
+    pub fn open(root: &Path) -> Result<Self> {
+        for dir in [Kind::Blob.dir(), Kind::Manifest.dir(), "code"] {
+            let d = root.join(dir);
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&d).map_err(|e| Error::cache(&d, e))?;
+        }
+        Ok(NodeCache { root: root.to_path_buf() })
+    }
+
+    /// The cache root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the engine keeps precompiled code for these blobs.
+    pub fn code_dir(&self) -> PathBuf {
+        self.root.join("code")
+    }
+
+    fn lock(&self, exclusive: bool) -> Result<File> {
+        let path = self.root.join(".lock");
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(|e| Error::cache(&path, e))?;
+        if exclusive { f.lock() } else { f.lock_shared() }.map_err(|e| Error::cache(&path, e))?;
+        Ok(f)
+    }
+
+    fn path(&self, kind: Kind, digest: &str) -> Result<PathBuf> {
+        let hex = parse_digest(digest).ok_or_else(|| Error::InvalidArtifact { reference: digest.into(), reason: "not a sha256 digest".into() })?;
+        Ok(self.root.join(kind.dir()).join(hex))
+    }
+
+    fn load(&self, kind: Kind, digest: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.path(kind, digest)?;
+        let _guard = self.lock(false)?;
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::cache(&path, e)),
+        };
+        let actual = sha256_digest(&bytes);
+        if actual != digest {
+            let aside = path.with_extension("corrupt");
+            let _ = std::fs::rename(&path, &aside);
+            tracing::warn!(%digest, %actual, path = %path.display(), "cached file does not match its digest; moved aside");
+            return Err(Error::CacheCorrupt { digest: digest.into(), actual });
+        }
+        Ok(Some(bytes))
+    }
+
+    fn store(&self, kind: Kind, digest: &str, bytes: &[u8]) -> Result<()> {
+        let actual = sha256_digest(bytes);
+        if actual != digest {
+            return Err(Error::DigestMismatch { reference: digest.into(), what: "content to cache".into(), expected: digest.into(), actual });
+        }
+        let path = self.path(kind, digest)?;
+        let _guard = self.lock(false)?;
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let tmp = path.with_extension(format!("tmp.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+        let result = (|| -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::cache(&path, e));
+        }
+        Ok(())
+    }
+
+    /// A blob, re-hashed; `None` when absent.
+    pub fn blob(&self, digest: &str) -> Result<Option<Vec<u8>>> {
+        self.load(Kind::Blob, digest)
+    }
+
+    /// Stores a blob after checking it hashes to `digest`.
+    pub fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        self.store(Kind::Blob, digest, bytes)
+    }
+
+    /// A manifest, re-hashed; `None` when absent.
+    pub fn manifest(&self, digest: &str) -> Result<Option<Vec<u8>>> {
+        self.load(Kind::Manifest, digest)
+    }
+
+    /// Stores a manifest after checking it hashes to `digest`.
+    pub fn put_manifest(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        self.store(Kind::Manifest, digest, bytes)
+    }
+
+    /// Removes every manifest not in `keep` and every blob not referenced by a kept
+    /// manifest, plus leftovers (temp files, corrupt files). Precompiled code for removed
+    /// layers is removed too.
+    pub fn gc(&self, keep: &BTreeSet<String>) -> Result<GcReport> {
+        let _guard = self.lock(true)?;
+        let mut report = GcReport::default();
+        let mut keep_blobs = BTreeSet::new();
+        let manifests = self.root.join(Kind::Manifest.dir());
+        for entry in std::fs::read_dir(&manifests).map_err(|e| Error::cache(&manifests, e))? {
+            let entry = entry.map_err(|e| Error::cache(&manifests, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let digest = format!("sha256:{name}");
+            if parse_digest(&digest).is_some() && keep.contains(&digest) {
+                if let Ok(raw) = std::fs::read(entry.path())
+                    && let Ok(m) = serde_json::from_slice::<crate::artifact::Manifest>(&raw)
+                {
+                    keep_blobs.insert(m.config.digest);
+                    keep_blobs.extend(m.layers.into_iter().map(|l| l.digest));
+                }
+                report.kept += 1;
+            } else {
+                std::fs::remove_file(entry.path()).map_err(|e| Error::cache(&entry.path(), e))?;
+                report.removed.push(digest);
+            }
+        }
+        let blobs = self.root.join(Kind::Blob.dir());
+        for entry in std::fs::read_dir(&blobs).map_err(|e| Error::cache(&blobs, e))? {
+            let entry = entry.map_err(|e| Error::cache(&blobs, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let digest = format!("sha256:{name}");
+            if keep_blobs.contains(&digest) {
+                report.kept += 1;
+                continue;
+            }
+            std::fs::remove_file(entry.path()).map_err(|e| Error::cache(&entry.path(), e))?;
+            if parse_digest(&digest).is_some() {
+                // Precompiled code is keyed by layer hex under an engine-specific directory.
+                if let Ok(engines) = std::fs::read_dir(self.code_dir()) {
+                    for engine in engines.flatten() {
+                        let _ = std::fs::remove_file(engine.path().join(format!("{name}.cwasm")));
+                        let _ = std::fs::remove_file(engine.path().join(format!("{name}.cwasm.sha256")));
+                    }
+                }
+                report.removed.push(digest);
+            }
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_verifies_and_refuses_corruption() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = NodeCache::open(tmp.path()).unwrap();
+        let d = sha256_digest(b"component");
+        assert_eq!(cache.blob(&d).unwrap(), None);
+        cache.put_blob(&d, b"component").unwrap();
+        assert_eq!(cache.blob(&d).unwrap().as_deref(), Some(&b"component"[..]));
+        assert!(cache.put_blob(&d, b"other").is_err(), "content must hash to its name");
+
+        std::fs::write(tmp.path().join("blobs/sha256").join(parse_digest(&d).unwrap()), b"tampered").unwrap();
+        let err = cache.blob(&d).unwrap_err();
+        assert!(matches!(err, Error::CacheCorrupt { .. }), "{err}");
+        assert_eq!(cache.blob(&d).unwrap(), None, "the corrupt file is moved aside");
+        assert!(cache.blob("sha256:../../../etc/passwd").is_err());
+    }
+
+    #[test]
+    fn gc_keeps_only_what_kept_manifests_reference() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = NodeCache::open(tmp.path()).unwrap();
+        let manifest_for = |layer: &[u8]| {
+            let m = crate::artifact::Manifest {
+                schema_version: 2,
+                media_type: Some(crate::artifact::OCI_MANIFEST.into()),
+                artifact_type: None,
+                config: crate::artifact::Descriptor { media_type: crate::artifact::WASM_CONFIG.into(), digest: sha256_digest(b"{}"), size: 2 },
+                layers: vec![crate::artifact::Descriptor { media_type: crate::artifact::WASM_LAYER.into(), digest: sha256_digest(layer), size: 1 }],
+            };
+            serde_json::to_vec(&m).unwrap()
+        };
+        let (m1, m2) = (manifest_for(b"one"), manifest_for(b"two"));
+        for (m, layer) in [(&m1, &b"one"[..]), (&m2, &b"two"[..])] {
+            cache.put_manifest(&sha256_digest(m), m).unwrap();
+            cache.put_blob(&sha256_digest(layer), layer).unwrap();
+        }
+        cache.put_blob(&sha256_digest(b"{}"), b"{}").unwrap();
+        let keep: BTreeSet<String> = [sha256_digest(&m1)].into();
+        let report = cache.gc(&keep).unwrap();
+        assert_eq!(report.removed.len(), 2, "{report:?}");
+        assert!(cache.blob(&sha256_digest(b"one")).unwrap().is_some());
+        assert!(cache.blob(&sha256_digest(b"{}")).unwrap().is_some());
+        assert!(cache.blob(&sha256_digest(b"two")).unwrap().is_none());
+        assert!(cache.manifest(&sha256_digest(&m2)).unwrap().is_none());
+    }
+
+    #[test]
+    fn concurrent_writers_of_the_same_blob_are_safe() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = vec![7u8; 1 << 20];
+        let d = sha256_digest(&data);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let cache = NodeCache::open(tmp.path()).unwrap();
+                    for _ in 0..10 {
+                        cache.put_blob(&d, &data).unwrap();
+                        assert_eq!(cache.blob(&d).unwrap().unwrap().len(), data.len());
+                    }
+                });
+            }
+        });
+    }
+}

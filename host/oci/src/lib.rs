@@ -1,0 +1,72 @@
+//! Plugins as OCI artifacts.
+//!
+//! Authors push a component in the CNCF wasm layout; the operator resolves a tag to a
+//! digest once; node agents pull only `repo@sha256:…` and never trust a file on disk
+//! without re-hashing it.
+//!
+//! - [`artifact`]: media types and the manifest/config shapes (CNCF `application/wasm`
+//!   layout on write; Kubewarden's legacy media types accepted on read only).
+//! - [`Registry`]: resolve, pull by digest (manifest and layer digests checked), push
+//!   (feature `push`). Credentials from a docker `config.json` or explicit; a CA bundle per
+//!   registry; plain HTTP only for registries listed as insecure — never a silent downgrade.
+//! - [`NodeCache`]: the node's content-addressed store (`blobs/sha256/…`,
+//!   `manifests/sha256/…`), atomic writes, re-hash on every load, garbage collection by an
+//!   explicit keep-set, safe for concurrent processes. The engine's precompiled-code cache
+//!   lives beside it in `code/`.
+//! - [`Puller`]: the agent's path: cache first, registry on a miss, everything verified.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), nodewright_oci::Error> {
+//! use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
+//! let registry = Registry::new(RegistryConfig::default());
+//! let digest = registry.resolve("registry.example.com/plugins/sysctl:1.0.0").await?;
+//! let puller = Puller::new(registry, NodeCache::open("/var/lib/nodewright/plugins".as_ref())?);
+//! let pulled = puller.pull_pinned(&format!("registry.example.com/plugins/sysctl@{digest}"), &|_| {}).await?;
+//! assert_eq!(pulled.manifest_digest, digest);
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod artifact;
+mod auth;
+mod cache;
+mod error;
+mod pull;
+mod registry;
+
+pub use auth::Credentials;
+pub use cache::{GcReport, NodeCache};
+pub use error::{Error, Result};
+pub use pull::{Progress, Pulled, Puller};
+pub use registry::{Registry, RegistryConfig};
+#[cfg(feature = "push")]
+pub use registry::Pushed;
+
+use sha2::{Digest, Sha256};
+
+/// `sha256:<hex>` of bytes.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// Splits `sha256:<64 hex>`; anything else is not a digest we accept.
+pub fn parse_digest(digest: &str) -> Option<&str> {
+    let hex = digest.strip_prefix("sha256:")?;
+    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))).then_some(hex)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests() {
+        let d = sha256_digest(b"");
+        assert_eq!(d, "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert!(parse_digest(&d).is_some());
+        assert!(parse_digest("sha256:ABC").is_none());
+        assert!(parse_digest("sha512:00").is_none());
+        assert!(parse_digest("sha256:../../etc/passwd0000000000000000000000000000000000000000000000").is_none());
+    }
+}

@@ -1,0 +1,123 @@
+//! The agent's pull path: pinned references only, cache first, everything verified.
+
+use crate::registry::{parse_manifest, parse_reference};
+use crate::{Error, NodeCache, Registry, Result};
+
+/// Transfer progress, for output on long transfers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Served from the node cache.
+    Cached {
+        /// Which part.
+        what: &'static str,
+        /// Digest.
+        digest: String,
+    },
+    /// Downloading.
+    Downloading {
+        /// Which part.
+        what: &'static str,
+        /// Digest.
+        digest: String,
+        /// Expected size.
+        bytes: u64,
+    },
+    /// Uploading.
+    Uploading {
+        /// Which part.
+        what: &'static str,
+        /// Digest.
+        digest: String,
+        /// Size.
+        bytes: u64,
+    },
+}
+
+/// A verified plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pulled {
+    /// The pinned reference pulled.
+    pub reference: String,
+    /// Manifest digest.
+    pub manifest_digest: String,
+    /// Layer digest (the component's sha256).
+    pub layer_digest: String,
+    /// The component.
+    pub bytes: Vec<u8>,
+    /// Whether nothing was downloaded.
+    pub from_cache: bool,
+}
+
+/// Pulls pinned plugins through the node cache.
+#[derive(Debug)]
+pub struct Puller {
+    registry: Registry,
+    cache: NodeCache,
+}
+
+impl Puller {
+    /// A puller over `registry` and `cache`.
+    pub fn new(registry: Registry, cache: NodeCache) -> Self {
+        Puller { registry, cache }
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &NodeCache {
+        &self.cache
+    }
+
+    /// The registry client.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Pulls `repo@sha256:...`. Refuses tags. Cached content is re-hashed; corrupt cache
+    /// entries are moved aside and fetched again.
+    pub async fn pull_pinned(&self, reference: &str, progress: &(dyn Fn(Progress) + Sync)) -> Result<Pulled> {
+        let r = parse_reference(reference)?;
+        let Some(manifest_digest) = r.digest().map(str::to_string) else {
+            return Err(Error::NotPinned { reference: reference.into() });
+        };
+        let mut from_cache = true;
+        let raw = match self.cached(|c| c.manifest(&manifest_digest))? {
+            Some(raw) => {
+                progress(Progress::Cached { what: "manifest", digest: manifest_digest.clone() });
+                raw
+            }
+            None => {
+                from_cache = false;
+                progress(Progress::Downloading { what: "manifest", digest: manifest_digest.clone(), bytes: 0 });
+                let (raw, _) = self.registry.fetch_manifest(reference).await?;
+                self.cache.put_manifest(&manifest_digest, &raw)?;
+                raw
+            }
+        };
+        let manifest = parse_manifest(reference, &raw)?;
+        let layer = manifest.wasm_layer(reference)?.clone();
+        let bytes = match self.cached(|c| c.blob(&layer.digest))? {
+            Some(b) => {
+                progress(Progress::Cached { what: "layer", digest: layer.digest.clone() });
+                b
+            }
+            None => {
+                from_cache = false;
+                progress(Progress::Downloading { what: "layer", digest: layer.digest.clone(), bytes: layer.size.max(0) as u64 });
+                let b = self.registry.fetch_blob(reference, &layer).await?;
+                self.cache.put_blob(&layer.digest, &b)?;
+                b
+            }
+        };
+        Ok(Pulled { reference: reference.into(), manifest_digest, layer_digest: layer.digest, bytes, from_cache })
+    }
+
+    /// A cache read where corruption means "fetch again".
+    fn cached(&self, read: impl Fn(&NodeCache) -> Result<Option<Vec<u8>>>) -> Result<Option<Vec<u8>>> {
+        match read(&self.cache) {
+            Err(Error::CacheCorrupt { digest, actual }) => {
+                tracing::warn!(%digest, %actual, "refused a corrupt cache entry; fetching it again");
+                Ok(None)
+            }
+            other => other,
+        }
+    }
+}

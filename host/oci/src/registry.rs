@@ -1,0 +1,200 @@
+//! Talking to registries: resolve, fetch by digest, push.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::{Client, Reference, RegistryOperation};
+
+use crate::artifact::{self, Descriptor, Manifest};
+use crate::{sha256_digest, Credentials, Error, Result};
+
+/// How to reach registries.
+#[derive(Clone, Debug, Default)]
+pub struct RegistryConfig {
+    /// Registries (`host[:port]`) that may be reached over plain HTTP. Nothing else ever
+    /// is: there is no fallback from HTTPS to HTTP.
+    pub insecure: Vec<String>,
+    /// Extra CA bundles (PEM) trusted for one registry each, keyed by `host[:port]`.
+    pub ca_bundles: BTreeMap<String, PathBuf>,
+    /// Credentials.
+    pub credentials: Credentials,
+}
+
+/// A registry client. Clients are built once per registry host.
+pub struct Registry {
+    config: RegistryConfig,
+    clients: Mutex<HashMap<String, Client>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// Parses a reference, naming it in the error.
+pub(crate) fn parse_reference(reference: &str) -> Result<Reference> {
+    Reference::from_str(reference).map_err(|e| Error::InvalidReference { reference: reference.into(), reason: e.to_string() })
+}
+
+impl Registry {
+    /// A registry client with `config`.
+    pub fn new(config: RegistryConfig) -> Self {
+        Registry { config, clients: Mutex::default() }
+    }
+
+    fn client(&self, registry: &str) -> Result<Client> {
+        if let Some(c) = self.clients.lock().expect("client cache lock").get(registry) {
+            return Ok(c.clone());
+        }
+        let mut extra = Vec::new();
+        if let Some(path) = self.config.ca_bundles.get(registry) {
+            let data = std::fs::read(path).map_err(|e| Error::Config { path: path.display().to_string(), reason: format!("cannot read CA bundle: {e}") })?;
+            extra.push(Certificate { encoding: CertificateEncoding::Pem, data });
+        }
+        let protocol = if self.config.insecure.iter().any(|h| h == registry) { ClientProtocol::Http } else { ClientProtocol::Https };
+        let client = Client::new(ClientConfig {
+            protocol,
+            extra_root_certificates: extra,
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(Duration::from_secs(60)),
+            ..Default::default()
+        });
+        self.clients.lock().expect("client cache lock").insert(registry.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// Resolves `reference` (tag or digest) to the manifest digest, once.
+    pub async fn resolve(&self, reference: &str) -> Result<String> {
+        let r = parse_reference(reference)?;
+        if let Some(d) = r.digest() {
+            return Ok(d.to_string());
+        }
+        let auth = self.config.credentials.for_registry(r.resolve_registry())?;
+        let client = self.client(r.resolve_registry())?;
+        let digest = client.fetch_manifest_digest(&r, &auth).await.map_err(|e| Error::from_oci(reference, e))?;
+        if crate::parse_digest(&digest).is_none() {
+            return Err(Error::Registry { reference: reference.into(), detail: format!("registry returned digest {digest:?}, not sha256") });
+        }
+        Ok(digest)
+    }
+
+    /// Fetches the manifest of a pinned reference and checks it hashes to the digest.
+    /// Returns the raw bytes (for the cache) and the parsed manifest.
+    pub async fn fetch_manifest(&self, pinned: &str) -> Result<(Vec<u8>, Manifest)> {
+        let r = parse_reference(pinned)?;
+        let Some(want) = r.digest().map(str::to_string) else {
+            return Err(Error::NotPinned { reference: pinned.into() });
+        };
+        let auth = self.config.credentials.for_registry(r.resolve_registry())?;
+        let client = self.client(r.resolve_registry())?;
+        let (raw, _) = client
+            .pull_manifest_raw(&r, &auth, &[artifact::OCI_MANIFEST])
+            .await
+            .map_err(|e| Error::from_oci(pinned, e))?;
+        let actual = sha256_digest(&raw);
+        if actual != want {
+            return Err(Error::DigestMismatch { reference: pinned.into(), what: "manifest".into(), expected: want, actual });
+        }
+        let manifest = parse_manifest(pinned, &raw)?;
+        Ok((raw.to_vec(), manifest))
+    }
+
+    /// Fetches a blob and checks its digest.
+    pub async fn fetch_blob(&self, pinned: &str, descriptor: &Descriptor) -> Result<Vec<u8>> {
+        let r = parse_reference(pinned)?;
+        let auth = self.config.credentials.for_registry(r.resolve_registry())?;
+        let client = self.client(r.resolve_registry())?;
+        client.store_auth_if_needed(r.resolve_registry(), &auth).await;
+        let mut out = Vec::with_capacity(descriptor.size.max(0) as usize);
+        client.pull_blob(&r, descriptor.digest.as_str(), &mut out).await.map_err(|e| match e {
+            oci_client::errors::OciDistributionError::DigestError(_) => Error::DigestMismatch {
+                reference: pinned.into(),
+                what: "layer".into(),
+                expected: descriptor.digest.clone(),
+                actual: "(content did not match)".into(),
+            },
+            e => Error::from_oci(pinned, e),
+        })?;
+        let actual = sha256_digest(&out);
+        if actual != descriptor.digest {
+            return Err(Error::DigestMismatch { reference: pinned.into(), what: "layer".into(), expected: descriptor.digest.clone(), actual });
+        }
+        Ok(out)
+    }
+}
+
+/// Parses manifest JSON, naming the reference on failure.
+pub(crate) fn parse_manifest(reference: &str, raw: &[u8]) -> Result<Manifest> {
+    serde_json::from_slice(raw).map_err(|e| Error::InvalidArtifact { reference: reference.into(), reason: format!("manifest is not an OCI image manifest: {e}") })
+}
+
+/// The result of a push.
+#[cfg(feature = "push")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pushed {
+    /// `registry/repo@sha256:...`: what to put in a NodeWright spec.
+    pub pinned: String,
+    /// Manifest digest.
+    pub manifest_digest: String,
+    /// Layer (component) digest.
+    pub layer_digest: String,
+}
+
+#[cfg(feature = "push")]
+impl Registry {
+    /// Pushes `component` to `reference` (which must carry a tag) in the CNCF wasm layout.
+    pub async fn push(
+        &self,
+        reference: &str,
+        component: &[u8],
+        info: artifact::ComponentInfo,
+        progress: &(dyn Fn(crate::Progress) + Sync),
+    ) -> Result<Pushed> {
+        use crate::Progress;
+        let r = parse_reference(reference)?;
+        if r.tag().is_none() || r.digest().is_some() {
+            return Err(Error::InvalidReference { reference: reference.into(), reason: "push needs a tag (repo:tag) and no digest".into() });
+        }
+        let auth = self.config.credentials.for_registry(r.resolve_registry())?;
+        let client = self.client(r.resolve_registry())?;
+        client.auth(&r, &auth, RegistryOperation::Push).await.map_err(|e| Error::from_oci(reference, e))?;
+
+        let layer_digest = sha256_digest(component);
+        let config = artifact::WasmConfig {
+            created: None,
+            architecture: "wasm".into(),
+            os: "wasip2".into(),
+            layer_digests: vec![layer_digest.clone()],
+            component: Some(info),
+        };
+        let config_bytes = serde_json::to_vec(&config).expect("config serializes");
+        let config_digest = sha256_digest(&config_bytes);
+
+        progress(Progress::Uploading { what: "layer", digest: layer_digest.clone(), bytes: component.len() as u64 });
+        client.push_blob(&r, component.to_vec(), &layer_digest).await.map_err(|e| Error::from_oci(reference, e))?;
+        progress(Progress::Uploading { what: "config", digest: config_digest.clone(), bytes: config_bytes.len() as u64 });
+        client.push_blob(&r, config_bytes.clone(), &config_digest).await.map_err(|e| Error::from_oci(reference, e))?;
+
+        let manifest = Manifest {
+            schema_version: 2,
+            media_type: Some(artifact::OCI_MANIFEST.into()),
+            artifact_type: Some(artifact::WASM_CONFIG.into()),
+            config: Descriptor { media_type: artifact::WASM_CONFIG.into(), digest: config_digest, size: config_bytes.len() as i64 },
+            layers: vec![Descriptor { media_type: artifact::WASM_LAYER.into(), digest: layer_digest.clone(), size: component.len() as i64 }],
+        };
+        let body = serde_json::to_vec(&manifest).expect("manifest serializes");
+        let manifest_digest = sha256_digest(&body);
+        progress(Progress::Uploading { what: "manifest", digest: manifest_digest.clone(), bytes: body.len() as u64 });
+        client
+            .push_manifest_raw(&r, body, artifact::OCI_MANIFEST.parse().expect("valid header"))
+            .await
+            .map_err(|e| Error::from_oci(reference, e))?;
+        let pinned = format!("{}/{}@{manifest_digest}", r.registry(), r.repository());
+        Ok(Pushed { pinned, manifest_digest, layer_digest })
+    }
+}

@@ -1,0 +1,49 @@
+// Command ktest is the test control plane for nodewright's end-to-end tests: one
+// multi-call binary that runs an embedded etcd, kube-apiserver or kube-controller-manager
+// (each as its own process: their global state allows one per process), built from the
+// upstream Kubernetes modules, plus a helper that writes the certificates they need.
+//
+//	ktest certs --dir DIR [--host 127.0.0.1]
+//	ktest etcd --data-dir DIR --client-url http://127.0.0.1:P --peer-url http://127.0.0.1:Q
+//	ktest kube-apiserver [flags...]
+//	ktest kube-controller-manager [flags...]
+//
+// Test tooling only: nothing here ships.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: ktest certs|etcd|kube-apiserver|kube-controller-manager [flags]")
+		os.Exit(2)
+	}
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case "certs":
+		os.Exit(runCerts(args))
+	case "etcd":
+		os.Exit(runEtcd(args))
+	case "kube-apiserver":
+		cmd := apiserver.NewAPIServerCommand()
+		cmd.SetArgs(args)
+		os.Exit(cli.Run(cmd))
+	case "kube-controller-manager":
+		cmd := controllermanager.NewControllerManagerCommand()
+		cmd.SetArgs(args)
+		os.Exit(cli.Run(cmd))
+	default:
+		fmt.Fprintf(os.Stderr, "ktest: unknown component %q\n", os.Args[1])
+		os.Exit(2)
+	}
+}
