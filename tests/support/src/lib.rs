@@ -1,1 +1,151 @@
-//! placeholder
+//! Test harness pieces shared by integration tests.
+//!
+//! [`TestRegistry`] is a real OCI registry (Debian's `docker-registry`, the CNCF
+//! distribution server) on a free loopback port with its own storage directory, started
+//! per test and killed on drop. If the binary is missing and we are root, it is installed
+//! with apt (under a lock, so parallel test binaries do not race).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+
+/// A running registry.
+#[derive(Debug)]
+pub struct TestRegistry {
+    child: Option<Child>,
+    host: String,
+    dir: tempfile::TempDir,
+}
+
+/// Installs `docker-registry` if missing.
+pub fn ensure_registry_installed() -> PathBuf {
+    let bin = PathBuf::from(REGISTRY_BIN);
+    if bin.exists() {
+        return bin;
+    }
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open("/tmp/nodewright-apt.lock").expect("apt lock file");
+    lock.lock().expect("apt lock");
+    if !bin.exists() {
+        eprintln!("installing docker-registry with apt (test harness)");
+        let ok = Command::new("sh")
+            .args(["-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry"])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok && bin.exists(), "could not install docker-registry; as root run: apt-get install -y docker-registry");
+    }
+    bin
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind loopback").local_addr().unwrap().port()
+}
+
+/// `GET /v2/` status code, or `None` when nothing listens.
+fn v2_status(host: &str) -> Option<u16> {
+    let mut s = TcpStream::connect_timeout(&host.parse().ok()?, Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET /v2/ HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).ok()?;
+    let line = String::from_utf8_lossy(&buf[..n]);
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+impl TestRegistry {
+    /// An anonymous registry.
+    pub fn start() -> Self {
+        Self::launch(None)
+    }
+
+    /// A registry requiring HTTP basic auth for `user`/`password` (htpasswd, bcrypt).
+    pub fn start_with_auth(user: &str, password: &str) -> Self {
+        Self::launch(Some((user, password)))
+    }
+
+    fn launch(auth: Option<(&str, &str)>) -> Self {
+        let bin = ensure_registry_installed();
+        let dir = tempfile::tempdir().expect("registry dir");
+        let port = free_port();
+        let host = format!("127.0.0.1:{port}");
+        let mut config = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: nodewright-test\n",
+            dir.path().join("data").display()
+        );
+        if let Some((user, password)) = auth {
+            let hash = bcrypt::hash(password, 5).expect("bcrypt");
+            std::fs::write(dir.path().join("htpasswd"), format!("{user}:{hash}\n")).unwrap();
+            config.push_str(&format!("auth:\n  htpasswd:\n    realm: nodewright-test\n    path: {}\n", dir.path().join("htpasswd").display()));
+        }
+        std::fs::write(dir.path().join("config.yml"), config).unwrap();
+        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
+        let child = Command::new(bin)
+            .arg("serve")
+            .arg(dir.path().join("config.yml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start docker-registry");
+        let mut reg = TestRegistry { child: Some(child), host, dir };
+        let started = Instant::now();
+        loop {
+            match v2_status(&reg.host) {
+                Some(200 | 401) => break,
+                _ if started.elapsed() > Duration::from_secs(20) => {
+                    panic!("registry did not start on {}: {}", reg.host, reg.log());
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+            if let Some(status) = reg.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("registry exited with {status}: {}", reg.log());
+            }
+        }
+        reg
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The registry's storage directory (to tamper with blobs).
+    pub fn storage(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The registry's log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// Stops the registry (the port then refuses connections).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Path of a blob in the registry's filesystem storage.
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.storage().join(format!("docker/registry/v2/blobs/sha256/{}/{hex}/data", &hex[..2]))
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Reads a file or panics naming it.
+pub fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
