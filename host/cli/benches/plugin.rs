@@ -80,4 +80,41 @@ fn main() {
     assert!(run().status.success());
     let procs: Vec<_> = (0..20).map(|_| time(run).1).collect();
     println!("`nodewright plugin run` process, warm  {}", stats(procs));
+
+    // From a registry on loopback (Debian docker-registry).
+    let reg = nodewright_testsupport::TestRegistry::start();
+    let registry_config = || nodewright_oci::RegistryConfig { insecure: vec![reg.host().to_string()], ..Default::default() };
+    let pinned = rt.block_on(async {
+        let r = nodewright_oci::Registry::new(registry_config());
+        r.push(&format!("{}/bench/sysctl:1", reg.host()), &bytes, Default::default(), &|_| {}).await.unwrap().pinned
+    });
+    let cold: Vec<_> = (0..10)
+        .map(|i| {
+            let dir = tmp.path().join(format!("cold-{i}"));
+            rt.block_on(async {
+                let t = Instant::now();
+                let puller = nodewright_oci::Puller::new(nodewright_oci::Registry::new(registry_config()), nodewright_oci::NodeCache::open(&dir).unwrap());
+                let pulled = puller.pull_pinned(&pinned, &|_| {}).await.unwrap();
+                let e = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()) }).unwrap();
+                assert!(!e.load(&pulled.bytes).unwrap().from_cache);
+                t.elapsed()
+            })
+        })
+        .collect();
+    println!("registry: cold pull + compile          {}", stats(cold));
+    let warm_dir = tmp.path().join("cold-0");
+    let warm: Vec<_> = (0..20)
+        .map(|_| {
+            rt.block_on(async {
+                let t = Instant::now();
+                let puller = nodewright_oci::Puller::new(nodewright_oci::Registry::new(registry_config()), nodewright_oci::NodeCache::open(&warm_dir).unwrap());
+                let pulled = puller.pull_pinned(&pinned, &|_| {}).await.unwrap();
+                assert!(pulled.from_cache);
+                let e = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()) }).unwrap();
+                assert!(e.load(&pulled.bytes).unwrap().from_cache);
+                t.elapsed()
+            })
+        })
+        .collect();
+    println!("registry: warm (node cache + code)     {}", stats(warm));
 }

@@ -126,3 +126,45 @@ fn new_build_run() {
     let again = nodewright(&cache, &["plugin", "new", "demo", "--dir", tmp.path().to_str().unwrap()]);
     assert!(text(&again).contains("already exists"));
 }
+
+/// `plugin push` + `plugin run <ref>` against a real registry, the second run from cache.
+#[test]
+fn push_then_run_by_reference() {
+    let reg = nodewright_testsupport::TestRegistry::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let insecure = ["--insecure-registry", reg.host()];
+    let reference = format!("{}/plugins/sysctl:1.0.0", reg.host());
+    let push = nodewright(&cache, &[&["plugin", "push", nodewright_artifacts::SYSCTL, &reference][..], &insecure].concat());
+    assert!(push.status.success(), "{}", text(&push));
+    let pinned = String::from_utf8(push.stdout.clone()).unwrap().trim().to_string();
+    assert!(pinned.starts_with(&format!("{}/plugins/sysctl@sha256:", reg.host())), "{pinned}");
+    assert!(text(&push).contains("layer    sha256:"), "push shows progress: {}", text(&push));
+
+    let resolve = nodewright(&cache, &[&["plugin", "resolve", &reference][..], &insecure].concat());
+    assert_eq!(String::from_utf8_lossy(&resolve.stdout).trim(), pinned);
+
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(root.join("proc/sys/vm")).unwrap();
+    std::fs::write(root.join("proc/sys/vm/swappiness"), "60").unwrap();
+    let run = |r: &str| {
+        nodewright(
+            &cache,
+            &[&["plugin", "run", r, "--stage", "apply", "--root", root.to_str().unwrap(), "-g", "files=/etc/sysctl.d:rw", "-g", "sysctl=vm.swappiness", "-c", "vm.swappiness=10"][..], &insecure].concat(),
+        )
+    };
+    let first = run(&reference);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(text(&first).contains("artifact pulled"), "{}", text(&first));
+    let second = run(&pinned);
+    assert!(text(&second).contains("artifact from the local cache, code loaded from cache"), "{}", text(&second));
+    assert_eq!(std::fs::read_to_string(root.join("proc/sys/vm/swappiness")).unwrap(), "10");
+
+    // Without --insecure-registry the CLI never falls back to plain HTTP.
+    let refused = nodewright(&cache, &["plugin", "resolve", &reference]);
+    assert!(!refused.status.success());
+    assert!(text(&refused).contains("list it as insecure"), "{}", text(&refused));
+    // A tag that does not exist names the reference.
+    let missing = nodewright(&cache, &[&["plugin", "pull", &format!("{}/plugins/nope:1", reg.host())][..], &insecure].concat());
+    assert!(text(&missing).contains("plugins/nope:1: not found in the registry"), "{}", text(&missing));
+}

@@ -129,6 +129,9 @@ impl Error {
                     detail.push_str(&s.to_string());
                     src = s.source();
                 }
+                if detail.contains("InvalidContentType") || detail.contains("wrong version number") {
+                    detail.push_str(" (the registry may serve plain HTTP: list it as insecure to allow that)");
+                }
                 Error::Unavailable { reference, detail }
             }
             E::UnauthorizedError { url } => Error::Unauthorized { reference, detail: format!("{url} answered 401") },

@@ -128,6 +128,12 @@ impl Registry {
     }
 }
 
+/// `registry/repo@digest` for the repository `reference` names (its tag is dropped).
+pub fn pin(reference: &str, digest: &str) -> Result<String> {
+    let r = parse_reference(reference)?;
+    Ok(format!("{}/{}@{digest}", r.registry(), r.repository()))
+}
+
 /// Parses manifest JSON, naming the reference on failure.
 pub(crate) fn parse_manifest(reference: &str, raw: &[u8]) -> Result<Manifest> {
     serde_json::from_slice(raw).map_err(|e| Error::InvalidArtifact { reference: reference.into(), reason: format!("manifest is not an OCI image manifest: {e}") })

@@ -1,6 +1,7 @@
 //! Developer tasks. `cargo xtask <task>`:
 //!
-//! - `setup`: install what the build and tests need (the wasm32-wasip2 target).
+//! - `setup`: install what the build and tests need (the wasm32-wasip2 target, Debian's
+//!   docker-registry for the registry tests).
 //! - `test`: setup, then every test in the workspace (release profile, one build), then a
 //!   size report of the first-party plugins.
 //! - `demo`: setup, build, then run the author loop on a scratch simulated node.
@@ -54,10 +55,22 @@ fn cargo(target: &Path) -> Command {
     cmd
 }
 
+/// Debian packages the tests need, by the binary that shows each is installed.
+const APT_PACKAGES: &[(&str, &str)] = &[("/usr/bin/docker-registry", "docker-registry")];
+
 fn setup() -> Result<()> {
     let installed = Command::new("rustup").args(["target", "list", "--installed"]).output().context("rustup is needed")?;
     if !String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.trim() == "wasm32-wasip2") {
         run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
+    }
+    let missing: Vec<&str> = APT_PACKAGES.iter().filter(|(bin, _)| !Path::new(bin).exists()).map(|(_, pkg)| *pkg).collect();
+    if !missing.is_empty() {
+        let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
+        if !root {
+            bail!("missing Debian packages {}: run `sudo apt-get install -y {}`", missing.join(", "), missing.join(" "));
+        }
+        run(Command::new("apt-get").args(["update", "-qq"]))?;
+        run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))?;
     }
     Ok(())
 }

@@ -1,6 +1,5 @@
 //! `nodewright plugin inspect FILE`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -11,8 +10,10 @@ use serde_json::json;
 /// Arguments of `plugin inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The component (.wasm).
-    file: PathBuf,
+    /// The component: a .wasm file or an OCI reference (repo:tag or repo@sha256:...).
+    file: String,
+    #[command(flatten)]
+    registry: super::source::RegistryArgs,
     /// Also check these grants against the imports (same syntax as `plugin run --grant`).
     #[arg(long = "grant", value_name = "GRANT")]
     grants: Vec<String>,
@@ -21,9 +22,10 @@ pub struct InspectArgs {
     output: super::run::Format,
 }
 
-pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let engine = super::engine()?;
-    let (plugin, _) = super::load(&engine, &args.file)?;
+    let source = super::source::load(&engine, &args.file, &args.registry).await?;
+    let plugin = source.plugin;
     let check = if args.grants.is_empty() {
         None
     } else {
@@ -48,7 +50,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
                 })
                 .collect();
             let mut out = json!({
-                "file": args.file,
+                "source": source.display,
                 "digest": plugin.digest,
                 "size": plugin.size,
                 "world": "nodewright:plugin/plugin@0.1.0",
@@ -66,7 +68,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&out)?);
         }
         super::run::Format::Text => {
-            println!("file          {}", args.file.display());
+            println!("source        {}", source.display);
             println!("digest        {}", plugin.digest);
             println!("size          {} ({} bytes)", super::human_size(plugin.size), plugin.size);
             println!("world         nodewright:plugin/plugin@0.1.0");

@@ -3,7 +3,9 @@
 mod build;
 mod inspect;
 mod new;
+mod oci;
 mod run;
+mod source;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +25,12 @@ pub enum PluginCommand {
     Inspect(inspect::InspectArgs),
     /// Run one stage of a plugin against a simulated node rooted at a scratch directory.
     Run(run::RunArgs),
+    /// Push a plugin to an OCI registry; prints the pinned reference (repo@sha256:...).
+    Push(oci::PushArgs),
+    /// Pull a plugin into the local cache (by tag or digest), verifying every digest.
+    Pull(oci::PullArgs),
+    /// Resolve a tag to the digest nodes will pull.
+    Resolve(oci::ResolveArgs),
 }
 
 /// Runs a plugin subcommand.
@@ -30,26 +38,31 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         PluginCommand::New(args) => new::run(args),
         PluginCommand::Build(args) => build::run(args),
-        PluginCommand::Inspect(args) => inspect::run(args),
+        PluginCommand::Inspect(args) => inspect::run(args).await,
         PluginCommand::Run(args) => run::run(args).await,
+        PluginCommand::Push(args) => oci::push(args).await,
+        PluginCommand::Pull(args) => oci::pull(args).await,
+        PluginCommand::Resolve(args) => oci::resolve(args).await,
     }
 }
 
-/// Where compiled plugin code is cached: `$NODEWRIGHT_CACHE_DIR`, else
-/// `$XDG_CACHE_HOME/nodewright/code`, else `~/.cache/nodewright/code`.
-fn cache_dir() -> Option<PathBuf> {
+/// The local plugin cache, laid out like a node's: `$NODEWRIGHT_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/nodewright`, else `~/.cache/nodewright`. Pulled artifacts go to
+/// `blobs/` and `manifests/`, precompiled code to `code/`.
+fn cache_root() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("NODEWRIGHT_CACHE_DIR") {
-        return Some(PathBuf::from(dir));
+        return Ok(PathBuf::from(dir));
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("nodewright/code"))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .ok_or_else(|| anyhow::anyhow!("no cache directory: set NODEWRIGHT_CACHE_DIR or HOME"))?;
+    Ok(base.join("nodewright"))
 }
 
 /// The engine with the user's code cache.
 fn engine() -> anyhow::Result<Engine> {
-    Ok(Engine::new(EngineConfig { cache_dir: cache_dir() })?)
+    Ok(Engine::new(EngineConfig { cache_dir: Some(cache_root()?.join("code")) })?)
 }
 
 /// Reads and loads a plugin file, naming the file in every error.

@@ -25,8 +25,10 @@ pub enum Format {
 /// Arguments of `plugin run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The component (.wasm).
-    file: PathBuf,
+    /// The component: a .wasm file or an OCI reference (repo:tag or repo@sha256:...).
+    file: String,
+    #[command(flatten)]
+    registry: super::source::RegistryArgs,
     /// Stage: plan, apply, apply-check, config, config-check, interrupt, post-interrupt,
     /// post-interrupt-check, upgrade, upgrade-check, uninstall, uninstall-check.
     #[arg(long, value_parser = |s: &str| s.parse::<RunStage>())]
@@ -103,6 +105,15 @@ fn grants(args: &RunArgs) -> anyhow::Result<(GrantSet, String)> {
     Ok((set, summary))
 }
 
+/// `.../sysctl.wasm` → `sysctl`; `registry/plugins/sysctl:1.0` → `sysctl`.
+fn package_name(source: &str) -> String {
+    let last = source.rsplit('/').next().unwrap_or(source);
+    let stem = last.split(['@', ':']).next().unwrap_or(last);
+    let stem = stem.strip_suffix(".wasm").unwrap_or(stem);
+    let stem = stem.strip_prefix("nodewright_plugin_").unwrap_or(stem);
+    if stem.is_empty() { "plugin".into() } else { stem.replace('_', "-") }
+}
+
 fn interrupt_text(i: &Interrupt) -> String {
     match i {
         Interrupt::None => "none".into(),
@@ -124,12 +135,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (grants, grant_summary) = grants(&args)?;
     let package = match &args.package {
         Some(p) => p.clone(),
-        None => args.file.file_stem().map(|s| s.to_string_lossy().replace('_', "-")).unwrap_or_else(|| "plugin".into()),
+        None => package_name(&args.file),
     };
 
     let engine = super::engine()?;
-    let (plugin, load_time) = super::load(&engine, &args.file)?;
-    let prepared = engine.prepare(&plugin, &grants).with_context(|| format!("{}", args.file.display()))?;
+    let source = super::source::load(&engine, &args.file, &args.registry).await?;
+    let plugin = &source.plugin;
+    let prepared = engine.prepare(plugin, &grants).with_context(|| source.display.clone())?;
     std::fs::create_dir_all(&args.root).with_context(|| format!("cannot create {}", args.root.display()))?;
     let host = Arc::new(SimHost::new(&args.root, NodeIdentity { name: args.node.clone(), labels: vec![] })?);
     let ctx = StageContext {
@@ -142,14 +154,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let limits = SandboxLimits { timeout: args.timeout, memory: args.memory, ..Default::default() };
     let text = matches!(args.output, Format::Text);
-    let source = if plugin.from_cache { "loaded from cache" } else { "compiled" };
+    let code = if plugin.from_cache { "code loaded from cache" } else { "compiled" };
+    let artifact = match source.pulled_from_cache {
+        Some(true) => "artifact from the local cache, ",
+        Some(false) => "artifact pulled, ",
+        None => "",
+    };
     if text {
         println!(
-            "plugin   {} ({}, {}, {source} in {:.1} ms)",
-            args.file.display(),
-            &plugin.digest[..19],
+            "plugin   {} ({}, {}, {artifact}{code} in {:.1} ms)",
+            source.display,
+            super::source::short(&plugin.digest),
             super::human_size(plugin.size),
-            load_time.as_secs_f64() * 1000.0
+            source.load_time.as_secs_f64() * 1000.0
         );
         println!("stage    {} of {package} {} on {} (simulated node at {})", args.stage, args.version, args.node, args.root.display());
         println!("grants   {grant_summary}");

@@ -1,0 +1,104 @@
+//! Where a plugin comes from: a file, or an OCI reference pulled through the local cache.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Args;
+use nodewright_engine::{Engine, LoadedPlugin};
+use nodewright_oci::{Credentials, NodeCache, Progress, Puller, Registry, RegistryConfig};
+
+/// Registry flags shared by the commands that talk to registries.
+#[derive(Debug, Clone, Args)]
+pub struct RegistryArgs {
+    /// Registry (host:port) to reach over plain HTTP. Repeatable. Only these ever are.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure: Vec<String>,
+    /// Extra CA bundle for one registry: HOST=PEM-FILE. Repeatable.
+    #[arg(long = "registry-ca", value_name = "HOST=PEM")]
+    ca: Vec<String>,
+    /// Registry username (else the docker config.json is used).
+    #[arg(long, env = "NODEWRIGHT_REGISTRY_USERNAME")]
+    username: Option<String>,
+    /// Registry password.
+    #[arg(long, env = "NODEWRIGHT_REGISTRY_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
+}
+
+impl RegistryArgs {
+    pub fn config(&self) -> anyhow::Result<RegistryConfig> {
+        let mut ca_bundles = std::collections::BTreeMap::new();
+        for entry in &self.ca {
+            let (host, path) = entry.split_once('=').with_context(|| format!("--registry-ca {entry:?} is not HOST=PEM-FILE"))?;
+            ca_bundles.insert(host.to_string(), PathBuf::from(path));
+        }
+        let credentials = match (&self.username, &self.password) {
+            (Some(u), Some(p)) => Credentials::Basic { username: u.clone(), password: p.clone() },
+            (Some(_), None) | (None, Some(_)) => anyhow::bail!("--username and --password go together"),
+            (None, None) => Credentials::from_environment(),
+        };
+        Ok(RegistryConfig { insecure: self.insecure.clone(), ca_bundles, credentials })
+    }
+}
+
+/// Prints transfer progress to stderr.
+pub fn print_progress(p: Progress) {
+    match p {
+        Progress::Cached { what, digest } => eprintln!("  {what:<8} {} from cache", short(&digest)),
+        Progress::Downloading { what, digest, bytes } if bytes > 0 => {
+            eprintln!("  {what:<8} {} downloading {}", short(&digest), super::human_size(bytes as usize))
+        }
+        Progress::Downloading { what, digest, .. } => eprintln!("  {what:<8} {} downloading", short(&digest)),
+        Progress::Uploading { what, digest, bytes } => {
+            eprintln!("  {what:<8} {} uploading {}", short(&digest), super::human_size(bytes as usize))
+        }
+    }
+}
+
+/// `sha256:0123456789ab`.
+pub fn short(digest: &str) -> &str {
+    &digest[..digest.len().min(19)]
+}
+
+/// A loaded plugin and where it came from.
+pub struct Source {
+    pub plugin: LoadedPlugin,
+    pub load_time: Duration,
+    /// File path, or the pinned reference.
+    pub display: String,
+    /// For references: whether the artifact came from the local cache.
+    pub pulled_from_cache: Option<bool>,
+}
+
+/// Whether `s` names an OCI reference rather than a file.
+pub fn is_reference(s: &str) -> bool {
+    !Path::new(s).exists() && s.contains('/') && (s.contains(':') || s.contains('@')) && !s.starts_with('.') && !s.starts_with('/')
+}
+
+/// Resolves (if needed) and pulls `reference` through the CLI's node cache.
+pub async fn pull(reference: &str, registry: &RegistryArgs) -> anyhow::Result<nodewright_oci::Pulled> {
+    let reg = Registry::new(registry.config()?);
+    let pinned = if reference.contains("@sha256:") {
+        reference.to_string()
+    } else {
+        let digest = reg.resolve(reference).await?;
+        let pinned = nodewright_oci::pin(reference, &digest)?;
+        eprintln!("resolved {reference} -> {pinned}");
+        pinned
+    };
+    let cache = NodeCache::open(&super::cache_root()?)?;
+    let puller = Puller::new(reg, cache);
+    Ok(puller.pull_pinned(&pinned, &print_progress).await?)
+}
+
+/// Loads a plugin from a file or a reference.
+pub async fn load(engine: &Engine, source: &str, registry: &RegistryArgs) -> anyhow::Result<Source> {
+    if !is_reference(source) {
+        let (plugin, load_time) = super::load(engine, Path::new(source))?;
+        return Ok(Source { plugin, load_time, display: source.to_string(), pulled_from_cache: None });
+    }
+    let pulled = pull(source, registry).await?;
+    let started = Instant::now();
+    let plugin = engine.load(&pulled.bytes).with_context(|| pulled.reference.clone())?;
+    Ok(Source { plugin, load_time: started.elapsed(), display: pulled.reference, pulled_from_cache: Some(pulled.from_cache) })
+}
