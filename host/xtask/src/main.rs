@@ -1,7 +1,7 @@
 //! Developer tasks. `cargo xtask <task>`:
 //!
 //! - `setup`: install what the build and tests need (the wasm32-wasip2 target, Debian's
-//!   docker-registry for the registry tests).
+//!   docker-registry for the registry tests, the Go-built test control plane).
 //! - `test`: setup, then every test in the workspace (release profile, one build), then a
 //!   size report of the first-party plugins.
 //! - `demo`: setup, build, then run the author loop on a scratch simulated node.
@@ -72,6 +72,8 @@ fn setup() -> Result<()> {
         run(Command::new("apt-get").args(["update", "-qq"]))?;
         run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))?;
     }
+    // The test control plane: built once per source change, cached machine-wide.
+    run(Command::new("bash").arg(workspace().join("tests/cluster/build.sh")).stdout(std::process::Stdio::null()))?;
     Ok(())
 }
 

@@ -1,0 +1,291 @@
+//! A real Kubernetes control plane with simulated nodes, for end-to-end tests and the demo.
+//!
+//! [`ControlPlane::start`] runs etcd (embedded), kube-apiserver and kube-controller-manager
+//! (job, garbagecollector, ttl-after-finished, disruption, namespace) built from the
+//! upstream Go modules (`tests/cluster`, Kubernetes v1.36.3), each as its own process on
+//! free loopback ports, with generated certificates and an admin kubeconfig. Processes get
+//! their own process group, and a reaper process kills them when the test process exits,
+//! however it exits. Logs are kept in the control plane's directory; [`ControlPlane::logs`]
+//! returns their tails for failure messages.
+//!
+//! [`ControlPlane::shared`] gives one control plane per test binary; tests isolate by
+//! namespace and object names.
+//!
+//! [`SimKubelet`](simnode::SimKubelet) registers simulated nodes and really runs the
+//! commands of the pods bound to them.
+
+pub mod simnode;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::Client;
+
+pub use simnode::{NodeSpec, SimKubelet};
+
+/// The Kubernetes release the control plane is built from.
+pub const KUBERNETES_VERSION: &str = "v1.36.3";
+
+/// A running control plane.
+#[derive(Debug)]
+pub struct ControlPlane {
+    dir: PathBuf,
+    /// `https://127.0.0.1:<port>`.
+    pub server: String,
+    kubeconfig: PathBuf,
+    children: Vec<(String, Child)>,
+    /// Kept so the directory outlives the processes; `None` when kept on purpose.
+    _tmp: Option<tempfile::TempDir>,
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("workspace root").to_path_buf()
+}
+
+/// Builds (once, cached by source hash) the `ktest` binary and returns its path.
+pub fn ktest_binary() -> Result<PathBuf> {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(p) = PATH.get() {
+        return Ok(p.clone());
+    }
+    let script = workspace().join("tests/cluster/build.sh");
+    let out = Command::new("bash").arg(&script).stderr(Stdio::inherit()).output().with_context(|| format!("run {}", script.display()))?;
+    if !out.status.success() {
+        bail!("building the test control plane failed ({})", script.display());
+    }
+    let path = PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    Ok(PATH.get_or_init(|| path).clone())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback").local_addr().unwrap().port()
+}
+
+/// Starts a process in its own process group with output to `<dir>/<name>.log`.
+fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("start {name}"))
+}
+
+/// Kills the process groups `pgids` when process `watch` exits (a test binary that
+/// panics, is killed or simply ends never leaves a control plane behind).
+fn spawn_reaper(watch: u32, pgids: &[u32]) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let kills: String = pgids.iter().map(|p| format!("kill -TERM -- -{p} 2>/dev/null; ")).collect();
+    let hard: String = pgids.iter().map(|p| format!("kill -KILL -- -{p} 2>/dev/null; ")).collect();
+    let script = format!("while kill -0 {watch} 2>/dev/null; do sleep 0.5; done; {kills} sleep 2; {hard}");
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("start the reaper")?;
+    Ok(())
+}
+
+impl ControlPlane {
+    /// One control plane per test binary.
+    pub fn shared() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e:#}")))
+    }
+
+    /// Starts a control plane in a temporary directory.
+    pub fn start() -> Result<Self> {
+        let tmp = tempfile::Builder::new().prefix("nodewright-cp-").tempdir()?;
+        let dir = tmp.path().to_path_buf();
+        let mut cp = Self::start_in(&dir)?;
+        cp._tmp = Some(tmp);
+        Ok(cp)
+    }
+
+    /// Starts a control plane whose state and logs live in `dir` (kept after exit).
+    pub fn start_in(dir: &Path) -> Result<Self> {
+        let bin = ktest_binary()?;
+        std::fs::create_dir_all(dir)?;
+        let started = Instant::now();
+        let pki = dir.join("pki");
+        let status = Command::new(&bin).args(["certs", "--dir"]).arg(&pki).status()?;
+        if !status.success() {
+            bail!("ktest certs failed");
+        }
+        let (etcd_port, etcd_peer, api_port) = (free_port(), free_port(), free_port());
+        let server = format!("https://127.0.0.1:{api_port}");
+        let p = |f: &str| pki.join(f).display().to_string();
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: nodewright-test\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: nodewright-test\n  context:\n    cluster: nodewright-test\n    user: admin\ncurrent-context: nodewright-test\n",
+                p("ca.crt"),
+                p("admin.crt"),
+                p("admin.key")
+            ),
+        )?;
+
+        let mut cp = ControlPlane { dir: dir.to_path_buf(), server: server.clone(), kubeconfig: kubeconfig.clone(), children: Vec::new(), _tmp: None };
+        let etcd_args: Vec<String> = vec![
+            "etcd".into(),
+            format!("--data-dir={}", dir.join("etcd").display()),
+            format!("--client-url=http://127.0.0.1:{etcd_port}"),
+            format!("--peer-url=http://127.0.0.1:{etcd_peer}"),
+        ];
+        cp.children.push(("etcd".into(), spawn(dir, "etcd", &bin, &etcd_args)?));
+        cp.wait_for("etcd", Duration::from_secs(60), |cp| cp.log_contains("etcd", "etcd ready"))?;
+
+        let api_args: Vec<String> = [
+            "kube-apiserver".to_string(),
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            "--advertise-address=127.0.0.1".into(),
+            "--endpoint-reconciler-type=none".into(),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            format!("--client-ca-file={}", p("ca.crt")),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", p("sa.key")),
+            format!("--service-account-signing-key-file={}", p("sa.key")),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            "--enable-priority-and-fairness=false".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ]
+        .into();
+        cp.children.push(("kube-apiserver".into(), spawn(dir, "kube-apiserver", &bin, &api_args)?));
+        cp.wait_for("kube-apiserver /readyz", Duration::from_secs(90), |cp| cp.readyz())?;
+
+        let kcm_args: Vec<String> = vec![
+            "kube-controller-manager".into(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--controllers=job,garbagecollector,ttl-after-finished,disruption,namespace".into(),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--kube-api-qps=200".into(),
+            "--kube-api-burst=400".into(),
+            "--concurrent-job-syncs=10".into(),
+            "--v=1".into(),
+        ];
+        cp.children.push(("kube-controller-manager".into(), spawn(dir, "kube-controller-manager", &bin, &kcm_args)?));
+        let pgids: Vec<u32> = cp.children.iter().map(|(_, c)| c.id()).collect();
+        spawn_reaper(std::process::id(), &pgids)?;
+        cp.wait_for("kube-controller-manager", Duration::from_secs(60), |cp| cp.log_contains("kube-controller-manager", "Caches are synced"))?;
+        eprintln!("control plane {KUBERNETES_VERSION} ready at {server} in {:.1}s (kubeconfig {})", started.elapsed().as_secs_f64(), kubeconfig.display());
+        Ok(cp)
+    }
+
+    fn log_contains(&self, name: &str, needle: &str) -> bool {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).is_ok_and(|t| t.contains(needle))
+    }
+
+    fn readyz(&self) -> bool {
+        let pki = self.dir.join("pki");
+        Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", "--max-time", "2", "--cacert"])
+            .arg(pki.join("ca.crt"))
+            .arg("--cert")
+            .arg(pki.join("admin.crt"))
+            .arg("--key")
+            .arg(pki.join("admin.key"))
+            .arg(format!("{}/readyz", self.server))
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    fn wait_for(&mut self, what: &str, timeout: Duration, ready: impl Fn(&Self) -> bool) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            if ready(self) {
+                return Ok(());
+            }
+            let mut exited = None;
+            for (name, child) in &mut self.children {
+                if let Some(status) = child.try_wait()? {
+                    exited = Some(format!("{name} exited with {status}"));
+                }
+            }
+            if let Some(exited) = exited {
+                bail!("{exited} while waiting for {what}:\n{}", self.logs());
+            }
+            if started.elapsed() > timeout {
+                bail!("{what} not ready after {timeout:?}:\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The admin kubeconfig (client certificate in group system:masters).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The directory holding state, certificates and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A client with the admin credentials.
+    ///
+    /// kube-rs retries 429 answers by default, for minutes; an eviction refused by a PDB is a
+    /// 429, and tests (like the operator) want that answer at once, so retries are off.
+    pub async fn client(&self) -> Result<Client> {
+        let kc = Kubeconfig::read_from(&self.kubeconfig)?;
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        config.default_retry = false;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// The last lines of every component's log.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for name in ["etcd", "kube-apiserver", "kube-controller-manager"] {
+            let text = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            out.push_str(&format!("--- {name} (last {} lines)\n", tail.len()));
+            for l in tail.into_iter().rev() {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Stops every component (SIGTERM to each process group, then SIGKILL).
+    pub fn stop(&mut self) {
+        for (_, child) in self.children.iter().rev() {
+            let _ = Command::new("kill").args(["-TERM", "--", &format!("-{}", child.id())]).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (_, child) in self.children.iter_mut().rev() {
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+            let _ = child.wait();
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
