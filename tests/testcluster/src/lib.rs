@@ -83,8 +83,8 @@ fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Child> {
 /// panics, is killed or simply ends never leaves a control plane behind).
 fn spawn_reaper(watch: u32, pgids: &[u32]) -> Result<()> {
     use std::os::unix::process::CommandExt;
-    let kills: String = pgids.iter().map(|p| format!("kill -TERM -- -{p} 2>/dev/null; ")).collect();
-    let hard: String = pgids.iter().map(|p| format!("kill -KILL -- -{p} 2>/dev/null; ")).collect();
+    let kills: String = pgids.iter().map(|p| format!("/bin/kill -TERM -- -{p} 2>/dev/null; ")).collect();
+    let hard: String = pgids.iter().map(|p| format!("/bin/kill -KILL -- -{p} 2>/dev/null; ")).collect();
     let script = format!("while kill -0 {watch} 2>/dev/null; do sleep 0.5; done; {kills} sleep 2; {hard}");
     Command::new("sh")
         .args(["-c", &script])
