@@ -351,6 +351,19 @@ macro_rules! export_package {
             }
             $crate::bindings::__export_package_world!(__NodewrightPackage with_types_in $crate::bindings);
         };
+        // Natively there is nothing to export; referencing the stages keeps the package
+        // (and everything it calls) live, so native unit-test builds stay warning-free.
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: [fn(&$crate::Context) -> ::core::result::Result<$crate::Outcome, $crate::StepError>; 8] = [
+            <$pkg as $crate::Package>::plan,
+            <$pkg as $crate::Package>::apply,
+            <$pkg as $crate::Package>::config,
+            <$pkg as $crate::Package>::interrupt,
+            <$pkg as $crate::Package>::post_interrupt,
+            <$pkg as $crate::Package>::upgrade,
+            <$pkg as $crate::Package>::uninstall,
+            <$pkg as $crate::Package>::check,
+        ];
     };
 }
 

@@ -7,6 +7,7 @@
 //	ktest etcd --data-dir DIR --client-url http://127.0.0.1:P --peer-url http://127.0.0.1:Q
 //	ktest kube-apiserver [flags...]
 //	ktest kube-controller-manager [flags...]
+//	ktest kubectl [args...]
 //
 // Test tooling only: nothing here ships.
 package main
@@ -21,11 +22,13 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: ktest certs|etcd|kube-apiserver|kube-controller-manager [flags]")
+		fmt.Fprintln(os.Stderr, "usage: ktest certs|etcd|kube-apiserver|kube-controller-manager|kubectl [flags]")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -42,6 +45,13 @@ func main() {
 		cmd := controllermanager.NewControllerManagerCommand()
 		cmd.SetArgs(args)
 		os.Exit(cli.Run(cmd))
+	case "kubectl":
+		cmd := kubectl.NewDefaultKubectlCommand()
+		cmd.SetArgs(args)
+		if err := cli.RunNoErrOutput(cmd); err != nil {
+			kubectlutil.CheckErr(err)
+		}
+		os.Exit(0)
 	default:
 		fmt.Fprintf(os.Stderr, "ktest: unknown component %q\n", os.Args[1])
 		os.Exit(2)

@@ -148,14 +148,14 @@ async fn wrong_media_type_is_refused_naming_the_reference() {
     let auth = oci_client::secrets::RegistryAuth::Anonymous;
     client.auth(&reference, &auth, oci_client::RegistryOperation::Push).await.unwrap();
     let layer = b"not a tarball".to_vec();
-    let config = b"{}".to_vec();
-    let (ld, cd) = (nodewright_oci::sha256_digest(&layer), nodewright_oci::sha256_digest(&config));
+    let config_blob = b"{}".to_vec();
+    let (ld, cd) = (nodewright_oci::sha256_digest(&layer), nodewright_oci::sha256_digest(&config_blob));
     client.push_blob(&reference, layer.clone(), &ld).await.unwrap();
-    client.push_blob(&reference, config.clone(), &cd).await.unwrap();
+    client.push_blob(&reference, config_blob.clone(), &cd).await.unwrap();
     let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": config.len()},
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": config_blob.len()},
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": layer.len()}],
     });
     let body = serde_json::to_vec(&manifest).unwrap();
