@@ -2,7 +2,9 @@
 //!
 //! This crate is shared by the operator, the agent, the engine and the CLI. It holds the
 //! capability grants a NodeWright gives each package ([`grants`]) and the rules that
-//! validate them; the NodeWright and DeploymentPolicy CRD types join it as they land.
+//! validate them, the `NodeWright` and `DeploymentPolicy` CRD types ([`v1alpha1`]), the
+//! annotation, label and condition names ([`keys`]), and validation and defaulting as pure
+//! functions ([`validate`]).
 //! It depends on serde, schemars and globset only: never on a client, a runtime or tokio.
 //!
 //! ```
@@ -15,3 +17,6 @@
 #![deny(missing_docs)]
 
 pub mod grants;
+pub mod keys;
+pub mod v1alpha1;
+pub mod validate;

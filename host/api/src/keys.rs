@@ -1,0 +1,76 @@
+//! Annotation, label, taint, finalizer and condition names.
+//!
+//! Prefix `nodewright.io/`. Per-CR keys end in `.<cr name>`.
+
+/// The API group.
+pub const GROUP: &str = "nodewright.io";
+/// Finalizer on NodeWright objects (uninstall on delete).
+pub const FINALIZER: &str = "nodewright.io/finalizer";
+/// CR annotation: `"true"` pauses the rollout (no new work).
+pub const PAUSE: &str = "nodewright.io/pause";
+/// CR annotation: `"true"` disables the CR (stops and releases).
+pub const DISABLE: &str = "nodewright.io/disable";
+/// Node label: `"true"` excludes the node from every CR.
+pub const IGNORE: &str = "nodewright.io/ignore";
+/// Taint key of the runtime-required taint (`nodewright.io=runtime-required:NoSchedule`).
+pub const RUNTIME_REQUIRED_TAINT_KEY: &str = "nodewright.io";
+/// Value of the runtime-required taint.
+pub const RUNTIME_REQUIRED_TAINT_VALUE: &str = "runtime-required";
+/// Karpenter: keep the node while nodewright disrupts it.
+pub const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Karpenter: do not repair the node while nodewright disrupts it.
+pub const KARPENTER_DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
+/// Node annotation: which Karpenter annotations nodewright added (so only those are removed).
+pub const KARPENTER_OWNED: &str = "nodewright.io/karpenter-owned";
+
+/// Node annotation holding the JSON [`crate::v1alpha1::NodeState`] of `cr`: the source of truth.
+pub fn node_state(cr: &str) -> String {
+    format!("nodewright.io/state.{cr}")
+}
+
+/// Node annotation: `cr` owns a cordon on the node.
+pub fn cordon(cr: &str) -> String {
+    format!("nodewright.io/cordon.{cr}")
+}
+
+/// Node annotation and label: the node's roll-up status for `cr`.
+pub fn node_status(cr: &str) -> String {
+    format!("nodewright.io/status.{cr}")
+}
+
+/// Node annotation: when the drain for `cr` started.
+pub fn drain_start(cr: &str) -> String {
+    format!("nodewright.io/drain-start.{cr}")
+}
+
+/// Condition types on the CR.
+pub mod condition {
+    /// True iff the CR is complete.
+    pub const READY: &str = "Ready";
+    /// A barrier holds the rollout.
+    pub const BLOCKED: &str = "Blocked";
+    /// A drain cannot proceed.
+    pub const DRAIN_BLOCKED: &str = "DrainBlocked";
+    /// A plugin needs a capability that is not granted (or cannot be resolved/pulled).
+    pub const PLUGINS_READY: &str = "PluginsReady";
+    /// The referenced DeploymentPolicy does not exist.
+    pub const DEPLOYMENT_POLICY_NOT_FOUND: &str = "DeploymentPolicyNotFound";
+    /// Some node's state annotation cannot be parsed.
+    pub const NODE_STATE_MALFORMED: &str = "NodeStateMalformed";
+}
+
+/// Condition and event reasons.
+pub mod reason {
+    /// All nodes converged.
+    pub const NODES_CONVERGED: &str = "NodesConverged";
+    /// Work in progress.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Pods matching podNonInterruptLabels are running.
+    pub const NON_INTERRUPT_PODS_RUNNING: &str = "NonInterruptPodsRunning";
+    /// A PodDisruptionBudget refused an eviction.
+    pub const POD_DISRUPTION_BUDGET: &str = "PodDisruptionBudget";
+    /// The grant check failed.
+    pub const GRANT_MISSING: &str = "GrantMissing";
+    /// A capability call was denied at run time.
+    pub const CAPABILITY_DENIED: &str = "CapabilityDenied";
+}

@@ -1,0 +1,472 @@
+//! `nodewright.io/v1alpha1`: the `NodeWright` and `DeploymentPolicy` kinds.
+//!
+//! Field names follow NVIDIA NodeWright where the concept is the same; a package names a
+//! `plugin` (OCI reference) and its `capabilities` instead of an `image`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::grants::Capabilities;
+
+/// Default `spec.priority`.
+pub const DEFAULT_PRIORITY: i32 = 200;
+
+/// Which nodes get which packages, and how disruptively.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "nodewright.io",
+    version = "v1alpha1",
+    kind = "NodeWright",
+    plural = "nodewrights",
+    shortname = "nw",
+    status = "NodeWrightStatus",
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
+    printcolumn = r#"{"name":"Complete","type":"string","jsonPath":".status.completeNodes"}"#,
+    printcolumn = r#"{"name":"In-Progress","type":"integer","jsonPath":".status.nodesInProgress"}"#,
+    printcolumn = r#"{"name":"Packages","type":"string","jsonPath":".status.packageList"}"#,
+    printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".spec.deploymentPolicy"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeWrightSpec {
+    /// Candidate nodes. Empty selects every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selectors: Option<LabelSelector>,
+    /// Legacy concurrency cap (exclusive with `deploymentPolicy`); unset means 100%.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption_budget: Option<Budget>,
+    /// Name of a cluster-scoped DeploymentPolicy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_policy: Option<String>,
+    /// Per-CR overrides of the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_policy_options: Option<DeploymentPolicyOptions>,
+    /// Lower runs first (≥ 1, default 200); ties broken by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// How this CR gates lower-priority CRs: `node` (default) or `all`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequencing: Option<Sequencing>,
+    /// One package per node per pass.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub serial: bool,
+    /// Pods matching this selector hold the drain until they end. Empty matches no pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_non_interrupt_labels: Option<LabelSelector>,
+    /// Drain tuning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_config: Option<DrainConfig>,
+    /// Added to every agent pod, and to the node taint-tolerance check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_tolerations: Vec<Toleration>,
+    /// Nodes must finish this CR before the runtime-required taint is removed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_required: bool,
+    /// Keep a cordon after removing the runtime-required taint (needs `runtimeRequired`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_required_cordon_after: bool,
+    /// Taint new matching nodes with the runtime-required taint (needs `runtimeRequired`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_taint_new_nodes: bool,
+    /// The packages, keyed by name.
+    #[serde(default)]
+    pub packages: BTreeMap<String, Package>,
+}
+
+/// A concurrency budget: exactly one of `percent` (1–100) or `count` (≥ 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    /// Percent of matched nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<i32>,
+    /// Absolute number of nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i32>,
+}
+
+/// Per-CR policy overrides.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentPolicyOptions {
+    /// Overrides the policy's `resetBatchStateOnCompletion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_batch_state_on_completion: Option<bool>,
+}
+
+/// How a CR gates lower-priority CRs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Sequencing {
+    /// A node may start lower-priority CRs once it finished this one.
+    #[default]
+    Node,
+    /// Lower-priority CRs wait until every node finished this one.
+    All,
+}
+
+/// Drain tuning.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainConfig {
+    /// Give up (node erroring, stays cordoned) after this long, e.g. `30m`. Unset: wait forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Grace period for evicted pods, e.g. `30s`. Unset: each pod's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<String>,
+    /// Delete pods instead of evicting them (bypasses PodDisruptionBudgets).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_eviction: bool,
+    /// Also remove pods that no controller owns.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+    /// Also remove pods with emptyDir volumes (their data is lost).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_empty_dir_data: bool,
+}
+
+/// One package.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Package {
+    /// Strict semver; the upgrade/downgrade ordering key.
+    pub version: String,
+    /// OCI reference of the plugin: `registry/repo:tag` or `registry/repo@sha256:…`.
+    /// A tag is resolved to a digest once and recorded in status.
+    pub plugin: String,
+    /// What the plugin may touch on the host. Everything else is denied.
+    #[serde(default)]
+    pub capabilities: Capabilities,
+    /// The interrupt the package's changes need (the ceiling; plugins may report less).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt: Option<Interrupt>,
+    /// Packages (name → exact version) that must be complete first.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub depends_on: BTreeMap<String, String>,
+    /// Plugin configuration. Plugins see no environment; this is their only input.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config_map: BTreeMap<String, String>,
+    /// Interrupt to run when a config key (or `*` glob) changes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config_interrupts: BTreeMap<String, Interrupt>,
+    /// Agent container resources; `memoryLimit` also caps the sandbox's memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+    /// Grace period when an agent pod is stopped, e.g. `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graceful_shutdown: Option<String>,
+    /// Per-attempt deadline for package stages (whole stage for interrupts), e.g. `1h`;
+    /// `0s` means no bound. Unset: the operator default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_timeout: Option<String>,
+    /// Uninstall support.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uninstall: Option<Uninstall>,
+}
+
+/// An interrupt.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Interrupt {
+    /// The kind of interrupt.
+    #[serde(rename = "type")]
+    pub kind: InterruptType,
+    /// Units to restart, for `service`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
+}
+
+/// Interrupt kinds, weakest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum InterruptType {
+    /// Nothing.
+    #[default]
+    Noop,
+    /// Restart `services`.
+    Service,
+    /// Restart every configured service.
+    RestartAllServices,
+    /// Reboot the node.
+    Reboot,
+}
+
+/// Agent container resources: all four or none.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    /// e.g. `100m`.
+    pub cpu_request: String,
+    /// e.g. `500m`.
+    pub cpu_limit: String,
+    /// e.g. `64Mi`.
+    pub memory_request: String,
+    /// e.g. `256Mi`; also the sandbox's memory cap.
+    pub memory_limit: String,
+}
+
+/// Uninstall support.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Uninstall {
+    /// The plugin implements `uninstall`.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Uninstall from every node now (requires `enabled`).
+    #[serde(default)]
+    pub apply: bool,
+}
+
+/// Roll-up status of a CR or a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Not known yet.
+    #[default]
+    Unknown,
+    /// Everything complete.
+    Complete,
+    /// Held by a barrier (non-interrupt pods, taints, missing policy).
+    Blocked,
+    /// Waiting for ordering or a batch.
+    Waiting,
+    /// Disabled by annotation.
+    Disabled,
+    /// Paused by annotation.
+    Paused,
+    /// Work under way.
+    InProgress,
+    /// A stage failed terminally or a drain timed out.
+    Erroring,
+}
+
+/// Observed state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeWrightStatus {
+    /// CR roll-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// Per-node roll-up.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_status: BTreeMap<String, Status>,
+    /// Conditions (`Ready`, `Blocked`, `DrainBlocked`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Generation last seen complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Boot IDs for reboot tracking.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_boot_ids: BTreeMap<String, String>,
+    /// Package name → pinned plugin reference (`repo@sha256:…`) resolved from the spec.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resolved_plugins: BTreeMap<String, String>,
+    /// Per-compartment rollout state.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub compartment_statuses: BTreeMap<String, CompartmentStatus>,
+    /// Printer helper: nodes in progress or erroring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_in_progress: Option<i32>,
+    /// Printer helper: "complete/total".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complete_nodes: Option<String>,
+    /// Printer helper: "a:1.0,b:2.0".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package_list: Option<String>,
+}
+
+/// One compartment's rollout state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompartmentStatus {
+    /// Nodes matched.
+    pub matched: i32,
+    /// Budget ceiling.
+    pub ceiling: i32,
+    /// Nodes in progress.
+    pub in_progress: i32,
+    /// Nodes complete.
+    pub completed: i32,
+    /// Percent complete.
+    pub progress_percent: i32,
+    /// Batch state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_state: Option<BatchState>,
+}
+
+/// Batch bookkeeping of a compartment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchState {
+    /// Current batch number (1-based).
+    pub current_batch: i32,
+    /// Consecutive failed batches.
+    pub consecutive_failures: i32,
+    /// Nodes completed so far.
+    pub completed_nodes: i32,
+    /// Nodes failed so far.
+    pub failed_nodes: i32,
+    /// Set when failureThreshold stopped the compartment.
+    #[serde(default)]
+    pub should_stop: bool,
+    /// Size of the last batch.
+    pub last_batch_size: i32,
+    /// Whether the last batch failed.
+    #[serde(default)]
+    pub last_batch_failed: bool,
+}
+
+/// Rollout strategy for nodes, in compartments.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(group = "nodewright.io", version = "v1alpha1", kind = "DeploymentPolicy", plural = "deploymentpolicies", shortname = "dp")]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentPolicySpec {
+    /// Reset batch state when a rollout completes (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_batch_state_on_completion: Option<bool>,
+    /// Nodes matched by no compartment.
+    pub default: PolicyDefault,
+    /// Named groups of nodes with their own budget and strategy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compartments: Vec<Compartment>,
+}
+
+/// The default compartment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyDefault {
+    /// Budget.
+    pub budget: Budget,
+    /// Strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
+}
+
+/// A named compartment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Compartment {
+    /// Unique name (`__default__` is reserved).
+    pub name: String,
+    /// Nodes in the compartment.
+    pub selector: LabelSelector,
+    /// Budget.
+    pub budget: Budget,
+    /// Strategy (default: the policy default's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
+}
+
+/// Exactly one of the strategies.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Strategy {
+    /// Constant batch size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<BatchParams>,
+    /// Batch grows by `delta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear: Option<BatchParams>,
+    /// Batch grows by `growthFactor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exponential: Option<BatchParams>,
+}
+
+/// Batch parameters (each strategy uses the relevant ones).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchParams {
+    /// First batch size (≥ 1, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_batch: Option<i32>,
+    /// Linear growth (≥ 1, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<i32>,
+    /// Exponential growth (≥ 2, default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth_factor: Option<i32>,
+    /// Percent of a batch that must succeed (1–100, default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_threshold: Option<i32>,
+    /// Consecutive failed batches that stop the compartment (≥ 1; unset: never stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_threshold: Option<i32>,
+    /// Progress percent below which failures count (1–100, default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safety_limit: Option<i32>,
+}
+
+/// Per-node package state, stored as JSON in the node annotation
+/// [`crate::keys::node_state`]: `"name|version"` → [`PackageStatus`].
+pub type NodeState = BTreeMap<String, PackageStatus>;
+
+/// One package on one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageStatus {
+    /// Package name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+    /// Pinned plugin reference the node ran.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub digest: String,
+    /// Current stage.
+    pub stage: Stage,
+    /// State within the stage.
+    pub state: State,
+    /// Counted attempts of the current stage.
+    #[serde(default)]
+    pub attempts: i32,
+}
+
+/// Package stages as tracked on nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    /// Install.
+    Apply,
+    /// Configure.
+    Config,
+    /// The coalesced interrupt.
+    Interrupt,
+    /// After the interrupt.
+    PostInterrupt,
+    /// Version change.
+    Upgrade,
+    /// Removal.
+    Uninstall,
+    /// The interrupt after removal.
+    UninstallInterrupt,
+}
+
+/// State of a package stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Done.
+    Complete,
+    /// Running.
+    InProgress,
+    /// Covered by another package's merged interrupt.
+    Skipped,
+    /// Failed terminally.
+    Erroring,
+    /// Unknown.
+    Unknown,
+}
+
+impl NodeWrightSpec {
+    /// `priority`, defaulted.
+    pub fn priority(&self) -> i32 {
+        self.priority.unwrap_or(DEFAULT_PRIORITY)
+    }
+}
