@@ -16,6 +16,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod crdgen;
 pub mod grants;
 pub mod keys;
 pub mod v1alpha1;

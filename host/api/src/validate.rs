@@ -473,3 +473,34 @@ fn fill_common(p: &mut BatchParams) {
     p.batch_threshold.get_or_insert(100);
     p.safety_limit.get_or_insert(50);
 }
+
+/// Validates one manifest (as JSON): a `NodeWright` or a `DeploymentPolicy` of
+/// `nodewright.io/v1alpha1`. Returns `(kind, name)` when valid.
+pub fn validate_manifest(doc: &serde_json::Value) -> Result<(String, String), Vec<FieldError>> {
+    let err = |path: &str, message: String| vec![FieldError { path: path.into(), message }];
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+    let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    if api_version != "nodewright.io/v1alpha1" {
+        return Err(err("apiVersion", format!("{api_version:?} is not nodewright.io/v1alpha1")));
+    }
+    let spec = doc.get("spec").cloned().unwrap_or(serde_json::Value::Null);
+    let errors = match kind.as_str() {
+        "NodeWright" => match serde_json::from_value::<NodeWrightSpec>(spec) {
+            Ok(mut s) => {
+                default_nodewright(&mut s);
+                validate_nodewright(&name, &s)
+            }
+            Err(e) => err("spec", e.to_string()),
+        },
+        "DeploymentPolicy" => match serde_json::from_value::<DeploymentPolicySpec>(spec) {
+            Ok(mut s) => {
+                default_deployment_policy(&mut s);
+                validate_deployment_policy(&name, &s)
+            }
+            Err(e) => err("spec", e.to_string()),
+        },
+        other => err("kind", format!("{other:?} is not NodeWright or DeploymentPolicy")),
+    };
+    if errors.is_empty() { Ok((kind, name)) } else { Err(errors) }
+}

@@ -3,6 +3,7 @@
 
 mod plugin;
 mod units;
+mod validate;
 
 use std::process::ExitCode;
 
@@ -21,6 +22,8 @@ enum Command {
     /// Write, build, inspect and run plugins locally.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Validate NodeWright and DeploymentPolicy manifests with the admission rules.
+    Validate(validate::ValidateArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Plugin(cmd) => plugin::run(cmd).await,
+            Command::Validate(args) => validate::run(args),
         }
     });
     match result {

@@ -168,3 +168,17 @@ fn push_then_run_by_reference() {
     let missing = nodewright(&cache, &[&["plugin", "pull", &format!("{}/plugins/nope:1", reg.host())][..], &insecure].concat());
     assert!(text(&missing).contains("plugins/nope:1: not found in the registry"), "{}", text(&missing));
 }
+
+#[test]
+fn validate_accepts_the_examples_and_names_bad_fields() {
+    let tmp = tempfile::tempdir().unwrap();
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/manifests/staged-rollout-policy.yaml");
+    let ok = nodewright(tmp.path(), &["validate", examples]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert!(text(&ok).contains("DeploymentPolicy/staged-rollout is valid"));
+    let bad = tmp.path().join("bad.yaml");
+    std::fs::write(&bad, "apiVersion: nodewright.io/v1alpha1\nkind: NodeWright\nmetadata: {name: bad}\nspec:\n  packages:\n    driver:\n      version: 1.0.0\n      plugin: r.example/p/d:1\n      capabilities: {kernelModules: [ok, 'nv[idia']}\n").unwrap();
+    let out = nodewright(tmp.path(), &["validate", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("spec.packages.driver.capabilities.kernelModules[1]: \"nv[idia\" is not a valid glob"), "{}", text(&out));
+}

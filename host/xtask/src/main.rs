@@ -6,6 +6,7 @@
 //!   size report of the first-party plugins.
 //! - `demo`: setup, build, then run the author loop on a scratch simulated node.
 //! - `bench`: the plugin engine benchmark.
+//! - `crds`: regenerate `deploy/crds/` from the API types (a test fails when they drift).
 //!
 //! Heavy builds go to `$CARGO_TARGET_DIR`, defaulting to the machine-wide
 //! `/var/cache/nodewright/target` when it is writable, so repeated runs (and CI) reuse them.
@@ -148,10 +149,19 @@ fn main() -> Result<()> {
             setup()?;
             demo(&target)
         }
+        "crds" => {
+            let dir = workspace().join("deploy/crds");
+            std::fs::create_dir_all(&dir)?;
+            for (name, yaml) in nodewright_api::crdgen::generated() {
+                std::fs::write(dir.join(name), yaml)?;
+                println!("wrote deploy/crds/{name}");
+            }
+            Ok(())
+        }
         "bench" => {
             setup()?;
             run(cargo(&target).args(["bench", "-p", "nodewright-cli", "--bench", "plugin"]))
         }
-        other => bail!("unknown task {other:?}; tasks: setup, test, demo, bench"),
+        other => bail!("unknown task {other:?}; tasks: setup, test, demo, bench, crds"),
     }
 }
