@@ -5,10 +5,12 @@ use std::path::Path;
 
 #[test]
 fn committed_crds_match_the_types() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
-    for (name, yaml) in nodewright_api::crdgen::generated() {
-        let committed = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-        assert!(committed == yaml, "deploy/crds/{name} is stale: run `cargo xtask crds` and commit the result");
+    for rel in ["deploy/crds", "deploy/chart/nodewright/crds"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel);
+        for (name, yaml) in nodewright_api::crdgen::generated() {
+            let committed = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+            assert!(committed == yaml, "{rel}/{name} is stale: run `cargo xtask crds` and commit the result");
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Developer tasks. `cargo xtask <task>`:
 //!
 //! - `setup`: install what the build and tests need (the wasm32-wasip2 target, Debian's
-//!   docker-registry for the registry tests, the Go-built test control plane).
+//!   docker-registry for the registry tests, the Go-built test control plane and helm).
 //! - `test`: setup, then every test in the workspace (release profile, one build), then a
 //!   size report of the first-party plugins.
 //! - `demo`: setup, build, then run the author loop on a scratch simulated node.
@@ -75,6 +75,8 @@ fn setup() -> Result<()> {
     }
     // The test control plane: built once per source change, cached machine-wide.
     run(Command::new("bash").arg(workspace().join("tests/cluster/build.sh")).stdout(std::process::Stdio::null()))?;
+    // helm, for the chart tests (no Debian package has it).
+    run(Command::new("bash").arg(workspace().join("tests/cluster/build-helm.sh")).stdout(std::process::Stdio::null()))?;
     Ok(())
 }
 
@@ -150,11 +152,14 @@ fn main() -> Result<()> {
             demo(&target)
         }
         "crds" => {
-            let dir = workspace().join("deploy/crds");
-            std::fs::create_dir_all(&dir)?;
-            for (name, yaml) in nodewright_api::crdgen::generated() {
-                std::fs::write(dir.join(name), yaml)?;
-                println!("wrote deploy/crds/{name}");
+            // The CRDs, and the chart's copy (Helm installs a chart's crds/ directory).
+            for rel in ["deploy/crds", "deploy/chart/nodewright/crds"] {
+                let dir = workspace().join(rel);
+                std::fs::create_dir_all(&dir)?;
+                for (name, yaml) in nodewright_api::crdgen::generated() {
+                    std::fs::write(dir.join(name), yaml)?;
+                    println!("wrote {rel}/{name}");
+                }
             }
             Ok(())
         }

@@ -61,6 +61,16 @@ pub fn ktest_binary() -> Result<PathBuf> {
     Ok(PATH.get_or_init(|| path).clone())
 }
 
+/// Builds (once) helm from its Go module and returns its path.
+pub fn helm_binary() -> Result<PathBuf> {
+    let script = workspace().join("tests/cluster/build-helm.sh");
+    let out = Command::new("bash").arg(&script).stderr(Stdio::inherit()).output().with_context(|| format!("run {}", script.display()))?;
+    if !out.status.success() {
+        bail!("building helm failed ({})", script.display());
+    }
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback").local_addr().unwrap().port()
 }

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds helm from its Go module (no Debian package provides it) once, into
+# $NODEWRIGHT_CACHE/helm-<version>/helm, and prints the path.
+set -euo pipefail
+version=v3.22.0
+cache="${NODEWRIGHT_CACHE:-/var/cache/nodewright}"
+out="$cache/helm-$version"
+if [ -x "$out/helm" ]; then
+  echo "$out/helm"
+  exit 0
+fi
+echo "building helm $version from its Go module (once)" >&2
+mkdir -p "$out"
+(cd /tmp && GOTOOLCHAIN=local GOBIN="$out" go install "helm.sh/helm/v3/cmd/helm@$version") >&2
+echo "$out/helm"
