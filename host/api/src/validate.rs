@@ -504,3 +504,53 @@ pub fn validate_manifest(doc: &serde_json::Value) -> Result<(String, String), Ve
     };
     if errors.is_empty() { Ok((kind, name)) } else { Err(errors) }
 }
+
+/// What an update may not do, given the package states recorded on nodes
+/// (`node name → NodeState`, from the `nodewright.io/state.<cr>` annotations).
+///
+/// Rules (NodeWright's update-only checks):
+/// - removing a package with `uninstall.enabled` is rejected while any node still records
+///   it (uninstall it first with `uninstall.apply: true`);
+/// - downgrading a package with `uninstall.enabled` is rejected unless the old spec already
+///   had `uninstall.apply: true` and no node records it any more;
+/// - turning `uninstall.apply` from true to false is allowed with a warning.
+///
+/// Returns `(errors, warnings)`.
+pub fn validate_nodewright_update(
+    old: &NodeWrightSpec,
+    new: &NodeWrightSpec,
+    node_states: &BTreeMap<String, crate::v1alpha1::NodeState>,
+) -> (Vec<FieldError>, Vec<String>) {
+    let mut errs = Errors(Vec::new());
+    let mut warnings = Vec::new();
+    let nodes_with = |pkg: &str| -> Vec<&str> {
+        node_states.iter().filter(|(_, s)| s.values().any(|p| p.name == pkg)).map(|(n, _)| n.as_str()).collect()
+    };
+    for (name, before) in &old.packages {
+        let enabled = before.uninstall.as_ref().is_some_and(|u| u.enabled);
+        let applied = before.uninstall.as_ref().is_some_and(|u| u.apply);
+        let path = format!("spec.packages.{name}");
+        match new.packages.get(name) {
+            None if enabled => {
+                let nodes = nodes_with(name);
+                if !nodes.is_empty() {
+                    errs.add(&path, format!("cannot remove a package with uninstall.enabled while nodes still have it ({}); set uninstall.apply: true first", nodes.join(", ")));
+                }
+            }
+            None => {}
+            Some(after) => {
+                if let (Ok(a), Ok(b)) = (semver::Version::parse(&before.version), semver::Version::parse(&after.version))
+                    && b < a
+                    && enabled
+                    && !(applied && nodes_with(name).is_empty())
+                {
+                    errs.add(format!("{path}.version"), format!("downgrade {} -> {} of a package with uninstall.enabled needs it uninstalled everywhere first", a, b));
+                }
+                if applied && !after.uninstall.as_ref().is_some_and(|u| u.apply) {
+                    warnings.push(format!("{path}.uninstall.apply turned off: nodes already uninstalled will install the package again"));
+                }
+            }
+        }
+    }
+    (errs.0, warnings)
+}

@@ -216,3 +216,34 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn update_rules_protect_uninstallable_packages() {
+    use nodewright_api::v1alpha1::{NodeState, PackageStatus, Stage, State};
+    use nodewright_api::validate::validate_nodewright_update;
+    use std::collections::BTreeMap;
+    let spec = |version: &str, apply: bool| -> NodeWrightSpec {
+        serde_json::from_value(json!({"packages": {"driver": {
+            "version": version, "plugin": "r.example/p/d:1", "uninstall": {"enabled": true, "apply": apply}
+        }}}))
+        .unwrap()
+    };
+    let empty: NodeWrightSpec = serde_json::from_value(json!({"packages": {}})).unwrap();
+    let mut on_node: NodeState = BTreeMap::new();
+    on_node.insert("driver|2.0.0".into(), PackageStatus { name: "driver".into(), version: "2.0.0".into(), digest: String::new(), stage: Stage::Apply, state: State::Complete, attempts: 0 });
+    let tracked: BTreeMap<String, NodeState> = [("node-a".to_string(), on_node)].into();
+    let none = BTreeMap::new();
+
+    let (errs, _) = validate_nodewright_update(&spec("2.0.0", false), &empty, &tracked);
+    assert!(errs[0].message.contains("node-a"), "{errs:?}");
+    assert_eq!(validate_nodewright_update(&spec("2.0.0", true), &empty, &none).0, vec![], "removal after uninstall is fine");
+
+    let (errs, _) = validate_nodewright_update(&spec("2.0.0", false), &spec("1.0.0", false), &none);
+    assert_eq!(errs[0].path, "spec.packages.driver.version");
+    assert_eq!(validate_nodewright_update(&spec("2.0.0", true), &spec("1.0.0", true), &none).0, vec![]);
+    assert!(!validate_nodewright_update(&spec("2.0.0", true), &spec("1.0.0", true), &tracked).0.is_empty());
+    assert_eq!(validate_nodewright_update(&spec("1.0.0", false), &spec("2.0.0", false), &tracked).0, vec![], "upgrades are fine");
+
+    let (errs, warnings) = validate_nodewright_update(&spec("2.0.0", true), &spec("2.0.0", false), &tracked);
+    assert!(errs.is_empty() && warnings[0].contains("uninstall.apply turned off"), "{errs:?} {warnings:?}");
+}
