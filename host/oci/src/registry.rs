@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::{Client, Reference, RegistryOperation};
+use oci_client::{Client, Reference};
 
 use crate::artifact::{self, Descriptor, Manifest};
 use crate::{sha256_digest, Credentials, Error, Result};
@@ -168,7 +168,7 @@ impl Registry {
         }
         let auth = self.config.credentials.for_registry(r.resolve_registry())?;
         let client = self.client(r.resolve_registry())?;
-        client.auth(&r, &auth, RegistryOperation::Push).await.map_err(|e| Error::from_oci(reference, e))?;
+        client.auth(&r, &auth, oci_client::RegistryOperation::Push).await.map_err(|e| Error::from_oci(reference, e))?;
 
         let layer_digest = sha256_digest(component);
         let config = artifact::WasmConfig {

@@ -1,0 +1,145 @@
+//! The real agent binary against a real registry and a simulated node: pinned pulls, the
+//! structured result, blame and exit codes, idempotence, and the reboot protocol.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use nodewright_hostops::{HostOps, NodeIdentity, SimHost};
+use nodewright_oci::{Registry, RegistryConfig};
+use nodewright_testsupport::TestRegistry;
+use serde_json::Value;
+
+const CAPS: &str = r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]}"#;
+
+async fn pushed(reg: &TestRegistry) -> String {
+    let registry = Registry::new(RegistryConfig { insecure: vec![reg.host().into()], ..Default::default() });
+    registry
+        .push(&format!("{}/plugins/sysctl:1.0.0", reg.host()), &nodewright_artifacts::read(nodewright_artifacts::SYSCTL), Default::default(), &|_| {})
+        .await
+        .unwrap()
+        .pinned
+}
+
+fn agent(root: &Path, args: &[&str]) -> (Output, Value) {
+    let term = root.join("termination-log");
+    let out = Command::new(env!("CARGO_BIN_EXE_nodewright-agent"))
+        .args(args)
+        .args(["--backend", "sim", "--host-root", root.to_str().unwrap(), "--node", "node-1", "--cr-uid", "uid-1", "--generation", "1"])
+        .arg("--termination-log")
+        .arg(&term)
+        .output()
+        .unwrap();
+    let result = serde_json::from_str(&std::fs::read_to_string(&term).unwrap_or_default()).unwrap_or(Value::Null);
+    (out, result)
+}
+
+fn run_args<'a>(plugin: &'a str, host: &'a str, caps: &'a str, stage: &'a str) -> Vec<&'a str> {
+    vec![
+        "run", "--stage", stage, "--package", "tuning", "--version", "1.0.0", "--plugin", plugin,
+        "--capabilities", caps, "--config", r#"{"vm.swappiness": "10"}"#, "--insecure-registry", host,
+    ]
+}
+
+fn node(root: &Path) -> SimHost {
+    std::fs::create_dir_all(root.join("proc/sys/vm")).unwrap();
+    std::fs::write(root.join("proc/sys/vm/swappiness"), "60").unwrap();
+    SimHost::new(root, NodeIdentity::default()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_a_pinned_plugin_reports_and_is_idempotent() {
+    let reg = TestRegistry::start();
+    let pinned = pushed(&reg).await;
+    let tmp = tempfile::tempdir().unwrap();
+    node(tmp.path());
+    let (out, result) = agent(tmp.path(), &run_args(&pinned, reg.host(), CAPS, "apply"));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(result["outcome"], "ok");
+    assert_eq!(result["blame"], "none");
+    assert_eq!(result["interrupt"], "none");
+    assert_eq!(result["plugin"], pinned.as_str());
+    assert!(result["changes"].as_array().unwrap().iter().any(|c| c == "sysctl vm.swappiness: 60 -> 10"), "{result}");
+    assert_eq!(std::fs::read_to_string(tmp.path().join("proc/sys/vm/swappiness")).unwrap(), "10");
+    assert!(tmp.path().join("var/lib/nodewright/plugins/blobs/sha256").read_dir().unwrap().count() >= 1, "the node cache holds the plugin");
+
+    // A retried pod for the same generation does not run the stage again.
+    std::fs::write(tmp.path().join("proc/sys/vm/swappiness"), "60").unwrap();
+    let (out, again) = agent(tmp.path(), &run_args(&pinned, reg.host(), CAPS, "apply"));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already succeeded"));
+    assert_eq!(again, result);
+    assert_eq!(std::fs::read_to_string(tmp.path().join("proc/sys/vm/swappiness")).unwrap(), "60");
+
+    // Checks always run (read-only).
+    let (out, check) = agent(tmp.path(), &run_args(&pinned, reg.host(), CAPS, "apply-check"));
+    assert_eq!(out.status.code(), Some(1), "drift fails the check: {check}");
+    assert_eq!(check["blame"], "package");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn blame_and_exit_codes() {
+    let reg = TestRegistry::start();
+    let pinned = pushed(&reg).await;
+    let tmp = tempfile::tempdir().unwrap();
+    node(tmp.path());
+
+    let tag = format!("{}/plugins/sysctl:1.0.0", reg.host());
+    let (out, r) = agent(tmp.path(), &run_args(&tag, reg.host(), CAPS, "apply"));
+    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(3), Some("config")));
+    assert!(r["message"].as_str().unwrap().contains("pinned"));
+
+    let narrow = r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["net.*"]}"#;
+    let (out, r) = agent(tmp.path(), &run_args(&pinned, reg.host(), narrow, "apply"));
+    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(2), Some("denied")));
+    assert!(r["message"].as_str().unwrap().contains(r#"add "vm.swappiness" to spec.packages.tuning.capabilities.sysctl"#), "{r}");
+
+    let (out, r) = agent(tmp.path(), &run_args(&pinned, reg.host(), r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}]}"#, "apply"));
+    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(2), Some("denied")), "missing grants are caught before running: {r}");
+
+    // The node cache is content-addressed: a node that has the digest needs no registry.
+    let mut down = TestRegistry::start();
+    let elsewhere = pinned.replace(reg.host(), down.host());
+    down.stop();
+    let (out, _) = agent(tmp.path(), &run_args(&elsewhere, down.host(), CAPS, "plan"));
+    assert_eq!(out.status.code(), Some(0), "served from the node cache");
+    // A fresh node must pull, and an unreachable registry is a retryable host failure.
+    let fresh = tempfile::tempdir().unwrap();
+    node(fresh.path());
+    let (out, r) = agent(fresh.path(), &run_args(&elsewhere, down.host(), CAPS, "plan"));
+    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(4), Some("host")), "an unreachable registry is retryable: {r}");
+}
+
+#[test]
+fn the_reboot_protocol_completes_only_on_a_new_boot_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = node(tmp.path());
+    let boot = host.node_info().boot_id;
+    let args = ["interrupt", "--type", "reboot", "--reboot-wait", "0.2"];
+
+    // First run: marker with the current boot ID, reboot requested, node not down: fail.
+    let (out, r) = agent(tmp.path(), &args);
+    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(4), Some("host")), "{r}");
+    assert!(SimHost::reboot_requested(tmp.path()).is_some());
+    let marker: Value = serde_json::from_str(&std::fs::read_to_string(tmp.path().join("var/lib/nodewright/reboot-pending.json")).unwrap()).unwrap();
+    assert_eq!(marker["bootId"], boot.as_str());
+
+    // Unchanged boot ID: the stale marker is replaced and the reboot requested again.
+    std::fs::remove_file(tmp.path().join("run/nodewright-sim/reboot-requested")).unwrap();
+    let (out, _) = agent(tmp.path(), &args);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stale reboot marker"));
+    assert!(SimHost::reboot_requested(tmp.path()).is_some());
+
+    // The node reboots; the next run sees the new boot ID and completes.
+    let new_boot = host.reboot().unwrap();
+    let (out, r) = agent(tmp.path(), &args);
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert!(r["message"].as_str().unwrap().contains(&new_boot));
+    assert!(!tmp.path().join("var/lib/nodewright/reboot-pending.json").exists());
+
+    // Done once per generation: no second reboot.
+    let (out, _) = agent(tmp.path(), &args);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already completed"));
+    assert!(SimHost::reboot_requested(tmp.path()).is_none());
+}
