@@ -367,6 +367,22 @@ macro_rules! export_package {
     };
 }
 
+/// Describes how a file would change, for plan output: `None` when `current` already equals
+/// `wanted`; otherwise "create, N bytes" or "+A -R lines".
+pub fn describe_file_change(current: Option<&[u8]>, wanted: &[u8]) -> Option<String> {
+    let Some(current) = current else {
+        return Some(format!("create, {} bytes", wanted.len()));
+    };
+    if current == wanted {
+        return None;
+    }
+    let old: Vec<&[u8]> = current.split(|&b| b == b'\n').collect();
+    let new: Vec<&[u8]> = wanted.split(|&b| b == b'\n').collect();
+    let added = new.iter().filter(|l| !old.contains(l)).count();
+    let removed = old.iter().filter(|l| !new.contains(l)).count();
+    Some(format!("+{added} -{removed} lines"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,18 +416,3 @@ mod tests {
     }
 }
 
-/// Describes how a file would change, for plan output: `None` when `current` already equals
-/// `wanted`; otherwise "create, N bytes" or "+A -R lines".
-pub fn describe_file_change(current: Option<&[u8]>, wanted: &[u8]) -> Option<String> {
-    let Some(current) = current else {
-        return Some(format!("create, {} bytes", wanted.len()));
-    };
-    if current == wanted {
-        return None;
-    }
-    let old: Vec<&[u8]> = current.split(|&b| b == b'\n').collect();
-    let new: Vec<&[u8]> = wanted.split(|&b| b == b'\n').collect();
-    let added = new.iter().filter(|l| !old.contains(l)).count();
-    let removed = old.iter().filter(|l| !new.contains(l)).count();
-    Some(format!("+{added} -{removed} lines"))
-}

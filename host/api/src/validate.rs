@@ -544,7 +544,7 @@ pub fn validate_nodewright_update(
                     && enabled
                     && !(applied && nodes_with(name).is_empty())
                 {
-                    errs.add(format!("{path}.version"), format!("downgrade {} -> {} of a package with uninstall.enabled needs it uninstalled everywhere first", a, b));
+                    errs.add(format!("{path}.version"), format!("downgrade {a} -> {b} of a package with uninstall.enabled needs it uninstalled everywhere first"));
                 }
                 if applied && !after.uninstall.as_ref().is_some_and(|u| u.apply) {
                     warnings.push(format!("{path}.uninstall.apply turned off: nodes already uninstalled will install the package again"));

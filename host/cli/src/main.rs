@@ -18,6 +18,7 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Command {
     /// Write, build, inspect and run plugins locally.
     #[command(subcommand)]

@@ -2,8 +2,8 @@
 //!
 //! - `setup`: install what the build and tests need (the wasm32-wasip2 target, Debian's
 //!   docker-registry for the registry tests, the Go-built test control plane and helm).
-//! - `test`: setup, then every test in the workspace (release profile, one build), then a
-//!   size report of the first-party plugins.
+//! - `test`: setup, then every test in the workspace (release profile, one build), clippy
+//!   with warnings denied, then a size report of the first-party plugins.
 //! - `demo`: setup, build, then run the author loop on a scratch simulated node.
 //! - `bench`: the plugin engine benchmark.
 //! - `crds`: regenerate `deploy/crds/` from the API types (a test fails when they drift).
@@ -145,6 +145,8 @@ fn main() -> Result<()> {
         "test" => {
             setup()?;
             run(cargo(&target).args(["test", "--workspace", "--release", "--locked"]))?;
+            // Lints gate too (same release profile, so dependencies are shared with the tests).
+            run(cargo(&target).args(["clippy", "--workspace", "--release", "--all-targets", "--locked", "--", "-D", "warnings"]))?;
             plugin_sizes(&target)
         }
         "demo" => {

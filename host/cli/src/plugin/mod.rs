@@ -16,6 +16,7 @@ use nodewright_engine::{Engine, EngineConfig, LoadedPlugin};
 
 /// Plugin subcommands.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 pub enum PluginCommand {
     /// Create a new plugin crate from a template that builds as is.
     New(new::NewArgs),
