@@ -57,7 +57,12 @@ fn cargo(target: &Path) -> Command {
 }
 
 /// Debian packages the tests need, by the binary that shows each is installed.
-const APT_PACKAGES: &[(&str, &str)] = &[("/usr/bin/docker-registry", "docker-registry")];
+const APT_PACKAGES: &[(&str, &str)] = &[
+    ("/usr/bin/docker-registry", "docker-registry"),
+    // The control-plane harness probes /readyz with curl and reaps process groups with kill.
+    ("/usr/bin/curl", "curl"),
+    ("/bin/kill", "procps"),
+];
 
 fn setup() -> Result<()> {
     let installed = Command::new("rustup").args(["target", "list", "--installed"]).output().context("rustup is needed")?;
