@@ -212,3 +212,21 @@ async fn basic_auth_with_and_without_credentials() {
     let pulled = Puller::new(from_file, NodeCache::open(cache.path()).unwrap()).pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
     assert_eq!(pulled.bytes, bytes);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_registries_need_their_ca_and_never_fall_back_to_http() {
+    let reg = TestRegistry::start_tls();
+    let reference = format!("{}/plugins/sysctl:1", reg.host());
+    let bytes = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
+    // Unknown issuer: refused, no downgrade.
+    let untrusted = Registry::new(RegistryConfig::default());
+    let err = untrusted.push(&reference, &bytes, info(), &|_| {}).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. } | Error::Registry { .. }), "{err}");
+    // With the registry's CA bundle it works.
+    let trusted = Registry::new(RegistryConfig { ca_bundles: [(reg.host().to_string(), reg.ca_file())].into(), ..Default::default() });
+    let pushed = trusted.push(&reference, &bytes, info(), &|_| {}).await.unwrap();
+    assert_eq!(trusted.resolve(&reference).await.unwrap(), pushed.manifest_digest);
+    // A CA bundle for another registry does not help this one.
+    let other = Registry::new(RegistryConfig { ca_bundles: [("elsewhere:443".to_string(), reg.ca_file())].into(), ..Default::default() });
+    assert!(other.resolve(&reference).await.is_err());
+}

@@ -19,6 +19,7 @@ pub struct TestRegistry {
     child: Option<Child>,
     host: String,
     dir: tempfile::TempDir,
+    tls: bool,
 }
 
 /// Installs `docker-registry` if missing.
@@ -68,7 +69,33 @@ impl TestRegistry {
         Self::launch(Some((user, password)))
     }
 
+    /// A registry serving HTTPS with a certificate for 127.0.0.1 signed by a fresh test CA
+    /// (made with the openssl CLI); [`TestRegistry::ca_file`] is that CA.
+    pub fn start_tls() -> Self {
+        Self::launch_with(None, true)
+    }
+
+    /// The CA that signed a TLS registry's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
     fn launch(auth: Option<(&str, &str)>) -> Self {
+        Self::launch_with(auth, false)
+    }
+
+    fn make_certs(dir: &Path) {
+        let run = |args: &[&str]| {
+            let ok = Command::new("openssl").args(args).current_dir(dir).stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
+            assert!(ok, "openssl {args:?} failed");
+        };
+        run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=nodewright-test-ca"]);
+        run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=127.0.0.1"]);
+        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n").unwrap();
+        run(&["x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "ext.cnf"]);
+    }
+
+    fn launch_with(auth: Option<(&str, &str)>, tls: bool) -> Self {
         let bin = ensure_registry_installed();
         let dir = tempfile::tempdir().expect("registry dir");
         let port = free_port();
@@ -77,6 +104,10 @@ impl TestRegistry {
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: nodewright-test\n",
             dir.path().join("data").display()
         );
+        if tls {
+            Self::make_certs(dir.path());
+            config.push_str(&format!("  tls:\n    certificate: {}\n    key: {}\n", dir.path().join("tls.crt").display(), dir.path().join("tls.key").display()));
+        }
         if let Some((user, password)) = auth {
             let hash = bcrypt::hash(password, 5).expect("bcrypt");
             std::fs::write(dir.path().join("htpasswd"), format!("{user}:{hash}\n")).unwrap();
@@ -92,10 +123,11 @@ impl TestRegistry {
             .stderr(log)
             .spawn()
             .expect("start docker-registry");
-        let mut reg = TestRegistry { child: Some(child), host, dir };
+        let mut reg = TestRegistry { child: Some(child), host, dir, tls };
         let started = Instant::now();
         loop {
-            match v2_status(&reg.host) {
+            let up = if reg.tls { TcpStream::connect(&reg.host).is_ok().then_some(200) } else { v2_status(&reg.host) };
+            match up {
                 Some(200 | 401) => break,
                 _ if started.elapsed() > Duration::from_secs(20) => {
                     panic!("registry did not start on {}: {}", reg.host, reg.log());
