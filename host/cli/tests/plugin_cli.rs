@@ -182,3 +182,40 @@ fn validate_accepts_the_examples_and_names_bad_fields() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("spec.packages.driver.capabilities.kernelModules[1]: \"nv[idia\" is not a valid glob"), "{}", text(&out));
 }
+
+/// Two processes pulling into (and compiling into) one cache at once: both succeed and
+/// the cache stays consistent (every file hashes to its name).
+#[test]
+fn two_processes_share_one_cache() {
+    let reg = nodewright_testsupport::TestRegistry::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let reference = format!("{}/plugins/kmod:1", reg.host());
+    let push = nodewright(&cache, &["plugin", "push", nodewright_artifacts::KERNEL_MODULE, &reference, "--insecure-registry", reg.host()]);
+    assert!(push.status.success(), "{}", text(&push));
+    std::fs::remove_dir_all(&cache).unwrap();
+    for _ in 0..3 {
+        let children: Vec<_> = (0..2)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_nodewright"))
+                    .args(["plugin", "pull", &reference, "--insecure-registry", reg.host()])
+                    .env("NODEWRIGHT_CACHE_DIR", &cache)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}", text(&out));
+        }
+    }
+    for entry in std::fs::read_dir(cache.join("blobs/sha256")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.contains("tmp"), "a temp file was left behind: {name}");
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(nodewright_oci::sha256_digest(&bytes), format!("sha256:{name}"));
+    }
+}
