@@ -236,7 +236,12 @@ async fn run_stage(args: &RunArgs) -> StageResult {
     let report = match outcome {
         Ok(r) => r,
         Err(e @ RunError::Instantiate { .. }) => return fail(Blame::Host, e.to_string()),
-        Err(e) => return fail(Blame::Package, e.to_string()),
+        Err(e) => {
+            let mut r = fail(Blame::Package, e.to_string());
+            r.logs = e.logs().iter().rev().take(20).rev().map(|l| l.message.clone()).collect();
+            r.plugin = pulled.reference;
+            return r;
+        }
     };
     let logs: Vec<String> = report.logs.iter().rev().take(20).rev().map(|l| l.message.clone()).collect();
     let mut result = match &report.result {

@@ -67,6 +67,8 @@ pub enum RunError {
         stage: String,
         /// Deadline in seconds.
         seconds: f64,
+        /// What the plugin logged before it was stopped.
+        logs: Vec<crate::LogLine>,
     },
     /// The guest tried to grow memory past the limit.
     #[error("stage {stage} exceeded its memory limit of {limit_mib} MiB")]
@@ -75,6 +77,8 @@ pub enum RunError {
         stage: String,
         /// Limit in MiB.
         limit_mib: u64,
+        /// What the plugin logged before it was stopped.
+        logs: Vec<crate::LogLine>,
     },
     /// The guest trapped (including a Rust panic in the plugin).
     #[error("stage {stage} trapped: {message}")]
@@ -83,6 +87,8 @@ pub enum RunError {
         stage: String,
         /// Trap description (with the panic message when the guest printed one).
         message: String,
+        /// What the plugin logged before it trapped.
+        logs: Vec<crate::LogLine>,
     },
     /// Instantiation failed (a linking bug or resource limits at start).
     #[error("cannot instantiate plugin for stage {stage}: {message}")]
@@ -95,6 +101,14 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// The plugin's log up to the failure (empty for instantiation failures).
+    pub fn logs(&self) -> &[crate::LogLine] {
+        match self {
+            RunError::Timeout { logs, .. } | RunError::MemoryLimit { logs, .. } | RunError::Trap { logs, .. } => logs,
+            RunError::Instantiate { .. } => &[],
+        }
+    }
+
     /// Whether the failure is the plugin's fault (as opposed to the host's).
     pub fn is_package_fault(&self) -> bool {
         match self {

@@ -411,10 +411,10 @@ impl PreparedPlugin {
         store.epoch_deadline_trap();
 
         let started = Instant::now();
-        let timeout = |_| RunError::Timeout { stage: stage.to_string(), seconds: limits.timeout.as_secs_f64() };
+        let timeout = |logs: Vec<LogLine>| RunError::Timeout { stage: stage.to_string(), seconds: limits.timeout.as_secs_f64(), logs };
         let instance = tokio::time::timeout(limits.timeout, self.pre.instantiate_async(&mut store))
             .await
-            .map_err(timeout)?
+            .map_err(|_| timeout(Vec::new()))?
             .map_err(|e| RunError::Instantiate { stage: stage.to_string(), message: format!("{e:#}") })?;
         let wit_ctx = ctx.to_wit(stage);
         let remaining = limits.timeout.saturating_sub(started.elapsed());
@@ -440,7 +440,7 @@ impl PreparedPlugin {
         stderr.finish();
         let duration = started.elapsed();
         let result = match called {
-            Err(elapsed) => return Err(timeout(elapsed)),
+            Err(_) => return Err(timeout(log.lock().expect("log lock").take().0)),
             Ok(Err(trap)) => return Err(classify_trap(stage, trap, limits, &log)),
             Ok(Ok(result)) => result.map(|o| Outcome {
                 changes: o.changes.into_iter().map(Change::from).collect(),
@@ -455,21 +455,21 @@ impl PreparedPlugin {
 }
 
 fn classify_trap(stage: RunStage, err: wasmtime::Error, limits: &SandboxLimits, log: &Mutex<LogBuffer>) -> RunError {
+    let (lines, _) = log.lock().expect("log lock").take();
     if err.downcast_ref::<MemoryLimitExceeded>().is_some() {
-        return RunError::MemoryLimit { stage: stage.to_string(), limit_mib: limits.memory >> 20 };
+        return RunError::MemoryLimit { stage: stage.to_string(), limit_mib: limits.memory >> 20, logs: lines };
     }
     if err.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
-        return RunError::Timeout { stage: stage.to_string(), seconds: limits.timeout.as_secs_f64() };
+        return RunError::Timeout { stage: stage.to_string(), seconds: limits.timeout.as_secs_f64(), logs: lines };
     }
     // A Rust guest prints its panic message to stderr before aborting; surface it.
-    let (lines, _) = log.lock().expect("log lock").take();
     let panic = lines.iter().rev().find(|l| l.source == LogSource::Stderr && l.message.contains("panicked"));
     let trap = err.downcast_ref::<wasmtime::Trap>().map(|t| t.to_string()).unwrap_or_else(|| format!("{err:#}"));
     let message = match panic {
         Some(line) => format!("{trap} ({})", line.message),
         None => trap,
     };
-    RunError::Trap { stage: stage.to_string(), message }
+    RunError::Trap { stage: stage.to_string(), message, logs: lines }
 }
 
 #[cfg(test)]

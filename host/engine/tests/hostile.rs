@@ -204,3 +204,10 @@ async fn imports_without_grants_fail_before_anything_runs() {
     let text = err.to_string();
     assert!(text.contains("kmod (grant it with spec.packages.hostile.capabilities.kernelModules)"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_stage_keeps_what_it_logged() {
+    let (result, _tmp) = attack("panic", RunStage::Apply).await;
+    let err = result.unwrap_err();
+    assert!(err.logs().iter().any(|l| l.message.contains("panicked")), "{:?}", err.logs());
+}

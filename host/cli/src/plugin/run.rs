@@ -177,6 +177,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(e) => {
             if text {
+                if !e.logs().is_empty() {
+                    println!("logs");
+                    for line in e.logs() {
+                        println!("  {:<5} {}", format!("{:?}", line.level).to_lowercase(), line.message);
+                    }
+                }
                 println!("result   sandbox stopped the plugin: {e}");
             } else {
                 println!("{}", serde_json::to_string_pretty(&json!({"error": e.to_string(), "hostActions": actions}))?);
