@@ -114,6 +114,12 @@ fn package_name(source: &str) -> String {
     if stem.is_empty() { "plugin".into() } else { stem.replace('_', "-") }
 }
 
+fn print_logs(lines: &[nodewright_engine::LogLine]) {
+    for line in lines {
+        println!("  {:<5} {}", format!("{:?}", line.level).to_lowercase(), line.message);
+    }
+}
+
 fn interrupt_text(i: &Interrupt) -> String {
     match i {
         Interrupt::None => "none".into(),
@@ -179,9 +185,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             if text {
                 if !e.logs().is_empty() {
                     println!("logs");
-                    for line in e.logs() {
-                        println!("  {:<5} {}", format!("{:?}", line.level).to_lowercase(), line.message);
-                    }
+                    print_logs(e.logs());
                 }
                 println!("result   sandbox stopped the plugin: {e}");
             } else {
@@ -202,9 +206,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if !report.logs.is_empty() {
         println!("logs{}", if report.logs_dropped > 0 { format!(" ({} older lines dropped)", report.logs_dropped) } else { String::new() });
-        for line in &report.logs {
-            println!("  {:<5} {}", format!("{:?}", line.level).to_lowercase(), line.message);
-        }
+        print_logs(&report.logs);
     }
     let code = match &report.result {
         Ok(outcome) => {
