@@ -64,11 +64,17 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("/bin/kill", "procps"),
 ];
 
-fn setup() -> Result<()> {
+/// The wasm32-wasip2 target (all the demo needs).
+fn setup_wasm_target() -> Result<()> {
     let installed = Command::new("rustup").args(["target", "list", "--installed"]).output().context("rustup is needed")?;
     if !String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.trim() == "wasm32-wasip2") {
         run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
     }
+    Ok(())
+}
+
+fn setup() -> Result<()> {
+    setup_wasm_target()?;
     let missing: Vec<&str> = APT_PACKAGES.iter().filter(|(bin, _)| !Path::new(bin).exists()).map(|(_, pkg)| *pkg).collect();
     if !missing.is_empty() {
         let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
@@ -155,7 +161,7 @@ fn main() -> Result<()> {
             plugin_sizes(&target)
         }
         "demo" => {
-            setup()?;
+            setup_wasm_target()?;
             demo(&target)
         }
         "crds" => {
