@@ -204,7 +204,9 @@ fn check_duration(errs: &mut Errors, path: &str, d: Option<&String>) {
     }
 }
 
-fn glob_matches(pattern: &str, key: &str) -> bool {
+/// Whether a `configInterrupts` key pattern (an exact key, or one `*` glob) matches a
+/// config key. Shared by validation and the planner so both read patterns the same way.
+pub fn config_key_matches(pattern: &str, key: &str) -> bool {
     match pattern.split_once('*') {
         None => pattern == key,
         Some((pre, post)) => key.len() >= pre.len() + post.len() && key.starts_with(pre) && key.ends_with(post) && !post.contains('*'),
@@ -240,7 +242,7 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
         let path = format!("{base}.configInterrupts.{pattern}");
         if pattern.matches('*').count() > 1 {
             errs.add(&path, "only one '*' is supported in a key glob");
-        } else if !p.config_map.keys().any(|k| glob_matches(pattern, k)) {
+        } else if !p.config_map.keys().any(|k| config_key_matches(pattern, k)) {
             errs.add(&path, "matches no configMap key");
         }
         check_interrupt(errs, &path, i);

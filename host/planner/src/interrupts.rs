@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package};
+use nodewright_api::validate::config_key_matches;
 
 /// Rank for coalescing: reboot > restartAllServices > service > noop.
 pub fn rank(kind: InterruptType) -> u8 {
@@ -11,13 +12,6 @@ pub fn rank(kind: InterruptType) -> u8 {
         InterruptType::RestartAllServices => 2,
         InterruptType::Service => 1,
         InterruptType::Noop => 0,
-    }
-}
-
-fn key_matches(pattern: &str, key: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == key,
-        Some((pre, post)) => key.len() >= pre.len() + post.len() && key.starts_with(pre) && key.ends_with(post),
     }
 }
 
@@ -31,7 +25,7 @@ pub fn in_scope(package: &Package, changed_keys: &[String]) -> Vec<Interrupt> {
         found.extend(package.interrupt.clone());
     } else {
         for (pattern, interrupt) in &package.config_interrupts {
-            if changed_keys.iter().any(|k| key_matches(pattern, k)) && !found.contains(interrupt) {
+            if changed_keys.iter().any(|k| config_key_matches(pattern, k)) && !found.contains(interrupt) {
                 found.push(interrupt.clone());
             }
         }

@@ -466,6 +466,12 @@ impl ContainerCtx {
     }
 }
 
+/// A container's exit code as Kubernetes reports it: the code, or 128 + the signal.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(9))
+}
+
 fn terminated(code: i32, message: String, started: &str) -> Value {
     json!({"terminated": {
         "exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" },
@@ -534,10 +540,7 @@ async fn run_container(
         let outcome: (i32, Control) = loop {
             let wait = async {
                 match child.as_mut() {
-                    Some(c) => c.wait().await.ok().map(|s| {
-                        use std::os::unix::process::ExitStatusExt;
-                        s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9))
-                    }),
+                    Some(c) => c.wait().await.ok().map(exit_code),
                     None => futures::future::pending().await,
                 }
             };
@@ -550,10 +553,7 @@ async fn run_container(
                         kill_group(pid, "-TERM");
                         let c = child.as_mut().expect("child with pid");
                         let code = match tokio::time::timeout(Duration::from_secs(grace), c.wait()).await {
-                            Ok(Ok(s)) => {
-                                use std::os::unix::process::ExitStatusExt;
-                                s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(15))
-                            }
+                            Ok(Ok(s)) => exit_code(s),
                             _ => {
                                 kill_group(pid, "-KILL");
                                 let _ = c.wait().await;
