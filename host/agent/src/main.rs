@@ -3,12 +3,11 @@
 //!
 //! It resolves nothing: it pulls only the pinned digest it is given, verifies it through the
 //! node cache, checks the grants against the component's imports, runs the stage in the
-//! sandbox against the host root, and writes a structured [`result::StageResult`] to the
-//! termination message. Exit codes follow the failure's blame (see [`result::Blame`]):
+//! sandbox against the host root, and writes a structured [`nodewright_api::result::StageResult`] to the
+//! termination message. Exit codes follow the failure's blame (see [`nodewright_api::result::Blame`]):
 //! 0 ok, 1 package, 2 denied, 3 config, 4 host (retryable), 5 disruption.
 
 mod markers;
-mod result;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +22,7 @@ use nodewright_hostops::{HostNamespaces, HostOps, LinuxHost, NodeIdentity, SimHo
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
 
 use markers::{MarkerKey, RebootPending};
-use result::{Blame, StageResult};
+use nodewright_api::result::{Blame, StageResult};
 
 #[derive(Debug, Parser)]
 #[command(name = "nodewright-agent", version)]
@@ -252,6 +251,7 @@ async fn run_stage(args: &RunArgs) -> StageResult {
             blame: Blame::None,
             message: o.message.clone().unwrap_or_else(|| format!("{} change(s)", o.changes.len())),
             interrupt: Some(interrupt_text(&o.interrupt)),
+            change_count: o.changes.len() as u32,
             changes: o.changes.iter().map(|c| format!("{} {}: {}", c.kind, c.target, c.detail)).collect(),
             plugin: String::new(),
             logs: Vec::new(),

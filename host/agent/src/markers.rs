@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::result::StageResult;
+use nodewright_api::result::StageResult;
 
 /// The agent's state directory under the host root.
 pub fn state_dir(host_root: &Path) -> PathBuf {

@@ -74,3 +74,32 @@ pub mod reason {
     /// A capability call was denied at run time.
     pub const CAPABILITY_DENIED: &str = "CapabilityDenied";
 }
+
+/// Node annotation: why the drain of `cr` is blocked (cleared once it proceeds).
+pub fn drain_blocked(cr: &str) -> String {
+    format!("nodewright.io/drain-blocked.{cr}")
+}
+
+/// Labels on agent Jobs and their pods (what the operator reads back into the planner).
+pub mod job {
+    /// Marks our Jobs and pods: `"true"`.
+    pub const MANAGED: &str = "nodewright.io/managed";
+    /// CR name.
+    pub const CR: &str = "nodewright.io/cr";
+    /// Node name.
+    pub const NODE: &str = "nodewright.io/node";
+    /// Package name (package stages), or the interrupt's owner.
+    pub const PACKAGE: &str = "nodewright.io/package";
+    /// Package version (package stages).
+    pub const VERSION: &str = "nodewright.io/version";
+    /// Stage.
+    pub const STAGE: &str = "nodewright.io/stage";
+    /// Interrupt type (interrupt Jobs).
+    pub const INTERRUPT: &str = "nodewright.io/interrupt";
+    /// CR generation the Job was created for.
+    pub const GENERATION: &str = "nodewright.io/generation";
+}
+
+/// Node annotation: nodewright cordoned the node when it removed the runtime-required taint
+/// (`runtimeRequiredCordonAfter`); only an admin releases that cordon.
+pub const RUNTIME_REQUIRED_CORDON: &str = "nodewright.io/runtime-required-cordon";

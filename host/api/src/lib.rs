@@ -3,7 +3,8 @@
 //! This crate is shared by the operator, the agent, the engine and the CLI. It holds the
 //! capability grants a NodeWright gives each package ([`grants`]) and the rules that
 //! validate them, the `NodeWright` and `DeploymentPolicy` CRD types ([`v1alpha1`]), the
-//! annotation, label and condition names ([`keys`]), and validation and defaulting as pure
+//! annotation, label and condition names ([`keys`]), the agent's structured stage result
+//! that the operator reads back ([`result`]), and validation and defaulting as pure
 //! functions ([`validate`]).
 //! It depends on serde, schemars and globset only: never on a client, a runtime or tokio.
 //!
@@ -19,5 +20,6 @@
 pub mod crdgen;
 pub mod grants;
 pub mod keys;
+pub mod result;
 pub mod v1alpha1;
 pub mod validate;

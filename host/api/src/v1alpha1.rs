@@ -184,7 +184,7 @@ pub struct Interrupt {
 }
 
 /// Interrupt kinds, weakest first.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum InterruptType {
     /// Nothing.
@@ -300,6 +300,9 @@ pub struct CompartmentStatus {
     /// Batch state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_state: Option<BatchState>,
+    /// Members of the current batch (sticky until each is complete or erroring).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch_nodes: Vec<String>,
 }
 
 /// Batch bookkeeping of a compartment.
@@ -426,12 +429,73 @@ pub struct PackageStatus {
     /// Counted attempts of the current stage.
     #[serde(default)]
     pub attempts: i32,
+    /// CR generation this entry was last written for (a parked stage re-runs on a newer one).
+    #[serde(default)]
+    pub generation: i64,
+    /// Digests (12 hex) of the config values the last config cycle applied, by key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+    /// Keys changed by the config cycle in progress (empty: an install or upgrade cycle).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_keys: Vec<String>,
+    /// What `plan` reported: the interrupt the changes need (`None`: no plan ran, the spec's
+    /// interrupt applies). Never stronger than the spec's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<Planned>,
+    /// Boot ID when a reboot interrupt started; the interrupt completes on a different one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub boot_id: String,
+    /// Version being upgraded from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_version: Option<String>,
+    /// Last failure, for erroring entries.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The outcome of a `plan` stage, as recorded on the node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Planned {
+    /// Changes the plugin would make.
+    pub changes: u32,
+    /// The interrupt those changes need (`None`: no interrupt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt: Option<Interrupt>,
+}
+
+impl PackageStatus {
+    /// A fresh entry at `stage`, `in_progress`.
+    pub fn new(name: &str, version: &str, stage: Stage, generation: i64) -> Self {
+        PackageStatus {
+            name: name.into(),
+            version: version.into(),
+            digest: String::new(),
+            stage,
+            state: State::InProgress,
+            attempts: 0,
+            generation,
+            config: BTreeMap::new(),
+            changed_keys: Vec::new(),
+            planned: None,
+            boot_id: String::new(),
+            previous_version: None,
+            message: String::new(),
+        }
+    }
+}
+
+/// Key of a package in a [`NodeState`]: `name|version`.
+pub fn state_key(name: &str, version: &str) -> String {
+    format!("{name}|{version}")
 }
 
 /// Package stages as tracked on nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stage {
+    /// Read-only dry run before a disruptive install: a converged node needs no cordon.
+    Plan,
     /// Install.
     Apply,
     /// Configure.

@@ -230,7 +230,7 @@ fn update_rules_protect_uninstallable_packages() {
     };
     let empty: NodeWrightSpec = serde_json::from_value(json!({"packages": {}})).unwrap();
     let mut on_node: NodeState = BTreeMap::new();
-    on_node.insert("driver|2.0.0".into(), PackageStatus { name: "driver".into(), version: "2.0.0".into(), digest: String::new(), stage: Stage::Apply, state: State::Complete, attempts: 0 });
+    on_node.insert("driver|2.0.0".into(), PackageStatus { state: State::Complete, ..PackageStatus::new("driver", "2.0.0", Stage::Apply, 1) });
     let tracked: BTreeMap<String, NodeState> = [("node-a".to_string(), on_node)].into();
     let none = BTreeMap::new();
 

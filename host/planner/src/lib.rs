@@ -1,20 +1,35 @@
 //! NodeWright's rollout semantics, decided without any I/O.
 //!
-//! This crate grows into `plan(snapshot, now) -> Vec<Action>`. What is here now are the
-//! rules that function is built from, each a pure function with its own tests:
+//! [`plan`] takes what the operator observed ([`Snapshot`]: NodeWrights, policies, nodes
+//! with their annotations, taints and boot IDs, the agent Jobs and their outcomes, pods,
+//! refused evictions) and a clock, and returns the [`Action`]s to take next: Jobs to create
+//! or delete, one patch per node (state annotation, cordon, Karpenter annotations, taints),
+//! evictions, status writes, events, finalizers. It is level-triggered: running it again on
+//! the world those actions produce moves the rollout one step further, and running it on an
+//! unchanged world asks for nothing new. The rules it is built from are separate modules with
+//! their own tests: the stage graph ([`stages`]), interrupt scope and coalescing
+//! ([`interrupts`]), shared cordon ownership ([`cordon`]), drains ([`drain`]), batch
+//! arithmetic ([`batches`]) and compartments ([`rollout`]).
 //!
-//! - [`stages`]: the per-package stage graph (transitions only from `complete`), which check
-//!   verifies which stage, and which stage an executor (re)starts at;
-//! - [`interrupts`]: whether an interrupt is in scope (package interrupt vs the
-//!   `configInterrupts` of changed keys) and how a node's interrupts coalesce into one;
-//! - [`cordon`]: shared cordon ownership that never releases a cordon nodewright did not make;
-//! - [`batches`]: batch sizes of the rollout strategies, capped by the budget.
-//!
-//! No tokio, no client, no clock: time, when needed, is an argument.
+//! No tokio, no client, no clock: time is an argument.
 
 #![deny(missing_docs)]
 
+pub mod action;
 pub mod batches;
 pub mod cordon;
+pub mod drain;
 pub mod interrupts;
+pub mod jobs;
+pub mod node;
+pub mod packages;
+mod plan;
+pub mod rollout;
+pub mod select;
+pub mod snapshot;
 pub mod stages;
+mod status;
+
+pub use action::{Action, Event, JobRequest, NodePatch, Target};
+pub use plan::plan;
+pub use snapshot::{Cr, Job, JobPhase, Node, Plugins, Pod, Refusal, Settings, Snapshot, Work};

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! no interrupt in scope:   apply → config ▪          upgrade → config ▪
-//! interrupt in scope:      apply|upgrade → config → interrupt → post-interrupt ▪
+//! interrupt in scope:      plan → apply|upgrade → config → interrupt → post-interrupt ▪
 //! uninstall:               uninstall ▪ (entry removed)
 //!                          uninstall → uninstall-interrupt ▪ (entry removed)
 //! ```
@@ -25,6 +25,7 @@ pub enum Next {
 /// The stage after `stage` completes.
 pub fn next_on_success(stage: Stage, interrupt_in_scope: bool) -> Next {
     match (stage, interrupt_in_scope) {
+        (Stage::Plan, _) => Next::Stage(Stage::Apply),
         (Stage::Apply | Stage::Upgrade, _) => Next::Stage(Stage::Config),
         (Stage::Config, true) => Next::Stage(Stage::Interrupt),
         (Stage::Config, false) => Next::Done,
@@ -45,7 +46,7 @@ pub fn check_for(stage: Stage) -> Option<&'static str> {
         Stage::PostInterrupt => Some("post-interrupt-check"),
         Stage::Upgrade => Some("upgrade-check"),
         Stage::Uninstall => Some("uninstall-check"),
-        Stage::Interrupt | Stage::UninstallInterrupt => None,
+        Stage::Plan | Stage::Interrupt | Stage::UninstallInterrupt => None,
     }
 }
 
@@ -53,7 +54,7 @@ pub fn check_for(stage: Stage) -> Option<&'static str> {
 pub fn is_interrupt(stage: Stage) -> bool {
     match stage {
         Stage::Interrupt | Stage::UninstallInterrupt => true,
-        Stage::Apply | Stage::Config | Stage::PostInterrupt | Stage::Upgrade | Stage::Uninstall => false,
+        Stage::Plan | Stage::Apply | Stage::Config | Stage::PostInterrupt | Stage::Upgrade | Stage::Uninstall => false,
     }
 }
 

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::v1alpha1::{Interrupt, InterruptType};
+
 /// Bytes Kubernetes keeps from a termination message.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
 
@@ -58,6 +60,9 @@ pub struct StageResult {
     /// Interrupt the changes need (`none`, `reboot`, `service:a,b`, `restartAllServices`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupt: Option<String>,
+    /// How many changes were made or planned (`changes` may be trimmed to fit).
+    #[serde(default)]
+    pub change_count: u32,
     /// Changes made or planned (`kind target: detail`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<String>,
@@ -79,9 +84,26 @@ impl StageResult {
             blame,
             message: message.into(),
             interrupt: None,
+            change_count: 0,
             changes: Vec::new(),
             plugin: String::new(),
             logs: Vec::new(),
+        }
+    }
+
+    /// The interrupt the stage reported, parsed (`Some(None)`: it needs none; `None`: it
+    /// did not say, or said something unreadable).
+    pub fn reported_interrupt(&self) -> Option<Option<Interrupt>> {
+        let text = self.interrupt.as_deref()?;
+        let kind = |kind| Some(Some(Interrupt { kind, services: Vec::new() }));
+        match text {
+            "none" => Some(None),
+            "reboot" => kind(InterruptType::Reboot),
+            "restartAllServices" => kind(InterruptType::RestartAllServices),
+            _ => {
+                let services = text.strip_prefix("service:")?;
+                Some(Some(Interrupt { kind: InterruptType::Service, services: services.split(',').filter(|s| !s.is_empty()).map(String::from).collect() }))
+            }
         }
     }
 
@@ -98,7 +120,11 @@ impl StageResult {
             } else if !r.changes.is_empty() {
                 r.changes.pop();
             } else {
-                r.message.truncate(r.message.len().saturating_sub(256));
+                let mut cut = r.message.len().saturating_sub(256);
+                while !r.message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                r.message.truncate(cut);
             }
         }
     }
@@ -117,5 +143,26 @@ mod tests {
         let back: StageResult = serde_json::from_str(&msg).unwrap();
         assert_eq!((back.outcome.as_str(), back.blame), ("failed", Blame::Package));
         assert_eq!(back.logs.last().unwrap(), r.logs.last().unwrap(), "the newest lines are kept");
+    }
+
+    #[test]
+    fn a_long_multibyte_message_is_cut_on_a_character_boundary() {
+        let r = StageResult::failed("apply", "p", Blame::Package, "é".repeat(5000));
+        assert!(r.to_termination_message().len() <= TERMINATION_MESSAGE_LIMIT);
+    }
+
+    #[test]
+    fn reported_interrupts_parse() {
+        let mut r = StageResult::failed("plan", "p", Blame::None, "");
+        assert_eq!(r.reported_interrupt(), None);
+        r.interrupt = Some("none".into());
+        assert_eq!(r.reported_interrupt(), Some(None));
+        r.interrupt = Some("service:a.service,b.service".into());
+        let i = r.reported_interrupt().unwrap().unwrap();
+        assert_eq!((i.kind, i.services), (InterruptType::Service, vec!["a.service".to_string(), "b.service".to_string()]));
+        r.interrupt = Some("reboot".into());
+        assert_eq!(r.reported_interrupt().unwrap().unwrap().kind, InterruptType::Reboot);
+        r.interrupt = Some("explode".into());
+        assert_eq!(r.reported_interrupt(), None);
     }
 }

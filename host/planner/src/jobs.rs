@@ -1,0 +1,89 @@
+//! Deterministic Job names: creating the same work twice is an `AlreadyExists`, never a
+//! second Job.
+
+use nodewright_api::v1alpha1::{InterruptType, Stage};
+use sha2::{Digest, Sha256};
+
+use crate::snapshot::Work;
+
+/// The stage's name as the agent and labels spell it.
+pub fn stage_name(stage: Stage) -> &'static str {
+    match stage {
+        Stage::Plan => "plan",
+        Stage::Apply => "apply",
+        Stage::Config => "config",
+        Stage::Interrupt => "interrupt",
+        Stage::PostInterrupt => "post-interrupt",
+        Stage::Upgrade => "upgrade",
+        Stage::Uninstall => "uninstall",
+        Stage::UninstallInterrupt => "uninstall-interrupt",
+    }
+}
+
+/// Parses [`stage_name`].
+pub fn parse_stage(s: &str) -> Option<Stage> {
+    [Stage::Plan, Stage::Apply, Stage::Config, Stage::Interrupt, Stage::PostInterrupt, Stage::Upgrade, Stage::Uninstall, Stage::UninstallInterrupt]
+        .into_iter()
+        .find(|st| stage_name(*st) == s)
+}
+
+/// The interrupt type as the spec spells it.
+pub fn interrupt_name(kind: InterruptType) -> &'static str {
+    match kind {
+        InterruptType::Noop => "noop",
+        InterruptType::Service => "service",
+        InterruptType::RestartAllServices => "restartAllServices",
+        InterruptType::Reboot => "reboot",
+    }
+}
+
+/// Parses [`interrupt_name`].
+pub fn parse_interrupt(s: &str) -> Option<InterruptType> {
+    [InterruptType::Noop, InterruptType::Service, InterruptType::RestartAllServices, InterruptType::Reboot].into_iter().find(|k| interrupt_name(*k) == s)
+}
+
+/// `nw-<readable prefix>-<10 hex of the full key>`, at most 63 characters, a DNS label.
+/// Package Jobs are keyed by (CR, package, version, stage, node); interrupt Jobs by
+/// (CR, stage, type, node) — one merged interrupt per node, whoever owns it.
+pub fn job_name(cr: &str, node: &str, work: &Work) -> String {
+    let key = match work {
+        Work::Package { package, version, stage } => format!("{cr}\0{package}\0{version}\0{}\0{node}", stage_name(*stage)),
+        Work::Interrupt { stage, kind, .. } => format!("{cr}\0{}\0{}\0{node}", stage_name(*stage), interrupt_name(*kind)),
+    };
+    let hash = Sha256::digest(key.as_bytes());
+    let hex: String = hash.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    let what = match work {
+        Work::Package { package, stage, .. } => format!("{package}-{}", stage_name(*stage)),
+        Work::Interrupt { stage, .. } => stage_name(*stage).to_string(),
+    };
+    let readable: String = format!("{cr}-{what}-{node}")
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let prefix: String = readable.chars().take(63 - 3 - 1 - hex.len()).collect();
+    format!("nw-{}-{hex}", prefix.trim_end_matches('-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_deterministic_bounded_dns_labels() {
+        let w = Work::Package { package: "driver".into(), version: "1.0.0".into(), stage: Stage::Apply };
+        let a = job_name("gpu", "node-1", &w);
+        assert_eq!(a, job_name("gpu", "node-1", &w));
+        assert!(a.starts_with("nw-gpu-driver-apply-node-1-"), "{a}");
+        let long = job_name(&"c".repeat(60), &"n".repeat(250), &w);
+        assert!(long.len() <= 63 && long.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{long}");
+        let other_node = job_name(&"c".repeat(60), &format!("{}x", "n".repeat(249)), &w);
+        assert_ne!(long, other_node, "truncated names still differ by the hash");
+        let i1 = job_name("gpu", "n", &Work::Interrupt { stage: Stage::Interrupt, kind: InterruptType::Reboot, owner: "a".into() });
+        let i2 = job_name("gpu", "n", &Work::Interrupt { stage: Stage::Interrupt, kind: InterruptType::Reboot, owner: "b".into() });
+        assert_eq!(i1, i2, "one merged interrupt per node, whoever owns it");
+        for s in ["plan", "apply", "config", "interrupt", "post-interrupt", "upgrade", "uninstall", "uninstall-interrupt"] {
+            assert_eq!(stage_name(parse_stage(s).unwrap()), s);
+        }
+    }
+}

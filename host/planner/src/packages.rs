@@ -1,0 +1,89 @@
+//! Per-package facts derived from the spec and a node's entry: config digests and changed
+//! keys, the interrupt in scope after `plan`, and when a package is done on a node.
+
+use std::collections::BTreeMap;
+
+use nodewright_api::v1alpha1::{Interrupt, InterruptType, NodeState, NodeWrightSpec, Package, PackageStatus, Stage, State, state_key};
+use sha2::{Digest, Sha256};
+
+use crate::interrupts::{in_scope, rank};
+use crate::stages::{Next, next_on_success};
+
+/// Key → 12-hex digest of each config value: what a node records as applied.
+pub fn config_digests(p: &Package) -> BTreeMap<String, String> {
+    p.config_map
+        .iter()
+        .map(|(k, v)| {
+            let h = Sha256::digest(v.as_bytes());
+            (k.clone(), h.iter().take(6).map(|b| format!("{b:02x}")).collect())
+        })
+        .collect()
+}
+
+/// Keys added, removed or changed between two digest maps, sorted.
+pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
+    let mut keys: Vec<String> = old.keys().chain(new.keys()).filter(|k| old.get(*k) != new.get(*k)).cloned().collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// The interrupts in scope for this entry's cycle: the package interrupt for installs and
+/// upgrades, the matching `configInterrupts` for config cycles — capped by what `plan`
+/// reported (the spec is the ceiling; a plan may ask for less, never more).
+pub fn effective(p: &Package, e: Option<&PackageStatus>) -> Vec<Interrupt> {
+    let scope = in_scope(p, e.map(|e| e.changed_keys.as_slice()).unwrap_or_default());
+    let Some(planned) = e.and_then(|e| e.planned.as_ref()) else { return scope };
+    let Some(reported) = &planned.interrupt else { return Vec::new() };
+    let Some(top) = scope.iter().map(|i| rank(i.kind)).max() else { return Vec::new() };
+    if rank(reported.kind) > top {
+        return scope;
+    }
+    if reported.kind == InterruptType::Service {
+        let allowed: Vec<String> = scope.iter().flat_map(|i| i.services.iter()).cloned().collect();
+        let units: Vec<String> = reported.services.iter().filter(|u| allowed.contains(u) || top > rank(InterruptType::Service)).cloned().collect();
+        if units.is_empty() {
+            return scope;
+        }
+        return vec![Interrupt { kind: InterruptType::Service, services: units }];
+    }
+    vec![reported.clone()]
+}
+
+/// The entry's cycle is finished: `post-interrupt` complete, or `config` complete with no
+/// interrupt in scope.
+pub fn terminal(p: &Package, e: &PackageStatus) -> bool {
+    e.state == State::Complete
+        && match e.stage {
+            Stage::PostInterrupt => true,
+            Stage::Config => effective(p, Some(e)).is_empty(),
+            Stage::Plan | Stage::Apply | Stage::Interrupt | Stage::Upgrade | Stage::Uninstall | Stage::UninstallInterrupt => false,
+        }
+}
+
+/// Uninstall is wanted: `uninstall.enabled` and (`uninstall.apply` or the CR is going away).
+pub fn uninstall_requested(p: &Package, deleting: bool) -> bool {
+    p.uninstall.as_ref().is_some_and(|u| u.enabled && (u.apply || deleting))
+}
+
+/// The package needs nothing more on this node.
+pub fn done(name: &str, p: &Package, state: &NodeState, deleting: bool) -> bool {
+    let entry = state.get(&state_key(name, &p.version));
+    if uninstall_requested(p, deleting) {
+        return entry.is_none();
+    }
+    if deleting {
+        return true;
+    }
+    entry.is_some_and(|e| terminal(p, e) && e.config == config_digests(p))
+}
+
+/// Every package of the CR needs nothing more on this node.
+pub fn node_done(spec: &NodeWrightSpec, state: &NodeState, deleting: bool) -> bool {
+    spec.packages.iter().all(|(name, p)| done(name, p, state, deleting))
+}
+
+/// The stage after a completed one, for this entry's cycle.
+pub fn after(p: &Package, e: &PackageStatus) -> Next {
+    next_on_success(e.stage, !effective(p, Some(e)).is_empty())
+}

@@ -1,0 +1,139 @@
+//! Compartments and batches: which nodes may work at once.
+
+use std::collections::BTreeMap;
+
+use nodewright_api::v1alpha1::{BatchParams, BatchState, Budget, CompartmentStatus, DeploymentPolicySpec, Strategy};
+
+use crate::batches::{Kind, ceiling, evaluate, next_batch_size};
+use crate::select;
+use crate::snapshot::Node;
+
+/// The synthetic compartment of nodes no compartment selects (and of CRs without a policy).
+pub const DEFAULT: &str = "__default__";
+
+/// A compartment's rules.
+#[derive(Clone, Debug)]
+pub struct Rules {
+    /// Budget.
+    pub budget: Budget,
+    /// Strategy, if any (none: batches of the budget's ceiling).
+    pub strategy: Option<Strategy>,
+}
+
+/// Compartment rules of a CR: its policy's, or `interruptionBudget` as the default one.
+pub fn rules(policy: Option<&DeploymentPolicySpec>, budget: Option<&Budget>) -> BTreeMap<String, Rules> {
+    let mut out = BTreeMap::new();
+    match policy {
+        Some(p) => {
+            out.insert(DEFAULT.to_string(), Rules { budget: p.default.budget.clone(), strategy: p.default.strategy.clone() });
+            for c in &p.compartments {
+                out.insert(c.name.clone(), Rules { budget: c.budget.clone(), strategy: c.strategy.clone().or(p.default.strategy.clone()) });
+            }
+        }
+        None => {
+            let budget = budget.cloned().unwrap_or(Budget { percent: Some(100), count: None });
+            out.insert(DEFAULT.to_string(), Rules { budget, strategy: None });
+        }
+    }
+    out
+}
+
+fn safety(s: Option<&Strategy>) -> u8 {
+    match s.and_then(Kind::of) {
+        Some(Kind::Fixed(_)) => 0,
+        Some(Kind::Linear(_)) => 1,
+        Some(Kind::Exponential(_)) => 2,
+        None => 3,
+    }
+}
+
+/// Assigns each node to a compartment: among the matching ones the safest strategy
+/// (fixed < linear < exponential < none), then the smaller ceiling (on the CR's nodes that
+/// compartment's selector matches), then the name; no match: [`DEFAULT`].
+pub fn assign<'a>(policy: Option<&DeploymentPolicySpec>, nodes: &[&'a Node]) -> BTreeMap<String, Vec<&'a Node>> {
+    let mut out: BTreeMap<String, Vec<&Node>> = BTreeMap::new();
+    out.insert(DEFAULT.into(), Vec::new());
+    let Some(policy) = policy else {
+        out.insert(DEFAULT.into(), nodes.to_vec());
+        return out;
+    };
+    let matched: Vec<u32> = policy.compartments.iter().map(|c| nodes.iter().filter(|n| select::matches(Some(&c.selector), &n.labels)).count() as u32).collect();
+    for node in nodes {
+        let best = policy
+            .compartments
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| select::matches(Some(&c.selector), &node.labels))
+            .min_by_key(|(i, c)| (safety(c.strategy.as_ref().or(policy.default.strategy.as_ref())), ceiling(matched[*i], &c.budget), c.name.clone()));
+        let name = best.map(|(_, c)| c.name.clone()).unwrap_or_else(|| DEFAULT.into());
+        out.entry(name).or_default().push(node);
+    }
+    out
+}
+
+/// A node's standing in its compartment this pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Nothing to do on it.
+    Done,
+    /// Parked after a terminal failure.
+    Failed,
+    /// Cannot be worked on now (ignored, untolerated taint, gated, paused).
+    Ineligible,
+    /// Needs work and may get it.
+    Eligible,
+}
+
+/// Result of choosing a compartment's batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// Nodes that may work this pass.
+    pub members: Vec<String>,
+    /// The updated compartment status.
+    pub status: CompartmentStatus,
+}
+
+/// The batch of one compartment: the current members until each is done or failed (sticky),
+/// then — after folding the finished batch into the batch state — the next nodes in order,
+/// as many as the strategy (or the budget's ceiling) allows, unless the compartment stopped.
+pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str, Standing)]) -> Batch {
+    let total = nodes.len() as u32;
+    let ceil = ceiling(total, &rules.budget);
+    let synthetic = Strategy { fixed: Some(BatchParams { initial_batch: Some(ceil.max(1) as i32), ..Default::default() }), ..Default::default() };
+    let strategy = rules.strategy.as_ref().unwrap_or(&synthetic);
+    let kind = Kind::of(strategy).unwrap_or(Kind::Fixed(synthetic.fixed.as_ref().expect("set above")));
+    let mut state = previous.and_then(|p| p.batch_state.clone()).unwrap_or(BatchState { current_batch: 1, ..Default::default() });
+    let standing: BTreeMap<&str, Standing> = nodes.iter().copied().collect();
+    let mut members: Vec<String> = previous.map(|p| p.batch_nodes.clone()).unwrap_or_default();
+    members.retain(|m| standing.contains_key(m.as_str()));
+    let open = members.iter().any(|m| standing[m.as_str()] == Standing::Eligible);
+    if !open {
+        if !members.is_empty() {
+            let ok = members.iter().filter(|m| standing[m.as_str()] == Standing::Done).count() as u32;
+            let failed = members.iter().filter(|m| standing[m.as_str()] == Standing::Failed).count() as u32;
+            if ok + failed > 0 {
+                state = evaluate(kind, &state, ok, failed, ok + failed, total);
+            }
+        }
+        members.clear();
+        if !state.should_stop {
+            let size = match rules.strategy {
+                Some(_) => next_batch_size(kind, &state, total),
+                None => ceil,
+            } as usize;
+            members = nodes.iter().filter(|(_, s)| *s == Standing::Eligible).take(size).map(|(n, _)| n.to_string()).collect();
+        }
+    }
+    let completed = nodes.iter().filter(|(_, s)| *s == Standing::Done).count() as i32;
+    let in_progress = members.iter().filter(|m| standing[m.as_str()] == Standing::Eligible).count() as i32;
+    let status = CompartmentStatus {
+        matched: total as i32,
+        ceiling: ceil as i32,
+        in_progress,
+        completed,
+        progress_percent: if total == 0 { 100 } else { completed * 100 / total as i32 },
+        batch_state: Some(state),
+        batch_nodes: members.clone(),
+    };
+    Batch { members, status }
+}

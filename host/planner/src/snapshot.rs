@@ -1,0 +1,235 @@
+//! What the operator observed: the planner's only input besides the clock.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Taint;
+use nodewright_api::result::StageResult;
+use nodewright_api::v1alpha1::{DeploymentPolicySpec, InterruptType, NodeWrightSpec, NodeWrightStatus, Stage};
+
+/// One observation of the cluster.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Every NodeWright.
+    pub nodewrights: Vec<Cr>,
+    /// DeploymentPolicies by name.
+    pub policies: BTreeMap<String, DeploymentPolicySpec>,
+    /// Every node.
+    pub nodes: Vec<Node>,
+    /// The operator's Jobs.
+    pub jobs: Vec<Job>,
+    /// Pods bound to nodes.
+    pub pods: Vec<Pod>,
+    /// Evictions a PodDisruptionBudget refused, by `namespace/name`.
+    pub refusals: BTreeMap<String, Refusal>,
+    /// Operator settings.
+    pub settings: Settings,
+}
+
+/// Operator settings the rules depend on.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Namespace of the agent Jobs.
+    pub namespace: String,
+    /// Retries of a failed package stage (`backoffLimit` of its Job); disruptions do not count.
+    pub backoff_limit: i32,
+    /// Per-attempt deadline of package stages (whole stage for interrupts) when the package
+    /// sets no `stageTimeout`, in seconds; 0 means none.
+    pub stage_timeout: u64,
+    /// Reset a node's state for every CR when its boot ID changes outside our interrupts.
+    pub reapply_on_reboot: bool,
+    /// How long to wait before retrying an eviction a PodDisruptionBudget refused.
+    pub eviction_retry: i64,
+    /// Units `restartAllServices` restarts.
+    pub restart_all_services: Vec<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: "nodewright".into(),
+            backoff_limit: 3,
+            stage_timeout: 3600,
+            reapply_on_reboot: false,
+            eviction_retry: 30,
+            restart_all_services: vec!["procps.service".into()],
+        }
+    }
+}
+
+/// A NodeWright as observed.
+#[derive(Clone, Debug, Default)]
+pub struct Cr {
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// Spec.
+    pub spec: NodeWrightSpec,
+    /// Status as last written.
+    pub status: NodeWrightStatus,
+    /// `nodewright.io/pause: "true"`.
+    pub paused: bool,
+    /// `nodewright.io/disable: "true"`.
+    pub disabled: bool,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// Our finalizer is present.
+    pub has_finalizer: bool,
+    /// Outcome of resolving, pulling and grant-checking the plugins (done by the operator
+    /// before any node is touched).
+    pub plugins: Plugins,
+}
+
+/// The plugins of a CR, resolved and checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plugins {
+    /// Not checked yet.
+    Pending,
+    /// Every package → its pinned reference; the grants cover every import.
+    Ready(BTreeMap<String, String>),
+    /// Some plugin cannot be used; the message names the package and what to fix.
+    NotReady {
+        /// `GrantMissing`, `ResolveFailed`, ...
+        reason: String,
+        /// For the condition.
+        message: String,
+    },
+}
+
+impl Default for Plugins {
+    fn default() -> Self {
+        Plugins::Pending
+    }
+}
+
+/// A node as observed.
+#[derive(Clone, Debug, Default)]
+pub struct Node {
+    /// Name.
+    pub name: String,
+    /// Creation time (unix seconds); nodes are ordered by it, then name.
+    pub created: i64,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `spec.taints`.
+    pub taints: Vec<Taint>,
+    /// `status.nodeInfo.bootID`.
+    pub boot_id: String,
+    /// `metadata.resourceVersion`, for optimistic writes.
+    pub resource_version: String,
+}
+
+/// What a Job does; parsed from its labels.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Work {
+    /// One stage of one package.
+    Package {
+        /// Package name.
+        package: String,
+        /// Version.
+        version: String,
+        /// Stage.
+        stage: Stage,
+    },
+    /// The node's merged interrupt, or a package's uninstall interrupt.
+    Interrupt {
+        /// `Interrupt` or `UninstallInterrupt`.
+        stage: Stage,
+        /// Kind.
+        kind: InterruptType,
+        /// The package that owns it.
+        owner: String,
+    },
+}
+
+/// One of the operator's Jobs.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// Name.
+    pub name: String,
+    /// CR it belongs to.
+    pub cr: String,
+    /// Node it runs on.
+    pub node: String,
+    /// CR generation it was created for.
+    pub generation: i64,
+    /// What it does.
+    pub work: Work,
+    /// How it is going.
+    pub phase: JobPhase,
+}
+
+/// How a Job is going.
+#[derive(Clone, Debug)]
+pub enum JobPhase {
+    /// Not finished; `failed` counted attempts so far, with the last one's result.
+    Active {
+        /// Counted (genuine) failed attempts.
+        failed: u32,
+        /// The last failed attempt's result.
+        last: Option<StageResult>,
+    },
+    /// Finished successfully.
+    Succeeded(Option<StageResult>),
+    /// Finished unsuccessfully.
+    Failed {
+        /// At least one attempt failed for a reason that counts (a non-zero exit with a
+        /// verdict, or its deadline) — not only disruptions or admission rejections.
+        genuine: bool,
+        /// Counted attempts.
+        attempts: u32,
+        /// The Job's failure reason (`BackoffLimitExceeded`, `DeadlineExceeded`, ...).
+        reason: String,
+        /// The last failed attempt's result.
+        last: Option<StageResult>,
+    },
+}
+
+/// A pod bound to a node.
+#[derive(Clone, Debug, Default)]
+pub struct Pod {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.nodeName`.
+    pub node: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Running or Pending (not Succeeded/Failed).
+    pub active: bool,
+    /// `metadata.deletionTimestamp` is set.
+    pub terminating: bool,
+    /// Controller owner kind, if any.
+    pub controller: Option<String>,
+    /// A mirror (static) pod.
+    pub mirror: bool,
+    /// Uses an emptyDir volume.
+    pub empty_dir: bool,
+    /// Tolerates `node.kubernetes.io/unschedulable:NoSchedule`.
+    pub tolerates_unschedulable: bool,
+    /// One of our agent pods.
+    pub ours: bool,
+}
+
+impl Pod {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// An eviction a PodDisruptionBudget refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// When (unix seconds).
+    pub at: i64,
+    /// The apiserver's message.
+    pub message: String,
+}

@@ -1,0 +1,205 @@
+//! The CR's status, conditions and transition events, derived from the pass.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodewright_api::keys::{condition, reason};
+use nodewright_api::v1alpha1::{CompartmentStatus, NodeWrightStatus, Status};
+
+use crate::action::{Action, Event, Target};
+use crate::node::NodeOutcome;
+use crate::snapshot::{Cr, Plugins};
+
+/// Collects what a CR's pass found and turns it into a status write and events.
+pub struct Report<'a> {
+    cr: &'a Cr,
+    now: i64,
+    status: NodeWrightStatus,
+    plugins: Option<(bool, String, String)>,
+    policy_missing: Option<String>,
+    malformed: Vec<String>,
+    barrier: Vec<String>,
+    blocked_nodes: Vec<String>,
+    drain_blocked: Vec<String>,
+    failures: Vec<String>,
+}
+
+impl<'a> Report<'a> {
+    /// Starts from the CR's current status (conditions and batch state carry over).
+    pub fn new(cr: &'a Cr, now: i64) -> Self {
+        let mut status = cr.status.clone();
+        status.node_status.clear();
+        status.compartment_statuses.clear();
+        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![] }
+    }
+
+    /// Outcome of the operator's resolve/pull/grant check.
+    pub fn plugins(&mut self, p: &Plugins) {
+        self.plugins = match p {
+            Plugins::Pending => None,
+            Plugins::Ready(pinned) => {
+                self.status.resolved_plugins = pinned.clone();
+                Some((true, "Resolved".into(), format!("{} plugin(s) pinned and their grants cover their imports", pinned.len())))
+            }
+            Plugins::NotReady { reason, message } => Some((false, reason.clone(), message.clone())),
+        };
+    }
+
+    /// `spec.deploymentPolicy` names no policy.
+    pub fn policy_missing(&mut self, name: &str) {
+        self.policy_missing = Some(name.into());
+    }
+
+    /// A node's state annotation does not parse.
+    pub fn malformed(&mut self, message: String) {
+        self.malformed.push(message);
+    }
+
+    /// A node is ignored or has taints the CR does not tolerate.
+    pub fn node_blocked(&mut self, node: &str, taints: Vec<String>) {
+        self.blocked_nodes.push(if taints.is_empty() { format!("{node} (ignored)") } else { format!("{node} (untolerated taints: {})", taints.join(", ")) });
+    }
+
+    /// A compartment's batch.
+    pub fn compartment(&mut self, name: &str, status: CompartmentStatus) {
+        self.status.compartment_statuses.insert(name.into(), status);
+    }
+
+    /// What a node's pass reported.
+    pub fn node(&mut self, node: &str, out: &NodeOutcome) {
+        if !out.barrier.is_empty() {
+            self.barrier.push(format!("{node} ({})", out.barrier.join(", ")));
+        }
+        if let Some(d) = &out.drain_blocked {
+            self.drain_blocked.push(format!("{node}: {d}"));
+        }
+        for f in &out.failures {
+            self.failures.push(format!("{node}: {f}"));
+        }
+    }
+
+    /// A node's final status.
+    pub fn node_status(&mut self, node: &str, status: Status, boot_id: &str) {
+        self.status.node_status.insert(node.into(), status);
+        if !boot_id.is_empty() {
+            self.status.node_boot_ids.insert(node.into(), boot_id.into());
+        }
+    }
+
+    fn roll_up(&self) -> Status {
+        let cr = self.cr;
+        if cr.disabled {
+            return Status::Disabled;
+        }
+        if cr.paused && !cr.deleting {
+            return Status::Paused;
+        }
+        if self.policy_missing.is_some() || self.plugins.as_ref().is_some_and(|p| !p.0) {
+            return Status::Blocked;
+        }
+        let all: Vec<Status> = self.status.node_status.values().copied().collect();
+        if all.iter().all(|s| *s == Status::Complete) {
+            return Status::Complete;
+        }
+        let rest: Vec<Status> = all.into_iter().filter(|s| *s != Status::Complete).collect();
+        if rest.contains(&Status::InProgress) {
+            return Status::InProgress;
+        }
+        for s in [Status::Erroring, Status::Blocked, Status::Unknown, Status::Waiting] {
+            if rest.iter().all(|r| *r == s) {
+                return s;
+            }
+        }
+        if rest.contains(&Status::Erroring) { Status::Erroring } else { Status::Unknown }
+    }
+
+    fn condition(&mut self, kind: &str, on: bool, reason: &str, message: String) {
+        let status = if on { "True" } else { "False" }.to_string();
+        let generation = Some(self.cr.generation);
+        let conditions = &mut self.status.conditions;
+        let time = match conditions.iter().find(|c| c.type_ == kind) {
+            Some(c) if c.status == status => c.last_transition_time.clone(),
+            _ => Time(jiff::Timestamp::from_second(self.now).unwrap_or(jiff::Timestamp::UNIX_EPOCH)),
+        };
+        conditions.retain(|c| c.type_ != kind);
+        conditions.push(Condition { type_: kind.into(), status, reason: reason.into(), message, observed_generation: generation, last_transition_time: time });
+        conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    }
+
+    /// The status write (if anything changed) and transition events.
+    pub fn finish(mut self) -> Vec<Action> {
+        let cr = self.cr;
+        let mut actions = Vec::new();
+        let rolled = self.roll_up();
+        let total = self.status.node_status.len();
+        let complete = self.status.node_status.values().filter(|s| **s == Status::Complete).count();
+        self.status.complete_nodes = Some(format!("{complete}/{total}"));
+        self.status.nodes_in_progress = Some(self.status.node_status.values().filter(|s| matches!(s, Status::InProgress | Status::Erroring)).count() as i32);
+        self.status.package_list = Some(cr.spec.packages.iter().map(|(n, p)| format!("{n}:{}", p.version)).collect::<Vec<_>>().join(","));
+        if rolled == Status::Complete {
+            self.status.observed_generation = Some(cr.generation);
+        }
+        let old = cr.status.status.unwrap_or_default();
+        self.status.status = Some(rolled);
+        if old != rolled {
+            actions.push(Action::Event(Event { target: Target::Cr(cr.name.clone()), warning: rolled == Status::Erroring, reason: "State", message: format!("NodeWright transitioned [{}] -> [{}]", text(old), text(rolled)) }));
+            if rolled == Status::Complete {
+                self.reset_batches();
+            }
+        }
+
+        let ready_msg = match rolled {
+            Status::Complete => format!("all {total} node(s) complete"),
+            Status::Erroring => format!("{complete}/{total} node(s) complete; failing: {}", self.failures.join("; ")),
+            s => format!("{complete}/{total} node(s) complete; {}", text(s)),
+        };
+        let ready_reason = match rolled {
+            Status::Complete => reason::NODES_CONVERGED,
+            Status::Erroring => "Erroring",
+            Status::Blocked => "Blocked",
+            Status::Paused => "Paused",
+            Status::Disabled => "Disabled",
+            Status::Waiting | Status::Unknown | Status::InProgress => reason::PROGRESSING,
+        };
+        self.condition(condition::READY, rolled == Status::Complete, ready_reason, ready_msg);
+        let (blocked, why, msg) = if let Some(p) = &self.policy_missing {
+            (true, "DeploymentPolicyNotFound", format!("spec.deploymentPolicy: DeploymentPolicy {p:?} does not exist"))
+        } else if !self.barrier.is_empty() {
+            (true, reason::NON_INTERRUPT_PODS_RUNNING, format!("pods matching podNonInterruptLabels hold the drain on: {}", self.barrier.join("; ")))
+        } else if !self.blocked_nodes.is_empty() {
+            (true, "NodesBlocked", self.blocked_nodes.join("; "))
+        } else {
+            (false, "NotBlocked", String::new())
+        };
+        self.condition(condition::BLOCKED, blocked, why, msg);
+        let drain = self.drain_blocked.join("; ");
+        self.condition(condition::DRAIN_BLOCKED, !drain.is_empty(), if drain.is_empty() { "NotBlocked" } else { reason::POD_DISRUPTION_BUDGET }, drain);
+        if let Some((ok, why, msg)) = self.plugins.clone() {
+            self.condition(condition::PLUGINS_READY, ok, &why, msg);
+        }
+        if !self.malformed.is_empty() {
+            let m = self.malformed.join("; ");
+            self.condition(condition::NODE_STATE_MALFORMED, true, "ParseError", m);
+        } else if self.status.conditions.iter().any(|c| c.type_ == condition::NODE_STATE_MALFORMED) {
+            self.condition(condition::NODE_STATE_MALFORMED, false, "Parsed", String::new());
+        }
+        if self.status != cr.status {
+            actions.insert(0, Action::SetStatus { cr: cr.name.clone(), status: Box::new(self.status) });
+        }
+        actions
+    }
+
+    fn reset_batches(&mut self) {
+        let reset = self.cr.spec.deployment_policy_options.as_ref().and_then(|o| o.reset_batch_state_on_completion).unwrap_or(true);
+        if reset {
+            for c in self.status.compartment_statuses.values_mut() {
+                c.batch_state = Some(nodewright_api::v1alpha1::BatchState { current_batch: 1, ..Default::default() });
+                c.batch_nodes.clear();
+            }
+        }
+    }
+}
+
+/// `in_progress`, `complete`, ... as the API spells it.
+pub fn text(s: Status) -> String {
+    serde_json::to_value(s).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+}
+

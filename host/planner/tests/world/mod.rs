@@ -1,0 +1,204 @@
+//! A tiny in-memory cluster that applies the planner's actions, so tests can drive a
+//! rollout pass by pass and decide each Job's outcome.
+
+#![allow(dead_code, reason = "each test binary uses a different part of the world")]
+
+use nodewright_api::keys;
+use nodewright_api::result::{Blame, StageResult};
+use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeState, NodeWrightSpec, Status};
+use nodewright_planner::{Action, Cr, Job, JobPhase, Node, Plugins, Pod, Refusal, Snapshot, Work, plan};
+
+pub struct World {
+    pub snap: Snapshot,
+    pub now: i64,
+    /// Every action ever taken, with the pass number.
+    pub history: Vec<(usize, Action)>,
+    pub passes: usize,
+    /// Pods whose eviction a PDB refuses.
+    pub pdb_protected: Vec<String>,
+    boot: u64,
+}
+
+pub fn spec(json: serde_json::Value) -> NodeWrightSpec {
+    serde_json::from_value(json).expect("valid spec")
+}
+
+pub fn policy(json: serde_json::Value) -> DeploymentPolicySpec {
+    serde_json::from_value(json).expect("valid policy")
+}
+
+pub fn ok(interrupt: &str, changes: u32) -> StageResult {
+    StageResult { outcome: "ok".into(), interrupt: Some(interrupt.into()), change_count: changes, ..StageResult::failed("x", "p", Blame::None, "") }
+}
+
+impl World {
+    pub fn new(nodes: usize) -> Self {
+        let mut w = World { snap: Snapshot::default(), now: 1_000_000, history: vec![], passes: 0, pdb_protected: vec![], boot: 0 };
+        for i in 0..nodes {
+            w.add_node(&format!("node-{i}"), &[]);
+        }
+        w
+    }
+
+    pub fn add_node(&mut self, name: &str, labels: &[(&str, &str)]) {
+        self.boot += 1;
+        let created = self.snap.nodes.len() as i64;
+        self.snap.nodes.push(Node {
+            name: name.into(),
+            created,
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            boot_id: format!("boot-{}", self.boot),
+            resource_version: "1".into(),
+            ..Default::default()
+        });
+    }
+
+    pub fn add_cr(&mut self, name: &str, spec: NodeWrightSpec) {
+        let pinned = spec.packages.iter().map(|(n, p)| (n.clone(), format!("{}@sha256:{}", p.plugin.split(':').next().unwrap_or_default(), "0".repeat(64)))).collect();
+        self.snap.nodewrights.push(Cr { name: name.into(), uid: format!("uid-{name}"), generation: 1, spec, plugins: Plugins::Ready(pinned), ..Default::default() });
+    }
+
+    pub fn cr(&self, name: &str) -> &Cr {
+        self.snap.nodewrights.iter().find(|c| c.name == name).expect("cr exists")
+    }
+
+    pub fn cr_mut(&mut self, name: &str) -> &mut Cr {
+        self.snap.nodewrights.iter_mut().find(|c| c.name == name).expect("cr exists")
+    }
+
+    /// Changes the spec like an admin: the generation goes up.
+    pub fn edit(&mut self, name: &str, f: impl FnOnce(&mut NodeWrightSpec)) {
+        let cr = self.cr_mut(name);
+        f(&mut cr.spec);
+        cr.generation += 1;
+    }
+
+    pub fn node(&self, name: &str) -> &Node {
+        self.snap.nodes.iter().find(|n| n.name == name).expect("node exists")
+    }
+
+    pub fn node_mut(&mut self, name: &str) -> &mut Node {
+        self.snap.nodes.iter_mut().find(|n| n.name == name).expect("node exists")
+    }
+
+    pub fn state(&self, cr: &str, node: &str) -> NodeState {
+        self.node(node).annotations.get(&keys::node_state(cr)).map(|s| serde_json::from_str(s).unwrap()).unwrap_or_default()
+    }
+
+    pub fn node_status(&self, cr: &str, node: &str) -> Option<Status> {
+        self.cr(cr).status.node_status.get(node).copied()
+    }
+
+    pub fn add_pod(&mut self, node: &str, name: &str, labels: &[(&str, &str)], controller: Option<&str>) {
+        self.snap.pods.push(Pod {
+            namespace: "default".into(),
+            name: name.into(),
+            node: node.into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            active: true,
+            controller: controller.map(String::from),
+            ..Default::default()
+        });
+    }
+
+    /// One planner pass, its actions applied. Returns the actions.
+    pub fn step(&mut self) -> Vec<Action> {
+        let actions = plan(&self.snap, self.now);
+        self.passes += 1;
+        for a in &actions {
+            self.history.push((self.passes, a.clone()));
+            self.apply(a);
+        }
+        self.now += 2;
+        actions
+    }
+
+    fn apply(&mut self, a: &Action) {
+        match a {
+            Action::CreateJob(req) => {
+                if !self.snap.jobs.iter().any(|j| j.name == req.name) {
+                    self.snap.jobs.push(Job { name: req.name.clone(), cr: req.cr.clone(), node: req.node.clone(), generation: req.generation, work: req.work.clone(), phase: JobPhase::Active { failed: 0, last: None } });
+                }
+            }
+            Action::DeleteJob { name } => self.snap.jobs.retain(|j| j.name != *name),
+            Action::PatchNode(p) => {
+                let n = self.node_mut(&p.node);
+                for (k, v) in &p.annotations {
+                    match v {
+                        Some(v) => n.annotations.insert(k.clone(), v.clone()),
+                        None => n.annotations.remove(k),
+                    };
+                }
+                if let Some(u) = p.unschedulable {
+                    n.unschedulable = u;
+                }
+                n.taints.retain(|t| !p.remove_taints.contains(&t.key));
+                n.taints.extend(p.add_taints.iter().cloned());
+            }
+            Action::Evict { namespace, pod, delete, .. } => {
+                let key = format!("{namespace}/{pod}");
+                if !delete && self.pdb_protected.contains(&key) {
+                    self.snap.refusals.insert(key, Refusal { at: self.now, message: "Cannot evict pod as it would violate the pod's disruption budget.".into() });
+                } else {
+                    self.snap.pods.retain(|p| p.key() != key);
+                }
+            }
+            Action::SetStatus { cr, status } => self.cr_mut(cr).status = (**status).clone(),
+            Action::Event(_) => {}
+            Action::AddFinalizer { cr } => self.cr_mut(cr).has_finalizer = true,
+            Action::RemoveFinalizer { cr } => self.snap.nodewrights.retain(|c| c.name != *cr),
+        }
+    }
+
+    /// Finishes every active Job with `outcome(job)`; a finished reboot changes the boot ID.
+    pub fn finish_jobs(&mut self, mut outcome: impl FnMut(&Job) -> Option<JobPhase>) {
+        let mut rebooted = Vec::new();
+        for j in &mut self.snap.jobs {
+            if !matches!(j.phase, JobPhase::Active { .. }) {
+                continue;
+            }
+            if let Some(phase) = outcome(j) {
+                if matches!((&j.work, &phase), (Work::Interrupt { kind: nodewright_api::v1alpha1::InterruptType::Reboot, .. }, JobPhase::Succeeded(_))) {
+                    rebooted.push(j.node.clone());
+                }
+                j.phase = phase;
+            }
+        }
+        for n in rebooted {
+            self.boot += 1;
+            let b = format!("boot-{}", self.boot);
+            self.node_mut(&n).boot_id = b;
+        }
+    }
+
+    /// Every Job succeeds; plans report `plan` (interrupt text, changes).
+    pub fn succeed_all(&mut self, plan_says: (&str, u32)) {
+        self.finish_jobs(|j| {
+            Some(JobPhase::Succeeded(Some(match &j.work {
+                Work::Package { stage: nodewright_api::v1alpha1::Stage::Plan, .. } => ok(plan_says.0, plan_says.1),
+                _ => ok("none", 1),
+            })))
+        });
+    }
+
+    /// Passes until nothing changes (or `max` passes), finishing Jobs as `plan_says`.
+    pub fn run(&mut self, plan_says: (&str, u32), max: usize) -> usize {
+        for i in 0..max {
+            let acted = self.step();
+            self.succeed_all(plan_says);
+            let quiet = acted.iter().all(|a| matches!(a, Action::Event(_))) && self.snap.jobs.is_empty();
+            if quiet {
+                return i;
+            }
+        }
+        panic!("no convergence in {max} passes; jobs: {:?}", self.snap.jobs.iter().map(|j| &j.name).collect::<Vec<_>>());
+    }
+
+    pub fn created(&self) -> Vec<(usize, &Work, &str)> {
+        self.history.iter().filter_map(|(i, a)| if let Action::CreateJob(r) = a { Some((*i, &r.work, r.node.as_str())) } else { None }).collect()
+    }
+
+    pub fn events(&self, reason: &str) -> Vec<String> {
+        self.history.iter().filter_map(|(_, a)| if let Action::Event(e) = a { (e.reason == reason).then(|| e.message.clone()) } else { None }).collect()
+    }
+}
