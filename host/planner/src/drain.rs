@@ -90,3 +90,12 @@ fn blocker(p: &Pod, config: &DrainConfig) -> Option<String> {
 pub fn started(annotations: &std::collections::BTreeMap<String, String>, cr: &str) -> Option<i64> {
     annotations.get(&keys::drain_start(cr)).and_then(|v| v.parse().ok())
 }
+
+/// `Some("drain timed out after …")` once `drainConfig.timeout` has passed since the drain
+/// of `cr` started on a node with these annotations.
+pub fn timed_out(cr: &Cr, annotations: &std::collections::BTreeMap<String, String>, now: i64) -> Option<String> {
+    let config = cr.spec.drain_config.as_ref()?;
+    let limit = timeout(config)?;
+    let start = started(annotations, &cr.name)?;
+    (now - start >= limit).then(|| format!("drain timed out after {}", config.timeout.as_deref().unwrap_or_default()))
+}

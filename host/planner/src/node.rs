@@ -150,8 +150,10 @@ enum Step {
     UninstallInterrupt,
 }
 
-/// One CR on one node.
-pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mut NodeState, jobs: &[&Job], pods: &[&Pod], actions: &mut Vec<Action>) -> NodeOutcome {
+/// One CR on one node. Without `may_start` (the node is not in a batch) only finished Jobs
+/// are recorded and a done node's cordon released: no new Jobs, cordons or evictions.
+#[expect(clippy::too_many_arguments, reason = "the pass's inputs; grouping them would only rename them")]
+pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mut NodeState, jobs: &[&Job], pods: &[&Pod], may_start: bool, actions: &mut Vec<Action>) -> NodeOutcome {
     let spec = &cr.spec;
     let mut failures = Vec::new();
     record_jobs(cr, node, state, jobs, actions, &mut failures);
@@ -161,6 +163,12 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
     let parked = |e: &PackageStatus| e.state == State::Erroring && e.generation >= cr.generation;
     for e in state.values().filter(|e| parked(e)) {
         failures.push(format!("{}: {}", e.name, e.message));
+    }
+    if let Some(why) = drain::timed_out(cr, &work.annotations, env.now) {
+        if work.annotations.get(&keys::node_status(&cr.name)).map(String::as_str) != Some("erroring") {
+            actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: true, reason: "DrainTimeout", message: format!("{why} ({}); the node stays cordoned", cr.name) }));
+        }
+        failures.push(why);
     }
     failures.sort();
     failures.dedup();
@@ -194,6 +202,11 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
     if spec.serial {
         runnable.truncate(1);
     }
+    if !may_start || !failures.is_empty() {
+        // Not in a batch, or failed: a failed node gets no more work (and no more
+        // disruption) until a new generation or a reset re-arms it.
+        runnable.clear();
+    }
 
     let scope: BTreeMap<String, Vec<Interrupt>> = runnable.iter().map(|(n, p, _)| ((*n).clone(), effective(p, state.get(&state_key(n, &p.version))))).collect();
     let tracked: Vec<bool> = runnable.iter().map(|(n, p, _)| state.contains_key(&state_key(n, &p.version))).collect();
@@ -226,13 +239,8 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
                     work.set(&keys::drain_blocked(&cr.name), blocked.clone());
                     drain_blocked = blocked;
                 }
-                Drain::TimedOut => {
-                    timed_out = true;
-                    if work.annotations.get(&keys::node_status(&cr.name)).map(String::as_str) != Some("erroring") {
-                        let after = spec.drain_config.as_ref().and_then(|d| d.timeout.clone()).unwrap_or_default();
-                        actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: true, reason: "DrainTimeout", message: format!("drain timed out after {after} ({}); the node stays cordoned", cr.name) }));
-                    }
-                }
+                // Found above on the next pass (the start time is persisted by now).
+                Drain::TimedOut => timed_out = true,
             }
         }
     } else if runnable.iter().zip(&tracked).any(|((n, _, _), t)| *t && interrupting(n)) {
@@ -248,9 +256,11 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
         .filter(|(_, i)| !i.is_empty())
         .collect();
     let merged = coalesce(&candidates);
-    let busy = jobs.iter().any(|j| matches!(j.work, Work::Package { .. }) && matches!(j.phase, JobPhase::Active { .. }));
+    let mut busy = jobs.iter().any(|j| matches!(j.work, Work::Package { .. }) && matches!(j.phase, JobPhase::Active { .. }));
     let has_job = |w: &Work| jobs.iter().any(|j| j.work == *w || (matches!((&j.work, w), (Work::Interrupt { stage: a, kind: k1, .. }, Work::Interrupt { stage: b, kind: k2, .. }) if a == b && k1 == k2)));
 
+    // Package stages first: the merged interrupt must see every Job this pass starts.
+    runnable.sort_by_key(|(_, _, step)| *step == Step::Interrupt);
     if !timed_out {
         for (name, p, step) in &runnable {
             let key = state_key(name, &p.version);
@@ -274,6 +284,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
                     let req = package_job(env, cr, &node.name, w, p, entry);
                     actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: false, reason: "Apply", message: format!("{} {name} {} started ({})", stage_name(*stage), p.version, cr.name) }));
                     actions.push(Action::CreateJob(Box::new(req)));
+                    busy = true;
                 }
                 Step::Interrupt => {
                     let Some(Merged { interrupt, owner }) = &merged else {
@@ -328,8 +339,8 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
     } else {
         Status::InProgress
     };
-    if timed_out {
-        failures.push(format!("drain timed out after {}", spec.drain_config.as_ref().and_then(|d| d.timeout.clone()).unwrap_or_default()));
+    if timed_out && failures.is_empty() {
+        failures.push("drain timed out".into());
     }
     NodeOutcome { status, barrier: outcome_barrier, drain_blocked, failures }
 }
@@ -379,7 +390,7 @@ fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actio
                 }
             }
             Work::Interrupt { stage, kind, owner } => {
-                let at_stage: Vec<String> = state.iter().filter(|(_, e)| e.stage == *stage && e.state != State::Complete).map(|(k, _)| k.clone()).collect();
+                let at_stage: Vec<String> = state.iter().filter(|(_, e)| e.stage == *stage && matches!(e.state, State::InProgress | State::Skipped | State::Unknown)).map(|(k, _)| k.clone()).collect();
                 let owner_key = at_stage.iter().find(|k| state[*k].name == *owner).cloned();
                 let Some(owner_key) = owner_key else {
                     delete(actions);

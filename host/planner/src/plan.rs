@@ -81,6 +81,10 @@ impl<'a> Pass<'a> {
         })
     }
 
+    fn busy(&self, cr: &Cr, n: &Node) -> bool {
+        self.jobs.get(&(cr.name.as_str(), n.name.as_str())).is_some_and(|js| js.iter().any(|j| matches!(j.phase, crate::snapshot::JobPhase::Active { .. })))
+    }
+
     fn tolerations(cr: &Cr) -> Vec<Toleration> {
         let mut t = cr.spec.additional_tolerations.clone();
         if cr.spec.runtime_required {
@@ -125,7 +129,7 @@ impl<'a> Pass<'a> {
                 }
             };
             let parked = st.values().any(|e| e.state == nodewright_api::v1alpha1::State::Erroring && e.generation >= cr.generation)
-                || crate::drain::started(&self.work[&n.name].annotations, &cr.name).is_some_and(|t| drain_timed_out(cr, t, self.now));
+                || crate::drain::timed_out(cr, &self.work[&n.name].annotations, self.now).is_some();
             let untolerated = select::untolerated(&n.taints, &tolerations);
             let s = if node_done(&cr.spec, &st, cr.deleting) {
                 (Standing::Done, Status::Complete)
@@ -133,6 +137,9 @@ impl<'a> Pass<'a> {
                 (Standing::Ineligible, Status::Disabled)
             } else if cr.paused && !cr.deleting {
                 (Standing::Ineligible, Status::Paused)
+            } else if parked && self.busy(cr, n) {
+                // Failed, but other Jobs still run: the batch waits for them.
+                (Standing::Eligible, Status::Erroring)
             } else if parked {
                 (Standing::Failed, Status::Erroring)
             } else if n.labels.get(keys::IGNORE).is_some_and(|v| v == "true") || !untolerated.is_empty() {
@@ -168,7 +175,7 @@ impl<'a> Pass<'a> {
                 let jobs = self.jobs.get(&(cr.name.as_str(), n.name.as_str())).cloned().unwrap_or_default();
                 let pods = self.pods.get(n.name.as_str()).cloned().unwrap_or_default();
                 let work = self.work.get_mut(&n.name).expect("every node has work");
-                let out: NodeOutcome = node::pass(&env, cr, n, work, &mut st, &jobs, &pods, &mut self.actions);
+                let out: NodeOutcome = node::pass(&env, cr, n, work, &mut st, &jobs, &pods, members.contains(&n.name), &mut self.actions);
                 if st != before_state {
                     let value = (!st.is_empty()).then(|| serde_json::to_string(&st).expect("node state serializes"));
                     work.set(&keys::node_state(&cr.name), value);
@@ -280,9 +287,4 @@ static EMPTY: BTreeMap<String, String> = BTreeMap::new();
 
 fn runtime_taint() -> Taint {
     Taint { key: keys::RUNTIME_REQUIRED_TAINT_KEY.into(), value: Some(keys::RUNTIME_REQUIRED_TAINT_VALUE.into()), effect: "NoSchedule".into(), time_added: None }
-}
-
-fn drain_timed_out(cr: &Cr, start: i64, now: i64) -> bool {
-    let timeout = cr.spec.drain_config.as_ref().and_then(|d| d.timeout.as_deref()).and_then(|t| nodewright_api::validate::parse_duration(t).ok()).unwrap_or(0.0) as i64;
-    timeout > 0 && now - start >= timeout
 }
