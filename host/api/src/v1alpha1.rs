@@ -528,6 +528,22 @@ pub enum State {
     Unknown,
 }
 
+impl Status {
+    /// As the API spells it (`in_progress`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Unknown => "unknown",
+            Status::Complete => "complete",
+            Status::Blocked => "blocked",
+            Status::Waiting => "waiting",
+            Status::Disabled => "disabled",
+            Status::Paused => "paused",
+            Status::InProgress => "in_progress",
+            Status::Erroring => "erroring",
+        }
+    }
+}
+
 impl NodeWrightSpec {
     /// `priority`, defaulted.
     pub fn priority(&self) -> i32 {

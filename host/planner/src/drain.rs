@@ -1,12 +1,12 @@
 //! Drain decisions: the non-interrupt barrier, which pods go, how, and when to give up.
 
-use nodewright_api::keys;
 use nodewright_api::v1alpha1::DrainConfig;
 use nodewright_api::validate::parse_duration;
 
 use crate::action::Action;
 use crate::select;
-use crate::snapshot::{Cr, Pod, Refusal};
+use crate::node::Env;
+use crate::snapshot::{Cr, Pod};
 
 /// Where a node's drain stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,7 +24,8 @@ pub enum Drain {
 /// The drain of one node for one CR. `start` is when the first undrained pass saw it (the
 /// `drain-start` annotation); the caller persists `now` when it is `None` and the result is
 /// not [`Drain::Drained`]. Evictions are appended to `actions`.
-pub fn drain(cr: &Cr, node: &str, pods: &[&Pod], refusals: &std::collections::BTreeMap<String, Refusal>, start: Option<i64>, now: i64, retry: i64, actions: &mut Vec<Action>) -> Drain {
+pub fn drain(env: &Env<'_>, cr: &Cr, node: &str, pods: &[&Pod], start: Option<i64>, actions: &mut Vec<Action>) -> Drain {
+    let (now, refusals, retry) = (env.now, env.refusals, env.settings.eviction_retry);
     let barrier_sel = cr.spec.pod_non_interrupt_labels.as_ref();
     if !select::is_empty(barrier_sel) {
         let held: Vec<String> = pods.iter().filter(|p| p.active && select::matches(barrier_sel, &p.labels)).map(|p| p.key()).collect();
@@ -86,16 +87,16 @@ fn blocker(p: &Pod, config: &DrainConfig) -> Option<String> {
     None
 }
 
-/// The `drain-start` annotation of `cr`, parsed.
-pub fn started(annotations: &std::collections::BTreeMap<String, String>, cr: &str) -> Option<i64> {
-    annotations.get(&keys::drain_start(cr)).and_then(|v| v.parse().ok())
+/// The `drain-start` annotation, parsed.
+pub fn started(raw: Option<&str>) -> Option<i64> {
+    raw.and_then(|v| v.parse().ok())
 }
 
 /// `Some("drain timed out after …")` once `drainConfig.timeout` has passed since the drain
-/// of `cr` started on a node with these annotations.
-pub fn timed_out(cr: &Cr, annotations: &std::collections::BTreeMap<String, String>, now: i64) -> Option<String> {
+/// of `cr` started.
+pub fn timed_out(cr: &Cr, start: Option<i64>, now: i64) -> Option<String> {
     let config = cr.spec.drain_config.as_ref()?;
     let limit = timeout(config)?;
-    let start = started(annotations, &cr.name)?;
+    let start = start?;
     (now - start >= limit).then(|| format!("drain timed out after {}", config.timeout.as_deref().unwrap_or_default()))
 }

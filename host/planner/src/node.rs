@@ -14,41 +14,49 @@ use crate::cordon::{self, Mark, NodeCordon};
 use crate::drain::{self, Drain};
 use crate::interrupts::{Merged, coalesce};
 use crate::jobs::{job_name, stage_name};
-use crate::packages::{after, changed_keys, config_digests, done, effective, terminal, uninstall_requested};
+use crate::packages::{after, changed_keys, done, effective, terminal, uninstall_requested};
 use crate::snapshot::{Cr, Job, JobPhase, Node, Pod, Refusal, Settings, Work};
 use crate::stages::Next;
 
-/// A node's annotations and cordon as this pass has left them, and the write that gets it there.
+/// A node's annotations and cordon as this pass has left them: the snapshot's, overlaid
+/// with the write that gets there (nothing is copied until it changes).
 #[derive(Clone, Debug)]
-pub struct NodeWork {
-    /// Current annotations (snapshot + this pass's changes).
-    pub annotations: BTreeMap<String, String>,
+pub struct NodeWork<'a> {
+    base: &'a BTreeMap<String, String>,
     /// Current `spec.unschedulable`.
     pub unschedulable: bool,
     /// The write.
     pub patch: NodePatch,
 }
 
-impl NodeWork {
+impl<'a> NodeWork<'a> {
     /// Starts from the snapshot.
-    pub fn new(node: &Node) -> Self {
+    pub fn new(node: &'a Node) -> Self {
         NodeWork {
-            annotations: node.annotations.clone(),
+            base: &node.annotations,
             unschedulable: node.unschedulable,
             patch: NodePatch { node: node.name.clone(), resource_version: node.resource_version.clone(), ..Default::default() },
         }
     }
 
+    /// An annotation's current value.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        match self.patch.annotations.get(key) {
+            Some(v) => v.as_deref(),
+            None => self.base.get(key).map(String::as_str),
+        }
+    }
+
     /// Sets (`Some`) or removes (`None`) an annotation, recording the change if it is one.
     pub fn set(&mut self, key: &str, value: Option<String>) {
-        if self.annotations.get(key) == value.as_ref() {
+        if self.get(key) == value.as_deref() {
             return;
         }
-        match &value {
-            Some(v) => self.annotations.insert(key.into(), v.clone()),
-            None => self.annotations.remove(key),
-        };
-        self.patch.annotations.insert(key.into(), value);
+        if self.base.get(key) == value.as_ref() {
+            self.patch.annotations.remove(key);
+        } else {
+            self.patch.annotations.insert(key.into(), value);
+        }
     }
 
     /// Sets `spec.unschedulable`.
@@ -61,7 +69,9 @@ impl NodeWork {
 
     /// The cordon marks every CR holds on this node.
     pub fn cordons(&self) -> NodeCordon {
-        let owners = self.annotations.iter().filter_map(|(k, v)| Some((k.strip_prefix("nodewright.io/cordon.")?.to_string(), Mark::parse(v)))).collect();
+        const PREFIX: &str = "nodewright.io/cordon.";
+        let keys = self.base.range::<str, _>((std::ops::Bound::Included(PREFIX), std::ops::Bound::Unbounded)).map(|(k, _)| k).take_while(|k| k.starts_with(PREFIX)).chain(self.patch.annotations.keys().filter(|k| k.starts_with(PREFIX)));
+        let owners = keys.filter_map(|k| Some((k.strip_prefix(PREFIX)?.to_string(), Mark::parse(self.get(k)?)))).collect();
         NodeCordon { unschedulable: self.unschedulable, owners }
     }
 
@@ -81,9 +91,9 @@ impl NodeWork {
     pub fn acquire(&mut self, cr: &str) -> bool {
         let acquired = self.cordons().acquire(cr);
         self.apply(acquired.actions);
-        let mut owned: Vec<String> = self.annotations.get(keys::KARPENTER_OWNED).map(|v| v.split(',').map(String::from).collect()).unwrap_or_default();
+        let mut owned: Vec<String> = self.get(keys::KARPENTER_OWNED).map(|v| v.split(',').map(String::from).collect()).unwrap_or_default();
         for key in [keys::KARPENTER_DO_NOT_DISRUPT, keys::KARPENTER_DO_NOT_REPAIR] {
-            if !self.annotations.contains_key(key) {
+            if self.get(key).is_none() {
                 self.set(key, Some("true".into()));
                 owned.push(key.into());
             }
@@ -98,7 +108,7 @@ impl NodeWork {
     /// Karpenter annotations we added once no CR holds the node.
     pub fn release(&mut self, cr: &str) {
         let mut actions = self.cordons().release(cr);
-        if self.annotations.contains_key(keys::RUNTIME_REQUIRED_CORDON) {
+        if self.get(keys::RUNTIME_REQUIRED_CORDON).is_some() {
             // The runtime-required cordon outlives every rollout; only an admin lifts it.
             actions.retain(|a| *a != cordon::Action::Uncordon);
         }
@@ -106,7 +116,7 @@ impl NodeWork {
         self.set(&keys::drain_start(cr), None);
         self.set(&keys::drain_blocked(cr), None);
         if self.cordons().owners.is_empty()
-            && let Some(owned) = self.annotations.get(keys::KARPENTER_OWNED).cloned()
+            && let Some(owned) = self.get(keys::KARPENTER_OWNED).map(String::from)
         {
             for key in owned.split(',') {
                 self.set(key, None);
@@ -127,6 +137,8 @@ pub struct Env<'a> {
     pub refusals: &'a BTreeMap<String, Refusal>,
     /// Pinned plugin per package.
     pub pinned: &'a BTreeMap<String, String>,
+    /// Config digests per package.
+    pub digests: &'a crate::packages::Digests,
 }
 
 /// How the node ended the pass, for the roll-up.
@@ -153,19 +165,19 @@ enum Step {
 /// One CR on one node. Without `may_start` (the node is not in a batch) only finished Jobs
 /// are recorded and a done node's cordon released: no new Jobs, cordons or evictions.
 #[expect(clippy::too_many_arguments, reason = "the pass's inputs; grouping them would only rename them")]
-pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mut NodeState, jobs: &[&Job], pods: &[&Pod], may_start: bool, actions: &mut Vec<Action>) -> NodeOutcome {
+pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state: &mut NodeState, jobs: &[&Job], pods: &[&Pod], may_start: bool, actions: &mut Vec<Action>) -> NodeOutcome {
     let spec = &cr.spec;
     let mut failures = Vec::new();
     record_jobs(cr, node, state, jobs, actions, &mut failures);
-    advance(cr, state);
+    advance(cr, env.digests, state);
 
     // Parked stages: a terminal failure at this generation.
     let parked = |e: &PackageStatus| e.state == State::Erroring && e.generation >= cr.generation;
     for e in state.values().filter(|e| parked(e)) {
         failures.push(format!("{}: {}", e.name, e.message));
     }
-    if let Some(why) = drain::timed_out(cr, &work.annotations, env.now) {
-        if work.annotations.get(&keys::node_status(&cr.name)).map(String::as_str) != Some("erroring") {
+    if let Some(why) = drain::timed_out(cr, drain::started(work.get(&keys::drain_start(&cr.name))), env.now) {
+        if work.get(&keys::node_status(&cr.name)) != Some("erroring") {
             actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: true, reason: "DrainTimeout", message: format!("{why} ({}); the node stays cordoned", cr.name) }));
         }
         failures.push(why);
@@ -178,11 +190,11 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
     for (name, p) in &spec.packages {
         let key = state_key(name, &p.version);
         let entry = state.get(&key);
-        if entry.is_some_and(|e| parked(e)) || done(name, p, state, cr.deleting) {
+        if entry.is_some_and(&parked) || done(name, p, &env.digests[name], state, cr.deleting) {
             continue;
         }
         let uninstalling = entry.is_some_and(|e| matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt));
-        let deps_done = p.depends_on.iter().all(|(d, v)| spec.packages.get(d).is_some_and(|dp| dp.version == *v && done(d, dp, state, false)));
+        let deps_done = p.depends_on.iter().all(|(d, v)| spec.packages.get(d).is_some_and(|dp| dp.version == *v && done(d, dp, &env.digests[d], state, false)));
         if !uninstalling && !uninstall_requested(p, cr.deleting) && !deps_done {
             continue;
         }
@@ -224,8 +236,8 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
     let mut timed_out = false;
     if runnable.iter().any(|(n, _, s)| disruptive(n, s)) {
         if work.acquire(&cr.name) {
-            let start = drain::started(&work.annotations, &cr.name);
-            match drain::drain(cr, &node.name, pods, env.refusals, start, env.now, env.settings.eviction_retry, actions) {
+            let start = drain::started(work.get(&keys::drain_start(&cr.name)));
+            match drain::drain(env, cr, &node.name, pods, start, actions) {
                 Drain::Drained => {
                     ready = true;
                     work.set(&keys::drain_start(&cr.name), None);
@@ -279,7 +291,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
                     entry.generation = cr.generation;
                     entry.digest = env.pinned.get(*name).cloned().unwrap_or_default();
                     if matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Plan) {
-                        entry.config = config_digests(p);
+                        entry.config = env.digests[*name].clone();
                     }
                     let req = package_job(env, cr, &node.name, w, p, entry);
                     actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: false, reason: "Apply", message: format!("{} {name} {} started ({})", stage_name(*stage), p.version, cr.name) }));
@@ -331,7 +343,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork, state: &mu
 
     let status = if timed_out || !failures.is_empty() {
         Status::Erroring
-    } else if crate::packages::node_done(spec, state, cr.deleting) {
+    } else if crate::packages::node_done(spec, env.digests, state, cr.deleting) {
         work.release(&cr.name);
         Status::Complete
     } else if !outcome_barrier.is_empty() {
@@ -430,7 +442,7 @@ fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actio
 
 /// Moves completed entries to their next stage; starts config, upgrade and uninstall cycles;
 /// re-arms parked stages on a newer generation.
-fn advance(cr: &Cr, state: &mut NodeState) {
+fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeState) {
     let generation = cr.generation;
     for (name, p) in &cr.spec.packages {
         let key = state_key(name, &p.version);
@@ -483,7 +495,7 @@ fn advance(cr: &Cr, state: &mut NodeState) {
         // Config change at a settled point: the package complete, or parked after config.
         let Some(e) = state.get_mut(&key) else { continue };
         let settled = terminal(p, e) || (e.state == State::Erroring && matches!(e.stage, Stage::Config | Stage::Interrupt | Stage::PostInterrupt));
-        let digests = config_digests(p);
+        let digests = all_digests[name].clone();
         if settled && !wants_uninstall && e.config != digests {
             let mut keys = changed_keys(&e.config, &digests);
             if e.state == State::Erroring {

@@ -11,13 +11,21 @@ use crate::stages::{Next, next_on_success};
 
 /// Key → 12-hex digest of each config value: what a node records as applied.
 pub fn config_digests(p: &Package) -> BTreeMap<String, String> {
-    p.config_map
-        .iter()
-        .map(|(k, v)| {
-            let h = Sha256::digest(v.as_bytes());
-            (k.clone(), h.iter().take(6).map(|b| format!("{b:02x}")).collect())
-        })
-        .collect()
+    p.config_map.iter().map(|(k, v)| (k.clone(), value_digest(v))).collect()
+}
+
+fn value_digest(v: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let h = Sha256::digest(v.as_bytes());
+    h.iter().take(6).flat_map(|b| [HEX[usize::from(b >> 4)] as char, HEX[usize::from(b & 15)] as char]).collect()
+}
+
+/// Config digests of every package of a spec, computed once per pass.
+pub type Digests = BTreeMap<String, BTreeMap<String, String>>;
+
+/// [`config_digests`] of every package.
+pub fn digests(spec: &NodeWrightSpec) -> Digests {
+    spec.packages.iter().map(|(n, p)| (n.clone(), config_digests(p))).collect()
 }
 
 /// Keys added, removed or changed between two digest maps, sorted.
@@ -66,8 +74,8 @@ pub fn uninstall_requested(p: &Package, deleting: bool) -> bool {
     p.uninstall.as_ref().is_some_and(|u| u.enabled && (u.apply || deleting))
 }
 
-/// The package needs nothing more on this node.
-pub fn done(name: &str, p: &Package, state: &NodeState, deleting: bool) -> bool {
+/// The package needs nothing more on this node (`digests`: its [`config_digests`]).
+pub fn done(name: &str, p: &Package, digests: &BTreeMap<String, String>, state: &NodeState, deleting: bool) -> bool {
     let entry = state.get(&state_key(name, &p.version));
     if uninstall_requested(p, deleting) {
         return entry.is_none();
@@ -75,12 +83,12 @@ pub fn done(name: &str, p: &Package, state: &NodeState, deleting: bool) -> bool 
     if deleting {
         return true;
     }
-    entry.is_some_and(|e| terminal(p, e) && e.config == config_digests(p))
+    entry.is_some_and(|e| terminal(p, e) && e.config == *digests)
 }
 
 /// Every package of the CR needs nothing more on this node.
-pub fn node_done(spec: &NodeWrightSpec, state: &NodeState, deleting: bool) -> bool {
-    spec.packages.iter().all(|(name, p)| done(name, p, state, deleting))
+pub fn node_done(spec: &NodeWrightSpec, digests: &Digests, state: &NodeState, deleting: bool) -> bool {
+    spec.packages.iter().all(|(name, p)| digests.get(name).is_some_and(|d| done(name, p, d, state, deleting)))
 }
 
 /// The stage after a completed one, for this entry's cycle.

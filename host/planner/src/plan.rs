@@ -1,6 +1,8 @@
 //! `plan(snapshot, now)`: one level-triggered pass over every NodeWright.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use nodewright_api::keys;
@@ -31,11 +33,17 @@ struct Pass<'a> {
     s: &'a Snapshot,
     now: i64,
     nodes: Vec<&'a Node>,
-    work: BTreeMap<String, NodeWork>,
+    work: HashMap<&'a str, NodeWork<'a>>,
     jobs: HashMap<(&'a str, &'a str), Vec<&'a Job>>,
     pods: HashMap<&'a str, Vec<&'a Pod>>,
     /// (CR, node) → node status this pass.
     outcome: BTreeMap<(String, String), Status>,
+    /// (CR, node) pairs done in the snapshot.
+    done_on: HashSet<(&'a str, &'a str)>,
+    /// CRs done on every node they select, in the snapshot.
+    done_everywhere: HashSet<&'a str>,
+    /// Node states parsed for [`Pass::completion`], reused by the CR's pass.
+    parsed: HashMap<(&'a str, &'a str), Result<NodeState, String>>,
     actions: Vec<Action>,
 }
 
@@ -43,22 +51,25 @@ impl<'a> Pass<'a> {
     fn new(s: &'a Snapshot, now: i64) -> Self {
         let mut nodes: Vec<&Node> = s.nodes.iter().collect();
         nodes.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
-        let mut jobs: HashMap<(&str, &str), Vec<&Job>> = HashMap::new();
+        let mut jobs: HashMap<(&str, &str), Vec<&Job>> = HashMap::default();
         for j in &s.jobs {
             jobs.entry((j.cr.as_str(), j.node.as_str())).or_default().push(j);
         }
-        let mut pods: HashMap<&str, Vec<&Pod>> = HashMap::new();
+        let mut pods: HashMap<&str, Vec<&Pod>> = HashMap::default();
         for p in &s.pods {
             pods.entry(p.node.as_str()).or_default().push(p);
         }
-        let work = s.nodes.iter().map(|n| (n.name.clone(), NodeWork::new(n))).collect();
-        Pass { s, now, nodes, work, jobs, pods, outcome: BTreeMap::new(), actions: Vec::new() }
+        let work = s.nodes.iter().map(|n| (n.name.as_str(), NodeWork::new(n))).collect();
+        let mut pass = Pass { s, now, nodes, work, jobs, pods, outcome: BTreeMap::new(), done_on: Default::default(), done_everywhere: Default::default(), parsed: HashMap::default(), actions: Vec::new() };
+        pass.completion();
+        pass
     }
 
-    fn state_of(&self, cr: &str, node: &str) -> Result<NodeState, String> {
-        match self.work[node].annotations.get(&keys::node_state(cr)) {
+    /// The node state under annotation `key` (`keys::node_state(cr)`).
+    fn state_of(&self, key: &str, node: &str) -> Result<NodeState, String> {
+        match self.work[node].get(key) {
             None => Ok(NodeState::new()),
-            Some(raw) => serde_json::from_str(raw).map_err(|e| format!("{node}: {}: {e}", keys::node_state(cr))),
+            Some(raw) => serde_json::from_str(raw).map_err(|e| format!("{node}: {key}: {e}")),
         }
     }
 
@@ -66,8 +77,26 @@ impl<'a> Pass<'a> {
         select::matches(cr.spec.node_selectors.as_ref(), &node.labels)
     }
 
-    fn done_on(&self, cr: &Cr, node: &str) -> bool {
-        self.state_of(&cr.name, node).is_ok_and(|st| node_done(&cr.spec, &st, cr.deleting))
+    /// Which selected nodes each CR is done on, and whether it is done everywhere — from the
+    /// snapshot, for sequencing.
+    fn completion(&mut self) {
+        for cr in &self.s.nodewrights {
+            let digests = crate::packages::digests(&cr.spec);
+            let key = keys::node_state(&cr.name);
+            let mut everywhere = true;
+            for n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
+                let st = self.state_of(&key, &n.name);
+                let done = st.as_ref().is_ok_and(|st| node_done(&cr.spec, &digests, st, cr.deleting));
+                self.parsed.insert((cr.name.as_str(), n.name.as_str()), st);
+                everywhere &= done;
+                if done {
+                    self.done_on.insert((cr.name.as_str(), n.name.as_str()));
+                }
+            }
+            if everywhere {
+                self.done_everywhere.insert(cr.name.as_str());
+            }
+        }
     }
 
     /// A predecessor (lower priority value, or same and earlier name) holds this node.
@@ -75,10 +104,16 @@ impl<'a> Pass<'a> {
         before.iter().filter(|p| !p.disabled && Self::selects(p, node)).any(|p| {
             p.paused
                 || match p.spec.sequencing.unwrap_or_default() {
-                    nodewright_api::v1alpha1::Sequencing::Node => !self.done_on(p, &node.name),
-                    nodewright_api::v1alpha1::Sequencing::All => self.nodes.iter().filter(|n| Self::selects(p, n)).any(|n| !self.done_on(p, &n.name)),
+                    nodewright_api::v1alpha1::Sequencing::Node => !self.done_on.contains(&(p.name.as_str(), node.name.as_str())),
+                    nodewright_api::v1alpha1::Sequencing::All => !self.done_everywhere.contains(p.name.as_str()),
                 }
         })
+    }
+
+    /// A done node still has something of this CR's to clean up: Jobs, a cordon, a drain.
+    fn holds_anything(&self, cr: &Cr, n: &Node, cordon_key: &str, drain_key: &str) -> bool {
+        let work = &self.work[n.name.as_str()];
+        self.jobs.contains_key(&(cr.name.as_str(), n.name.as_str())) || work.get(cordon_key).is_some() || work.get(drain_key).is_some()
     }
 
     fn busy(&self, cr: &Cr, n: &Node) -> bool {
@@ -100,7 +135,7 @@ impl<'a> Pass<'a> {
         if cr.deleting && !cr.has_finalizer {
             return;
         }
-        let selected: Vec<&Node> = self.nodes.iter().copied().filter(|n| Self::selects(cr, n) || (cr.deleting && self.work[&n.name].annotations.contains_key(&keys::node_state(&cr.name)))).collect();
+        let selected: Vec<&Node> = self.nodes.iter().copied().filter(|n| Self::selects(cr, n) || (cr.deleting && self.work[n.name.as_str()].get(&keys::node_state(&cr.name)).is_some())).collect();
         let policy = cr.spec.deployment_policy.as_ref().map(|name| (name, self.s.policies.get(name)));
         let mut report = status::Report::new(cr, self.now);
         report.plugins(&cr.plugins);
@@ -114,24 +149,30 @@ impl<'a> Pass<'a> {
         let unusable = pinned.is_none() || matches!(policy, Some((_, None)));
         let blocked_cr = unusable || (cr.paused && !cr.deleting) || cr.disabled;
         let tolerations = Self::tolerations(cr);
+        let digests = crate::packages::digests(&cr.spec);
+        let (state_key, status_key, cordon_key, drain_key) = (keys::node_state(&cr.name), keys::node_status(&cr.name), keys::cordon(&cr.name), keys::drain_start(&cr.name));
 
         // Every node's standing before batching.
-        let mut standing: BTreeMap<String, (Standing, Status)> = BTreeMap::new();
-        let mut states: BTreeMap<String, NodeState> = BTreeMap::new();
+        let mut standing: HashMap<&str, (Standing, Status)> = HashMap::default();
+        let mut states: HashMap<&str, NodeState> = HashMap::default();
         for n in &selected {
-            self.reboot_reset(cr, n);
-            let st = match self.state_of(&cr.name, &n.name) {
+            let reset = self.reboot_reset(cr, n);
+            let parsed = match self.parsed.remove(&(cr.name.as_str(), n.name.as_str())) {
+                Some(p) if !reset => p,
+                _ => self.state_of(&state_key, &n.name),
+            };
+            let st = match parsed {
                 Ok(st) => st,
                 Err(e) => {
                     report.malformed(e);
-                    standing.insert(n.name.clone(), (Standing::Ineligible, Status::Unknown));
+                    standing.insert(n.name.as_str(), (Standing::Ineligible, Status::Unknown));
                     continue;
                 }
             };
             let parked = st.values().any(|e| e.state == nodewright_api::v1alpha1::State::Erroring && e.generation >= cr.generation)
-                || crate::drain::timed_out(cr, &self.work[&n.name].annotations, self.now).is_some();
+                || crate::drain::timed_out(cr, crate::drain::started(self.work[n.name.as_str()].get(&drain_key)), self.now).is_some();
             let untolerated = select::untolerated(&n.taints, &tolerations);
-            let s = if node_done(&cr.spec, &st, cr.deleting) {
+            let s = if node_done(&cr.spec, &digests, &st, cr.deleting) {
                 (Standing::Done, Status::Complete)
             } else if cr.disabled {
                 (Standing::Ineligible, Status::Disabled)
@@ -150,45 +191,46 @@ impl<'a> Pass<'a> {
             } else {
                 (Standing::Eligible, Status::Waiting)
             };
-            standing.insert(n.name.clone(), s);
-            states.insert(n.name.clone(), st);
+            standing.insert(n.name.as_str(), s);
+            states.insert(n.name.as_str(), st);
         }
 
         // Batches per compartment; members (and done or parked nodes, to record and release) run.
         let comp_rules = rollout::rules(policy.and_then(|(_, p)| p), cr.spec.interruption_budget.as_ref());
-        let mut members: Vec<String> = Vec::new();
+        let mut members: HashSet<String> = HashSet::default();
         if !blocked_cr {
             for (name, nodes) in rollout::assign(policy.and_then(|(_, p)| p), &selected) {
                 let rules = &comp_rules[&name];
-                let list: Vec<(&str, Standing)> = nodes.iter().map(|n| (n.name.as_str(), standing[&n.name].0)).collect();
+                let list: Vec<(&str, Standing)> = nodes.iter().map(|n| (n.name.as_str(), standing[n.name.as_str()].0)).collect();
                 let b = rollout::batch(rules, cr.status.compartment_statuses.get(&name), &list);
                 members.extend(b.members.iter().cloned());
                 report.compartment(&name, b.status);
             }
         }
-        let env = Env { settings: &self.s.settings, now: self.now, refusals: &self.s.refusals, pinned: pinned.unwrap_or(&EMPTY) };
+        let env = Env { settings: &self.s.settings, now: self.now, refusals: &self.s.refusals, pinned: pinned.unwrap_or(&EMPTY), digests: &digests };
         for n in &selected {
-            let Some((stand, mut node_status)) = standing.get(&n.name).copied() else { continue };
-            let runs = !blocked_cr && (members.contains(&n.name) || matches!(stand, Standing::Done | Standing::Failed));
-            if runs && let Some(mut st) = states.remove(&n.name) {
+            let Some((stand, mut node_status)) = standing.get(n.name.as_str()).copied() else { continue };
+            let runs = !blocked_cr
+                && (members.contains(&n.name) || stand == Standing::Failed || (stand == Standing::Done && self.holds_anything(cr, n, &cordon_key, &drain_key)));
+            if runs && let Some(mut st) = states.remove(n.name.as_str()) {
                 let before_state = st.clone();
                 let jobs = self.jobs.get(&(cr.name.as_str(), n.name.as_str())).cloned().unwrap_or_default();
                 let pods = self.pods.get(n.name.as_str()).cloned().unwrap_or_default();
-                let work = self.work.get_mut(&n.name).expect("every node has work");
+                let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
                 let out: NodeOutcome = node::pass(&env, cr, n, work, &mut st, &jobs, &pods, members.contains(&n.name), &mut self.actions);
                 if st != before_state {
                     let value = (!st.is_empty()).then(|| serde_json::to_string(&st).expect("node state serializes"));
-                    work.set(&keys::node_state(&cr.name), value);
+                    work.set(&state_key, value);
                 }
                 node_status = if members.contains(&n.name) || out.status != Status::InProgress { out.status } else { node_status };
                 report.node(&n.name, &out);
             }
             if !unusable {
-                self.set_node_status(cr, n, node_status);
+                self.set_node_status(cr, n, &status_key, node_status);
             }
             report.node_status(&n.name, node_status, &n.boot_id);
         }
-        if cr.deleting && selected.iter().all(|n| standing.get(&n.name).is_some_and(|(s, _)| *s == Standing::Done)) {
+        if cr.deleting && selected.iter().all(|n| standing.get(n.name.as_str()).is_some_and(|(s, _)| *s == Standing::Done)) {
             self.cleanup(cr, &selected);
             self.actions.push(Action::RemoveFinalizer { cr: cr.name.clone() });
             return;
@@ -196,46 +238,47 @@ impl<'a> Pass<'a> {
         self.actions.extend(report.finish());
     }
 
-    fn set_node_status(&mut self, cr: &Cr, n: &Node, status: Status) {
-        let text = serde_json::to_value(status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-        let work = self.work.get_mut(&n.name).expect("every node has work");
-        let old = work.annotations.get(&keys::node_status(&cr.name)).cloned();
-        if old.as_deref() != Some(text.as_str()) {
+    fn set_node_status(&mut self, cr: &Cr, n: &Node, key: &str, status: Status) {
+        let text = status.as_str();
+        let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
+        let old = work.get(key).map(String::from);
+        if old.as_deref() != Some(text) {
             if status == Status::Erroring && old.as_deref() != Some("erroring") {
                 self.actions.push(Action::Event(Event { target: Target::Node(n.name.clone()), warning: true, reason: "Erroring", message: format!("{} is erroring on this node", cr.name) }));
             }
-            work.set(&keys::node_status(&cr.name), Some(text));
+            work.set(key, Some(text.into()));
         }
         self.outcome.insert((cr.name.clone(), n.name.clone()), status);
     }
 
     /// `reapplyOnReboot`: a boot ID change that is not our own reboot resets the node for this CR.
-    fn reboot_reset(&mut self, cr: &'a Cr, n: &'a Node) {
+    fn reboot_reset(&mut self, cr: &'a Cr, n: &'a Node) -> bool {
         if !self.s.settings.reapply_on_reboot {
-            return;
+            return false;
         }
-        let Some(seen) = cr.status.node_boot_ids.get(&n.name) else { return };
+        let Some(seen) = cr.status.node_boot_ids.get(&n.name) else { return false };
         if seen.is_empty() || *seen == n.boot_id {
-            return;
+            return false;
         }
-        let ours = self.state_of(&cr.name, &n.name).is_ok_and(|st| st.values().any(|e| !e.boot_id.is_empty() && e.state != nodewright_api::v1alpha1::State::Complete));
+        let ours = self.state_of(&keys::node_state(&cr.name), &n.name).is_ok_and(|st| st.values().any(|e| !e.boot_id.is_empty() && e.state != nodewright_api::v1alpha1::State::Complete));
         if ours {
-            return;
+            return false;
         }
-        let work = self.work.get_mut(&n.name).expect("every node has work");
+        let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
         work.set(&keys::node_state(&cr.name), None);
         for j in self.jobs.remove(&(cr.name.as_str(), n.name.as_str())).unwrap_or_default() {
             self.actions.push(Action::DeleteJob { name: j.name.clone() });
         }
         self.actions.push(Action::Event(Event { target: Target::Node(n.name.clone()), warning: false, reason: "Reboot", message: format!("boot ID changed; {} re-applies its packages", cr.name) }));
+        true
     }
 
     fn cleanup(&mut self, cr: &Cr, nodes: &[&Node]) {
         for n in nodes {
-            let work = self.work.get_mut(&n.name).expect("every node has work");
+            let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
             work.release(&cr.name);
             work.set(&keys::node_status(&cr.name), None);
-            let empty = work.annotations.get(&keys::node_state(&cr.name)).is_none_or(|raw| serde_json::from_str::<NodeState>(raw).is_ok_and(|st| st.is_empty()));
+            let empty = work.get(&keys::node_state(&cr.name)).is_none_or(|raw| serde_json::from_str::<NodeState>(raw).is_ok_and(|st| st.is_empty()));
             if empty {
                 work.set(&keys::node_state(&cr.name), None);
             }
@@ -247,7 +290,7 @@ impl<'a> Pass<'a> {
             for n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
                 let touched = n.annotations.keys().any(|k| k.starts_with("nodewright.io/"));
                 let tainted = n.taints.iter().any(|t| t.key == keys::RUNTIME_REQUIRED_TAINT_KEY);
-                let work = self.work.get_mut(&n.name).expect("every node has work");
+                let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
                 if !touched && !tainted && !work.patch.add_taints.iter().any(|t| t.key == keys::RUNTIME_REQUIRED_TAINT_KEY) {
                     work.patch.add_taints.push(runtime_taint());
                     work.set(&format!("nodewright.io/auto-taint.{}", cr.name), Some("true".into()));
@@ -267,7 +310,7 @@ impl<'a> Pass<'a> {
             if crs.is_empty() || !crs.iter().all(|c| self.outcome.get(&(c.name.clone(), n.name.clone())) == Some(&Status::Complete)) {
                 continue;
             }
-            let work = self.work.get_mut(&n.name).expect("every node has work");
+            let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
             work.patch.remove_taints.push(keys::RUNTIME_REQUIRED_TAINT_KEY.into());
             if crs.iter().any(|c| c.spec.runtime_required_cordon_after) {
                 work.cordon(true);
@@ -277,7 +320,9 @@ impl<'a> Pass<'a> {
     }
 
     fn finish(mut self) -> Vec<Action> {
-        let mut out: Vec<Action> = self.work.into_values().filter(|w| !w.patch.is_empty()).map(|w| Action::PatchNode(w.patch)).collect();
+        let mut patches: Vec<_> = self.work.into_values().filter(|w| !w.patch.is_empty()).map(|w| w.patch).collect();
+        patches.sort_by(|a, b| a.node.cmp(&b.node));
+        let mut out: Vec<Action> = patches.into_iter().map(Action::PatchNode).collect();
         out.append(&mut self.actions);
         out
     }

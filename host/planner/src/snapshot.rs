@@ -83,9 +83,10 @@ pub struct Cr {
 }
 
 /// The plugins of a CR, resolved and checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Plugins {
     /// Not checked yet.
+    #[default]
     Pending,
     /// Every package → its pinned reference; the grants cover every import.
     Ready(BTreeMap<String, String>),
@@ -96,12 +97,6 @@ pub enum Plugins {
         /// For the condition.
         message: String,
     },
-}
-
-impl Default for Plugins {
-    fn default() -> Self {
-        Plugins::Pending
-    }
 }
 
 /// A node as observed.

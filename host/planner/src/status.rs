@@ -198,8 +198,7 @@ impl<'a> Report<'a> {
     }
 }
 
-/// `in_progress`, `complete`, ... as the API spells it.
-pub fn text(s: Status) -> String {
-    serde_json::to_value(s).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+fn text(s: Status) -> &'static str {
+    s.as_str()
 }
 
