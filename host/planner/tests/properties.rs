@@ -112,7 +112,7 @@ fn check_pass(w: &World, f: &Fleet, acted: &[Action], external: &BTreeSet<String
         let node = w.node(&req.node);
         match &req.work {
             // 2. Disruptive stages of an interrupting package run only cordoned and drained.
-            Work::Package { package, version, stage } if matches!(stage, Stage::Apply | Stage::Config | Stage::Upgrade | Stage::Uninstall) => {
+            Work::Package { package, version, stage: Stage::Apply | Stage::Config | Stage::Upgrade | Stage::Uninstall } => {
                 let p = &cr.spec.packages[package];
                 let st = w.state("cr", &req.node);
                 if !effective(p, st.get(&state_key(package, version))).is_empty() {
