@@ -115,6 +115,9 @@ struct RunArgs {
     /// Registries reachable over plain HTTP.
     #[arg(long = "insecure-registry")]
     insecure: Vec<String>,
+    /// Run only the stage, not its check afterwards.
+    #[arg(long)]
+    no_check: bool,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +127,9 @@ struct InterruptArgs {
     /// `reboot`, `service` or `restartAllServices`.
     #[arg(long = "type")]
     kind: String,
+    /// The package that owns the merged interrupt (part of its idempotence key).
+    #[arg(long, default_value = "node")]
+    package: String,
     /// Units to restart (for `service`).
     #[arg(long = "service")]
     services: Vec<String>,
@@ -218,18 +224,53 @@ async fn run_stage(args: &RunArgs) -> StageResult {
         changed_keys: args.changed_keys.clone(),
     };
     let limits = SandboxLimits { timeout: args.timeout, memory: args.memory, ..Default::default() };
-    let run = prepared.run(args.stage, ctx, host, grants, &limits);
-    tokio::pin!(run);
-    // SIGTERM: let the stage finish within the graceful-shutdown period, else abort.
+    // SIGTERM: let the running stage finish within the graceful-shutdown period, else abort.
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(t) => t,
         Err(e) => return fail(Blame::Host, format!("signal handler: {e}")),
     };
+    let mut result = execute(args, &prepared, args.stage, ctx.clone(), host.clone(), grants.clone(), &limits, &mut term).await;
+    // Work, then its check: a stage counts as done only when its check passes.
+    if result.blame == Blame::None
+        && !args.no_check
+        && let Some(check) = args.stage.check()
+    {
+        let verdict = execute(args, &prepared, check, ctx, host, grants, &limits, &mut term).await;
+        if verdict.blame != Blame::None {
+            let mut failed = fail(verdict.blame, format!("{check} failed after {stage} succeeded: {}", verdict.message));
+            failed.logs = result.logs.iter().chain(&verdict.logs).cloned().collect();
+            failed.changes = std::mem::take(&mut result.changes);
+            failed.change_count = result.change_count;
+            result = failed;
+        } else {
+            result.logs.extend(verdict.logs);
+        }
+    }
+    result.plugin = pulled.reference;
+    result
+}
+
+/// Runs one stage in the sandbox and turns its report into a result.
+#[expect(clippy::too_many_arguments, reason = "one stage's inputs, shared by the stage and its check")]
+async fn execute(
+    args: &RunArgs,
+    prepared: &nodewright_engine::PreparedPlugin,
+    stage: RunStage,
+    ctx: StageContext,
+    host: Arc<dyn HostOps>,
+    grants: Arc<GrantSet>,
+    limits: &SandboxLimits,
+    term: &mut tokio::signal::unix::Signal,
+) -> StageResult {
+    let name = stage.as_str();
+    let fail = |blame, msg: String| StageResult::failed(name, &args.package, blame, msg);
+    let run = prepared.run(stage, ctx, host, grants, limits);
+    tokio::pin!(run);
     let outcome = tokio::select! {
         r = &mut run => r,
         _ = term.recv() => match tokio::time::timeout(args.graceful_shutdown, &mut run).await {
             Ok(r) => r,
-            Err(_) => return fail(Blame::Disruption, format!("stopped by SIGTERM; the stage did not finish within {:?}", args.graceful_shutdown)),
+            Err(_) => return fail(Blame::Disruption, format!("stopped by SIGTERM; {name} did not finish within {:?}", args.graceful_shutdown)),
         },
     };
     let report = match outcome {
@@ -238,7 +279,6 @@ async fn run_stage(args: &RunArgs) -> StageResult {
         Err(e) => {
             let mut r = fail(Blame::Package, e.to_string());
             r.logs = e.logs().iter().rev().take(20).rev().map(|l| l.message.clone()).collect();
-            r.plugin = pulled.reference;
             return r;
         }
     };
@@ -246,7 +286,7 @@ async fn run_stage(args: &RunArgs) -> StageResult {
     let mut result = match &report.result {
         Ok(o) => StageResult {
             outcome: "ok".into(),
-            stage: stage.into(),
+            stage: name.into(),
             package: args.package.clone(),
             blame: Blame::None,
             message: o.message.clone().unwrap_or_else(|| format!("{} change(s)", o.changes.len())),
@@ -266,7 +306,6 @@ async fn run_stage(args: &RunArgs) -> StageResult {
             fail(blame, f.to_string())
         }
     };
-    result.plugin = pulled.reference;
     result.logs = logs;
     result
 }
@@ -352,7 +391,7 @@ fn main() -> ExitCode {
             finish(&args.common, &result)
         }
         Command::Interrupt(args) => {
-            let key = MarkerKey { cr_uid: args.common.cr_uid.clone(), generation: args.common.generation, package: "node".into(), version: String::new(), stage: format!("interrupt-{}", args.kind) };
+            let key = MarkerKey { cr_uid: args.common.cr_uid.clone(), generation: args.common.generation, package: args.package.clone(), version: String::new(), stage: format!("interrupt-{}", args.kind) };
             let state = markers::state_dir(&args.common.host_root);
             if let Some(done) = key.done(&state) {
                 eprintln!("the interrupt already completed for this generation");

@@ -112,6 +112,25 @@ impl RunStage {
         }
     }
 
+    /// The check that verifies this stage (`None` for plans, checks and the interrupt,
+    /// whose verifier is `post-interrupt`).
+    pub fn check(self) -> Option<RunStage> {
+        match self {
+            RunStage::Apply => Some(RunStage::ApplyCheck),
+            RunStage::Config => Some(RunStage::ConfigCheck),
+            RunStage::PostInterrupt => Some(RunStage::PostInterruptCheck),
+            RunStage::Upgrade => Some(RunStage::UpgradeCheck),
+            RunStage::Uninstall => Some(RunStage::UninstallCheck),
+            RunStage::Plan
+            | RunStage::ApplyCheck
+            | RunStage::ConfigCheck
+            | RunStage::Interrupt
+            | RunStage::PostInterruptCheck
+            | RunStage::UpgradeCheck
+            | RunStage::UninstallCheck => None,
+        }
+    }
+
     /// Whether a reboot request is honoured.
     pub fn allows_reboot(self) -> bool {
         self == RunStage::Interrupt

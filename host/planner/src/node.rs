@@ -463,6 +463,11 @@ fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeStat
             e.message.clear();
             e.generation = generation;
         }
+        // Deleting the CR uninstalls even a package whose install failed (NodeWright would
+        // wait for a `complete` install that never comes, and the deletion would hang).
+        if cr.deleting && wants_uninstall && e.state == State::Erroring && !matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt) {
+            *e = PackageStatus { config: e.config.clone(), ..PackageStatus::new(name, &p.version, Stage::Uninstall, generation) };
+        }
         // Cancelled uninstall: back to installing (an uninstall interrupt runs to its end).
         if e.stage == Stage::Uninstall && !wants_uninstall && e.state != State::Complete {
             *e = PackageStatus { config: e.config.clone(), ..PackageStatus::new(name, &p.version, Stage::Apply, generation) };

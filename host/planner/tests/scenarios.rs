@@ -711,3 +711,17 @@ fn malformed_node_state_is_a_condition_not_a_crash() {
     assert!(w.snap.jobs.is_empty());
     let _ = InterruptType::Reboot;
 }
+
+#[test]
+fn deleting_uninstalls_a_package_whose_install_failed() {
+    let mut w = World::new(1);
+    w.add_cr("gpu", spec(json!({"packages": {"driver": {"version": "1.0.0", "plugin": "r.example/driver:1", "uninstall": {"enabled": true}}}})));
+    w.step();
+    w.finish_jobs(|_| Some(failed(Blame::Package, "modprobe failed", true)));
+    w.step();
+    assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Erroring));
+    w.cr_mut("gpu").deleting = true;
+    w.run(("none", 0), 30);
+    assert!(w.snap.nodewrights.is_empty(), "the deletion finishes");
+    assert!(stages_on(&w, "node-0").contains(&"driver:uninstall".to_string()));
+}
