@@ -152,6 +152,8 @@ impl<'a> Pass<'a> {
         let digests = crate::packages::digests(&cr.spec);
         let (state_key, status_key, cordon_key, drain_key) = (keys::node_state(&cr.name), keys::node_status(&cr.name), keys::cordon(&cr.name), keys::drain_start(&cr.name));
 
+        let in_batch: HashSet<&str> = cr.status.compartment_statuses.values().flat_map(|c| c.batch_nodes.iter().map(String::as_str)).collect();
+
         // Every node's standing before batching.
         let mut standing: HashMap<&str, (Standing, Status)> = HashMap::default();
         let mut states: HashMap<&str, NodeState> = HashMap::default();
@@ -171,7 +173,11 @@ impl<'a> Pass<'a> {
             };
             let parked = st.values().any(|e| e.state == nodewright_api::v1alpha1::State::Erroring && e.generation >= cr.generation)
                 || crate::drain::timed_out(cr, crate::drain::started(self.work[n.name.as_str()].get(&drain_key)), self.now).is_some();
-            let untolerated = select::untolerated(&n.taints, &tolerations);
+            let mut untolerated = select::untolerated(&n.taints, &tolerations);
+            if in_batch.contains(n.name.as_str()) {
+                // A node we are working on goes not-ready while it reboots; that is ours.
+                untolerated.retain(|t| !matches!(t.key.as_str(), "node.kubernetes.io/not-ready" | "node.kubernetes.io/unreachable"));
+            }
             let s = if node_done(&cr.spec, &digests, &st, cr.deleting) {
                 (Standing::Done, Status::Complete)
             } else if cr.disabled {

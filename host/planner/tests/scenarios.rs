@@ -725,3 +725,21 @@ fn deleting_uninstalls_a_package_whose_install_failed() {
     assert!(w.snap.nodewrights.is_empty(), "the deletion finishes");
     assert!(stages_on(&w, "node-0").contains(&"driver:uninstall".to_string()));
 }
+
+#[test]
+fn a_node_at_work_that_goes_not_ready_while_rebooting_keeps_its_place() {
+    let mut w = World::new(2);
+    w.add_cr("gpu", spec(json!({"interruptionBudget": {"count": 1}, "packages": {"driver": reboot_pkg()}})));
+    for _ in 0..6 {
+        w.step();
+        w.succeed_all(("reboot", 1));
+    }
+    let member = w.cr("gpu").status.compartment_statuses["__default__"].batch_nodes[0].clone();
+    let other = if member == "node-0" { "node-1" } else { "node-0" };
+    let not_ready = k8s_openapi::api::core::v1::Taint { key: "node.kubernetes.io/not-ready".into(), effect: "NoSchedule".into(), ..Default::default() };
+    w.node_mut(&member).taints.push(not_ready.clone());
+    w.node_mut(other).taints.push(not_ready);
+    w.step();
+    assert_eq!(w.cr("gpu").status.compartment_statuses["__default__"].batch_nodes, [member.clone()], "the member keeps its slot");
+    assert_eq!(w.node_status("gpu", other), Some(Status::Blocked), "a not-ready node outside the batch is not started");
+}

@@ -1,7 +1,8 @@
 //! Simulated nodes: a process "kubelet" that really runs pods' commands.
 //!
 //! For each [`NodeSpec`] it registers a `Node` (labels, capacity, `bootID`, a `Ready`
-//! condition with heartbeats) whose host is a scratch directory. For every pod bound to one
+//! condition with heartbeats, the apiserver's initial not-ready taint lifted) whose host is a
+//! scratch directory. For every pod bound to one
 //! of its nodes (`spec.nodeName`) it runs each container's command as a local process:
 //!
 //! - the environment is the container's literal `env` plus `fieldRef`s (name, namespace,
@@ -144,6 +145,11 @@ impl SimKubelet {
                 .with_context(|| format!("register node {}", spec.name))?;
             let boot = host.node_info().boot_id;
             api.patch_status(&spec.name, &PatchParams::default(), &Patch::Merge(&node_status(&spec, &boot, true))).await?;
+            // The apiserver taints a new node not-ready; with no node-lifecycle controller in
+            // the test control plane, the kubelet side lifts it once the node reports Ready.
+            let registered = api.get(&spec.name).await?;
+            let taints: Vec<_> = registered.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().filter(|t| t.key != "node.kubernetes.io/not-ready").collect();
+            api.patch(&spec.name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}}))).await.with_context(|| format!("untaint node {}", spec.name))?;
             let (control, _) = watch::channel(Control::Run);
             sims.insert(spec.name.clone(), SimNode { spec, host, control });
         }

@@ -1,0 +1,215 @@
+//! Carries out the planner's actions against the apiserver.
+
+use std::collections::HashSet;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::{Client, Resource};
+use nodewright_api::keys;
+use nodewright_api::v1alpha1::NodeWright;
+use nodewright_planner::{Action, Event, NodePatch, Refusal, Target};
+use serde_json::json;
+
+use crate::jobs::{self, JobConfig};
+use crate::world::World;
+
+/// Writes the planner's decisions.
+pub struct Executor {
+    client: Client,
+    jobs: JobConfig,
+    recorder: Recorder,
+    world: World,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("jobs", &self.jobs).finish_non_exhaustive()
+    }
+}
+
+/// What a pass wrote, for the loop's pacing.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Writes made (not counting events).
+    pub writes: usize,
+    /// Writes that failed (conflicts, transient errors): run another pass soon.
+    pub failures: usize,
+}
+
+impl Executor {
+    /// An executor writing as `reporter`.
+    pub fn new(client: Client, jobs: JobConfig, world: World, reporter: &str) -> Self {
+        let recorder = Recorder::new(client.clone(), reporter.to_string().into());
+        Executor { client, jobs, recorder, world }
+    }
+
+    /// Executes `actions`. Node patches go first; a node whose patch failed (a conflict:
+    /// the pass saw an old node) gets none of its other actions this pass.
+    pub async fn run(&self, actions: Vec<Action>) -> Outcome {
+        let mut out = Outcome::default();
+        let mut failed_nodes: HashSet<String> = HashSet::new();
+        for a in &actions {
+            if let Action::PatchNode(p) = a {
+                out.writes += 1;
+                if let Err(e) = self.patch_node(p).await {
+                    tracing::warn!(node = %p.node, "node patch: {e}");
+                    out.failures += 1;
+                    failed_nodes.insert(p.node.clone());
+                }
+            }
+        }
+        for a in actions {
+            let result = match a {
+                Action::PatchNode(_) => continue,
+                Action::CreateJob(req) if failed_nodes.contains(&req.node) => continue,
+                Action::Evict { ref node, .. } if failed_nodes.contains(node) => continue,
+                Action::CreateJob(req) => self.create_job(&req).await,
+                Action::DeleteJob { name } => self.delete_job(&name).await,
+                Action::Evict { node: _, namespace, pod, delete, grace_seconds } => self.evict(&namespace, &pod, delete, grace_seconds).await,
+                Action::SetStatus { cr, status } => self.set_status(&cr, &status).await,
+                Action::Event(e) => {
+                    self.event(&e).await;
+                    continue;
+                }
+                Action::AddFinalizer { cr } => self.finalizer(&cr, true).await,
+                Action::RemoveFinalizer { cr } => self.finalizer(&cr, false).await,
+            };
+            out.writes += 1;
+            if let Err(e) = result {
+                tracing::warn!("{e:#}");
+                out.failures += 1;
+            }
+        }
+        out
+    }
+
+    async fn patch_node(&self, p: &NodePatch) -> anyhow::Result<()> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut body = json!({"metadata": {"resourceVersion": p.resource_version, "annotations": p.annotations}});
+        if let Some(u) = p.unschedulable {
+            body["spec"]["unschedulable"] = json!(u);
+        }
+        if !p.add_taints.is_empty() || !p.remove_taints.is_empty() {
+            let current = nodes.get(&p.node).await?;
+            let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
+            taints.retain(|t| !p.remove_taints.contains(&t.key));
+            for t in &p.add_taints {
+                if !taints.iter().any(|x| x.key == t.key && x.effect == t.effect) {
+                    taints.push(t.clone());
+                }
+            }
+            body["spec"]["taints"] = serde_json::to_value(taints)?;
+        }
+        let patched = nodes.patch(&p.node, &PatchParams::default(), &Patch::Merge(body)).await?;
+        self.world.overlay.lock().expect("overlay lock").nodes.insert(p.node.clone(), patched);
+        Ok(())
+    }
+
+    async fn create_job(&self, req: &nodewright_planner::JobRequest) -> anyhow::Result<()> {
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &self.jobs.namespace);
+        let job = jobs::build(req, &self.jobs);
+        match api.create(&PostParams::default(), &job).await {
+            Ok(created) => {
+                tracing::info!(job = %req.name, node = %req.node, "created");
+                self.world.overlay.lock().expect("overlay lock").created.insert(req.name.clone(), created);
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()), // deterministic names: it exists
+            Err(e) => Err(anyhow::anyhow!("create Job {}: {e}", req.name)),
+        }
+    }
+
+    async fn delete_job(&self, name: &str) -> anyhow::Result<()> {
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &self.jobs.namespace);
+        let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
+        match api.delete(name, &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(anyhow::anyhow!("delete Job {name}: {e}")),
+        }
+        let mut overlay = self.world.overlay.lock().expect("overlay lock");
+        overlay.created.remove(name);
+        overlay.deleted.insert(name.into());
+        Ok(())
+    }
+
+    async fn evict(&self, namespace: &str, pod: &str, delete: bool, grace: Option<i64>) -> anyhow::Result<()> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let key = format!("{namespace}/{pod}");
+        let dp = DeleteParams { grace_period_seconds: grace.map(|g| g.max(0) as u32), ..Default::default() };
+        let result = if delete {
+            api.delete(pod, &dp).await.map(|_| ())
+        } else {
+            api.evict(pod, &EvictParams { delete_options: Some(dp), ..Default::default() }).await.map(|_| ())
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(pod = %key, delete, "evicted");
+                self.world.refusals.lock().expect("refusals lock").remove(&key);
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 429 => {
+                let now = k8s_openapi::jiff::Timestamp::now().as_second();
+                self.world.refusals.lock().expect("refusals lock").insert(key, Refusal { at: now, message: s.message.clone() });
+                Ok(())
+            }
+            Err(e) => Err(anyhow::anyhow!("evict {key}: {e}")),
+        }
+    }
+
+    async fn set_status(&self, cr: &str, status: &nodewright_api::v1alpha1::NodeWrightStatus) -> anyhow::Result<()> {
+        let api: Api<NodeWright> = Api::all(self.client.clone());
+        let body = json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "status": status});
+        match api.patch_status(cr, &PatchParams::apply("nodewright-operator").force(), &Patch::Apply(body)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(anyhow::anyhow!("status of {cr}: {e}")),
+        }
+    }
+
+    async fn finalizer(&self, cr: &str, add: bool) -> anyhow::Result<()> {
+        let api: Api<NodeWright> = Api::all(self.client.clone());
+        let Some(current) = self.world.nodewright(cr) else { return Ok(()) };
+        let mut finalizers: Vec<String> = current.metadata.finalizers.clone().unwrap_or_default();
+        finalizers.retain(|f| f != keys::FINALIZER);
+        if add {
+            finalizers.push(keys::FINALIZER.into());
+        }
+        let body = json!({"metadata": {"resourceVersion": current.metadata.resource_version, "finalizers": finalizers}});
+        match api.patch(cr, &PatchParams::default(), &Patch::Merge(body)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(anyhow::anyhow!("finalizer of {cr}: {e}")),
+        }
+    }
+
+    async fn event(&self, e: &Event) {
+        let reference = match &e.target {
+            Target::Cr(name) => match self.world.nodewright(name) {
+                Some(cr) => cr.object_ref(&()),
+                None => return,
+            },
+            Target::Node(name) => ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(name.clone()), uid: Some(name.clone()), ..Default::default() },
+        };
+        let ev = KubeEvent {
+            type_: if e.warning { EventType::Warning } else { EventType::Normal },
+            reason: e.reason.into(),
+            note: Some(e.message.chars().take(1000).collect()),
+            // The recorder folds events with the same (reason, action) on an object into one
+            // series that keeps the first note; every distinct message is its own event.
+            action: format!("{}-{:08x}", e.reason, fnv(&e.message)),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&ev, &reference).await {
+            tracing::debug!("event {}: {err}", e.reason);
+        }
+    }
+}
+
+/// FNV-1a, 32 bits: a short stable tag for a message.
+fn fnv(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+}

@@ -1,0 +1,193 @@
+//! Agent Jobs: built from the planner's requests, and read back into the planner's view.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use nodewright_api::keys::job as label;
+use nodewright_api::result::StageResult;
+use nodewright_api::validate::{parse_duration, parse_quantity};
+use nodewright_planner::jobs::{interrupt_name, parse_interrupt, parse_stage, stage_name};
+use nodewright_planner::{JobPhase, JobRequest, Work};
+use serde_json::{Value, json};
+
+/// Where and how agent pods run.
+#[derive(Clone, Debug)]
+pub struct JobConfig {
+    /// Namespace of the Jobs.
+    pub namespace: String,
+    /// Agent image.
+    pub image: String,
+    /// The agent's command in that image.
+    pub command: String,
+    /// Host-ops backend: `linux` on real nodes, `sim` on simulated ones.
+    pub backend: String,
+    /// `ttlSecondsAfterFinished`.
+    pub ttl_seconds: i32,
+    /// Registries the agents may reach over plain HTTP.
+    pub insecure_registries: Vec<String>,
+    /// Service account of the agent pods (none: the namespace default).
+    pub service_account: Option<String>,
+}
+
+/// The container name the agent runs as (exit-code rules name it).
+pub const CONTAINER: &str = "agent";
+
+/// Builds the Job for a planner request.
+pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
+    let mut labels: BTreeMap<String, String> = BTreeMap::from([
+        (label::MANAGED.into(), "true".into()),
+        (label::CR.into(), req.cr.clone()),
+        (label::NODE.into(), req.node.clone()),
+        (label::GENERATION.into(), req.generation.to_string()),
+    ]);
+    let mut args: Vec<String> = Vec::new();
+    let interrupt_job;
+    match &req.work {
+        Work::Package { package, version, stage } => {
+            interrupt_job = false;
+            labels.insert(label::PACKAGE.into(), package.clone());
+            labels.insert(label::VERSION.into(), version.clone());
+            labels.insert(label::STAGE.into(), stage_name(*stage).into());
+            let p = req.package.clone().unwrap_or_default();
+            args.extend(["run".into(), format!("--stage={}", stage_name(*stage)), format!("--package={package}"), format!("--version={version}")]);
+            args.push(format!("--plugin={}", req.plugin));
+            args.push(format!("--capabilities={}", serde_json::to_string(&p.capabilities).unwrap_or_else(|_| "{}".into())));
+            args.push(format!("--config={}", serde_json::to_string(&p.config_map).unwrap_or_else(|_| "{}".into())));
+            args.extend(req.changed_keys.iter().map(|k| format!("--changed-key={k}")));
+            if let Some(prev) = &req.previous_version {
+                args.push(format!("--previous-version={prev}"));
+            }
+            if req.reboot_allowed {
+                args.push("--reboot-allowed".into());
+            }
+            if req.deadline_seconds > 0 {
+                args.push(format!("--timeout={}", req.deadline_seconds));
+            }
+            if let Some(mem) = p.resources.as_ref().and_then(|r| parse_quantity(&r.memory_limit).ok()) {
+                args.push(format!("--memory={}", mem as u64));
+            }
+            if let Some(g) = p.graceful_shutdown.as_deref().and_then(|g| parse_duration(g).ok()) {
+                args.push(format!("--graceful-shutdown={g}"));
+            }
+            args.extend(cfg.insecure_registries.iter().map(|r| format!("--insecure-registry={r}")));
+        }
+        Work::Interrupt { stage, kind, owner } => {
+            interrupt_job = true;
+            labels.insert(label::PACKAGE.into(), owner.clone());
+            labels.insert(label::STAGE.into(), stage_name(*stage).into());
+            labels.insert(label::INTERRUPT.into(), interrupt_name(*kind).into());
+            args.extend(["interrupt".into(), format!("--type={}", interrupt_name(*kind)), format!("--package={owner}")]);
+            args.extend(req.services.iter().map(|s| format!("--service={s}")));
+        }
+    }
+    args.extend([format!("--cr-uid={}", req.cr_uid), format!("--generation={}", req.generation), "--host-root=/host".into(), format!("--backend={}", cfg.backend)]);
+    let tolerations = serde_json::to_value(&req.tolerations).unwrap_or(Value::Null);
+    let mut pod_spec = json!({
+        "nodeName": req.node,
+        "restartPolicy": if interrupt_job { "OnFailure" } else { "Never" },
+        "hostPID": true,
+        "tolerations": tolerations,
+        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+        "containers": [{
+            "name": CONTAINER,
+            "image": cfg.image,
+            "command": [cfg.command],
+            "args": args,
+            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "securityContext": {"privileged": true},
+            "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+            "terminationMessagePolicy": "FallbackToLogsOnError"
+        }]
+    });
+    if let Some(sa) = &cfg.service_account {
+        pod_spec["serviceAccountName"] = json!(sa);
+    }
+    if let Some(p) = &req.package
+        && let Some(r) = &p.resources
+    {
+        pod_spec["containers"][0]["resources"] = json!({
+            "requests": {"cpu": r.cpu_request, "memory": r.memory_request},
+            "limits": {"cpu": r.cpu_limit, "memory": r.memory_limit}
+        });
+    }
+    let mut spec = json!({
+        "ttlSecondsAfterFinished": cfg.ttl_seconds,
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec}
+    });
+    if interrupt_job {
+        // Reboots restart the pod in place; the whole stage is bounded by the deadline.
+        spec["backoffLimit"] = json!(6);
+        if req.deadline_seconds > 0 {
+            spec["activeDeadlineSeconds"] = json!(req.deadline_seconds);
+        }
+    } else {
+        spec["backoffLimit"] = json!(req.backoff_limit);
+        spec["podReplacementPolicy"] = json!("Failed");
+        // Disruptions and the agent's host (4) / disruption (5) verdicts are not the
+        // package's fault: they do not count against backoffLimit.
+        spec["podFailurePolicy"] = json!({"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            {"action": "Ignore", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": [4, 5]}}
+        ]});
+        if req.deadline_seconds > 0 {
+            spec["template"]["spec"]["activeDeadlineSeconds"] = json!(req.deadline_seconds);
+        }
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": req.name, "namespace": cfg.namespace, "labels": labels},
+        "spec": spec
+    }))
+    .expect("the Job we build is a valid Job")
+}
+
+/// The planner's view of one of our Jobs, from its labels, status and pods.
+pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::Job> {
+    let labels = job.metadata.labels.as_ref()?;
+    let get = |k: &str| labels.get(k).cloned();
+    let stage = parse_stage(&get(label::STAGE)?)?;
+    let work = match get(label::INTERRUPT) {
+        Some(kind) => Work::Interrupt { stage, kind: parse_interrupt(&kind)?, owner: get(label::PACKAGE)? },
+        None => Work::Package { package: get(label::PACKAGE)?, version: get(label::VERSION)?, stage },
+    };
+    let status = job.status.clone().unwrap_or_default();
+    let condition = |t: &str| status.conditions.iter().flatten().find(|c| c.type_ == t && c.status == "True");
+    let mut failed_pods: Vec<&&Pod> = pods.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")).collect();
+    failed_pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
+    let last = failed_pods.iter().rev().find_map(|p| result_of(p));
+    let phase = if condition("Complete").is_some() {
+        let ok = pods.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")).find_map(|p| result_of(p));
+        JobPhase::Succeeded(ok)
+    } else if let Some(c) = condition("Failed") {
+        let reason = c.reason.clone().unwrap_or_default();
+        let genuine = reason == "DeadlineExceeded" || failed_pods.iter().any(|p| genuine_failure(p));
+        JobPhase::Failed { genuine, attempts: status.failed.unwrap_or(0).max(0) as u32, reason, last }
+    } else {
+        JobPhase::Active { failed: status.failed.unwrap_or(0).max(0) as u32, last }
+    };
+    let generation = get(label::GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0);
+    Some(nodewright_planner::Job { name: job.metadata.name.clone()?, cr: get(label::CR)?, node: get(label::NODE)?, generation, work, phase })
+}
+
+/// The agent's result in a pod's termination message, if it wrote one.
+fn result_of(p: &Pod) -> Option<StageResult> {
+    let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
+    let c = statuses.iter().find(|c| c.name == CONTAINER)?;
+    let t = c.state.as_ref()?.terminated.as_ref().or(c.last_state.as_ref()?.terminated.as_ref())?;
+    serde_json::from_str(t.message.as_deref()?).ok()
+}
+
+/// A failed attempt that counts: a verdict from the agent (exit 1–3) or the per-attempt
+/// deadline — not a disruption, an admission rejection or a host failure.
+fn genuine_failure(p: &Pod) -> bool {
+    let Some(status) = p.status.as_ref() else { return false };
+    if status.conditions.iter().flatten().any(|c| c.type_ == "DisruptionTarget" && c.status == "True") || p.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    if status.reason.as_deref() == Some("DeadlineExceeded") {
+        return true;
+    }
+    status.container_statuses.iter().flatten().filter(|c| c.name == CONTAINER).filter_map(|c| c.state.as_ref()?.terminated.as_ref()).any(|t| (1..=3).contains(&t.exit_code))
+}

@@ -1,0 +1,158 @@
+//! `nodewright-operator`: rolls NodeWright packages out to nodes.
+//!
+//! One level-triggered loop over the whole cluster: reflector caches of NodeWrights,
+//! DeploymentPolicies, nodes, our Jobs and bound pods wake it; each pass builds the planner's
+//! snapshot (with the operator's own unseen writes overlaid), calls
+//! `nodewright_planner::plan`, and executes the actions. Plugins are resolved, pulled and
+//! grant-checked once per CR generation before the planner may touch a node. With
+//! `--leader-elect`, only the holder of a Lease plans.
+
+mod convert;
+mod execute;
+mod jobs;
+mod leader;
+mod plugins;
+mod world;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use kube::Client;
+use nodewright_planner::{Settings, plan};
+use tokio::sync::Notify;
+
+/// Flags (each also an environment variable).
+#[derive(Debug, Parser)]
+#[command(name = "nodewright-operator", version, about = "Rolls NodeWright packages out to nodes, safely")]
+struct Flags {
+    /// Namespace of the agent Jobs and the leader Lease.
+    #[arg(long, env = "NODEWRIGHT_NAMESPACE", default_value = "nodewright")]
+    namespace: String,
+    /// Agent image for the Jobs.
+    #[arg(long, env = "NODEWRIGHT_AGENT_IMAGE", default_value = "ghcr.io/nodewright/agent:0.1.0")]
+    agent_image: String,
+    /// The agent's command inside that image.
+    #[arg(long, env = "NODEWRIGHT_AGENT_COMMAND", default_value = "/usr/local/bin/nodewright-agent")]
+    agent_command: String,
+    /// Host-ops backend the agents use: `linux` (real nodes) or `sim` (simulated nodes).
+    #[arg(long, env = "NODEWRIGHT_AGENT_BACKEND", default_value = "linux")]
+    agent_backend: String,
+    /// Service account of the agent pods.
+    #[arg(long, env = "NODEWRIGHT_AGENT_SERVICE_ACCOUNT")]
+    agent_service_account: Option<String>,
+    /// Retries of a genuinely failed package stage.
+    #[arg(long, env = "NODEWRIGHT_JOB_BACKOFF_LIMIT", default_value_t = 3)]
+    job_backoff_limit: i32,
+    /// Per-attempt deadline of package stages (whole stage for interrupts), seconds; 0 = none.
+    #[arg(long, env = "NODEWRIGHT_JOB_STAGE_TIMEOUT", default_value_t = 3600)]
+    job_stage_timeout: u64,
+    /// `ttlSecondsAfterFinished` of the Jobs.
+    #[arg(long, env = "NODEWRIGHT_JOB_TTL_SECONDS", default_value_t = 3600)]
+    job_ttl_seconds_after_finished: i32,
+    /// Where the operator caches pulled plugins and compiled code for grant checks.
+    #[arg(long, env = "NODEWRIGHT_PLUGIN_CACHE_DIR", default_value = "/var/cache/nodewright-operator")]
+    plugin_cache_dir: PathBuf,
+    /// Registries reached over plain HTTP (repeatable). Nothing else ever is.
+    #[arg(long = "insecure-registry", env = "NODEWRIGHT_INSECURE_REGISTRIES", value_delimiter = ',')]
+    insecure_registries: Vec<String>,
+    /// Reset a node's packages when it reboots outside nodewright's own interrupts.
+    #[arg(long, env = "NODEWRIGHT_REAPPLY_ON_REBOOT")]
+    reapply_on_reboot: bool,
+    /// Units a `restartAllServices` interrupt restarts.
+    #[arg(long = "restart-all-services", env = "NODEWRIGHT_RESTART_ALL_SERVICES", value_delimiter = ',', default_value = "procps.service")]
+    restart_all_services: Vec<String>,
+    /// Plan only while holding the Lease.
+    #[arg(long, env = "NODEWRIGHT_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Lease name.
+    #[arg(long, env = "NODEWRIGHT_LEASE_NAME", default_value = "nodewright-operator")]
+    lease_name: String,
+    /// Identity in the Lease (default: the hostname and pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Longest wait between passes when nothing changes, seconds.
+    #[arg(long, env = "NODEWRIGHT_RESYNC_SECONDS", default_value_t = 30)]
+    resync_seconds: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into())).init();
+    let flags = Flags::parse();
+    let mut config = kube::Config::infer().await?;
+    // A PodDisruptionBudget refusal is a 429; retrying it inside the client would block the
+    // whole pass for minutes. The planner retries it, throttled.
+    config.default_retry = false;
+    let client = Client::try_from(config)?;
+    let identity = flags.identity.clone().unwrap_or_else(|| format!("{}-{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "operator".into()), std::process::id()));
+
+    let lease = flags.leader_elect.then(|| leader::Leader::new(client.clone(), &flags.namespace, &flags.lease_name, &identity, Duration::from_secs(15)));
+    if let Some(l) = &lease {
+        l.acquire().await?;
+    }
+
+    let notify = Arc::new(Notify::new());
+    let world = world::World::start(client.clone(), &flags.namespace, notify.clone()).await?;
+    let plugins = plugins::Plugins::new(flags.plugin_cache_dir.clone(), flags.insecure_registries.clone(), notify.clone())?;
+    let jobs = jobs::JobConfig {
+        namespace: flags.namespace.clone(),
+        image: flags.agent_image.clone(),
+        command: flags.agent_command.clone(),
+        backend: flags.agent_backend.clone(),
+        ttl_seconds: flags.job_ttl_seconds_after_finished,
+        insecure_registries: flags.insecure_registries.clone(),
+        service_account: flags.agent_service_account.clone(),
+    };
+    let executor = execute::Executor::new(client.clone(), jobs, world.clone(), "nodewright-operator");
+    let settings = Settings {
+        namespace: flags.namespace.clone(),
+        backoff_limit: flags.job_backoff_limit,
+        stage_timeout: flags.job_stage_timeout,
+        reapply_on_reboot: flags.reapply_on_reboot,
+        restart_all_services: flags.restart_all_services.clone(),
+        ..Settings::default()
+    };
+    tracing::info!(namespace = %flags.namespace, "operator started");
+
+    let mut last_renew = tokio::time::Instant::now();
+    let mut wait = Duration::from_millis(0);
+    loop {
+        tokio::select! {
+            _ = notify.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::signal::ctrl_c() => {
+                tracing::info!("interrupted; stopping");
+                return Ok(());
+            }
+        }
+        // Let a burst of watch events settle into one pass.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        if let Some(l) = &lease
+            && last_renew.elapsed() > Duration::from_secs(5)
+        {
+            if !l.renew().await.unwrap_or(false) {
+                anyhow::bail!("lost the leader lease {}; exiting so a fresh start re-acquires it", flags.lease_name);
+            }
+            last_renew = tokio::time::Instant::now();
+        }
+        let snapshot = world.snapshot(&settings, &plugins);
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let actions = plan(&snapshot, now);
+        let busy = !snapshot.jobs.is_empty() || actions.iter().any(|a| !matches!(a, nodewright_planner::Action::Event(_)));
+        let n = actions.len();
+        for a in &actions {
+            tracing::trace!(?a, "action");
+        }
+        let out = executor.run(actions).await;
+        tracing::debug!(actions = n, writes = out.writes, failures = out.failures, "pass");
+        wait = if out.failures > 0 {
+            Duration::from_millis(500)
+        } else if busy {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(flags.resync_seconds)
+        };
+    }
+}

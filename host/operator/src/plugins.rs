@@ -1,0 +1,120 @@
+//! Before any node is touched: every package's plugin reference is resolved to a digest,
+//! pulled and verified, and its imports checked against the package's grants. Done once per
+//! CR generation, in the background; the planner sees `Pending` until it is.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nodewright_api::grants::{GrantSet, GrantSource};
+use nodewright_api::v1alpha1::{InterruptType, NodeWrightSpec};
+use nodewright_engine::{Engine, EngineConfig};
+use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig, pin};
+use nodewright_planner::Plugins as Verdict;
+use tokio::sync::Notify;
+
+/// How long a retryable failure (registry unreachable) is kept before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(20);
+
+/// The resolve/pull/grant-check cache.
+#[derive(Clone)]
+pub struct Plugins {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Plugins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugins").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    puller: Puller,
+    engine: Engine,
+    entries: Mutex<HashMap<String, Entry>>,
+    notify: Arc<Notify>,
+}
+
+struct Entry {
+    uid: String,
+    generation: i64,
+    verdict: Option<Verdict>,
+    retryable: bool,
+    at: Instant,
+}
+
+impl Plugins {
+    /// A checker pulling into `cache_dir`, reaching `insecure` registries over HTTP.
+    pub fn new(cache_dir: PathBuf, insecure: Vec<String>, notify: Arc<Notify>) -> anyhow::Result<Self> {
+        let cache = NodeCache::open(&cache_dir)?;
+        let engine = Engine::new(EngineConfig { cache_dir: Some(cache.code_dir()) })?;
+        let registry = Registry::new(RegistryConfig { insecure, ..Default::default() });
+        Ok(Plugins { inner: Arc::new(Inner { puller: Puller::new(registry, cache), engine, entries: Mutex::default(), notify }) })
+    }
+
+    /// The verdict for this CR generation; starts the check if there is none yet.
+    pub fn get(&self, name: &str, uid: &str, generation: i64, spec: &NodeWrightSpec) -> Verdict {
+        let mut entries = self.inner.entries.lock().expect("plugins lock");
+        if let Some(e) = entries.get(name)
+            && e.uid == uid
+            && e.generation == generation
+        {
+            match &e.verdict {
+                None => return Verdict::Pending,
+                Some(v) if !(e.retryable && e.at.elapsed() > RETRY_AFTER) => return v.clone(),
+                Some(_) => {}
+            }
+        }
+        entries.insert(name.into(), Entry { uid: uid.into(), generation, verdict: None, retryable: false, at: Instant::now() });
+        drop(entries);
+        let this = self.clone();
+        let (name, uid, spec) = (name.to_string(), uid.to_string(), spec.clone());
+        tokio::spawn(async move {
+            let (verdict, retryable) = this.check(&spec).await;
+            tracing::info!(cr = %name, generation, ?verdict, "plugins checked");
+            let mut entries = this.inner.entries.lock().expect("plugins lock");
+            if let Some(e) = entries.get_mut(&name)
+                && e.uid == uid
+                && e.generation == generation
+            {
+                e.verdict = Some(verdict);
+                e.retryable = retryable;
+                e.at = Instant::now();
+            }
+            drop(entries);
+            this.inner.notify.notify_one();
+        });
+        Verdict::Pending
+    }
+
+    async fn check(&self, spec: &NodeWrightSpec) -> (Verdict, bool) {
+        let mut pinned = BTreeMap::new();
+        for (name, p) in &spec.packages {
+            let not_ready = |reason: &str, message: String, retryable: bool| (Verdict::NotReady { reason: reason.into(), message }, retryable);
+            let reference = match self.inner.puller.registry().resolve(&p.plugin).await.and_then(|d| pin(&p.plugin, &d)) {
+                Ok(r) => r,
+                Err(e) => return not_ready("ResolveFailed", format!("spec.packages.{name}.plugin: {e}"), e.is_retryable()),
+            };
+            let pulled = match self.inner.puller.pull_pinned(&reference, &|_| {}).await {
+                Ok(p) => p,
+                Err(e) => return not_ready("PullFailed", format!("spec.packages.{name}.plugin: {e}"), e.is_retryable()),
+            };
+            let loaded = match self.inner.engine.load(&pulled.bytes) {
+                Ok(l) => l,
+                Err(e) => return not_ready("InvalidPlugin", format!("spec.packages.{name}.plugin {reference}: {e}"), false),
+            };
+            let reboot = p.interrupt.as_ref().is_some_and(|i| i.kind == InterruptType::Reboot);
+            let grants = match GrantSet::parse(&p.capabilities, reboot, GrantSource::Spec { package: name.clone() }) {
+                Ok(g) => g,
+                Err(errs) => return not_ready("InvalidGrant", errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), false),
+            };
+            let check = nodewright_engine::check_grants(&loaded, &grants);
+            if !check.missing.is_empty() {
+                return not_ready("GrantMissing", format!("package {name} ({reference}) imports capabilities its grants do not cover: {}", check.missing_summary()), false);
+            }
+            pinned.insert(name.clone(), reference);
+        }
+        (Verdict::Ready(pinned), false)
+    }
+}

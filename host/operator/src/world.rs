@@ -1,0 +1,155 @@
+//! What the operator sees: reflector caches of NodeWrights, DeploymentPolicies, nodes, our
+//! Jobs and every bound pod, overlaid with the operator's own recent writes until the caches
+//! catch up — and the planner snapshot built from them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use nodewright_api::keys;
+use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright};
+use nodewright_planner::{Refusal, Settings, Snapshot};
+use tokio::sync::Notify;
+
+use crate::plugins::Plugins;
+
+/// The caches.
+#[derive(Clone)]
+pub struct World {
+    nodewrights: Store<NodeWright>,
+    policies: Store<DeploymentPolicy>,
+    nodes: Store<Node>,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+    /// Our own writes the caches have not shown yet.
+    pub overlay: Arc<Mutex<Overlay>>,
+    /// Evictions a PodDisruptionBudget refused, by `namespace/name`.
+    pub refusals: Arc<Mutex<BTreeMap<String, Refusal>>>,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World").finish_non_exhaustive()
+    }
+}
+
+/// Writes not yet seen by the caches ("expectations"): a pass must not act on a world
+/// older than its own last write.
+#[derive(Debug, Default)]
+pub struct Overlay {
+    /// Nodes as our patches returned them.
+    pub nodes: HashMap<String, Node>,
+    /// Jobs we created.
+    pub created: HashMap<String, Job>,
+    /// Jobs we deleted.
+    pub deleted: HashSet<String>,
+}
+
+fn rv(o: &impl Resource) -> u64 {
+    o.meta().resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn watch<K>(api: Api<K>, config: watcher::Config, notify: Arc<Notify>) -> Store<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                tracing::warn!("watch: {e}");
+            }
+            notify.notify_one();
+        }
+    });
+    reader
+}
+
+impl World {
+    /// Starts the watches and waits for the first list of each.
+    pub async fn start(client: Client, namespace: &str, notify: Arc<Notify>) -> anyhow::Result<World> {
+        let jobs_cfg = watcher::Config::default().labels(&format!("{}=true", keys::job::MANAGED));
+        let pods_cfg = watcher::Config::default().fields("spec.nodeName!=");
+        let world = World {
+            nodewrights: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
+            policies: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
+            nodes: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
+            jobs: watch(Api::namespaced(client.clone(), namespace), jobs_cfg, notify.clone()),
+            pods: watch(Api::all(client), pods_cfg, notify),
+            overlay: Arc::default(),
+            refusals: Arc::default(),
+        };
+        world.nodewrights.wait_until_ready().await?;
+        world.policies.wait_until_ready().await?;
+        world.nodes.wait_until_ready().await?;
+        world.jobs.wait_until_ready().await?;
+        world.pods.wait_until_ready().await?;
+        Ok(world)
+    }
+
+    /// A NodeWright by name.
+    pub fn nodewright(&self, name: &str) -> Option<Arc<NodeWright>> {
+        self.nodewrights.state().into_iter().find(|n| n.metadata.name.as_deref() == Some(name))
+    }
+
+    /// Every NodeWright.
+    pub fn nodewrights(&self) -> Vec<Arc<NodeWright>> {
+        self.nodewrights.state()
+    }
+
+    /// Every DeploymentPolicy.
+    pub fn policies(&self) -> Vec<Arc<DeploymentPolicy>> {
+        self.policies.state()
+    }
+
+    /// The planner's snapshot, with our unseen writes applied and seen ones forgotten.
+    pub fn snapshot(&self, settings: &Settings, plugins: &Plugins) -> Snapshot {
+        let mut overlay = self.overlay.lock().expect("overlay lock");
+        let mut nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        for n in &mut nodes {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            match overlay.nodes.get(&name) {
+                Some(ours) if rv(ours) > rv(n) => *n = ours.clone(),
+                Some(_) => {
+                    overlay.nodes.remove(&name);
+                }
+                None => {}
+            }
+        }
+        let mut jobs: Vec<Job> = self.jobs.state().iter().map(|j| (**j).clone()).collect();
+        let cached: HashSet<String> = jobs.iter().filter_map(|j| j.metadata.name.clone()).collect();
+        overlay.created.retain(|name, _| !cached.contains(name));
+        overlay.deleted.retain(|name| cached.contains(name));
+        jobs.retain(|j| !j.metadata.name.as_ref().is_some_and(|n| overlay.deleted.contains(n)));
+        jobs.extend(overlay.created.values().cloned());
+        drop(overlay);
+
+        let pods = self.pods.state();
+        let mut by_job: HashMap<&str, Vec<&Pod>> = HashMap::new();
+        for p in &pods {
+            if let Some(j) = p.metadata.labels.as_ref().and_then(|l| l.get("job-name")) {
+                by_job.entry(j.as_str()).or_default().push(p);
+            }
+        }
+        let mut refusals = self.refusals.lock().expect("refusals lock");
+        let live: HashSet<String> = pods.iter().map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())).collect();
+        refusals.retain(|k, _| live.contains(k));
+        Snapshot {
+            nodewrights: self.nodewrights.state().iter().map(|cr| crate::convert::cr(cr, plugins)).collect(),
+            policies: self.policies.state().iter().filter_map(|p| Some((p.metadata.name.clone()?, p.spec.clone()))).collect(),
+            nodes: nodes.iter().map(crate::convert::node).collect(),
+            jobs: jobs.iter().filter_map(|j| crate::jobs::read(j, by_job.get(j.metadata.name.as_deref().unwrap_or_default()).map(Vec::as_slice).unwrap_or_default())).collect(),
+            pods: pods.iter().filter_map(|p| crate::convert::pod(p)).collect(),
+            refusals: refusals.clone(),
+            settings: settings.clone(),
+        }
+    }
+}
