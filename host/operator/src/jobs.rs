@@ -33,6 +33,9 @@ pub struct JobConfig {
 /// The container name the agent runs as (exit-code rules name it).
 pub const CONTAINER: &str = "agent";
 
+/// Where the agent writes its result (the container's `terminationMessagePath`).
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
 /// Builds the Job for a planner request.
 pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     let mut labels: BTreeMap<String, String> = BTreeMap::from([
@@ -81,7 +84,13 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
             args.extend(req.services.iter().map(|s| format!("--service={s}")));
         }
     }
-    args.extend([format!("--cr-uid={}", req.cr_uid), format!("--generation={}", req.generation), "--host-root=/host".into(), format!("--backend={}", cfg.backend)]);
+    args.extend([
+        format!("--cr-uid={}", req.cr_uid),
+        format!("--generation={}", req.generation),
+        "--host-root=/host".into(),
+        format!("--backend={}", cfg.backend),
+        format!("--termination-log={TERMINATION_LOG}"),
+    ]);
     let tolerations = serde_json::to_value(&req.tolerations).unwrap_or(Value::Null);
     let mut pod_spec = json!({
         "nodeName": req.node,
@@ -97,6 +106,7 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
             "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "securityContext": {"privileged": true},
             "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+            "terminationMessagePath": TERMINATION_LOG,
             "terminationMessagePolicy": "FallbackToLogsOnError"
         }]
     });

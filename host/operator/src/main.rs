@@ -145,8 +145,9 @@ async fn main() -> anyhow::Result<()> {
         for a in &actions {
             tracing::trace!(?a, "action");
         }
+        tracing::trace!(pods = ?snapshot.pods.iter().map(|p| (p.key(), p.node.clone(), p.active, p.controller.clone())).collect::<Vec<_>>(), "pods");
         let out = executor.run(actions).await;
-        tracing::debug!(actions = n, writes = out.writes, failures = out.failures, "pass");
+        tracing::debug!(actions = n, writes = out.writes, failures = out.failures, nodes = snapshot.nodes.len(), jobs = snapshot.jobs.len(), pods = snapshot.pods.len(), "pass");
         wait = if out.failures > 0 {
             Duration::from_millis(500)
         } else if busy {

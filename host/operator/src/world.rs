@@ -77,7 +77,7 @@ impl World {
     /// Starts the watches and waits for the first list of each.
     pub async fn start(client: Client, namespace: &str, notify: Arc<Notify>) -> anyhow::Result<World> {
         let jobs_cfg = watcher::Config::default().labels(&format!("{}=true", keys::job::MANAGED));
-        let pods_cfg = watcher::Config::default().fields("spec.nodeName!=");
+        let pods_cfg = watcher::Config::default();
         let world = World {
             nodewrights: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
             policies: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
@@ -98,16 +98,6 @@ impl World {
     /// A NodeWright by name.
     pub fn nodewright(&self, name: &str) -> Option<Arc<NodeWright>> {
         self.nodewrights.state().into_iter().find(|n| n.metadata.name.as_deref() == Some(name))
-    }
-
-    /// Every NodeWright.
-    pub fn nodewrights(&self) -> Vec<Arc<NodeWright>> {
-        self.nodewrights.state()
-    }
-
-    /// Every DeploymentPolicy.
-    pub fn policies(&self) -> Vec<Arc<DeploymentPolicy>> {
-        self.policies.state()
     }
 
     /// The planner's snapshot, with our unseen writes applied and seen ones forgotten.

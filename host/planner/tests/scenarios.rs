@@ -740,6 +740,6 @@ fn a_node_at_work_that_goes_not_ready_while_rebooting_keeps_its_place() {
     w.node_mut(&member).taints.push(not_ready.clone());
     w.node_mut(other).taints.push(not_ready);
     w.step();
-    assert_eq!(w.cr("gpu").status.compartment_statuses["__default__"].batch_nodes, [member.clone()], "the member keeps its slot");
+    assert_eq!(w.cr("gpu").status.compartment_statuses["__default__"].batch_nodes, std::slice::from_ref(&member), "the member keeps its slot");
     assert_eq!(w.node_status("gpu", other), Some(Status::Blocked), "a not-ready node outside the batch is not started");
 }

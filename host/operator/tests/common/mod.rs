@@ -121,8 +121,27 @@ impl E2e {
     /// Where to look when something failed.
     pub fn diagnostics(&self) -> String {
         let log = self.operator_log();
+        if let Ok(keep) = std::env::var("E2E_KEEP_LOG") {
+            let _ = std::fs::write(keep, &log);
+        }
         let tail: Vec<&str> = log.lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect();
         format!("--- operator log (tail) ---\n{}\n--- control plane ---\n{}", tail.join("\n"), self.cp.logs())
+    }
+
+    /// NodeWright statuses, node annotations and Jobs, for failure messages.
+    pub async fn cluster_state(&self) -> String {
+        let mut out = String::from("--- cluster state ---\n");
+        for nw in Api::<NodeWright>::all(self.client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+            out.push_str(&format!("NodeWright {}: {}\n", nw.metadata.name.unwrap_or_default(), serde_json::to_string(&nw.status).unwrap_or_default()));
+        }
+        for n in Api::<Node>::all(self.client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+            let unsched = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            out.push_str(&format!("Node {} unschedulable={unsched} annotations={:?}\n", n.metadata.name.unwrap_or_default(), n.metadata.annotations.unwrap_or_default()));
+        }
+        for j in self.jobs().await {
+            out.push_str(&format!("Job {} status={}\n", j.metadata.name.unwrap_or_default(), serde_json::to_string(&j.status).unwrap_or_default()));
+        }
+        out
     }
 
     /// Creates a NodeWright from JSON.
@@ -212,15 +231,43 @@ impl E2e {
                 return v;
             }
             if start.elapsed() > timeout {
-                panic!("timed out after {timeout:?} waiting for {what}\n{}", self.diagnostics());
+                panic!("timed out after {timeout:?} waiting for {what}\n{}\n{}", self.cluster_state().await, self.diagnostics());
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 
-    /// Waits for the CR to report `complete`.
+    /// Waits for the CR to report `complete` for its current generation.
     pub async fn wait_complete(&self, cr: &str, timeout: Duration) {
-        self.wait(&format!("{cr} complete"), timeout, || async { (self.nodewright(cr).await.status?.status? == Status::Complete).then_some(()) }).await
+        self.wait(&format!("{cr} complete"), timeout, || async {
+            let nw = self.nodewright(cr).await;
+            let status = nw.status?;
+            (status.status? == Status::Complete && status.observed_generation >= nw.metadata.generation).then_some(())
+        })
+        .await
+    }
+
+    /// Creates a PodDisruptionBudget in `default`.
+    pub async fn pdb(&self, name: &str, selector: Value) {
+        let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget =
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}})).unwrap();
+        Api::namespaced(self.client.clone(), "default").create(&PostParams::default(), &pdb).await.unwrap();
+    }
+
+    /// Deletes a pod in `default` at once.
+    pub async fn delete_pod(&self, name: &str) {
+        let dp = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+        let _ = Api::<Pod>::namespaced(self.client.clone(), "default").delete(name, &dp).await;
+    }
+
+    /// Merge-patches a node.
+    pub async fn patch_node(&self, name: &str, patch: Value) {
+        Api::<Node>::all(self.client.clone()).patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    }
+
+    /// Reboots the simulated host recorded.
+    pub fn reboots(&self, node: &str) -> usize {
+        self.journal(node).iter().filter(|a| matches!(a, HostAction::RebootRequested { .. })).count()
     }
 
     /// Our Jobs.
@@ -230,9 +277,25 @@ impl E2e {
 
     /// Creates a plain workload pod on `node` (owned by a ReplicaSet-like owner if `managed`).
     pub async fn workload_pod(&self, node: &str, name: &str, labels: Value) {
+        // A real (inert: no ReplicaSet controller runs here) owner, so the garbage collector
+        // leaves the pod alone and drains see a managed pod.
+        let sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(self.client.clone(), "default");
+        let owner = match sets.get_opt("workload").await.unwrap() {
+            Some(rs) => rs,
+            None => {
+                let rs = serde_json::from_value(json!({
+                    "metadata": {"name": "workload"},
+                    "spec": {"replicas": 0, "selector": {"matchLabels": {"owner": "workload"}},
+                             "template": {"metadata": {"labels": {"owner": "workload"}}, "spec": {"containers": [{"name": "c", "image": "sleeper"}]}}}
+                }))
+                .unwrap();
+                sets.create(&PostParams::default(), &rs).await.unwrap()
+            }
+        };
+        let uid = owner.metadata.uid.clone().unwrap();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
         let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels, "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "00000000-0000-0000-0000-000000000001", "controller": true}]},
+            "metadata": {"name": name, "labels": labels, "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "workload", "uid": uid, "controller": true}]},
             "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "sleeper"}]}
         }))
         .unwrap();
