@@ -137,3 +137,57 @@ pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str
     };
     Batch { members, status }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, tier: &str) -> Node {
+        Node { name: name.into(), labels: [("tier".to_string(), tier.to_string())].into(), ..Default::default() }
+    }
+
+    fn policy(json: serde_json::Value) -> DeploymentPolicySpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn overlapping_compartments_resolve_by_safety_then_ceiling_then_name() {
+        let p = policy(serde_json::json!({
+            "default": {"budget": {"count": 1}},
+            "compartments": [
+                {"name": "fast", "selector": {"matchLabels": {"tier": "a"}}, "budget": {"count": 5}, "strategy": {"exponential": {"initialBatch": 1}}},
+                {"name": "safe", "selector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, "budget": {"count": 5}, "strategy": {"fixed": {"initialBatch": 1}}},
+                {"name": "b-small", "selector": {"matchLabels": {"tier": "b"}}, "budget": {"count": 1}},
+                {"name": "a-big", "selector": {"matchLabels": {"tier": "b"}}, "budget": {"count": 3}}
+            ]
+        }));
+        // Drop "safe" for the tie-break checks: b-small and a-big (no strategy) differ by ceiling.
+        let nodes = [node("n1", "a"), node("n2", "b"), node("n3", "c")];
+        let refs: Vec<&Node> = nodes.iter().collect();
+        let got = assign(Some(&p), &refs);
+        let names = |c: &str| got.get(c).map(|v| v.iter().map(|n| n.name.clone()).collect::<Vec<_>>()).unwrap_or_default();
+        assert_eq!(names("safe"), ["n1", "n2", "n3"], "fixed beats exponential and no strategy");
+        let mut p2 = p.clone();
+        p2.compartments.retain(|c| c.name != "safe");
+        let got = assign(Some(&p2), &refs);
+        let names = |c: &str| got.get(c).map(|v| v.iter().map(|n| n.name.clone()).collect::<Vec<_>>()).unwrap_or_default();
+        assert_eq!(names("fast"), ["n1"]);
+        assert_eq!(names("b-small"), ["n2"], "same safety: the smaller ceiling wins over the name");
+        assert_eq!(names(DEFAULT), ["n3"], "no match: the default compartment");
+    }
+
+    #[test]
+    fn batches_are_sticky_until_each_member_is_done_or_failed() {
+        let rules = Rules { budget: Budget { count: Some(2), percent: None }, strategy: None };
+        let first = batch(&rules, None, &[("a", Standing::Eligible), ("b", Standing::Eligible), ("c", Standing::Eligible)]);
+        assert_eq!(first.members, ["a", "b"]);
+        // a is done, b still working: the batch holds; c does not start.
+        let held = batch(&rules, Some(&first.status), &[("a", Standing::Done), ("b", Standing::Eligible), ("c", Standing::Eligible)]);
+        assert_eq!(held.members, ["a", "b"]);
+        // b failed: the batch is evaluated and the next one picks c (failed nodes are not re-picked).
+        let next = batch(&rules, Some(&held.status), &[("a", Standing::Done), ("b", Standing::Failed), ("c", Standing::Eligible)]);
+        assert_eq!(next.members, ["c"]);
+        let state = next.status.batch_state.unwrap();
+        assert_eq!((state.current_batch, state.completed_nodes, state.failed_nodes), (2, 1, 1));
+    }
+}
