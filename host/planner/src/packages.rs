@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use nodewright_api::v1alpha1::{Interrupt, InterruptType, NodeState, NodeWrightSpec, Package, PackageStatus, Stage, State, state_key};
+use nodewright_api::v1alpha1::{Interrupt, InterruptType, NodeState, NodeWrightSpec, Package, PackageStatus, Stage, State};
 use sha2::{Digest, Sha256};
 
 use crate::interrupts::{in_scope, rank};
@@ -76,7 +76,8 @@ pub fn uninstall_requested(p: &Package, deleting: bool) -> bool {
 
 /// The package needs nothing more on this node (`digests`: its [`config_digests`]).
 pub fn done(name: &str, p: &Package, digests: &BTreeMap<String, String>, state: &NodeState, deleting: bool) -> bool {
-    let entry = state.get(&state_key(name, &p.version));
+    // A node state holds a handful of entries: scanning them beats formatting a key.
+    let entry = state.values().find(|e| e.name == name && e.version == p.version);
     if uninstall_requested(p, deleting) {
         return entry.is_none();
     }
