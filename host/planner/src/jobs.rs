@@ -1,10 +1,15 @@
-//! Deterministic Job names: creating the same work twice is an `AlreadyExists`, never a
-//! second Job.
+//! Agent Job requests: deterministic names (creating the same work twice is an
+//! `AlreadyExists`, never a second Job), deadlines and tolerations.
 
-use nodewright_api::v1alpha1::{InterruptType, Stage};
+use k8s_openapi::api::core::v1::Toleration;
+use nodewright_api::keys;
+use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package, PackageStatus, Stage};
+use nodewright_api::validate::parse_duration;
 use sha2::{Digest, Sha256};
 
-use crate::snapshot::Work;
+use crate::action::JobRequest;
+use crate::node::Env;
+use crate::snapshot::{Cr, Work};
 
 /// The stage's name as the agent and labels spell it.
 pub fn stage_name(stage: Stage) -> &'static str {
@@ -63,6 +68,74 @@ pub fn job_name(cr: &str, node: &str, work: &Work) -> String {
         .collect();
     let prefix: String = readable.chars().take(63 - 3 - 1 - hex.len()).collect();
     format!("nw-{}-{hex}", prefix.trim_end_matches('-'))
+}
+
+fn tolerations(cr: &Cr) -> Vec<Toleration> {
+    let exists = |key: &str, effect: Option<&str>| Toleration { key: Some(key.into()), operator: Some("Exists".into()), effect: effect.map(String::from), ..Default::default() };
+    let mut t = vec![
+        exists("node.kubernetes.io/unschedulable", Some("NoSchedule")),
+        exists(keys::RUNTIME_REQUIRED_TAINT_KEY, None),
+        exists("node.kubernetes.io/not-ready", Some("NoExecute")),
+        exists("node.kubernetes.io/unreachable", Some("NoExecute")),
+    ];
+    t.extend(cr.spec.additional_tolerations.iter().cloned());
+    t
+}
+
+fn deadline(env: &Env<'_>, p: Option<&Package>) -> u64 {
+    p.and_then(|p| p.stage_timeout.as_deref()).and_then(|t| parse_duration(t).ok()).map(|s| s as u64).unwrap_or(env.settings.stage_timeout)
+}
+
+/// The request for one package stage on one node.
+pub(crate) fn package_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, p: &Package, e: &PackageStatus) -> JobRequest {
+    JobRequest {
+        name: job_name(&cr.name, node, &work),
+        cr: cr.name.clone(),
+        cr_uid: cr.uid.clone(),
+        generation: cr.generation,
+        node: node.into(),
+        work,
+        package: Some(p.clone()),
+        plugin: e.digest.clone(),
+        changed_keys: e.changed_keys.clone(),
+        previous_version: e.previous_version.clone(),
+        interrupt: None,
+        services: Vec::new(),
+        reboot_allowed: p.interrupt.as_ref().is_some_and(|i| i.kind == InterruptType::Reboot),
+        deadline_seconds: deadline(env, Some(p)),
+        backoff_limit: env.settings.backoff_limit,
+        tolerations: tolerations(cr),
+    }
+}
+
+/// The request for a node's merged (or a package's uninstall) interrupt.
+pub(crate) fn interrupt_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, interrupt: &Interrupt) -> JobRequest {
+    let owner = match &work {
+        Work::Interrupt { owner, .. } => cr.spec.packages.get(owner),
+        Work::Package { .. } => None,
+    };
+    let services = match interrupt.kind {
+        InterruptType::RestartAllServices => env.settings.restart_all_services.clone(),
+        _ => interrupt.services.clone(),
+    };
+    JobRequest {
+        name: job_name(&cr.name, node, &work),
+        cr: cr.name.clone(),
+        cr_uid: cr.uid.clone(),
+        generation: cr.generation,
+        node: node.into(),
+        work,
+        package: None,
+        plugin: String::new(),
+        changed_keys: Vec::new(),
+        previous_version: None,
+        interrupt: Some(interrupt.clone()),
+        services,
+        reboot_allowed: interrupt.kind == InterruptType::Reboot,
+        deadline_seconds: deadline(env, owner),
+        backoff_limit: env.settings.backoff_limit,
+        tolerations: tolerations(cr),
+    }
 }
 
 #[cfg(test)]

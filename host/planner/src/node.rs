@@ -3,17 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Toleration;
 use nodewright_api::keys;
 use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::{Interrupt, InterruptType, NodeState, Package, PackageStatus, Planned, Stage, State, Status, state_key};
-use nodewright_api::validate::parse_duration;
 
-use crate::action::{Action, Event, JobRequest, NodePatch, Target};
+use crate::action::{Action, Event, NodePatch, Target};
 use crate::cordon::{self, Mark, NodeCordon};
 use crate::drain::{self, Drain};
 use crate::interrupts::{Merged, coalesce};
-use crate::jobs::{job_name, stage_name};
+use crate::jobs::{interrupt_job, package_job, stage_name};
 use crate::packages::{after, changed_keys, done, effective, terminal, uninstall_requested};
 use crate::snapshot::{Cr, Job, JobPhase, Node, Pod, Refusal, Settings, Work};
 use crate::stages::Next;
@@ -545,71 +543,5 @@ fn describe(i: &Interrupt) -> String {
     match i.kind {
         InterruptType::Service => format!("restart {}", i.services.join(", ")),
         k => crate::jobs::interrupt_name(k).to_string(),
-    }
-}
-
-fn tolerations(cr: &Cr) -> Vec<Toleration> {
-    let exists = |key: &str, effect: Option<&str>| Toleration { key: Some(key.into()), operator: Some("Exists".into()), effect: effect.map(String::from), ..Default::default() };
-    let mut t = vec![
-        exists("node.kubernetes.io/unschedulable", Some("NoSchedule")),
-        exists(keys::RUNTIME_REQUIRED_TAINT_KEY, None),
-        exists("node.kubernetes.io/not-ready", Some("NoExecute")),
-        exists("node.kubernetes.io/unreachable", Some("NoExecute")),
-    ];
-    t.extend(cr.spec.additional_tolerations.iter().cloned());
-    t
-}
-
-fn deadline(env: &Env<'_>, p: Option<&Package>) -> u64 {
-    p.and_then(|p| p.stage_timeout.as_deref()).and_then(|t| parse_duration(t).ok()).map(|s| s as u64).unwrap_or(env.settings.stage_timeout)
-}
-
-fn package_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, p: &Package, e: &PackageStatus) -> JobRequest {
-    JobRequest {
-        name: job_name(&cr.name, node, &work),
-        cr: cr.name.clone(),
-        cr_uid: cr.uid.clone(),
-        generation: cr.generation,
-        node: node.into(),
-        work,
-        package: Some(p.clone()),
-        plugin: e.digest.clone(),
-        changed_keys: e.changed_keys.clone(),
-        previous_version: e.previous_version.clone(),
-        interrupt: None,
-        services: Vec::new(),
-        reboot_allowed: p.interrupt.as_ref().is_some_and(|i| i.kind == InterruptType::Reboot),
-        deadline_seconds: deadline(env, Some(p)),
-        backoff_limit: env.settings.backoff_limit,
-        tolerations: tolerations(cr),
-    }
-}
-
-fn interrupt_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, interrupt: &Interrupt) -> JobRequest {
-    let owner = match &work {
-        Work::Interrupt { owner, .. } => cr.spec.packages.get(owner),
-        Work::Package { .. } => None,
-    };
-    let services = match interrupt.kind {
-        InterruptType::RestartAllServices => env.settings.restart_all_services.clone(),
-        _ => interrupt.services.clone(),
-    };
-    JobRequest {
-        name: job_name(&cr.name, node, &work),
-        cr: cr.name.clone(),
-        cr_uid: cr.uid.clone(),
-        generation: cr.generation,
-        node: node.into(),
-        work,
-        package: None,
-        plugin: String::new(),
-        changed_keys: Vec::new(),
-        previous_version: None,
-        interrupt: Some(interrupt.clone()),
-        services,
-        reboot_allowed: interrupt.kind == InterruptType::Reboot,
-        deadline_seconds: deadline(env, owner),
-        backoff_limit: env.settings.backoff_limit,
-        tolerations: tolerations(cr),
     }
 }
