@@ -11,7 +11,7 @@ use crate::action::{Action, Event, NodePatch, Target};
 use crate::cordon::{self, Mark, NodeCordon};
 use crate::drain::{self, Drain};
 use crate::interrupts::{Merged, coalesce};
-use crate::jobs::{interrupt_job, package_job, stage_name};
+use crate::jobs::{interrupt_job, job_name, package_job, stage_name};
 use crate::packages::{after, changed_keys, done, effective, terminal, uninstall_requested};
 use crate::snapshot::{Cr, Job, JobPhase, Node, Pod, Refusal, Settings, Work};
 use crate::stages::Next;
@@ -267,7 +267,12 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         .collect();
     let merged = coalesce(&candidates);
     let mut busy = jobs.iter().any(|j| matches!(j.work, Work::Package { .. }) && matches!(j.phase, JobPhase::Active { .. }));
-    let has_job = |w: &Work| jobs.iter().any(|j| j.work == *w || (matches!((&j.work, w), (Work::Interrupt { stage: a, kind: k1, .. }, Work::Interrupt { stage: b, kind: k2, .. }) if a == b && k1 == k2)));
+    // A Job is the same work when it has the same name: the name already says that one
+    // merged interrupt per node exists whoever owns it.
+    let has_job = |w: &Work| {
+        let name = job_name(&cr.name, &node.name, w);
+        jobs.iter().any(|j| j.name == name)
+    };
 
     // Package stages first: the merged interrupt must see every Job this pass starts.
     runnable.sort_by_key(|(_, _, step)| *step == Step::Interrupt);

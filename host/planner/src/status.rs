@@ -140,7 +140,7 @@ impl<'a> Report<'a> {
         let old = cr.status.status.unwrap_or_default();
         self.status.status = Some(rolled);
         if old != rolled {
-            actions.push(Action::Event(Event { target: Target::Cr(cr.name.clone()), warning: rolled == Status::Erroring, reason: "State", message: format!("NodeWright transitioned [{}] -> [{}]", text(old), text(rolled)) }));
+            actions.push(Action::Event(Event { target: Target::Cr(cr.name.clone()), warning: rolled == Status::Erroring, reason: "State", message: format!("NodeWright transitioned [{}] -> [{}]", old.as_str(), rolled.as_str()) }));
             if rolled == Status::Complete {
                 self.reset_batches();
             }
@@ -149,7 +149,7 @@ impl<'a> Report<'a> {
         let ready_msg = match rolled {
             Status::Complete => format!("all {total} node(s) complete"),
             Status::Erroring => format!("{complete}/{total} node(s) complete; failing: {}", self.failures.join("; ")),
-            s => format!("{complete}/{total} node(s) complete; {}", text(s)),
+            s => format!("{complete}/{total} node(s) complete; {}", s.as_str()),
         };
         let ready_reason = match rolled {
             Status::Complete => reason::NODES_CONVERGED,
@@ -196,9 +196,5 @@ impl<'a> Report<'a> {
             }
         }
     }
-}
-
-fn text(s: Status) -> &'static str {
-    s.as_str()
 }
 
