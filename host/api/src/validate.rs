@@ -507,6 +507,27 @@ pub fn validate_manifest(doc: &serde_json::Value) -> Result<(String, String), Ve
     if errors.is_empty() { Ok((kind, name)) } else { Err(errors) }
 }
 
+/// The cross-object rule on a NodeWright: `spec.deploymentPolicy` must name a policy that
+/// exists (`exists` answers for a name).
+pub fn validate_policy_reference(spec: &NodeWrightSpec, exists: impl Fn(&str) -> bool) -> Option<FieldError> {
+    let name = spec.deployment_policy.as_deref()?;
+    (!exists(name)).then(|| FieldError {
+        path: "spec.deploymentPolicy".into(),
+        message: format!("DeploymentPolicy {name:?} does not exist; create it first"),
+    })
+}
+
+/// The rule on deleting a DeploymentPolicy: refused while NodeWrights (`users`) reference it.
+pub fn validate_policy_delete(policy: &str, users: &[String]) -> Option<FieldError> {
+    (!users.is_empty()).then(|| FieldError {
+        path: "metadata.name".into(),
+        message: format!(
+            "DeploymentPolicy {policy:?} is in use by NodeWright {}; point their spec.deploymentPolicy elsewhere first",
+            users.join(", ")
+        ),
+    })
+}
+
 /// What an update may not do, given the package states recorded on nodes
 /// (`node name → NodeState`, from the `nodewright.io/state.<cr>` annotations).
 ///

@@ -247,3 +247,19 @@ fn update_rules_protect_uninstallable_packages() {
     let (errs, warnings) = validate_nodewright_update(&spec("2.0.0", true), &spec("2.0.0", false), &tracked);
     assert!(errs.is_empty() && warnings[0].contains("uninstall.apply turned off"), "{errs:?} {warnings:?}");
 }
+
+#[test]
+fn a_referenced_policy_must_exist_and_a_used_one_cannot_be_deleted() {
+    use nodewright_api::validate::{validate_policy_delete, validate_policy_reference};
+    let spec: NodeWrightSpec = serde_json::from_value(with(json!({"deploymentPolicy": "canary"}))).unwrap();
+    let missing = validate_policy_reference(&spec, |n| n == "other").expect("a missing policy is an error");
+    assert_eq!(missing.path, "spec.deploymentPolicy");
+    assert!(missing.message.contains("\"canary\" does not exist"), "{missing}");
+    assert_eq!(validate_policy_reference(&spec, |n| n == "canary"), None);
+    let none: NodeWrightSpec = serde_json::from_value(base()).unwrap();
+    assert_eq!(validate_policy_reference(&none, |_| false), None, "no reference, nothing to check");
+
+    let used = validate_policy_delete("canary", &["gpu".into(), "net".into()]).expect("in use");
+    assert!(used.message.contains("in use by NodeWright gpu, net"), "{used}");
+    assert_eq!(validate_policy_delete("canary", &[]), None);
+}

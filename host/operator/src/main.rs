@@ -5,15 +5,20 @@
 //! snapshot (with the operator's own unseen writes overlaid), calls
 //! `nodewright_planner::plan`, and executes the actions. Plugins are resolved, pulled and
 //! grant-checked once per CR generation before the planner may touch a node. With
-//! `--leader-elect`, only the holder of a Lease plans.
+//! `--leader-elect`, only the holder of a Lease plans; every replica serves the validating
+//! admission webhook (`--webhook-addr`) and the metrics and probe endpoint (`--metrics-addr`).
 
 mod convert;
 mod execute;
 mod jobs;
 mod leader;
+mod metrics;
 mod plugins;
+mod serve;
+mod webhook;
 mod world;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,8 +50,9 @@ struct Flags {
     /// Retries of a genuinely failed package stage.
     #[arg(long, env = "NODEWRIGHT_JOB_BACKOFF_LIMIT", default_value_t = 3)]
     job_backoff_limit: i32,
-    /// Per-attempt deadline of package stages (whole stage for interrupts), seconds; 0 = none.
-    #[arg(long, env = "NODEWRIGHT_JOB_STAGE_TIMEOUT", default_value_t = 3600)]
+    /// Per-attempt deadline of package stages (whole stage for interrupts): `90s`, `1h`,
+    /// or seconds; 0 = none.
+    #[arg(long, env = "NODEWRIGHT_JOB_STAGE_TIMEOUT", default_value = "1h", value_parser = seconds)]
     job_stage_timeout: u64,
     /// `ttlSecondsAfterFinished` of the Jobs.
     #[arg(long, env = "NODEWRIGHT_JOB_TTL_SECONDS", default_value_t = 3600)]
@@ -75,6 +81,29 @@ struct Flags {
     /// Longest wait between passes when nothing changes, seconds.
     #[arg(long, env = "NODEWRIGHT_RESYNC_SECONDS", default_value_t = 30)]
     resync_seconds: u64,
+    /// Serve `/metrics`, `/healthz` and `/readyz` over plain HTTP here (off when unset).
+    #[arg(long, env = "NODEWRIGHT_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// Serve the validating admission webhook over TLS here (off when unset).
+    #[arg(long, env = "NODEWRIGHT_WEBHOOK_ADDR")]
+    webhook_addr: Option<SocketAddr>,
+    /// The ValidatingWebhookConfiguration whose caBundle the operator keeps current.
+    #[arg(long, env = "NODEWRIGHT_WEBHOOK_CONFIG", default_value = "nodewright")]
+    webhook_config: String,
+    /// The Service in front of the webhook: its names go into the serving certificate.
+    #[arg(long, env = "NODEWRIGHT_WEBHOOK_SERVICE", default_value = "nodewright-webhook")]
+    webhook_service: String,
+    /// The Secret (in --namespace) holding the self-managed CA and serving certificate.
+    #[arg(long, env = "NODEWRIGHT_WEBHOOK_CERT_SECRET", default_value = "nodewright-webhook-cert")]
+    webhook_cert_secret: String,
+    /// Extra DNS names or IP addresses for the serving certificate (repeatable), for a
+    /// webhook reached by URL rather than through the Service.
+    #[arg(long = "webhook-host", env = "NODEWRIGHT_WEBHOOK_HOSTS", value_delimiter = ',')]
+    webhook_hosts: Vec<String>,
+}
+
+fn seconds(s: &str) -> Result<u64, String> {
+    nodewright_api::validate::parse_duration(s).map(|d| d.round() as u64)
 }
 
 #[tokio::main]
@@ -88,13 +117,32 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::try_from(config)?;
     let identity = flags.identity.clone().unwrap_or_else(|| format!("{}-{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "operator".into()), std::process::id()));
 
-    let lease = flags.leader_elect.then(|| leader::Leader::new(client.clone(), &flags.namespace, &flags.lease_name, &identity, Duration::from_secs(15)));
-    if let Some(l) = &lease {
-        l.acquire().await?;
+    let metrics = Arc::new(metrics::Metrics::new());
+    if let Some(addr) = flags.metrics_addr {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
+        tracing::info!(%addr, "serving metrics and probes");
+        tokio::spawn(serve::serve(listener, None, {
+            let metrics = metrics.clone();
+            move |_, path: String, _| {
+                let metrics = metrics.clone();
+                async move { probe_or_metrics(&metrics, &path) }
+            }
+        }));
     }
 
     let notify = Arc::new(Notify::new());
     let world = world::World::start(client.clone(), &flags.namespace, notify.clone()).await?;
+    if let Some(addr) = flags.webhook_addr {
+        start_webhook(&flags, addr, client.clone(), world.clone(), metrics.clone()).await?;
+    }
+    metrics.set_ready();
+
+    // Standby replicas serve the webhook and probes above while they wait here.
+    let lease = flags.leader_elect.then(|| leader::Leader::new(client.clone(), &flags.namespace, &flags.lease_name, &identity, Duration::from_secs(15)));
+    if let Some(l) = &lease {
+        l.acquire().await?;
+    }
+    metrics.leader.set(1);
     let plugins = plugins::Plugins::new(flags.plugin_cache_dir.clone(), flags.insecure_registries.clone(), notify.clone())?;
     let jobs = jobs::JobConfig {
         namespace: flags.namespace.clone(),
@@ -137,6 +185,7 @@ async fn main() -> anyhow::Result<()> {
             }
             last_renew = tokio::time::Instant::now();
         }
+        let started = std::time::Instant::now();
         let snapshot = world.snapshot(&settings, &plugins);
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let actions = plan(&snapshot, now);
@@ -144,9 +193,13 @@ async fn main() -> anyhow::Result<()> {
         let n = actions.len();
         for a in &actions {
             tracing::trace!(?a, "action");
+            metrics.action(a);
         }
         tracing::trace!(pods = ?snapshot.pods.iter().map(|p| (p.key(), p.node.clone(), p.active, p.controller.clone())).collect::<Vec<_>>(), "pods");
         let out = executor.run(actions).await;
+        metrics.pass_duration.observe(started.elapsed().as_secs_f64());
+        metrics.api_writes.inc_by(out.writes as u64);
+        metrics.api_write_failures.inc_by(out.failures as u64);
         tracing::debug!(actions = n, writes = out.writes, failures = out.failures, nodes = snapshot.nodes.len(), jobs = snapshot.jobs.len(), pods = snapshot.pods.len(), "pass");
         wait = if out.failures > 0 {
             Duration::from_millis(500)
@@ -156,4 +209,50 @@ async fn main() -> anyhow::Result<()> {
             Duration::from_secs(flags.resync_seconds)
         };
     }
+}
+
+fn probe_or_metrics(metrics: &metrics::Metrics, path: &str) -> serve::Reply {
+    use hyper::StatusCode;
+    match path {
+        "/metrics" => serve::Reply { status: StatusCode::OK, content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8", body: metrics.encode().into_bytes() },
+        "/healthz" => serve::Reply::text(StatusCode::OK, "ok"),
+        "/readyz" if metrics.is_ready() => serve::Reply::text(StatusCode::OK, "ok"),
+        "/readyz" => serve::Reply::text(StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet"),
+        _ => serve::Reply::text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz or /readyz"),
+    }
+}
+
+/// Makes or loads the serving certificate, injects its CA, and serves admission reviews on
+/// `addr`. Returns once the listener is bound and a certificate is loaded.
+async fn start_webhook(flags: &Flags, addr: SocketAddr, client: Client, world: world::World, metrics: Arc<metrics::Metrics>) -> anyhow::Result<()> {
+    use hyper::{Method, StatusCode};
+    let cfg = webhook::cert::CertConfig {
+        namespace: flags.namespace.clone(),
+        secret: flags.webhook_cert_secret.clone(),
+        webhook_config: Some(flags.webhook_config.clone()),
+        hosts: webhook::cert::CertConfig::hosts_for(&flags.webhook_service, &flags.namespace, &flags.webhook_hosts),
+    };
+    let material = webhook::cert::ensure(&client, &cfg).await?;
+    let resolver = webhook::cert::Resolver::new(&material, &cfg.secret)?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("--webhook-addr {addr}: {e}"))?;
+    tracing::info!(%addr, secret = %cfg.secret, "serving the admission webhook");
+    let admission = webhook::Admission::new(client.clone(), world, metrics);
+    tokio::spawn(serve::serve(listener, Some(serve::tls_acceptor(resolver.clone())), move |method, path: String, body| {
+        let admission = admission.clone();
+        async move {
+            match (method, path.as_str()) {
+                (Method::POST, "/validate/nodewright" | "/validate/deploymentpolicy") => {
+                    let review = admission.review(&body).await;
+                    match serde_json::to_vec(&review) {
+                        Ok(body) => serve::Reply { status: StatusCode::OK, content_type: "application/json", body },
+                        Err(e) => serve::Reply::text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                    }
+                }
+                (_, "/healthz") => serve::Reply::text(StatusCode::OK, "ok"),
+                _ => serve::Reply::text(StatusCode::NOT_FOUND, "not found: POST /validate/nodewright or /validate/deploymentpolicy"),
+            }
+        }
+    }));
+    tokio::spawn(webhook::cert::maintain(client, cfg, resolver, material, Duration::from_secs(30)));
+    Ok(())
 }

@@ -100,6 +100,15 @@ impl World {
         self.nodewrights.state().into_iter().find(|n| n.metadata.name.as_deref() == Some(name))
     }
 
+    /// `node name → value` of annotation `key`, on the nodes that carry it.
+    pub fn node_annotations(&self, key: &str) -> BTreeMap<String, String> {
+        self.nodes
+            .state()
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.annotations.as_ref()?.get(key)?.clone())))
+            .collect()
+    }
+
     /// The planner's snapshot, with our unseen writes applied and seen ones forgotten.
     pub fn snapshot(&self, settings: &Settings, plugins: &Plugins) -> Snapshot {
         let mut overlay = self.overlay.lock().expect("overlay lock");

@@ -1,0 +1,159 @@
+//! The validating admission webhook for NodeWright and DeploymentPolicy.
+//!
+//! Every replica serves it (not only the leader). It runs the same validation as
+//! `nodewright validate` (defaults, then every field rule), plus the rules that need the
+//! cluster: a referenced DeploymentPolicy must exist, a policy in use cannot be deleted, and
+//! an update may not drop or downgrade an uninstallable package nodes still have. Those are
+//! answered from live reads, so a policy created a moment earlier counts. Anything it cannot
+//! check — an unreadable request, an API error — is denied: the webhook fails closed, like
+//! its `failurePolicy: Fail`.
+
+pub mod cert;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kube::api::{Api, ListParams};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::Client;
+use nodewright_api::v1alpha1::{DeploymentPolicy, NodeState, NodeWright, NodeWrightSpec};
+use nodewright_api::validate::{self, FieldError};
+
+use crate::metrics::{AdmissionLabels, Metrics};
+use crate::world::World;
+
+/// Answers admission reviews.
+#[derive(Clone)]
+pub struct Admission {
+    client: Client,
+    world: World,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission").finish_non_exhaustive()
+    }
+}
+
+/// What the rules said about one request.
+#[derive(Debug, Default)]
+struct Verdict {
+    errors: Vec<FieldError>,
+    warnings: Vec<String>,
+}
+
+fn op_name(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+fn spec_of(obj: &DynamicObject) -> Result<NodeWrightSpec, String> {
+    let mut spec: NodeWrightSpec = serde_json::from_value(obj.data.get("spec").cloned().unwrap_or_default()).map_err(|e| format!("spec: {e}"))?;
+    validate::default_nodewright(&mut spec);
+    Ok(spec)
+}
+
+impl Admission {
+    /// An admission handler reading through `client` and the operator's caches.
+    pub fn new(client: Client, world: World, metrics: Arc<Metrics>) -> Self {
+        Admission { client, world, metrics }
+    }
+
+    /// Answers one `AdmissionReview` body with the review to send back.
+    pub async fn review(&self, body: &[u8]) -> AdmissionReview<DynamicObject> {
+        let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
+            Ok(r) => r,
+            Err(e) => return AdmissionResponse::invalid(format!("not an AdmissionReview: {e}")).into_review(),
+        };
+        let req: AdmissionRequest<DynamicObject> = match review.try_into() {
+            Ok(r) => r,
+            Err(e) => return AdmissionResponse::invalid(format!("not an AdmissionReview request: {e}")).into_review(),
+        };
+        let mut resp = AdmissionResponse::from(&req);
+        let (verdict, resp) = match self.decide(&req).await {
+            Ok(v) if v.errors.is_empty() => {
+                if !v.warnings.is_empty() {
+                    resp.warnings = Some(v.warnings);
+                }
+                ("allowed", resp)
+            }
+            Ok(v) => {
+                resp.warnings = (!v.warnings.is_empty()).then_some(v.warnings);
+                let msg = v.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                tracing::info!(kind = %req.kind.kind, name = %req.name, "admission denied: {msg}");
+                ("denied", resp.deny(msg))
+            }
+            Err(why) => {
+                tracing::warn!(kind = %req.kind.kind, name = %req.name, "admission could not be checked (denied): {why}");
+                ("error", resp.deny(format!("nodewright could not check this request, so it is refused: {why}")))
+            }
+        };
+        self.metrics
+            .admissions
+            .get_or_create(&AdmissionLabels { kind: req.kind.kind.clone(), operation: op_name(&req.operation).into(), verdict })
+            .inc();
+        resp.into_review()
+    }
+
+    async fn decide(&self, req: &AdmissionRequest<DynamicObject>) -> Result<Verdict, String> {
+        let mut v = Verdict::default();
+        match (req.kind.kind.as_str(), &req.operation) {
+            ("DeploymentPolicy", Operation::Delete) => {
+                let users = self.policy_users(&req.name).await?;
+                v.errors.extend(validate::validate_policy_delete(&req.name, &users));
+            }
+            (_, Operation::Delete) => {}
+            (kind @ ("NodeWright" | "DeploymentPolicy"), Operation::Create | Operation::Update) => {
+                let obj = req.object.as_ref().ok_or("the request carries no object")?;
+                let doc = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+                if let Err(errors) = validate::validate_manifest(&doc) {
+                    v.errors = errors;
+                    return Ok(v);
+                }
+                if kind == "NodeWright" {
+                    let spec = spec_of(obj)?;
+                    if let Some(policy) = spec.deployment_policy.as_deref() {
+                        let exists = self.policy_exists(policy).await?;
+                        v.errors.extend(validate::validate_policy_reference(&spec, |_| exists));
+                    }
+                    if let (Operation::Update, Some(old)) = (&req.operation, &req.old_object) {
+                        let old = spec_of(old)?;
+                        let (errors, warnings) = validate::validate_nodewright_update(&old, &spec, &self.node_states(&req.name));
+                        v.errors.extend(errors);
+                        v.warnings.extend(warnings);
+                    }
+                }
+            }
+            (other, _) => return Err(format!("this webhook does not handle kind {other:?}")),
+        }
+        Ok(v)
+    }
+
+    async fn policy_exists(&self, name: &str) -> Result<bool, String> {
+        let api: Api<DeploymentPolicy> = Api::all(self.client.clone());
+        api.get_opt(name).await.map(|p| p.is_some()).map_err(|e| format!("reading DeploymentPolicy {name:?}: {e}"))
+    }
+
+    async fn policy_users(&self, policy: &str) -> Result<Vec<String>, String> {
+        let api: Api<NodeWright> = Api::all(self.client.clone());
+        let list = api.list(&ListParams::default()).await.map_err(|e| format!("listing NodeWrights: {e}"))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|n| n.spec.deployment_policy.as_deref() == Some(policy))
+            .filter_map(|n| n.metadata.name)
+            .collect())
+    }
+
+    /// `node → state` of NodeWright `cr`, from the node cache (unparseable entries skipped:
+    /// the planner reports those).
+    fn node_states(&self, cr: &str) -> BTreeMap<String, NodeState> {
+        self.world.node_annotations(&nodewright_api::keys::node_state(cr)).into_iter().filter_map(|(n, v)| Some((n, serde_json::from_str(&v).ok()?))).collect()
+    }
+}
