@@ -210,7 +210,7 @@ impl<'a> Pass<'a> {
                 let list: Vec<(&str, Standing)> = nodes.iter().map(|n| (n.name.as_str(), standing[n.name.as_str()].0)).collect();
                 let b = rollout::batch(rules, cr.status.compartment_statuses.get(&name), &list);
                 members.extend(b.members.iter().cloned());
-                report.compartment(&name, b.status);
+                report.compartment(&name, b.status, nodes.iter().map(|n| n.name.clone()).collect());
             }
         }
         let env = Env { settings: &self.s.settings, now: self.now, refusals: &self.s.refusals, pinned: pinned.unwrap_or(&EMPTY), digests: &digests };

@@ -20,6 +20,8 @@ pub struct Report<'a> {
     blocked_nodes: Vec<String>,
     drain_blocked: Vec<String>,
     failures: Vec<String>,
+    /// Each compartment's nodes, to count completions after the node passes.
+    compartment_nodes: Vec<(String, Vec<String>)>,
 }
 
 impl<'a> Report<'a> {
@@ -28,7 +30,7 @@ impl<'a> Report<'a> {
         let mut status = cr.status.clone();
         status.node_status.clear();
         status.compartment_statuses.clear();
-        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![] }
+        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![], compartment_nodes: vec![] }
     }
 
     /// Outcome of the operator's resolve/pull/grant check.
@@ -59,8 +61,11 @@ impl<'a> Report<'a> {
     }
 
     /// A compartment's batch.
-    pub fn compartment(&mut self, name: &str, status: CompartmentStatus) {
+    /// A compartment's batch, over `nodes`. Its completed count is taken again at
+    /// [`Report::finish`], after this pass's node work.
+    pub fn compartment(&mut self, name: &str, status: CompartmentStatus, nodes: Vec<String>) {
         self.status.compartment_statuses.insert(name.into(), status);
+        self.compartment_nodes.push((name.into(), nodes));
     }
 
     /// What a node's pass reported.
@@ -129,6 +134,13 @@ impl<'a> Report<'a> {
         let cr = self.cr;
         let mut actions = Vec::new();
         let rolled = self.roll_up();
+        for (name, nodes) in &self.compartment_nodes {
+            let done = nodes.iter().filter(|n| self.status.node_status.get(n.as_str()) == Some(&Status::Complete)).count() as i32;
+            if let Some(c) = self.status.compartment_statuses.get_mut(name) {
+                c.completed = done;
+                c.progress_percent = if c.matched == 0 { 100 } else { done * 100 / c.matched };
+            }
+        }
         let total = self.status.node_status.len();
         let complete = self.status.node_status.values().filter(|s| **s == Status::Complete).count();
         self.status.complete_nodes = Some(format!("{complete}/{total}"));

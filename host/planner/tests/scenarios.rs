@@ -62,6 +62,23 @@ fn a_package_without_interrupt_applies_then_configures_with_no_cordon_or_plan() 
 }
 
 #[test]
+fn compartment_progress_is_counted_after_the_pass_that_completes_nodes() {
+    let mut w = World::new(3);
+    w.add_cr("tune", spec(json!({"packages": {"tuning": plain_pkg()}})));
+    for _ in 0..20 {
+        w.step();
+        if w.cr("tune").status.status == Some(Status::Complete) {
+            // The very status that first says complete counts every node in its compartment.
+            let c = &w.cr("tune").status.compartment_statuses["__default__"];
+            assert_eq!((c.completed, c.matched, c.progress_percent), (3, 3, 100));
+            return;
+        }
+        w.succeed_all(("none", 0));
+    }
+    panic!("never complete");
+}
+
+#[test]
 fn a_converged_plan_completes_the_node_without_cordon_drain_or_interrupt() {
     let mut w = World::new(1);
     w.add_pod("node-0", "web", &[], Some("ReplicaSet"));

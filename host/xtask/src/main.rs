@@ -4,7 +4,9 @@
 //!   docker-registry for the registry tests, the Go-built test control plane and helm).
 //! - `test`: setup, then every test in the workspace (release profile, one build), clippy
 //!   with warnings denied, then a size report of the first-party plugins.
-//! - `demo`: setup, build, then run the author loop on a scratch simulated node.
+//! - `demo [--teardown]`: setup, build, then the main job: a live rollout of the example
+//!   NodeWrights on a local control plane with simulated nodes (`nodewright-demo`).
+//! - `author-demo`: the plugin author loop on a scratch simulated node.
 //! - `bench`: the plugin engine benchmark.
 //! - `crds`: regenerate `deploy/crds/` from the API types (a test fails when they drift).
 //!
@@ -116,7 +118,12 @@ fn plugin_sizes(target: &Path) -> Result<()> {
     Ok(())
 }
 
-fn demo(target: &Path) -> Result<()> {
+fn cluster_demo(target: &Path, args: &[String]) -> Result<()> {
+    run(cargo(target).args(["build", "--release", "--locked", "-p", "nodewright-operator", "-p", "nodewright-agent", "-p", "nodewright-demo"]))?;
+    run(Command::new(target.join("release/nodewright-demo")).args(args))
+}
+
+fn author_demo(target: &Path) -> Result<()> {
     run(cargo(target).args(["build", "--release", "-p", "nodewright-cli", "-p", "nodewright-artifacts"]))?;
     let bin = target.join("release/nodewright");
     let wasm = target.join("wasm-artifacts/wasm32-wasip2/plugin/nodewright_plugin_sysctl.wasm");
@@ -144,7 +151,6 @@ fn demo(target: &Path) -> Result<()> {
     if denied.success() {
         bail!("an ungranted sysctl was not denied");
     }
-    println!("\n(the cluster rollout demo replaces this when the operator lands)");
     Ok(())
 }
 
@@ -161,8 +167,13 @@ fn main() -> Result<()> {
             plugin_sizes(&target)
         }
         "demo" => {
+            setup()?;
+            let rest: Vec<String> = std::env::args().skip(2).collect();
+            cluster_demo(&target, &rest)
+        }
+        "author-demo" => {
             setup_wasm_target()?;
-            demo(&target)
+            author_demo(&target)
         }
         "crds" => {
             // The CRDs, and the chart's copy (Helm installs a chart's crds/ directory).
@@ -180,6 +191,6 @@ fn main() -> Result<()> {
             setup()?;
             run(cargo(&target).args(["bench", "-p", "nodewright-cli", "--bench", "plugin"]))
         }
-        other => bail!("unknown task {other:?}; tasks: setup, test, demo, bench, crds"),
+        other => bail!("unknown task {other:?}; tasks: setup, test, demo, author-demo, bench, crds"),
     }
 }

@@ -6,110 +6,61 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::Client;
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::{NodeState, NodeWright, Status};
+use nodewright_e2e::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
-use nodewright_oci::{Registry, RegistryConfig};
-use nodewright_testcluster::{ControlPlane, NodeSpec, SimKubelet};
-use nodewright_testsupport::TestRegistry;
 use serde_json::{Value, json};
 
-/// The operator's Job namespace in every scenario.
-pub const NS: &str = "nodewright";
+pub use nodewright_e2e::NS;
 
-/// `target/<profile>/<name>`: the binaries built beside this test.
-fn sibling_binary(name: &str) -> PathBuf {
-    let operator = PathBuf::from(env!("CARGO_BIN_EXE_nodewright-operator"));
-    let path = operator.with_file_name(name);
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        if !path.exists() {
-            // `cargo test --workspace` builds it; a single-crate run may not have.
-            let release = operator.parent().and_then(Path::file_name).is_some_and(|p| p == "release");
-            let mut cmd = Command::new(env!("CARGO"));
-            cmd.args(["build", "-p", "nodewright-agent", "--bin", "nodewright-agent"]);
-            if release {
-                cmd.arg("--release");
-            }
-            assert!(cmd.status().expect("cargo build the agent").success(), "building nodewright-agent failed");
-        }
-    });
-    path
-}
-
-/// One scenario's world.
+/// One scenario's world: a fresh local cluster and, when started, the operator.
 pub struct E2e {
-    pub cp: ControlPlane,
-    pub client: Client,
-    pub sim: SimKubelet,
-    pub registry: TestRegistry,
-    pub nodes: Vec<String>,
-    operator: Option<Child>,
+    pub cluster: Cluster,
+    bins: Binaries,
+    operator: Option<Operator>,
     operator_log: PathBuf,
     work: tempfile::TempDir,
+}
+
+impl std::ops::Deref for E2e {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.cluster
+    }
 }
 
 impl E2e {
     /// A control plane with `nodes` (name, labels), CRDs installed, plugins pushed.
     pub async fn start(nodes: &[(&str, &[(&str, &str)])]) -> E2e {
-        let cp = tokio::task::spawn_blocking(ControlPlane::start).await.unwrap().expect("control plane");
-        let client = cp.client().await.unwrap();
-        install_crds(&client).await;
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap()).await.unwrap();
         let work = tempfile::tempdir().unwrap();
-        let specs: Vec<NodeSpec> = nodes
-            .iter()
-            .map(|(name, labels)| labels.iter().fold(NodeSpec::new(name, &work.path().join("nodes")), |s, (k, v)| s.label(k, v)))
-            .collect();
-        let sim = SimKubelet::start(client.clone(), specs).await.unwrap();
-        let registry = TestRegistry::start();
-        let reg = Registry::new(RegistryConfig { insecure: vec![registry.host().into()], ..Default::default() });
-        for (name, path) in nodewright_artifacts::PLUGINS {
-            reg.push(&format!("{}/plugins/{name}:1.0.0", registry.host()), &nodewright_artifacts::read(path), Default::default(), &|_| {}).await.unwrap();
-        }
+        let defs: Vec<(String, Vec<(String, String)>)> =
+            nodes.iter().map(|(n, labels)| (n.to_string(), labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())).collect();
+        let cluster = Cluster::start(work.path(), &defs).await.expect("local cluster");
+        static BINS: OnceLock<Binaries> = OnceLock::new();
+        let bins = BINS.get_or_init(|| Binaries::in_dir(Path::new(env!("CARGO_BIN_EXE_nodewright-operator")).parent().expect("a profile directory")).expect("operator and agent binaries")).clone();
         let operator_log = work.path().join("operator.log");
-        E2e { cp, client, sim, registry, nodes: nodes.iter().map(|(n, _)| n.to_string()).collect(), operator: None, operator_log, work }
-    }
-
-    /// `registry/plugins/<name>:1.0.0`.
-    pub fn plugin(&self, name: &str) -> String {
-        format!("{}/plugins/{name}:1.0.0", self.registry.host())
+        E2e { cluster, bins, operator: None, operator_log, work }
     }
 
     /// Starts the operator binary (again) with the harness's flags plus `extra`.
     pub fn start_operator(&mut self, extra: &[&str]) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.operator_log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_nodewright-operator"))
-            .env("KUBECONFIG", self.cp.kubeconfig())
-            .env("RUST_LOG", std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| "info,nodewright_operator=debug,kube=warn".into()))
-            .args(["--namespace", NS, "--agent-backend", "sim", "--agent-image", "nodewright/agent:test", "--resync-seconds", "5"])
-            .arg(format!("--agent-command={}", sibling_binary("nodewright-agent").display()))
-            .arg(format!("--insecure-registry={}", self.registry.host()))
-            .arg(format!("--plugin-cache-dir={}", self.work.path().join("operator-cache").display()))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start the operator");
-        self.operator = Some(child);
+        let rust_log = std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| "info,nodewright_operator=debug,kube=warn".into());
+        let cache = self.work.path().join("operator-cache");
+        self.operator = Some(Operator::start(&self.cluster, &self.bins, &cache, &self.operator_log, &rust_log, extra).expect("start the operator"));
     }
 
     /// Kills the operator (SIGKILL: no chance to tidy up).
     pub fn kill_operator(&mut self) {
-        if let Some(mut c) = self.operator.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(op) = self.operator.take() {
+            op.kill();
         }
     }
 
@@ -201,7 +152,7 @@ impl E2e {
     /// Puts an executable script at `path` (absolute, inside the node) on every node.
     pub fn script(&self, path: &str, body: &str) {
         for n in &self.nodes {
-            let local = self.sim.root(n).join(path.trim_start_matches('/'));
+            let local = self.host_path(n, path);
             std::fs::create_dir_all(local.parent().unwrap()).unwrap();
             std::fs::write(&local, format!("#!/bin/sh\n{body}\n")).unwrap();
             std::fs::set_permissions(&local, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -210,13 +161,11 @@ impl E2e {
 
     /// Writes a file under a node's root.
     pub fn host_file(&self, node: &str, path: &str, content: &str) {
-        let local = self.sim.root(node).join(path.trim_start_matches('/'));
-        std::fs::create_dir_all(local.parent().unwrap()).unwrap();
-        std::fs::write(local, content).unwrap();
+        self.cluster.host_file(node, path, content).unwrap();
     }
 
     pub fn read_host_file(&self, node: &str, path: &str) -> Option<String> {
-        std::fs::read_to_string(self.sim.root(node).join(path.trim_start_matches('/'))).ok()
+        std::fs::read_to_string(self.host_path(node, path)).ok()
     }
 
     /// Waits until `check` returns Some, polling; panics with diagnostics after `timeout`.
@@ -275,31 +224,9 @@ impl E2e {
         Api::<Job>::namespaced(self.client.clone(), NS).list(&ListParams::default()).await.unwrap().items
     }
 
-    /// Creates a plain workload pod on `node` (owned by a ReplicaSet-like owner if `managed`).
+    /// Creates a workload pod on `node` (owned by an inert ReplicaSet).
     pub async fn workload_pod(&self, node: &str, name: &str, labels: Value) {
-        // A real (inert: no ReplicaSet controller runs here) owner, so the garbage collector
-        // leaves the pod alone and drains see a managed pod.
-        let sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(self.client.clone(), "default");
-        let owner = match sets.get_opt("workload").await.unwrap() {
-            Some(rs) => rs,
-            None => {
-                let rs = serde_json::from_value(json!({
-                    "metadata": {"name": "workload"},
-                    "spec": {"replicas": 0, "selector": {"matchLabels": {"owner": "workload"}},
-                             "template": {"metadata": {"labels": {"owner": "workload"}}, "spec": {"containers": [{"name": "c", "image": "sleeper"}]}}}
-                }))
-                .unwrap();
-                sets.create(&PostParams::default(), &rs).await.unwrap()
-            }
-        };
-        let uid = owner.metadata.uid.clone().unwrap();
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels, "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "workload", "uid": uid, "controller": true}]},
-            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "sleeper"}]}
-        }))
-        .unwrap();
-        pods.create(&PostParams::default(), &pod).await.unwrap();
+        self.cluster.workload_pod(node, name, labels).await.unwrap();
     }
 
     pub async fn pod_exists(&self, name: &str) -> bool {
@@ -307,29 +234,3 @@ impl E2e {
     }
 }
 
-impl Drop for E2e {
-    fn drop(&mut self) {
-        self.kill_operator();
-    }
-}
-
-async fn install_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (_, yaml) in nodewright_api::crdgen::generated() {
-        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&yaml).unwrap();
-        crds.patch(crd.metadata.name.as_deref().unwrap(), &PatchParams::apply("e2e").force(), &Patch::Apply(&crd)).await.unwrap();
-    }
-    for name in ["nodewrights.nodewright.io", "deploymentpolicies.nodewright.io"] {
-        let start = Instant::now();
-        loop {
-            let c = crds.get(name).await.unwrap();
-            if c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True") {
-                break;
-            }
-            assert!(start.elapsed() < Duration::from_secs(30), "{name} not established");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    // The API discovery cache of a fresh client may not know the kinds yet; give it a moment.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-}

@@ -1,0 +1,231 @@
+//! The local cluster nodewright's end-to-end tests, its rollout benchmark and the demo run
+//! on: a fresh control plane with the CRDs and the operator's namespace, simulated nodes, a
+//! real registry with every first-party plugin pushed as `<registry>/plugins/<name>:1.0.0`,
+//! and the operator binary as a child process configured for simulated nodes (its Jobs run
+//! the real `nodewright-agent`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodewright_oci::{Registry, RegistryConfig};
+use nodewright_testcluster::{ControlPlane, NodeSpec, SimKubelet};
+use nodewright_testsupport::TestRegistry;
+use serde_json::{Value, json};
+
+/// The operator's namespace (Jobs, Lease, webhook Secret).
+pub const NS: &str = "nodewright";
+
+/// A running local cluster.
+pub struct Cluster {
+    /// etcd, kube-apiserver, kube-controller-manager.
+    pub cp: ControlPlane,
+    /// An admin client.
+    pub client: Client,
+    /// The simulated nodes.
+    pub sim: SimKubelet,
+    /// The registry holding the plugins.
+    pub registry: TestRegistry,
+    /// Node names, in creation order.
+    pub nodes: Vec<String>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("nodes", &self.nodes).field("registry", &self.registry.host()).finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Starts everything; nodes are `(name, labels)`, their roots under `work/nodes`.
+    pub async fn start(work: &Path, nodes: &[(String, Vec<(String, String)>)]) -> Result<Cluster> {
+        let dir = work.join("control-plane");
+        let cp = tokio::task::spawn_blocking(move || ControlPlane::start_in(&dir)).await??;
+        let client = cp.client().await?;
+        install_crds(&client).await?;
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.context("creating the operator namespace")?;
+        let specs: Vec<NodeSpec> = nodes
+            .iter()
+            .map(|(name, labels)| labels.iter().fold(NodeSpec::new(name, &work.join("nodes")), |s, (k, v)| s.label(k, v)))
+            .collect();
+        let sim = SimKubelet::start(client.clone(), specs).await?;
+        let registry = tokio::task::spawn_blocking(TestRegistry::start).await?;
+        let reg = Registry::new(RegistryConfig { insecure: vec![registry.host().into()], ..Default::default() });
+        for (name, path) in nodewright_artifacts::PLUGINS {
+            reg.push(&format!("{}/plugins/{name}:1.0.0", registry.host()), &nodewright_artifacts::read(path), Default::default(), &|_| {})
+                .await
+                .with_context(|| format!("pushing plugin {name}"))?;
+        }
+        Ok(Cluster { cp, client, sim, registry, nodes: nodes.iter().map(|(n, _)| n.clone()).collect() })
+    }
+
+    /// `<registry>/plugins/<name>:1.0.0`.
+    pub fn plugin(&self, name: &str) -> String {
+        format!("{}/plugins/{name}:1.0.0", self.registry.host())
+    }
+
+    /// A file's path under a node's root.
+    pub fn host_path(&self, node: &str, path: &str) -> PathBuf {
+        self.sim.root(node).join(path.trim_start_matches('/'))
+    }
+
+    /// Writes a file under a node's root.
+    pub fn host_file(&self, node: &str, path: &str, content: &str) -> Result<()> {
+        let local = self.host_path(node, path);
+        std::fs::create_dir_all(local.parent().context("a file path")?)?;
+        std::fs::write(local, content)?;
+        Ok(())
+    }
+
+    /// Creates a workload pod on `node` in `default`, owned by an inert ReplicaSet (no
+    /// ReplicaSet controller runs here) so the garbage collector leaves it alone and drains
+    /// treat it as a managed pod.
+    pub async fn workload_pod(&self, node: &str, name: &str, labels: Value) -> Result<()> {
+        let sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(self.client.clone(), "default");
+        let owner = match sets.get_opt("workload").await? {
+            Some(rs) => rs,
+            None => {
+                let rs = serde_json::from_value(json!({
+                    "metadata": {"name": "workload"},
+                    "spec": {"replicas": 0, "selector": {"matchLabels": {"owner": "workload"}},
+                             "template": {"metadata": {"labels": {"owner": "workload"}}, "spec": {"containers": [{"name": "c", "image": "sleeper"}]}}}
+                }))?;
+                sets.create(&PostParams::default(), &rs).await?
+            }
+        };
+        let uid = owner.metadata.uid.clone().context("owner uid")?;
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels, "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "workload", "uid": uid, "controller": true}]},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "sleeper"}]}
+        }))?;
+        Api::<Pod>::namespaced(self.client.clone(), "default").create(&PostParams::default(), &pod).await?;
+        Ok(())
+    }
+
+    /// Server-side applies a manifest (any kind) given as JSON.
+    pub async fn apply(&self, manifest: &Value) -> Result<()> {
+        let obj: kube::core::DynamicObject = serde_json::from_value(manifest.clone())?;
+        let types = obj.types.clone().context("manifest without apiVersion/kind")?;
+        let gvk = kube::core::GroupVersionKind::try_from(&types)?;
+        let (ar, caps) = kube::discovery::pinned_kind(&self.client, &gvk).await?;
+        let api: Api<kube::core::DynamicObject> = if caps.scope == kube::discovery::Scope::Cluster {
+            Api::all_with(self.client.clone(), &ar)
+        } else {
+            Api::default_namespaced_with(self.client.clone(), &ar)
+        };
+        let name = obj.metadata.name.clone().context("manifest without metadata.name")?;
+        api.patch(&name, &PatchParams::apply("nodewright-e2e").force(), &Patch::Apply(&obj)).await?;
+        Ok(())
+    }
+}
+
+/// Installs the generated CRDs and waits until both are established.
+pub async fn install_crds(client: &Client) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, yaml) in nodewright_api::crdgen::generated() {
+        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&yaml)?;
+        crds.patch(crd.metadata.name.as_deref().context("CRD name")?, &PatchParams::apply("nodewright-e2e").force(), &Patch::Apply(&crd)).await?;
+    }
+    for name in ["nodewrights.nodewright.io", "deploymentpolicies.nodewright.io"] {
+        let start = Instant::now();
+        loop {
+            let c = crds.get(name).await?;
+            if c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True") {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                bail!("CRD {name} not established after 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // A fresh client's discovery may not know the kinds yet; give it a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok(())
+}
+
+/// Where the operator and agent binaries are.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    /// `nodewright-operator`.
+    pub operator: PathBuf,
+    /// `nodewright-agent`, run by the stage Jobs' pods.
+    pub agent: PathBuf,
+}
+
+impl Binaries {
+    /// `nodewright-operator` and `nodewright-agent` in `dir` (a cargo profile directory),
+    /// built with cargo in that profile when missing.
+    pub fn in_dir(dir: &Path) -> Result<Binaries> {
+        let bins = Binaries { operator: dir.join("nodewright-operator"), agent: dir.join("nodewright-agent") };
+        for (package, path) in [("nodewright-operator", &bins.operator), ("nodewright-agent", &bins.agent)] {
+            if path.exists() {
+                continue;
+            }
+            let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            cmd.args(["build", "-p", package, "--bin", package]);
+            if dir.file_name().is_some_and(|p| p == "release") {
+                cmd.arg("--release");
+            }
+            if !cmd.status().context("running cargo")?.success() {
+                bail!("building {package} failed");
+            }
+        }
+        Ok(bins)
+    }
+}
+
+/// The operator running as a child process; killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct Operator {
+    child: Child,
+}
+
+impl Operator {
+    /// Starts the operator against `cluster` for simulated nodes, logging to `log` (appended),
+    /// with `extra` flags after the defaults.
+    pub fn start(cluster: &Cluster, bins: &Binaries, cache: &Path, log: &Path, rust_log: &str, extra: &[&str]) -> Result<Operator> {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("opening {}", log.display()))?;
+        let child = Command::new(&bins.operator)
+            .env("KUBECONFIG", cluster.cp.kubeconfig())
+            .env("RUST_LOG", rust_log)
+            .args(["--namespace", NS, "--agent-backend", "sim", "--agent-image", "nodewright/agent:local", "--resync-seconds", "5"])
+            .arg(format!("--agent-command={}", bins.agent.display()))
+            .arg(format!("--insecure-registry={}", cluster.registry.host()))
+            .arg(format!("--plugin-cache-dir={}", cache.display()))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", bins.operator.display()))?;
+        Ok(Operator { child })
+    }
+
+    /// The operator's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills it now (no chance to tidy up).
+    pub fn kill(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
