@@ -65,8 +65,9 @@ impl Executor {
                 Action::PatchNode(_) => continue,
                 Action::CreateJob(req) if failed_nodes.contains(&req.node) => continue,
                 Action::Evict { ref node, .. } if failed_nodes.contains(node) => continue,
+                Action::DeleteJob { ref node, .. } if failed_nodes.contains(node) => continue,
                 Action::CreateJob(req) => self.create_job(&req).await,
-                Action::DeleteJob { name } => self.delete_job(&name).await,
+                Action::DeleteJob { name, .. } => self.delete_job(&name).await,
                 Action::Evict { node: _, namespace, pod, delete, grace_seconds } => self.evict(&namespace, &pod, delete, grace_seconds).await,
                 Action::SetStatus { cr, status } => self.set_status(&cr, &status).await,
                 Action::Event(e) => {

@@ -12,10 +12,14 @@ use crate::snapshot::Work;
 pub enum Action {
     /// Create an agent Job.
     CreateJob(Box<JobRequest>),
-    /// Delete a Job (and its pods).
+    /// Delete a Job (and its pods). It belongs to `node`'s work: when that node's patch in
+    /// the same pass fails, the delete must not happen either (it would lose the Job's
+    /// result the failed patch was recording).
     DeleteJob {
         /// Name.
         name: String,
+        /// The node the Job runs on.
+        node: String,
     },
     /// One write to a node: annotations, cordon, taints — applied together, optimistically
     /// (against the snapshot's resourceVersion).

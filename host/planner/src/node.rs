@@ -323,7 +323,11 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                     }
                     let Some(e) = state.get_mut(&key) else { continue };
                     e.state = State::InProgress;
-                    e.boot_id = node.boot_id.clone();
+                    // The boot before this stage's reboot, recorded once: a Job made again
+                    // (the first one's result was lost) must not move it past the reboot.
+                    if e.boot_id.is_empty() {
+                        e.boot_id = node.boot_id.clone();
+                    }
                     e.generation = cr.generation;
                     actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: false, reason: "Interrupt", message: format!("{} for {} ({})", describe(interrupt), owner, cr.name) }));
                     actions.push(Action::CreateJob(Box::new(interrupt_job(env, cr, &node.name, w, interrupt))));
@@ -336,7 +340,9 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                     }
                     if let Some(e) = state.get_mut(&key) {
                         e.state = State::InProgress;
-                        e.boot_id = node.boot_id.clone();
+                        if e.boot_id.is_empty() {
+                            e.boot_id = node.boot_id.clone();
+                        }
                     }
                     actions.push(Action::CreateJob(Box::new(interrupt_job(env, cr, &node.name, w, &interrupt))));
                 }
@@ -363,7 +369,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
 /// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match.
 fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actions: &mut Vec<Action>, failures: &mut Vec<String>) {
     for job in jobs {
-        let delete = |actions: &mut Vec<Action>| actions.push(Action::DeleteJob { name: job.name.clone() });
+        let delete = |actions: &mut Vec<Action>| actions.push(Action::DeleteJob { name: job.name.clone(), node: node.name.clone() });
         match &job.work {
             Work::Package { package, version, stage } => {
                 let current = cr.spec.packages.get(package).is_some_and(|p| p.version == *version);
@@ -492,6 +498,8 @@ fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeStat
                     e.stage = next;
                     e.state = State::InProgress;
                     e.attempts = 0;
+                    // Reboot bookkeeping belongs to the stage that recorded it.
+                    e.boot_id.clear();
                 }
                 Next::Remove => {
                     state.remove(&key);

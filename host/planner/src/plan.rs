@@ -273,7 +273,7 @@ impl<'a> Pass<'a> {
         let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
         work.set(&keys::node_state(&cr.name), None);
         for j in self.jobs.remove(&(cr.name.as_str(), n.name.as_str())).unwrap_or_default() {
-            self.actions.push(Action::DeleteJob { name: j.name.clone() });
+            self.actions.push(Action::DeleteJob { name: j.name.clone(), node: n.name.clone() });
         }
         self.actions.push(Action::Event(Event { target: Target::Node(n.name.clone()), warning: false, reason: "Reboot", message: format!("boot ID changed; {} re-applies its packages", cr.name) }));
         true

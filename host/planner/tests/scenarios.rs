@@ -6,7 +6,7 @@ mod world;
 use nodewright_api::keys;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{InterruptType, Stage, State, Status};
-use nodewright_planner::{Action, JobPhase, Work};
+use nodewright_planner::{Action, Job, JobPhase, Work};
 use serde_json::json;
 use world::{World, ok, policy, spec};
 
@@ -110,6 +110,36 @@ fn seed_000_reboot_flow_cordons_persists_then_drains_applies_reboots_once_and_un
 }
 
 #[test]
+fn a_lost_interrupt_result_does_not_strand_the_node() {
+    let mut w = World::new(1);
+    w.add_cr("gpu", spec(json!({"packages": {"driver": reboot_pkg()}})));
+    let is_interrupt = |j: &Job| matches!(j.work, Work::Interrupt { .. });
+    for _ in 0..20 {
+        w.step();
+        if w.snap.jobs.iter().any(is_interrupt) {
+            break;
+        }
+        w.succeed_all(("reboot", 1));
+    }
+    // The node reboots and the interrupt Job succeeds.
+    w.succeed_all(("reboot", 1));
+    let rebooted_to = w.node("node-0").boot_id.clone();
+    // The pass recording that loses its node patch (a conflict) while the Job is deleted
+    // anyway — a Job TTL, or an executor that did not hold back a failed node's deletes.
+    w.step_keeping(|a| matches!(a, Action::DeleteJob { .. }));
+    assert!(!w.snap.jobs.iter().any(is_interrupt), "the Job and its result are gone");
+    // The interrupt Job is made again; on the node its agent finds the reboot already done
+    // (its marker's boot ID differs) and succeeds at once, without another reboot.
+    w.step();
+    let again = w.snap.jobs.iter_mut().find(|j| is_interrupt(j)).expect("the interrupt Job is made again");
+    again.phase = JobPhase::Succeeded(Some(ok("reboot", 0)));
+    w.run(("reboot", 1), 20);
+    assert_eq!(w.node("node-0").boot_id, rebooted_to, "no second reboot");
+    assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Complete), "the recorded pre-reboot boot ID still tells the reboot happened");
+    assert!(!w.node("node-0").unschedulable);
+}
+
+#[test]
 fn karpenter_annotations_cover_the_disruption_and_only_ours_are_removed() {
     let mut w = World::new(2);
     w.node_mut("node-1").annotations.insert(keys::KARPENTER_DO_NOT_DISRUPT.into(), "true".into());
@@ -204,21 +234,38 @@ fn an_external_cordon_is_kept_and_drained_under_in_the_same_pass() {
 fn two_nodewrights_share_a_cordon_and_the_node_stays_cordoned_until_both_finish() {
     let mut w = World::new(1);
     w.add_cr("a", spec(json!({"packages": {"driver": reboot_pkg()}})));
-    w.add_cr("b", spec(json!({"priority": 100, "packages": {"fw": {"version": "1.0.0", "plugin": "r.example/fw:1", "interrupt": {"type": "reboot"}}}})));
-    // `b` runs first (lower priority value); hold `a`'s work to check the shared cordon.
-    let mut both_marked = false;
-    for _ in 0..60 {
+    let plan_says = |j: &Job| match &j.work {
+        Work::Package { stage: Stage::Plan, .. } => ok("reboot", 1),
+        _ => ok("none", 1),
+    };
+    // `a` cordons the node and its apply stays in flight.
+    let mut steps = 0;
+    while !w.snap.jobs.iter().any(|j| j.cr == "a" && matches!(&j.work, Work::Package { stage: Stage::Apply, .. })) {
         w.step();
-        let a = &w.node("node-0").annotations;
-        both_marked |= a.contains_key(&keys::cordon("a")) && a.contains_key(&keys::cordon("b"));
-        if w.node_status("b", "node-0") == Some(Status::Complete) && w.node_status("a", "node-0") != Some(Status::Complete) {
-            assert!(w.node("node-0").unschedulable || !a.contains_key(&keys::cordon("a")), "still held by a");
-        }
-        w.succeed_all(("reboot", 1));
+        w.finish_jobs(|j| (!matches!(&j.work, Work::Package { stage: Stage::Apply, .. })).then(|| JobPhase::Succeeded(Some(plan_says(j)))));
+        steps += 1;
+        assert!(steps < 30, "a never reached apply");
     }
+    assert!(w.node("node-0").unschedulable && w.node("node-0").annotations.contains_key(&keys::cordon("a")));
+    // `b` runs before `a` (lower priority value) and takes the node meanwhile.
+    w.add_cr("b", spec(json!({"priority": 100, "packages": {"fw": {"version": "1.0.0", "plugin": "r.example/fw:1", "interrupt": {"type": "service", "services": ["fw.service"]}}}})));
+    let mut both_marked = false;
+    for _ in 0..40 {
+        w.step();
+        let ann = &w.node("node-0").annotations;
+        both_marked |= ann.contains_key(&keys::cordon("a")) && ann.contains_key(&keys::cordon("b"));
+        w.finish_jobs(|j| (j.cr == "b").then(|| JobPhase::Succeeded(Some(plan_says(j)))));
+        if w.node_status("b", "node-0") == Some(Status::Complete) {
+            break;
+        }
+    }
+    assert!(both_marked, "both held a cordon mark at once");
+    assert_eq!(w.node_status("b", "node-0"), Some(Status::Complete));
+    let n = w.node("node-0");
+    assert!(n.unschedulable && n.annotations.contains_key(&keys::cordon("a")) && !n.annotations.contains_key(&keys::cordon("b")), "b released only its own mark");
+    w.run(("reboot", 1), 40);
     assert_eq!(w.node_status("a", "node-0"), Some(Status::Complete));
-    assert!(!w.node("node-0").unschedulable);
-    let _ = both_marked;
+    assert!(!w.node("node-0").unschedulable, "uncordoned once both finished");
 }
 
 #[test]

@@ -103,9 +103,15 @@ impl World {
 
     /// One planner pass, its actions applied. Returns the actions.
     pub fn step(&mut self) -> Vec<Action> {
+        self.step_keeping(|_| true)
+    }
+
+    /// One planner pass of which only the actions `keep` accepts take effect (the others are
+    /// lost, as a write the API refused).
+    pub fn step_keeping(&mut self, keep: impl Fn(&Action) -> bool) -> Vec<Action> {
         let actions = plan(&self.snap, self.now);
         self.passes += 1;
-        for a in &actions {
+        for a in actions.iter().filter(|a| keep(a)) {
             self.history.push((self.passes, a.clone()));
             self.apply(a);
         }
@@ -120,7 +126,7 @@ impl World {
                     self.snap.jobs.push(Job { name: req.name.clone(), cr: req.cr.clone(), node: req.node.clone(), generation: req.generation, work: req.work.clone(), phase: JobPhase::Active { failed: 0, last: None } });
                 }
             }
-            Action::DeleteJob { name } => self.snap.jobs.retain(|j| j.name != *name),
+            Action::DeleteJob { name, .. } => self.snap.jobs.retain(|j| j.name != *name),
             Action::PatchNode(p) => {
                 let n = self.node_mut(&p.node);
                 for (k, v) in &p.annotations {
