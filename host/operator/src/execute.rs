@@ -2,6 +2,8 @@
 
 use std::collections::HashSet;
 
+use futures::{StreamExt, stream};
+
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams, PropagationPolicy};
@@ -14,6 +16,9 @@ use serde_json::json;
 
 use crate::jobs::{self, JobConfig};
 use crate::world::World;
+
+/// Writes in flight at once within a wave.
+const PARALLEL: usize = 16;
 
 /// Writes the planner's decisions.
 pub struct Executor {
@@ -45,45 +50,58 @@ impl Executor {
         Executor { client, jobs, recorder, world }
     }
 
-    /// Executes `actions`. Node patches go first; a node whose patch failed (a conflict:
-    /// the pass saw an old node) gets none of its other actions this pass.
+    /// Executes `actions` in three waves, each [`PARALLEL`] writes at a time: node patches;
+    /// then Job deletes; then everything else. A node whose patch failed (a conflict: the
+    /// pass saw an old node) gets none of its other actions this pass. Within a wave the
+    /// writes are independent (different nodes, Jobs, CRs), so their order does not matter.
     pub async fn run(&self, actions: Vec<Action>) -> Outcome {
         let mut out = Outcome::default();
+        let patches = actions.iter().filter_map(|a| if let Action::PatchNode(p) = a { Some(p) } else { None });
+        let results: Vec<(String, anyhow::Result<()>)> = stream::iter(patches.map(|p| async move { (p.node.clone(), self.patch_node(p).await) })).buffer_unordered(PARALLEL).collect().await;
         let mut failed_nodes: HashSet<String> = HashSet::new();
-        for a in &actions {
-            if let Action::PatchNode(p) = a {
-                out.writes += 1;
-                if let Err(e) = self.patch_node(p).await {
-                    tracing::warn!(node = %p.node, "node patch: {e}");
-                    out.failures += 1;
-                    failed_nodes.insert(p.node.clone());
-                }
+        for (node, r) in results {
+            out.writes += 1;
+            if let Err(e) = r {
+                tracing::warn!(%node, "node patch: {e}");
+                out.failures += 1;
+                failed_nodes.insert(node);
             }
         }
-        for a in actions {
-            let result = match a {
-                Action::PatchNode(_) => continue,
-                Action::CreateJob(req) if failed_nodes.contains(&req.node) => continue,
-                Action::Evict { ref node, .. } if failed_nodes.contains(node) => continue,
-                Action::DeleteJob { ref node, .. } if failed_nodes.contains(node) => continue,
-                Action::CreateJob(req) => self.create_job(&req).await,
-                Action::DeleteJob { name, .. } => self.delete_job(&name).await,
-                Action::Evict { node: _, namespace, pod, delete, grace_seconds } => self.evict(&namespace, &pod, delete, grace_seconds).await,
-                Action::SetStatus { cr, status } => self.set_status(&cr, &status).await,
-                Action::Event(e) => {
-                    self.event(&e).await;
-                    continue;
+        let held_back = |a: &Action| match a {
+            Action::PatchNode(_) => true,
+            Action::CreateJob(req) => failed_nodes.contains(&req.node),
+            Action::Evict { node, .. } | Action::DeleteJob { node, .. } => failed_nodes.contains(node),
+            _ => false,
+        };
+        let (deletes, rest): (Vec<Action>, Vec<Action>) = actions.into_iter().filter(|a| !held_back(a)).partition(|a| matches!(a, Action::DeleteJob { .. }));
+        for wave in [deletes, rest] {
+            let results: Vec<Option<anyhow::Result<()>>> = stream::iter(wave.into_iter().map(|a| self.one(a))).buffer_unordered(PARALLEL).collect().await;
+            for r in results.into_iter().flatten() {
+                out.writes += 1;
+                if let Err(e) = r {
+                    tracing::warn!("{e:#}");
+                    out.failures += 1;
                 }
-                Action::AddFinalizer { cr } => self.finalizer(&cr, true).await,
-                Action::RemoveFinalizer { cr } => self.finalizer(&cr, false).await,
-            };
-            out.writes += 1;
-            if let Err(e) = result {
-                tracing::warn!("{e:#}");
-                out.failures += 1;
             }
         }
         out
+    }
+
+    /// One action other than a node patch; `None` for events (not counted as writes).
+    async fn one(&self, a: Action) -> Option<anyhow::Result<()>> {
+        Some(match a {
+            Action::PatchNode(_) => return None,
+            Action::CreateJob(req) => self.create_job(&req).await,
+            Action::DeleteJob { name, .. } => self.delete_job(&name).await,
+            Action::Evict { node: _, namespace, pod, delete, grace_seconds } => self.evict(&namespace, &pod, delete, grace_seconds).await,
+            Action::SetStatus { cr, status } => self.set_status(&cr, &status).await,
+            Action::Event(e) => {
+                self.event(&e).await;
+                return None;
+            }
+            Action::AddFinalizer { cr } => self.finalizer(&cr, true).await,
+            Action::RemoveFinalizer { cr } => self.finalizer(&cr, false).await,
+        })
     }
 
     async fn patch_node(&self, p: &NodePatch) -> anyhow::Result<()> {

@@ -41,9 +41,9 @@ struct Args {
 
 /// The shipped examples the demo applies, in order.
 const MANIFESTS: &[&str] = &[
-    include_str!("../../examples/manifests/staged-rollout-policy.yaml"),
-    include_str!("../../examples/manifests/kernel-module-reboot.yaml"),
-    include_str!("../../examples/manifests/tuning-sysctl.yaml"),
+    include_str!("../../../examples/manifests/staged-rollout-policy.yaml"),
+    include_str!("../../../examples/manifests/kernel-module-reboot.yaml"),
+    include_str!("../../../examples/manifests/tuning-sysctl.yaml"),
 ];
 
 /// (name, tier): one canary, three production, two in the policy's default compartment.
