@@ -165,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(namespace = %flags.namespace, "operator started");
 
     let mut last_renew = tokio::time::Instant::now();
+    let mut last_observed = tokio::time::Instant::now() - Duration::from_secs(60);
     let mut wait = Duration::from_millis(0);
     loop {
         tokio::select! {
@@ -187,6 +188,11 @@ async fn main() -> anyhow::Result<()> {
         }
         let started = std::time::Instant::now();
         let snapshot = world.snapshot(&settings, &plugins);
+        metrics.rollout.observe_jobs(&snapshot);
+        if last_observed.elapsed() >= Duration::from_secs(2) {
+            metrics.rollout.observe(&snapshot);
+            last_observed = tokio::time::Instant::now();
+        }
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let actions = plan(&snapshot, now);
         let busy = !snapshot.jobs.is_empty() || actions.iter().any(|a| !matches!(a, nodewright_planner::Action::Event(_)));

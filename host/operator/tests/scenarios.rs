@@ -141,7 +141,8 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
     let mut e = E2e::start(&[("f1", &[("pool", "f1")]), ("f2", &[("pool", "f2")])]).await;
     e.script("/usr/local/bin/broken", "echo attempt >> etc/attempts; echo 'no driver for this card' >&2; exit 1");
     e.host_file("f2", "/proc/sys/vm/swappiness", "60");
-    e.start_operator(&["--job-backoff-limit=1"]);
+    let metrics = nodewright_testsupport::free_port();
+    e.start_operator(&["--job-backoff-limit=1", &format!("--metrics-addr=127.0.0.1:{metrics}")]);
     e.apply(cr("fails", json!({"nodeSelectors": {"matchLabels": {"pool": "f1"}}, "packages": {"broken": {
         "version": "1.0.0", "plugin": e.plugin("shell"), "capabilities": commands(&["/usr/local/bin/broken"]), "configMap": {"apply": "/usr/local/bin/broken"}
     }}})))
@@ -164,6 +165,17 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
     let ready = e.condition("denied", "Ready").await.unwrap();
     assert!(ready.2.contains("spec.packages.tuning.capabilities.sysctl") && ready.2.contains("vm.swappiness"), "{ready:?}");
     assert_eq!(e.read_host_file("f2", "/proc/sys/vm/swappiness").as_deref(), Some("60"), "nothing changed");
+    // Each parked stage counted once, by blame.
+    let want = [
+        "nodewright_stage_failures_total{nodewright=\"fails\",package=\"broken\",stage=\"apply\",blame=\"package\"} 1",
+        "nodewright_stage_failures_total{nodewright=\"denied\",package=\"tuning\",stage=\"apply\",blame=\"denied\"} 1",
+        "nodewright_status{nodewright=\"fails\",status=\"erroring\"} 1",
+    ];
+    e.wait("failures in the metrics", Duration::from_secs(30), || async {
+        let text = common::http_get(metrics, "/metrics").await;
+        want.iter().all(|w| text.contains(w)).then_some(())
+    })
+    .await;
 
     // Granting it (a new generation) re-arms the parked stage.
     e.patch("denied", json!({"spec": {"packages": {"tuning": {"capabilities": {"sysctl": ["vm.swappiness"]}}}}})).await;
@@ -174,13 +186,18 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_grant_is_a_condition_before_any_node_is_touched() {
     let mut e = E2e::start(&[("g1", &[])]).await;
-    e.start_operator(&[]);
+    let metrics = nodewright_testsupport::free_port();
+    e.start_operator(&[&format!("--metrics-addr=127.0.0.1:{metrics}")]);
     e.apply(cr("nogrant", json!({"packages": {"tuning": {"version": "1.0.0", "plugin": e.plugin("sysctl"), "configMap": {"vm.swappiness": "10"}}}}))).await;
     let c = e.wait("PluginsReady=False", LIMIT, || async { e.condition("nogrant", "PluginsReady").await.filter(|c| c.0 == "False") }).await;
     assert_eq!(c.1, "GrantMissing");
     assert!(c.2.contains("spec.packages.tuning.capabilities"), "{c:?}");
     assert!(e.jobs().await.is_empty(), "no Job was created");
     assert!(e.state("nogrant", "g1").await.is_empty());
+    e.wait("the plugin error in the metrics", Duration::from_secs(30), || async {
+        common::http_get(metrics, "/metrics").await.contains("nodewright_plugin_errors{nodewright=\"nogrant\",reason=\"GrantMissing\"} 1").then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

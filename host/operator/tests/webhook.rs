@@ -134,10 +134,10 @@ async fn the_webhook_validates_with_cluster_rules_and_fails_closed() {
     assert!(refusal.contains("spec.packages.tuning") && refusal.contains("n1"), "{refusal}");
 
     // Metrics count the verdicts.
-    let text = http_get(metrics, "/metrics").await;
+    let text = common::http_get(metrics, "/metrics").await;
     assert!(text.contains("nodewright_admission_reviews_total{kind=\"NodeWright\",operation=\"CREATE\",verdict=\"denied\"}"), "{text}");
     assert!(text.contains("nodewright_admission_reviews_total{kind=\"DeploymentPolicy\",operation=\"DELETE\",verdict=\"allowed\"} 1"), "{text}");
-    assert_eq!(http_get(metrics, "/readyz").await, "ok");
+    assert_eq!(common::http_get(metrics, "/readyz").await, "ok");
 
     // Fail closed: with the operator gone nothing is admitted.
     e.kill_operator();
@@ -159,14 +159,4 @@ async fn the_webhook_validates_with_cluster_rules_and_fails_closed() {
     }
     vwcs.replace("nodewright", &PostParams::default(), &vwc).await.unwrap();
     e.wait("the bundle is re-injected", WAIT, || async { ca_bundle(&e).await }).await;
-}
-
-/// GET over plain HTTP/1.1 from the metrics listener; the body.
-async fn http_get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
 }

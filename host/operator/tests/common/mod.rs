@@ -234,3 +234,19 @@ impl E2e {
     }
 }
 
+
+/// GET over plain HTTP/1.1 from a local listener (the operator's metrics port); the body.
+pub async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+}
+
+/// The metric names documented in docs/operator.md's tables (first column, backquoted).
+pub fn documented_metrics() -> Vec<String> {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operator.md")).unwrap();
+    doc.lines().filter_map(|l| l.strip_prefix("| `nodewright_")?.split('`').next().map(|n| format!("nodewright_{n}"))).collect()
+}

@@ -4,6 +4,8 @@
 //! Names follow the Prometheus conventions: a `nodewright_` prefix, base units, `_total`
 //! on counters. docs/operator.md lists them.
 
+mod rollout;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nodewright_planner::Action;
@@ -19,6 +21,13 @@ use prometheus_client::registry::Registry;
 pub struct ActionLabels {
     /// The planner action: `create_job`, `patch_node`, …
     pub action: &'static str,
+}
+
+/// Label of [`Metrics::events`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// The event's reason: `DrainTimeout`, `StageFailed`, `Interrupt`, …
+    pub reason: &'static str,
 }
 
 /// Labels of [`Metrics::admissions`].
@@ -48,6 +57,10 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Admission reviews answered.
     pub admissions: Family<AdmissionLabels, Counter>,
+    /// Events emitted, by reason.
+    pub events: Family<EventLabels, Counter>,
+    /// Rollout state from the last snapshot.
+    pub rollout: rollout::Rollout,
     ready: AtomicBool,
 }
 
@@ -67,13 +80,17 @@ impl Metrics {
         let api_write_failures = Counter::default();
         let leader = Gauge::default();
         let admissions = Family::<AdmissionLabels, Counter>::default();
+        let events = Family::<EventLabels, Counter>::default();
+        let rollout = rollout::Rollout::default();
         registry.register("nodewright_reconcile_duration_seconds", "Duration of one planner pass: snapshot, plan and execute", pass_duration.clone());
         registry.register("nodewright_actions", "Planner actions executed, by action", actions.clone());
         registry.register("nodewright_api_writes", "Writes sent to the Kubernetes API", api_writes.clone());
         registry.register("nodewright_api_write_failures", "Writes the Kubernetes API refused or that failed", api_write_failures.clone());
         registry.register("nodewright_leader", "1 while this replica plans (holds the leader lease)", leader.clone());
         registry.register("nodewright_admission_reviews", "Admission reviews answered by the webhook", admissions.clone());
-        Metrics { registry, pass_duration, actions, api_writes, api_write_failures, leader, admissions, ready: AtomicBool::new(false) }
+        registry.register("nodewright_events", "Events emitted, by reason (DrainTimeout, StageFailed, Interrupt, ...)", events.clone());
+        rollout.register(&mut registry);
+        Metrics { registry, pass_duration, actions, api_writes, api_write_failures, leader, admissions, events, rollout, ready: AtomicBool::new(false) }
     }
 
     /// Counts one executed action.
@@ -84,7 +101,10 @@ impl Metrics {
             Action::PatchNode(_) => "patch_node",
             Action::Evict { .. } => "evict",
             Action::SetStatus { .. } => "set_status",
-            Action::Event(_) => "event",
+            Action::Event(e) => {
+                self.events.get_or_create(&EventLabels { reason: e.reason }).inc();
+                "event"
+            }
             Action::AddFinalizer { .. } => "add_finalizer",
             Action::RemoveFinalizer { .. } => "remove_finalizer",
         };
