@@ -64,6 +64,10 @@ struct Common {
     /// NodeWright generation.
     #[arg(long, default_value_t = 0)]
     generation: i64,
+    /// The node state entry's run epoch: a re-created entry (node reset, package rerun,
+    /// reapply after reboot) has a new one, so its stages run again.
+    #[arg(long, default_value_t = 0)]
+    run: i64,
     /// Where the result goes.
     #[arg(long, default_value = "/dev/termination-log")]
     termination_log: PathBuf,
@@ -370,6 +374,7 @@ fn main() -> ExitCode {
             let key = MarkerKey {
                 cr_uid: args.common.cr_uid.clone(),
                 generation: args.common.generation,
+                run: args.common.run,
                 package: args.package.clone(),
                 version: args.version.clone(),
                 stage: args.stage.as_str().into(),
@@ -391,7 +396,7 @@ fn main() -> ExitCode {
             finish(&args.common, &result)
         }
         Command::Interrupt(args) => {
-            let key = MarkerKey { cr_uid: args.common.cr_uid.clone(), generation: args.common.generation, package: args.package.clone(), version: String::new(), stage: format!("interrupt-{}", args.kind) };
+            let key = MarkerKey { cr_uid: args.common.cr_uid.clone(), generation: args.common.generation, run: args.common.run, package: args.package.clone(), version: String::new(), stage: format!("interrupt-{}", args.kind) };
             let state = markers::state_dir(&args.common.host_root);
             if let Some(done) = key.done(&state) {
                 eprintln!("the interrupt already completed for this generation");

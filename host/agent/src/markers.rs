@@ -2,10 +2,11 @@
 //!
 //! ## Idempotence markers
 //!
-//! `markers/<cr uid>/<generation>/<package>-<version>-<stage>.json` holds the result of a
-//! stage that succeeded. A Job pod that runs again (a retried attempt, a pod recreated after
-//! a node restart) finds it and reports the recorded result without running the plugin
-//! again.
+//! `markers/<cr uid>/<generation>[.<run>]/<package>-<version>-<stage>.json` holds the
+//! result of a stage that succeeded. A Job pod that runs again (a retried attempt, a pod
+//! recreated after a node restart) finds it and reports the recorded result without running
+//! the plugin again. `run` is the node state entry's epoch: when the entry is made again (a
+//! node reset, a package rerun, a reapply after reboot) the key changes and the stages run.
 //!
 //! ## The reboot protocol
 //!
@@ -39,6 +40,8 @@ pub struct MarkerKey {
     pub cr_uid: String,
     /// CR generation.
     pub generation: i64,
+    /// The state entry's run epoch (0: none given).
+    pub run: i64,
     /// Package (or `node` for the merged interrupt).
     pub package: String,
     /// Version.
@@ -56,7 +59,7 @@ impl MarkerKey {
         state
             .join("markers")
             .join(safe(&self.cr_uid))
-            .join(self.generation.to_string())
+            .join(if self.run == 0 { self.generation.to_string() } else { format!("{}.{}", self.generation, self.run) })
             .join(format!("{}-{}-{}.json", safe(&self.package), safe(&self.version), safe(&self.stage)))
     }
 

@@ -451,6 +451,12 @@ pub struct PackageStatus {
     /// Last failure, for erroring entries.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// When the planner created this entry (unix seconds). Agents key their idempotence
+    /// markers on it beside the generation, so an entry made again — a node reset, a
+    /// package rerun, a reapply after reboot — runs its stages again rather than finding
+    /// them done.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub run: i64,
 }
 
 /// The outcome of a `plan` stage, as recorded on the node.
@@ -481,8 +487,13 @@ impl PackageStatus {
             boot_id: String::new(),
             previous_version: None,
             message: String::new(),
+            run: 0,
         }
     }
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
 }
 
 /// Key of a package in a [`NodeState`]: `name|version`.

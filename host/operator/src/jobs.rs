@@ -87,6 +87,7 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     args.extend([
         format!("--cr-uid={}", req.cr_uid),
         format!("--generation={}", req.generation),
+        format!("--run={}", req.run),
         "--host-root=/host".into(),
         format!("--backend={}", cfg.backend),
         format!("--termination-log={TERMINATION_LOG}"),

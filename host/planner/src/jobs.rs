@@ -93,6 +93,7 @@ pub(crate) fn package_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, p: &Pa
         cr: cr.name.clone(),
         cr_uid: cr.uid.clone(),
         generation: cr.generation,
+        run: e.run,
         node: node.into(),
         work,
         package: Some(p.clone()),
@@ -109,7 +110,7 @@ pub(crate) fn package_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, p: &Pa
 }
 
 /// The request for a node's merged (or a package's uninstall) interrupt.
-pub(crate) fn interrupt_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, interrupt: &Interrupt) -> JobRequest {
+pub(crate) fn interrupt_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, interrupt: &Interrupt, run: i64) -> JobRequest {
     let owner = match &work {
         Work::Interrupt { owner, .. } => cr.spec.packages.get(owner),
         Work::Package { .. } => None,
@@ -123,6 +124,7 @@ pub(crate) fn interrupt_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, inte
         cr: cr.name.clone(),
         cr_uid: cr.uid.clone(),
         generation: cr.generation,
+        run,
         node: node.into(),
         work,
         package: None,

@@ -289,7 +289,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                     if has_job(&w) {
                         continue;
                     }
-                    let entry = state.entry(key.clone()).or_insert_with(|| PackageStatus::new(name, &p.version, *stage, cr.generation));
+                    let entry = state.entry(key.clone()).or_insert_with(|| PackageStatus { run: env.now, ..PackageStatus::new(name, &p.version, *stage, cr.generation) });
                     entry.state = State::InProgress;
                     entry.generation = cr.generation;
                     entry.digest = env.pinned.get(*name).cloned().unwrap_or_default();
@@ -322,6 +322,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                         continue;
                     }
                     let Some(e) = state.get_mut(&key) else { continue };
+                    let run = e.run;
                     e.state = State::InProgress;
                     // The boot before this stage's reboot, recorded once: a Job made again
                     // (the first one's result was lost) must not move it past the reboot.
@@ -330,7 +331,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                     }
                     e.generation = cr.generation;
                     actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: false, reason: "Interrupt", message: format!("{} for {} ({})", describe(interrupt), owner, cr.name) }));
-                    actions.push(Action::CreateJob(Box::new(interrupt_job(env, cr, &node.name, w, interrupt))));
+                    actions.push(Action::CreateJob(Box::new(interrupt_job(env, cr, &node.name, w, interrupt, run))));
                 }
                 Step::UninstallInterrupt => {
                     let Some(interrupt) = p.interrupt.clone() else { continue };
@@ -338,13 +339,14 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                     if has_job(&w) {
                         continue;
                     }
+                    let run = state.get(&key).map_or(0, |e| e.run);
                     if let Some(e) = state.get_mut(&key) {
                         e.state = State::InProgress;
                         if e.boot_id.is_empty() {
                             e.boot_id = node.boot_id.clone();
                         }
                     }
-                    actions.push(Action::CreateJob(Box::new(interrupt_job(env, cr, &node.name, w, &interrupt))));
+                    actions.push(Action::CreateJob(Box::new(interrupt_job(env, cr, &node.name, w, &interrupt, run))));
                 }
             }
         }

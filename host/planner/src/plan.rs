@@ -204,7 +204,11 @@ impl<'a> Pass<'a> {
         // Batches per compartment; members (and done or parked nodes, to record and release) run.
         let comp_rules = rollout::rules(policy.and_then(|(_, p)| p), cr.spec.interruption_budget.as_ref());
         let mut members: HashSet<String> = HashSet::default();
-        if !blocked_cr {
+        if blocked_cr {
+            for (name, c) in &cr.status.compartment_statuses {
+                report.keep_compartment(name, c.clone());
+            }
+        } else {
             for (name, nodes) in rollout::assign(policy.and_then(|(_, p)| p), &selected) {
                 let rules = &comp_rules[&name];
                 let list: Vec<(&str, Standing)> = nodes.iter().map(|n| (n.name.as_str(), standing[n.name.as_str()].0)).collect();

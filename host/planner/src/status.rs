@@ -61,6 +61,13 @@ impl<'a> Report<'a> {
     }
 
     /// A compartment's batch.
+    /// A compartment's batch state carried over unchanged (the CR is held this pass: plugins
+    /// pending for a new generation, paused, disabled), so a stopped compartment stays
+    /// stopped and batches resume where they were.
+    pub fn keep_compartment(&mut self, name: &str, status: CompartmentStatus) {
+        self.status.compartment_statuses.insert(name.into(), status);
+    }
+
     /// A compartment's batch, over `nodes`. Its completed count is taken again at
     /// [`Report::finish`], after this pass's node work.
     pub fn compartment(&mut self, name: &str, status: CompartmentStatus, nodes: Vec<String>) {

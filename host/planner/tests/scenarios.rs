@@ -6,7 +6,7 @@ mod world;
 use nodewright_api::keys;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{InterruptType, Stage, State, Status};
-use nodewright_planner::{Action, Job, JobPhase, Work};
+use nodewright_planner::{Action, Job, JobPhase, Plugins, Work};
 use serde_json::json;
 use world::{World, ok, policy, spec};
 
@@ -603,7 +603,7 @@ fn a_missing_policy_blocks_the_rollout_before_any_node_is_touched() {
 fn unready_plugins_block_before_any_node_is_touched_and_name_the_grant() {
     let mut w = World::new(1);
     w.add_cr("r", spec(json!({"packages": {"tuning": plain_pkg()}})));
-    w.cr_mut("r").plugins = nodewright_planner::Plugins::NotReady { reason: "GrantMissing".into(), message: "tuning imports sysctl: add spec.packages.tuning.capabilities.sysctl".into() };
+    w.cr_mut("r").plugins = Plugins::NotReady { reason: "GrantMissing".into(), message: "tuning imports sysctl: add spec.packages.tuning.capabilities.sysctl".into() };
     let acted = w.step();
     assert!(!acted.iter().any(|a| matches!(a, Action::CreateJob(_) | Action::PatchNode(_))), "{acted:?}");
     let (on, reason, msg) = condition(&w, "r", "PluginsReady");
@@ -806,4 +806,52 @@ fn a_node_at_work_that_goes_not_ready_while_rebooting_keeps_its_place() {
     w.step();
     assert_eq!(w.cr("gpu").status.compartment_statuses["__default__"].batch_nodes, std::slice::from_ref(&member), "the member keeps its slot");
     assert_eq!(w.node_status("gpu", other), Some(Status::Blocked), "a not-ready node outside the batch is not started");
+}
+
+#[test]
+fn a_node_whose_state_is_removed_runs_its_packages_again() {
+    let mut w = World::new(2);
+    w.add_cr("tune", spec(json!({"packages": {"tuning": plain_pkg()}})));
+    w.run(("none", 0), 20);
+    assert_eq!(w.cr("tune").status.status, Some(Status::Complete));
+    let before = w.created().len();
+    // What `nodewright node reset` / `package rerun` do: forget the node's state.
+    w.node_mut("node-0").annotations.remove(&keys::node_state("tune"));
+    w.run(("none", 0), 20);
+    let again: Vec<_> = w.created().into_iter().skip(before).map(|(_, work, node)| (format!("{work:?}"), node.to_string())).collect();
+    assert_eq!(again.len(), 2, "apply and config again on node-0 only: {again:?}");
+    assert!(again.iter().all(|(_, n)| n == "node-0"));
+    assert_eq!(w.node_status("tune", "node-0"), Some(Status::Complete));
+    // The new Jobs carry the new entry's run epoch: the agent's idempotence markers of the
+    // first run do not match them, so the stages really run again.
+    let runs: Vec<i64> = w.history.iter().filter_map(|(_, a)| if let Action::CreateJob(r) = a { (r.node == "node-0").then_some(r.run) } else { None }).collect();
+    assert_eq!(runs.len(), 4);
+    assert!(runs[0] != 0 && runs[0] == runs[1] && runs[2] == runs[3] && runs[2] > runs[0], "{runs:?}");
+}
+
+#[test]
+fn a_stopped_compartment_stays_stopped_across_a_new_generation() {
+    let mut w = World::new(2);
+    w.snap.policies.insert("one".into(), policy(json!({"default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1, "safetyLimit": 100}}}})));
+    w.add_cr("flaky", spec(json!({"deploymentPolicy": "one", "packages": {"tuning": plain_pkg()}})));
+    let stopped = |w: &World| w.cr("flaky").status.compartment_statuses.get("__default__").and_then(|c| c.batch_state.as_ref()).is_some_and(|b| b.should_stop);
+    for _ in 0..20 {
+        w.step();
+        w.finish_jobs(|_| Some(failed(Blame::Package, "broken", true)));
+        if stopped(&w) {
+            break;
+        }
+    }
+    assert!(stopped(&w), "the first batch's failure stops the compartment");
+    // A spec edit: a new generation whose plugins are checked again before the planner may
+    // use them (one pass pending), then ready.
+    let cr = w.snap.nodewrights.iter_mut().find(|c| c.name == "flaky").unwrap();
+    cr.generation += 1;
+    let ready = std::mem::replace(&mut cr.plugins, Plugins::Pending);
+    w.step();
+    assert!(stopped(&w), "held while the plugins are checked, the batch state carries over");
+    w.snap.nodewrights.iter_mut().find(|c| c.name == "flaky").unwrap().plugins = ready;
+    w.run(("none", 0), 20);
+    assert!(stopped(&w), "only a policy reset restarts it");
+    assert_eq!(w.snap.nodes.iter().filter(|n| w.state("flaky", &n.name).is_empty()).count(), 1, "the second node never started");
 }

@@ -161,7 +161,11 @@ pub struct Binaries {
 
 impl Binaries {
     /// `nodewright-operator` and `nodewright-agent` in `dir` (a cargo profile directory),
-    /// built with cargo in that profile when missing.
+    /// built with cargo in that profile when missing. Only when missing: a workspace test
+    /// run builds them with the workspace's features, and rebuilding them here with other
+    /// features would churn the shared target directory. After changing the operator or
+    /// the agent, a single-crate test run needs `cargo build -p nodewright-operator -p
+    /// nodewright-agent` first.
     pub fn in_dir(dir: &Path) -> Result<Binaries> {
         let bins = Binaries { operator: dir.join("nodewright-operator"), agent: dir.join("nodewright-agent") };
         for (package, path) in [("nodewright-operator", &bins.operator), ("nodewright-agent", &bins.agent)] {

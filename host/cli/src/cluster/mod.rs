@@ -1,0 +1,434 @@
+//! The cluster verbs: read and steer rollouts through the same objects the operator uses —
+//! NodeWright status and annotations, node labels and state annotations, the agent Jobs'
+//! results. Writes carry the object's `resourceVersion`, so a verb never overwrites what
+//! the operator wrote a moment earlier; verbs that throw work away refuse while a stage of
+//! that work is running and ask for confirmation.
+
+mod view;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, Resource};
+use nodewright_api::keys;
+use nodewright_api::result::StageResult;
+use nodewright_api::v1alpha1::{NodeState, NodeWright};
+use serde_json::{Value, json};
+
+/// Output format.
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+pub enum Output {
+    /// A table.
+    #[default]
+    Table,
+    /// JSON, for scripts.
+    Json,
+}
+
+/// `-o`.
+#[derive(Debug, Args)]
+pub struct OutputArg {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: Output,
+}
+
+/// `--confirm`.
+#[derive(Debug, Args)]
+pub struct ConfirmArg {
+    /// Do it without asking (required when stdin is not a terminal).
+    #[arg(long)]
+    confirm: bool,
+}
+
+/// Verbs on nodes.
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Nodes and their status under each NodeWright.
+    List(OutputArg),
+    /// Every NodeWright's packages on one node.
+    Status {
+        node: String,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Keep nodes out of every NodeWright (label `nodewright.io/ignore=true`).
+    Ignore { nodes: Vec<String> },
+    /// Let ignored nodes take part again.
+    Unignore { nodes: Vec<String> },
+    /// Forget a NodeWright's state on a node: every package runs there again from the start.
+    Reset {
+        node: String,
+        /// The NodeWright.
+        #[arg(long)]
+        cr: String,
+        #[command(flatten)]
+        confirm: ConfirmArg,
+    },
+}
+
+/// Verbs on packages.
+#[derive(Debug, Subcommand)]
+pub enum PackageCommand {
+    /// Each node's stage and state of a NodeWright's packages.
+    Status {
+        cr: String,
+        package: Option<String>,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// The agent's results (outcome, changes, last log lines) of a package on a node.
+    Logs {
+        cr: String,
+        package: String,
+        #[arg(long)]
+        node: String,
+    },
+    /// Run a package again from its first stage on some nodes.
+    Rerun {
+        cr: String,
+        package: String,
+        /// Nodes (repeatable).
+        #[arg(long = "node", required_unless_present = "all")]
+        nodes: Vec<String>,
+        /// Every node that has the package.
+        #[arg(long, conflicts_with = "nodes")]
+        all: bool,
+        #[command(flatten)]
+        confirm: ConfirmArg,
+    },
+}
+
+/// Verbs on DeploymentPolicy state.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Restart a NodeWright's batches from a first batch (clears its compartment state,
+    /// including a compartment stopped on failures).
+    Reset {
+        cr: String,
+        #[command(flatten)]
+        confirm: ConfirmArg,
+    },
+}
+
+async fn client() -> Result<Client> {
+    Client::try_default().await.context("connecting to the cluster (KUBECONFIG or in-cluster config)")
+}
+
+async fn nodes(c: &Client) -> Result<Vec<Node>> {
+    Ok(Api::<Node>::all(c.clone()).list(&ListParams::default()).await.context("listing nodes")?.items)
+}
+
+async fn nodewright(c: &Client, name: &str) -> Result<NodeWright> {
+    Api::<NodeWright>::all(c.clone()).get_opt(name).await?.with_context(|| format!("NodeWright {name:?} not found"))
+}
+
+fn print_json(v: &impl serde::Serialize) -> Result<ExitCode> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks unless `--confirm` was given; refuses when nobody can answer.
+fn confirm(what: &str, arg: &ConfirmArg) -> Result<()> {
+    if arg.confirm {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!("refusing to {what} without --confirm (stdin is not a terminal to ask on)");
+    }
+    eprint!("{what}? [y/N] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") { Ok(()) } else { bail!("not confirmed") }
+}
+
+/// Refuses when an agent Job of `cr` is still running on one of `on` (all nodes if empty).
+async fn refuse_if_running(c: &Client, namespace: &str, cr: &str, on: &[String]) -> Result<()> {
+    let jobs = Api::<Job>::namespaced(c.clone(), namespace).list(&ListParams::default().labels(&format!("{}={cr}", keys::job::CR))).await?;
+    for j in jobs.items {
+        let labels = j.metadata.labels.clone().unwrap_or_default();
+        let node = labels.get(keys::job::NODE).cloned().unwrap_or_default();
+        let active = j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0;
+        if active && (on.is_empty() || on.contains(&node)) {
+            let stage = labels.get(keys::job::STAGE).cloned().unwrap_or_default();
+            bail!(
+                "refusing: {cr}'s {stage} stage is running on {node} (Job {}); wait for it to finish, or pause the NodeWright (`nodewright pause {cr}`) and wait",
+                j.metadata.name.unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Replaces (or removes, with `None`) a NodeWright's state on a node, against the node's
+/// resourceVersion.
+async fn write_state(c: &Client, node: &Node, cr: &str, state: Option<&NodeState>) -> Result<()> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let value = match state {
+        Some(s) if !s.is_empty() => Value::String(serde_json::to_string(s)?),
+        _ => Value::Null,
+    };
+    let mut ann = serde_json::Map::new();
+    ann.insert(keys::node_state(cr), value.clone());
+    if value.is_null() {
+        ann.insert(keys::node_status(cr), Value::Null);
+    }
+    let patch = json!({"metadata": {"resourceVersion": node.meta().resource_version, "annotations": ann}});
+    Api::<Node>::all(c.clone())
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("updating node {name} (if it changed meanwhile, run the verb again)"))?;
+    Ok(())
+}
+
+/// `status [CR]`.
+pub async fn status(cr: Option<String>, output: OutputArg) -> Result<ExitCode> {
+    let c = client().await?;
+    match cr {
+        None => {
+            let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
+            let s = view::summaries(&crs);
+            match output.output {
+                Output::Json => print_json(&s),
+                Output::Table => {
+                    print!("{}", view::summaries_table(&s));
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
+        }
+        Some(name) => {
+            let cr = nodewright(&c, &name).await?;
+            let rows = view::node_rows(&cr, &nodes(&c).await?);
+            match output.output {
+                Output::Json => print_json(&json!({"summary": view::summaries(std::slice::from_ref(&cr)).pop(), "nodes": rows})),
+                Output::Table => {
+                    print!("{}\n{}", view::summaries_table(&view::summaries(std::slice::from_ref(&cr))), view::node_rows_table(&cr, &rows));
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
+        }
+    }
+}
+
+/// `pause|resume|disable|enable CR`: sets or clears a NodeWright annotation.
+pub async fn flag(cr: &str, key: &str, on: bool) -> Result<ExitCode> {
+    let c = client().await?;
+    nodewright(&c, cr).await?;
+    let patch = json!({"metadata": {"annotations": {key: if on { Value::from("true") } else { Value::Null }}}});
+    Api::<NodeWright>::all(c).patch(cr, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    println!("{cr}: {key} {}", if on { "set" } else { "cleared" });
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `node ...`.
+pub async fn node(cmd: NodeCommand, namespace: &str) -> Result<ExitCode> {
+    let c = client().await?;
+    match cmd {
+        NodeCommand::List(output) => {
+            let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
+            let mut rows: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+            for n in nodes(&c).await? {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                let labels = n.metadata.labels.clone().unwrap_or_default();
+                let mut per = BTreeMap::new();
+                per.insert("ignored".to_string(), labels.get(keys::IGNORE).is_some_and(|v| v == "true").to_string());
+                per.insert("cordoned".to_string(), n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false).to_string());
+                for cr in &crs {
+                    let cr_name = cr.metadata.name.clone().unwrap_or_default();
+                    let st = cr.status.as_ref().and_then(|s| s.node_status.get(&name)).map(|s| s.as_str().to_string()).unwrap_or_else(|| "-".into());
+                    per.insert(cr_name, st);
+                }
+                rows.insert(name, per);
+            }
+            match output.output {
+                Output::Json => print_json(&rows),
+                Output::Table => {
+                    let crs: Vec<String> = crs.iter().filter_map(|c| c.metadata.name.clone()).collect();
+                    let mut header = vec!["NODE", "IGNORED", "CORDONED"];
+                    header.extend(crs.iter().map(String::as_str));
+                    let cells: Vec<Vec<String>> = rows
+                        .iter()
+                        .map(|(n, per)| std::iter::once(n.clone()).chain(["ignored", "cordoned"].iter().map(|k| per[*k].clone())).chain(crs.iter().map(|c| per[c].clone())).collect())
+                        .collect();
+                    print!("{}", view::table(&header, &cells));
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
+        }
+        NodeCommand::Status { node, output } => {
+            let n = Api::<Node>::all(c.clone()).get_opt(&node).await?.with_context(|| format!("node {node:?} not found"))?;
+            let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
+            let rows: Vec<view::PackageRow> = crs.iter().filter_map(|cr| cr.metadata.name.clone()).flat_map(|cr| view::package_rows(&cr, None, std::slice::from_ref(&n))).collect();
+            match output.output {
+                Output::Json => print_json(&rows),
+                Output::Table => {
+                    print!("{}", view::package_table(&rows));
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
+        }
+        NodeCommand::Ignore { nodes } | NodeCommand::Unignore { nodes } if nodes.is_empty() => bail!("name at least one node"),
+        NodeCommand::Ignore { nodes } => label_ignore(&c, &nodes, true).await,
+        NodeCommand::Unignore { nodes } => label_ignore(&c, &nodes, false).await,
+        NodeCommand::Reset { node, cr, confirm: yes } => {
+            nodewright(&c, &cr).await?;
+            let n = Api::<Node>::all(c.clone()).get_opt(&node).await?.with_context(|| format!("node {node:?} not found"))?;
+            if view::node_state(&n, &cr).is_none() {
+                bail!("{cr} has no state on {node}: nothing to reset");
+            }
+            refuse_if_running(&c, namespace, &cr, std::slice::from_ref(&node)).await?;
+            confirm(&format!("forget {cr}'s state on {node} (every package runs there again, interrupts included)"), &yes)?;
+            write_state(&c, &n, &cr, None).await?;
+            println!("{node}: {cr}'s state removed; its packages run again from the start");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn label_ignore(c: &Client, nodes: &[String], on: bool) -> Result<ExitCode> {
+    for n in nodes {
+        let patch = json!({"metadata": {"labels": {keys::IGNORE: if on { Value::from("true") } else { Value::Null }}}});
+        Api::<Node>::all(c.clone()).patch(n, &PatchParams::default(), &Patch::Merge(&patch)).await.with_context(|| format!("labelling node {n}"))?;
+        println!("{n}: {}", if on { "ignored by every NodeWright" } else { "no longer ignored" });
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `package ...`.
+pub async fn package(cmd: PackageCommand, namespace: &str) -> Result<ExitCode> {
+    let c = client().await?;
+    match cmd {
+        PackageCommand::Status { cr, package, output } => {
+            let spec = nodewright(&c, &cr).await?.spec;
+            if let Some(p) = &package
+                && !spec.packages.contains_key(p)
+            {
+                bail!("{cr} has no package {p:?} (it has: {})", spec.packages.keys().cloned().collect::<Vec<_>>().join(", "));
+            }
+            let rows = view::package_rows(&cr, package.as_deref(), &nodes(&c).await?);
+            match output.output {
+                Output::Json => print_json(&rows),
+                Output::Table => {
+                    print!("{}", view::package_table(&rows));
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
+        }
+        PackageCommand::Logs { cr, package, node } => logs(&c, namespace, &cr, &package, &node).await,
+        PackageCommand::Rerun { cr, package, nodes: wanted, all, confirm: yes } => {
+            let spec = nodewright(&c, &cr).await?.spec;
+            if !spec.packages.contains_key(&package) {
+                bail!("{cr} has no package {package:?}");
+            }
+            let with: Vec<Node> = nodes(&c)
+                .await?
+                .into_iter()
+                .filter(|n| view::node_state(n, &cr).is_some_and(|s| s.values().any(|p| p.name == package)))
+                .filter(|n| all || wanted.contains(n.metadata.name.as_ref().unwrap_or(&String::new())))
+                .collect();
+            let names: Vec<String> = with.iter().filter_map(|n| n.metadata.name.clone()).collect();
+            if let Some(missing) = wanted.iter().find(|w| !names.contains(w)) {
+                bail!("{missing} has no state for {cr}/{package}: nothing to rerun there");
+            }
+            if names.is_empty() {
+                bail!("no node has state for {cr}/{package}");
+            }
+            refuse_if_running(&c, namespace, &cr, &names).await?;
+            confirm(&format!("run {package} of {cr} again from its first stage on {}", names.join(", ")), &yes)?;
+            for n in &with {
+                let mut st = view::node_state(n, &cr).unwrap_or_default();
+                st.retain(|_, p| p.name != package);
+                write_state(&c, n, &cr, Some(&st)).await?;
+                println!("{}: {package} will run again", n.metadata.name.clone().unwrap_or_default());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str) -> Result<ExitCode> {
+    let pods = Api::<Pod>::namespaced(c.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("{}={cr},{}={node}", keys::job::CR, keys::job::NODE)))
+        .await?
+        .items;
+    let mut shown = 0;
+    for p in &pods {
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        let is_pkg = labels.get(keys::job::PACKAGE).is_some_and(|v| v == package);
+        let is_interrupt = labels.contains_key(keys::job::INTERRUPT);
+        if !is_pkg && !is_interrupt {
+            continue;
+        }
+        let terminated = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|cs| cs.first()).and_then(|c| c.state.as_ref()?.terminated.clone());
+        let pod = p.metadata.name.clone().unwrap_or_default();
+        let Some(t) = terminated else {
+            println!("== {pod}: running");
+            shown += 1;
+            continue;
+        };
+        match t.message.as_deref().map(serde_json::from_str::<StageResult>) {
+            Some(Ok(r)) => {
+                println!("== {pod}: {} {} ({}), exit {}: {}", r.stage, r.outcome, serde_json::to_value(r.blame)?.as_str().unwrap_or_default(), t.exit_code, r.message);
+                for ch in &r.changes {
+                    println!("   change: {ch}");
+                }
+                for l in &r.logs {
+                    println!("   | {l}");
+                }
+            }
+            _ => println!("== {pod}: exit {}, no agent result: {}", t.exit_code, t.message.unwrap_or_default()),
+        }
+        shown += 1;
+    }
+    if shown == 0 {
+        // Finished Jobs are deleted once recorded: the node state keeps the last message.
+        let n = Api::<Node>::all(c.clone()).get_opt(node).await?.with_context(|| format!("node {node:?} not found"))?;
+        let st = view::node_state(&n, cr).unwrap_or_default();
+        let entry = st.values().find(|p| p.name == package).with_context(|| format!("{cr}/{package} has no Job pods and no state on {node}"))?;
+        println!("no agent pods left for {cr}/{package} on {node} (recorded Jobs are deleted); its state: {}", view::stage_state(entry));
+        if !entry.message.is_empty() {
+            println!("last message: {}", entry.message);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `reset CR`: forget the NodeWright's state on every node and its batch state.
+pub async fn reset(cr: &str, yes: &ConfirmArg, namespace: &str) -> Result<ExitCode> {
+    let c = client().await?;
+    nodewright(&c, cr).await?;
+    let with: Vec<Node> = nodes(&c).await?.into_iter().filter(|n| view::node_state(n, cr).is_some()).collect();
+    refuse_if_running(&c, namespace, cr, &[]).await?;
+    confirm(&format!("forget {cr}'s state on {} node(s) and restart its rollout from the beginning", with.len()), yes)?;
+    for n in &with {
+        write_state(&c, n, cr, None).await?;
+    }
+    clear_batches(&c, cr).await?;
+    println!("{cr}: state removed from {} node(s), batches restarted", with.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn clear_batches(c: &Client, cr: &str) -> Result<()> {
+    let patch = json!({"status": {"compartmentStatuses": null}});
+    Api::<NodeWright>::all(c.clone()).patch_status(cr, &PatchParams::default(), &Patch::Merge(&patch)).await.context("clearing status.compartmentStatuses")?;
+    Ok(())
+}
+
+/// `policy reset CR`.
+pub async fn policy(cmd: PolicyCommand) -> Result<ExitCode> {
+    let PolicyCommand::Reset { cr, confirm: yes } = cmd;
+    let c = client().await?;
+    let current = nodewright(&c, &cr).await?;
+    let stopped: Vec<String> = current.status.map(|s| s.compartment_statuses).unwrap_or_default().into_iter().filter(|(_, s)| s.batch_state.as_ref().is_some_and(|b| b.should_stop)).map(|(n, _)| n).collect();
+    confirm(&format!("restart {cr}'s batches from a first batch{}", if stopped.is_empty() { String::new() } else { format!(" (stopped: {})", stopped.join(", ")) }), &yes)?;
+    clear_batches(&c, &cr).await?;
+    println!("{cr}: batch state cleared; compartments start again from a first batch");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,245 @@
+//! What the cluster verbs print, as pure functions of the objects read: the same status and
+//! node annotations the operator writes. Tables for people, `-o json` for scripts.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use nodewright_api::keys;
+use nodewright_api::v1alpha1::{NodeState, NodeWright, PackageStatus};
+use serde::Serialize;
+
+/// Lays out rows under a header, columns padded to their widest cell.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).chain([header[i].len()]).max().unwrap_or(0))
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count()))).collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn serde_name<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+}
+
+/// `stage/state`, e.g. `apply/in_progress`.
+pub fn stage_state(p: &PackageStatus) -> String {
+    format!("{}/{}", serde_name(&p.stage), serde_name(&p.state))
+}
+
+/// A node's state for `cr`, if it has a readable one.
+pub fn node_state(node: &Node, cr: &str) -> Option<NodeState> {
+    let raw = node.metadata.annotations.as_ref()?.get(&keys::node_state(cr))?;
+    serde_json::from_str(raw).ok()
+}
+
+fn name(n: &Node) -> String {
+    n.metadata.name.clone().unwrap_or_default()
+}
+
+fn cordoned(n: &Node) -> bool {
+    n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+}
+
+/// One NodeWright in the overview.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub name: String,
+    pub status: String,
+    pub complete_nodes: String,
+    pub paused: bool,
+    pub disabled: bool,
+    /// Conditions that are not as they should be: `Type=Status: message`.
+    pub problems: Vec<String>,
+}
+
+/// The overview: every NodeWright's roll-up.
+pub fn summaries(crs: &[NodeWright]) -> Vec<Summary> {
+    crs.iter()
+        .map(|cr| {
+            let st = cr.status.clone().unwrap_or_default();
+            let ann = cr.metadata.annotations.clone().unwrap_or_default();
+            let flag = |k: &str| ann.get(k).is_some_and(|v| v == "true");
+            let problems = st
+                .conditions
+                .iter()
+                .filter(|c| (c.type_ == "Ready" || c.type_ == "PluginsReady") != (c.status == "True"))
+                .filter(|c| !(c.type_ == "Ready" && c.reason == "Progressing"))
+                .map(|c| format!("{}={}: {}", c.type_, c.status, c.message))
+                .collect();
+            Summary {
+                name: cr.metadata.name.clone().unwrap_or_default(),
+                status: st.status.map(|s| s.as_str().to_string()).unwrap_or_else(|| "unknown".into()),
+                complete_nodes: st.complete_nodes.unwrap_or_else(|| "-".into()),
+                paused: flag(keys::PAUSE),
+                disabled: flag(keys::DISABLE),
+                problems,
+            }
+        })
+        .collect()
+}
+
+/// The overview as a table.
+pub fn summaries_table(s: &[Summary]) -> String {
+    let rows: Vec<Vec<String>> = s
+        .iter()
+        .map(|s| {
+            let mut flags = Vec::new();
+            if s.paused {
+                flags.push("paused");
+            }
+            if s.disabled {
+                flags.push("disabled");
+            }
+            vec![s.name.clone(), s.status.clone(), s.complete_nodes.clone(), flags.join(","), s.problems.join("; ")]
+        })
+        .collect();
+    table(&["NODEWRIGHT", "STATUS", "COMPLETE", "FLAGS", "PROBLEMS"], &rows)
+}
+
+/// One node under one NodeWright.
+#[derive(Debug, Serialize)]
+pub struct NodeRow {
+    pub node: String,
+    pub status: String,
+    pub cordoned: bool,
+    /// `package → stage/state`.
+    pub packages: BTreeMap<String, String>,
+}
+
+/// Every node a NodeWright reports, with its packages.
+pub fn node_rows(cr: &NodeWright, nodes: &[Node]) -> Vec<NodeRow> {
+    let name_ = cr.metadata.name.clone().unwrap_or_default();
+    let st = cr.status.clone().unwrap_or_default();
+    let mut rows: Vec<NodeRow> = nodes
+        .iter()
+        .filter(|n| st.node_status.contains_key(&name(n)) || node_state(n, &name_).is_some())
+        .map(|n| NodeRow {
+            node: name(n),
+            status: st.node_status.get(&name(n)).map(|s| s.as_str().to_string()).unwrap_or_else(|| "-".into()),
+            cordoned: cordoned(n),
+            packages: node_state(n, &name_).unwrap_or_default().values().map(|p| (p.name.clone(), stage_state(p))).collect(),
+        })
+        .collect();
+    rows.sort_by(|a, b| a.node.cmp(&b.node));
+    rows
+}
+
+/// The per-node table of one NodeWright: a column per package of its spec.
+pub fn node_rows_table(cr: &NodeWright, rows: &[NodeRow]) -> String {
+    let packages: Vec<&String> = cr.spec.packages.keys().collect();
+    let mut header = vec!["NODE", "STATUS", "CORDONED"];
+    header.extend(packages.iter().map(|p| p.as_str()));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut c = vec![r.node.clone(), r.status.clone(), if r.cordoned { "yes".into() } else { "-".into() }];
+            c.extend(packages.iter().map(|p| r.packages.get(*p).cloned().unwrap_or_else(|| "-".into())));
+            c
+        })
+        .collect();
+    table(&header, &cells)
+}
+
+/// One package entry on one node, for `package status` and `node status`.
+#[derive(Debug, Serialize)]
+pub struct PackageRow {
+    pub nodewright: String,
+    pub node: String,
+    pub package: String,
+    pub version: String,
+    pub stage: String,
+    pub state: String,
+    pub attempts: i32,
+    pub message: String,
+}
+
+/// Package entries of `cr` (optionally one package) across `nodes`.
+pub fn package_rows(cr: &str, package: Option<&str>, nodes: &[Node]) -> Vec<PackageRow> {
+    let mut rows = Vec::new();
+    for n in nodes {
+        for p in node_state(n, cr).unwrap_or_default().values().filter(|p| package.is_none_or(|want| p.name == want)) {
+            rows.push(PackageRow {
+                nodewright: cr.into(),
+                node: name(n),
+                package: p.name.clone(),
+                version: p.version.clone(),
+                stage: serde_name(&p.stage),
+                state: serde_name(&p.state),
+                attempts: p.attempts,
+                message: p.message.clone(),
+            });
+        }
+    }
+    rows.sort_by(|a, b| (&a.nodewright, &a.node, &a.package).cmp(&(&b.nodewright, &b.node, &b.package)));
+    rows
+}
+
+/// Package rows as a table.
+pub fn package_table(rows: &[PackageRow]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| vec![r.nodewright.clone(), r.node.clone(), r.package.clone(), r.version.clone(), r.stage.clone(), r.state.clone(), r.attempts.to_string(), r.message.clone()])
+        .collect();
+    table(&["NODEWRIGHT", "NODE", "PACKAGE", "VERSION", "STAGE", "STATE", "ATTEMPTS", "MESSAGE"], &cells)
+}
+
+#[cfg(test)]
+mod tests {
+    use nodewright_api::v1alpha1::{Stage, State};
+    use serde_json::json;
+
+    use super::*;
+
+    fn node(name: &str, cordoned: bool, state: Option<&NodeState>) -> Node {
+        let mut ann = serde_json::Map::new();
+        if let Some(s) = state {
+            ann.insert(keys::node_state("gpu"), json!(serde_json::to_string(s).unwrap()));
+        }
+        serde_json::from_value(json!({"metadata": {"name": name, "annotations": ann}, "spec": {"unschedulable": cordoned}})).unwrap()
+    }
+
+    fn cr() -> NodeWright {
+        serde_json::from_value(json!({
+            "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "gpu", "annotations": {"nodewright.io/pause": "true"}},
+            "spec": {"packages": {"driver": {"version": "1.0.0", "plugin": "r.example/p:1"}}},
+            "status": {"status": "in_progress", "completeNodes": "1/2", "nodeStatus": {"a": "complete", "b": "erroring"},
+                       "conditions": [{"type": "Ready", "status": "False", "reason": "Erroring", "message": "driver: exited with 1", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    fn state(stage: Stage, st: State) -> NodeState {
+        let mut p = PackageStatus::new("driver", "1.0.0", stage, 1);
+        p.state = st;
+        [("driver|1.0.0".to_string(), p)].into()
+    }
+
+    #[test]
+    fn the_overview_shows_flags_and_what_is_wrong() {
+        let s = summaries(&[cr()]);
+        assert!(s[0].paused && !s[0].disabled);
+        assert_eq!(s[0].problems, vec!["Ready=False: driver: exited with 1".to_string()]);
+        let t = summaries_table(&s);
+        assert!(t.lines().nth(1).unwrap().starts_with("gpu         in_progress  1/2       paused"), "{t}");
+    }
+
+    #[test]
+    fn node_rows_have_a_column_per_package() {
+        let nodes = [node("b", true, Some(&state(Stage::Apply, State::Erroring))), node("a", false, Some(&state(Stage::Config, State::Complete))), node("c", false, None)];
+        let rows = node_rows(&cr(), &nodes);
+        assert_eq!(rows.iter().map(|r| r.node.as_str()).collect::<Vec<_>>(), ["a", "b"], "sorted; the unrelated node left out");
+        let t = node_rows_table(&cr(), &rows);
+        assert!(t.contains("b     erroring  yes       apply/erroring"), "{t}");
+        let p = package_rows("gpu", Some("driver"), &nodes);
+        assert_eq!(p.len(), 2);
+        assert_eq!((p[1].node.as_str(), p[1].stage.as_str(), p[1].state.as_str()), ("b", "apply", "erroring"));
+        assert!(package_rows("gpu", Some("other"), &nodes).is_empty());
+    }
+}

@@ -1,0 +1,204 @@
+//! Every cluster verb of the `nodewright` binary against the local cluster with the real
+//! operator rolling out real plugins.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use nodewright_api::keys;
+use nodewright_api::v1alpha1::{NodeWright, Status};
+use nodewright_e2e::{Binaries, Cluster, Operator};
+use serde_json::{Value, json};
+
+struct Env {
+    cluster: Cluster,
+    _operator: Operator,
+    work: tempfile::TempDir,
+}
+
+/// Runs `nodewright args…` against the cluster: (success, stdout, stderr).
+fn cli(env: &Env, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodewright")).args(args).env("KUBECONFIG", env.cluster.cp.kubeconfig()).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn ok(env: &Env, args: &[&str]) -> String {
+    let (success, out, err) = cli(env, args);
+    assert!(success, "nodewright {args:?} failed\n{out}\n{err}\n--- operator log ---\n{}", std::fs::read_to_string(env.work.path().join("operator.log")).unwrap_or_default());
+    out
+}
+
+fn refused(env: &Env, args: &[&str]) -> String {
+    let (success, out, err) = cli(env, args);
+    assert!(!success, "nodewright {args:?} should have been refused\n{out}");
+    err
+}
+
+async fn wait<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(180), "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn status(env: &Env, cr: &str) -> Option<Status> {
+    Api::<NodeWright>::all(env.cluster.client.clone()).get(cr).await.ok()?.status?.status
+}
+
+async fn complete(env: &Env, cr: &str) {
+    wait(&format!("{cr} complete"), || async { (status(env, cr).await == Some(Status::Complete)).then_some(()) }).await;
+}
+
+fn runs(env: &Env, node: &str) -> usize {
+    std::fs::read_to_string(env.cluster.host_path(node, "/etc/runs")).unwrap_or_default().lines().count()
+}
+
+fn script(env: &Env, path: &str, body: &str) {
+    for n in &env.cluster.nodes {
+        let local = env.cluster.host_path(n, path);
+        std::fs::create_dir_all(local.parent().unwrap()).unwrap();
+        std::fs::write(&local, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&local, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+}
+
+fn shell_cr(env: &Env, name: &str, command: &str, extra: Value) -> Value {
+    let mut spec = json!({"packages": {"tool": {
+        "version": "1.0.0", "plugin": env.cluster.plugin("shell"),
+        "capabilities": {"commands": [{"path": command}]},
+        "configMap": {"apply": command}
+    }}});
+    if let (Some(s), Value::Object(extra)) = (spec.as_object_mut(), extra) {
+        s.extend(extra);
+    }
+    json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": name}, "spec": spec})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_cluster_verb_works_against_a_live_rollout() {
+    let work = tempfile::tempdir().unwrap();
+    let nodes: Vec<(String, Vec<(String, String)>)> = ["n1", "n2"].iter().map(|n| (n.to_string(), vec![])).collect();
+    let cluster = Cluster::start(work.path(), &nodes).await.unwrap();
+    let bins = Binaries::in_dir(Path::new(env!("CARGO_BIN_EXE_nodewright")).parent().unwrap()).unwrap();
+    let operator = Operator::start(&cluster, &bins, &work.path().join("cache"), &work.path().join("operator.log"), "info,kube=warn", &["--job-backoff-limit=0"]).unwrap();
+    let env = Env { cluster, _operator: operator, work };
+    script(&env, "/usr/local/bin/count", "echo run >> etc/runs");
+    env.cluster.apply(&shell_cr(&env, "tools", "/usr/local/bin/count", json!({}))).await.unwrap();
+    complete(&env, "tools").await;
+
+    // status: the overview, one NodeWright per node, JSON.
+    let out = ok(&env, &["status"]);
+    assert!(out.lines().any(|l| l.starts_with("tools") && l.contains("complete") && l.contains("2/2")), "{out}");
+    let out = ok(&env, &["status", "tools"]);
+    assert!(out.lines().any(|l| l.starts_with("n1") && l.contains("config/complete")), "{out}");
+    let v: Value = serde_json::from_str(&ok(&env, &["status", "tools", "-o", "json"])).unwrap();
+    assert_eq!(v["summary"]["status"], "complete");
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 2);
+    assert!(refused(&env, &["status", "nope"]).contains("NodeWright \"nope\" not found"));
+
+    // node list / status.
+    let v: Value = serde_json::from_str(&ok(&env, &["node", "list", "-o", "json"])).unwrap();
+    assert_eq!(v["n1"]["tools"], "complete");
+    assert_eq!(v["n1"]["ignored"], "false");
+    let out = ok(&env, &["node", "status", "n2"]);
+    assert!(out.lines().any(|l| l.starts_with("tools") && l.contains("n2") && l.contains("tool") && l.contains("complete")), "{out}");
+
+    // package status / logs.
+    let v: Value = serde_json::from_str(&ok(&env, &["package", "status", "tools", "tool", "-o", "json"])).unwrap();
+    assert_eq!(v.as_array().unwrap().iter().filter(|r| r["state"] == "complete").count(), 2, "{v}");
+    assert!(refused(&env, &["package", "status", "tools", "nope"]).contains("it has: tool"));
+    let out = ok(&env, &["package", "logs", "tools", "tool", "--node", "n1"]);
+    assert!(out.contains("config/complete"), "{out}");
+
+    // package rerun: refused without --confirm (no terminal), then reruns only where asked.
+    assert!(refused(&env, &["package", "rerun", "tools", "tool", "--node", "n1"]).contains("without --confirm"));
+    assert_eq!((runs(&env, "n1"), runs(&env, "n2")), (1, 1));
+    ok(&env, &["package", "rerun", "tools", "tool", "--node", "n1", "--confirm"]);
+    wait("n1 ran again", || async { (runs(&env, "n1") == 2).then_some(()) }).await;
+    complete(&env, "tools").await;
+    assert_eq!(runs(&env, "n2"), 1, "n2 untouched");
+
+    // node reset.
+    ok(&env, &["node", "reset", "n2", "--cr", "tools", "--confirm"]);
+    wait("n2 ran again", || async { (runs(&env, "n2") == 2).then_some(()) }).await;
+    complete(&env, "tools").await;
+
+    // reset the whole NodeWright.
+    ok(&env, &["reset", "tools", "--confirm"]);
+    wait("both ran again", || async { (runs(&env, "n1") == 3 && runs(&env, "n2") == 3).then_some(()) }).await;
+    complete(&env, "tools").await;
+
+    // pause / resume / disable / enable are the CR's annotations; status shows them.
+    let annotations = || async { Api::<NodeWright>::all(env.cluster.client.clone()).get("tools").await.unwrap().metadata.annotations.unwrap_or_default() };
+    ok(&env, &["pause", "tools"]);
+    assert_eq!(annotations().await.get(keys::PAUSE).map(String::as_str), Some("true"));
+    assert!(ok(&env, &["status"]).lines().any(|l| l.starts_with("tools") && l.contains("paused")));
+    ok(&env, &["resume", "tools"]);
+    assert!(!annotations().await.contains_key(keys::PAUSE));
+    ok(&env, &["disable", "tools"]);
+    assert_eq!(annotations().await.get(keys::DISABLE).map(String::as_str), Some("true"));
+    wait("tools disabled", || async { (status(&env, "tools").await == Some(Status::Disabled)).then_some(()) }).await;
+    ok(&env, &["enable", "tools"]);
+    assert!(!annotations().await.contains_key(keys::DISABLE));
+    complete(&env, "tools").await;
+
+    // node ignore / unignore.
+    ok(&env, &["node", "ignore", "n1"]);
+    let label = || async { Api::<Node>::all(env.cluster.client.clone()).get("n1").await.unwrap().metadata.labels.unwrap_or_default().get(keys::IGNORE).cloned() };
+    assert_eq!(label().await.as_deref(), Some("true"));
+    let v: Value = serde_json::from_str(&ok(&env, &["node", "list", "-o", "json"])).unwrap();
+    assert_eq!(v["n1"]["ignored"], "true");
+    ok(&env, &["node", "unignore", "n1"]);
+    assert_eq!(label().await, None);
+
+    // Refusals: a running stage is not reset under the agent's feet.
+    script(&env, "/usr/local/bin/slow", "while [ ! -f etc/go ]; do sleep 0.2; done");
+    env.cluster.apply(&shell_cr(&env, "slow", "/usr/local/bin/slow", json!({}))).await.unwrap();
+    let err = wait("slow's apply running", || async {
+        let (_, _, err) = cli(&env, &["node", "reset", "n1", "--cr", "slow", "--confirm"]);
+        err.contains("is running on n1").then_some(err)
+    })
+    .await;
+    assert!(err.contains("nodewright pause slow"), "{err}");
+    for n in ["n1", "n2"] {
+        std::fs::write(env.cluster.host_path(n, "/etc/go"), "").unwrap();
+    }
+    complete(&env, "slow").await;
+
+    // policy reset: a compartment stopped on a failure starts again.
+    env.cluster
+        .apply(&json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "DeploymentPolicy", "metadata": {"name": "one-by-one"},
+                       "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1, "safetyLimit": 100}}}}}))
+        .await
+        .unwrap();
+    script(&env, "/usr/local/bin/flaky", "test -f etc/fixed");
+    env.cluster.apply(&shell_cr(&env, "flaky", "/usr/local/bin/flaky", json!({"deploymentPolicy": "one-by-one"}))).await.unwrap();
+    let stopped = || async {
+        let st = Api::<NodeWright>::all(env.cluster.client.clone()).get("flaky").await.ok()?.status?;
+        st.compartment_statuses.values().any(|c| c.batch_state.as_ref().is_some_and(|b| b.should_stop)).then_some(())
+    };
+    wait("the compartment stops on the failure", stopped).await;
+    for n in ["n1", "n2"] {
+        std::fs::write(env.cluster.host_path(n, "/etc/fixed"), "").unwrap();
+    }
+    // A new generation re-arms the failed node, but the stopped compartment holds the rest.
+    Api::<NodeWright>::all(env.cluster.client.clone())
+        .patch("flaky", &PatchParams::default(), &Patch::Merge(json!({"spec": {"priority": 150}})))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_ne!(status(&env, "flaky").await, Some(Status::Complete), "still stopped");
+    let out = ok(&env, &["policy", "reset", "flaky", "--confirm"]);
+    assert!(out.contains("batch state cleared"), "{out}");
+    complete(&env, "flaky").await;
+}
