@@ -23,12 +23,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{ArgAction, Parser};
 use kube::Client;
 use nodewright_planner::{Settings, plan};
 use tokio::sync::Notify;
 
-/// Flags (each also an environment variable).
+/// Flags (each also an environment variable). Boolean flags take `--flag`, `--flag=true` or
+/// `--flag=false` (the chart passes values).
 #[derive(Debug, Parser)]
 #[command(name = "nodewright-operator", version, about = "Rolls NodeWright packages out to nodes, safely")]
 struct Flags {
@@ -64,13 +65,13 @@ struct Flags {
     #[arg(long = "insecure-registry", env = "NODEWRIGHT_INSECURE_REGISTRIES", value_delimiter = ',')]
     insecure_registries: Vec<String>,
     /// Reset a node's packages when it reboots outside nodewright's own interrupts.
-    #[arg(long, env = "NODEWRIGHT_REAPPLY_ON_REBOOT")]
+    #[arg(long, env = "NODEWRIGHT_REAPPLY_ON_REBOOT", action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     reapply_on_reboot: bool,
     /// Units a `restartAllServices` interrupt restarts.
     #[arg(long = "restart-all-services", env = "NODEWRIGHT_RESTART_ALL_SERVICES", value_delimiter = ',', default_value = "procps.service")]
     restart_all_services: Vec<String>,
     /// Plan only while holding the Lease.
-    #[arg(long, env = "NODEWRIGHT_LEADER_ELECT")]
+    #[arg(long, env = "NODEWRIGHT_LEADER_ELECT", action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     leader_elect: bool,
     /// Lease name.
     #[arg(long, env = "NODEWRIGHT_LEASE_NAME", default_value = "nodewright-operator")]

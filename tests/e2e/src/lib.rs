@@ -114,10 +114,10 @@ impl Cluster {
         let types = obj.types.clone().context("manifest without apiVersion/kind")?;
         let gvk = kube::core::GroupVersionKind::try_from(&types)?;
         let (ar, caps) = kube::discovery::pinned_kind(&self.client, &gvk).await?;
-        let api: Api<kube::core::DynamicObject> = if caps.scope == kube::discovery::Scope::Cluster {
-            Api::all_with(self.client.clone(), &ar)
-        } else {
-            Api::default_namespaced_with(self.client.clone(), &ar)
+        let api: Api<kube::core::DynamicObject> = match (&caps.scope, obj.metadata.namespace.as_deref()) {
+            (kube::discovery::Scope::Cluster, _) => Api::all_with(self.client.clone(), &ar),
+            (_, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            (_, None) => Api::default_namespaced_with(self.client.clone(), &ar),
         };
         let name = obj.metadata.name.clone().context("manifest without metadata.name")?;
         api.patch(&name, &PatchParams::apply("nodewright-e2e").force(), &Patch::Apply(&obj)).await?;
@@ -195,20 +195,26 @@ impl Operator {
     /// Starts the operator against `cluster` for simulated nodes, logging to `log` (appended),
     /// with `extra` flags after the defaults.
     pub fn start(cluster: &Cluster, bins: &Binaries, cache: &Path, log: &Path, rust_log: &str, extra: &[&str]) -> Result<Operator> {
+        let mut args: Vec<String> = ["--namespace", NS, "--agent-backend", "sim", "--agent-image", "nodewright/agent:local", "--resync-seconds", "5"].map(String::from).to_vec();
+        args.push(format!("--agent-command={}", bins.agent.display()));
+        args.push(format!("--insecure-registry={}", cluster.registry.host()));
+        args.push(format!("--plugin-cache-dir={}", cache.display()));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Operator::start_with(&bins.operator, cluster.cp.kubeconfig(), &args, log, rust_log)
+    }
+
+    /// Starts `operator` with exactly `args`, as `kubeconfig` authenticates it.
+    pub fn start_with(operator: &Path, kubeconfig: &Path, args: &[String], log: &Path, rust_log: &str) -> Result<Operator> {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("opening {}", log.display()))?;
-        let child = Command::new(&bins.operator)
-            .env("KUBECONFIG", cluster.cp.kubeconfig())
+        let child = Command::new(operator)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", rust_log)
-            .args(["--namespace", NS, "--agent-backend", "sim", "--agent-image", "nodewright/agent:local", "--resync-seconds", "5"])
-            .arg(format!("--agent-command={}", bins.agent.display()))
-            .arg(format!("--insecure-registry={}", cluster.registry.host()))
-            .arg(format!("--plugin-cache-dir={}", cache.display()))
-            .args(extra)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
             .spawn()
-            .with_context(|| format!("starting {}", bins.operator.display()))?;
+            .with_context(|| format!("starting {}", operator.display()))?;
         Ok(Operator { child })
     }
 
