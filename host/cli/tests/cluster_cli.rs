@@ -128,8 +128,14 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     complete(&env, "tools").await;
     assert_eq!(runs(&env, "n2"), 1, "n2 untouched");
 
-    // node reset.
+    // node reset (which also restarts a drain clock, e.g. after a drain timeout).
+    Api::<Node>::all(env.cluster.client.clone())
+        .patch("n2", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {keys::drain_start("tools"): "1"}}})))
+        .await
+        .unwrap();
     ok(&env, &["node", "reset", "n2", "--cr", "tools", "--confirm"]);
+    let n2 = Api::<Node>::all(env.cluster.client.clone()).get("n2").await.unwrap();
+    assert!(!n2.metadata.annotations.unwrap_or_default().contains_key(&keys::drain_start("tools")), "the drain clock was reset");
     wait("n2 ran again", || async { (runs(&env, "n2") == 2).then_some(()) }).await;
     complete(&env, "tools").await;
 

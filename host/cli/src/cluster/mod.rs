@@ -178,7 +178,9 @@ async fn write_state(c: &Client, node: &Node, cr: &str, state: Option<&NodeState
     let mut ann = serde_json::Map::new();
     ann.insert(keys::node_state(cr), value.clone());
     if value.is_null() {
+        // Starting over also restarts a drain that timed out.
         ann.insert(keys::node_status(cr), Value::Null);
+        ann.insert(keys::drain_start(cr), Value::Null);
     }
     let patch = json!({"metadata": {"resourceVersion": node.meta().resource_version, "annotations": ann}});
     Api::<Node>::all(c.clone())
