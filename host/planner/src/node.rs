@@ -500,8 +500,11 @@ fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeStat
                     e.stage = next;
                     e.state = State::InProgress;
                     e.attempts = 0;
-                    // Reboot bookkeeping belongs to the stage that recorded it.
-                    e.boot_id.clear();
+                    // A new interrupt stage records its own pre-reboot boot ID (an older
+                    // cycle's is stale). Later stages keep it: it marks the reboot as ours.
+                    if matches!(next, Stage::Interrupt | Stage::UninstallInterrupt) {
+                        e.boot_id.clear();
+                    }
                 }
                 Next::Remove => {
                     state.remove(&key);
