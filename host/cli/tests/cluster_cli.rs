@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -36,19 +36,12 @@ fn refused(env: &Env, args: &[&str]) -> String {
     err
 }
 
-async fn wait<T, F, Fut>(what: &str, mut check: F) -> T
+async fn wait<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(start.elapsed() < Duration::from_secs(180), "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    nodewright_e2e::poll(Duration::from_secs(180), check).await.unwrap_or_else(|| panic!("timed out waiting for {what}"))
 }
 
 async fn status(env: &Env, cr: &str) -> Option<Status> {

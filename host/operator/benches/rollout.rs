@@ -53,19 +53,9 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-async fn get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return String::new() };
-    let _ = s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await;
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out).await;
-    out
-}
-
 async fn scrape(port: u16, metric: &str) -> f64 {
-    get(port, "/metrics")
-        .await
-        .lines().filter(|l| l.starts_with(metric)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    let Ok((_, body)) = nodewright_e2e::http_get(port, "/metrics").await else { return f64::NAN };
+    body.lines().filter(|l| l.starts_with(metric)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
 fn package(cluster: &Cluster, reboot: bool) -> Value {
@@ -120,7 +110,7 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
                     "spec": {"interruptionBudget": {"percent": 25}, "packages": package(&cluster, reboot)}});
     // Idle: caches synced, nothing to do yet.
     let ready = Instant::now();
-    while !get(port, "/readyz").await.starts_with("HTTP/1.1 200") {
+    while !nodewright_e2e::http_get(port, "/readyz").await.is_ok_and(|(status, _)| status == 200) {
         anyhow::ensure!(ready.elapsed() < Duration::from_secs(60), "the operator never became ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

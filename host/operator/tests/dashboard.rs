@@ -1,14 +1,15 @@
 //! The Grafana dashboard in deploy/grafana only queries metrics the operator documents (and
 //! therefore exports: the rollout test checks docs against the exposition).
 
+mod common;
+
 use std::path::Path;
 
 #[test]
 fn the_dashboard_queries_only_documented_metrics() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dash: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("deploy/grafana/nodewright-dashboard.json")).unwrap()).unwrap();
-    let doc = std::fs::read_to_string(root.join("docs/operator.md")).unwrap();
-    let documented: Vec<String> = doc.lines().filter_map(|l| l.strip_prefix("| `nodewright_")?.split('`').next().map(|n| format!("nodewright_{n}"))).collect();
+    let documented = common::documented_metrics();
     let panels = dash["panels"].as_array().unwrap();
     assert!(panels.len() >= 10);
     let mut used = std::collections::BTreeSet::new();

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -169,20 +169,14 @@ impl E2e {
     }
 
     /// Waits until `check` returns Some, polling; panics with diagnostics after `timeout`.
-    pub async fn wait<T, F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> T
+    pub async fn wait<T, F, Fut>(&self, what: &str, timeout: Duration, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            if start.elapsed() > timeout {
-                panic!("timed out after {timeout:?} waiting for {what}\n{}\n{}", self.cluster_state().await, self.diagnostics());
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+        match nodewright_e2e::poll(timeout, check).await {
+            Some(v) => v,
+            None => panic!("timed out after {timeout:?} waiting for {what}\n{}\n{}", self.cluster_state().await, self.diagnostics()),
         }
     }
 
@@ -237,12 +231,7 @@ impl E2e {
 
 /// GET over plain HTTP/1.1 from a local listener (the operator's metrics port); the body.
 pub async fn http_get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+    nodewright_e2e::http_get(port, path).await.expect("GET from the operator").1
 }
 
 /// The metric names documented in docs/operator.md's tables (first column, backquoted).
