@@ -72,6 +72,7 @@ replace k8s.io/streaming => k8s.io/streaming v0.36.3
 
 require (
 	go.etcd.io/etcd/server/v3 v3.6.8
+	k8s.io/cli-runtime v0.36.3
 	k8s.io/component-base v0.36.3
 	k8s.io/kubectl v0.0.0
 	k8s.io/kubernetes v1.36.3
@@ -219,7 +220,6 @@ require (
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
 	k8s.io/apimachinery v0.36.3 // indirect
 	k8s.io/apiserver v0.36.3 // indirect
-	k8s.io/cli-runtime v0.36.3 // indirect
 	k8s.io/client-go v0.36.3 // indirect
 	k8s.io/cloud-provider v0.36.3 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect

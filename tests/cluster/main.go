@@ -22,7 +22,10 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	kubectl "k8s.io/kubectl/pkg/cmd"
+	"k8s.io/kubectl/pkg/cmd/plugin"
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 )
 
@@ -46,7 +49,15 @@ func main() {
 		cmd.SetArgs(args)
 		os.Exit(cli.Run(cmd))
 	case "kubectl":
-		cmd := kubectl.NewDefaultKubectlCommand()
+		// As the real kubectl does, including plugins: `ktest kubectl nodewright status`
+		// runs `kubectl-nodewright status` from the PATH.
+		streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+		cmd := kubectl.NewDefaultKubectlCommandWithArgs(kubectl.KubectlOptions{
+			PluginHandler: kubectl.NewDefaultPluginHandler(plugin.ValidPluginFilenamePrefixes),
+			Arguments:     append([]string{"kubectl"}, args...),
+			ConfigFlags:   genericclioptions.NewConfigFlags(true).WithDiscoveryBurst(300).WithDiscoveryQPS(50.0).WithWarningPrinter(streams),
+			IOStreams:     streams,
+		})
 		cmd.SetArgs(args)
 		if err := cli.RunNoErrOutput(cmd); err != nil {
 			kubectlutil.CheckErr(err)

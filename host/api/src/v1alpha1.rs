@@ -490,6 +490,32 @@ impl PackageStatus {
             run: 0,
         }
     }
+
+    /// Makes the entry run again from `stage` (an admin's "rerun from here"): in progress,
+    /// no counted attempts, and a run epoch later than the old one, so the agent's markers
+    /// of the earlier run do not answer for the new one. What the earlier cycle decided is
+    /// cleared where the new cycle must decide again: from `apply` or `upgrade` the plan's
+    /// verdict and a config cycle's keys (a whole install cycle, the spec's interrupt in
+    /// scope); at an interrupt the plan's verdict and the recorded boot ID (the reboot to
+    /// come records its own).
+    pub fn restart_at(&mut self, stage: Stage, now: i64) {
+        self.stage = stage;
+        self.state = State::InProgress;
+        self.attempts = 0;
+        self.message.clear();
+        self.run = now.max(self.run + 1);
+        match stage {
+            Stage::Plan | Stage::Apply | Stage::Upgrade => {
+                self.planned = None;
+                self.changed_keys.clear();
+            }
+            Stage::Interrupt | Stage::UninstallInterrupt => {
+                self.planned = None;
+                self.boot_id.clear();
+            }
+            Stage::Config | Stage::PostInterrupt | Stage::Uninstall => {}
+        }
+    }
 }
 
 fn is_zero(v: &i64) -> bool {
@@ -559,5 +585,45 @@ impl NodeWrightSpec {
     /// `priority`, defaulted.
     pub fn priority(&self) -> i32 {
         self.priority.unwrap_or(DEFAULT_PRIORITY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done_entry() -> PackageStatus {
+        let mut e = PackageStatus::new("driver", "1.0.0", Stage::PostInterrupt, 3);
+        e.state = State::Complete;
+        e.attempts = 2;
+        e.message = "earlier failure".into();
+        e.run = 1_700_000_000;
+        e.boot_id = "boot-2".into();
+        e.changed_keys = vec!["a.conf".into()];
+        e.planned = Some(Planned { changes: 0, interrupt: None });
+        e
+    }
+
+    #[test]
+    fn a_restart_is_a_new_run_of_the_stage() {
+        let mut e = done_entry();
+        // The clock may be behind the entry's epoch (another machine's clock): still later.
+        e.restart_at(Stage::Config, 1_600_000_000);
+        assert_eq!((e.stage, e.state, e.attempts, e.message.as_str()), (Stage::Config, State::InProgress, 0, ""));
+        assert_eq!(e.run, 1_700_000_001);
+        assert_eq!((e.boot_id.as_str(), e.changed_keys.len()), ("boot-2", 1), "a config rerun keeps its cycle");
+        assert!(e.planned.is_some());
+    }
+
+    #[test]
+    fn a_restart_clears_what_the_new_cycle_decides_again() {
+        let mut e = done_entry();
+        e.restart_at(Stage::Apply, 1_800_000_000);
+        assert_eq!(e.run, 1_800_000_000);
+        assert!(e.planned.is_none() && e.changed_keys.is_empty(), "a whole install cycle: the spec's interrupt is in scope");
+        let mut e = done_entry();
+        e.restart_at(Stage::Interrupt, 0);
+        assert!(e.boot_id.is_empty() && e.planned.is_none(), "the interrupt records the boot it starts from");
+        assert_eq!(e.changed_keys, ["a.conf"], "a config cycle's interrupt stays the config cycle's");
     }
 }

@@ -10,6 +10,7 @@ use kube::api::{Api, Patch, PatchParams};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_e2e::{Binaries, Cluster, Operator};
+use nodewright_hostops::{HostAction, SimHost};
 use serde_json::{Value, json};
 
 struct Env {
@@ -53,7 +54,15 @@ async fn complete(env: &Env, cr: &str) {
 }
 
 fn runs(env: &Env, node: &str) -> usize {
-    std::fs::read_to_string(env.cluster.host_path(node, "/etc/runs")).unwrap_or_default().lines().count()
+    lines(env, node, "/etc/runs")
+}
+
+fn lines(env: &Env, node: &str, path: &str) -> usize {
+    std::fs::read_to_string(env.cluster.host_path(node, path)).unwrap_or_default().lines().count()
+}
+
+fn reboots(env: &Env, node: &str) -> usize {
+    SimHost::journal(env.cluster.sim.root(node)).iter().filter(|a| matches!(a, HostAction::RebootRequested { .. })).count()
 }
 
 fn script(env: &Env, path: &str, body: &str) {
@@ -99,10 +108,34 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     assert_eq!(v["nodes"].as_array().unwrap().len(), 2);
     assert!(refused(&env, &["status", "nope"]).contains("NodeWright \"nope\" not found"));
 
+    // The other output forms: YAML for scripts, wide with generations and packages.
+    let y = ok(&env, &["status", "tools", "-o", "yaml"]);
+    assert!(y.contains("status: complete") && y.contains("node: n1"), "{y}");
+    let w = ok(&env, &["status", "-o", "wide"]);
+    assert!(w.lines().next().unwrap().contains("OBSERVED/GEN") && w.lines().any(|l| l.starts_with("tools") && l.contains("1/1") && l.contains("tool:1.0.0")), "{w}");
+
+    // The same binary as a kubectl plugin, found by kubectl on the PATH.
+    let kubectl = nodewright_testcluster::ktest_binary().unwrap();
+    let plugin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-nodewright")).parent().unwrap();
+    let out = Command::new(&kubectl)
+        .args(["kubectl", "nodewright", "status", "tools"])
+        .env("KUBECONFIG", env.cluster.cp.kubeconfig())
+        .env("PATH", format!("{}:{}", plugin_dir.display(), std::env::var("PATH").unwrap_or_default()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.lines().any(|l| l.starts_with("n1") && l.contains("config/complete")), "kubectl nodewright status tools:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let help = Command::new(env!("CARGO_BIN_EXE_kubectl-nodewright")).arg("--help").output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: kubectl nodewright"), "help names the kubectl form");
+
     // node list / status.
     let v: Value = serde_json::from_str(&ok(&env, &["node", "list", "-o", "json"])).unwrap();
-    assert_eq!(v["n1"]["tools"], "complete");
-    assert_eq!(v["n1"]["ignored"], "false");
+    let row = |v: &Value, n: &str| v.as_array().unwrap().iter().find(|r| r["node"] == n).cloned().unwrap();
+    assert_eq!(row(&v, "n1")["nodewrights"]["tools"], "complete");
+    assert_eq!(row(&v, "n1")["ignored"], false);
+    let w = ok(&env, &["node", "list", "-o", "wide"]);
+    let boot = Api::<Node>::all(env.cluster.client.clone()).get("n1").await.unwrap().status.unwrap().node_info.unwrap().boot_id;
+    assert!(w.lines().any(|l| l.starts_with("n1") && l.contains("True") && l.contains(&boot) && l.contains("complete")), "{w}");
     let out = ok(&env, &["node", "status", "n2"]);
     assert!(out.lines().any(|l| l.starts_with("tools") && l.contains("n2") && l.contains("tool") && l.contains("complete")), "{out}");
 
@@ -120,6 +153,9 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     wait("n1 ran again", || async { (runs(&env, "n1") == 2).then_some(()) }).await;
     complete(&env, "tools").await;
     assert_eq!(runs(&env, "n2"), 1, "n2 untouched");
+
+    // package rerun --stage: a package without an interrupt has no interrupt stage.
+    assert!(refused(&env, &["package", "rerun", "tools", "tool", "--node", "n1", "--stage", "interrupt", "-y"]).contains("has no interrupt"));
 
     // node reset (which also restarts a drain clock, e.g. after a drain timeout).
     Api::<Node>::all(env.cluster.client.clone())
@@ -139,15 +175,23 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
 
     // pause / resume / disable / enable are the CR's annotations; status shows them.
     let annotations = || async { Api::<NodeWright>::all(env.cluster.client.clone()).get("tools").await.unwrap().metadata.annotations.unwrap_or_default() };
-    ok(&env, &["pause", "tools"]);
+    // Each asks first, as NodeWright's do: refused without --confirm/-y when nobody can answer.
+    for verb in ["pause", "disable"] {
+        assert!(refused(&env, &[verb, "tools"]).contains("without --confirm"), "{verb}");
+    }
+    assert!(annotations().await.is_empty(), "a refused verb wrote nothing");
+    assert!(ok(&env, &["resume", "tools"]).contains("already resumed"), "nothing to do, nothing asked");
+    ok(&env, &["pause", "tools", "--confirm"]);
     assert_eq!(annotations().await.get(keys::PAUSE).map(String::as_str), Some("true"));
     assert!(ok(&env, &["status"]).lines().any(|l| l.starts_with("tools") && l.contains("paused")));
-    ok(&env, &["resume", "tools"]);
+    assert!(refused(&env, &["resume", "tools"]).contains("without --confirm"));
+    ok(&env, &["resume", "tools", "-y"]);
     assert!(!annotations().await.contains_key(keys::PAUSE));
-    ok(&env, &["disable", "tools"]);
+    ok(&env, &["disable", "tools", "-y"]);
     assert_eq!(annotations().await.get(keys::DISABLE).map(String::as_str), Some("true"));
     wait("tools disabled", || async { (status(&env, "tools").await == Some(Status::Disabled)).then_some(()) }).await;
-    ok(&env, &["enable", "tools"]);
+    assert!(refused(&env, &["enable", "tools"]).contains("without --confirm"));
+    ok(&env, &["enable", "tools", "-y"]);
     assert!(!annotations().await.contains_key(keys::DISABLE));
     complete(&env, "tools").await;
 
@@ -156,9 +200,33 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     let label = || async { Api::<Node>::all(env.cluster.client.clone()).get("n1").await.unwrap().metadata.labels.unwrap_or_default().get(keys::IGNORE).cloned() };
     assert_eq!(label().await.as_deref(), Some("true"));
     let v: Value = serde_json::from_str(&ok(&env, &["node", "list", "-o", "json"])).unwrap();
-    assert_eq!(v["n1"]["ignored"], "true");
+    assert_eq!(row(&v, "n1")["ignored"], true);
     ok(&env, &["node", "unignore", "n1"]);
     assert_eq!(label().await, None);
+
+    // package rerun --stage on a reboot package: from config, apply is not run again (the
+    // interrupt follows config as always); from the interrupt, only the reboot (with its
+    // cordon) and post-interrupt run.
+    script(&env, "/usr/local/bin/st-apply", "echo a >> etc/st-apply");
+    script(&env, "/usr/local/bin/st-config", "echo c >> etc/st-config");
+    let drv = json!({
+        "version": "1.0.0", "plugin": env.cluster.plugin("shell"), "interrupt": {"type": "reboot"},
+        "capabilities": {"commands": [{"path": "/usr/local/bin/st-apply"}, {"path": "/usr/local/bin/st-config"}]},
+        "configMap": {"apply": "/usr/local/bin/st-apply", "config": "/usr/local/bin/st-config", "interrupt": "reboot"}
+    });
+    env.cluster.apply(&json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "staged"}, "spec": {"packages": {"drv": drv}}})).await.unwrap();
+    complete(&env, "staged").await;
+    let counts = |n: &str| (lines(&env, n, "/etc/st-apply"), lines(&env, n, "/etc/st-config"), reboots(&env, n));
+    assert_eq!((counts("n1"), counts("n2")), ((1, 1, 1), (1, 1, 1)));
+    ok(&env, &["package", "rerun", "staged", "drv", "--node", "n1", "--stage", "config", "-y"]);
+    wait("n1 configured again", || async { (counts("n1") == (1, 2, 2)).then_some(()) }).await;
+    complete(&env, "staged").await;
+    ok(&env, &["package", "rerun", "staged", "drv", "--node", "n2", "--stage", "interrupt", "-y"]);
+    wait("n2 rebooted again", || async { (reboots(&env, "n2") == 2).then_some(()) }).await;
+    complete(&env, "staged").await;
+    assert_eq!((counts("n1"), counts("n2")), ((1, 2, 2), (1, 1, 2)), "only the asked stages ran");
+    let nodes_now = Api::<Node>::all(env.cluster.client.clone()).list(&Default::default()).await.unwrap().items;
+    assert!(nodes_now.iter().all(|n| !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)), "uncordoned after the reruns");
 
     // Refusals: a running stage is not reset under the agent's feet.
     script(&env, "/usr/local/bin/slow", "while [ ! -f etc/go ]; do sleep 0.2; done");

@@ -209,6 +209,12 @@ async fn main() -> Result<()> {
     println!("  kubectl get nodewright gpu-modules -o yaml          # status, conditions, compartments");
     println!("  kubectl get events -A --field-selector reason=Interrupt");
     println!("  kubectl get node gpu-0 -o jsonpath='{{.metadata.annotations}}'");
+    if dir.join("kubectl-nodewright").exists() {
+        // The CLI's kubectl plugin, found on the PATH.
+        println!("  export PATH={}:$PATH", dir.display());
+        println!("  kubectl nodewright status gpu-modules -o wide      # per node and package");
+        println!("  kubectl nodewright package rerun tuning sysctl --node gpu-0   # asks first");
+    }
     println!("\nOperator log: {}", log.display());
     println!("Ctrl-C tears everything down.");
     tokio::signal::ctrl_c().await?;

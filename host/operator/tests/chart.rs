@@ -1,13 +1,16 @@
 //! The Helm chart installed on the local cluster, and the operator run exactly as the chart's
 //! Deployment would run it: its rendered arguments, authenticated as the chart's
 //! ServiceAccount (a TokenRequest token), so a verb missing from the chart's RBAC fails the
-//! rollout. The test cluster has no scheduler, Service routing or image pulls, so three
-//! things differ from a real install, each said where it happens: the Deployment is applied
-//! with zero replicas and the operator runs as a local process; listener addresses and the
-//! agent backend are local ones; the webhook configuration reaches the operator by URL.
+//! rollout. The webhook configuration is the chart's own: the apiserver reaches the
+//! operator through the chart's webhook Service (an EndpointSlice routes it to this
+//! machine's address) and verifies the certificate against the Service's DNS name. The test
+//! cluster has no scheduler or image pulls, so two things differ from a real install, each
+//! said where it happens: the Deployment is applied with zero replicas and the operator
+//! runs as a local process; listener addresses and the agent backend are local ones.
 
 mod common;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -15,6 +18,7 @@ use std::time::Duration;
 use common::NS;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_e2e::{Binaries, Cluster, Operator};
@@ -35,7 +39,7 @@ fn render(registry: &str) -> Vec<Value> {
 }
 
 /// The operator's arguments from the rendered Deployment, with the local differences.
-fn operator_args(deployment: &Value, bins: &Binaries, work: &Path, webhook: u16, metrics: u16) -> Vec<String> {
+fn operator_args(deployment: &Value, bins: &Binaries, work: &Path, webhook: SocketAddr, metrics: u16) -> Vec<String> {
     let local = ["--metrics-addr=", "--webhook-addr=", "--plugin-cache-dir="];
     let mut args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
@@ -46,8 +50,7 @@ fn operator_args(deployment: &Value, bins: &Binaries, work: &Path, webhook: u16,
         .collect();
     args.extend([
         format!("--metrics-addr=127.0.0.1:{metrics}"),
-        format!("--webhook-addr=127.0.0.1:{webhook}"),
-        "--webhook-host=127.0.0.1".into(),
+        format!("--webhook-addr={webhook}"),
         format!("--plugin-cache-dir={}", work.join("operator-cache").display()),
         "--agent-backend=sim".into(),
         format!("--agent-command={}", bins.agent.display()),
@@ -64,15 +67,28 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
     let (webhook, metrics) = (nodewright_testsupport::free_port(), nodewright_testsupport::free_port());
     let docs = render(cluster.registry.host());
 
+    // An object from before the install: the chart's CRDs must take over the served ones
+    // (the same version here: no older release exists yet) without losing it.
+    cluster
+        .apply(&json!({
+            "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "tuning"},
+            "spec": {"packages": {"tuning": {
+                "version": "1.0.0", "plugin": cluster.plugin("sysctl"),
+                "capabilities": {"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]},
+                "configMap": {"vm.swappiness": "10"}
+            }}}
+        }))
+        .await
+        .unwrap();
+
     // Install: the chart's CRDs go over the ones already served (an upgrade in place), then
-    // everything else. The webhook configuration points at the operator by URL here.
+    // everything else, as rendered.
     let mut deployment = None;
-    for mut doc in docs {
+    let mut webhook_service = None;
+    for doc in docs {
         if doc["kind"] == "ValidatingWebhookConfiguration" {
-            for hook in doc["webhooks"].as_array_mut().unwrap() {
-                let path = hook["clientConfig"]["service"]["path"].as_str().unwrap().to_string();
-                hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{webhook}{path}")});
-            }
+            let service = &doc["webhooks"][0]["clientConfig"]["service"];
+            webhook_service = Some((service["name"].as_str().unwrap().to_string(), service["namespace"].as_str().unwrap().to_string()));
         }
         if doc["kind"] == "Deployment" {
             deployment = Some(doc.clone());
@@ -80,6 +96,20 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
         cluster.apply(&doc).await.unwrap_or_else(|e| panic!("{} {} rejected: {e:#}", doc["kind"], doc["metadata"]["name"]));
     }
     let deployment = deployment.expect("the chart renders a Deployment");
+    // The Service's endpoint: the operator process, listening on this machine's address.
+    let (service, namespace) = webhook_service.expect("the chart renders a webhook configuration");
+    let ip = nodewright_e2e::host_ip().unwrap();
+    cluster.route_service(&namespace, &service, "webhook", ip, webhook).await.unwrap();
+    let webhook = SocketAddr::from((ip, webhook));
+    for crd in ["nodewrights.nodewright.io", "deploymentpolicies.nodewright.io"] {
+        let crd = Api::<CustomResourceDefinition>::all(cluster.client.clone()).get(crd).await.unwrap();
+        let status = crd.status.unwrap_or_default();
+        let established = status.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+        assert!(established, "{:?} established after the upgrade", crd.metadata.name);
+        assert_eq!(status.stored_versions.unwrap_or_default(), ["v1alpha1"], "one stored version: nothing to migrate");
+    }
+    let nws: Api<NodeWright> = Api::all(cluster.client.clone());
+    assert_eq!(nws.get("tuning").await.expect("the object from before the install reads as a NodeWright").spec.packages.len(), 1);
     let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap();
 
     // The chart's ServiceAccount, and nothing more.
@@ -97,7 +127,6 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
 
     // The webhook answers once the operator has made its certificate and injected the CA:
     // an invalid NodeWright is refused with the field at fault.
-    let nws: Api<NodeWright> = Api::all(cluster.client.clone());
     let bad: NodeWright = serde_json::from_value(json!({
         "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "bad"},
         "spec": {"deploymentPolicy": "missing", "packages": {"tuning": {"version": "1.0.0", "plugin": cluster.plugin("sysctl")}}}
@@ -115,19 +144,8 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
     };
     assert!(refusal.contains("spec.deploymentPolicy") && refusal.contains("does not exist"), "{refusal}");
 
-    // A rollout completes: Jobs, node patches, status, events, the finalizer — all through
-    // the chart's RBAC.
-    cluster
-        .apply(&json!({
-            "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "tuning"},
-            "spec": {"packages": {"tuning": {
-                "version": "1.0.0", "plugin": cluster.plugin("sysctl"),
-                "capabilities": {"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]},
-                "configMap": {"vm.swappiness": "10"}
-            }}}
-        }))
-        .await
-        .unwrap();
+    // The rollout of the object from before the install completes: Jobs, node patches,
+    // status, events, the finalizer — all through the chart's RBAC.
     let start = std::time::Instant::now();
     while nws.get("tuning").await.unwrap().status.and_then(|s| s.status) != Some(Status::Complete) {
         assert!(start.elapsed() < Duration::from_secs(180), "the chart-installed operator did not complete the rollout\n{}", diag());

@@ -119,7 +119,7 @@ fn plugin_sizes(target: &Path) -> Result<()> {
 }
 
 fn cluster_demo(target: &Path, args: &[String]) -> Result<()> {
-    run(cargo(target).args(["build", "--release", "--locked", "-p", "nodewright-operator", "-p", "nodewright-agent", "-p", "nodewright-demo"]))?;
+    run(cargo(target).args(["build", "--release", "--locked", "-p", "nodewright-operator", "-p", "nodewright-agent", "-p", "nodewright-demo", "-p", "nodewright-cli"]))?;
     run(Command::new(target.join("release/nodewright-demo")).args(args))
 }
 

@@ -241,6 +241,36 @@ impl Drop for Operator {
     }
 }
 
+impl Cluster {
+    /// Routes the Service `namespace/service`'s port `port_name` to `ip:port` with an
+    /// EndpointSlice, as the endpoint controller would for a ready pod there. The control
+    /// plane routes Services to their endpoints (aggregator routing), so a webhook behind
+    /// the Service is reached at `ip:port` and verified against the Service's DNS name.
+    /// `ip` must not be loopback (the API refuses it): see [`host_ip`].
+    pub async fn route_service(&self, namespace: &str, service: &str, port_name: &str, ip: std::net::Ipv4Addr, port: u16) -> Result<()> {
+        let slice = json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{service}-e2e"), "namespace": namespace,
+                         "labels": {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "nodewright-e2e"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}],
+            "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+        });
+        self.apply(&slice).await.with_context(|| format!("routing Service {namespace}/{service}"))
+    }
+}
+
+/// This machine's address on its default route: a non-loopback IPv4 an EndpointSlice may
+/// name (found by "connecting" a UDP socket, which sends nothing).
+pub fn host_ip() -> Result<std::net::Ipv4Addr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    s.connect("198.51.100.1:9").context("no IPv4 default route: the Service-routing test needs a non-loopback address on this machine")?;
+    match s.local_addr()?.ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() && !ip.is_unspecified() => Ok(ip),
+        other => bail!("this machine's default-route address {other} cannot be an endpoint"),
+    }
+}
+
 /// Polls `check` every 250 ms until it returns `Some`, or `None` once `timeout` has passed.
 pub async fn poll<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where

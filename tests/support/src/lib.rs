@@ -42,8 +42,32 @@ pub fn ensure_registry_installed() -> PathBuf {
     bin
 }
 
-/// A free loopback port (bound, then released).
+/// A free loopback port for a server we are about to start.
+///
+/// Chosen at random below the kernel's ephemeral range (`ip_local_port_range`) and checked
+/// bindable: a port the kernel handed out with `bind(0)` and we released can be given
+/// again as the source port of any outgoing connection before our server binds it (CI saw
+/// kube-apiserver fail with "address already in use" that way). Below the range only
+/// another explicit pick can collide, which the control plane's start retries.
 pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if low > 12_000 {
+        let span = u64::from(low - 10_000);
+        let seed = std::collections::hash_map::RandomState::new();
+        for attempt in 0u64..200 {
+            let mut h = seed.build_hasher();
+            h.write_u64(attempt);
+            h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+            let port = 10_000 + (h.finish() % span) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0").expect("bind loopback").local_addr().unwrap().port()
 }
 

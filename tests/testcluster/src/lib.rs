@@ -14,6 +14,7 @@
 //! [`SimKubelet`](simnode::SimKubelet) registers simulated nodes and really runs the
 //! commands of the pods bound to them.
 
+mod proctree;
 pub mod simnode;
 
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
+use nodewright_testsupport::free_port;
 
 pub use simnode::{NodeSpec, SimKubelet};
 
@@ -69,10 +71,6 @@ pub fn helm_binary() -> Result<PathBuf> {
         bail!("building helm failed ({})", script.display());
     }
     Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback").local_addr().unwrap().port()
 }
 
 /// Starts a process in its own process group with output to `<dir>/<name>.log`.
@@ -124,7 +122,25 @@ impl ControlPlane {
     }
 
     /// Starts a control plane whose state and logs live in `dir` (kept after exit).
+    ///
+    /// A component that lost its port to another process between our pick and its bind
+    /// ("address already in use") is not a failure of the cluster: the whole start is
+    /// retried on fresh ports, twice at most.
     pub fn start_in(dir: &Path) -> Result<Self> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(dir) {
+                Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
+                    eprintln!("control plane: a port was taken before its component bound it; starting again on fresh ports");
+                    let _ = std::fs::remove_dir_all(dir.join("etcd"));
+                    attempt += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    fn start_once(dir: &Path) -> Result<Self> {
         let bin = ktest_binary()?;
         std::fs::create_dir_all(dir)?;
         let started = Instant::now();
@@ -164,6 +180,9 @@ impl ControlPlane {
             format!("--secure-port={api_port}"),
             "--advertise-address=127.0.0.1".into(),
             "--endpoint-reconciler-type=none".into(),
+            // Services reach their EndpointSlices' addresses (there is no kube-proxy for
+            // ClusterIPs): a webhook behind a Service works once a test publishes a slice.
+            "--enable-aggregator-routing=true".into(),
             format!("--tls-cert-file={}", p("apiserver.crt")),
             format!("--tls-private-key-file={}", p("apiserver.key")),
             format!("--client-ca-file={}", p("ca.crt")),
@@ -280,14 +299,14 @@ impl ControlPlane {
     /// Stops every component (SIGTERM to each process group, then SIGKILL).
     pub fn stop(&mut self) {
         for (_, child) in self.children.iter().rev() {
-            let _ = Command::new("kill").args(["-TERM", "--", &format!("-{}", child.id())]).status();
+            let _ = Command::new("kill").args(["-TERM", "--", &format!("-{}", child.id())]).stderr(Stdio::null()).status();
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         for (_, child) in self.children.iter_mut().rev() {
             while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).stderr(Stdio::null()).status();
             let _ = child.wait();
         }
         self.children.clear();

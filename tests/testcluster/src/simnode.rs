@@ -12,8 +12,8 @@
 //!   file, so the process sees "the host" where the pod spec says it is;
 //! - status is real: phase, container states, exit codes, termination messages (with
 //!   `FallbackToLogsOnError`), restart counts under the pod's `restartPolicy`;
-//! - deletion honours the grace period (SIGTERM to the process group, then SIGKILL), then
-//!   finishes the delete;
+//! - deletion honours the grace period (SIGTERM to the process group, then SIGKILL), kills
+//!   every process the container started (as a runtime does), then finishes the delete;
 //! - containers without a command are workload "sleepers": running until deleted.
 //!
 //! A reboot (requested through the simulated host's `reboot-requested` file, as the agent's
@@ -36,6 +36,8 @@ use kube::Client;
 use nodewright_hostops::{HostOps, NodeIdentity, SimHost};
 use serde_json::{json, Value};
 use tokio::sync::watch;
+
+use crate::proctree::{descendants, kill_all, kill_group};
 
 /// A node to simulate.
 #[derive(Clone, Debug)]
@@ -316,10 +318,6 @@ fn pod_status(containers: &[ContainerRun], started: &str) -> Value {
     }})
 }
 
-fn kill_group(pid: u32, signal: &str) {
-    let _ = std::process::Command::new("kill").args([signal, "--", &format!("-{pid}")]).status();
-}
-
 /// Rewrites `value` when it starts with one of the mount paths. The termination-message
 /// path (always last in `mounts`, and distinctive) is also replaced inside strings, so
 /// `sh -c '... > /dev/termination-log'` works.
@@ -556,6 +554,8 @@ async fn run_container(
                     let now_control = *pod_control.borrow();
                     if let Control::Delete(grace) = now_control {
                         let Some(pid) = pid else { break (0, Control::Delete(grace)) };
+                        // Known before the main process goes (its orphans lose the link).
+                        let tree = descendants(pid);
                         kill_group(pid, "-TERM");
                         let c = child.as_mut().expect("child with pid");
                         let code = match tokio::time::timeout(Duration::from_secs(grace), c.wait()).await {
@@ -566,6 +566,8 @@ async fn run_container(
                                 137
                             }
                         };
+                        // Whatever it started goes with the container.
+                        kill_all(pid, &tree);
                         break (code, Control::Delete(grace));
                     }
                 }
@@ -573,7 +575,7 @@ async fn run_container(
                     let rebooting = *node_control.borrow() == Control::Reboot;
                     if rebooting {
                         if let Some(pid) = pid {
-                            kill_group(pid, "-KILL");
+                            kill_all(pid, &descendants(pid));
                             let _ = child.as_mut().expect("child").wait().await;
                         }
                         break (137, Control::Reboot);

@@ -6,7 +6,6 @@
 
 mod view;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
@@ -18,7 +17,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use nodewright_api::keys;
 use nodewright_api::result::StageResult;
-use nodewright_api::v1alpha1::{NodeState, NodeWright};
+use nodewright_api::v1alpha1::{NodeState, NodeWright, Stage};
 use serde_json::{Value, json};
 
 /// Output format.
@@ -27,8 +26,25 @@ pub enum Output {
     /// A table.
     #[default]
     Table,
+    /// A table with more columns (messages whole, generations, boot IDs, plugin refs).
+    Wide,
     /// JSON, for scripts.
     Json,
+    /// YAML, for scripts and people.
+    Yaml,
+}
+
+impl Output {
+    /// Prints `data` as asked; `table(wide)` renders the two table forms.
+    fn emit<T: serde::Serialize>(self, data: &T, table: impl FnOnce(bool) -> String) -> Result<ExitCode> {
+        match self {
+            Output::Table => print!("{}", table(false)),
+            Output::Wide => print!("{}", table(true)),
+            Output::Json => println!("{}", serde_json::to_string_pretty(data)?),
+            Output::Yaml => print!("{}", serde_yaml_ng::to_string(data)?),
+        }
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 /// `-o`.
@@ -39,12 +55,32 @@ pub struct OutputArg {
     output: Output,
 }
 
-/// `--confirm`.
+/// `--confirm` / `-y`.
 #[derive(Debug, Args)]
 pub struct ConfirmArg {
     /// Do it without asking (required when stdin is not a terminal).
-    #[arg(long)]
+    #[arg(long, short = 'y')]
     confirm: bool,
+}
+
+/// The stages `package rerun --stage` can restart at.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RerunStage {
+    Apply,
+    Config,
+    Interrupt,
+    PostInterrupt,
+}
+
+impl From<RerunStage> for Stage {
+    fn from(s: RerunStage) -> Stage {
+        match s {
+            RerunStage::Apply => Stage::Apply,
+            RerunStage::Config => Stage::Config,
+            RerunStage::Interrupt => Stage::Interrupt,
+            RerunStage::PostInterrupt => Stage::PostInterrupt,
+        }
+    }
 }
 
 /// Verbs on nodes.
@@ -90,7 +126,7 @@ pub enum PackageCommand {
         #[arg(long)]
         node: String,
     },
-    /// Run a package again from its first stage on some nodes.
+    /// Run a package again on some nodes: from its first stage, or from `--stage`.
     Rerun {
         cr: String,
         package: String,
@@ -100,6 +136,9 @@ pub enum PackageCommand {
         /// Every node that has the package.
         #[arg(long, conflicts_with = "nodes")]
         all: bool,
+        /// Restart at this stage instead (the stages after it follow as usual).
+        #[arg(long, value_enum)]
+        stage: Option<RerunStage>,
         #[command(flatten)]
         confirm: ConfirmArg,
     },
@@ -127,11 +166,6 @@ async fn nodes(c: &Client) -> Result<Vec<Node>> {
 
 async fn nodewright(c: &Client, name: &str) -> Result<NodeWright> {
     Api::<NodeWright>::all(c.clone()).get_opt(name).await?.with_context(|| format!("NodeWright {name:?} not found"))
-}
-
-fn print_json(v: &impl serde::Serialize) -> Result<ExitCode> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Asks unless `--confirm` was given; refuses when nobody can answer.
@@ -197,35 +231,56 @@ pub async fn status(cr: Option<String>, output: OutputArg) -> Result<ExitCode> {
         None => {
             let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
             let s = view::summaries(&crs);
-            match output.output {
-                Output::Json => print_json(&s),
-                Output::Table => {
-                    print!("{}", view::summaries_table(&s));
-                    Ok(ExitCode::SUCCESS)
-                }
-            }
+            output.output.emit(&s, |wide| view::summaries_table(&s, wide))
         }
         Some(name) => {
             let cr = nodewright(&c, &name).await?;
             let rows = view::node_rows(&cr, &nodes(&c).await?);
-            match output.output {
-                Output::Json => print_json(&json!({"summary": view::summaries(std::slice::from_ref(&cr)).pop(), "nodes": rows})),
-                Output::Table => {
-                    print!("{}\n{}", view::summaries_table(&view::summaries(std::slice::from_ref(&cr))), view::node_rows_table(&cr, &rows));
-                    Ok(ExitCode::SUCCESS)
-                }
-            }
+            let summary = view::summaries(std::slice::from_ref(&cr));
+            output.output.emit(&json!({"summary": summary.first(), "nodes": rows}), |wide| {
+                format!("{}\n{}", view::summaries_table(&summary, wide), view::node_rows_table(&cr, &rows, wide))
+            })
         }
     }
 }
 
-/// `pause|resume|disable|enable CR`: sets or clears a NodeWright annotation.
-pub async fn flag(cr: &str, key: &str, on: bool) -> Result<ExitCode> {
+/// The NodeWright annotations `pause|resume|disable|enable` steer.
+#[derive(Clone, Copy, Debug)]
+pub enum Flag {
+    Pause,
+    Resume,
+    Disable,
+    Enable,
+}
+
+impl Flag {
+    /// (annotation, set or cleared, what it does — for the prompt and the answer).
+    fn meaning(self) -> (&'static str, bool, &'static str) {
+        match self {
+            Flag::Pause => (keys::PAUSE, true, "paused: no new stage starts (running ones finish)"),
+            Flag::Resume => (keys::PAUSE, false, "resumed: its rollout goes on"),
+            Flag::Disable => (keys::DISABLE, true, "disabled: nothing runs for it and its cordons are released"),
+            Flag::Enable => (keys::DISABLE, false, "enabled: its rollout goes on"),
+        }
+    }
+}
+
+/// `pause|resume|disable|enable CR`: sets or clears a NodeWright annotation, against the
+/// object's resourceVersion.
+pub async fn flag(cr: &str, flag: Flag, yes: &ConfirmArg) -> Result<ExitCode> {
+    let (key, on, meaning) = flag.meaning();
     let c = client().await?;
-    nodewright(&c, cr).await?;
-    let patch = json!({"metadata": {"annotations": {key: if on { Value::from("true") } else { Value::Null }}}});
-    Api::<NodeWright>::all(c).patch(cr, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    println!("{cr}: {key} {}", if on { "set" } else { "cleared" });
+    let current = nodewright(&c, cr).await?;
+    let is_on = current.metadata.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
+    if is_on == on {
+        println!("{cr}: already {}", meaning.split(':').next().unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = format!("{flag:?}").to_lowercase();
+    confirm(&format!("{verb} {cr} ({})", meaning.split_once(": ").map_or(meaning, |(_, what)| what)), yes)?;
+    let patch = json!({"metadata": {"resourceVersion": current.meta().resource_version, "annotations": {key: if on { Value::from("true") } else { Value::Null }}}});
+    Api::<NodeWright>::all(c).patch(cr, &PatchParams::default(), &Patch::Merge(&patch)).await.with_context(|| format!("updating {cr} (if it changed meanwhile, run the verb again)"))?;
+    println!("{cr}: {meaning}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -235,46 +290,14 @@ pub async fn node(cmd: NodeCommand, namespace: &str) -> Result<ExitCode> {
     match cmd {
         NodeCommand::List(output) => {
             let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
-            let mut rows: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-            for n in nodes(&c).await? {
-                let name = n.metadata.name.clone().unwrap_or_default();
-                let labels = n.metadata.labels.clone().unwrap_or_default();
-                let mut per = BTreeMap::new();
-                per.insert("ignored".to_string(), labels.get(keys::IGNORE).is_some_and(|v| v == "true").to_string());
-                per.insert("cordoned".to_string(), n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false).to_string());
-                for cr in &crs {
-                    let cr_name = cr.metadata.name.clone().unwrap_or_default();
-                    let st = cr.status.as_ref().and_then(|s| s.node_status.get(&name)).map(|s| s.as_str().to_string()).unwrap_or_else(|| "-".into());
-                    per.insert(cr_name, st);
-                }
-                rows.insert(name, per);
-            }
-            match output.output {
-                Output::Json => print_json(&rows),
-                Output::Table => {
-                    let crs: Vec<String> = crs.iter().filter_map(|c| c.metadata.name.clone()).collect();
-                    let mut header = vec!["NODE", "IGNORED", "CORDONED"];
-                    header.extend(crs.iter().map(String::as_str));
-                    let cells: Vec<Vec<String>> = rows
-                        .iter()
-                        .map(|(n, per)| std::iter::once(n.clone()).chain(["ignored", "cordoned"].iter().map(|k| per[*k].clone())).chain(crs.iter().map(|c| per[c].clone())).collect())
-                        .collect();
-                    print!("{}", view::table(&header, &cells));
-                    Ok(ExitCode::SUCCESS)
-                }
-            }
+            let rows = view::node_list(&crs, &nodes(&c).await?);
+            output.output.emit(&rows, |wide| view::node_list_table(&rows, wide))
         }
         NodeCommand::Status { node, output } => {
             let n = Api::<Node>::all(c.clone()).get_opt(&node).await?.with_context(|| format!("node {node:?} not found"))?;
             let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
             let rows: Vec<view::PackageRow> = crs.iter().filter_map(|cr| cr.metadata.name.clone()).flat_map(|cr| view::package_rows(&cr, None, std::slice::from_ref(&n))).collect();
-            match output.output {
-                Output::Json => print_json(&rows),
-                Output::Table => {
-                    print!("{}", view::package_table(&rows));
-                    Ok(ExitCode::SUCCESS)
-                }
-            }
+            output.output.emit(&rows, |wide| view::package_table(&rows, wide))
         }
         NodeCommand::Ignore { nodes } | NodeCommand::Unignore { nodes } if nodes.is_empty() => bail!("name at least one node"),
         NodeCommand::Ignore { nodes } => label_ignore(&c, &nodes, true).await,
@@ -315,19 +338,14 @@ pub async fn package(cmd: PackageCommand, namespace: &str) -> Result<ExitCode> {
                 bail!("{cr} has no package {p:?} (it has: {})", spec.packages.keys().cloned().collect::<Vec<_>>().join(", "));
             }
             let rows = view::package_rows(&cr, package.as_deref(), &nodes(&c).await?);
-            match output.output {
-                Output::Json => print_json(&rows),
-                Output::Table => {
-                    print!("{}", view::package_table(&rows));
-                    Ok(ExitCode::SUCCESS)
-                }
-            }
+            output.output.emit(&rows, |wide| view::package_table(&rows, wide))
         }
         PackageCommand::Logs { cr, package, node } => logs(&c, namespace, &cr, &package, &node).await,
-        PackageCommand::Rerun { cr, package, nodes: wanted, all, confirm: yes } => {
+        PackageCommand::Rerun { cr, package, nodes: wanted, all, stage, confirm: yes } => {
             let spec = nodewright(&c, &cr).await?.spec;
-            if !spec.packages.contains_key(&package) {
-                bail!("{cr} has no package {package:?}");
+            let Some(p) = spec.packages.get(&package) else { bail!("{cr} has no package {package:?}") };
+            if matches!(stage, Some(RerunStage::Interrupt | RerunStage::PostInterrupt)) && p.interrupt.is_none() && p.config_interrupts.is_empty() {
+                bail!("{cr}/{package} has no interrupt (spec.packages.{package}.interrupt is unset): there is no interrupt stage to rerun");
             }
             let with: Vec<Node> = nodes(&c)
                 .await?
@@ -343,12 +361,18 @@ pub async fn package(cmd: PackageCommand, namespace: &str) -> Result<ExitCode> {
                 bail!("no node has state for {cr}/{package}");
             }
             refuse_if_running(&c, namespace, &cr, &names).await?;
-            confirm(&format!("run {package} of {cr} again from its first stage on {}", names.join(", ")), &yes)?;
+            let from = stage.map_or_else(|| "its first stage".to_string(), |s| format!("its {} stage", view::serde_name(&Stage::from(s))));
+            confirm(&format!("run {package} of {cr} again from {from} on {}", names.join(", ")), &yes)?;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
             for n in &with {
                 let mut st = view::node_state(n, &cr).unwrap_or_default();
-                st.retain(|_, p| p.name != package);
+                match stage {
+                    // Without an entry the operator starts the package afresh.
+                    None => st.retain(|_, p| p.name != package),
+                    Some(s) => st.values_mut().filter(|p| p.name == package).for_each(|p| p.restart_at(s.into(), now)),
+                }
                 write_state(&c, n, &cr, Some(&st)).await?;
-                println!("{}: {package} will run again", n.metadata.name.clone().unwrap_or_default());
+                println!("{}: {package} will run again from {from}", n.metadata.name.clone().unwrap_or_default());
             }
             Ok(ExitCode::SUCCESS)
         }

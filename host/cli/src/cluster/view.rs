@@ -24,7 +24,8 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn serde_name<T: Serialize>(v: &T) -> String {
+/// A unit enum's serialized name (`post-interrupt`, `in_progress`).
+pub fn serde_name<T: Serialize>(v: &T) -> String {
     serde_json::to_value(v).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
 }
 
@@ -57,6 +58,11 @@ pub struct Summary {
     pub disabled: bool,
     /// Conditions that are not as they should be: `Type=Status: message`.
     pub problems: Vec<String>,
+    /// The spec's generation and the one the status describes.
+    pub generation: i64,
+    pub observed_generation: Option<i64>,
+    /// `name:version` of each package.
+    pub packages: Vec<String>,
 }
 
 /// The overview: every NodeWright's roll-up.
@@ -80,13 +86,16 @@ pub fn summaries(crs: &[NodeWright]) -> Vec<Summary> {
                 paused: flag(keys::PAUSE),
                 disabled: flag(keys::DISABLE),
                 problems,
+                generation: cr.metadata.generation.unwrap_or_default(),
+                observed_generation: st.observed_generation,
+                packages: cr.spec.packages.iter().map(|(n, p)| format!("{n}:{}", p.version)).collect(),
             }
         })
         .collect()
 }
 
-/// The overview as a table.
-pub fn summaries_table(s: &[Summary]) -> String {
+/// The overview as a table; `wide` adds generations and packages.
+pub fn summaries_table(s: &[Summary], wide: bool) -> String {
     let rows: Vec<Vec<String>> = s
         .iter()
         .map(|s| {
@@ -97,10 +106,17 @@ pub fn summaries_table(s: &[Summary]) -> String {
             if s.disabled {
                 flags.push("disabled");
             }
-            vec![s.name.clone(), s.status.clone(), s.complete_nodes.clone(), flags.join(","), s.problems.join("; ")]
+            let mut row = vec![s.name.clone(), s.status.clone(), s.complete_nodes.clone(), flags.join(",")];
+            if wide {
+                let observed = s.observed_generation.map_or_else(|| "-".into(), |g| g.to_string());
+                row.extend([format!("{observed}/{}", s.generation), s.packages.join(",")]);
+            }
+            row.push(s.problems.join("; "));
+            row
         })
         .collect();
-    table(&["NODEWRIGHT", "STATUS", "COMPLETE", "FLAGS", "PROBLEMS"], &rows)
+    let header: &[&str] = if wide { &["NODEWRIGHT", "STATUS", "COMPLETE", "FLAGS", "OBSERVED/GEN", "PACKAGES", "PROBLEMS"] } else { &["NODEWRIGHT", "STATUS", "COMPLETE", "FLAGS", "PROBLEMS"] };
+    table(header, &rows)
 }
 
 /// One node under one NodeWright.
@@ -111,6 +127,9 @@ pub struct NodeRow {
     pub cordoned: bool,
     /// `package → stage/state`.
     pub packages: BTreeMap<String, String>,
+    /// `package → last message` (failures, waits), where there is one.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub messages: BTreeMap<String, String>,
 }
 
 /// Every node a NodeWright reports, with its packages.
@@ -120,27 +139,103 @@ pub fn node_rows(cr: &NodeWright, nodes: &[Node]) -> Vec<NodeRow> {
     let mut rows: Vec<NodeRow> = nodes
         .iter()
         .filter(|n| st.node_status.contains_key(&name(n)) || node_state(n, &name_).is_some())
-        .map(|n| NodeRow {
-            node: name(n),
-            status: st.node_status.get(&name(n)).map(|s| s.as_str().to_string()).unwrap_or_else(|| "-".into()),
-            cordoned: cordoned(n),
-            packages: node_state(n, &name_).unwrap_or_default().values().map(|p| (p.name.clone(), stage_state(p))).collect(),
+        .map(|n| {
+            let state = node_state(n, &name_).unwrap_or_default();
+            NodeRow {
+                node: name(n),
+                status: st.node_status.get(&name(n)).map(|s| s.as_str().to_string()).unwrap_or_else(|| "-".into()),
+                cordoned: cordoned(n),
+                packages: state.values().map(|p| (p.name.clone(), stage_state(p))).collect(),
+                messages: state.values().filter(|p| !p.message.is_empty()).map(|p| (p.name.clone(), p.message.clone())).collect(),
+            }
         })
         .collect();
     rows.sort_by(|a, b| a.node.cmp(&b.node));
     rows
 }
 
-/// The per-node table of one NodeWright: a column per package of its spec.
-pub fn node_rows_table(cr: &NodeWright, rows: &[NodeRow]) -> String {
+/// The per-node table of one NodeWright: a column per package of its spec; `wide` adds
+/// each node's messages.
+pub fn node_rows_table(cr: &NodeWright, rows: &[NodeRow], wide: bool) -> String {
     let packages: Vec<&String> = cr.spec.packages.keys().collect();
     let mut header = vec!["NODE", "STATUS", "CORDONED"];
     header.extend(packages.iter().map(|p| p.as_str()));
+    if wide {
+        header.push("MESSAGES");
+    }
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let mut c = vec![r.node.clone(), r.status.clone(), if r.cordoned { "yes".into() } else { "-".into() }];
+            let mut c = vec![r.node.clone(), r.status.clone(), yes(r.cordoned)];
             c.extend(packages.iter().map(|p| r.packages.get(*p).cloned().unwrap_or_else(|| "-".into())));
+            if wide {
+                c.push(r.messages.iter().map(|(p, m)| format!("{p}: {m}")).collect::<Vec<_>>().join("; "));
+            }
+            c
+        })
+        .collect();
+    table(&header, &cells)
+}
+
+fn yes(b: bool) -> String {
+    if b { "yes".into() } else { "-".into() }
+}
+
+/// One node in `node list`.
+#[derive(Debug, Serialize)]
+pub struct NodeListRow {
+    pub node: String,
+    pub ignored: bool,
+    pub cordoned: bool,
+    /// The Node's `Ready` condition status (`True`, `False`, `Unknown`).
+    pub ready: String,
+    pub boot_id: String,
+    /// NodeWright → this node's status under it (`-`: not targeted).
+    pub nodewrights: BTreeMap<String, String>,
+}
+
+/// Every node with its status under each NodeWright.
+pub fn node_list(crs: &[NodeWright], nodes: &[Node]) -> Vec<NodeListRow> {
+    let mut rows: Vec<NodeListRow> = nodes
+        .iter()
+        .map(|n| {
+            let status = n.status.as_ref();
+            NodeListRow {
+                node: name(n),
+                ignored: n.metadata.labels.as_ref().and_then(|l| l.get(keys::IGNORE)).is_some_and(|v| v == "true"),
+                cordoned: cordoned(n),
+                ready: status.and_then(|s| s.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")).map_or_else(|| "Unknown".into(), |c| c.status.clone()),
+                boot_id: status.and_then(|s| s.node_info.as_ref()).map(|i| i.boot_id.clone()).unwrap_or_default(),
+                nodewrights: crs
+                    .iter()
+                    .map(|cr| {
+                        let st = cr.status.as_ref().and_then(|s| s.node_status.get(&name(n))).map_or_else(|| "-".into(), |s| s.as_str().to_string());
+                        (cr.metadata.name.clone().unwrap_or_default(), st)
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.node.cmp(&b.node));
+    rows
+}
+
+/// `node list` as a table: a column per NodeWright; `wide` adds readiness and boot ID.
+pub fn node_list_table(rows: &[NodeListRow], wide: bool) -> String {
+    let crs: Vec<&String> = rows.first().map(|r| r.nodewrights.keys().collect()).unwrap_or_default();
+    let mut header = vec!["NODE", "IGNORED", "CORDONED"];
+    if wide {
+        header.extend(["READY", "BOOT-ID"]);
+    }
+    header.extend(crs.iter().map(|c| c.as_str()));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut c = vec![r.node.clone(), yes(r.ignored), yes(r.cordoned)];
+            if wide {
+                c.extend([r.ready.clone(), r.boot_id.clone()]);
+            }
+            c.extend(r.nodewrights.values().cloned());
             c
         })
         .collect();
@@ -158,6 +253,8 @@ pub struct PackageRow {
     pub state: String,
     pub attempts: i32,
     pub message: String,
+    /// The pinned plugin reference the node ran.
+    pub digest: String,
 }
 
 /// Package entries of `cr` (optionally one package) across `nodes`.
@@ -174,6 +271,7 @@ pub fn package_rows(cr: &str, package: Option<&str>, nodes: &[Node]) -> Vec<Pack
                 state: serde_name(&p.state),
                 attempts: p.attempts,
                 message: p.message.clone(),
+                digest: p.digest.clone(),
             });
         }
     }
@@ -181,13 +279,38 @@ pub fn package_rows(cr: &str, package: Option<&str>, nodes: &[Node]) -> Vec<Pack
     rows
 }
 
-/// Package rows as a table.
-pub fn package_table(rows: &[PackageRow]) -> String {
+/// Package rows as a table: messages cut to one short line, whole (with the pinned plugin
+/// reference) when `wide`.
+pub fn package_table(rows: &[PackageRow], wide: bool) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| vec![r.nodewright.clone(), r.node.clone(), r.package.clone(), r.version.clone(), r.stage.clone(), r.state.clone(), r.attempts.to_string(), r.message.clone()])
+        .map(|r| {
+            let mut c = vec![r.nodewright.clone(), r.node.clone(), r.package.clone(), r.version.clone(), r.stage.clone(), r.state.clone(), r.attempts.to_string()];
+            if wide {
+                c.extend([r.digest.clone(), r.message.clone()]);
+            } else {
+                c.push(short(&r.message));
+            }
+            c
+        })
         .collect();
-    table(&["NODEWRIGHT", "NODE", "PACKAGE", "VERSION", "STAGE", "STATE", "ATTEMPTS", "MESSAGE"], &cells)
+    let header: &[&str] = if wide {
+        &["NODEWRIGHT", "NODE", "PACKAGE", "VERSION", "STAGE", "STATE", "ATTEMPTS", "PLUGIN", "MESSAGE"]
+    } else {
+        &["NODEWRIGHT", "NODE", "PACKAGE", "VERSION", "STAGE", "STATE", "ATTEMPTS", "MESSAGE"]
+    };
+    table(header, &cells)
+}
+
+/// The first line of `m`, at most 60 characters (`…` marks a cut).
+fn short(m: &str) -> String {
+    const MAX: usize = 60;
+    let line = m.lines().next().unwrap_or_default();
+    if line.chars().count() > MAX || line.len() < m.trim_end().len() {
+        format!("{}…", line.chars().take(MAX).collect::<String>())
+    } else {
+        line.to_string()
+    }
 }
 
 #[cfg(test)]
@@ -218,6 +341,9 @@ mod tests {
     fn state(stage: Stage, st: State) -> NodeState {
         let mut p = PackageStatus::new("driver", "1.0.0", stage, 1);
         p.state = st;
+        if st == State::Erroring {
+            p.message = "exited with 1".into();
+        }
         [("driver|1.0.0".to_string(), p)].into()
     }
 
@@ -226,8 +352,11 @@ mod tests {
         let s = summaries(&[cr()]);
         assert!(s[0].paused && !s[0].disabled);
         assert_eq!(s[0].problems, vec!["Ready=False: driver: exited with 1".to_string()]);
-        let t = summaries_table(&s);
+        let t = summaries_table(&s, false);
         assert!(t.lines().nth(1).unwrap().starts_with("gpu         in_progress  1/2       paused"), "{t}");
+        let w = summaries_table(&s, true);
+        assert!(w.lines().next().unwrap().contains("OBSERVED/GEN  PACKAGES"), "{w}");
+        assert!(w.lines().nth(1).unwrap().contains("-/0           driver:1.0.0"), "{w}");
     }
 
     #[test]
@@ -235,11 +364,42 @@ mod tests {
         let nodes = [node("b", true, Some(&state(Stage::Apply, State::Erroring))), node("a", false, Some(&state(Stage::Config, State::Complete))), node("c", false, None)];
         let rows = node_rows(&cr(), &nodes);
         assert_eq!(rows.iter().map(|r| r.node.as_str()).collect::<Vec<_>>(), ["a", "b"], "sorted; the unrelated node left out");
-        let t = node_rows_table(&cr(), &rows);
+        let t = node_rows_table(&cr(), &rows, false);
         assert!(t.contains("b     erroring  yes       apply/erroring"), "{t}");
+        assert!(!t.contains("MESSAGES"));
+        let w = node_rows_table(&cr(), &rows, true);
+        assert!(w.contains("apply/erroring   driver: exited with 1"), "{w}");
         let p = package_rows("gpu", Some("driver"), &nodes);
         assert_eq!(p.len(), 2);
         assert_eq!((p[1].node.as_str(), p[1].stage.as_str(), p[1].state.as_str()), ("b", "apply", "erroring"));
         assert!(package_rows("gpu", Some("other"), &nodes).is_empty());
+    }
+
+    #[test]
+    fn long_messages_are_cut_unless_wide() {
+        let long = format!("{}\nsecond line", "x".repeat(80));
+        assert_eq!(short(&long), format!("{}…", "x".repeat(60)));
+        assert_eq!(short("one line\nmore"), "one line…");
+        assert_eq!(short("fits"), "fits");
+        let mut rows = package_rows("gpu", None, &[node("a", false, Some(&state(Stage::Apply, State::Erroring)))]);
+        rows[0].message = long.clone();
+        rows[0].digest = "r.example/p@sha256:abc".into();
+        assert!(!package_table(&rows, false).contains("second line"));
+        let w = package_table(&rows, true);
+        assert!(w.contains("r.example/p@sha256:abc") && w.contains(&"x".repeat(80)), "{w}");
+    }
+
+    #[test]
+    fn node_list_has_a_column_per_nodewright() {
+        let mut a = node("a", true, None);
+        a.metadata.labels = Some([(keys::IGNORE.to_string(), "true".to_string())].into());
+        a.status = serde_json::from_value(json!({"nodeInfo": {"bootID": "boot-1", "machineID": "", "systemUUID": "", "kernelVersion": "", "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "", "operatingSystem": "", "architecture": ""}, "conditions": [{"type": "Ready", "status": "True"}]})).unwrap();
+        let rows = node_list(&[cr()], &[node("b", false, None), a]);
+        assert_eq!(rows.iter().map(|r| (r.node.as_str(), r.nodewrights["gpu"].as_str())).collect::<Vec<_>>(), [("a", "complete"), ("b", "erroring")]);
+        let t = node_list_table(&rows, false);
+        assert_eq!(t.lines().nth(1).unwrap(), "a     yes      yes       complete", "{t}");
+        let w = node_list_table(&rows, true);
+        assert_eq!(w.lines().nth(1).unwrap(), "a     yes      yes       True     boot-1   complete", "{w}");
+        assert_eq!(w.lines().nth(2).unwrap(), "b     -        -         Unknown           erroring", "{w}");
     }
 }

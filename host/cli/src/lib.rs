@@ -1,0 +1,123 @@
+//! The `nodewright` command line: the plugin author loop (`plugin new|build|inspect|run|
+//! push|pull`), manifest validation, and the cluster verbs (`status`, `node`, `package`,
+//! `reset`, `pause`, `resume`, `disable`, `enable`, `policy`). Two binaries run it:
+//! `nodewright`, and `kubectl-nodewright`, which kubectl finds on the PATH as a plugin
+//! (`kubectl nodewright status`); they differ only in the name their help shows.
+
+mod cluster;
+mod plugin;
+mod units;
+mod validate;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// Roll host packages out to Kubernetes nodes, as sandboxed WebAssembly plugins.
+#[derive(Debug, Parser)]
+#[command(name = "nodewright", version, propagate_version = true)]
+struct Cli {
+    /// Namespace of the operator's agent Jobs (cluster verbs).
+    #[arg(long, global = true, env = "NODEWRIGHT_NAMESPACE", default_value = "nodewright")]
+    namespace: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
+enum Command {
+    /// Write, build, inspect and run plugins locally.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+    /// Validate NodeWright and DeploymentPolicy manifests with the admission rules.
+    Validate(validate::ValidateArgs),
+    /// Rollout status: every NodeWright, or one NodeWright per node and package.
+    Status {
+        /// A NodeWright.
+        cr: Option<String>,
+        #[command(flatten)]
+        output: cluster::OutputArg,
+    },
+    /// Nodes: list, status, ignore, unignore, reset.
+    #[command(subcommand)]
+    Node(cluster::NodeCommand),
+    /// Packages: status, logs, rerun.
+    #[command(subcommand)]
+    Package(cluster::PackageCommand),
+    /// Forget a NodeWright's state on every node and restart its rollout.
+    Reset {
+        cr: String,
+        #[command(flatten)]
+        confirm: cluster::ConfirmArg,
+    },
+    /// Start no new work for a NodeWright (running stages finish).
+    Pause {
+        cr: String,
+        #[command(flatten)]
+        confirm: cluster::ConfirmArg,
+    },
+    /// Undo `pause`.
+    Resume {
+        cr: String,
+        #[command(flatten)]
+        confirm: cluster::ConfirmArg,
+    },
+    /// Stop a NodeWright and release its cordons.
+    Disable {
+        cr: String,
+        #[command(flatten)]
+        confirm: cluster::ConfirmArg,
+    },
+    /// Undo `disable`.
+    Enable {
+        cr: String,
+        #[command(flatten)]
+        confirm: cluster::ConfirmArg,
+    },
+    /// DeploymentPolicy batch state: reset.
+    #[command(subcommand)]
+    Policy(cluster::PolicyCommand),
+}
+
+/// Runs the command line as `program` (the name shown in help and usage).
+pub fn main(program: &'static str) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("NODEWRIGHT_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let matches = Cli::command().name(program).bin_name(program).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Plugin(cmd) => plugin::run(cmd).await,
+            Command::Validate(args) => validate::run(args),
+            Command::Status { cr, output } => cluster::status(cr, output).await,
+            Command::Node(cmd) => cluster::node(cmd, &cli.namespace).await,
+            Command::Package(cmd) => cluster::package(cmd, &cli.namespace).await,
+            Command::Reset { cr, confirm } => cluster::reset(&cr, &confirm, &cli.namespace).await,
+            Command::Pause { cr, confirm } => cluster::flag(&cr, cluster::Flag::Pause, &confirm).await,
+            Command::Resume { cr, confirm } => cluster::flag(&cr, cluster::Flag::Resume, &confirm).await,
+            Command::Disable { cr, confirm } => cluster::flag(&cr, cluster::Flag::Disable, &confirm).await,
+            Command::Enable { cr, confirm } => cluster::flag(&cr, cluster::Flag::Enable, &confirm).await,
+            Command::Policy(cmd) => cluster::policy(cmd).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
