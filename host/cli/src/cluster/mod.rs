@@ -1,8 +1,9 @@
 //! The cluster verbs: read and steer rollouts through the same objects the operator uses —
 //! NodeWright status and annotations, node labels and state annotations, the agent Jobs'
-//! results. Writes carry the object's `resourceVersion`, so a verb never overwrites what
-//! the operator wrote a moment earlier; verbs that throw work away refuse while a stage of
-//! that work is running and ask for confirmation.
+//! results. A node's state is replaced only against the node's `resourceVersion`, so a verb
+//! never overwrites what the operator wrote a moment earlier; flags are single annotation
+//! keys merged server-side. Verbs that throw work away refuse while a stage of that work is
+//! running; verbs that change a rollout ask for confirmation.
 
 mod view;
 
@@ -265,8 +266,7 @@ impl Flag {
     }
 }
 
-/// `pause|resume|disable|enable CR`: sets or clears a NodeWright annotation, against the
-/// object's resourceVersion.
+/// `pause|resume|disable|enable CR`: sets or clears a NodeWright annotation.
 pub async fn flag(cr: &str, flag: Flag, yes: &ConfirmArg) -> Result<ExitCode> {
     let (key, on, meaning) = flag.meaning();
     let c = client().await?;
@@ -278,8 +278,10 @@ pub async fn flag(cr: &str, flag: Flag, yes: &ConfirmArg) -> Result<ExitCode> {
     }
     let verb = format!("{flag:?}").to_lowercase();
     confirm(&format!("{verb} {cr} ({})", meaning.split_once(": ").map_or(meaning, |(_, what)| what)), yes)?;
-    let patch = json!({"metadata": {"resourceVersion": current.meta().resource_version, "annotations": {key: if on { Value::from("true") } else { Value::Null }}}});
-    Api::<NodeWright>::all(c).patch(cr, &PatchParams::default(), &Patch::Merge(&patch)).await.with_context(|| format!("updating {cr} (if it changed meanwhile, run the verb again)"))?;
+    // One annotation key, merged server-side: nothing else to lose, so no resourceVersion
+    // (the operator's status writes move it several times a second).
+    let patch = json!({"metadata": {"annotations": {key: if on { Value::from("true") } else { Value::Null }}}});
+    Api::<NodeWright>::all(c).patch(cr, &PatchParams::default(), &Patch::Merge(&patch)).await.with_context(|| format!("updating {cr}'s annotations"))?;
     println!("{cr}: {meaning}");
     Ok(ExitCode::SUCCESS)
 }
