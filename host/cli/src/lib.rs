@@ -20,6 +20,10 @@ struct Cli {
     /// Namespace of the operator's agent Jobs (cluster verbs).
     #[arg(long, global = true, env = "NODEWRIGHT_NAMESPACE", default_value = "nodewright")]
     namespace: String,
+    /// Send every write as a server-side dry run: validated and admitted (or refused) as
+    /// it would be, persisted nowhere; nothing is asked.
+    #[arg(long, global = true)]
+    dry_run: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -98,19 +102,20 @@ pub fn main(program: &'static str) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let ctx = cluster::Ctx { namespace: cli.namespace.clone(), dry_run: cli.dry_run };
     let result = runtime.block_on(async {
         match cli.command {
             Command::Plugin(cmd) => plugin::run(cmd).await,
             Command::Validate(args) => validate::run(args),
             Command::Status { cr, output } => cluster::status(cr, output).await,
-            Command::Node(cmd) => cluster::node(cmd, &cli.namespace).await,
-            Command::Package(cmd) => cluster::package(cmd, &cli.namespace).await,
-            Command::Reset { cr, confirm } => cluster::reset(&cr, &confirm, &cli.namespace).await,
-            Command::Pause { cr, confirm } => cluster::flag(&cr, cluster::Flag::Pause, &confirm).await,
-            Command::Resume { cr, confirm } => cluster::flag(&cr, cluster::Flag::Resume, &confirm).await,
-            Command::Disable { cr, confirm } => cluster::flag(&cr, cluster::Flag::Disable, &confirm).await,
-            Command::Enable { cr, confirm } => cluster::flag(&cr, cluster::Flag::Enable, &confirm).await,
-            Command::Policy(cmd) => cluster::policy(cmd).await,
+            Command::Node(cmd) => cluster::node(cmd, &ctx).await,
+            Command::Package(cmd) => cluster::package(cmd, &ctx).await,
+            Command::Reset { cr, confirm } => cluster::reset(&ctx, &cr, &confirm).await,
+            Command::Pause { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Pause, &confirm).await,
+            Command::Resume { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Resume, &confirm).await,
+            Command::Disable { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Disable, &confirm).await,
+            Command::Enable { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Enable, &confirm).await,
+            Command::Policy(cmd) => cluster::policy(cmd, &ctx).await,
         }
     });
     match result {

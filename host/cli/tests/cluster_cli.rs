@@ -175,6 +175,16 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
 
     // pause / resume / disable / enable are the CR's annotations; status shows them.
     let annotations = || async { Api::<NodeWright>::all(env.cluster.client.clone()).get("tools").await.unwrap().metadata.annotations.unwrap_or_default() };
+    // --dry-run: every write a server-side dry run — nothing asked, nothing persisted.
+    let out = ok(&env, &["--dry-run", "pause", "tools"]);
+    assert!(out.starts_with("(dry run) tools: paused"), "{out}");
+    assert!(annotations().await.is_empty(), "a dry run persisted nothing");
+    let before = (runs(&env, "n1"), runs(&env, "n2"));
+    let out = ok(&env, &["--dry-run", "reset", "tools"]);
+    assert!(out.contains("(dry run) tools: state removed from 2 node(s)"), "{out}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!((runs(&env, "n1"), runs(&env, "n2")), before, "the dry-run reset ran nothing again");
+
     // Each asks first, as NodeWright's do: refused without --confirm/-y when nobody can answer.
     for verb in ["pause", "disable"] {
         assert!(refused(&env, &[verb, "tools"]).contains("without --confirm"), "{verb}");

@@ -157,6 +157,27 @@ pub enum PolicyCommand {
     },
 }
 
+/// What every cluster verb shares: where the operator's Jobs are, and whether writes are
+/// only tried (`--dry-run`: sent as server-side dry runs — validated by the apiserver and
+/// the admission webhook, refused as they would be, persisted nowhere — with no question
+/// asked).
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub namespace: String,
+    pub dry_run: bool,
+}
+
+impl Ctx {
+    fn params(&self) -> PatchParams {
+        PatchParams { dry_run: self.dry_run, ..PatchParams::default() }
+    }
+
+    /// Prints what a write did (or, in a dry run, would do).
+    fn done(&self, what: &str) {
+        println!("{}{what}", if self.dry_run { "(dry run) " } else { "" });
+    }
+}
+
 async fn client() -> Result<Client> {
     Client::try_default().await.context("connecting to the cluster (KUBECONFIG or in-cluster config)")
 }
@@ -169,9 +190,10 @@ async fn nodewright(c: &Client, name: &str) -> Result<NodeWright> {
     Api::<NodeWright>::all(c.clone()).get_opt(name).await?.with_context(|| format!("NodeWright {name:?} not found"))
 }
 
-/// Asks unless `--confirm` was given; refuses when nobody can answer.
-fn confirm(what: &str, arg: &ConfirmArg) -> Result<()> {
-    if arg.confirm {
+/// Asks unless `--confirm` was given (or nothing will be written); refuses when nobody can
+/// answer.
+fn confirm(ctx: &Ctx, what: &str, arg: &ConfirmArg) -> Result<()> {
+    if arg.confirm || ctx.dry_run {
         return Ok(());
     }
     if !std::io::stdin().is_terminal() {
@@ -204,7 +226,7 @@ async fn refuse_if_running(c: &Client, namespace: &str, cr: &str, on: &[String])
 
 /// Replaces (or removes, with `None`) a NodeWright's state on a node, against the node's
 /// resourceVersion.
-async fn write_state(c: &Client, node: &Node, cr: &str, state: Option<&NodeState>) -> Result<()> {
+async fn write_state(c: &Client, ctx: &Ctx, node: &Node, cr: &str, state: Option<&NodeState>) -> Result<()> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let value = match state {
         Some(s) if !s.is_empty() => Value::String(serde_json::to_string(s)?),
@@ -219,7 +241,7 @@ async fn write_state(c: &Client, node: &Node, cr: &str, state: Option<&NodeState
     }
     let patch = json!({"metadata": {"resourceVersion": node.meta().resource_version, "annotations": ann}});
     Api::<Node>::all(c.clone())
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(&name, &ctx.params(), &Patch::Merge(&patch))
         .await
         .with_context(|| format!("updating node {name} (if it changed meanwhile, run the verb again)"))?;
     Ok(())
@@ -267,7 +289,7 @@ impl Flag {
 }
 
 /// `pause|resume|disable|enable CR`: sets or clears a NodeWright annotation.
-pub async fn flag(cr: &str, flag: Flag, yes: &ConfirmArg) -> Result<ExitCode> {
+pub async fn flag(ctx: &Ctx, cr: &str, flag: Flag, yes: &ConfirmArg) -> Result<ExitCode> {
     let (key, on, meaning) = flag.meaning();
     let c = client().await?;
     let current = nodewright(&c, cr).await?;
@@ -277,17 +299,17 @@ pub async fn flag(cr: &str, flag: Flag, yes: &ConfirmArg) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let verb = format!("{flag:?}").to_lowercase();
-    confirm(&format!("{verb} {cr} ({})", meaning.split_once(": ").map_or(meaning, |(_, what)| what)), yes)?;
+    confirm(ctx, &format!("{verb} {cr} ({})", meaning.split_once(": ").map_or(meaning, |(_, what)| what)), yes)?;
     // One annotation key, merged server-side: nothing else to lose, so no resourceVersion
     // (the operator's status writes move it several times a second).
     let patch = json!({"metadata": {"annotations": {key: if on { Value::from("true") } else { Value::Null }}}});
-    Api::<NodeWright>::all(c).patch(cr, &PatchParams::default(), &Patch::Merge(&patch)).await.with_context(|| format!("updating {cr}'s annotations"))?;
-    println!("{cr}: {meaning}");
+    Api::<NodeWright>::all(c).patch(cr, &ctx.params(), &Patch::Merge(&patch)).await.with_context(|| format!("updating {cr}'s annotations"))?;
+    ctx.done(&format!("{cr}: {meaning}"));
     Ok(ExitCode::SUCCESS)
 }
 
 /// `node ...`.
-pub async fn node(cmd: NodeCommand, namespace: &str) -> Result<ExitCode> {
+pub async fn node(cmd: NodeCommand, ctx: &Ctx) -> Result<ExitCode> {
     let c = client().await?;
     match cmd {
         NodeCommand::List(output) => {
@@ -302,34 +324,34 @@ pub async fn node(cmd: NodeCommand, namespace: &str) -> Result<ExitCode> {
             output.output.emit(&rows, |wide| view::package_table(&rows, wide))
         }
         NodeCommand::Ignore { nodes } | NodeCommand::Unignore { nodes } if nodes.is_empty() => bail!("name at least one node"),
-        NodeCommand::Ignore { nodes } => label_ignore(&c, &nodes, true).await,
-        NodeCommand::Unignore { nodes } => label_ignore(&c, &nodes, false).await,
+        NodeCommand::Ignore { nodes } => label_ignore(&c, ctx, &nodes, true).await,
+        NodeCommand::Unignore { nodes } => label_ignore(&c, ctx, &nodes, false).await,
         NodeCommand::Reset { node, cr, confirm: yes } => {
             nodewright(&c, &cr).await?;
             let n = Api::<Node>::all(c.clone()).get_opt(&node).await?.with_context(|| format!("node {node:?} not found"))?;
             if view::node_state(&n, &cr).is_none() {
                 bail!("{cr} has no state on {node}: nothing to reset");
             }
-            refuse_if_running(&c, namespace, &cr, std::slice::from_ref(&node)).await?;
-            confirm(&format!("forget {cr}'s state on {node} (every package runs there again, interrupts included)"), &yes)?;
-            write_state(&c, &n, &cr, None).await?;
-            println!("{node}: {cr}'s state removed; its packages run again from the start");
+            refuse_if_running(&c, &ctx.namespace, &cr, std::slice::from_ref(&node)).await?;
+            confirm(ctx, &format!("forget {cr}'s state on {node} (every package runs there again, interrupts included)"), &yes)?;
+            write_state(&c, ctx, &n, &cr, None).await?;
+            ctx.done(&format!("{node}: {cr}'s state removed; its packages run again from the start"));
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-async fn label_ignore(c: &Client, nodes: &[String], on: bool) -> Result<ExitCode> {
+async fn label_ignore(c: &Client, ctx: &Ctx, nodes: &[String], on: bool) -> Result<ExitCode> {
     for n in nodes {
         let patch = json!({"metadata": {"labels": {keys::IGNORE: if on { Value::from("true") } else { Value::Null }}}});
-        Api::<Node>::all(c.clone()).patch(n, &PatchParams::default(), &Patch::Merge(&patch)).await.with_context(|| format!("labelling node {n}"))?;
-        println!("{n}: {}", if on { "ignored by every NodeWright" } else { "no longer ignored" });
+        Api::<Node>::all(c.clone()).patch(n, &ctx.params(), &Patch::Merge(&patch)).await.with_context(|| format!("labelling node {n}"))?;
+        ctx.done(&format!("{n}: {}", if on { "ignored by every NodeWright" } else { "no longer ignored" }));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `package ...`.
-pub async fn package(cmd: PackageCommand, namespace: &str) -> Result<ExitCode> {
+pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
     let c = client().await?;
     match cmd {
         PackageCommand::Status { cr, package, output } => {
@@ -342,7 +364,7 @@ pub async fn package(cmd: PackageCommand, namespace: &str) -> Result<ExitCode> {
             let rows = view::package_rows(&cr, package.as_deref(), &nodes(&c).await?);
             output.output.emit(&rows, |wide| view::package_table(&rows, wide))
         }
-        PackageCommand::Logs { cr, package, node } => logs(&c, namespace, &cr, &package, &node).await,
+        PackageCommand::Logs { cr, package, node } => logs(&c, &ctx.namespace, &cr, &package, &node).await,
         PackageCommand::Rerun { cr, package, nodes: wanted, all, stage, confirm: yes } => {
             let spec = nodewright(&c, &cr).await?.spec;
             let Some(p) = spec.packages.get(&package) else { bail!("{cr} has no package {package:?}") };
@@ -362,9 +384,9 @@ pub async fn package(cmd: PackageCommand, namespace: &str) -> Result<ExitCode> {
             if names.is_empty() {
                 bail!("no node has state for {cr}/{package}");
             }
-            refuse_if_running(&c, namespace, &cr, &names).await?;
+            refuse_if_running(&c, &ctx.namespace, &cr, &names).await?;
             let from = stage.map_or_else(|| "its first stage".to_string(), |s| format!("its {} stage", view::serde_name(&Stage::from(s))));
-            confirm(&format!("run {package} of {cr} again from {from} on {}", names.join(", ")), &yes)?;
+            confirm(ctx, &format!("run {package} of {cr} again from {from} on {}", names.join(", ")), &yes)?;
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
             for n in &with {
                 let mut st = view::node_state(n, &cr).unwrap_or_default();
@@ -373,8 +395,8 @@ pub async fn package(cmd: PackageCommand, namespace: &str) -> Result<ExitCode> {
                     None => st.retain(|_, p| p.name != package),
                     Some(s) => st.values_mut().filter(|p| p.name == package).for_each(|p| p.restart_at(s.into(), now)),
                 }
-                write_state(&c, n, &cr, Some(&st)).await?;
-                println!("{}: {package} will run again from {from}", n.metadata.name.clone().unwrap_or_default());
+                write_state(&c, ctx, n, &cr, Some(&st)).await?;
+                ctx.done(&format!("{}: {package} will run again from {from}", n.metadata.name.clone().unwrap_or_default()));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -429,34 +451,34 @@ async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str) 
 }
 
 /// `reset CR`: forget the NodeWright's state on every node and its batch state.
-pub async fn reset(cr: &str, yes: &ConfirmArg, namespace: &str) -> Result<ExitCode> {
+pub async fn reset(ctx: &Ctx, cr: &str, yes: &ConfirmArg) -> Result<ExitCode> {
     let c = client().await?;
     nodewright(&c, cr).await?;
     let with: Vec<Node> = nodes(&c).await?.into_iter().filter(|n| view::node_state(n, cr).is_some()).collect();
-    refuse_if_running(&c, namespace, cr, &[]).await?;
-    confirm(&format!("forget {cr}'s state on {} node(s) and restart its rollout from the beginning", with.len()), yes)?;
+    refuse_if_running(&c, &ctx.namespace, cr, &[]).await?;
+    confirm(ctx, &format!("forget {cr}'s state on {} node(s) and restart its rollout from the beginning", with.len()), yes)?;
     for n in &with {
-        write_state(&c, n, cr, None).await?;
+        write_state(&c, ctx, n, cr, None).await?;
     }
-    clear_batches(&c, cr).await?;
-    println!("{cr}: state removed from {} node(s), batches restarted", with.len());
+    clear_batches(&c, ctx, cr).await?;
+    ctx.done(&format!("{cr}: state removed from {} node(s), batches restarted", with.len()));
     Ok(ExitCode::SUCCESS)
 }
 
-async fn clear_batches(c: &Client, cr: &str) -> Result<()> {
+async fn clear_batches(c: &Client, ctx: &Ctx, cr: &str) -> Result<()> {
     let patch = json!({"status": {"compartmentStatuses": null}});
-    Api::<NodeWright>::all(c.clone()).patch_status(cr, &PatchParams::default(), &Patch::Merge(&patch)).await.context("clearing status.compartmentStatuses")?;
+    Api::<NodeWright>::all(c.clone()).patch_status(cr, &ctx.params(), &Patch::Merge(&patch)).await.context("clearing status.compartmentStatuses")?;
     Ok(())
 }
 
 /// `policy reset CR`.
-pub async fn policy(cmd: PolicyCommand) -> Result<ExitCode> {
+pub async fn policy(cmd: PolicyCommand, ctx: &Ctx) -> Result<ExitCode> {
     let PolicyCommand::Reset { cr, confirm: yes } = cmd;
     let c = client().await?;
     let current = nodewright(&c, &cr).await?;
     let stopped: Vec<String> = current.status.map(|s| s.compartment_statuses).unwrap_or_default().into_iter().filter(|(_, s)| s.batch_state.as_ref().is_some_and(|b| b.should_stop)).map(|(n, _)| n).collect();
-    confirm(&format!("restart {cr}'s batches from a first batch{}", if stopped.is_empty() { String::new() } else { format!(" (stopped: {})", stopped.join(", ")) }), &yes)?;
-    clear_batches(&c, &cr).await?;
-    println!("{cr}: batch state cleared; compartments start again from a first batch");
+    confirm(ctx, &format!("restart {cr}'s batches from a first batch{}", if stopped.is_empty() { String::new() } else { format!(" (stopped: {})", stopped.join(", ")) }), &yes)?;
+    clear_batches(&c, ctx, &cr).await?;
+    ctx.done(&format!("{cr}: batch state cleared; compartments start again from a first batch"));
     Ok(ExitCode::SUCCESS)
 }
