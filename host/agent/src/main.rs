@@ -175,6 +175,8 @@ fn interrupt_text(i: &Interrupt) -> String {
 async fn run_stage(args: &RunArgs) -> StageResult {
     let stage = args.stage.as_str();
     let fail = |blame, msg: String| StageResult::failed(stage, &args.package, blame, msg);
+    // The first line of the pod's log says what this pod is for.
+    eprintln!("nodewright-agent: {stage} of {} {} on {} ({})", args.package, args.version, args.common.node, args.plugin);
     if !args.plugin.contains("@sha256:") {
         return fail(Blame::Config, format!("{}: agents pull only pinned references (repo@sha256:...)", args.plugin));
     }

@@ -247,6 +247,11 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     })
     .await;
     assert!(err.contains("nodewright pause slow"), "{err}");
+    // package logs of a running stage: the pod, and its log as far as it got (read through
+    // the apiserver from the node).
+    let out = ok(&env, &["package", "logs", "slow", "tool", "--node", "n1", "--stage", "apply"]);
+    assert!(out.contains(": running") && out.contains("   | nodewright-agent: apply of tool 1.0.0 on n1"), "{out}");
+    assert!(!ok(&env, &["package", "logs", "slow", "tool", "--node", "n1", "--stage", "config"]).contains("=="), "no config pod yet");
     for n in ["n1", "n2"] {
         std::fs::write(env.cluster.host_path(n, "/etc/go"), "").unwrap();
     }

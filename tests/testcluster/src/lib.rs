@@ -14,6 +14,7 @@
 //! [`SimKubelet`](simnode::SimKubelet) registers simulated nodes and really runs the
 //! commands of the pods bound to them.
 
+mod kubelet_api;
 mod proctree;
 pub mod simnode;
 
@@ -183,6 +184,8 @@ impl ControlPlane {
             // Services reach their EndpointSlices' addresses (there is no kube-proxy for
             // ClusterIPs): a webhook behind a Service works once a test publishes a slice.
             "--enable-aggregator-routing=true".into(),
+            // Simulated nodes' kubelet endpoint is on loopback; their Hostname resolves nowhere.
+            "--kubelet-preferred-address-types=InternalIP".into(),
             format!("--tls-cert-file={}", p("apiserver.crt")),
             format!("--tls-private-key-file={}", p("apiserver.key")),
             format!("--client-ca-file={}", p("ca.crt")),

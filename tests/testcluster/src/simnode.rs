@@ -14,7 +14,9 @@
 //!   `FallbackToLogsOnError`), restart counts under the pod's `restartPolicy`;
 //! - deletion honours the grace period (SIGTERM to the process group, then SIGKILL), kills
 //!   every process the container started (as a runtime does), then finishes the delete;
-//! - containers without a command are workload "sleepers": running until deleted.
+//! - containers without a command are workload "sleepers": running until deleted;
+//! - container logs (stdout and stderr) are served to the apiserver's `pods/log` through a
+//!   kubelet endpoint every node advertises (`kubelet_api`).
 //!
 //! A reboot (requested through the simulated host's `reboot-requested` file, as the agent's
 //! host-ops seam does, or by [`SimKubelet::reboot`]) marks the node NotReady, kills every
@@ -37,6 +39,7 @@ use nodewright_hostops::{HostOps, NodeIdentity, SimHost};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::kubelet_api::{self, LogDirs};
 use crate::proctree::{descendants, kill_all, kill_group};
 
 /// A node to simulate.
@@ -83,6 +86,8 @@ struct Inner {
     nodes: HashMap<String, SimNode>,
     /// Running pods by uid.
     pods: Mutex<HashMap<String, watch::Sender<Control>>>,
+    /// Where each pod's container logs are, for the kubelet endpoint.
+    logs: LogDirs,
     work: PathBuf,
 }
 
@@ -133,6 +138,8 @@ impl SimKubelet {
     pub async fn start(client: Client, nodes: Vec<NodeSpec>) -> Result<Self> {
         let work = tempfile::Builder::new().prefix("nodewright-simkubelet-").tempdir()?;
         let api: Api<Node> = Api::all(client.clone());
+        let logs = LogDirs::default();
+        let kubelet_port = kubelet_api::start(logs.clone()).await?;
         let mut sims = HashMap::new();
         for spec in nodes {
             std::fs::create_dir_all(&spec.root)?;
@@ -146,7 +153,9 @@ impl SimKubelet {
                 .await
                 .with_context(|| format!("register node {}", spec.name))?;
             let boot = host.node_info().boot_id;
-            api.patch_status(&spec.name, &PatchParams::default(), &Patch::Merge(&node_status(&spec, &boot, true))).await?;
+            let mut status = node_status(&spec, &boot, true);
+            status["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": kubelet_port}});
+            api.patch_status(&spec.name, &PatchParams::default(), &Patch::Merge(&status)).await?;
             // The apiserver taints a new node not-ready; with no node-lifecycle controller in
             // the test control plane, the kubelet side lifts it once the node reports Ready.
             let registered = api.get(&spec.name).await?;
@@ -155,7 +164,7 @@ impl SimKubelet {
             let (control, _) = watch::channel(Control::Run);
             sims.insert(spec.name.clone(), SimNode { spec, host, control });
         }
-        let inner = Arc::new(Inner { client, nodes: sims, pods: Mutex::default(), work: work.path().to_path_buf() });
+        let inner = Arc::new(Inner { client, nodes: sims, pods: Mutex::default(), logs, work: work.path().to_path_buf() });
         let mut tasks = vec![tokio::spawn(watch_pods(inner.clone()))];
         for name in inner.nodes.keys() {
             tasks.push(tokio::spawn(node_loop(inner.clone(), name.clone())));
@@ -358,6 +367,7 @@ async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Rece
     let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
     let pod_dir = inner.work.join(&uid);
     let _ = std::fs::create_dir_all(&pod_dir);
+    inner.logs.lock().expect("log dirs lock").insert(format!("{ns}/{name}"), pod_dir.clone());
     let node_root = inner.nodes[&node].spec.root.clone();
     let host_mounts: HashMap<String, PathBuf> = spec
         .volumes

@@ -1,6 +1,7 @@
 //! The control plane and simulated nodes behave like Kubernetes: Jobs run real commands
 //! and complete, retries follow backoffLimit and podFailurePolicy, PDBs refuse evictions,
-//! cordons patch, and reboots change the boot ID and restart OnFailure pods.
+//! cordons patch, reboots change the boot ID and restart OnFailure pods, and pod logs are
+//! served through the apiserver.
 
 use std::future::Future;
 use std::time::Duration;
@@ -78,6 +79,23 @@ async fn a_job_runs_its_command_on_the_simulated_node_and_completes() {
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let term = status.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
     assert_eq!((term.exit_code, term.message.as_deref()), (0, Some("done")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_logs_come_through_the_apiserver() {
+    let (client, _sim, _roots) = setup("smoke-logs", &["n1"]).await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "smoke-logs");
+    jobs.create(&PostParams::default(), &job("talk", "smoke-logs-n1", "echo one; echo two >&2; echo three", json!({}))).await.unwrap();
+    wait_until("job completion", Duration::from_secs(60), || job_condition(&jobs, "talk")).await;
+    let pods: Api<Pod> = Api::namespaced(client, "smoke-logs");
+    let pod = pods.list(&ListParams::default().labels("job-name=talk")).await.unwrap().items.remove(0);
+    let name = pod.metadata.name.unwrap();
+    // kubectl logs' path: apiserver → the node's kubelet endpoint → the container's output.
+    assert_eq!(pods.logs(&name, &Default::default()).await.unwrap(), "one\ntwo\nthree\n");
+    let tail = kube::api::LogParams { tail_lines: Some(2), ..Default::default() };
+    assert_eq!(pods.logs(&name, &tail).await.unwrap(), "two\nthree\n");
+    let missing = kube::api::LogParams { container: Some("nope".into()), ..Default::default() };
+    assert!(pods.logs(&name, &missing).await.is_err(), "an unknown container is an error");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use nodewright_api::keys;
 use nodewright_api::result::StageResult;
@@ -120,12 +120,19 @@ pub enum PackageCommand {
         #[command(flatten)]
         output: OutputArg,
     },
-    /// The agent's results (outcome, changes, last log lines) of a package on a node.
+    /// The agent pods of a package on a node: each one's result (outcome, blame, changes)
+    /// and its log.
     Logs {
         cr: String,
         package: String,
         #[arg(long)]
         node: String,
+        /// Only this stage's pods (`interrupt` for the node's merged interrupt).
+        #[arg(long)]
+        stage: Option<String>,
+        /// Lines of each pod's log to show.
+        #[arg(long, default_value_t = 50)]
+        tail: i64,
     },
     /// Run a package again on some nodes: from its first stage, or from `--stage`.
     Rerun {
@@ -364,7 +371,7 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
             let rows = view::package_rows(&cr, package.as_deref(), &nodes(&c).await?);
             output.output.emit(&rows, |wide| view::package_table(&rows, wide))
         }
-        PackageCommand::Logs { cr, package, node } => logs(&c, &ctx.namespace, &cr, &package, &node).await,
+        PackageCommand::Logs { cr, package, node, stage, tail } => logs(&c, &ctx.namespace, &cr, &package, &node, stage.as_deref(), tail).await,
         PackageCommand::Rerun { cr, package, nodes: wanted, all, stage, confirm: yes } => {
             let spec = nodewright(&c, &cr).await?.spec;
             let Some(p) = spec.packages.get(&package) else { bail!("{cr} has no package {package:?}") };
@@ -403,46 +410,48 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
     }
 }
 
-async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str) -> Result<ExitCode> {
-    let pods = Api::<Pod>::namespaced(c.clone(), namespace)
-        .list(&ListParams::default().labels(&format!("{}={cr},{}={node}", keys::job::CR, keys::job::NODE)))
-        .await?
-        .items;
-    let mut shown = 0;
-    for p in &pods {
+async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str, stage: Option<&str>, tail: i64) -> Result<ExitCode> {
+    let api = Api::<Pod>::namespaced(c.clone(), namespace);
+    let mut pods = api.list(&ListParams::default().labels(&format!("{}={cr},{}={node}", keys::job::CR, keys::job::NODE))).await?.items;
+    pods.retain(|p| {
         let labels = p.metadata.labels.clone().unwrap_or_default();
-        let is_pkg = labels.get(keys::job::PACKAGE).is_some_and(|v| v == package);
-        let is_interrupt = labels.contains_key(keys::job::INTERRUPT);
-        if !is_pkg && !is_interrupt {
-            continue;
-        }
-        let terminated = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|cs| cs.first()).and_then(|c| c.state.as_ref()?.terminated.clone());
+        let ours = labels.get(keys::job::PACKAGE).is_some_and(|v| v == package) || labels.contains_key(keys::job::INTERRUPT);
+        ours && stage.is_none_or(|s| labels.get(keys::job::STAGE).is_some_and(|v| v == s))
+    });
+    pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
+    for p in &pods {
         let pod = p.metadata.name.clone().unwrap_or_default();
-        let Some(t) = terminated else {
-            println!("== {pod}: running");
-            shown += 1;
-            continue;
-        };
-        match t.message.as_deref().map(serde_json::from_str::<StageResult>) {
-            Some(Ok(r)) => {
+        let terminated = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|cs| cs.first()).and_then(|c| c.state.as_ref()?.terminated.clone());
+        let result = terminated.as_ref().and_then(|t| serde_json::from_str::<StageResult>(t.message.as_deref()?).ok());
+        match (&terminated, &result) {
+            (None, _) => println!("== {pod}: running"),
+            (Some(t), Some(r)) => {
                 println!("== {pod}: {} {} ({}), exit {}: {}", r.stage, r.outcome, serde_json::to_value(r.blame)?.as_str().unwrap_or_default(), t.exit_code, r.message);
                 for ch in &r.changes {
                     println!("   change: {ch}");
                 }
-                for l in &r.logs {
+            }
+            (Some(t), None) => println!("== {pod}: exit {}, no agent result: {}", t.exit_code, t.message.clone().unwrap_or_default()),
+        }
+        // The pod's own log, as `kubectl logs` shows it; if the node cannot serve it, the
+        // last lines the agent put in its result.
+        match api.logs(&pod, &LogParams { tail_lines: Some(tail), ..LogParams::default() }).await {
+            Ok(text) => text.lines().for_each(|l| println!("   | {l}")),
+            Err(e) => {
+                println!("   (the pod's log is unavailable: {e})");
+                for l in result.iter().flat_map(|r| &r.logs) {
                     println!("   | {l}");
                 }
             }
-            _ => println!("== {pod}: exit {}, no agent result: {}", t.exit_code, t.message.unwrap_or_default()),
         }
-        shown += 1;
     }
-    if shown == 0 {
+    if pods.is_empty() {
         // Finished Jobs are deleted once recorded: the node state keeps the last message.
         let n = Api::<Node>::all(c.clone()).get_opt(node).await?.with_context(|| format!("node {node:?} not found"))?;
         let st = view::node_state(&n, cr).unwrap_or_default();
         let entry = st.values().find(|p| p.name == package).with_context(|| format!("{cr}/{package} has no Job pods and no state on {node}"))?;
-        println!("no agent pods left for {cr}/{package} on {node} (recorded Jobs are deleted); its state: {}", view::stage_state(entry));
+        let which = stage.map_or_else(String::new, |s| format!(" of the {s} stage"));
+        println!("no agent pods{which} for {cr}/{package} on {node} (a Job is deleted once recorded); its state: {}", view::stage_state(entry));
         if !entry.message.is_empty() {
             println!("last message: {}", entry.message);
         }
