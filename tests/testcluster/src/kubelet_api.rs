@@ -1,16 +1,19 @@
 //! The simulated kubelet's HTTPS endpoint — the part of a kubelet's API the apiserver
 //! proxies `pods/log` to: `GET /containerLogs/{namespace}/{pod}/{container}` with
-//! `tailLines`, answered from the container's log file (stdout and stderr, as the process
-//! wrote them). Every simulated node advertises this one listener as its kubelet endpoint;
-//! the apiserver skips certificate verification when it has no kubelet CA, as here, so the
-//! certificate is self-signed. No follow, no timestamps, no exec/attach/port-forward.
+//! `tailLines` and `follow`, answered from the container's log file (stdout and stderr, as
+//! the process wrote them; a follow ends when the container does). Every simulated node
+//! advertises this one listener as its kubelet endpoint; the apiserver skips certificate
+//! verification when it has no kubelet CA, as here, so the certificate is self-signed. No
+//! timestamps, no exec/attach/port-forward.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -20,7 +23,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-/// `namespace/pod` → the pod's directory, holding `<container>.log`.
+/// `namespace/pod` → the pod's directory, holding `<container>.log` and, while the
+/// container is not running, `<container>.ended`.
 pub type LogDirs = Arc<Mutex<HashMap<String, PathBuf>>>;
 
 /// Binds a loopback port, serves it in the background and returns the port.
@@ -52,9 +56,11 @@ pub async fn start(dirs: LogDirs) -> Result<u16> {
     Ok(port)
 }
 
-fn answer(dirs: &LogDirs, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+type Body = BoxBody<Bytes, std::convert::Infallible>;
+
+fn answer(dirs: &LogDirs, req: &Request<Incoming>) -> Response<Body> {
     let reply = |status: StatusCode, body: String| {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
+        let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
         *r.status_mut() = status;
         r
     };
@@ -65,11 +71,52 @@ fn answer(dirs: &LogDirs, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let Some(dir) = dirs.lock().expect("log dirs lock").get(&format!("{ns}/{pod}")).cloned() else {
         return reply(StatusCode::NOT_FOUND, format!("pod {ns}/{pod} is not on this simulated kubelet"));
     };
-    let Ok(text) = std::fs::read_to_string(dir.join(format!("{container}.log"))) else {
+    let log = dir.join(format!("{container}.log"));
+    let Ok(text) = std::fs::read_to_string(&log) else {
         return reply(StatusCode::NOT_FOUND, format!("container {container} of {ns}/{pod} has not started"));
     };
-    let tail = req.uri().query().unwrap_or_default().split('&').find_map(|kv| kv.strip_prefix("tailLines=")?.parse::<usize>().ok());
-    reply(StatusCode::OK, tail_lines(&text, tail))
+    let query = req.uri().query().unwrap_or_default();
+    let tail = query.split('&').find_map(|kv| kv.strip_prefix("tailLines=")?.parse::<usize>().ok());
+    let first = tail_lines(&text, tail);
+    if !query.split('&').any(|kv| kv == "follow=true") {
+        return reply(StatusCode::OK, first);
+    }
+    // Follow: what is there, then what the container appends, until it has ended and
+    // nothing more came (or the client went away).
+    let ended = dir.join(format!("{container}.ended"));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let mut offset = text.len() as u64;
+        if tx.send(Bytes::from(first)).await.is_err() {
+            return;
+        }
+        loop {
+            let done = ended.exists();
+            let more = read_from(&log, offset);
+            offset += more.len() as u64;
+            if !more.is_empty() && tx.send(Bytes::from(more)).await.is_err() {
+                return;
+            }
+            if done {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    });
+    let frames = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok(Frame::data(b)), rx)) });
+    Response::new(BodyExt::boxed(StreamBody::new(frames)))
+}
+
+/// The bytes of `path` from `offset` on.
+fn read_from(path: &std::path::Path, offset: u64) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut out = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path)
+        && f.seek(SeekFrom::Start(offset)).is_ok()
+    {
+        let _ = f.read_to_end(&mut out);
+    }
+    out
 }
 
 /// The last `n` lines of `text` (all of it without `n`), each ending in a newline.

@@ -444,6 +444,13 @@ struct ContainerCtx {
 }
 
 impl ContainerCtx {
+    /// Present while the container is not running: the kubelet endpoint ends a follow on it.
+    fn ended_file(&self) -> PathBuf {
+        self.cwd.join(format!("{}.ended", self.container.name))
+    }
+}
+
+impl ContainerCtx {
     fn field_ref(&self, path: &str) -> Option<String> {
         let find = |k: &str| self.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         match path {
@@ -516,6 +523,7 @@ async fn run_container(
             }
         }
         let _ = std::fs::remove_file(&ctx.term_file);
+        let _ = std::fs::remove_file(ctx.ended_file());
         let started = now();
         let child = match ctx.command() {
             None => None,
@@ -604,6 +612,8 @@ async fn run_container(
             message = "killed by a node reboot".into();
         }
         let state = terminated(code, message, &started);
+        // Ends a `kubectl logs -f` of this run (the kubelet endpoint watches for it).
+        let _ = std::fs::write(ctx.ended_file(), "");
         let restart = match why {
             Control::Delete(_) => false,
             Control::Run | Control::Reboot => ctx.policy == "Always" || (ctx.policy == "OnFailure" && code != 0),

@@ -96,6 +96,20 @@ async fn pod_logs_come_through_the_apiserver() {
     assert_eq!(pods.logs(&name, &tail).await.unwrap(), "two\nthree\n");
     let missing = kube::api::LogParams { container: Some("nope".into()), ..Default::default() };
     assert!(pods.logs(&name, &missing).await.is_err(), "an unknown container is an error");
+
+    // Following a running container: its output as it comes, ending when it does.
+    let jobs: Api<Job> = Api::namespaced(pods.clone().into_client(), "smoke-logs");
+    jobs.create(&PostParams::default(), &job("slow-talk", "smoke-logs-n1", "echo early; sleep 2; echo late", json!({}))).await.unwrap();
+    let running = wait_until("the talker running", Duration::from_secs(60), || async {
+        let p = pods.list(&ListParams::default().labels("job-name=slow-talk")).await.ok()?.items.pop()?;
+        (p.status.as_ref()?.phase.as_deref() == Some("Running")).then(|| p.metadata.name.unwrap())
+    })
+    .await;
+    let follow = kube::api::LogParams { follow: true, ..Default::default() };
+    let mut stream = pods.log_stream(&running, &follow).await.unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(30), futures::AsyncReadExt::read_to_string(&mut stream, &mut text)).await.expect("the follow ends with the container").unwrap();
+    assert_eq!(text, "early\nlate\n");
 }
 
 #[tokio::test(flavor = "multi_thread")]

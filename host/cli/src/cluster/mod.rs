@@ -11,6 +11,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use futures::AsyncBufReadExt;
 use clap::{Args, Subcommand, ValueEnum};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -133,6 +134,9 @@ pub enum PackageCommand {
         /// Lines of each pod's log to show.
         #[arg(long, default_value_t = 50)]
         tail: i64,
+        /// Keep printing the running pod's log until its container ends.
+        #[arg(short = 'f', long)]
+        follow: bool,
     },
     /// Run a package again on some nodes: from its first stage, or from `--stage`.
     Rerun {
@@ -371,7 +375,7 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
             let rows = view::package_rows(&cr, package.as_deref(), &nodes(&c).await?);
             output.output.emit(&rows, |wide| view::package_table(&rows, wide))
         }
-        PackageCommand::Logs { cr, package, node, stage, tail } => logs(&c, &ctx.namespace, &cr, &package, &node, stage.as_deref(), tail).await,
+        PackageCommand::Logs { cr, package, node, stage, tail, follow } => logs(&c, &ctx.namespace, &cr, &package, &node, LogsOf { stage: stage.as_deref(), tail, follow }).await,
         PackageCommand::Rerun { cr, package, nodes: wanted, all, stage, confirm: yes } => {
             let spec = nodewright(&c, &cr).await?.spec;
             let Some(p) = spec.packages.get(&package) else { bail!("{cr} has no package {package:?}") };
@@ -410,7 +414,15 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
     }
 }
 
-async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str, stage: Option<&str>, tail: i64) -> Result<ExitCode> {
+/// Which pods' logs, and how much of them.
+struct LogsOf<'a> {
+    stage: Option<&'a str>,
+    tail: i64,
+    follow: bool,
+}
+
+async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str, of: LogsOf<'_>) -> Result<ExitCode> {
+    let LogsOf { stage, tail, follow } = of;
     let api = Api::<Pod>::namespaced(c.clone(), namespace);
     let mut pods = api.list(&ListParams::default().labels(&format!("{}={cr},{}={node}", keys::job::CR, keys::job::NODE))).await?.items;
     pods.retain(|p| {
@@ -419,7 +431,8 @@ async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str, 
         ours && stage.is_none_or(|s| labels.get(keys::job::STAGE).is_some_and(|v| v == s))
     });
     pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
-    for p in &pods {
+    let mut followed = false;
+    for (i, p) in pods.iter().enumerate() {
         let pod = p.metadata.name.clone().unwrap_or_default();
         let terminated = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|cs| cs.first()).and_then(|c| c.state.as_ref()?.terminated.clone());
         let result = terminated.as_ref().and_then(|t| serde_json::from_str::<StageResult>(t.message.as_deref()?).ok());
@@ -433,6 +446,16 @@ async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str, 
             }
             (Some(t), None) => println!("== {pod}: exit {}, no agent result: {}", t.exit_code, t.message.clone().unwrap_or_default()),
         }
+        if follow && terminated.is_none() && i + 1 == pods.len() {
+            // The newest pod, still running: its log as it grows, until it ends.
+            let mut lines = api.log_stream(&pod, &LogParams { tail_lines: Some(tail), follow: true, ..LogParams::default() }).await.with_context(|| format!("following {pod}'s log"))?.lines();
+            while let Some(line) = futures::TryStreamExt::try_next(&mut lines).await? {
+                println!("   | {line}");
+            }
+            println!("== {pod}: its container ended");
+            followed = true;
+            continue;
+        }
         // The pod's own log, as `kubectl logs` shows it; if the node cannot serve it, the
         // last lines the agent put in its result.
         match api.logs(&pod, &LogParams { tail_lines: Some(tail), ..LogParams::default() }).await {
@@ -444,6 +467,9 @@ async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str, 
                 }
             }
         }
+    }
+    if follow && !followed {
+        eprintln!("nothing to follow: no pod of these is running");
     }
     if pods.is_empty() {
         // Finished Jobs are deleted once recorded: the node state keeps the last message.
