@@ -213,6 +213,16 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     assert_eq!(row(&v, "n1")["ignored"], true);
     ok(&env, &["node", "unignore", "n1"]);
     assert_eq!(label().await, None);
+    // Node arguments are names or regular expressions over whole names.
+    assert!(ok(&env, &["node", "ignore", "n[0-9]"]).lines().count() == 2);
+    let v: Value = serde_json::from_str(&ok(&env, &["node", "list", "-o", "json"])).unwrap();
+    assert_eq!((row(&v, "n1")["ignored"].clone(), row(&v, "n2")["ignored"].clone()), (json!(true), json!(true)));
+    ok(&env, &["node", "unignore", "n.*"]);
+    let v: Value = serde_json::from_str(&ok(&env, &["node", "list", "-o", "json"])).unwrap();
+    assert_eq!((row(&v, "n1")["ignored"].clone(), row(&v, "n2")["ignored"].clone()), (json!(false), json!(false)));
+    let v: Value = serde_json::from_str(&ok(&env, &["node", "status", "n.*", "-o", "json"])).unwrap();
+    assert_eq!(v.as_array().unwrap().iter().map(|r| r["node"].as_str().unwrap()).collect::<std::collections::BTreeSet<_>>(), ["n1", "n2"].into());
+    assert!(refused(&env, &["node", "reset", "n9", "--cr", "tools", "-y"]).contains("no node matches \"n9\""));
 
     // package rerun --stage on a reboot package: from config, apply is not run again (the
     // interrupt follows config as always); from the interrupt, only the reboot (with its

@@ -5,6 +5,7 @@
 //! keys merged server-side. Verbs that throw work away refuse while a stage of that work is
 //! running; verbs that change a rollout ask for confirmation.
 
+mod select;
 mod view;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -90,19 +91,30 @@ impl From<RerunStage> for Stage {
 pub enum NodeCommand {
     /// Nodes and their status under each NodeWright.
     List(OutputArg),
-    /// Every NodeWright's packages on one node.
+    /// Every NodeWright's packages on some nodes (all without NODE).
     Status {
-        node: String,
+        /// Node names or regular expressions over whole names.
+        nodes: Vec<String>,
         #[command(flatten)]
         output: OutputArg,
     },
     /// Keep nodes out of every NodeWright (label `nodewright.io/ignore=true`).
-    Ignore { nodes: Vec<String> },
+    Ignore {
+        /// Node names or regular expressions over whole names.
+        #[arg(required = true)]
+        nodes: Vec<String>,
+    },
     /// Let ignored nodes take part again.
-    Unignore { nodes: Vec<String> },
-    /// Forget a NodeWright's state on a node: every package runs there again from the start.
+    Unignore {
+        /// Node names or regular expressions over whole names.
+        #[arg(required = true)]
+        nodes: Vec<String>,
+    },
+    /// Forget a NodeWright's state on nodes: every package runs there again from the start.
     Reset {
-        node: String,
+        /// Node names or regular expressions over whole names.
+        #[arg(required = true)]
+        nodes: Vec<String>,
         /// The NodeWright.
         #[arg(long)]
         cr: String,
@@ -328,32 +340,43 @@ pub async fn node(cmd: NodeCommand, ctx: &Ctx) -> Result<ExitCode> {
             let rows = view::node_list(&crs, &nodes(&c).await?);
             output.output.emit(&rows, |wide| view::node_list_table(&rows, wide))
         }
-        NodeCommand::Status { node, output } => {
-            let n = Api::<Node>::all(c.clone()).get_opt(&node).await?.with_context(|| format!("node {node:?} not found"))?;
+        NodeCommand::Status { nodes: patterns, output } => {
+            let all = nodes(&c).await?;
+            let picked: Vec<Node> = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?.into_iter().cloned().collect();
             let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
-            let rows: Vec<view::PackageRow> = crs.iter().filter_map(|cr| cr.metadata.name.clone()).flat_map(|cr| view::package_rows(&cr, None, std::slice::from_ref(&n))).collect();
+            let mut rows: Vec<view::PackageRow> = crs.iter().filter_map(|cr| cr.metadata.name.clone()).flat_map(|cr| view::package_rows(&cr, None, &picked)).collect();
+            rows.sort_by(|a, b| (&a.node, &a.nodewright, &a.package).cmp(&(&b.node, &b.nodewright, &b.package)));
             output.output.emit(&rows, |wide| view::package_table(&rows, wide))
         }
-        NodeCommand::Ignore { nodes } | NodeCommand::Unignore { nodes } if nodes.is_empty() => bail!("name at least one node"),
-        NodeCommand::Ignore { nodes } => label_ignore(&c, ctx, &nodes, true).await,
-        NodeCommand::Unignore { nodes } => label_ignore(&c, ctx, &nodes, false).await,
-        NodeCommand::Reset { node, cr, confirm: yes } => {
+        NodeCommand::Ignore { nodes: patterns } => label_ignore(&c, ctx, &patterns, true).await,
+        NodeCommand::Unignore { nodes: patterns } => label_ignore(&c, ctx, &patterns, false).await,
+        NodeCommand::Reset { nodes: patterns, cr, confirm: yes } => {
             nodewright(&c, &cr).await?;
-            let n = Api::<Node>::all(c.clone()).get_opt(&node).await?.with_context(|| format!("node {node:?} not found"))?;
-            if view::node_state(&n, &cr).is_none() {
-                bail!("{cr} has no state on {node}: nothing to reset");
+            let all = nodes(&c).await?;
+            let picked = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?;
+            let (with, without): (Vec<&Node>, Vec<&Node>) = picked.into_iter().partition(|n| view::node_state(n, &cr).is_some());
+            let names = |ns: &[&Node]| ns.iter().filter_map(|n| n.metadata.name.clone()).collect::<Vec<_>>();
+            if with.is_empty() {
+                bail!("{cr} has no state on {}: nothing to reset", names(&without).join(", "));
             }
-            refuse_if_running(&c, &ctx.namespace, &cr, std::slice::from_ref(&node)).await?;
-            confirm(ctx, &format!("forget {cr}'s state on {node} (every package runs there again, interrupts included)"), &yes)?;
-            write_state(&c, ctx, &n, &cr, None).await?;
-            ctx.done(&format!("{node}: {cr}'s state removed; its packages run again from the start"));
+            if !without.is_empty() {
+                eprintln!("{cr} has no state on {} (skipped)", names(&without).join(", "));
+            }
+            refuse_if_running(&c, &ctx.namespace, &cr, &names(&with)).await?;
+            confirm(ctx, &format!("forget {cr}'s state on {} (every package runs there again, interrupts included)", names(&with).join(", ")), &yes)?;
+            for n in with {
+                write_state(&c, ctx, n, &cr, None).await?;
+                ctx.done(&format!("{}: {cr}'s state removed; its packages run again from the start", n.metadata.name.clone().unwrap_or_default()));
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-async fn label_ignore(c: &Client, ctx: &Ctx, nodes: &[String], on: bool) -> Result<ExitCode> {
-    for n in nodes {
+async fn label_ignore(c: &Client, ctx: &Ctx, patterns: &[String], on: bool) -> Result<ExitCode> {
+    let all = nodes(c).await?;
+    let picked = select::nodes(&all, patterns).map_err(anyhow::Error::msg)?;
+    for n in picked.iter().filter_map(|n| n.metadata.name.as_deref()) {
         let patch = json!({"metadata": {"labels": {keys::IGNORE: if on { Value::from("true") } else { Value::Null }}}});
         Api::<Node>::all(c.clone()).patch(n, &ctx.params(), &Patch::Merge(&patch)).await.with_context(|| format!("labelling node {n}"))?;
         ctx.done(&format!("{n}: {}", if on { "ignored by every NodeWright" } else { "no longer ignored" }));
