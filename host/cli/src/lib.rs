@@ -1,6 +1,6 @@
 //! The `nodewright` command line: the plugin author loop (`plugin new|build|inspect|run|
 //! push|pull`), manifest validation, and the cluster verbs (`status`, `node`, `package`,
-//! `reset`, `pause`, `resume`, `disable`, `enable`, `policy`). Two binaries run it:
+//! `reset`, `pause`, `resume`, `disable`, `enable`, `policy`, `version`). Two binaries run it:
 //! `nodewright`, and `kubectl-nodewright`, which kubectl finds on the PATH as a plugin
 //! (`kubectl nodewright status`); they differ only in the name their help shows.
 
@@ -79,6 +79,12 @@ enum Command {
         #[command(flatten)]
         confirm: cluster::ConfirmArg,
     },
+    /// Versions: this CLI, the cluster, the served API, the operator and its leader.
+    Version {
+        /// Only this CLI's.
+        #[arg(long)]
+        client_only: bool,
+    },
     /// DeploymentPolicy batch state: reset.
     #[command(subcommand)]
     Policy(cluster::PolicyCommand),
@@ -116,6 +122,7 @@ pub fn main(program: &'static str) -> ExitCode {
             Command::Disable { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Disable, &confirm).await,
             Command::Enable { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Enable, &confirm).await,
             Command::Policy(cmd) => cluster::policy(cmd, &ctx).await,
+            Command::Version { client_only } => cluster::inspect::version(&ctx, client_only).await,
         }
     });
     match result {

@@ -92,7 +92,7 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     let nodes: Vec<(String, Vec<(String, String)>)> = ["n1", "n2"].iter().map(|n| (n.to_string(), vec![])).collect();
     let cluster = Cluster::start(work.path(), &nodes).await.unwrap();
     let bins = Binaries::in_dir(Path::new(env!("CARGO_BIN_EXE_nodewright")).parent().unwrap()).unwrap();
-    let operator = Operator::start(&cluster, &bins, &work.path().join("cache"), &work.path().join("operator.log"), "info,kube=warn", &["--job-backoff-limit=0"]).unwrap();
+    let operator = Operator::start(&cluster, &bins, &work.path().join("cache"), &work.path().join("operator.log"), "info,kube=warn", &["--job-backoff-limit=0", "--leader-elect"]).unwrap();
     let env = Env { cluster, _operator: operator, work };
     script(&env, "/usr/local/bin/count", "echo run >> etc/runs");
     env.cluster.apply(&shell_cr(&env, "tools", "/usr/local/bin/count", json!({}))).await.unwrap();
@@ -127,6 +127,26 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     assert!(out.status.success() && stdout.lines().any(|l| l.starts_with("n1") && l.contains("config/complete")), "kubectl nodewright status tools:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let help = Command::new(env!("CARGO_BIN_EXE_kubectl-nodewright")).arg("--help").output().unwrap();
     assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: kubectl nodewright"), "help names the kubectl form");
+
+    // version: the CLI, the cluster, the served API, the operator's Deployment (a
+    // zero-replica stand-in here: the operator runs as a local process) and its leader.
+    assert_eq!(ok(&env, &["version", "--client-only"]).trim(), format!("client:   nodewright {}", env!("CARGO_PKG_VERSION")));
+    env.cluster
+        .apply(&json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nodewright-operator", "namespace": "nodewright", "labels": {"app.kubernetes.io/name": "nodewright"}},
+                       "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "op"}},
+                                "template": {"metadata": {"labels": {"app": "op"}}, "spec": {"containers": [{"name": "operator", "image": "registry.example/nodewright-operator:0.1.0"}]}}}}))
+        .await
+        .unwrap();
+    let out = ok(&env, &["version"]);
+    for want in [
+        "server:   Kubernetes v1.36.3",
+        "api:      nodewrights.nodewright.io v1alpha1 (storage)",
+        "api:      deploymentpolicies.nodewright.io v1alpha1 (storage)",
+        "operator: nodewright-operator registry.example/nodewright-operator:0.1.0 (0/0 ready)",
+    ] {
+        assert!(out.lines().any(|l| l == want), "{want:?} in\n{out}");
+    }
+    assert!(out.lines().any(|l| l.starts_with("leader:   ") && !l.contains("no Lease")), "the operator's Lease holder:\n{out}");
 
     // node list / status.
     let v: Value = serde_json::from_str(&ok(&env, &["node", "list", "-o", "json"])).unwrap();

@@ -5,6 +5,7 @@
 //! keys merged server-side. Verbs that throw work away refuse while a stage of that work is
 //! running; verbs that change a rollout ask for confirmation.
 
+pub mod inspect;
 mod select;
 mod view;
 
@@ -12,14 +13,12 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use futures::AsyncBufReadExt;
 use clap::{Args, Subcommand, ValueEnum};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use nodewright_api::keys;
-use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::{NodeState, NodeWright, Stage};
 use serde_json::{Value, json};
 
@@ -398,7 +397,7 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
             let rows = view::package_rows(&cr, package.as_deref(), &nodes(&c).await?);
             output.output.emit(&rows, |wide| view::package_table(&rows, wide))
         }
-        PackageCommand::Logs { cr, package, node, stage, tail, follow } => logs(&c, &ctx.namespace, &cr, &package, &node, LogsOf { stage: stage.as_deref(), tail, follow }).await,
+        PackageCommand::Logs { cr, package, node, stage, tail, follow } => inspect::logs(&c, &ctx.namespace, &cr, &package, &node, inspect::LogsOf { stage: stage.as_deref(), tail, follow }).await,
         PackageCommand::Rerun { cr, package, nodes: wanted, all, stage, confirm: yes } => {
             let spec = nodewright(&c, &cr).await?.spec;
             let Some(p) = spec.packages.get(&package) else { bail!("{cr} has no package {package:?}") };
@@ -435,77 +434,6 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// Which pods' logs, and how much of them.
-struct LogsOf<'a> {
-    stage: Option<&'a str>,
-    tail: i64,
-    follow: bool,
-}
-
-async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str, of: LogsOf<'_>) -> Result<ExitCode> {
-    let LogsOf { stage, tail, follow } = of;
-    let api = Api::<Pod>::namespaced(c.clone(), namespace);
-    let mut pods = api.list(&ListParams::default().labels(&format!("{}={cr},{}={node}", keys::job::CR, keys::job::NODE))).await?.items;
-    pods.retain(|p| {
-        let labels = p.metadata.labels.clone().unwrap_or_default();
-        let ours = labels.get(keys::job::PACKAGE).is_some_and(|v| v == package) || labels.contains_key(keys::job::INTERRUPT);
-        ours && stage.is_none_or(|s| labels.get(keys::job::STAGE).is_some_and(|v| v == s))
-    });
-    pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
-    let mut followed = false;
-    for (i, p) in pods.iter().enumerate() {
-        let pod = p.metadata.name.clone().unwrap_or_default();
-        let terminated = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|cs| cs.first()).and_then(|c| c.state.as_ref()?.terminated.clone());
-        let result = terminated.as_ref().and_then(|t| serde_json::from_str::<StageResult>(t.message.as_deref()?).ok());
-        match (&terminated, &result) {
-            (None, _) => println!("== {pod}: running"),
-            (Some(t), Some(r)) => {
-                println!("== {pod}: {} {} ({}), exit {}: {}", r.stage, r.outcome, serde_json::to_value(r.blame)?.as_str().unwrap_or_default(), t.exit_code, r.message);
-                for ch in &r.changes {
-                    println!("   change: {ch}");
-                }
-            }
-            (Some(t), None) => println!("== {pod}: exit {}, no agent result: {}", t.exit_code, t.message.clone().unwrap_or_default()),
-        }
-        if follow && terminated.is_none() && i + 1 == pods.len() {
-            // The newest pod, still running: its log as it grows, until it ends.
-            let mut lines = api.log_stream(&pod, &LogParams { tail_lines: Some(tail), follow: true, ..LogParams::default() }).await.with_context(|| format!("following {pod}'s log"))?.lines();
-            while let Some(line) = futures::TryStreamExt::try_next(&mut lines).await? {
-                println!("   | {line}");
-            }
-            println!("== {pod}: its container ended");
-            followed = true;
-            continue;
-        }
-        // The pod's own log, as `kubectl logs` shows it; if the node cannot serve it, the
-        // last lines the agent put in its result.
-        match api.logs(&pod, &LogParams { tail_lines: Some(tail), ..LogParams::default() }).await {
-            Ok(text) => text.lines().for_each(|l| println!("   | {l}")),
-            Err(e) => {
-                println!("   (the pod's log is unavailable: {e})");
-                for l in result.iter().flat_map(|r| &r.logs) {
-                    println!("   | {l}");
-                }
-            }
-        }
-    }
-    if follow && !followed {
-        eprintln!("nothing to follow: no pod of these is running");
-    }
-    if pods.is_empty() {
-        // Finished Jobs are deleted once recorded: the node state keeps the last message.
-        let n = Api::<Node>::all(c.clone()).get_opt(node).await?.with_context(|| format!("node {node:?} not found"))?;
-        let st = view::node_state(&n, cr).unwrap_or_default();
-        let entry = st.values().find(|p| p.name == package).with_context(|| format!("{cr}/{package} has no Job pods and no state on {node}"))?;
-        let which = stage.map_or_else(String::new, |s| format!(" of the {s} stage"));
-        println!("no agent pods{which} for {cr}/{package} on {node} (a Job is deleted once recorded); its state: {}", view::stage_state(entry));
-        if !entry.message.is_empty() {
-            println!("last message: {}", entry.message);
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `reset CR`: forget the NodeWright's state on every node and its batch state.
