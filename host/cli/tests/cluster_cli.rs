@@ -284,20 +284,44 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     assert!(!ok(&env, &["package", "logs", "slow", "tool", "--node", "n1", "--stage", "config"]).contains("=="), "no config pod yet");
     // -f follows the running pod until its container ends: released, the agent finishes
     // and its result is the log's last line.
-    let follower = Command::new(env!("CARGO_BIN_EXE_nodewright"))
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_nodewright"))
         .args(["package", "logs", "slow", "tool", "--node", "n1", "--stage", "apply", "-f"])
         .env("KUBECONFIG", env.cluster.cp.kubeconfig())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Released only once the follower is on the running pod (its header printed).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines: Vec<String> = Vec::new();
+    let header = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(l) = rx.recv().await {
+            lines.push(l);
+            if lines.last().is_some_and(|l| l.ends_with(": running")) {
+                return true;
+            }
+        }
+        false
+    });
+    assert!(header.await.unwrap_or(false), "the follower found the running pod: {lines:?}");
     for n in ["n1", "n2"] {
         std::fs::write(env.cluster.host_path(n, "/etc/go"), "").unwrap();
     }
-    let followed = tokio::time::timeout(Duration::from_secs(120), tokio::task::spawn_blocking(move || follower.wait_with_output())).await.expect("the follow ends with the pod").unwrap().unwrap();
-    let out = String::from_utf8_lossy(&followed.stdout);
-    assert!(followed.status.success(), "{out}");
-    let lines: Vec<&str> = out.lines().collect();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(l) = rx.recv().await {
+            lines.push(l);
+        }
+    })
+    .await
+    .expect("the follow ends with the pod");
+    let exit = follower.wait().unwrap();
+    let out = lines.join("\n");
+    assert!(exit.success(), "{out}");
     assert!(lines.iter().any(|l| l.contains("nodewright-agent: apply of tool")), "{out}");
     assert!(lines.iter().rev().nth(1).is_some_and(|l| l.contains("\"outcome\":\"ok\"") && l.contains("\"stage\":\"apply\"")), "the agent's result came through the follow:\n{out}");
     assert!(lines.last().is_some_and(|l| l.ends_with("its container ended")), "{out}");
