@@ -53,6 +53,8 @@ enum Command {
     Reset {
         cr: String,
         #[command(flatten)]
+        scope: cluster::ResetScope,
+        #[command(flatten)]
         confirm: cluster::ConfirmArg,
     },
     /// Start no new work for a NodeWright (running stages finish).
@@ -116,7 +118,7 @@ pub fn main(program: &'static str) -> ExitCode {
             Command::Status { cr, output } => cluster::status(cr, output).await,
             Command::Node(cmd) => cluster::node(cmd, &ctx).await,
             Command::Package(cmd) => cluster::package(cmd, &ctx).await,
-            Command::Reset { cr, confirm } => cluster::reset(&ctx, &cr, &confirm).await,
+            Command::Reset { cr, scope, confirm } => cluster::reset(&ctx, &cr, &scope, &confirm).await,
             Command::Pause { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Pause, &confirm).await,
             Command::Resume { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Resume, &confirm).await,
             Command::Disable { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Disable, &confirm).await,

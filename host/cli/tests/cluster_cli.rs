@@ -192,6 +192,11 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     ok(&env, &["reset", "tools", "--confirm"]);
     wait("both ran again", || async { (runs(&env, "n1") == 3 && runs(&env, "n2") == 3).then_some(()) }).await;
     complete(&env, "tools").await;
+    // reset --package: one package's entries only (as NodeWright's).
+    assert!(refused(&env, &["reset", "tools", "--package", "nope", "-y"]).contains("it has: tool"));
+    assert!(ok(&env, &["reset", "tools", "--package", "tool", "-y"]).contains("tools/tool's state removed from 2 node(s), batches kept"));
+    wait("both ran again", || async { (runs(&env, "n1") == 4 && runs(&env, "n2") == 4).then_some(()) }).await;
+    complete(&env, "tools").await;
 
     // pause / resume / disable / enable are the CR's annotations; status shows them.
     let annotations = || async { Api::<NodeWright>::all(env.cluster.client.clone()).get("tools").await.unwrap().metadata.annotations.unwrap_or_default() };
@@ -201,7 +206,7 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     assert!(annotations().await.is_empty(), "a dry run persisted nothing");
     let before = (runs(&env, "n1"), runs(&env, "n2"));
     let out = ok(&env, &["--dry-run", "reset", "tools"]);
-    assert!(out.contains("(dry run) tools: state removed from 2 node(s)"), "{out}");
+    assert!(out.contains("(dry run) tools's state removed from 2 node(s), batches restarted"), "{out}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!((runs(&env, "n1"), runs(&env, "n2")), before, "the dry-run reset ran nothing again");
 
@@ -350,6 +355,10 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_ne!(status(&env, "flaky").await, Some(Status::Complete), "still stopped");
+    // reset --skip-batch-reset forgets the nodes' state but not the stopped compartment.
+    assert!(ok(&env, &["reset", "flaky", "--skip-batch-reset", "-y"]).contains("batches kept"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(stopped().await.is_some(), "the compartment is still stopped after reset --skip-batch-reset");
     let out = ok(&env, &["policy", "reset", "flaky", "--confirm"]);
     assert!(out.contains("batch state cleared"), "{out}");
     complete(&env, "flaky").await;

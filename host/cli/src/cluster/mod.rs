@@ -65,6 +65,17 @@ pub struct ConfirmArg {
     confirm: bool,
 }
 
+/// What `reset` forgets besides the nodes' state.
+#[derive(Debug, Args)]
+pub struct ResetScope {
+    /// Keep the compartments' batch state (a stopped compartment stays stopped).
+    #[arg(long)]
+    skip_batch_reset: bool,
+    /// Forget only this package's entries (batches are kept).
+    #[arg(long, conflicts_with = "skip_batch_reset")]
+    package: Option<String>,
+}
+
 /// The stages `package rerun --stage` can restart at.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum RerunStage {
@@ -437,17 +448,30 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
 }
 
 /// `reset CR`: forget the NodeWright's state on every node and its batch state.
-pub async fn reset(ctx: &Ctx, cr: &str, yes: &ConfirmArg) -> Result<ExitCode> {
+pub async fn reset(ctx: &Ctx, cr: &str, scope: &ResetScope, yes: &ConfirmArg) -> Result<ExitCode> {
     let c = client().await?;
-    nodewright(&c, cr).await?;
-    let with: Vec<Node> = nodes(&c).await?.into_iter().filter(|n| view::node_state(n, cr).is_some()).collect();
-    refuse_if_running(&c, &ctx.namespace, cr, &[]).await?;
-    confirm(ctx, &format!("forget {cr}'s state on {} node(s) and restart its rollout from the beginning", with.len()), yes)?;
-    for n in &with {
-        write_state(&c, ctx, n, cr, None).await?;
+    let spec = nodewright(&c, cr).await?.spec;
+    if let Some(p) = &scope.package
+        && !spec.packages.contains_key(p)
+    {
+        bail!("{cr} has no package {p:?} (it has: {})", spec.packages.keys().cloned().collect::<Vec<_>>().join(", "));
     }
-    clear_batches(&c, ctx, cr).await?;
-    ctx.done(&format!("{cr}: state removed from {} node(s), batches restarted", with.len()));
+    let has = |n: &Node| view::node_state(n, cr).is_some_and(|st| scope.package.as_ref().is_none_or(|p| st.values().any(|e| &e.name == p)));
+    let with: Vec<Node> = nodes(&c).await?.into_iter().filter(has).collect();
+    refuse_if_running(&c, &ctx.namespace, cr, &[]).await?;
+    // One package: only its entries, and the batches go on (as NodeWright's `--package`).
+    let batches = scope.package.is_none() && !scope.skip_batch_reset;
+    let what = scope.package.as_ref().map_or_else(|| format!("{cr}'s state"), |p| format!("{cr}/{p}'s state"));
+    confirm(ctx, &format!("forget {what} on {} node(s){}", with.len(), if batches { " and restart its batches" } else { "" }), yes)?;
+    for n in &with {
+        let mut st = view::node_state(n, cr).unwrap_or_default();
+        st.retain(|_, e| scope.package.as_ref().is_some_and(|p| &e.name != p));
+        write_state(&c, ctx, n, cr, Some(&st)).await?;
+    }
+    if batches {
+        clear_batches(&c, ctx, cr).await?;
+    }
+    ctx.done(&format!("{what} removed from {} node(s){}", with.len(), if batches { ", batches restarted" } else { ", batches kept" }));
     Ok(ExitCode::SUCCESS)
 }
 
