@@ -27,8 +27,9 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs
 /// container is not running, `<container>.ended`.
 pub type LogDirs = Arc<Mutex<HashMap<String, PathBuf>>>;
 
-/// Binds a loopback port, serves it in the background and returns the port.
-pub async fn start(dirs: LogDirs) -> Result<u16> {
+/// Binds a loopback port and serves it in the background: the port, and the task to abort
+/// when the simulated kubelet goes.
+pub async fn start(dirs: LogDirs) -> Result<(u16, tokio::task::JoinHandle<()>)> {
     let key = rcgen::KeyPair::generate()?;
     let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?.self_signed(&key)?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -40,7 +41,7 @@ pub async fn start(dirs: LogDirs) -> Result<u16> {
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.context("bind the simulated kubelet endpoint")?;
     let port = listener.local_addr()?.port();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let (acceptor, dirs) = (acceptor.clone(), dirs.clone());
             tokio::spawn(async move {
@@ -53,7 +54,7 @@ pub async fn start(dirs: LogDirs) -> Result<u16> {
             });
         }
     });
-    Ok(port)
+    Ok((port, task))
 }
 
 type Body = BoxBody<Bytes, std::convert::Infallible>;

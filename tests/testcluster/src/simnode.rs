@@ -139,7 +139,7 @@ impl SimKubelet {
         let work = tempfile::Builder::new().prefix("nodewright-simkubelet-").tempdir()?;
         let api: Api<Node> = Api::all(client.clone());
         let logs = LogDirs::default();
-        let kubelet_port = kubelet_api::start(logs.clone()).await?;
+        let (kubelet_port, endpoint) = kubelet_api::start(logs.clone()).await?;
         let mut sims = HashMap::new();
         for spec in nodes {
             std::fs::create_dir_all(&spec.root)?;
@@ -165,7 +165,7 @@ impl SimKubelet {
             sims.insert(spec.name.clone(), SimNode { spec, host, control });
         }
         let inner = Arc::new(Inner { client, nodes: sims, pods: Mutex::default(), logs, work: work.path().to_path_buf() });
-        let mut tasks = vec![tokio::spawn(watch_pods(inner.clone()))];
+        let mut tasks = vec![endpoint, tokio::spawn(watch_pods(inner.clone()))];
         for name in inner.nodes.keys() {
             tasks.push(tokio::spawn(node_loop(inner.clone(), name.clone())));
         }

@@ -23,6 +23,8 @@ pub struct LogsOf<'a> {
     pub follow: bool,
 }
 
+/// `package logs`: each agent pod of the package on the node (and the node's merged
+/// interrupt), oldest first — its result and its log; `-f` streams the newest running one.
 pub async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str, of: LogsOf<'_>) -> Result<ExitCode> {
     let LogsOf { stage, tail, follow } = of;
     let api = Api::<Pod>::namespaced(c.clone(), namespace);
