@@ -12,7 +12,6 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::NS;
@@ -25,17 +24,7 @@ use nodewright_e2e::{Binaries, Cluster, Operator};
 use serde_json::{Value, json};
 
 fn render(registry: &str) -> Vec<Value> {
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/chart/nodewright");
-    let out = Command::new(nodewright_testcluster::helm_binary().expect("helm"))
-        .args(["template", "nw", &chart.display().to_string(), "--namespace", NS, "--include-crds", "--kube-version", "1.36.3"])
-        .args(["--set", "replicas=0", "--set", &format!("insecureRegistries[0]={registry}")])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
-    serde_yaml_ng::Deserializer::from_str(&String::from_utf8(out.stdout).unwrap())
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    nodewright_testcluster::render_chart(NS, &["--set", "replicas=0", "--set", &format!("insecureRegistries[0]={registry}")]).unwrap()
 }
 
 /// The operator's arguments from the rendered Deployment, with the local differences.

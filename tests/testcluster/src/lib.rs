@@ -74,6 +74,34 @@ pub fn helm_binary() -> Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
 }
 
+/// The Helm chart's directory (`deploy/chart/nodewright`).
+pub fn chart_dir() -> PathBuf {
+    workspace().join("deploy/chart/nodewright")
+}
+
+/// The chart rendered by `helm template` (CRDs included) into `namespace` with `extra`
+/// arguments (`--set k=v`, …): its objects, in order.
+pub fn render_chart(namespace: &str, extra: &[&str]) -> Result<Vec<serde_json::Value>> {
+    let out = Command::new(helm_binary()?)
+        .args(["template", "nw"])
+        .arg(chart_dir())
+        .args(["--namespace", namespace, "--include-crds", "--kube-version", KUBERNETES_VERSION.trim_start_matches('v')])
+        .args(extra)
+        .output()
+        .context("run helm template")?;
+    if !out.status.success() {
+        bail!("helm template failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&String::from_utf8(out.stdout)?) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).context("a rendered document")?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    Ok(docs)
+}
+
 /// Starts a process in its own process group with output to `<dir>/<name>.log`.
 fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Child> {
     use std::os::unix::process::CommandExt;

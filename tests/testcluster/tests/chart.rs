@@ -3,30 +3,19 @@
 //! rendered object is accepted by the real apiserver (server-side dry run).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
-use nodewright_testcluster::{helm_binary, ControlPlane};
+use nodewright_testcluster::{chart_dir, helm_binary, render_chart, ControlPlane};
 use serde_json::Value;
 
 fn chart() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/chart/nodewright").display().to_string()
+    chart_dir().display().to_string()
 }
 
 fn render(extra: &[&str]) -> Vec<Value> {
-    let helm = helm_binary().expect("helm");
-    let out = Command::new(&helm)
-        .args(["template", "nw", &chart(), "--namespace", "nodewright-system", "--include-crds", "--kube-version", "1.36.3"])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "helm template failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_yaml_ng::Deserializer::from_str(&String::from_utf8(out.stdout).unwrap())
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    render_chart("nodewright-system", extra).unwrap()
 }
 
 fn by_kind(docs: &[Value]) -> BTreeMap<String, Vec<&Value>> {

@@ -310,34 +310,33 @@ pub enum Flag {
 }
 
 impl Flag {
-    /// (annotation, set or cleared, what it does — for the prompt and the answer).
-    fn meaning(self) -> (&'static str, bool, &'static str) {
+    /// (verb, annotation, set or cleared, the state it leads to, what that means).
+    fn meaning(self) -> (&'static str, &'static str, bool, &'static str, &'static str) {
         match self {
-            Flag::Pause => (keys::PAUSE, true, "paused: no new stage starts (running ones finish)"),
-            Flag::Resume => (keys::PAUSE, false, "resumed: its rollout goes on"),
-            Flag::Disable => (keys::DISABLE, true, "disabled: nothing runs for it and its cordons are released"),
-            Flag::Enable => (keys::DISABLE, false, "enabled: its rollout goes on"),
+            Flag::Pause => ("pause", keys::PAUSE, true, "paused", "no new stage starts (running ones finish)"),
+            Flag::Resume => ("resume", keys::PAUSE, false, "resumed", "its rollout goes on"),
+            Flag::Disable => ("disable", keys::DISABLE, true, "disabled", "nothing runs for it and its cordons are released"),
+            Flag::Enable => ("enable", keys::DISABLE, false, "enabled", "its rollout goes on"),
         }
     }
 }
 
 /// `pause|resume|disable|enable CR`: sets or clears a NodeWright annotation.
 pub async fn flag(ctx: &Ctx, cr: &str, flag: Flag, yes: &ConfirmArg) -> Result<ExitCode> {
-    let (key, on, meaning) = flag.meaning();
+    let (verb, key, on, state, effect) = flag.meaning();
     let c = client().await?;
     let current = nodewright(&c, cr).await?;
     let is_on = current.metadata.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
     if is_on == on {
-        println!("{cr}: already {}", meaning.split(':').next().unwrap_or_default());
+        println!("{cr}: already {state}");
         return Ok(ExitCode::SUCCESS);
     }
-    let verb = format!("{flag:?}").to_lowercase();
-    confirm(ctx, &format!("{verb} {cr} ({})", meaning.split_once(": ").map_or(meaning, |(_, what)| what)), yes)?;
+    confirm(ctx, &format!("{verb} {cr} ({effect})"), yes)?;
     // One annotation key, merged server-side: nothing else to lose, so no resourceVersion
     // (the operator's status writes move it several times a second).
     let patch = json!({"metadata": {"annotations": {key: if on { Value::from("true") } else { Value::Null }}}});
     Api::<NodeWright>::all(c).patch(cr, &ctx.params(), &Patch::Merge(&patch)).await.with_context(|| format!("updating {cr}'s annotations"))?;
-    ctx.done(&format!("{cr}: {meaning}"));
+    ctx.done(&format!("{cr}: {state}: {effect}"));
     Ok(ExitCode::SUCCESS)
 }
 
