@@ -565,6 +565,35 @@ pub enum State {
     Unknown,
 }
 
+impl Stage {
+    /// As the API spells it (`post-interrupt`, ...): node state, Job labels, agent flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Plan => "plan",
+            Stage::Apply => "apply",
+            Stage::Config => "config",
+            Stage::Interrupt => "interrupt",
+            Stage::PostInterrupt => "post-interrupt",
+            Stage::Upgrade => "upgrade",
+            Stage::Uninstall => "uninstall",
+            Stage::UninstallInterrupt => "uninstall-interrupt",
+        }
+    }
+}
+
+impl State {
+    /// As the API spells it (`in_progress`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Complete => "complete",
+            State::InProgress => "in_progress",
+            State::Skipped => "skipped",
+            State::Erroring => "erroring",
+            State::Unknown => "unknown",
+        }
+    }
+}
+
 impl Status {
     /// As the API spells it (`in_progress`, ...).
     pub fn as_str(self) -> &'static str {
@@ -602,6 +631,17 @@ mod tests {
         e.changed_keys = vec!["a.conf".into()];
         e.planned = Some(Planned { changes: 0, interrupt: None });
         e
+    }
+
+    #[test]
+    fn names_are_the_serialized_ones() {
+        let all = [Stage::Plan, Stage::Apply, Stage::Config, Stage::Interrupt, Stage::PostInterrupt, Stage::Upgrade, Stage::Uninstall, Stage::UninstallInterrupt];
+        for st in all {
+            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
+        }
+        for st in [State::Complete, State::InProgress, State::Skipped, State::Erroring, State::Unknown] {
+            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
+        }
     }
 
     #[test]

@@ -33,10 +33,6 @@ pub struct Frame {
     pub nodes: Vec<NodeRow>,
 }
 
-fn stage_name(p: &PackageStatus) -> String {
-    serde_json::to_value(p.stage).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
-}
-
 /// `apply …`, `config ✓`, `interrupt ↷`, `apply ✗ (2)`.
 pub fn cell(p: Option<&PackageStatus>) -> String {
     let Some(p) = p else { return "·".into() };
@@ -45,9 +41,9 @@ pub fn cell(p: Option<&PackageStatus>) -> String {
         State::InProgress => "…".into(),
         State::Skipped => "↷".into(),
         State::Erroring => format!("✗ ({})", p.attempts),
-        _ => format!("{:?}", p.state).to_lowercase(),
+        State::Unknown => p.state.as_str().to_string(),
     };
-    format!("{} {mark}", stage_name(p))
+    format!("{} {mark}", p.stage.as_str())
 }
 
 fn cr_summary(name: &str, status: Option<&NodeWrightStatus>) -> String {

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use nodewright_api::keys::job as label;
 use nodewright_api::result::StageResult;
 use nodewright_api::validate::{parse_duration, parse_quantity};
-use nodewright_planner::jobs::{interrupt_name, parse_interrupt, parse_stage, stage_name};
+use nodewright_planner::jobs::{interrupt_name, parse_interrupt, parse_stage};
 use nodewright_planner::{JobPhase, JobRequest, Work};
 use serde_json::{Value, json};
 
@@ -51,9 +51,9 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
             interrupt_job = false;
             labels.insert(label::PACKAGE.into(), package.clone());
             labels.insert(label::VERSION.into(), version.clone());
-            labels.insert(label::STAGE.into(), stage_name(*stage).into());
+            labels.insert(label::STAGE.into(), stage.as_str().into());
             let p = req.package.clone().unwrap_or_default();
-            args.extend(["run".into(), format!("--stage={}", stage_name(*stage)), format!("--package={package}"), format!("--version={version}")]);
+            args.extend(["run".into(), format!("--stage={}", stage.as_str()), format!("--package={package}"), format!("--version={version}")]);
             args.push(format!("--plugin={}", req.plugin));
             args.push(format!("--capabilities={}", serde_json::to_string(&p.capabilities).unwrap_or_else(|_| "{}".into())));
             args.push(format!("--config={}", serde_json::to_string(&p.config_map).unwrap_or_else(|_| "{}".into())));
@@ -78,7 +78,7 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
         Work::Interrupt { stage, kind, owner } => {
             interrupt_job = true;
             labels.insert(label::PACKAGE.into(), owner.clone());
-            labels.insert(label::STAGE.into(), stage_name(*stage).into());
+            labels.insert(label::STAGE.into(), stage.as_str().into());
             labels.insert(label::INTERRUPT.into(), interrupt_name(*kind).into());
             args.extend(["interrupt".into(), format!("--type={}", interrupt_name(*kind)), format!("--package={owner}")]);
             args.extend(req.services.iter().map(|s| format!("--service={s}")));

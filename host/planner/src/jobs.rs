@@ -11,25 +11,11 @@ use crate::action::JobRequest;
 use crate::node::Env;
 use crate::snapshot::{Cr, Work};
 
-/// The stage's name as the agent and labels spell it.
-pub fn stage_name(stage: Stage) -> &'static str {
-    match stage {
-        Stage::Plan => "plan",
-        Stage::Apply => "apply",
-        Stage::Config => "config",
-        Stage::Interrupt => "interrupt",
-        Stage::PostInterrupt => "post-interrupt",
-        Stage::Upgrade => "upgrade",
-        Stage::Uninstall => "uninstall",
-        Stage::UninstallInterrupt => "uninstall-interrupt",
-    }
-}
-
-/// Parses [`stage_name`].
+/// Parses [`Stage::as_str`].
 pub fn parse_stage(s: &str) -> Option<Stage> {
     [Stage::Plan, Stage::Apply, Stage::Config, Stage::Interrupt, Stage::PostInterrupt, Stage::Upgrade, Stage::Uninstall, Stage::UninstallInterrupt]
         .into_iter()
-        .find(|st| stage_name(*st) == s)
+        .find(|st| st.as_str() == s)
 }
 
 /// The interrupt type as the spec spells it.
@@ -52,14 +38,14 @@ pub fn parse_interrupt(s: &str) -> Option<InterruptType> {
 /// (CR, stage, type, node) — one merged interrupt per node, whoever owns it.
 pub fn job_name(cr: &str, node: &str, work: &Work) -> String {
     let key = match work {
-        Work::Package { package, version, stage } => format!("{cr}\0{package}\0{version}\0{}\0{node}", stage_name(*stage)),
-        Work::Interrupt { stage, kind, .. } => format!("{cr}\0{}\0{}\0{node}", stage_name(*stage), interrupt_name(*kind)),
+        Work::Package { package, version, stage } => format!("{cr}\0{package}\0{version}\0{}\0{node}", stage.as_str()),
+        Work::Interrupt { stage, kind, .. } => format!("{cr}\0{}\0{}\0{node}", stage.as_str(), interrupt_name(*kind)),
     };
     let hash = Sha256::digest(key.as_bytes());
     let hex: String = hash.iter().take(5).map(|b| format!("{b:02x}")).collect();
     let what = match work {
-        Work::Package { package, stage, .. } => format!("{package}-{}", stage_name(*stage)),
-        Work::Interrupt { stage, .. } => stage_name(*stage).to_string(),
+        Work::Package { package, stage, .. } => format!("{package}-{}", stage.as_str()),
+        Work::Interrupt { stage, .. } => stage.as_str().to_string(),
     };
     let readable: String = format!("{cr}-{what}-{node}")
         .to_ascii_lowercase()
@@ -158,7 +144,7 @@ mod tests {
         let i2 = job_name("gpu", "n", &Work::Interrupt { stage: Stage::Interrupt, kind: InterruptType::Reboot, owner: "b".into() });
         assert_eq!(i1, i2, "one merged interrupt per node, whoever owns it");
         for s in ["plan", "apply", "config", "interrupt", "post-interrupt", "upgrade", "uninstall", "uninstall-interrupt"] {
-            assert_eq!(stage_name(parse_stage(s).unwrap()), s);
+            assert_eq!(parse_stage(s).unwrap().as_str(), s);
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::action::{Action, Event, NodePatch, Target};
 use crate::cordon::{self, Mark, NodeCordon};
 use crate::drain::{self, Drain};
 use crate::interrupts::{Merged, coalesce};
-use crate::jobs::{interrupt_job, job_name, package_job, stage_name};
+use crate::jobs::{interrupt_job, job_name, package_job};
 use crate::packages::{after, changed_keys, done, effective, terminal, uninstall_requested};
 use crate::snapshot::{Cr, Job, JobPhase, Node, Pod, Refusal, Settings, Work};
 use crate::stages::Next;
@@ -297,7 +297,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                         entry.config = env.digests[*name].clone();
                     }
                     let req = package_job(env, cr, &node.name, w, p, entry);
-                    actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: false, reason: "Apply", message: format!("{} {name} {} started ({})", stage_name(*stage), p.version, cr.name) }));
+                    actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: false, reason: "Apply", message: format!("{} {name} {} started ({})", stage.as_str(), p.version, cr.name) }));
                     actions.push(Action::CreateJob(Box::new(req)));
                     busy = true;
                 }
@@ -405,7 +405,7 @@ fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actio
                             target: Target::Cr(cr.name.clone()),
                             warning: true,
                             reason: "StageFailed",
-                            message: format!("{} of {package} {version} failed on {} after {attempts} attempt(s): {}", stage_name(*stage), node.name, e.message),
+                            message: format!("{} of {package} {version} failed on {} after {attempts} attempt(s): {}", stage.as_str(), node.name, e.message),
                         }));
                         delete(actions);
                     }

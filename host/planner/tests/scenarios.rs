@@ -23,7 +23,7 @@ fn stages_on(w: &World, node: &str) -> Vec<String> {
         .into_iter()
         .filter(|(_, _, n)| *n == node)
         .map(|(_, work, _)| match work {
-            Work::Package { package, stage, .. } => format!("{package}:{}", nodewright_planner::jobs::stage_name(*stage)),
+            Work::Package { package, stage, .. } => format!("{package}:{}", stage.as_str()),
             Work::Interrupt { kind, owner, .. } => format!("interrupt:{}:{owner}", nodewright_planner::jobs::interrupt_name(*kind)),
         })
         .collect()

@@ -428,7 +428,7 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
                 bail!("no node has state for {cr}/{package}");
             }
             refuse_if_running(&c, &ctx.namespace, &cr, &names).await?;
-            let from = stage.map_or_else(|| "its first stage".to_string(), |s| format!("its {} stage", view::serde_name(&Stage::from(s))));
+            let from = stage.map_or_else(|| "its first stage".to_string(), |s| format!("its {} stage", Stage::from(s).as_str()));
             confirm(ctx, &format!("run {package} of {cr} again from {from} on {}", names.join(", ")), &yes)?;
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
             for n in &with {

@@ -24,14 +24,9 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// A unit enum's serialized name (`post-interrupt`, `in_progress`).
-pub fn serde_name<T: Serialize>(v: &T) -> String {
-    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
-}
-
 /// `stage/state`, e.g. `apply/in_progress`.
 pub fn stage_state(p: &PackageStatus) -> String {
-    format!("{}/{}", serde_name(&p.stage), serde_name(&p.state))
+    format!("{}/{}", p.stage.as_str(), p.state.as_str())
 }
 
 /// A node's state for `cr`, if it has a readable one.
@@ -267,8 +262,8 @@ pub fn package_rows(cr: &str, package: Option<&str>, nodes: &[Node]) -> Vec<Pack
                 node: name(n),
                 package: p.name.clone(),
                 version: p.version.clone(),
-                stage: serde_name(&p.stage),
-                state: serde_name(&p.state),
+                stage: p.stage.as_str().into(),
+                state: p.state.as_str().into(),
                 attempts: p.attempts,
                 message: p.message.clone(),
                 digest: p.digest.clone(),

@@ -99,8 +99,9 @@ pub struct Rollout {
     counted: Mutex<HashSet<String>>,
 }
 
-fn serde_name<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+/// A blame's serialized name (`package`, `denied`, ...).
+fn blame_name(b: &nodewright_api::result::Blame) -> String {
+    serde_json::to_value(b).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
 }
 
 impl Rollout {
@@ -162,7 +163,7 @@ impl Rollout {
             for n in &s.nodes {
                 let Some(st) = n.annotations.get(&key).and_then(|raw| serde_json::from_str::<NodeState>(raw).ok()) else { continue };
                 for e in st.values() {
-                    let l = PackageStage { nodewright: nw.clone(), package: e.name.clone(), version: e.version.clone(), stage: serde_name(&e.stage), state: serde_name(&e.state) };
+                    let l = PackageStage { nodewright: nw.clone(), package: e.name.clone(), version: e.version.clone(), stage: e.stage.as_str().into(), state: e.state.as_str().into() };
                     *counts.entry(l).or_default() += 1;
                 }
             }
@@ -185,7 +186,8 @@ impl Rollout {
             self.job_attempts_failed.get_or_create(&JobLabels { nodewright: cr.name.clone(), phase: "active" }).set(0);
         }
         let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
-        counted.retain(|name| s.jobs.iter().any(|j| &j.name == name));
+        let live: HashSet<&str> = s.jobs.iter().map(|j| j.name.as_str()).collect();
+        counted.retain(|name| live.contains(name.as_str()));
         for j in &s.jobs {
             let (phase, failed) = match &j.phase {
                 JobPhase::Active { failed, .. } => ("active", i64::from(*failed)),
@@ -201,10 +203,10 @@ impl Rollout {
                 && counted.insert(j.name.clone())
             {
                 let (package, stage) = match &j.work {
-                    Work::Package { package, stage, .. } => (package.clone(), serde_name(stage)),
-                    Work::Interrupt { owner, stage, .. } => (owner.clone(), serde_name(stage)),
+                    Work::Package { package, stage, .. } => (package.clone(), stage.as_str().to_string()),
+                    Work::Interrupt { owner, stage, .. } => (owner.clone(), stage.as_str().to_string()),
                 };
-                let blame = last.as_ref().map(|r| serde_name(&r.blame)).unwrap_or_else(|| reason.clone());
+                let blame = last.as_ref().map(|r| blame_name(&r.blame)).unwrap_or_else(|| reason.clone());
                 self.stage_failures.get_or_create(&Failure { nodewright: j.cr.clone(), package, stage, blame }).inc();
             }
         }
