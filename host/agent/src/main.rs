@@ -17,12 +17,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
-use nodewright_engine::{Engine, EngineConfig, Interrupt, RunError, RunStage, SandboxLimits, StageContext, StepFailure};
+use nodewright_api::{hostargs, limits};
+use nodewright_engine::{Engine, EngineConfig, Interrupt, RunStage, SandboxLimits, StageContext, StepFailure};
 use nodewright_hostops::{HostNamespaces, HostOps, LinuxHost, NodeIdentity, SimHost};
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
 
 use markers::{MarkerKey, RebootPending};
-use nodewright_api::result::{Blame, StageResult};
+use nodewright_api::result::{self, Blame, StageResult};
 
 #[derive(Debug, Parser)]
 #[command(name = "nodewright-agent", version)]
@@ -107,9 +108,18 @@ struct RunArgs {
     /// Stage wall-clock limit.
     #[arg(long, default_value = "3600", value_parser = parse_seconds)]
     timeout: Duration,
-    /// Sandbox memory limit in bytes.
-    #[arg(long, default_value_t = 128 << 20)]
+    /// Sandbox memory limit in bytes (all the plugin's memories together).
+    #[arg(long, default_value_t = limits::DEFAULT_MEMORY)]
     memory: u64,
+    /// Bytes the stage may write through `files`.
+    #[arg(long, default_value_t = limits::DEFAULT_WRITE_BYTES)]
+    write_bytes: u64,
+    /// Files and directories the stage may write or create.
+    #[arg(long, default_value_t = limits::DEFAULT_WRITE_FILES)]
+    write_files: u32,
+    /// Free bytes every write must leave on its filesystem.
+    #[arg(long, default_value_t = limits::DEFAULT_MIN_FREE_BYTES)]
+    min_free_bytes: u64,
     /// How long to let a running stage finish after SIGTERM.
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     graceful_shutdown: Duration,
@@ -208,7 +218,7 @@ async fn run_stage(args: &RunArgs) -> StageResult {
         Err(e) if e.is_retryable() => return fail(Blame::Host, e.to_string()),
         Err(e) => return fail(Blame::Config, e.to_string()),
     };
-    let engine = match Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()) }) {
+    let engine = match Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()), ..Default::default() }) {
         Ok(e) => e,
         Err(e) => return fail(Blame::Host, e.to_string()),
     };
@@ -229,7 +239,14 @@ async fn run_stage(args: &RunArgs) -> StageResult {
         config,
         changed_keys: args.changed_keys.clone(),
     };
-    let limits = SandboxLimits { timeout: args.timeout, memory: args.memory, ..Default::default() };
+    let limits = SandboxLimits {
+        timeout: args.timeout,
+        memory: args.memory,
+        write_bytes: args.write_bytes,
+        write_files: args.write_files,
+        min_free_bytes: args.min_free_bytes,
+        ..Default::default()
+    };
     // SIGTERM: let the running stage finish within the graceful-shutdown period, else abort.
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(t) => t,
@@ -281,11 +298,11 @@ async fn execute(
     };
     let report = match outcome {
         Ok(r) => r,
-        Err(e @ RunError::Instantiate { .. }) => return fail(Blame::Host, e.to_string()),
         Err(e) => {
-            let mut r = fail(Blame::Package, e.to_string());
+            let blame = if e.is_package_fault() { Blame::Package } else { Blame::Host };
+            let mut r = fail(blame, e.to_string());
             r.logs = e.logs().iter().rev().take(20).rev().map(|l| l.message.clone()).collect();
-            return r;
+            return r.bounded();
         }
     };
     let logs: Vec<String> = report.logs.iter().rev().take(20).rev().map(|l| l.message.clone()).collect();
@@ -298,7 +315,7 @@ async fn execute(
             message: o.message.clone().unwrap_or_else(|| format!("{} change(s)", o.changes.len())),
             interrupt: Some(interrupt_text(&o.interrupt)),
             change_count: o.changes.len() as u32,
-            changes: o.changes.iter().map(|c| format!("{} {}: {}", c.kind, c.target, c.detail)).collect(),
+            changes: o.changes.iter().take(result::MAX_CHANGES).map(|c| format!("{} {}: {}", c.kind, c.target, c.detail)).collect(),
             plugin: String::new(),
             logs: Vec::new(),
         },
@@ -313,7 +330,7 @@ async fn execute(
         }
     };
     result.logs = logs;
-    result
+    result.bounded()
 }
 
 async fn interrupt(args: &InterruptArgs) -> StageResult {
@@ -349,6 +366,9 @@ async fn interrupt(args: &InterruptArgs) -> StageResult {
             let units = args.services.clone();
             if units.is_empty() {
                 return fail(Blame::Config, format!("{} interrupt without units", args.kind));
+            }
+            if let Some(reason) = units.iter().find_map(|u| hostargs::unit_name(u).err()) {
+                return fail(Blame::Config, format!("--service: {reason}"));
             }
             for unit in &units {
                 if let Err(e) = host.service(nodewright_hostops::ServiceVerb::Restart, unit) {
@@ -389,6 +409,9 @@ fn main() -> ExitCode {
                 return finish(&args.common, &done);
             }
             let result = rt.block_on(run_stage(args));
+            // A host call still blocked past the stage deadline must not keep the pod
+            // alive: give blocking threads a moment, then leave them.
+            rt.shutdown_timeout(Duration::from_secs(1));
             if result.blame == Blame::None
                 && !args.stage.read_only()
                 && let Err(e) = key.record(&state, &result)
@@ -405,6 +428,7 @@ fn main() -> ExitCode {
                 return finish(&args.common, &done);
             }
             let result = rt.block_on(interrupt(args));
+            rt.shutdown_timeout(Duration::from_secs(1));
             if result.blame == Blame::None
                 && let Err(e) = key.record(&state, &result)
             {

@@ -143,3 +143,44 @@ fn the_reboot_protocol_completes_only_on_a_new_boot_id() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("already completed"));
     assert!(SimHost::reboot_requested(tmp.path()).is_none());
 }
+
+/// The hostile guest through the real agent: a result the plugin inflates is bounded when
+/// it is built, and an error the plugin invents cannot pick its blame.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_results_are_bounded_and_forged_blame_is_the_packages() {
+    let reg = TestRegistry::start();
+    let registry = Registry::new(RegistryConfig { insecure: vec![reg.host().into()], ..Default::default() });
+    let pinned = registry
+        .push(&format!("{}/plugins/hostile:1.0.0", reg.host()), &nodewright_artifacts::read(nodewright_artifacts::HOSTILE), Default::default(), &|_| {})
+        .await
+        .unwrap()
+        .pinned;
+    let caps = r#"{"files": [{"path": "/etc/app", "access": "readWrite"}], "kernelModules": ["x"], "services": ["x.service"], "sysctl": ["x"], "commands": [{"path": "/x"}]}"#;
+    // A fresh node each: a succeeded stage is not run again on the same one.
+    let run = |attack: &str| {
+        let tmp = tempfile::tempdir().unwrap();
+        node(tmp.path());
+        let root = tmp.path();
+        let config = format!(r#"{{"attack": "{attack}"}}"#);
+        let args = [
+            "run", "--stage", "apply", "--package", "hostile", "--version", "1.0.0", "--plugin", &pinned, "--capabilities", caps,
+            "--config", &config, "--insecure-registry", reg.host(), "--reboot-allowed", "--no-check",
+        ];
+        let term = root.join("termination-log");
+        let out = agent(root, &args).0;
+        (out, std::fs::read_to_string(term).unwrap())
+    };
+    let (out, message) = run("many-changes");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(message.len() <= nodewright_api::result::TERMINATION_MESSAGE_LIMIT, "{}", message.len());
+    let r: Value = serde_json::from_str(&message).unwrap();
+    assert_eq!(r["changeCount"], 16_000);
+    assert!(r["changes"].as_array().unwrap().len() <= nodewright_api::result::MAX_CHANGES);
+
+    let (out, message) = run("forge-host-failure");
+    let r: Value = serde_json::from_str(&message).unwrap();
+    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(1), Some("package")), "{r}");
+    let (out, message) = run("forge-denied");
+    let r: Value = serde_json::from_str(&message).unwrap();
+    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(1), Some("package")), "{r}");
+}

@@ -16,7 +16,7 @@
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
-use globset::{Glob, GlobMatcher};
+use globset::{GlobBuilder, GlobMatcher};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +50,11 @@ pub struct FileGrant {
     /// `read` (default) or `readWrite`.
     #[serde(default)]
     pub access: FileAccess,
+    /// With `readWrite`: the package may also set the setuid, setgid and sticky bits
+    /// (`files.write`/`set-mode` modes above `0o777`). Default `false`: such modes are
+    /// denied, and a rewritten file keeps only its permission bits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub special_modes: bool,
 }
 
 /// Access granted on a path.
@@ -219,11 +224,12 @@ impl GrantError {
     }
 }
 
-/// A name allowlist entry: an exact name or a glob.
+/// A name allowlist entry: an exact name or a glob. `*` and `?` never match `/`.
 #[derive(Clone, Debug)]
 pub struct NamePattern {
     source: String,
     matcher: GlobMatcher,
+    literal: bool,
 }
 
 impl NamePattern {
@@ -235,13 +241,43 @@ impl NamePattern {
         if let Some(bad) = raw.chars().find(|&c| !(allowed(c) || matches!(c, '*' | '?' | '[' | ']' | '!'))) {
             return Err(GrantError::new(field, format!("{raw:?} contains {bad:?}, which is not allowed here")));
         }
-        let glob = Glob::new(raw).map_err(|e| GrantError::new(field, format!("{raw:?} is not a valid glob: {}", e.kind())))?;
-        Ok(NamePattern { source: raw.to_string(), matcher: glob.compile_matcher() })
+        let glob = GlobBuilder::new(raw)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| GrantError::new(field, format!("{raw:?} is not a valid glob: {}", e.kind())))?;
+        let literal = !raw.contains(['*', '?', '[']);
+        Ok(NamePattern { source: raw.to_string(), matcher: glob.compile_matcher(), literal })
+    }
+
+    /// A host-name pattern (module, unit, sysctl key): may not start with `-`.
+    fn parse_name(field: &str, index: usize, raw: &str, allowed: fn(char) -> bool) -> Result<Self, GrantError> {
+        if raw.starts_with('-') {
+            return Err(GrantError::new(format!("{field}[{index}]"), format!("{raw:?} starts with '-'; a name is never an option")));
+        }
+        NamePattern::parse(field, index, raw, allowed)
     }
 
     /// Whether `name` matches this pattern.
     pub fn matches(&self, name: &str) -> bool {
         self.matcher.is_match(name)
+    }
+
+    /// Whether the command argument `arg` is allowed by this pattern, or why not. A
+    /// pattern without wildcards must equal the argument. A wildcard pattern cannot be
+    /// widened by the argument: it does not match an option (`-x`) unless it starts with
+    /// `-` itself, nor an argument with a `..` path component or control characters.
+    pub fn check_arg(&self, arg: &str) -> Result<(), String> {
+        if self.literal {
+            return if self.source == arg { Ok(()) } else { Err(format!("{arg:?} is not {:?}", self.source)) };
+        }
+        crate::hostargs::wildcard_arg(arg)?;
+        if arg.starts_with('-') && !self.source.starts_with('-') {
+            return Err(format!("{arg:?} is an option, and the pattern {:?} does not start with '-'", self.source));
+        }
+        if !self.matches(arg) {
+            return Err(format!("{arg:?} does not match {:?}", self.source));
+        }
+        Ok(())
     }
 
     /// The pattern as written.
@@ -257,6 +293,8 @@ pub struct PathRule {
     pub path: PathBuf,
     /// Granted access.
     pub access: FileAccess,
+    /// setuid/setgid/sticky bits may be set (readWrite only).
+    pub special_modes: bool,
 }
 
 /// A granted command with its optional argument patterns.
@@ -268,6 +306,20 @@ pub struct CommandRule {
     pub args: Option<Vec<NamePattern>>,
     /// May run in read-only stages.
     pub read_only: bool,
+}
+
+impl CommandRule {
+    /// Whether `args` fit this rule's patterns, or the first reason they do not.
+    pub fn check_args(&self, args: &[String]) -> Result<(), String> {
+        let Some(patterns) = &self.args else { return Ok(()) };
+        if patterns.len() != args.len() {
+            return Err(format!("{} argument(s) given, the grant has {} pattern(s)", args.len(), patterns.len()));
+        }
+        for (i, (pattern, arg)) in patterns.iter().zip(args).enumerate() {
+            pattern.check_arg(arg).map_err(|why| format!("argument {i}: {why}"))?;
+        }
+        Ok(())
+    }
 }
 
 /// Grants parsed into typed allowlists. Built once per (package, spec generation).
@@ -312,8 +364,11 @@ impl GrantSet {
         let mut errors = Vec::new();
         let mut files = Vec::new();
         for (i, grant) in caps.files.iter().enumerate() {
+            if grant.special_modes && grant.access != FileAccess::ReadWrite {
+                errors.push(GrantError::new(format!("files[{i}].specialModes"), "needs access: readWrite"));
+            }
             match normalize_abs_path(&grant.path) {
-                Ok(path) => files.push(PathRule { path, access: grant.access }),
+                Ok(path) => files.push(PathRule { path, access: grant.access, special_modes: grant.special_modes }),
                 Err(msg) => errors.push(GrantError::new(format!("files[{i}].path"), msg)),
             }
         }
@@ -321,7 +376,7 @@ impl GrantSet {
         let mut names = |field: &str, raw: &[String], allowed: fn(char) -> bool| -> Vec<NamePattern> {
             raw.iter()
                 .enumerate()
-                .filter_map(|(i, s)| NamePattern::parse(field, i, s, allowed).map_err(|e| errors.push(e)).ok())
+                .filter_map(|(i, s)| NamePattern::parse_name(field, i, s, allowed).map_err(|e| errors.push(e)).ok())
                 .collect()
         };
         let kernel_modules = names("kernelModules", &caps.kernel_modules, module_char);
@@ -388,30 +443,47 @@ impl GrantSet {
         self.files.iter().filter(|r| path.starts_with(&r.path)).map(|r| r.access).max()
     }
 
-    /// Whether the kernel module `name` is granted.
+    /// Whether a rule covering `path` lets the package set setuid/setgid/sticky bits.
+    pub fn allows_special_modes(&self, path: &Path) -> bool {
+        self.files.iter().any(|r| r.special_modes && r.access == FileAccess::ReadWrite && path.starts_with(&r.path))
+    }
+
+    /// Checks a kernel module name: its grammar, then the grant.
+    pub fn check_module(&self, name: &str) -> Result<(), NameRefusal> {
+        crate::hostargs::module_name(name).map_err(NameRefusal::Invalid)?;
+        self.kernel_modules.iter().any(|p| p.matches(name)).then_some(()).ok_or(NameRefusal::NotGranted)
+    }
+
+    /// Checks a systemd unit name: its grammar, then the grant.
+    pub fn check_service(&self, unit: &str) -> Result<(), NameRefusal> {
+        crate::hostargs::unit_name(unit).map_err(NameRefusal::Invalid)?;
+        self.services.iter().any(|p| p.matches(unit)).then_some(()).ok_or(NameRefusal::NotGranted)
+    }
+
+    /// Checks a dotted sysctl key: its grammar, then the grant.
+    pub fn check_sysctl(&self, key: &str) -> Result<(), NameRefusal> {
+        crate::hostargs::sysctl_key(key).map_err(NameRefusal::Invalid)?;
+        self.sysctl.iter().any(|p| p.matches(key)).then_some(()).ok_or(NameRefusal::NotGranted)
+    }
+
+    /// Whether the kernel module `name` is well-formed and granted.
     pub fn allows_module(&self, name: &str) -> bool {
-        self.kernel_modules.iter().any(|p| p.matches(name))
+        self.check_module(name).is_ok()
     }
 
-    /// Whether the systemd unit `unit` is granted.
+    /// Whether the systemd unit `unit` is well-formed and granted.
     pub fn allows_service(&self, unit: &str) -> bool {
-        self.services.iter().any(|p| p.matches(unit))
+        self.check_service(unit).is_ok()
     }
 
-    /// Whether the sysctl key `key` (dotted) is granted.
+    /// Whether the sysctl key `key` (dotted) is well-formed and granted.
     pub fn allows_sysctl(&self, key: &str) -> bool {
-        self.sysctl.iter().any(|p| p.matches(key))
+        self.check_sysctl(key).is_ok()
     }
 
     /// The rule granting `path` with `args`, if any (a read-only rule is preferred).
     pub fn command_rule(&self, path: &Path, args: &[String]) -> Option<&CommandRule> {
-        let mut matching = self.commands.iter().filter(|rule| {
-            rule.path == path
-                && match &rule.args {
-                    None => true,
-                    Some(patterns) => patterns.len() == args.len() && patterns.iter().zip(args).all(|(p, a)| p.matches(a)),
-                }
-        });
+        let mut matching = self.commands.iter().filter(|rule| rule.path == path && rule.check_args(args).is_ok());
         let first = matching.next()?;
         Some(if first.read_only { first } else { matching.find(|r| r.read_only).unwrap_or(first) })
     }
@@ -420,6 +492,15 @@ impl GrantSet {
     pub fn allows_command(&self, path: &Path, args: &[String]) -> bool {
         self.command_rule(path, args).is_some()
     }
+}
+
+/// Why a host name was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NameRefusal {
+    /// The name is not well-formed for its kind; the reason says why. No grant can allow it.
+    Invalid(String),
+    /// Well-formed, but no grant pattern matches it.
+    NotGranted,
 }
 
 /// Normalises an absolute path without touching the filesystem: rejects relative paths,
@@ -449,7 +530,8 @@ impl Capabilities {
     /// capabilities and whether `power` was granted.
     ///
     /// Syntax, one grant per flag:
-    /// - `files=/etc/sysctl.d` (read) or `files=/etc/sysctl.d:rw`
+    /// - `files=/etc/sysctl.d` (read) or `files=/etc/sysctl.d:rw` (`:rw+special` also
+    ///   allows setuid/setgid/sticky modes)
     /// - `kmod=br_netfilter`, `service=containerd.service`, `sysctl=net.ipv4.*`
     /// - `command=/usr/bin/nvidia-smi` or `command=/usr/bin/nvidia-smi:-pm,1`
     /// - `probe=/usr/bin/nvidia-smi[:args]`: a command vouched read-only (`readOnly: true`)
@@ -472,15 +554,16 @@ impl Capabilities {
             }
             match key {
                 "files" | "file" => {
-                    let (path, access) = match value.rsplit_once(':') {
-                        Some((p, "rw")) => (p, FileAccess::ReadWrite),
-                        Some((p, "ro")) => (p, FileAccess::Read),
+                    let (path, access, special_modes) = match value.rsplit_once(':') {
+                        Some((p, "rw")) => (p, FileAccess::ReadWrite, false),
+                        Some((p, "rw+special")) => (p, FileAccess::ReadWrite, true),
+                        Some((p, "ro")) => (p, FileAccess::Read, false),
                         Some((_, other)) => {
-                            return Err(GrantError::new(field, format!("access {other:?} must be `ro` or `rw`")));
+                            return Err(GrantError::new(field, format!("access {other:?} must be `ro`, `rw` or `rw+special`")));
                         }
-                        None => (value, FileAccess::Read),
+                        None => (value, FileAccess::Read, false),
                     };
-                    caps.files.push(FileGrant { path: path.to_string(), access });
+                    caps.files.push(FileGrant { path: path.to_string(), access, special_modes });
                 }
                 "kmod" | "kernelModule" => caps.kernel_modules.push(value.to_string()),
                 "service" | "services" => caps.services.push(value.to_string()),
@@ -527,8 +610,8 @@ mod tests {
     fn file_grants_cover_subtrees_and_take_the_strongest_access() {
         let caps = Capabilities {
             files: vec![
-                FileGrant { path: "/etc".into(), access: FileAccess::Read },
-                FileGrant { path: "/etc/sysctl.d/".into(), access: FileAccess::ReadWrite },
+                FileGrant { path: "/etc".into(), access: FileAccess::Read, special_modes: false },
+                FileGrant { path: "/etc/sysctl.d/".into(), access: FileAccess::ReadWrite, special_modes: false },
             ],
             ..Default::default()
         };
@@ -543,8 +626,8 @@ mod tests {
     fn bad_paths_are_rejected_with_field_paths() {
         let caps = Capabilities {
             files: vec![
-                FileGrant { path: "etc/x".into(), access: FileAccess::Read },
-                FileGrant { path: "/etc/../root".into(), access: FileAccess::Read },
+                FileGrant { path: "etc/x".into(), access: FileAccess::Read, special_modes: false },
+                FileGrant { path: "/etc/../root".into(), access: FileAccess::Read, special_modes: false },
             ],
             commands: vec![CommandGrant { path: "bin/sh".into(), args: None, read_only: false }],
             ..Default::default()
@@ -607,6 +690,74 @@ mod tests {
     }
 
     #[test]
+    fn names_are_checked_against_their_grammar_before_the_glob() {
+        let caps = Capabilities {
+            kernel_modules: vec!["nvidia*".into()],
+            services: vec!["*.service".into()],
+            sysctl: vec!["net.*".into()],
+            ..Default::default()
+        };
+        let set = parse(&caps).unwrap();
+        assert!(matches!(set.check_module("nvidia/../../evil"), Err(NameRefusal::Invalid(_))));
+        assert!(matches!(set.check_module("nvidia -C"), Err(NameRefusal::Invalid(_))));
+        assert_eq!(set.check_module("nvidia_uvm"), Ok(()));
+        assert_eq!(set.check_module("evil"), Err(NameRefusal::NotGranted));
+        assert!(matches!(set.check_service("/tmp/evil.service"), Err(NameRefusal::Invalid(_))));
+        assert!(matches!(set.check_service("--root=/tmp.service"), Err(NameRefusal::Invalid(_))));
+        assert_eq!(set.check_service("app.service"), Ok(()));
+        assert!(matches!(set.check_sysctl("net/../kernel/panic"), Err(NameRefusal::Invalid(_))));
+        assert_eq!(set.check_sysctl("net.core.somaxconn"), Ok(()));
+        let errs = parse(&Capabilities { kernel_modules: vec!["-C".into()], ..Default::default() }).unwrap_err();
+        assert_eq!(errs[0].field, "kernelModules[0]");
+    }
+
+    #[test]
+    fn wildcard_argument_patterns_cannot_be_widened() {
+        let caps = Capabilities {
+            commands: vec![CommandGrant {
+                path: "/usr/bin/tool".into(),
+                args: Some(vec!["--level=*".into(), "/var/lib/app/*".into()]),
+                read_only: false,
+            }],
+            ..Default::default()
+        };
+        let set = parse(&caps).unwrap();
+        let tool = Path::new("/usr/bin/tool");
+        let args = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
+        assert!(set.allows_command(tool, &args("--level=3", "/var/lib/app/x.conf")));
+        assert!(!set.allows_command(tool, &args("--level=3", "/var/lib/app/../../etc/shadow")), "'..' widens the pattern");
+        assert!(!set.allows_command(tool, &args("--level=3", "/var/lib/app/a/b")), "'*' does not cross '/'");
+        assert!(!set.allows_command(tool, &args("--level=3", "-/var/lib/app/x")));
+        let rule = &set.commands[0];
+        assert!(rule.check_args(&args("--level=3", "--config=/var/lib/app/x")).unwrap_err().contains("argument 1"));
+        let any = Capabilities {
+            commands: vec![CommandGrant { path: "/usr/bin/tool".into(), args: Some(vec!["*".into()]), read_only: false }],
+            ..Default::default()
+        };
+        let set = parse(&any).unwrap();
+        assert!(set.allows_command(tool, &["file".to_string()]));
+        assert!(!set.allows_command(tool, &["--exec=/bin/sh".to_string()]), "a leading wildcard does not match an option");
+    }
+
+    #[test]
+    fn special_modes_need_an_explicit_readwrite_grant() {
+        let caps = Capabilities {
+            files: vec![
+                FileGrant { path: "/usr/local/bin".into(), access: FileAccess::ReadWrite, special_modes: true },
+                FileGrant { path: "/etc/app".into(), access: FileAccess::ReadWrite, special_modes: false },
+            ],
+            ..Default::default()
+        };
+        let set = parse(&caps).unwrap();
+        assert!(set.allows_special_modes(Path::new("/usr/local/bin/tool")));
+        assert!(!set.allows_special_modes(Path::new("/etc/app/x")));
+        let bad = Capabilities { files: vec![FileGrant { path: "/x".into(), access: FileAccess::Read, special_modes: true }], ..Default::default() };
+        assert_eq!(parse(&bad).unwrap_err()[0].field, "files[0].specialModes");
+        let (caps, _) = Capabilities::from_flags(&["files=/opt/bin:rw+special"]).unwrap();
+        assert!(caps.files[0].special_modes);
+    }
+
+    #[test]
     fn unknown_keys_are_rejected() {
         let err = serde_json::from_str::<Capabilities>(r#"{"kernelModule": ["x"]}"#).unwrap_err();
         assert!(err.to_string().contains("unknown field `kernelModule`"), "{err}");
@@ -625,7 +776,7 @@ mod tests {
         ])
         .unwrap();
         assert!(power);
-        assert_eq!(caps.files[0], FileGrant { path: "/etc/sysctl.d".into(), access: FileAccess::ReadWrite });
+        assert_eq!(caps.files[0], FileGrant { path: "/etc/sysctl.d".into(), access: FileAccess::ReadWrite, special_modes: false });
         assert_eq!(caps.files[1].access, FileAccess::Read);
         assert_eq!(caps.commands[0].args.as_deref(), Some(&["-pm".to_string(), "1".to_string()][..]));
         let err = Capabilities::from_flags(&["kmods=x"]).unwrap_err();

@@ -4,8 +4,9 @@
 //! capability grants a NodeWright gives each package ([`grants`]) and the rules that
 //! validate them, the `NodeWright` and `DeploymentPolicy` CRD types ([`v1alpha1`]), the
 //! annotation, label and condition names ([`keys`]), the agent's structured stage result
-//! that the operator reads back ([`result`]), and validation and defaulting as pure
-//! functions ([`validate`]).
+//! that the operator reads back ([`result`]), validation and defaulting as pure
+//! functions ([`validate`]), the grammar of host names a plugin may pass ([`hostargs`])
+//! and the sandbox bounds of a stage ([`limits`]).
 //! It depends on serde, schemars and globset only: never on a client, a runtime or tokio.
 //!
 //! ```
@@ -19,7 +20,9 @@
 
 pub mod crdgen;
 pub mod grants;
+pub mod hostargs;
 pub mod keys;
+pub mod limits;
 pub mod result;
 pub mod v1alpha1;
 pub mod validate;

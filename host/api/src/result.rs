@@ -107,27 +107,76 @@ impl StageResult {
         }
     }
 
-    /// JSON of at most [`TERMINATION_MESSAGE_LIMIT`] bytes.
-    pub fn to_termination_message(&self) -> String {
-        let mut r = self.clone();
-        loop {
-            let json = serde_json::to_string(&r).expect("results serialize");
-            if json.len() <= TERMINATION_MESSAGE_LIMIT {
-                return json;
-            }
-            if !r.logs.is_empty() {
-                r.logs.remove(0);
-            } else if !r.changes.is_empty() {
-                r.changes.pop();
-            } else {
-                let mut cut = r.message.len().saturating_sub(256);
-                while !r.message.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                r.message.truncate(cut);
-            }
+    /// Bounds every field to what a termination message can carry: the first
+    /// [`MAX_CHANGES`] changes, the last [`MAX_LOG_LINES`] log lines, each line and the
+    /// message cut to a bounded length. Called when the result is built, so nothing later
+    /// handles more than a few kilobytes whatever the plugin returned.
+    pub fn bounded(mut self) -> Self {
+        self.message = cut(&self.message, MAX_MESSAGE);
+        self.changes.truncate(MAX_CHANGES);
+        for c in &mut self.changes {
+            *c = cut(c, MAX_LINE);
         }
+        let skip = self.logs.len().saturating_sub(MAX_LOG_LINES);
+        self.logs = self.logs.drain(skip..).map(|l| cut(&l, MAX_LINE)).collect();
+        self
     }
+
+    /// JSON of at most [`TERMINATION_MESSAGE_LIMIT`] bytes: log lines are dropped oldest
+    /// first, then changes from the end, then the message is cut; the verdict is kept.
+    /// Each step finds how much to drop by bisection, so the cost is a few serialisations
+    /// whatever the input size.
+    pub fn to_termination_message(&self) -> String {
+        let fits = |r: &StageResult| serde_json::to_string(r).expect("results serialize").len() <= TERMINATION_MESSAGE_LIMIT;
+        let mut r = self.clone().bounded();
+        if fits(&r) {
+            return serde_json::to_string(&r).expect("results serialize");
+        }
+        // Fewest oldest log lines to drop.
+        let logs = std::mem::take(&mut r.logs);
+        let keep = largest(logs.len(), |n| fits(&StageResult { logs: logs[logs.len() - n..].to_vec(), ..r.clone() }));
+        r.logs = logs[logs.len() - keep..].to_vec();
+        if !fits(&r) {
+            let changes = std::mem::take(&mut r.changes);
+            let keep = largest(changes.len(), |n| fits(&StageResult { changes: changes[..n].to_vec(), ..r.clone() }));
+            r.changes = changes[..keep].to_vec();
+        }
+        if !fits(&r) {
+            let message = std::mem::take(&mut r.message);
+            let keep = largest(message.len(), |n| fits(&StageResult { message: cut(&message, n), ..r.clone() }));
+            r.message = cut(&message, keep);
+        }
+        serde_json::to_string(&r).expect("results serialize")
+    }
+}
+
+/// Most changes kept in a result (`change_count` has the true number).
+pub const MAX_CHANGES: usize = 100;
+/// Most log lines kept in a result.
+pub const MAX_LOG_LINES: usize = 20;
+const MAX_MESSAGE: usize = 2048;
+const MAX_LINE: usize = 512;
+
+/// `s` cut to at most `max` bytes on a character boundary.
+fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// The largest `n` in `0..=max` with `ok(n)`, for `ok` true at 0 and monotone.
+fn largest(max: usize, ok: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, max);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if ok(mid) { lo = mid } else { hi = mid - 1 }
+    }
+    lo
 }
 
 #[cfg(test)]
@@ -143,6 +192,22 @@ mod tests {
         let back: StageResult = serde_json::from_str(&msg).unwrap();
         assert_eq!((back.outcome.as_str(), back.blame), ("failed", Blame::Package));
         assert_eq!(back.logs.last().unwrap(), r.logs.last().unwrap(), "the newest lines are kept");
+    }
+
+    #[test]
+    fn huge_results_are_bounded_when_built() {
+        let mut r = StageResult::failed("apply", "p", Blame::Package, "x".repeat(4 << 20));
+        r.changes = (0..16_000).map(|i| format!("file /etc/app/{i}: {}", "y".repeat(300))).collect();
+        r.change_count = 16_000;
+        r.logs = (0..16_000).map(|i| format!("line {i}")).collect();
+        let b = r.clone().bounded();
+        assert_eq!((b.changes.len(), b.logs.len(), b.change_count), (MAX_CHANGES, MAX_LOG_LINES, 16_000));
+        assert_eq!(b.logs.last().unwrap(), "line 15999");
+        assert!(b.message.len() <= MAX_MESSAGE);
+        let msg = r.to_termination_message();
+        assert!(msg.len() <= TERMINATION_MESSAGE_LIMIT);
+        let back: StageResult = serde_json::from_str(&msg).unwrap();
+        assert_eq!((back.blame, back.change_count), (Blame::Package, 16_000));
     }
 
     #[test]

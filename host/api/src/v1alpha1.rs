@@ -156,9 +156,13 @@ pub struct Package {
     /// Interrupt to run when a config key (or `*` glob) changes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config_interrupts: BTreeMap<String, Interrupt>,
-    /// Agent container resources; `memoryLimit` also caps the sandbox's memory.
+    /// Agent container resources. `memoryLimit` must leave room for the agent beside the
+    /// sandbox (see `sandbox.memory`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+    /// Bounds for this package's stages in the sandbox, each within the operator's ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSpec>,
     /// Grace period when an agent pod is stopped, e.g. `30s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graceful_shutdown: Option<String>,
@@ -208,8 +212,25 @@ pub struct Resources {
     pub cpu_limit: String,
     /// e.g. `64Mi`.
     pub memory_request: String,
-    /// e.g. `256Mi`; also the sandbox's memory cap.
+    /// e.g. `256Mi`; at least the sandbox's memory plus the agent's headroom.
     pub memory_limit: String,
+}
+
+/// Per-package sandbox bounds. Unset fields take the defaults in
+/// [`crate::limits`]; the operator refuses values above its ceilings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxSpec {
+    /// Cap on the plugin's linear memory (all its memories together), e.g. `256Mi`.
+    /// Default `128Mi`. Reads through `files` are capped at half of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// Bytes one stage may write through `files`, e.g. `1Gi`. Default `256Mi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_bytes: Option<String>,
+    /// Files and directories one stage may write or create. Default `4096`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_files: Option<u32>,
 }
 
 /// Uninstall support.

@@ -188,7 +188,13 @@ fn check_budget(errs: &mut Errors, path: &str, b: &Budget, min: i32) {
 fn check_interrupt(errs: &mut Errors, path: &str, i: &Interrupt) {
     match i.kind {
         InterruptType::Service if i.services.is_empty() => errs.add(format!("{path}.services"), "type service needs at least one unit"),
-        InterruptType::Service => {}
+        InterruptType::Service => {
+            for (i, unit) in i.services.iter().enumerate() {
+                if let Err(reason) = crate::hostargs::unit_name(unit) {
+                    errs.add(format!("{path}.services[{i}]"), reason);
+                }
+            }
+        }
         InterruptType::Noop | InterruptType::RestartAllServices | InterruptType::Reboot if !i.services.is_empty() => {
             errs.add(format!("{path}.services"), "only allowed with type service")
         }
@@ -267,6 +273,29 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
             && lim < req
         {
             errs.add(format!("{path}.memoryLimit"), "must be at least memoryRequest");
+        }
+    }
+    match crate::limits::StageLimits::of(p) {
+        Err(errors) => {
+            for (field, message) in errors {
+                errs.add(format!("{base}.{field}"), message);
+            }
+        }
+        Ok(limits) => {
+            if let Some(Ok(lim)) = p.resources.as_ref().map(|r| parse_quantity(&r.memory_limit))
+                && lim > 0.0
+                && lim < (limits.memory + crate::limits::AGENT_HEADROOM) as f64
+            {
+                let need = (limits.memory + crate::limits::AGENT_HEADROOM) >> 20;
+                errs.add(
+                    format!("{base}.resources.memoryLimit"),
+                    format!(
+                        "must be at least {need}Mi: the sandbox's memory ({}Mi, sandbox.memory) plus {}Mi for the agent, so the sandbox's memory error comes before the OOM killer",
+                        limits.memory >> 20,
+                        crate::limits::AGENT_HEADROOM >> 20
+                    ),
+                );
+            }
         }
     }
     check_duration(errs, &format!("{base}.stageTimeout"), p.stage_timeout.as_ref());

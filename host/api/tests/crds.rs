@@ -30,7 +30,7 @@ fn schema_snapshot() {
     fields.sort();
     assert_eq!(
         fields,
-        ["capabilities", "configInterrupts", "configMap", "dependsOn", "gracefulShutdown", "interrupt", "plugin", "resources", "stageTimeout", "uninstall", "version"]
+        ["capabilities", "configInterrupts", "configMap", "dependsOn", "gracefulShutdown", "interrupt", "plugin", "resources", "sandbox", "stageTimeout", "uninstall", "version"]
     );
     let mut required: Vec<&str> = pkg["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     required.sort();

@@ -35,10 +35,10 @@ fn main() {
 
     // Cached load: a fresh engine each time so nothing is in memory, the same cache dir.
     let cache = tmp.path().join("cache");
-    Engine::new(EngineConfig { cache_dir: Some(cache.clone()) }).unwrap().load(&bytes).unwrap();
+    Engine::new(EngineConfig { cache_dir: Some(cache.clone()), ..Default::default() }).unwrap().load(&bytes).unwrap();
     let cached: Vec<_> = (0..20)
         .map(|_| {
-            let e = Engine::new(EngineConfig { cache_dir: Some(cache.clone()) }).unwrap();
+            let e = Engine::new(EngineConfig { cache_dir: Some(cache.clone()), ..Default::default() }).unwrap();
             let (p, d) = time(|| e.load(&bytes).unwrap());
             assert!(p.from_cache);
             d
@@ -47,7 +47,7 @@ fn main() {
     println!("cached load (re-hash + mmap)           {}", stats(cached));
 
     // Instantiate + call plan, fresh store each time.
-    let engine = Engine::new(EngineConfig { cache_dir: Some(cache.clone()) }).unwrap();
+    let engine = Engine::new(EngineConfig { cache_dir: Some(cache.clone()), ..Default::default() }).unwrap();
     let plugin = engine.load(&bytes).unwrap();
     let (caps, _) = Capabilities::from_flags(&["files=/etc/sysctl.d:rw", "sysctl=net.ipv4.ip_forward"]).unwrap();
     let grants = Arc::new(GrantSet::parse(&caps, false, GrantSource::Flags).unwrap());
@@ -95,7 +95,7 @@ fn main() {
                 let t = Instant::now();
                 let puller = nodewright_oci::Puller::new(nodewright_oci::Registry::new(registry_config()), nodewright_oci::NodeCache::open(&dir).unwrap());
                 let pulled = puller.pull_pinned(&pinned, &|_| {}).await.unwrap();
-                let e = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()) }).unwrap();
+                let e = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()), ..Default::default() }).unwrap();
                 assert!(!e.load(&pulled.bytes).unwrap().from_cache);
                 t.elapsed()
             })
@@ -110,7 +110,7 @@ fn main() {
                 let puller = nodewright_oci::Puller::new(nodewright_oci::Registry::new(registry_config()), nodewright_oci::NodeCache::open(&warm_dir).unwrap());
                 let pulled = puller.pull_pinned(&pinned, &|_| {}).await.unwrap();
                 assert!(pulled.from_cache);
-                let e = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()) }).unwrap();
+                let e = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()), ..Default::default() }).unwrap();
                 assert!(e.load(&pulled.bytes).unwrap().from_cache);
                 t.elapsed()
             })

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod plugin;
+mod printable;
 mod units;
 mod validate;
 
@@ -127,10 +128,12 @@ pub fn main(program: &'static str) -> ExitCode {
             Command::Version { client_only } => cluster::inspect::version(&ctx, client_only).await,
         }
     });
+    // A host call still blocked after a stage's deadline must not hold the process open.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", printable::printable(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

@@ -219,3 +219,24 @@ fn two_processes_share_one_cache() {
         assert_eq!(nodewright_oci::sha256_digest(&bytes), format!("sha256:{name}"));
     }
 }
+
+#[test]
+fn plugin_text_cannot_drive_the_terminal_or_forge_our_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cache, root) = (tmp.path().join("cache"), tmp.path().join("root"));
+    let run = nodewright(
+        &cache,
+        &[
+            "plugin", "run", nodewright_artifacts::HOSTILE, "--stage", "apply", "--root", root.to_str().unwrap(),
+            "--grant", "files=/etc/app:rw", "--grant", "kmod=x", "--grant", "service=x.service", "--grant", "sysctl=x",
+            "--grant", "command=/x", "--grant", "power", "--config", "attack=ansi-log",
+        ],
+    );
+    let out = text(&run);
+    assert_eq!(run.status.code(), Some(1), "{out}");
+    assert!(!out.contains('\u{1b}'), "an escape sequence reached the terminal: {out:?}");
+    assert!(out.contains("\\u{1b}[2J\\u{1b}[Hscreen wiped"), "{out}");
+    // The forged line stays inside the failure message.
+    assert!(out.contains("outcome  failed: oops\\r\\noutcome  ok in 1.0 ms"), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with("outcome  ok")), "{out}");
+}

@@ -63,12 +63,17 @@ impl CodeCache {
     }
 
     /// Returns the component and whether it came from the cache.
-    pub(crate) fn load_or_compile(&self, engine: &wasmtime::Engine, digest: &str, bytes: &[u8]) -> Result<(Component, bool)> {
+    pub(crate) fn load_or_compile(
+        &self,
+        engine: &wasmtime::Engine,
+        digest: &str,
+        compile: impl FnOnce() -> Result<Component>,
+    ) -> Result<(Component, bool)> {
         let (code, sidecar) = self.paths(digest);
         if let Some(component) = self.try_load(engine, &code, &sidecar) {
             return Ok((component, true));
         }
-        let component = Component::new(engine, bytes).map_err(Error::compile)?;
+        let component = compile()?;
         let serialized = component.serialize().map_err(Error::compile)?;
         write_atomic(&code, &serialized)?;
         write_atomic(&sidecar, hex::encode(Sha256::digest(&serialized)).as_bytes())?;

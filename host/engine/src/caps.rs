@@ -7,8 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nodewright_api::grants::{normalize_abs_path, Capability, FileAccess};
-use nodewright_hostops::{HostError, HostOps, ServiceVerb};
+use nodewright_api::grants::{normalize_abs_path, Capability, FileAccess, GrantSource, NameRefusal};
+use nodewright_api::hostargs;
+use nodewright_hostops::{HostError, HostOps, ServiceVerb, WriteOptions, PERMISSION_BITS};
 use wasmtime::component::{HasSelf, Linker};
 
 use crate::bindings::nodewright::plugin::{exec, files, kmod, log, node, power, services, sysctl, types};
@@ -54,41 +55,115 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// Cuts a plugin-chosen string to `max` bytes (on a character boundary) for messages.
+pub(crate) fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
+}
+
+/// Longest plugin-chosen target kept in a denial.
+const MAX_TARGET: usize = 256;
+
 impl CapState {
     fn deny_with(&mut self, cap: Capability, op: &str, target: &str, reason: String) -> CapError {
-        let message = format!("{}.{op}({target:?}) denied: {reason}", cap.interface());
+        let target = clip(target, MAX_TARGET);
+        let message = format!("{}.{op}({target:?}) denied: {}", cap.interface(), clip(&reason, 1024));
         self.log.lock().expect("log lock").push(LogSource::Plugin, LogLevel::Warn, format!("nodewright: {message}"));
-        let denial = Denial { capability: cap.interface().into(), operation: op.into(), target: target.into(), message };
-        self.denials.push(denial.clone());
-        CapError::Denied(types::Denial {
+        let denial = Denial { capability: cap.interface().into(), operation: op.into(), target, message };
+        self.record_denial(denial.clone());
+        self.issue(CapError::Denied(types::Denial {
             capability: denial.capability,
             operation: denial.operation,
             target: denial.target,
             message: denial.message,
-        })
+        }))
     }
 
     fn deny(&mut self, cap: Capability, op: &str, target: &str, write: bool) -> CapError {
-        let hint = self.grants.source.hint(cap, target, write);
+        let hint = self.grants.source.hint(cap, &clip(target, MAX_TARGET), write);
         self.deny_with(cap, op, target, hint)
     }
 
-    fn refuse_write(&self, cap: Capability, op: &str) -> Option<CapError> {
-        self.stage.read_only().then(|| {
-            CapError::WrongStage(format!(
-                "{}.{op} changes the host and is refused in the read-only {} stage",
-                cap.interface(),
-                self.stage
-            ))
-        })
+    /// A refused name: malformed names say why; well-formed ones name the grant to add.
+    fn refuse_name(&mut self, cap: Capability, op: &str, name: &str, refusal: NameRefusal, write: bool) -> CapError {
+        match refusal {
+            NameRefusal::Invalid(reason) => self.deny_with(cap, op, name, reason),
+            NameRefusal::NotGranted => self.deny(cap, op, name, write),
+        }
+    }
+
+    fn refuse_write(&mut self, cap: Capability, op: &str) -> Option<CapError> {
+        if !self.stage.read_only() {
+            return None;
+        }
+        let message = format!("{}.{op} changes the host and is refused in the read-only {} stage", cap.interface(), self.stage);
+        Some(self.issue(CapError::WrongStage(message)))
     }
 
     fn host_error(&mut self, cap: Capability, op: &str, target: &str, e: HostError) -> CapError {
         match e {
-            HostError::NotFound(what) => CapError::NotFound(what),
-            e @ (HostError::Escape { .. } | HostError::Symlink(_)) => self.deny_with(cap, op, target, e.to_string()),
-            e => CapError::Failed(chain(&e)),
+            HostError::NotFound(what) => self.issue(CapError::NotFound(clip(&what, 1024))),
+            HostError::TooLarge { limit, .. } => {
+                let field = self.sandbox_field("memory", "--memory");
+                self.deny_with(cap, op, target, format!("reads are capped at {limit} bytes (half the sandbox memory); raise {field}"))
+            }
+            e @ (HostError::Escape { .. }
+            | HostError::Symlink(_)
+            | HostError::NotADirectory { .. }
+            | HostError::NotRegular { .. }
+            | HostError::InvalidName(_)) => self.deny_with(cap, op, target, e.to_string()),
+            e => self.issue(CapError::Failed(clip(&chain(&e), 4096))),
         }
+    }
+
+    /// Where the package's sandbox bound `field` is set: the spec field or the CLI flag.
+    fn sandbox_field(&self, field: &str, flag: &str) -> String {
+        match &self.grants.source {
+            GrantSource::Spec { package } => format!("spec.packages.{package}.sandbox.{field}"),
+            GrantSource::Flags => flag.to_string(),
+        }
+    }
+
+    /// Takes `bytes` and `files` from the stage's write budget, or refuses.
+    fn spend(&mut self, op: &str, target: &str, bytes: u64, files: u32) -> Result<(), CapError> {
+        if bytes > self.budget.bytes_left {
+            let field = self.sandbox_field("writeBytes", "--write-bytes");
+            let reason = format!("the stage's write budget of {} bytes is used up; raise {field}", self.budget.bytes);
+            return Err(self.deny_with(Capability::Files, op, target, reason));
+        }
+        if files > self.budget.files_left {
+            let field = self.sandbox_field("writeFiles", "--write-files");
+            let reason = format!("the stage's budget of {} written files is used up; raise {field}", self.budget.files);
+            return Err(self.deny_with(Capability::Files, op, target, reason));
+        }
+        self.budget.bytes_left -= bytes;
+        self.budget.files_left -= files;
+        Ok(())
+    }
+
+    /// Refuses setuid/setgid/sticky bits unless a grant covering `path` allows them.
+    fn check_mode(&mut self, op: &str, path: &Path, mode: Option<u32>) -> Result<bool, CapError> {
+        let special = self.grants.allows_special_modes(path);
+        if let Some(mode) = mode
+            && mode & !PERMISSION_BITS != 0
+            && !special
+        {
+            let hint = match &self.grants.source {
+                GrantSource::Spec { package } => {
+                    format!("add {{path: {:?}, access: readWrite, specialModes: true}} to spec.packages.{package}.capabilities.files", path.display())
+                }
+                GrantSource::Flags => format!("pass --grant files={}:rw+special", path.display()),
+            };
+            let reason = format!("mode {mode:#o} sets setuid, setgid or sticky bits; {hint}");
+            return Err(self.deny_with(Capability::Files, op, &path.display().to_string(), reason));
+        }
+        Ok(special)
     }
 
     /// Runs a blocking host operation off the async executor.
@@ -103,7 +178,7 @@ impl CapState {
         match tokio::task::spawn_blocking(move || f(&*host)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(self.host_error(cap, op, target, e)),
-            Err(join) => Err(CapError::Failed(format!("host operation {}.{op} panicked: {join}", cap.interface()))),
+            Err(join) => Err(self.issue(CapError::Failed(format!("host operation {}.{op} panicked: {join}", cap.interface())))),
         }
     }
 
@@ -138,9 +213,9 @@ impl CapState {
         self.host(Capability::Files, op, &raw, move |h| f(h, &base, &path)).await
     }
 
-    fn check_name(&mut self, cap: Capability, op: &str, name: &str, allowed: bool, write: bool) -> Result<(), CapError> {
-        if !allowed {
-            return Err(self.deny(cap, op, name, write));
+    fn check_name(&mut self, cap: Capability, op: &str, name: &str, checked: Result<(), NameRefusal>, write: bool) -> Result<(), CapError> {
+        if let Err(refusal) = checked {
+            return Err(self.refuse_name(cap, op, name, refusal, write));
         }
         if write && let Some(e) = self.refuse_write(cap, op) {
             return Err(e);
@@ -181,11 +256,16 @@ impl node::Host for CapState {
 
 impl files::Host for CapState {
     async fn read(&mut self, path: String) -> Result<Vec<u8>, CapError> {
-        self.file_op("read", path, false, |h, base, p| h.fs().read(base, p)).await
+        let max = self.budget.max_read;
+        self.file_op("read", path, false, move |h, base, p| h.fs().read(base, p, max)).await
     }
 
     async fn write(&mut self, path: String, contents: Vec<u8>, mode: Option<u32>) -> Result<(), CapError> {
-        self.file_op("write", path, true, move |h, base, p| h.fs().write(base, p, &contents, mode)).await
+        let (base, normalized) = self.file_scope("write", &path, true)?;
+        let special_modes = self.check_mode("write", &normalized, mode)?;
+        self.spend("write", &path, contents.len() as u64, 1)?;
+        let options = WriteOptions { mode, special_modes, min_free_bytes: self.budget.min_free };
+        self.host(Capability::Files, "write", &path, move |h| h.fs().write(&base, &normalized, &contents, &options)).await
     }
 
     async fn stat(&mut self, path: String) -> Result<Option<files::FileStat>, CapError> {
@@ -209,7 +289,9 @@ impl files::Host for CapState {
     }
 
     async fn create_dir(&mut self, path: String) -> Result<(), CapError> {
-        self.file_op("create-dir", path, true, |h, base, p| h.fs().create_dir(base, p)).await
+        let (base, normalized) = self.file_scope("create-dir", &path, true)?;
+        self.spend("create-dir", &path, 0, 1)?;
+        self.host(Capability::Files, "create-dir", &path, move |h| h.fs().create_dir(&base, &normalized)).await
     }
 
     async fn remove(&mut self, path: String) -> Result<(), CapError> {
@@ -221,28 +303,33 @@ impl files::Host for CapState {
     }
 
     async fn set_mode(&mut self, path: String, mode: u32) -> Result<(), CapError> {
-        self.file_op("set-mode", path, true, move |h, base, p| h.fs().set_mode(base, p, mode)).await
+        let (base, normalized) = self.file_scope("set-mode", &path, true)?;
+        self.check_mode("set-mode", &normalized, Some(mode))?;
+        self.host(Capability::Files, "set-mode", &path, move |h| h.fs().set_mode(&base, &normalized, mode)).await
     }
 }
 
 impl kmod::Host for CapState {
     async fn load(&mut self, name: String, params: Vec<String>) -> Result<(), CapError> {
-        let allowed = self.grants.allows_module(&name);
-        self.check_name(Capability::Kmod, "load", &name, allowed, true)?;
+        let checked = self.grants.check_module(&name);
+        self.check_name(Capability::Kmod, "load", &name, checked, true)?;
+        if let Some(reason) = params.iter().find_map(|p| hostargs::module_param(p).err()) {
+            return Err(self.deny_with(Capability::Kmod, "load", &name, reason));
+        }
         let n = name.clone();
         self.host(Capability::Kmod, "load", &name, move |h| h.kmod_load(&n, &params)).await
     }
 
     async fn unload(&mut self, name: String) -> Result<(), CapError> {
-        let allowed = self.grants.allows_module(&name);
-        self.check_name(Capability::Kmod, "unload", &name, allowed, true)?;
+        let checked = self.grants.check_module(&name);
+        self.check_name(Capability::Kmod, "unload", &name, checked, true)?;
         let n = name.clone();
         self.host(Capability::Kmod, "unload", &name, move |h| h.kmod_unload(&n)).await
     }
 
     async fn is_loaded(&mut self, name: String) -> Result<bool, CapError> {
-        let allowed = self.grants.allows_module(&name);
-        self.check_name(Capability::Kmod, "is-loaded", &name, allowed, false)?;
+        let checked = self.grants.check_module(&name);
+        self.check_name(Capability::Kmod, "is-loaded", &name, checked, false)?;
         let n = name.clone();
         self.host(Capability::Kmod, "is-loaded", &name, move |h| h.kmod_is_loaded(&n)).await
     }
@@ -258,15 +345,15 @@ impl services::Host for CapState {
             services::Verb::Enable => ServiceVerb::Enable,
             services::Verb::Disable => ServiceVerb::Disable,
         };
-        let allowed = self.grants.allows_service(&unit);
-        self.check_name(Capability::Services, verb.as_str(), &unit, allowed, true)?;
+        let checked = self.grants.check_service(&unit);
+        self.check_name(Capability::Services, verb.as_str(), &unit, checked, true)?;
         let u = unit.clone();
         self.host(Capability::Services, verb.as_str(), &unit, move |h| h.service(verb, &u)).await
     }
 
     async fn status(&mut self, unit: String) -> Result<services::UnitStatus, CapError> {
-        let allowed = self.grants.allows_service(&unit);
-        self.check_name(Capability::Services, "status", &unit, allowed, false)?;
+        let checked = self.grants.check_service(&unit);
+        self.check_name(Capability::Services, "status", &unit, checked, false)?;
         let u = unit.clone();
         let s = self.host(Capability::Services, "status", &unit, move |h| h.service_status(&u)).await?;
         Ok(services::UnitStatus { active_state: s.active_state, enabled: s.enabled })
@@ -283,15 +370,15 @@ impl services::Host for CapState {
 
 impl sysctl::Host for CapState {
     async fn get(&mut self, key: String) -> Result<String, CapError> {
-        let allowed = self.grants.allows_sysctl(&key);
-        self.check_name(Capability::Sysctl, "get", &key, allowed, false)?;
+        let checked = self.grants.check_sysctl(&key);
+        self.check_name(Capability::Sysctl, "get", &key, checked, false)?;
         let k = key.clone();
         self.host(Capability::Sysctl, "get", &key, move |h| h.sysctl_get(&k)).await
     }
 
     async fn set(&mut self, key: String, value: String) -> Result<(), CapError> {
-        let allowed = self.grants.allows_sysctl(&key);
-        self.check_name(Capability::Sysctl, "set", &key, allowed, true)?;
+        let checked = self.grants.check_sysctl(&key);
+        self.check_name(Capability::Sysctl, "set", &key, checked, true)?;
         let k = key.clone();
         self.host(Capability::Sysctl, "set", &key, move |h| h.sysctl_set(&k, &value)).await
     }
@@ -299,24 +386,36 @@ impl sysctl::Host for CapState {
 
 impl exec::Host for CapState {
     async fn run(&mut self, path: String, args: Vec<String>) -> Result<exec::Output, CapError> {
-        let target = std::iter::once(path.clone()).chain(args.iter().cloned()).collect::<Vec<_>>().join(" ");
+        let target = std::iter::once(path.as_str()).chain(args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ");
+        // Commands are granted by exact path: a different spelling of a granted path is
+        // refused for what it is, not as a missing grant.
         let normalized = match normalize_abs_path(&path) {
-            Ok(p) => p,
-            Err(reason) => return Err(self.deny_with(Capability::Exec, "run", &target, reason)),
+            Ok(p) if p.as_os_str() == path.as_str() => p,
+            Ok(p) => {
+                let reason = format!("command paths must be exact and normalised; call {} as granted", p.display());
+                return Err(self.deny_with(Capability::Exec, "run", &target, reason));
+            }
+            Err(why) => {
+                let reason = format!("command paths must be exact and normalised: {why}");
+                return Err(self.deny_with(Capability::Exec, "run", &target, reason));
+            }
         };
         let Some(read_only) = self.grants.command_rule(&normalized, &args).map(|r| r.read_only) else {
-            let hint = self.grants.source.hint(Capability::Exec, &path, false);
-            let reason = if self.grants.commands.iter().any(|c| c.path == normalized) {
-                format!("arguments do not match the granted patterns for {path}")
-            } else {
-                hint
+            let mismatch = self.grants.commands.iter().filter(|c| c.path == normalized).find_map(|c| c.check_args(&args).err());
+            let reason = match mismatch {
+                Some(why) => format!("arguments do not match the granted patterns for {path}: {why}"),
+                None => self.grants.source.hint(Capability::Exec, &path, false),
             };
             return Err(self.deny_with(Capability::Exec, "run", &target, reason));
         };
         // A granted command may do anything: in a read-only stage only commands the admin
         // vouched for (`readOnly: true`) run.
-        if !read_only && let Some(CapError::WrongStage(msg)) = self.refuse_write(Capability::Exec, "run") {
-            return Err(CapError::WrongStage(format!("{msg}; grant {path} with readOnly: true if it only inspects the host")));
+        if !read_only && self.stage.read_only() {
+            let message = format!(
+                "exec.run changes the host and is refused in the read-only {} stage; grant {path} with readOnly: true if it only inspects the host",
+                self.stage
+            );
+            return Err(self.issue(CapError::WrongStage(message)));
         }
         let limits = self.exec_limits.clone();
         let out = self.host(Capability::Exec, "run", &target, move |h| h.exec(&normalized, &args, &limits)).await?;
@@ -330,12 +429,16 @@ impl power::Host for CapState {
             return Err(self.deny(Capability::Power, "request-reboot", &reason, false));
         }
         if !self.stage.allows_reboot() {
-            return Err(CapError::WrongStage(format!(
-                "power.request-reboot is only honoured in the interrupt stage, not in {}",
-                self.stage
-            )));
+            let message = format!("power.request-reboot is only honoured in the interrupt stage, not in {}", self.stage);
+            return Err(self.issue(CapError::WrongStage(message)));
         }
-        let r = reason.clone();
-        self.host(Capability::Power, "request-reboot", &reason, move |h| h.request_reboot(&r)).await
+        // One reboot per stage however often it is asked for.
+        if self.reboot_requested {
+            return Ok(());
+        }
+        let r = clip(&reason, 256);
+        self.host(Capability::Power, "request-reboot", &reason, move |h| h.request_reboot(&r)).await?;
+        self.reboot_requested = true;
+        Ok(())
     }
 }

@@ -20,6 +20,9 @@ pub enum Error {
     /// Compilation failed.
     #[error("cannot compile the component: {0}")]
     Compile(String),
+    /// The component is over a [`crate::LoadLimits`] bound; nothing was run.
+    #[error("component refused before running: {0}")]
+    TooLarge(String),
     /// The precompiled-code cache failed (I/O, not a stale entry: those are recompiled).
     #[error("plugin cache at {path}: {message}")]
     Cache {

@@ -13,6 +13,9 @@ pub const STAGE_FUNCTIONS: [&str; 8] =
 
 const PLUGIN_PACKAGE: &str = "nodewright:plugin/";
 
+/// The one version of our package a plugin may import: the world it was checked against.
+const PLUGIN_VERSION: &str = "0.1.0";
+
 /// WASI interfaces the sandbox links (with nothing behind them: no preopens, no network,
 /// empty environment). Rust's std imports `wasi:cli` and `wasi:io` even for a plugin that
 /// never prints.
@@ -70,7 +73,11 @@ pub(crate) fn check_is_component(bytes: &[u8]) -> Result<()> {
 
 fn classify(name: &str) -> Option<ImportKind> {
     if let Some(rest) = name.strip_prefix(PLUGIN_PACKAGE) {
-        let iface = rest.split('@').next().unwrap_or(rest);
+        // Exactly our version: another version of an interface is another contract.
+        let (iface, version) = rest.split_once('@')?;
+        if version != PLUGIN_VERSION {
+            return None;
+        }
         return match iface {
             "log" | "node" | "types" => Some(ImportKind::AlwaysLinked),
             other => Capability::from_interface(other).map(ImportKind::Capability),
@@ -134,6 +141,9 @@ mod tests {
         assert_eq!(classify("wasi:http/outgoing-handler@0.2.6"), None);
         assert_eq!(classify("acme:evil/root@1.0.0"), None);
         assert_eq!(classify("nodewright:plugin/teleport@0.1.0"), None);
+        assert_eq!(classify("nodewright:plugin/files@0.2.0"), None);
+        assert_eq!(classify("nodewright:plugin/files@0.1.1"), None);
+        assert_eq!(classify("nodewright:plugin/files"), None);
     }
 
     #[test]

@@ -5,10 +5,11 @@
 //!
 //! 1. [`Engine::new`] — one per process. Epoch interruption is on and a ticker thread
 //!    advances the epoch every [`EPOCH_TICK`].
-//! 2. [`Engine::load`] — bytes → [`LoadedPlugin`]. Checks the bytes are a component of our
-//!    world, then loads precompiled native code from the on-disk cache (keyed by the
-//!    content digest and the engine's compatibility hash, re-hashed before use) or compiles
-//!    and caches it.
+//! 2. [`Engine::load`] — bytes → [`LoadedPlugin`]. Checks the bytes are a component within
+//!    the [`LoadLimits`] (size and function count, measured before anything compiles), then
+//!    loads precompiled native code from the on-disk cache (keyed by the content digest and
+//!    the engine's compatibility hash, re-hashed before use) or compiles it on a thread with
+//!    a deadline and caches it; then checks it is of our world.
 //! 3. [`check_grants`] — compares the component's imports with a [`GrantSet`]: imports
 //!    without a grant are errors, grants without an import are reported as excess. Nothing
 //!    runs. The webhook, operator, agent and CLI all call it.
@@ -50,6 +51,7 @@ mod cache;
 mod caps;
 mod error;
 mod inspect;
+mod load;
 mod run;
 mod sandbox;
 
@@ -60,9 +62,11 @@ use std::time::Duration;
 
 pub use error::{Error, Result, RunError};
 pub use inspect::{check_grants, GrantCheck, ImportKind, PluginImport, EXPECTED_EXPORT, STAGE_FUNCTIONS};
+pub use load::LoadLimits;
 pub use nodewright_api::grants::{Capability, GrantSet};
 pub use run::{
     Change, Denial, Interrupt, LogLevel, LogLine, LogSource, Outcome, RunReport, RunStage, StageContext, StepFailure,
+    MAX_DENIALS_KEPT,
 };
 pub use sandbox::SandboxLimits;
 /// The wasmtime version this engine is built on, re-exported so embedders never mismatch it.
@@ -80,12 +84,15 @@ pub struct EngineConfig {
     /// Directory for precompiled native code. `None` disables the on-disk cache (every
     /// load compiles). Created with mode 0700: its contents are native code.
     pub cache_dir: Option<PathBuf>,
+    /// Bounds checked before and during compilation.
+    pub load_limits: LoadLimits,
 }
 
 /// One wasmtime engine, its code cache and its linkers.
 pub struct Engine {
     inner: wasmtime::Engine,
     cache: Option<cache::CodeCache>,
+    load_limits: LoadLimits,
     linkers: Mutex<HashMap<u8, Arc<wasmtime::component::Linker<HostState>>>>,
     pres: Mutex<HashMap<(String, u8), PluginPre<HostState>>>,
 }
@@ -171,11 +178,11 @@ impl Engine {
                 }
             })
             .map_err(|e| Error::Engine(e.to_string()))?;
-        let cache = match config.cache_dir {
+        let cache = match config.cache_dir.clone() {
             Some(dir) => Some(cache::CodeCache::open(dir, &inner)?),
             None => None,
         };
-        Ok(Engine { inner, cache, linkers: Mutex::default(), pres: Mutex::default() })
+        Ok(Engine { inner, cache, load_limits: config.load_limits, linkers: Mutex::default(), pres: Mutex::default() })
     }
 
     /// The wasmtime engine.
@@ -185,12 +192,17 @@ impl Engine {
 
     /// Checks `bytes` are a nodewright plugin component and loads its native code, from the
     /// cache when possible.
+    ///
+    /// Blocks for as long as a compilation takes (bounded by
+    /// [`LoadLimits::compile_timeout`]); async callers run it on a blocking thread.
     pub fn load(&self, bytes: &[u8]) -> Result<LoadedPlugin> {
         inspect::check_is_component(bytes)?;
+        load::prescan(bytes, &self.load_limits)?;
         let digest = cache::digest(bytes);
+        let compile = || load::compile(&self.inner, bytes, self.load_limits.compile_timeout);
         let (component, from_cache) = match &self.cache {
-            Some(cache) => cache.load_or_compile(&self.inner, &digest, bytes)?,
-            None => (wasmtime::component::Component::new(&self.inner, bytes).map_err(Error::compile)?, false),
+            Some(cache) => cache.load_or_compile(&self.inner, &digest, compile)?,
+            None => (compile()?, false),
         };
         let (imports, exports) = inspect::describe(&self.inner, &component)?;
         Ok(LoadedPlugin { digest, size: bytes.len(), from_cache, imports, exports, component })

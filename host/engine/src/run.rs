@@ -1,7 +1,8 @@
 //! Running one stage in a fresh store, and the types a run reports.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -325,8 +326,13 @@ pub struct RunReport {
     pub logs: Vec<LogLine>,
     /// Older lines dropped to stay within the bound.
     pub logs_dropped: u64,
-    /// Every denied call, even those the plugin recovered from.
+    /// Denied calls, even those the plugin recovered from: the first
+    /// [`MAX_DENIALS_KEPT`] of them.
     pub denials: Vec<Denial>,
+    /// How many calls were denied in all (a plugin looping on a denial is counted, not
+    /// stored).
+    #[serde(default)]
+    pub denials_total: u64,
     /// Wall time of instantiate + call.
     pub duration: Duration,
 }
@@ -345,6 +351,36 @@ impl WasiView for HostState {
     }
 }
 
+/// Denials kept in a [`RunReport`]; the rest are only counted.
+pub const MAX_DENIALS_KEPT: usize = 32;
+
+/// Errors the host remembers having raised in one run, to tell them from forgeries.
+const MAX_ISSUED: usize = 4096;
+
+/// What one stage may still read and write.
+#[derive(Clone, Debug)]
+pub(crate) struct Budget {
+    pub(crate) max_read: u64,
+    pub(crate) bytes: u64,
+    pub(crate) bytes_left: u64,
+    pub(crate) files: u32,
+    pub(crate) files_left: u32,
+    pub(crate) min_free: u64,
+}
+
+impl Budget {
+    fn new(limits: &SandboxLimits) -> Self {
+        Budget {
+            max_read: limits.max_read_bytes(),
+            bytes: limits.write_bytes,
+            bytes_left: limits.write_bytes,
+            files: limits.write_files,
+            files_left: limits.write_files,
+            min_free: limits.min_free_bytes,
+        }
+    }
+}
+
 /// What capability implementations see.
 pub(crate) struct CapState {
     pub(crate) grants: Arc<GrantSet>,
@@ -352,7 +388,54 @@ pub(crate) struct CapState {
     pub(crate) stage: RunStage,
     pub(crate) log: Arc<Mutex<LogBuffer>>,
     pub(crate) denials: Vec<Denial>,
+    pub(crate) denials_total: u64,
+    /// Fingerprints of the capability errors this run raised: a plugin may pass one on,
+    /// but not invent one (which would shift the blame to the grant or the host).
+    pub(crate) issued: HashSet<u64>,
     pub(crate) exec_limits: ExecLimits,
+    pub(crate) budget: Budget,
+    pub(crate) reboot_requested: bool,
+    /// Set when the run's store is dropped: a granted command still running then (the
+    /// stage's deadline passed while it ran) is killed.
+    #[expect(dead_code, reason = "held for its Drop")]
+    pub(crate) ended: EndOfRun,
+}
+
+/// Raises its flag when dropped.
+pub(crate) struct EndOfRun(pub(crate) Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for EndOfRun {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl CapState {
+    /// Remembers `e` as raised by the host and returns it.
+    pub(crate) fn issue(&mut self, e: wit::CapError) -> wit::CapError {
+        if self.issued.len() < MAX_ISSUED {
+            self.issued.insert(fingerprint(&e));
+        }
+        e
+    }
+
+    pub(crate) fn record_denial(&mut self, denial: Denial) {
+        self.denials_total += 1;
+        if self.denials.len() < MAX_DENIALS_KEPT {
+            self.denials.push(denial);
+        }
+    }
+}
+
+fn fingerprint(e: &wit::CapError) -> u64 {
+    let mut h = DefaultHasher::new();
+    match e {
+        wit::CapError::Denied(d) => ("denied", &d.capability, &d.operation, &d.target, &d.message).hash(&mut h),
+        wit::CapError::WrongStage(m) => ("wrong-stage", m).hash(&mut h),
+        wit::CapError::NotFound(m) => ("not-found", m).hash(&mut h),
+        wit::CapError::Failed(m) => ("failed", m).hash(&mut h),
+    }
+    h.finish()
 }
 
 impl From<wit::Change> for Change {
@@ -378,17 +461,63 @@ impl From<wit::Denial> for Denial {
     }
 }
 
-impl From<wit::StepError> for StepFailure {
-    fn from(e: wit::StepError) -> Self {
-        match e {
-            wit::StepError::Capability(wit::CapError::Denied(d)) => StepFailure::Denied(d.into()),
-            wit::StepError::Capability(wit::CapError::WrongStage(m)) => StepFailure::WrongStage(m),
-            wit::StepError::Capability(wit::CapError::NotFound(m)) => StepFailure::NotFound(m),
-            wit::StepError::Capability(wit::CapError::Failed(m)) => StepFailure::HostFailed(m),
-            wit::StepError::InvalidConfig(m) => StepFailure::InvalidConfig(m),
-            wit::StepError::Failed(m) => StepFailure::Failed(m),
-        }
+/// The plugin's error as the host will judge it. A capability error counts as the
+/// grant's (`denied`) or the host's (`failed`) only if the host raised exactly that error
+/// in this run; an invented one is the package's failure.
+fn step_failure(e: wit::StepError, issued: &HashSet<u64>) -> StepFailure {
+    let cap = match e {
+        wit::StepError::InvalidConfig(m) => return StepFailure::InvalidConfig(m),
+        wit::StepError::Failed(m) => return StepFailure::Failed(m),
+        wit::StepError::Capability(cap) => cap,
+    };
+    if !issued.contains(&fingerprint(&cap)) {
+        let (kind, text) = match &cap {
+            wit::CapError::Denied(d) => ("denied", d.message.as_str()),
+            wit::CapError::WrongStage(m) => ("wrong-stage", m.as_str()),
+            wit::CapError::NotFound(m) => ("not-found", m.as_str()),
+            wit::CapError::Failed(m) => ("failed", m.as_str()),
+        };
+        return StepFailure::Failed(format!(
+            "the plugin reported a {kind} capability error the host never raised: {}",
+            crate::caps::clip(text, 512)
+        ));
     }
+    match cap {
+        wit::CapError::Denied(d) => StepFailure::Denied(d.into()),
+        wit::CapError::WrongStage(m) => StepFailure::WrongStage(m),
+        wit::CapError::NotFound(m) => StepFailure::NotFound(m),
+        wit::CapError::Failed(m) => StepFailure::HostFailed(m),
+    }
+}
+
+/// Most units one service interrupt may name.
+const MAX_INTERRUPT_UNITS: usize = 64;
+
+/// Checks what the plugin reports before anything acts on it: the units of a service
+/// interrupt are passed to `systemctl restart` by the agent.
+fn check_outcome(o: wit::Outcome) -> Result<Outcome, StepFailure> {
+    let interrupt = match o.interrupt {
+        wit::Interrupt::Services(units) => {
+            let mut seen = Vec::new();
+            for unit in units {
+                if let Err(why) = nodewright_api::hostargs::unit_name(&unit) {
+                    return Err(StepFailure::Failed(format!("the outcome's service interrupt names an invalid unit: {why}")));
+                }
+                if !seen.contains(&unit) {
+                    seen.push(unit);
+                }
+            }
+            if seen.len() > MAX_INTERRUPT_UNITS {
+                return Err(StepFailure::Failed(format!(
+                    "the outcome's service interrupt names {} units; at most {MAX_INTERRUPT_UNITS}",
+                    seen.len()
+                )));
+            }
+            Interrupt::Service(seen)
+        }
+        other => other.into(),
+    };
+    Ok(Outcome { changes: o.changes.into_iter().map(Change::from).collect(), interrupt, message: o.message })
 }
 
 impl PreparedPlugin {
@@ -410,17 +539,23 @@ impl PreparedPlugin {
         // Nothing inherited: no env, args, preopens or sockets (wasmtime-wasi denies TCP,
         // UDP and name lookup unless allowed); stdio goes to the bounded log.
         let wasi = WasiCtxBuilder::new().stdout(stdout.clone()).stderr(stderr.clone()).build();
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
-            limiter: Limiter { memory: limits.memory },
+            limiter: Limiter::new(limits.memory),
             caps: CapState {
                 grants,
                 host,
                 stage,
                 log: log.clone(),
                 denials: Vec::new(),
-                exec_limits: ExecLimits { timeout: limits.exec_timeout, max_output: limits.exec_max_output },
+                denials_total: 0,
+                issued: HashSet::new(),
+                exec_limits: ExecLimits { timeout: limits.exec_timeout, max_output: limits.exec_max_output, cancel: Some(ended.clone()) },
+                budget: Budget::new(limits),
+                reboot_requested: false,
+                ended: EndOfRun(ended),
             },
         };
         let mut store = Store::new(&self.engine, state);
@@ -434,7 +569,15 @@ impl PreparedPlugin {
         let instance = tokio::time::timeout(limits.timeout, self.pre.instantiate_async(&mut store))
             .await
             .map_err(|_| timeout(Vec::new()))?
-            .map_err(|e| RunError::Instantiate { stage: stage.to_string(), message: format!("{e:#}") })?;
+            .map_err(|e| {
+                // A trap or a memory error in the component's own start code is the
+                // package's fault; anything else (linking) is ours.
+                if e.downcast_ref::<wasmtime::Trap>().is_some() || e.downcast_ref::<MemoryLimitExceeded>().is_some() {
+                    classify_trap(stage, e, limits, &log)
+                } else {
+                    RunError::Instantiate { stage: stage.to_string(), message: format!("{e:#}") }
+                }
+            })?;
         let wit_ctx = ctx.to_wit(stage);
         let remaining = limits.timeout.saturating_sub(started.elapsed());
         let call = async {
@@ -458,18 +601,19 @@ impl PreparedPlugin {
         stdout.finish();
         stderr.finish();
         let duration = started.elapsed();
-        let result = match called {
+        let raw = match called {
             Err(_) => return Err(timeout(log.lock().expect("log lock").take().0)),
             Ok(Err(trap)) => return Err(classify_trap(stage, trap, limits, &log)),
-            Ok(Ok(result)) => result.map(|o| Outcome {
-                changes: o.changes.into_iter().map(Change::from).collect(),
-                interrupt: o.interrupt.into(),
-                message: o.message,
-            }),
+            Ok(Ok(result)) => result,
+        };
+        let caps = &mut store.data_mut().caps;
+        let result = match raw {
+            Ok(o) => check_outcome(o),
+            Err(e) => Err(step_failure(e, &caps.issued)),
         };
         let (logs, logs_dropped) = log.lock().expect("log lock").take();
-        let denials = std::mem::take(&mut store.data_mut().caps.denials);
-        Ok(RunReport { stage, result: result.map_err(StepFailure::from), logs, logs_dropped, denials, duration })
+        let denials = std::mem::take(&mut caps.denials);
+        Ok(RunReport { stage, result, logs, logs_dropped, denials, denials_total: caps.denials_total, duration })
     }
 }
 

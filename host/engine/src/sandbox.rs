@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use nodewright_api::limits;
+
 use crate::run::{LogLevel, LogLine, LogSource};
 
 /// Limits applied to every stage run.
@@ -13,7 +15,8 @@ use crate::run::{LogLevel, LogLine, LogSource};
 pub struct SandboxLimits {
     /// Wall-clock budget for the whole stage, guest code and host calls together.
     pub timeout: Duration,
-    /// Cap on the guest's linear memory, in bytes.
+    /// Cap on the guest's linear memory, in bytes: all its memories together. Reads
+    /// through `files` are capped at half of it.
     pub memory: u64,
     /// Log lines kept (the most recent ones; older lines are counted as dropped).
     pub max_log_lines: usize,
@@ -23,19 +26,35 @@ pub struct SandboxLimits {
     pub exec_timeout: Duration,
     /// Bytes kept from each stream of a granted host command.
     pub exec_max_output: usize,
+    /// Bytes one stage may write through `files`.
+    pub write_bytes: u64,
+    /// Files and directories one stage may write or create.
+    pub write_files: u32,
+    /// Free bytes a write must leave on its filesystem.
+    pub min_free_bytes: u64,
+}
+
+impl SandboxLimits {
+    /// The largest single `files.read`: half the memory limit.
+    pub fn max_read_bytes(&self) -> u64 {
+        limits::max_read_bytes(self.memory)
+    }
 }
 
 impl Default for SandboxLimits {
     /// 5 minutes, 128 MiB, the last 2000 log lines up to 256 KiB, 2-minute commands with
-    /// 64 KiB of output each.
+    /// 64 KiB of output each, 256 MiB and 4096 files written per stage, 256 MiB left free.
     fn default() -> Self {
         SandboxLimits {
             timeout: Duration::from_secs(300),
-            memory: 128 << 20,
+            memory: limits::DEFAULT_MEMORY,
             max_log_lines: 2000,
             max_log_bytes: 256 << 10,
             exec_timeout: Duration::from_secs(120),
             exec_max_output: 64 << 10,
+            write_bytes: limits::DEFAULT_WRITE_BYTES,
+            write_files: limits::DEFAULT_WRITE_FILES,
+            min_free_bytes: limits::DEFAULT_MIN_FREE_BYTES,
         }
     }
 }
@@ -52,22 +71,48 @@ pub(crate) struct MemoryLimitExceeded {
     pub(crate) desired: u64,
 }
 
-/// Caps total linear memory, table size and instance counts for one store.
+/// Table elements one store may hold across all its tables.
+const MAX_TABLE_ELEMENTS: u64 = 200_000;
+
+/// Caps the *total* linear memory and table elements of one store (a component may have
+/// several core instances, each with its own memories), and instance counts.
 #[derive(Debug)]
 pub(crate) struct Limiter {
-    pub(crate) memory: u64,
+    memory: u64,
+    memory_used: u64,
+    table_elements: u64,
+}
+
+impl Limiter {
+    pub(crate) fn new(memory: u64) -> Self {
+        Limiter { memory, memory_used: 0, table_elements: 0 }
+    }
 }
 
 impl wasmtime::ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired as u64 > self.memory {
-            return Err(wasmtime::Error::new(MemoryLimitExceeded { limit: self.memory, desired: desired as u64 }));
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        // Called for every memory, with current = 0 when it is created.
+        let total = self.memory_used - current as u64 + desired as u64;
+        if total > self.memory {
+            return Err(wasmtime::Error::new(MemoryLimitExceeded { limit: self.memory, desired: total }));
         }
+        self.memory_used = total;
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        // The growth did not happen after all; the accounting stays high, which only errs
+        // on the safe side for the rest of this run.
+        Ok(())
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.table_elements - current as u64 + desired as u64;
+        if total > MAX_TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        self.table_elements = total;
+        Ok(true)
     }
 
     fn instances(&self) -> usize {
@@ -77,7 +122,7 @@ impl wasmtime::ResourceLimiter for Limiter {
         32
     }
     fn memories(&self) -> usize {
-        4
+        16
     }
 }
 
@@ -221,5 +266,18 @@ mod tests {
         s.finish();
         let (lines, _) = log.lock().unwrap().take();
         assert_eq!(lines.iter().map(|l| l.message.as_str()).collect::<Vec<_>>(), ["a", "bc", "tail"]);
+    }
+
+    #[test]
+    fn memory_is_capped_across_memories() {
+        use wasmtime::ResourceLimiter;
+        let mut l = Limiter::new(100);
+        assert!(l.memory_growing(0, 40, None).unwrap());
+        assert!(l.memory_growing(0, 40, None).unwrap());
+        // A third memory of 40 would be 120 in all.
+        assert!(l.memory_growing(0, 40, None).is_err());
+        // Growing the first from 40 to 60 fits exactly.
+        assert!(l.memory_growing(40, 60, None).unwrap());
+        assert!(l.memory_growing(60, 61, None).is_err());
     }
 }

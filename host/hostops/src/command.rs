@@ -4,7 +4,8 @@ use std::io::Read;
 use std::path::Path;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,19 +14,21 @@ use serde::{Deserialize, Serialize};
 use crate::{HostError, Result};
 
 /// Bounds for one command.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ExecLimits {
     /// Killed (SIGKILL) when still running after this long.
     pub timeout: Duration,
     /// Bytes kept from each of stdout and stderr; the rest is read and dropped so the
     /// child never blocks on a full pipe.
     pub max_output: usize,
+    /// Killed as soon as this is set: the stage that ran it ended (its deadline passed).
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Default for ExecLimits {
-    /// 5 minutes, 64 KiB per stream.
+    /// 5 minutes, 64 KiB per stream, no cancellation.
     fn default() -> Self {
-        ExecLimits { timeout: Duration::from_secs(300), max_output: 64 * 1024 }
+        ExecLimits { timeout: Duration::from_secs(300), max_output: 64 * 1024, cancel: None }
     }
 }
 
@@ -121,8 +124,11 @@ pub fn run_bounded(
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() >= limits.timeout => {
-                let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+            Ok(None) if started.elapsed() >= limits.timeout || limits.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) => {
+                // The whole group, with the syscall: a minimal image has no `kill` binary.
+                if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+                    let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+                }
                 let _ = child.kill();
                 timed_out = true;
                 break child.wait().ok();
@@ -145,7 +151,7 @@ mod tests {
 
     #[test]
     fn captures_and_bounds_output() {
-        let limits = ExecLimits { timeout: Duration::from_secs(10), max_output: 10 };
+        let limits = ExecLimits { timeout: Duration::from_secs(10), max_output: 10, cancel: None };
         let out = run_bounded(Path::new("/bin/sh"), &["-c".into(), "yes | head -c 100000; echo err >&2; exit 3".into()], &[], None, &limits)
             .unwrap();
         assert_eq!(out.status, Some(3));
@@ -156,10 +162,45 @@ mod tests {
 
     #[test]
     fn kills_at_the_deadline() {
-        let limits = ExecLimits { timeout: Duration::from_millis(100), max_output: 10 };
+        let limits = ExecLimits { timeout: Duration::from_millis(100), max_output: 10, cancel: None };
         let out = run_bounded(Path::new("/bin/sleep"), &["30".into()], &[], None, &limits).unwrap();
         assert!(out.timed_out);
         assert_eq!(out.status, None);
+    }
+
+    #[test]
+    fn the_deadline_kills_the_whole_command_tree() {
+        let limits = ExecLimits { timeout: Duration::from_millis(300), max_output: 1024, cancel: None };
+        let tmp = std::env::temp_dir().join(format!("nodewright-tree-{}", std::process::id()));
+        let script = format!("sleep 30 & echo $! > {}; wait", tmp.display());
+        let out = run_bounded(Path::new("/bin/sh"), &["-c".into(), script], &[], None, &limits).unwrap();
+        assert!(out.timed_out);
+        let pid: i32 = std::fs::read_to_string(&tmp).unwrap().trim().parse().unwrap();
+        let _ = std::fs::remove_file(&tmp);
+        // The grandchild is gone (or a zombie about to be reaped by init).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+            let alive = state.as_deref().is_some_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'));
+            if !alive {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the backgrounded sleep {pid} survived the deadline");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn cancelling_kills_the_command() {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let limits = ExecLimits { timeout: Duration::from_secs(60), max_output: 10, cancel: Some(cancel.clone()) };
+        let stop = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(200));
+            cancel.store(true, Ordering::Relaxed);
+        });
+        let out = run_bounded(Path::new("/bin/sleep"), &["30".into()], &[], None, &limits).unwrap();
+        stop.join().unwrap();
+        assert!(out.timed_out, "a cancelled command is reported like a timed-out one");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod argv;
 mod command;
 mod linux;
 mod rootfs;
@@ -33,7 +34,7 @@ mod sim;
 
 pub use command::{run_bounded, ExecLimits, ExecOutput};
 pub use linux::{HostNamespaces, LinuxHost};
-pub use rootfs::{FileKind, FileStat, RootFs};
+pub use rootfs::{FileKind, FileStat, RootFs, WriteOptions, PERMISSION_BITS};
 #[cfg(feature = "sim")]
 pub use sim::{HostAction, SimHost};
 
@@ -87,6 +88,45 @@ pub enum HostError {
     /// The operation is not supported by this backend.
     #[error("{0}")]
     Unsupported(String),
+    /// A module, unit or key that is not well-formed for its kind never reaches a command.
+    #[error("invalid {0}")]
+    InvalidName(String),
+    /// A path below a granted *file* (`/etc/x/y` under the grant `/etc/x`).
+    #[error("{path} is below {base}, which is a file, not a directory")]
+    NotADirectory {
+        /// The requested path.
+        path: String,
+        /// The granted file.
+        base: String,
+    },
+    /// A read larger than the bound.
+    #[error("{path} is larger than the {limit}-byte read limit")]
+    TooLarge {
+        /// The host path.
+        path: String,
+        /// The bound in bytes.
+        limit: u64,
+    },
+    /// A device, socket or FIFO where a regular file or directory is needed.
+    #[error("{path} is {kind}; only regular files and directories can be used")]
+    NotRegular {
+        /// The host path.
+        path: String,
+        /// What it is.
+        kind: String,
+    },
+    /// A write would leave the filesystem with less free space than the floor.
+    #[error("writing {needed} bytes to {path} would leave less than the {floor}-byte free-space floor ({available} bytes free)")]
+    DiskFloor {
+        /// The host path.
+        path: String,
+        /// Free bytes before the write.
+        available: u64,
+        /// Bytes the write needs.
+        needed: u64,
+        /// The floor.
+        floor: u64,
+    },
 }
 
 impl HostError {
@@ -219,12 +259,10 @@ impl ProcSys {
         ProcSys { base: proc_root.join("sys") }
     }
 
-    /// `net.ipv4.ip_forward` → `<proc>/sys/net/ipv4/ip_forward`. Keys are validated by the
-    /// grant parser (no `/`, no `..`); re-checked here because this is a raw path join.
+    /// `net.ipv4.ip_forward` → `<proc>/sys/net/ipv4/ip_forward`. The engine checks keys
+    /// before they reach here; checked again because this is a raw path join.
     pub(crate) fn path(&self, key: &str) -> Result<PathBuf> {
-        if key.is_empty() || key.split('.').any(|p| p.is_empty() || p == "..") || key.contains('/') {
-            return Err(HostError::NotFound(format!("sysctl {key}")));
-        }
+        nodewright_api::hostargs::sysctl_key(key).map_err(|r| HostError::InvalidName(format!("sysctl key: {r}")))?;
         Ok(self.base.join(key.replace('.', "/")))
     }
 

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::argv;
 use crate::command::{run_bounded, ExecLimits, ExecOutput};
 use crate::rootfs::RootFs;
 use crate::{parse_os_release, HostError, HostOps, NodeIdentity, NodeInfo, ProcSys, Result, ServiceVerb, UnitStatus, HELPER_TIMEOUT};
@@ -49,11 +50,12 @@ impl LinuxHost {
         }
     }
 
-    fn helper(&self, program: &str, args: &[&str]) -> Result<ExecOutput> {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let limits = ExecLimits { timeout: HELPER_TIMEOUT, max_output: 64 * 1024 };
-        let line = format!("{program} {}", args.join(" "));
-        self.command(Path::new(program), &args, &limits)?.check(&line)
+    /// Runs a helper argv built by [`argv`] (program first).
+    fn helper(&self, argv: Vec<String>) -> Result<ExecOutput> {
+        let limits = ExecLimits { timeout: HELPER_TIMEOUT, max_output: 64 * 1024, cancel: None };
+        let line = argv.join(" ");
+        let (program, args) = argv.split_first().expect("helper argvs name a program");
+        self.command(Path::new(program), args, &limits)?.check(&line)
     }
 }
 
@@ -75,13 +77,11 @@ impl HostOps for LinuxHost {
     }
 
     fn kmod_load(&self, name: &str, params: &[String]) -> Result<()> {
-        let mut args = vec![name];
-        args.extend(params.iter().map(String::as_str));
-        self.helper("/sbin/modprobe", &args).map(drop)
+        self.helper(argv::modprobe_load(name, params)?).map(drop)
     }
 
     fn kmod_unload(&self, name: &str) -> Result<()> {
-        self.helper("/sbin/modprobe", &["-r", name]).map(drop)
+        self.helper(argv::modprobe_unload(name)?).map(drop)
     }
 
     fn kmod_is_loaded(&self, name: &str) -> Result<bool> {
@@ -92,11 +92,11 @@ impl HostOps for LinuxHost {
     }
 
     fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
-        self.helper("/bin/systemctl", &[verb.as_str(), unit]).map(drop)
+        self.helper(argv::systemctl(verb, unit)?).map(drop)
     }
 
     fn service_status(&self, unit: &str) -> Result<UnitStatus> {
-        let out = self.helper("/bin/systemctl", &["show", "--property=ActiveState,UnitFileState,LoadState", unit])?;
+        let out = self.helper(argv::systemctl_show(unit)?)?;
         let text = String::from_utf8_lossy(&out.stdout);
         let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')).unwrap_or("").to_string();
         if field("LoadState") == "not-found" {
@@ -106,7 +106,7 @@ impl HostOps for LinuxHost {
     }
 
     fn daemon_reload(&self) -> Result<()> {
-        self.helper("/bin/systemctl", &["daemon-reload"]).map(drop)
+        self.helper(argv::daemon_reload()).map(drop)
     }
 
     fn exec(&self, path: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
@@ -115,7 +115,7 @@ impl HostOps for LinuxHost {
 
     fn request_reboot(&self, reason: &str) -> Result<()> {
         tracing::warn!(reason, "requesting host reboot");
-        self.helper("/bin/systemctl", &["reboot", "--no-wall"]).map(drop)
+        self.helper(argv::reboot()).map(drop)
     }
 
     fn node_info(&self) -> NodeInfo {

@@ -5,14 +5,13 @@
 //! symlink or `..` that would lead out of the grant fails instead of being followed. When
 //! the grant is a single file, its parent is opened and the file must not be a symlink.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-
-use cap_std::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
+use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
 use crate::{HostError, Result};
@@ -44,6 +43,49 @@ pub struct FileStat {
     pub uid: u32,
     /// Group.
     pub gid: u32,
+}
+
+/// How a write is done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Mode of the file; `None` keeps an existing file's mode, else `0o644`.
+    pub mode: Option<u32>,
+    /// Keep setuid/setgid/sticky bits (from `mode` or the file being replaced). Without
+    /// it only the permission bits (`0o777`) are applied.
+    pub special_modes: bool,
+    /// Refuse the write when the filesystem would have fewer free bytes than this after it.
+    pub min_free_bytes: u64,
+}
+
+/// Permission bits a file may get without an explicit special-modes grant.
+pub const PERMISSION_BITS: u32 = 0o777;
+
+/// Flags for every open of a plugin-chosen path: never block (a FIFO with no writer would
+/// hang the open), never become the controlling terminal; with `follow == false`, never
+/// follow a final symlink either. (cap-std confines any symlink it follows to the grant.)
+fn safe_open_flags(follow: bool) -> i32 {
+    let flags = OFlags::NONBLOCK | OFlags::NOCTTY;
+    (if follow { flags } else { flags | OFlags::NOFOLLOW }).bits() as i32
+}
+
+fn kind_of(m: &cap_std::fs::Metadata) -> FileKind {
+    if m.is_symlink() {
+        FileKind::Symlink
+    } else if m.is_dir() {
+        FileKind::Directory
+    } else if m.is_file() {
+        FileKind::File
+    } else {
+        FileKind::Other
+    }
+}
+
+/// Creates `name` in `dir` for writing, mode `0600` whatever the umask, never through a
+/// symlink and never over an existing file.
+fn create_private(dir: &Dir, name: &str) -> std::io::Result<std::fs::File> {
+    let mut open = OpenOptions::new();
+    open.write(true).create_new(true).mode(0o600).custom_flags(safe_open_flags(false));
+    Ok(dir.open_with(name, &open)?.into_std())
 }
 
 /// The host filesystem below a root directory.
@@ -116,7 +158,11 @@ impl RootFs {
             let dir = self.root.open_dir(base_rel).map_err(|e| self.map(op, path, base, e))?;
             return Ok(Scoped { dir, rel: rest.to_path_buf() });
         }
-        // A single-file grant: open its parent; the file itself must not be a symlink.
+        // A single-file grant: open its parent; the file itself must not be a symlink, and
+        // nothing can live below a file (`/etc/x/y` under a grant of the file `/etc/x`).
+        if !rest.as_os_str().is_empty() {
+            return Err(HostError::NotADirectory { path: path.display().to_string(), base: base.display().to_string() });
+        }
         let parent = base_rel.parent().unwrap_or(Path::new(""));
         let name = base_rel.file_name().ok_or_else(escape)?;
         if create && !parent.as_os_str().is_empty() {
@@ -134,14 +180,20 @@ impl RootFs {
         Ok(Scoped { dir, rel: PathBuf::from(name) })
     }
 
-    /// Reads a whole file.
-    pub fn read(&self, base: &Path, path: &Path) -> Result<Vec<u8>> {
-        let s = self.scope("read", base, path, false)?;
-        s.dir.read(&s.rel).map_err(|e| self.map("read", path, base, e))
+    /// Reads a whole regular file of at most `max_bytes`.
+    pub fn read(&self, base: &Path, path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
+        let file = self.open_std("read", base, path, &[FileKind::File], true)?;
+        let mut out = Vec::new();
+        file.take(max_bytes.saturating_add(1)).read_to_end(&mut out).map_err(|e| HostError::io("read", path, e))?;
+        if out.len() as u64 > max_bytes {
+            return Err(HostError::TooLarge { path: path.display().to_string(), limit: max_bytes });
+        }
+        Ok(out)
     }
 
-    /// Writes a whole file atomically: a temp file beside it, then rename. Creates parents.
-    pub fn write(&self, base: &Path, path: &Path, contents: &[u8], mode: Option<u32>) -> Result<()> {
+    /// Writes a whole file atomically: a temp file beside it (mode `0600` until it is
+    /// complete, so a secret is never readable half-written), then rename. Creates parents.
+    pub fn write(&self, base: &Path, path: &Path, contents: &[u8], options: &WriteOptions) -> Result<()> {
         let s = self.scope("write", base, path, true)?;
         let name = s.rel.file_name().ok_or_else(|| HostError::NotFound(path.display().to_string()))?;
         let parent = s.rel.parent().unwrap_or(Path::new(""));
@@ -159,17 +211,34 @@ impl RootFs {
         if existing.as_ref().is_some_and(|m| m.is_dir()) {
             return Err(HostError::io("write", path, std::io::Error::other("is a directory")));
         }
-        let mode = mode.or_else(|| existing.as_ref().map(|m| m.mode() & 0o7777)).unwrap_or(0o644);
+        if existing.as_ref().is_some_and(|m| kind_of(m) == FileKind::Other) {
+            return Err(HostError::NotRegular { path: path.display().to_string(), kind: "a device, socket or FIFO".into() });
+        }
+        if options.min_free_bytes > 0 {
+            let fd = dir.open(".").map_err(|e| self.map("write", path, base, e))?;
+            let st = rustix::fs::fstatvfs(&fd).map_err(|e| HostError::io("statvfs", path, e.into()))?;
+            let available = st.f_bavail.saturating_mul(st.f_frsize);
+            if available < (contents.len() as u64).saturating_add(options.min_free_bytes) {
+                return Err(HostError::DiskFloor {
+                    path: path.display().to_string(),
+                    available,
+                    needed: contents.len() as u64,
+                    floor: options.min_free_bytes,
+                });
+            }
+        }
+        let mask = if options.special_modes { 0o7777 } else { PERMISSION_BITS };
+        let mode = options.mode.or_else(|| existing.as_ref().map(|m| m.mode())).unwrap_or(0o644) & mask;
         let tmp = format!(".{}.nodewright-{}.tmp", name.to_string_lossy(), std::process::id());
         let result = (|| -> std::io::Result<()> {
-            let file = dir.create(&tmp)?;
-            let mut file = file.into_std();
+            let mut file = create_private(&dir, &tmp)?;
             file.write_all(contents)?;
-            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
             if let Some(m) = &existing {
-                // Keep ownership of the file being replaced.
+                // Keep ownership of the file being replaced (before the mode: a chown
+                // clears setuid and setgid).
                 std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()))?;
             }
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
             file.sync_all()?;
             dir.rename(&tmp, &dir, name)
         })();
@@ -188,18 +257,7 @@ impl RootFs {
         };
         let meta = if s.rel.as_os_str().is_empty() { s.dir.dir_metadata() } else { s.dir.symlink_metadata(&s.rel) };
         match meta {
-            Ok(m) => {
-                let kind = if m.is_symlink() {
-                    FileKind::Symlink
-                } else if m.is_dir() {
-                    FileKind::Directory
-                } else if m.is_file() {
-                    FileKind::File
-                } else {
-                    FileKind::Other
-                };
-                Ok(Some(FileStat { kind, size: m.len(), mode: m.mode() & 0o7777, uid: m.uid(), gid: m.gid() }))
-            }
+            Ok(m) => Ok(Some(FileStat { kind: kind_of(&m), size: m.len(), mode: m.mode() & 0o7777, uid: m.uid(), gid: m.gid() })),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(self.map("stat", path, base, e)),
         }
@@ -247,32 +305,51 @@ impl RootFs {
         }
     }
 
-    fn open_std(&self, op: &'static str, base: &Path, path: &Path) -> Result<std::fs::File> {
+    /// Opens a path of one of the `allowed` kinds without blocking. The kind is checked
+    /// before the open (so a device is never opened) and again on the open file (so a swap
+    /// in between is caught). `follow` follows a symlink that stays inside the grant;
+    /// without it a symlink is refused.
+    fn open_std(&self, op: &'static str, base: &Path, path: &Path, allowed: &[FileKind], follow: bool) -> Result<std::fs::File> {
         let s = self.scope(op, base, path, false)?;
+        let refuse = |kind: FileKind| -> Result<()> {
+            match kind {
+                FileKind::Symlink => Err(HostError::Escape { path: path.display().to_string(), base: base.display().to_string() }),
+                k if allowed.contains(&k) => Ok(()),
+                FileKind::Directory => Err(HostError::io(op, path, std::io::Error::other("is a directory"))),
+                FileKind::File => Err(HostError::io(op, path, std::io::Error::other("is a file, not a directory"))),
+                FileKind::Other => Err(HostError::NotRegular { path: path.display().to_string(), kind: "a device, socket or FIFO".into() }),
+            }
+        };
         if s.rel.as_os_str().is_empty() {
+            refuse(FileKind::Directory)?;
             return Ok(s.dir.into_std_file());
         }
-        match s.dir.symlink_metadata(&s.rel) {
-            Ok(m) if m.is_symlink() => {
-                return Err(HostError::Escape { path: path.display().to_string(), base: base.display().to_string() });
-            }
-            Ok(m) if m.is_dir() => {
-                return s.dir.open_dir(&s.rel).map(Dir::into_std_file).map_err(|e| self.map(op, path, base, e));
-            }
-            _ => {}
+        let meta = if follow { s.dir.metadata(&s.rel) } else { s.dir.symlink_metadata(&s.rel) };
+        let meta = meta.map_err(|e| self.map(op, path, base, e))?;
+        refuse(kind_of(&meta))?;
+        if meta.is_dir() {
+            return s.dir.open_dir(&s.rel).map(Dir::into_std_file).map_err(|e| self.map(op, path, base, e));
         }
-        s.dir.open(&s.rel).map(cap_std::fs::File::into_std).map_err(|e| self.map(op, path, base, e))
+        let mut open = OpenOptions::new();
+        open.read(true).custom_flags(safe_open_flags(follow));
+        let file = s.dir.open_with(&s.rel, &open).map_err(|e| self.map(op, path, base, e))?.into_std();
+        let opened = file.metadata().map_err(|e| HostError::io(op, path, e))?;
+        if !opened.is_file() {
+            return Err(HostError::NotRegular { path: path.display().to_string(), kind: "not a regular file".into() });
+        }
+        Ok(file)
     }
 
-    /// `chown` (symlinks refused).
+    /// `chown` of a regular file or directory (symlinks, devices, FIFOs refused).
     pub fn set_owner(&self, base: &Path, path: &Path, uid: u32, gid: u32) -> Result<()> {
-        let f = self.open_std("chown", base, path)?;
+        let f = self.open_std("chown", base, path, &[FileKind::File, FileKind::Directory], false)?;
         std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(|e| HostError::io("chown", path, e))
     }
 
-    /// `chmod` (symlinks refused).
+    /// `chmod` of a regular file or directory (symlinks, devices, FIFOs refused). The
+    /// caller decides whether bits above `0o777` are allowed; this keeps `0o7777`.
     pub fn set_mode(&self, base: &Path, path: &Path, mode: u32) -> Result<()> {
-        let f = self.open_std("chmod", base, path)?;
+        let f = self.open_std("chmod", base, path, &[FileKind::File, FileKind::Directory], false)?;
         f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| HostError::io("chmod", path, e))
     }
 
@@ -287,6 +364,8 @@ impl RootFs {
 mod tests {
     use super::*;
 
+    const MAX: u64 = 1 << 20;
+
     fn fixture() -> (tempfile::TempDir, RootFs) {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
@@ -300,12 +379,12 @@ mod tests {
     fn read_write_roundtrip_with_mode() {
         let (tmp, fs) = fixture();
         let base = Path::new("/etc/app");
-        fs.write(base, Path::new("/etc/app/sub/b.conf"), b"hello", Some(0o600)).unwrap();
-        assert_eq!(fs.read(base, Path::new("/etc/app/sub/b.conf")).unwrap(), b"hello");
+        fs.write(base, Path::new("/etc/app/sub/b.conf"), b"hello", &WriteOptions { mode: Some(0o600), ..Default::default() }).unwrap();
+        assert_eq!(fs.read(base, Path::new("/etc/app/sub/b.conf"), MAX).unwrap(), b"hello");
         let st = fs.stat(base, Path::new("/etc/app/sub/b.conf")).unwrap().unwrap();
         assert_eq!((st.kind, st.mode, st.size), (FileKind::File, 0o600, 5));
         // Rewriting keeps the mode when none is given.
-        fs.write(base, Path::new("/etc/app/sub/b.conf"), b"bye", None).unwrap();
+        fs.write(base, Path::new("/etc/app/sub/b.conf"), b"bye", &WriteOptions::default()).unwrap();
         assert_eq!(fs.stat(base, Path::new("/etc/app/sub/b.conf")).unwrap().unwrap().mode, 0o600);
         assert_eq!(fs.list_dir(base, Path::new("/etc/app")).unwrap(), ["a.conf", "sub"]);
         assert!(tmp.path().join("etc/app/sub/b.conf").exists());
@@ -318,9 +397,9 @@ mod tests {
     fn relative_symlink_out_of_the_grant_is_refused() {
         let (tmp, fs) = fixture();
         std::os::unix::fs::symlink("../shadow", tmp.path().join("etc/app/link")).unwrap();
-        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/app/link")).unwrap_err();
+        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/app/link"), MAX).unwrap_err();
         assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
-        let err = fs.write(Path::new("/etc/app"), Path::new("/etc/app/link"), b"x", None).unwrap_err();
+        let err = fs.write(Path::new("/etc/app"), Path::new("/etc/app/link"), b"x", &WriteOptions::default()).unwrap_err();
         assert!(matches!(err, HostError::Symlink(_)), "{err:?}");
         assert_eq!(std::fs::read_to_string(tmp.path().join("etc/shadow")).unwrap(), "secret");
     }
@@ -329,7 +408,7 @@ mod tests {
     fn absolute_symlink_is_refused() {
         let (tmp, fs) = fixture();
         std::os::unix::fs::symlink("/etc/shadow", tmp.path().join("etc/app/abs")).unwrap();
-        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/app/abs")).unwrap_err();
+        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/app/abs"), MAX).unwrap_err();
         assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
     }
 
@@ -337,16 +416,83 @@ mod tests {
     fn single_file_grant_refuses_a_symlinked_file() {
         let (tmp, fs) = fixture();
         std::os::unix::fs::symlink("shadow", tmp.path().join("etc/motd")).unwrap();
-        let err = fs.read(Path::new("/etc/motd"), Path::new("/etc/motd")).unwrap_err();
+        let err = fs.read(Path::new("/etc/motd"), Path::new("/etc/motd"), MAX).unwrap_err();
         assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
         std::fs::write(tmp.path().join("etc/hostname"), "n1").unwrap();
-        assert_eq!(fs.read(Path::new("/etc/hostname"), Path::new("/etc/hostname")).unwrap(), b"n1");
+        assert_eq!(fs.read(Path::new("/etc/hostname"), Path::new("/etc/hostname"), MAX).unwrap(), b"n1");
     }
 
     #[test]
     fn path_outside_base_is_refused() {
         let (_tmp, fs) = fixture();
-        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/shadow")).unwrap_err();
+        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/shadow"), MAX).unwrap_err();
         assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_single_file_grant_has_nothing_below_it() {
+        let (tmp, fs) = fixture();
+        std::fs::write(tmp.path().join("etc/x"), "file").unwrap();
+        let err = fs.write(Path::new("/etc/x"), Path::new("/etc/x/y"), b"owned", &WriteOptions::default()).unwrap_err();
+        assert!(matches!(err, HostError::NotADirectory { .. }), "{err:?}");
+        assert_eq!(std::fs::read_to_string(tmp.path().join("etc/x")).unwrap(), "file", "the file itself was not written");
+        assert!(matches!(fs.read(Path::new("/etc/x"), Path::new("/etc/x/y"), MAX), Err(HostError::NotADirectory { .. })));
+    }
+
+    #[test]
+    fn reads_are_bounded() {
+        let (tmp, fs) = fixture();
+        std::fs::write(tmp.path().join("etc/app/big"), vec![b'x'; 4097]).unwrap();
+        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4096).unwrap_err();
+        assert!(matches!(err, HostError::TooLarge { limit: 4096, .. }), "{err:?}");
+        assert_eq!(fs.read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4097).unwrap().len(), 4097);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let (tmp, fs) = fixture();
+        let fifo = tmp.path().join("etc/app/pipe");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let base = Path::new("/etc/app");
+        let pipe = Path::new("/etc/app/pipe");
+        assert!(matches!(fs.read(base, pipe, MAX), Err(HostError::NotRegular { .. })));
+        assert!(matches!(fs.set_mode(base, pipe, 0o600), Err(HostError::NotRegular { .. })));
+        assert!(matches!(fs.set_owner(base, pipe, 0, 0), Err(HostError::NotRegular { .. })));
+        assert!(matches!(fs.write(base, pipe, b"x", &WriteOptions::default()), Err(HostError::NotRegular { .. })));
+    }
+
+    #[test]
+    fn special_bits_are_kept_only_when_asked() {
+        let (tmp, fs) = fixture();
+        let base = Path::new("/etc/app");
+        let plain = WriteOptions { mode: Some(0o4777), ..Default::default() };
+        fs.write(base, Path::new("/etc/app/s"), b"x", &plain).unwrap();
+        assert_eq!(std::fs::metadata(tmp.path().join("etc/app/s")).unwrap().permissions().mode() & 0o7777, 0o777);
+        let special = WriteOptions { mode: Some(0o4755), special_modes: true, ..Default::default() };
+        fs.write(base, Path::new("/etc/app/s"), b"x", &special).unwrap();
+        assert_eq!(std::fs::metadata(tmp.path().join("etc/app/s")).unwrap().permissions().mode() & 0o7777, 0o4755);
+        // Rewriting without special modes drops the bits the file had.
+        fs.write(base, Path::new("/etc/app/s"), b"y", &WriteOptions::default()).unwrap();
+        assert_eq!(std::fs::metadata(tmp.path().join("etc/app/s")).unwrap().permissions().mode() & 0o7777, 0o755);
+    }
+
+    #[test]
+    fn temporary_files_are_private_until_complete() {
+        let (tmp, _fs) = fixture();
+        let dir = Dir::open_ambient_dir(tmp.path().join("etc/app"), ambient_authority()).unwrap();
+        let f = create_private(&dir, ".x.tmp").unwrap();
+        assert_eq!(f.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(create_private(&dir, ".x.tmp").is_err(), "never over an existing file");
+        std::os::unix::fs::symlink("../shadow", tmp.path().join("etc/app/.l.tmp")).unwrap();
+        assert!(create_private(&dir, ".l.tmp").is_err(), "never through a symlink");
+    }
+
+    #[test]
+    fn a_write_that_would_cross_the_free_space_floor_is_refused() {
+        let (tmp, fs) = fixture();
+        let floor = WriteOptions { min_free_bytes: u64::MAX / 2, ..Default::default() };
+        let err = fs.write(Path::new("/etc/app"), Path::new("/etc/app/n"), b"x", &floor).unwrap_err();
+        assert!(matches!(err, HostError::DiskFloor { .. }), "{err:?}");
+        assert!(!tmp.path().join("etc/app/n").exists());
     }
 }

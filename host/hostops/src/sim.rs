@@ -9,6 +9,7 @@
 //! | `/run/nodewright-sim/services.json` | unit states |
 //! | `/run/nodewright-sim/reboot-requested` | present while a reboot is pending (holds the reason) |
 //! | `/var/lib/nodewright-sim/journal.jsonl` | every effect, one JSON [`HostAction`] per line |
+//! | `/var/lib/nodewright-sim/argv.jsonl` | the exact argv a real node would have run for each helper command (`modprobe`, `systemctl`), one JSON array per line |
 //!
 //! Commands are run only if they exist as executables *inside* the root (tests drop small
 //! scripts there); the simulated node has no other binaries.
@@ -20,6 +21,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::argv;
 use crate::command::{run_bounded, ExecLimits, ExecOutput};
 use crate::linux::{modules_contains, node_info};
 use crate::rootfs::RootFs;
@@ -107,6 +109,7 @@ pub struct SimHost {
     proc: ProcSys,
     identity: NodeIdentity,
     recorded: Mutex<Vec<HostAction>>,
+    argvs: Mutex<Vec<Vec<String>>>,
 }
 
 impl SimHost {
@@ -123,6 +126,7 @@ impl SimHost {
             proc: ProcSys::new(&root.join("proc")),
             identity,
             recorded: Mutex::new(Vec::new()),
+            argvs: Mutex::new(Vec::new()),
         };
         if host.proc.read_opt("kernel/random/boot_id").is_none_or(|b| b.is_empty()) {
             host.write_local("proc/sys/kernel/random/boot_id", &new_boot_id())?;
@@ -141,6 +145,20 @@ impl SimHost {
     /// Every effect ever recorded at this root (all processes), from the journal file.
     pub fn journal(root: &Path) -> Vec<HostAction> {
         std::fs::read_to_string(root.join(SIM_LIB).join("journal.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The helper argvs this instance would have run on a real node, in order.
+    pub fn recorded_argv(&self) -> Vec<Vec<String>> {
+        self.argvs.lock().expect("argv lock").clone()
+    }
+
+    /// Every helper argv recorded at this root (all processes).
+    pub fn argv_log(root: &Path) -> Vec<Vec<String>> {
+        std::fs::read_to_string(root.join(SIM_LIB).join("argv.jsonl"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
@@ -186,9 +204,8 @@ impl SimHost {
         std::fs::write(&path, contents).map_err(|e| HostError::io("write", &path, e))
     }
 
-    fn record(&self, action: HostAction) -> Result<()> {
-        let path = self.root.join(SIM_LIB).join("journal.jsonl");
-        let mut line = serde_json::to_string(&action).expect("host actions serialize");
+    fn append(&self, file: &str, mut line: String) -> Result<()> {
+        let path = self.root.join(SIM_LIB).join(file);
         line.push('\n');
         // One write(2) per line with O_APPEND: concurrent processes do not interleave.
         std::fs::OpenOptions::new()
@@ -196,8 +213,20 @@ impl SimHost {
             .append(true)
             .open(&path)
             .and_then(|mut f| f.write_all(line.as_bytes()))
-            .map_err(|e| HostError::io("write", &path, e))?;
+            .map_err(|e| HostError::io("write", &path, e))
+    }
+
+    fn record(&self, action: HostAction) -> Result<()> {
+        self.append("journal.jsonl", serde_json::to_string(&action).expect("host actions serialize"))?;
         self.recorded.lock().expect("journal lock").push(action);
+        Ok(())
+    }
+
+    /// Records the argv a real node would run: the simulated node builds it with the same
+    /// code (and the same checks) as the Linux backend.
+    fn run_helper(&self, argv: Vec<String>) -> Result<()> {
+        self.append("argv.jsonl", serde_json::to_string(&argv).expect("argvs serialize"))?;
+        self.argvs.lock().expect("argv lock").push(argv);
         Ok(())
     }
 
@@ -235,6 +264,7 @@ impl HostOps for SimHost {
     }
 
     fn kmod_load(&self, name: &str, params: &[String]) -> Result<()> {
+        self.run_helper(argv::modprobe_load(name, params)?)?;
         let modules = self.fs.read_host_file(Path::new("/proc/modules")).unwrap_or_default();
         if !modules_contains(&modules, name) {
             self.write_local("proc/modules", &format!("{modules}{} 0 0 - Live 0x0\n", name.replace('-', "_")))?;
@@ -243,6 +273,7 @@ impl HostOps for SimHost {
     }
 
     fn kmod_unload(&self, name: &str) -> Result<()> {
+        self.run_helper(argv::modprobe_unload(name)?)?;
         let modules = self.fs.read_host_file(Path::new("/proc/modules")).unwrap_or_default();
         let want = name.replace('-', "_");
         let kept: String = modules
@@ -259,6 +290,7 @@ impl HostOps for SimHost {
     }
 
     fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
+        self.run_helper(argv::systemctl(verb, unit)?)?;
         let mut all = self.services();
         let state = all.entry(unit.to_string()).or_insert_with(|| UnitStatus { active_state: "inactive".into(), enabled: false });
         match verb {
@@ -273,10 +305,12 @@ impl HostOps for SimHost {
     }
 
     fn service_status(&self, unit: &str) -> Result<UnitStatus> {
+        self.run_helper(argv::systemctl_show(unit)?)?;
         Ok(self.services().remove(unit).unwrap_or_else(|| UnitStatus { active_state: "inactive".into(), enabled: false }))
     }
 
     fn daemon_reload(&self) -> Result<()> {
+        self.run_helper(argv::daemon_reload())?;
         self.record(HostAction::DaemonReload)
     }
 
@@ -292,6 +326,7 @@ impl HostOps for SimHost {
     }
 
     fn request_reboot(&self, reason: &str) -> Result<()> {
+        self.run_helper(argv::reboot())?;
         self.write_local(&format!("{SIM_RUN}/reboot-requested"), reason)?;
         self.record(HostAction::RebootRequested { reason: reason.to_string() })
     }
@@ -325,6 +360,16 @@ mod tests {
         assert!(again.kmod_is_loaded("br_netfilter").unwrap());
         assert_eq!(SimHost::journal(tmp.path()).len(), 5);
         assert!(again.recorded().is_empty());
+        assert_eq!(
+            SimHost::argv_log(tmp.path()),
+            [
+                vec!["/sbin/modprobe", "--", "br_netfilter"],
+                vec!["/sbin/modprobe", "--", "br_netfilter"],
+                vec!["/bin/systemctl", "restart", "--", "containerd.service"],
+                vec!["/bin/systemctl", "show", "--property=ActiveState,UnitFileState,LoadState", "--", "containerd.service"],
+                vec!["/bin/systemctl", "reboot", "--no-wall"],
+            ]
+        );
     }
 
     #[test]

@@ -96,6 +96,26 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A blob is larger than the pull limit; nothing was allocated for it.
+    #[error("{reference}: the {what} is {size} bytes; the limit is {limit}")]
+    TooLarge {
+        /// The reference.
+        reference: String,
+        /// `layer`.
+        what: String,
+        /// Declared (or received so far) size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The pull did not finish within its deadline (a stalled or trickling registry).
+    #[error("{reference}: the pull did not finish within {seconds:.0}s")]
+    Deadline {
+        /// The reference.
+        reference: String,
+        /// The deadline.
+        seconds: f64,
+    },
     /// A cached file did not match its digest; it was moved aside.
     #[error("cached {digest} is corrupt (hashes to {actual}); moved aside")]
     CacheCorrupt {
@@ -109,7 +129,7 @@ pub enum Error {
 impl Error {
     /// Whether trying again later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::CacheCorrupt { .. })
+        matches!(self, Error::Unavailable { .. } | Error::CacheCorrupt { .. } | Error::Deadline { .. })
     }
 
     pub(crate) fn cache(path: &std::path::Path, source: std::io::Error) -> Self {

@@ -39,7 +39,7 @@ pub use auth::Credentials;
 pub use cache::{GcReport, NodeCache};
 pub use error::{Error, Result};
 pub use pull::{Progress, Pulled, Puller};
-pub use registry::{pin, Registry, RegistryConfig};
+pub use registry::{pin, PullLimits, Registry, RegistryConfig};
 #[cfg(feature = "push")]
 pub use registry::Pushed;
 

@@ -71,9 +71,13 @@ impl Puller {
         &self.registry
     }
 
-    /// Pulls `repo@sha256:...`. Refuses tags. Cached content is re-hashed; corrupt cache
-    /// entries are moved aside and fetched again.
+    /// Pulls `repo@sha256:...` within the registry's pull deadline. Refuses tags. Cached
+    /// content is re-hashed; corrupt cache entries are moved aside and fetched again.
     pub async fn pull_pinned(&self, reference: &str, progress: &(dyn Fn(Progress) + Sync)) -> Result<Pulled> {
+        self.registry.bounded(reference, self.pull_unbounded(reference, progress)).await
+    }
+
+    async fn pull_unbounded(&self, reference: &str, progress: &(dyn Fn(Progress) + Sync)) -> Result<Pulled> {
         let r = parse_reference(reference)?;
         let Some(manifest_digest) = r.digest().map(str::to_string) else {
             return Err(Error::NotPinned { reference: reference.into() });

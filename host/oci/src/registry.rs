@@ -12,9 +12,29 @@ use oci_client::{Client, Reference};
 use crate::artifact::{self, Descriptor, Manifest};
 use crate::{sha256_digest, Credentials, Error, Result};
 
+/// Bounds on what one pull may cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PullLimits {
+    /// Largest layer accepted: checked against the manifest's declared size before
+    /// anything is allocated, and against the bytes as they stream in.
+    pub max_blob_bytes: u64,
+    /// Wall-clock bound on a whole pull or resolve, so a registry that stalls or trickles
+    /// cannot hold a caller forever.
+    pub deadline: Duration,
+}
+
+impl Default for PullLimits {
+    /// 100 MiB (the engine's component size limit), 5 minutes.
+    fn default() -> Self {
+        PullLimits { max_blob_bytes: 100 << 20, deadline: Duration::from_secs(300) }
+    }
+}
+
 /// How to reach registries.
 #[derive(Clone, Debug, Default)]
 pub struct RegistryConfig {
+    /// Size and time bounds of every pull.
+    pub limits: PullLimits,
     /// Registries (`host[:port]`) that may be reached over plain HTTP. Nothing else ever
     /// is: there is no fallback from HTTPS to HTTP.
     pub insecure: Vec<String>,
@@ -68,8 +88,26 @@ impl Registry {
         Ok(client)
     }
 
-    /// Resolves `reference` (tag or digest) to the manifest digest, once.
+    /// The pull bounds.
+    pub fn limits(&self) -> PullLimits {
+        self.config.limits
+    }
+
+    /// Runs `work` within the pull deadline.
+    pub(crate) async fn bounded<T>(&self, reference: &str, work: impl Future<Output = Result<T>>) -> Result<T> {
+        let deadline = self.config.limits.deadline;
+        tokio::time::timeout(deadline, work)
+            .await
+            .unwrap_or_else(|_| Err(Error::Deadline { reference: reference.into(), seconds: deadline.as_secs_f64() }))
+    }
+
+    /// Resolves `reference` (tag or digest) to the manifest digest, once, within the pull
+    /// deadline.
     pub async fn resolve(&self, reference: &str) -> Result<String> {
+        self.bounded(reference, self.resolve_unbounded(reference)).await
+    }
+
+    async fn resolve_unbounded(&self, reference: &str) -> Result<String> {
         let r = parse_reference(reference)?;
         if let Some(d) = r.digest() {
             return Ok(d.to_string());
@@ -104,25 +142,54 @@ impl Registry {
         Ok((raw.to_vec(), manifest))
     }
 
-    /// Fetches a blob and checks its digest.
+    /// Fetches a blob and checks its size and digest. The declared size is checked against
+    /// the limit before anything is allocated, and the stream is cut off as soon as it
+    /// passes the declared size.
     pub async fn fetch_blob(&self, pinned: &str, descriptor: &Descriptor) -> Result<Vec<u8>> {
+        use futures::TryStreamExt;
+        let limit = self.config.limits.max_blob_bytes;
+        let too_large = |size: u64| Error::TooLarge { reference: pinned.into(), what: "layer".into(), size, limit };
+        let declared = u64::try_from(descriptor.size).map_err(|_| Error::InvalidArtifact {
+            reference: pinned.into(),
+            reason: format!("layer size {} is negative", descriptor.size),
+        })?;
+        if declared > limit {
+            return Err(too_large(declared));
+        }
         let r = parse_reference(pinned)?;
         let auth = self.config.credentials.for_registry(r.resolve_registry())?;
         let client = self.client(r.resolve_registry())?;
         client.store_auth_if_needed(r.resolve_registry(), &auth).await;
-        let mut out = Vec::with_capacity(descriptor.size.max(0) as usize);
-        client.pull_blob(&r, descriptor.digest.as_str(), &mut out).await.map_err(|e| match e {
-            oci_client::errors::OciDistributionError::DigestError(_) => Error::DigestMismatch {
-                reference: pinned.into(),
-                what: "layer".into(),
-                expected: descriptor.digest.clone(),
-                actual: "(content did not match)".into(),
-            },
-            e => Error::from_oci(pinned, e),
-        })?;
+        let mut stream = client.pull_blob_stream(&r, descriptor.digest.as_str()).await.map_err(|e| Error::from_oci(pinned, e))?;
+        if let Some(length) = stream.content_length
+            && length > declared
+        {
+            return Err(too_large(length));
+        }
+        let mut out = Vec::with_capacity(declared as usize);
+        let mismatch = |actual: String| Error::DigestMismatch {
+            reference: pinned.into(),
+            what: "layer".into(),
+            expected: descriptor.digest.clone(),
+            actual,
+        };
+        loop {
+            match stream.stream.try_next().await {
+                Ok(Some(chunk)) => {
+                    if (out.len() + chunk.len()) as u64 > declared {
+                        return Err(mismatch(format!("(more than the {declared} bytes the manifest declares)")));
+                    }
+                    out.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                // oci-client checks the digest as the stream ends.
+                Err(e) if e.to_string().contains("digest") => return Err(mismatch("(content did not match)".into())),
+                Err(e) => return Err(Error::Unavailable { reference: pinned.into(), detail: format!("reading the layer: {e}") }),
+            }
+        }
         let actual = sha256_digest(&out);
         if actual != descriptor.digest {
-            return Err(Error::DigestMismatch { reference: pinned.into(), what: "layer".into(), expected: descriptor.digest.clone(), actual });
+            return Err(mismatch(actual));
         }
         Ok(out)
     }

@@ -47,7 +47,7 @@ async fn push_resolve_pull_by_digest_run() {
     assert_eq!(manifest.layers[0].media_type, "application/wasm");
 
     // And it runs.
-    let engine = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()) }).unwrap();
+    let engine = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()), ..Default::default() }).unwrap();
     let plugin = engine.load(&pulled.bytes).unwrap();
     let (caps, _) = Capabilities::from_flags(&["files=/etc/sysctl.d:rw", "sysctl=vm.swappiness"]).unwrap();
     let grants = Arc::new(GrantSet::parse(&caps, false, GrantSource::Flags).unwrap());
@@ -229,4 +229,46 @@ async fn tls_registries_need_their_ca_and_never_fall_back_to_http() {
     // A CA bundle for another registry does not help this one.
     let other = Registry::new(RegistryConfig { ca_bundles: [("elsewhere:443".to_string(), reg.ca_file())].into(), ..Default::default() });
     assert!(other.resolve(&reference).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
+    use nodewright_oci::artifact::Descriptor;
+    let reg = TestRegistry::start();
+    let registry = Registry::new(config(&reg));
+    let sysctl = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
+    let pushed = push(&registry, &format!("{}/plugins/sysctl:1.0.0", reg.host()), &sysctl).await;
+    // A manifest claiming a 2^62-byte layer: refused from the declaration alone (allocating
+    // for it would abort the process).
+    let bomb = Descriptor { media_type: "application/wasm".into(), digest: pushed.layer_digest.clone(), size: 1 << 62 };
+    let err = registry.fetch_blob(&pushed.pinned, &bomb).await.unwrap_err();
+    assert!(matches!(err, Error::TooLarge { size, .. } if size == 1 << 62), "{err}");
+    // A layer that is larger than its declaration is cut off, not read to the end.
+    let short = Descriptor { size: 100, ..bomb.clone() };
+    let err = registry.fetch_blob(&pushed.pinned, &short).await.unwrap_err();
+    assert!(matches!(err, Error::TooLarge { .. } | Error::DigestMismatch { .. }), "{err}");
+    let negative = Descriptor { size: -1, ..bomb };
+    assert!(matches!(registry.fetch_blob(&pushed.pinned, &negative).await.unwrap_err(), Error::InvalidArtifact { .. }));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_registry_hits_the_pull_deadline() {
+    // Accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let _hold = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let limits = nodewright_oci::PullLimits { deadline: std::time::Duration::from_secs(1), ..Default::default() };
+    let registry = Registry::new(RegistryConfig { insecure: vec![host.clone()], limits, ..Default::default() });
+    let err = registry.resolve(&format!("{host}/plugins/x:1")).await.unwrap_err();
+    assert!(matches!(err, Error::Deadline { .. }), "{err}");
+    assert!(err.is_retryable());
+    let cache = tempfile::tempdir().unwrap();
+    let puller = Puller::new(registry, NodeCache::open(cache.path()).unwrap());
+    let pinned = format!("{host}/plugins/x@sha256:{}", "a".repeat(64));
+    assert!(matches!(puller.pull_pinned(&pinned, &|_| {}).await.unwrap_err(), Error::Deadline { .. }));
 }

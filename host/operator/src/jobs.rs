@@ -6,7 +6,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use nodewright_api::keys::job as label;
 use nodewright_api::result::StageResult;
-use nodewright_api::validate::{parse_duration, parse_quantity};
+use nodewright_api::limits::StageLimits;
+use nodewright_api::validate::parse_duration;
 use nodewright_planner::jobs::{interrupt_name, parse_interrupt, parse_stage};
 use nodewright_planner::{JobPhase, JobRequest, Work};
 use serde_json::{Value, json};
@@ -28,6 +29,8 @@ pub struct JobConfig {
     pub insecure_registries: Vec<String>,
     /// Service account of the agent pods (none: the namespace default).
     pub service_account: Option<String>,
+    /// Free space every plugin write must leave on the node.
+    pub min_free_bytes: u64,
 }
 
 /// The container name the agent runs as (exit-code rules name it).
@@ -67,9 +70,12 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
             if req.deadline_seconds > 0 {
                 args.push(format!("--timeout={}", req.deadline_seconds));
             }
-            if let Some(mem) = p.resources.as_ref().and_then(|r| parse_quantity(&r.memory_limit).ok()) {
-                args.push(format!("--memory={}", mem as u64));
-            }
+            // Validated at admission and checked against the ceilings before any Job.
+            let limits = StageLimits::of(&p).unwrap_or_default();
+            args.push(format!("--memory={}", limits.memory));
+            args.push(format!("--write-bytes={}", limits.write_bytes));
+            args.push(format!("--write-files={}", limits.write_files));
+            args.push(format!("--min-free-bytes={}", cfg.min_free_bytes));
             if let Some(g) = p.graceful_shutdown.as_deref().and_then(|g| parse_duration(g).ok()) {
                 args.push(format!("--graceful-shutdown={g}"));
             }

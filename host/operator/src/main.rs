@@ -61,6 +61,18 @@ struct Flags {
     /// Where the operator caches pulled plugins and compiled code for grant checks.
     #[arg(long, env = "NODEWRIGHT_PLUGIN_CACHE_DIR", default_value = "/var/cache/nodewright-operator")]
     plugin_cache_dir: PathBuf,
+    /// Highest `sandbox.memory` a package may ask for.
+    #[arg(long, env = "NODEWRIGHT_SANDBOX_MAX_MEMORY", default_value = "1Gi", value_parser = bytes)]
+    sandbox_max_memory: u64,
+    /// Highest `sandbox.writeBytes` a package may ask for.
+    #[arg(long, env = "NODEWRIGHT_SANDBOX_MAX_WRITE_BYTES", default_value = "4Gi", value_parser = bytes)]
+    sandbox_max_write_bytes: u64,
+    /// Highest `sandbox.writeFiles` a package may ask for.
+    #[arg(long, env = "NODEWRIGHT_SANDBOX_MAX_WRITE_FILES", default_value_t = 100_000)]
+    sandbox_max_write_files: u32,
+    /// Free space every plugin write must leave on the node's filesystem.
+    #[arg(long, env = "NODEWRIGHT_AGENT_MIN_FREE_DISK", default_value = "256Mi", value_parser = bytes)]
+    agent_min_free_disk: u64,
     /// Registries reached over plain HTTP (repeatable). Nothing else ever is.
     #[arg(long = "insecure-registry", env = "NODEWRIGHT_INSECURE_REGISTRIES", value_delimiter = ',')]
     insecure_registries: Vec<String>,
@@ -107,6 +119,10 @@ fn seconds(s: &str) -> Result<u64, String> {
     nodewright_api::validate::parse_duration(s).map(|d| d.round() as u64)
 }
 
+fn bytes(s: &str) -> Result<u64, String> {
+    nodewright_api::validate::parse_quantity(s).map(|q| q.round() as u64)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into())).init();
@@ -144,7 +160,12 @@ async fn main() -> anyhow::Result<()> {
         l.acquire().await?;
     }
     metrics.leader.set(1);
-    let plugins = plugins::Plugins::new(flags.plugin_cache_dir.clone(), flags.insecure_registries.clone(), notify.clone())?;
+    let ceilings = nodewright_api::limits::Ceilings {
+        memory: flags.sandbox_max_memory,
+        write_bytes: flags.sandbox_max_write_bytes,
+        write_files: flags.sandbox_max_write_files,
+    };
+    let plugins = plugins::Plugins::new(flags.plugin_cache_dir.clone(), flags.insecure_registries.clone(), ceilings, notify.clone())?;
     let jobs = jobs::JobConfig {
         namespace: flags.namespace.clone(),
         image: flags.agent_image.clone(),
@@ -153,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
         ttl_seconds: flags.job_ttl_seconds_after_finished,
         insecure_registries: flags.insecure_registries.clone(),
         service_account: flags.agent_service_account.clone(),
+        min_free_bytes: flags.agent_min_free_disk,
     };
     let executor = execute::Executor::new(client.clone(), jobs, world.clone(), "nodewright-operator");
     let settings = Settings {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodewright_api::grants::{GrantSet, GrantSource};
+use nodewright_api::limits::{Ceilings, StageLimits};
 use nodewright_api::v1alpha1::{InterruptType, NodeWrightSpec};
 use nodewright_engine::{Engine, EngineConfig};
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig, pin};
@@ -31,7 +32,8 @@ impl std::fmt::Debug for Plugins {
 
 struct Inner {
     puller: Puller,
-    engine: Engine,
+    engine: Arc<Engine>,
+    ceilings: Ceilings,
     entries: Mutex<HashMap<String, Entry>>,
     notify: Arc<Notify>,
 }
@@ -45,12 +47,14 @@ struct Entry {
 }
 
 impl Plugins {
-    /// A checker pulling into `cache_dir`, reaching `insecure` registries over HTTP.
-    pub fn new(cache_dir: PathBuf, insecure: Vec<String>, notify: Arc<Notify>) -> anyhow::Result<Self> {
+    /// A checker pulling into `cache_dir`, reaching `insecure` registries over HTTP, holding
+    /// packages to the sandbox `ceilings`.
+    pub fn new(cache_dir: PathBuf, insecure: Vec<String>, ceilings: Ceilings, notify: Arc<Notify>) -> anyhow::Result<Self> {
         let cache = NodeCache::open(&cache_dir)?;
-        let engine = Engine::new(EngineConfig { cache_dir: Some(cache.code_dir()) })?;
+        let engine = Arc::new(Engine::new(EngineConfig { cache_dir: Some(cache.code_dir()), ..Default::default() })?);
         let registry = Registry::new(RegistryConfig { insecure, ..Default::default() });
-        Ok(Plugins { inner: Arc::new(Inner { puller: Puller::new(registry, cache), engine, entries: Mutex::default(), notify }) })
+        let inner = Inner { puller: Puller::new(registry, cache), engine, ceilings, entries: Mutex::default(), notify };
+        Ok(Plugins { inner: Arc::new(inner) })
     }
 
     /// The verdict for this CR generation; starts the check if there is none yet.
@@ -100,10 +104,23 @@ impl Plugins {
                 Ok(p) => p,
                 Err(e) => return not_ready("PullFailed", format!("spec.packages.{name}.plugin: {e}"), e.is_retryable()),
             };
-            let loaded = match self.inner.engine.load(&pulled.bytes) {
-                Ok(l) => l,
-                Err(e) => return not_ready("InvalidPlugin", format!("spec.packages.{name}.plugin {reference}: {e}"), false),
+            // Compiling blocks (bounded by the engine's load limits): off the async workers.
+            let engine = self.inner.engine.clone();
+            let loaded = match tokio::task::spawn_blocking(move || engine.load(&pulled.bytes)).await {
+                Ok(Ok(l)) => l,
+                Ok(Err(e)) => return not_ready("InvalidPlugin", format!("spec.packages.{name}.plugin {reference}: {e}"), false),
+                Err(e) => return not_ready("InvalidPlugin", format!("spec.packages.{name}.plugin {reference}: loading panicked: {e}"), false),
             };
+            let limits = match StageLimits::of(p) {
+                Ok(l) => l,
+                Err(errs) => {
+                    let text = errs.iter().map(|(f, m)| format!("spec.packages.{name}.{f}: {m}")).collect::<Vec<_>>().join("; ");
+                    return not_ready("InvalidSandbox", text, false);
+                }
+            };
+            if let Err((field, message)) = limits.check(&self.inner.ceilings) {
+                return not_ready("SandboxAboveCeiling", format!("spec.packages.{name}.{field}: {message}"), false);
+            }
             let reboot = p.interrupt.as_ref().is_some_and(|i| i.kind == InterruptType::Reboot);
             let grants = match GrantSet::parse(&p.capabilities, reboot, GrantSource::Spec { package: name.clone() }) {
                 Ok(g) => g,

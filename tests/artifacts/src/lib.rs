@@ -3,6 +3,8 @@
 
 include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
 
+pub mod crafted;
+
 /// Reads a built component.
 pub fn read(path: &str) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("read {path}: {e}"))

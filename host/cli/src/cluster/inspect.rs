@@ -12,6 +12,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Client;
 use kube::api::{Api, ListParams, LogParams};
 use nodewright_api::keys;
+
+use crate::printable::printable;
 use nodewright_api::result::StageResult;
 
 use super::{Ctx, client, view};
@@ -43,18 +45,18 @@ pub async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &s
         match (&terminated, &result) {
             (None, _) => println!("== {pod}: running"),
             (Some(t), Some(r)) => {
-                println!("== {pod}: {} {} ({}), exit {}: {}", r.stage, r.outcome, serde_json::to_value(r.blame)?.as_str().unwrap_or_default(), t.exit_code, r.message);
+                println!("== {pod}: {} {} ({}), exit {}: {}", r.stage, r.outcome, serde_json::to_value(r.blame)?.as_str().unwrap_or_default(), t.exit_code, printable(&r.message));
                 for ch in &r.changes {
-                    println!("   change: {ch}");
+                    println!("   change: {}", printable(ch));
                 }
             }
-            (Some(t), None) => println!("== {pod}: exit {}, no agent result: {}", t.exit_code, t.message.clone().unwrap_or_default()),
+            (Some(t), None) => println!("== {pod}: exit {}, no agent result: {}", t.exit_code, printable(t.message.as_deref().unwrap_or_default())),
         }
         if follow && terminated.is_none() && i + 1 == pods.len() {
             // The newest pod, still running: its log as it grows, until it ends.
             let mut lines = api.log_stream(&pod, &LogParams { tail_lines: Some(tail), follow: true, ..LogParams::default() }).await.with_context(|| format!("following {pod}'s log"))?.lines();
             while let Some(line) = futures::TryStreamExt::try_next(&mut lines).await? {
-                println!("   | {line}");
+                println!("   | {}", printable(&line));
             }
             println!("== {pod}: its container ended");
             followed = true;
@@ -63,11 +65,11 @@ pub async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &s
         // The pod's own log, as `kubectl logs` shows it; if the node cannot serve it, the
         // last lines the agent put in its result.
         match api.logs(&pod, &LogParams { tail_lines: Some(tail), ..LogParams::default() }).await {
-            Ok(text) => text.lines().for_each(|l| println!("   | {l}")),
+            Ok(text) => text.lines().for_each(|l| println!("   | {}", printable(l))),
             Err(e) => {
                 println!("   (the pod's log is unavailable: {e})");
                 for l in result.iter().flat_map(|r| &r.logs) {
-                    println!("   | {l}");
+                    println!("   | {}", printable(l));
                 }
             }
         }
@@ -83,7 +85,7 @@ pub async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &s
         let which = stage.map_or_else(String::new, |s| format!(" of the {s} stage"));
         println!("no agent pods{which} for {cr}/{package} on {node} (a Job is deleted once recorded); its state: {}", view::stage_state(entry));
         if !entry.message.is_empty() {
-            println!("last message: {}", entry.message);
+            println!("last message: {}", printable(&entry.message));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -63,7 +63,7 @@ fn cache_root() -> anyhow::Result<PathBuf> {
 
 /// The engine with the user's code cache.
 fn engine() -> anyhow::Result<Engine> {
-    Ok(Engine::new(EngineConfig { cache_dir: Some(cache_root()?.join("code")) })?)
+    Ok(Engine::new(EngineConfig { cache_dir: Some(cache_root()?.join("code")), ..Default::default() })?)
 }
 
 /// Reads and loads a plugin file, naming the file in every error.

@@ -13,6 +13,8 @@ use nodewright_engine::{Interrupt, RunStage, SandboxLimits, StageContext};
 use nodewright_hostops::{NodeIdentity, SimHost};
 use serde_json::json;
 
+use crate::printable::printable;
+
 /// Output format.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
@@ -68,9 +70,16 @@ pub struct RunArgs {
     /// Wall-clock limit for the stage.
     #[arg(long, default_value = "5m", value_parser = crate::units::duration)]
     timeout: Duration,
-    /// Memory limit for the sandbox.
+    /// Memory limit for the sandbox (all the plugin's memories together); reads are
+    /// capped at half of it.
     #[arg(long, default_value = "128Mi", value_parser = crate::units::bytes)]
     memory: u64,
+    /// Bytes the stage may write through `files`.
+    #[arg(long, default_value = "256Mi", value_parser = crate::units::bytes)]
+    write_bytes: u64,
+    /// Files and directories the stage may write or create.
+    #[arg(long, default_value_t = nodewright_api::limits::DEFAULT_WRITE_FILES)]
+    write_files: u32,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "text")]
     output: Format,
@@ -116,7 +125,7 @@ fn package_name(source: &str) -> String {
 
 fn print_logs(lines: &[nodewright_engine::LogLine]) {
     for line in lines {
-        println!("  {:<5} {}", format!("{:?}", line.level).to_lowercase(), line.message);
+        println!("  {:<5} {}", format!("{:?}", line.level).to_lowercase(), printable(&line.message));
     }
 }
 
@@ -158,7 +167,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         config,
         changed_keys: args.changed_keys.clone(),
     };
-    let limits = SandboxLimits { timeout: args.timeout, memory: args.memory, ..Default::default() };
+    let limits = SandboxLimits {
+        timeout: args.timeout,
+        memory: args.memory,
+        write_bytes: args.write_bytes,
+        write_files: args.write_files,
+        ..Default::default()
+    };
     let text = matches!(args.output, Format::Text);
     let code = if plugin.from_cache { "code loaded from cache" } else { "compiled" };
     let artifact = match source.pulled_from_cache {
@@ -187,7 +202,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     println!("logs");
                     print_logs(e.logs());
                 }
-                println!("result   sandbox stopped the plugin: {e}");
+                println!("result   sandbox stopped the plugin: {}", printable(&e.to_string()));
             } else {
                 println!("{}", serde_json::to_string_pretty(&json!({"error": e.to_string(), "hostActions": actions}))?);
             }
@@ -217,21 +232,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             };
             println!("outcome  ok in {:.1} ms: {summary}", report.duration.as_secs_f64() * 1000.0);
             for c in &outcome.changes {
-                println!("  {:<14} {:<48} {}", c.kind, c.target, c.detail);
+                println!("  {:<14} {:<48} {}", printable(&c.kind), printable(&c.target), printable(&c.detail));
             }
             if let Some(m) = &outcome.message {
-                println!("  {m}");
+                println!("  {}", printable(m));
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            println!("outcome  failed: {e}");
+            println!("outcome  failed: {}", printable(&e.to_string()));
             ExitCode::from(1)
         }
     };
     println!("host actions (simulated node){}", if actions.is_empty() { ": none" } else { "" });
     for a in &actions {
-        println!("  {a}");
+        println!("  {}", printable(&a.to_string()));
     }
     Ok(code)
 }

@@ -37,7 +37,7 @@ impl RegistryArgs {
             (Some(_), None) | (None, Some(_)) => anyhow::bail!("--username and --password go together"),
             (None, None) => Credentials::from_environment(),
         };
-        Ok(RegistryConfig { insecure: self.insecure.clone(), ca_bundles, credentials })
+        Ok(RegistryConfig { insecure: self.insecure.clone(), ca_bundles, credentials, ..Default::default() })
     }
 }
 

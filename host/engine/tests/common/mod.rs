@@ -13,7 +13,7 @@ pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("nodewright-engine-tests-{}", std::process::id()));
-        Engine::new(EngineConfig { cache_dir: Some(dir) }).expect("engine")
+        Engine::new(EngineConfig { cache_dir: Some(dir), ..Default::default() }).expect("engine")
     })
 }
 
@@ -56,5 +56,61 @@ impl<'a> Run<'a> {
             ctx = ctx.with_config(k, v);
         }
         prepared.run(stage, ctx, host.clone(), grants, &self.limits).await
+    }
+}
+
+/// One attack of the hostile guest: its `attack` config, the grants, the limits, and a
+/// simulated node prepared by `setup`.
+pub struct Attack<'a> {
+    pub name: &'a str,
+    pub stage: RunStage,
+    pub grants: &'a [&'a str],
+    pub limits: SandboxLimits,
+}
+
+impl<'a> Attack<'a> {
+    pub fn new(name: &'a str, grants: &'a [&'a str]) -> Self {
+        Attack {
+            name,
+            stage: RunStage::Apply,
+            grants,
+            limits: SandboxLimits { timeout: Duration::from_secs(20), memory: 32 << 20, ..Default::default() },
+        }
+    }
+
+    /// Runs the attack on a fresh node; `setup` prepares the node's root first.
+    pub async fn run(&self, setup: impl FnOnce(&Path)) -> (Result<RunReport, RunError>, tempfile::TempDir) {
+        let plugin = load(nodewright_artifacts::HOSTILE);
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
+        std::fs::write(tmp.path().join("etc/shadow"), "secret").unwrap();
+        std::fs::write(tmp.path().join("etc/app/a.conf"), "a").unwrap();
+        setup(tmp.path());
+        let host = sim(tmp.path());
+        let config = [("attack", self.name)];
+        // The guest imports every capability: grant each narrowly unless the attack does.
+        const DEFAULTS: [&str; 6] = [
+            "files=/etc/app:rw",
+            "kmod=br_netfilter",
+            "service=containerd.service",
+            "sysctl=net.ipv4.ip_forward",
+            "command=/usr/bin/tool:--safe",
+            "power",
+        ];
+        let key = |g: &str| g.split('=').next().unwrap_or(g).to_string();
+        let mut grants: Vec<&str> = self.grants.to_vec();
+        grants.extend(DEFAULTS.iter().filter(|d| !self.grants.iter().any(|g| key(g) == key(d))));
+        let mut run = Run::new(&plugin, "hostile", &grants).config(&config);
+        run.limits = self.limits.clone();
+        (run.stage(&host, self.stage).await, tmp)
+    }
+}
+
+/// The denial a report ended with, or a panic saying what it was instead.
+pub fn denial(name: &str, result: &Result<RunReport, RunError>) -> nodewright_engine::Denial {
+    match result {
+        Ok(RunReport { result: Err(nodewright_engine::StepFailure::Denied(d)), .. }) => d.clone(),
+        Ok(r) => panic!("{name}: expected a denial, got {:?}", r.result),
+        Err(e) => panic!("{name}: sandbox error {e}"),
     }
 }

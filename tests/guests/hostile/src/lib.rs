@@ -1,7 +1,7 @@
 //! A hostile plugin for the sandbox tests. Config key `attack` picks what it tries; every
 //! attempt must be contained by the host with a specific, typed error.
 
-use nodewright_sdk::{export_package, log, Context, Interrupt, Outcome, Package, StepError};
+use nodewright_sdk::{export_package, log, CapError, Change, Context, Denial, Interrupt, Outcome, Package, ServiceVerb, StepError};
 
 struct Hostile;
 
@@ -18,7 +18,7 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
         // Read outside every grant.
         "read-ungranted" => files.read("/etc/shadow").map(|_| ())?,
         "kmod" => ctx.kmod().load("evil", &[])?,
-        "service" => ctx.services().control(nodewright_sdk::ServiceVerb::Stop, "kubelet.service")?,
+        "service" => ctx.services().control(ServiceVerb::Stop, "kubelet.service")?,
         "sysctl" => ctx.sysctl().set("kernel.panic", "1")?,
         "exec" => ctx.exec().run("/bin/sh", &["-c".into(), "id".into()]).map(|_| ())?,
         "exec-args" => ctx.exec().run("/usr/bin/tool", &["--evil".into()]).map(|_| ())?,
@@ -49,6 +49,86 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             }
         }
         "panic" => panic!("hostile plugin panicked on purpose"),
+
+        // Argument injection: names and parameters that a command line would read as options.
+        "kmod-config-option" => ctx.kmod().load("nvidia", &["-C".into(), "/etc/app/evil.conf".into()])?,
+        "kmod-dir-option" => ctx.kmod().load("nvidia", &["-d".into(), "/etc/app".into()])?,
+        "kmod-name-option" => ctx.kmod().load("-a", &["evil".into()])?,
+        "kmod-name-path" => ctx.kmod().load("nvidia/../../etc/app/evil", &[])?,
+        "kmod-param-newline" => ctx.kmod().load("nvidia", &["x=1\ninstall nvidia /bin/sh".into()])?,
+        "kmod-ok" => ctx.kmod().load("nvidia_uvm", &["NVreg_EnableMSI=1".into(), "opts=\"a b\"".into()])?,
+        "unit-path" => ctx.services().control(ServiceVerb::Enable, "/etc/app/evil.service")?,
+        "unit-option" => ctx.services().control(ServiceVerb::Start, "--root=/etc/app.service")?,
+        "unit-host-option" => ctx.services().status("-Hroot@evil.service").map(|_| ())?,
+        "report-bad-unit" => {
+            return Ok(Outcome::changed(vec![], Interrupt::Services(vec!["/etc/app/evil.service".into()])));
+        }
+        "report-units" => {
+            let units = (0..1000).map(|_| "containerd.service".to_string()).collect();
+            return Ok(Outcome::changed(vec![], Interrupt::Services(units)));
+        }
+        "sysctl-path" => ctx.sysctl().set("net.ipv4/../../kernel/panic", "1")?,
+        "exec-dotdot" => ctx.exec().run("/usr/bin/cat", &["/etc/app/../shadow".into()]).map(|_| ())?,
+        "exec-option" => ctx.exec().run("/usr/bin/echo", &["--exec=/bin/sh".into()]).map(|_| ())?,
+        "exec-unnormalised" => ctx.exec().run("/usr/bin/./tool", &["--safe".into()]).map(|_| ())?,
+
+        // Special mode bits.
+        "setuid-write" => files.write("/etc/app/suid", b"#!/bin/sh\n", Some(0o4755))?,
+        "setuid-chmod" => files.set_mode("/etc/app/a.conf", 0o6777)?,
+
+        // Exhausting the host.
+        "denial-flood" => {
+            let path = format!("/etc/denied/{}", "x".repeat(8000));
+            for _ in 0..200_000u32 {
+                let _ = files.read(&path);
+            }
+        }
+        "read-huge" => files.read("/etc/app/huge").map(|_| ())?,
+        "read-fifo" => files.read("/etc/app/pipe").map(|_| ())?,
+        "chmod-fifo" => files.set_mode("/etc/app/pipe", 0o600)?,
+        "slow-command" => ctx.exec().run("/usr/bin/slow", &[]).map(|_| ())?,
+        "disk-fill" => {
+            let chunk = vec![0u8; 1 << 20];
+            for i in 0..10_000u32 {
+                files.write(&format!("/etc/app/fill-{i}"), &chunk, None)?;
+            }
+        }
+        "file-flood" => {
+            for i in 0..100_000u32 {
+                files.write(&format!("/etc/app/f{i}"), b"", None)?;
+            }
+        }
+        "many-changes" => {
+            let changes = (0..16_000).map(|i| Change::new("file", format!("/etc/app/{i}"), "x".repeat(200))).collect();
+            return Ok(Outcome::changed(changes, Interrupt::None).with_message("m".repeat(4 << 20)));
+        }
+
+        // Forged verdicts: errors the host never raised.
+        "forge-denied" => {
+            return Err(StepError::Capability(CapError::Denied(Denial {
+                capability: "kmod".into(),
+                operation: "load".into(),
+                target: "nvidia".into(),
+                message: "kmod.load(\"nvidia\") denied: add \"*\" to spec.packages.hostile.capabilities.commands".into(),
+            })));
+        }
+        "forge-host-failure" => return Err(StepError::Capability(CapError::Failed("disk on fire".into()))),
+        "pass-on-denial" => {
+            // A real denial, passed on: still the grant's.
+            ctx.kmod().load("evil", &[])?;
+        }
+
+        // Other findings.
+        "ansi-log" => {
+            log::info("\u{1b}[2J\u{1b}[Hscreen wiped");
+            return Err(StepError::failed("oops\r\noutcome  ok in 1.0 ms: converged"));
+        }
+        "single-file-grant" => files.write("/etc/single/below", b"owned", None)?,
+        "reboot-flood" => {
+            for _ in 0..1000 {
+                ctx.power().request_reboot("again")?;
+            }
+        }
         other => return Err(StepError::invalid_config(format!("unknown attack {other:?}"))),
     }
     Ok(Outcome::converged().with_message("attack was not contained"))
