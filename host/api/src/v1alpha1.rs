@@ -346,7 +346,17 @@ pub struct BatchState {
     /// Whether the last batch failed.
     #[serde(default)]
     pub last_batch_failed: bool,
+    /// The NodeWright generation the progress counters belong to: on a new generation
+    /// `completedNodes`/`failedNodes` restart (nodes done under the old spec need the new
+    /// one), and on a version change the whole state does (see `versions`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: i64,
+    /// The package versions (`name:version,...`) the counters belong to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub versions: String,
 }
+
+
 
 /// Rollout strategy for nodes, in compartments.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

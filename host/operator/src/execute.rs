@@ -92,7 +92,7 @@ impl Executor {
         Some(match a {
             Action::PatchNode(_) => return None,
             Action::CreateJob(req) => self.create_job(&req).await,
-            Action::DeleteJob { name, .. } => self.delete_job(&name).await,
+            Action::DeleteJob { name, running, .. } => self.delete_job(&name, running).await,
             Action::Evict { node: _, namespace, pod, delete, grace_seconds } => self.evict(&namespace, &pod, delete, grace_seconds).await,
             Action::SetStatus { cr, status } => self.set_status(&cr, &status).await,
             Action::Event(e) => {
@@ -140,9 +140,13 @@ impl Executor {
         }
     }
 
-    async fn delete_job(&self, name: &str) -> anyhow::Result<()> {
+    /// Deletes a Job. A running one is deleted in the foreground: the Job stays (with a
+    /// deletion timestamp, seen by the planner as stopping) until its pods are gone, so
+    /// whatever waits for the work to stop — a release, a finalizer — waits for the pods.
+    async fn delete_job(&self, name: &str, running: bool) -> anyhow::Result<()> {
         let api: Api<Job> = Api::namespaced(self.client.clone(), &self.jobs.namespace);
-        let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
+        let propagation = if running { PropagationPolicy::Foreground } else { PropagationPolicy::Background };
+        let dp = DeleteParams { propagation_policy: Some(propagation), ..Default::default() };
         match api.delete(name, &dp).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}

@@ -154,7 +154,21 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     serde_json::from_value(json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": req.name, "namespace": cfg.namespace, "labels": labels},
+        "metadata": {
+            "name": req.name,
+            "namespace": cfg.namespace,
+            "labels": labels,
+            // The garbage collector's backstop: a Job outlives its NodeWright only until the
+            // collector sees the owner gone (the operator deletes them itself first).
+            "ownerReferences": [{
+                "apiVersion": format!("{}/v1alpha1", nodewright_api::keys::GROUP),
+                "kind": "NodeWright",
+                "name": req.cr,
+                "uid": req.cr_uid,
+                "controller": true,
+                "blockOwnerDeletion": false,
+            }],
+        },
         "spec": spec
     }))
     .expect("the Job we build is a valid Job")
@@ -185,7 +199,8 @@ pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::Job> {
         JobPhase::Active { failed: status.failed.unwrap_or(0).max(0) as u32, last }
     };
     let generation = get(label::GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0);
-    Some(nodewright_planner::Job { name: job.metadata.name.clone()?, cr: get(label::CR)?, node: get(label::NODE)?, generation, work, phase })
+    let stopping = job.metadata.deletion_timestamp.is_some();
+    Some(nodewright_planner::Job { name: job.metadata.name.clone()?, cr: get(label::CR)?, node: get(label::NODE)?, generation, work, phase, stopping })
 }
 
 /// The agent's result in a pod's termination message, if it wrote one.

@@ -127,7 +127,14 @@ impl World {
         let cached: HashSet<String> = jobs.iter().filter_map(|j| j.metadata.name.clone()).collect();
         overlay.created.retain(|name, _| !cached.contains(name));
         overlay.deleted.retain(|name| cached.contains(name));
-        jobs.retain(|j| !j.metadata.name.as_ref().is_some_and(|n| overlay.deleted.contains(n)));
+        // A Job we deleted and the cache still shows is stopping: it no longer counts as
+        // work, but it holds its node until it is gone.
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+        for j in &mut jobs {
+            if j.metadata.name.as_ref().is_some_and(|n| overlay.deleted.contains(n)) && j.metadata.deletion_timestamp.is_none() {
+                j.metadata.deletion_timestamp = Some(now.clone());
+            }
+        }
         jobs.extend(overlay.created.values().cloned());
         drop(overlay);
 

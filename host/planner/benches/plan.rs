@@ -68,7 +68,7 @@ fn snapshot(nodes: usize) -> Snapshot {
         } else if batch.contains(&name) {
             for (pn, p) in &spec.packages {
                 state.insert(state_key(pn, &p.version), PackageStatus::new(pn, &p.version, Stage::Apply, 1));
-                snap.jobs.push(Job { name: format!("{name}-{pn}"), cr: "fleet".into(), node: name.clone(), generation: 1, work: Work::Package { package: pn.clone(), version: p.version.clone(), stage: Stage::Apply }, phase: JobPhase::Active { failed: 0, last: None } });
+                snap.jobs.push(Job { name: format!("{name}-{pn}"), cr: "fleet".into(), node: name.clone(), generation: 1, work: Work::Package { package: pn.clone(), version: p.version.clone(), stage: Stage::Apply }, phase: JobPhase::Active { failed: 0, last: None }, stopping: false });
             }
             annotations.insert(keys::cordon("fleet"), "true".into());
         }

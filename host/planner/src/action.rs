@@ -20,6 +20,9 @@ pub enum Action {
         name: String,
         /// The node the Job runs on.
         node: String,
+        /// The Job is still running: it is stopped, and stays (as `stopping`) until its pods
+        /// are gone, so whatever waits for it waits for the work to end.
+        running: bool,
     },
     /// One write to a node: annotations, cordon, taints — applied together, optimistically
     /// (against the snapshot's resourceVersion).

@@ -266,7 +266,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         .filter(|(_, i)| !i.is_empty())
         .collect();
     let merged = coalesce(&candidates);
-    let mut busy = jobs.iter().any(|j| matches!(j.work, Work::Package { .. }) && matches!(j.phase, JobPhase::Active { .. }));
+    let mut busy = jobs.iter().any(|j| matches!(j.work, Work::Package { .. }) && j.running());
     // A Job is the same work when it has the same name: the name already says that one
     // merged interrupt per node exists whoever owns it.
     let has_job = |w: &Work| {
@@ -355,7 +355,11 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
     let status = if timed_out || !failures.is_empty() {
         Status::Erroring
     } else if crate::packages::node_done(spec, env.digests, state, cr.deleting) {
-        work.release(&cr.name);
+        // The cordon goes only once nothing of this CR runs on the node (a Job being
+        // stopped keeps it until its pods are gone).
+        if !jobs.iter().any(|j| j.running()) {
+            work.release(&cr.name);
+        }
         Status::Complete
     } else if !outcome_barrier.is_empty() {
         Status::Blocked
@@ -368,10 +372,11 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
     NodeOutcome { status, barrier: outcome_barrier, drain_blocked, failures }
 }
 
-/// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match.
+/// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match
+/// (stopping the ones still running). Jobs already stopping are left to finish stopping.
 fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actions: &mut Vec<Action>, failures: &mut Vec<String>) {
-    for job in jobs {
-        let delete = |actions: &mut Vec<Action>| actions.push(Action::DeleteJob { name: job.name.clone(), node: node.name.clone() });
+    for job in jobs.iter().filter(|j| !j.stopping) {
+        let delete = |actions: &mut Vec<Action>| actions.push(Action::DeleteJob { name: job.name.clone(), node: node.name.clone(), running: job.running() });
         match &job.work {
             Work::Package { package, version, stage } => {
                 let current = cr.spec.packages.get(package).is_some_and(|p| p.version == *version);

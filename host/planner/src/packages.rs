@@ -28,6 +28,11 @@ pub fn digests(spec: &NodeWrightSpec) -> Digests {
     spec.packages.iter().map(|(n, p)| (n.clone(), config_digests(p))).collect()
 }
 
+/// The spec's packages and versions, `name:version,...` (also `status.packageList`).
+pub fn version_list(spec: &NodeWrightSpec) -> String {
+    spec.packages.iter().map(|(n, p)| format!("{n}:{}", p.version)).collect::<Vec<_>>().join(",")
+}
+
 /// Keys added, removed or changed between two digest maps, sorted.
 pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
     let mut keys: Vec<String> = old.keys().chain(new.keys()).filter(|k| old.get(*k) != new.get(*k)).cloned().collect();

@@ -26,6 +26,7 @@ pub fn plan(s: &Snapshot, now: i64) -> Vec<Action> {
         pass.cr(cr, &order[..i]);
     }
     pass.runtime_required();
+    pass.orphans();
     pass.finish()
 }
 
@@ -136,8 +137,18 @@ impl<'a> Pass<'a> {
             return;
         }
         let selected: Vec<&Node> = self.nodes.iter().copied().filter(|n| Self::selects(cr, n) || (cr.deleting && self.work[n.name.as_str()].get(&keys::node_state(&cr.name)).is_some())).collect();
+        // Nodes that left the selector: the CR lets go of them, whatever it was doing there.
+        let withdrawn: Vec<&Node> = self.nodes.iter().copied().filter(|n| !selected.iter().any(|m| m.name == n.name) && self.holds_any(cr, n)).collect();
+        for n in withdrawn {
+            self.withdraw(cr, n, true);
+        }
         let policy = cr.spec.deployment_policy.as_ref().map(|name| (name, self.s.policies.get(name)));
-        let mut report = status::Report::new(cr, self.now);
+        let era = rollout::Era {
+            generation: cr.generation,
+            versions: crate::packages::version_list(&cr.spec),
+            reset_on_version_change: rollout::resets_batch_state(cr, policy.and_then(|(_, p)| p)),
+        };
+        let mut report = status::Report::new(cr, self.now, era.clone());
         report.plugins(&cr.plugins);
         if let Some((name, None)) = policy {
             report.policy_missing(name);
@@ -212,7 +223,7 @@ impl<'a> Pass<'a> {
             for (name, nodes) in rollout::assign(policy.and_then(|(_, p)| p), &selected) {
                 let rules = &comp_rules[&name];
                 let list: Vec<(&str, Standing)> = nodes.iter().map(|n| (n.name.as_str(), standing[n.name.as_str()].0)).collect();
-                let b = rollout::batch(rules, cr.status.compartment_statuses.get(&name), &list);
+                let b = rollout::batch(rules, cr.status.compartment_statuses.get(&name), &list, &era);
                 members.extend(b.members.iter().cloned());
                 report.compartment(&name, b.status, nodes.iter().map(|n| n.name.clone()).collect());
             }
@@ -241,9 +252,18 @@ impl<'a> Pass<'a> {
             report.node_status(&n.name, node_status, &n.boot_id);
         }
         if cr.deleting && selected.iter().all(|n| standing.get(n.name.as_str()).is_some_and(|(s, _)| *s == Standing::Done)) {
-            self.cleanup(cr, &selected);
-            self.actions.push(Action::RemoveFinalizer { cr: cr.name.clone() });
-            return;
+            // Deletion, in order: the CR's Jobs stopped and gone, then its cordons and marks
+            // released, then the finalizer.
+            let mut released = true;
+            for n in &selected {
+                released &= self.withdraw(cr, n, false);
+            }
+            // Jobs elsewhere (a node that left the selector, or left the cluster) are being
+            // let go of above or by the orphan sweep: the finalizer waits for them too.
+            if released && !self.s.jobs.iter().any(|j| j.cr == cr.name) {
+                self.actions.push(Action::RemoveFinalizer { cr: cr.name.clone() });
+                return;
+            }
         }
         self.actions.extend(report.finish());
     }
@@ -277,20 +297,54 @@ impl<'a> Pass<'a> {
         let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
         work.set(&keys::node_state(&cr.name), None);
         for j in self.jobs.remove(&(cr.name.as_str(), n.name.as_str())).unwrap_or_default() {
-            self.actions.push(Action::DeleteJob { name: j.name.clone(), node: n.name.clone() });
+            self.actions.push(Action::DeleteJob { name: j.name.clone(), node: n.name.clone(), running: j.running() });
         }
         self.actions.push(Action::Event(Event { target: Target::Node(n.name.clone()), warning: false, reason: "Reboot", message: format!("boot ID changed; {} re-applies its packages", cr.name) }));
         true
     }
 
-    fn cleanup(&mut self, cr: &Cr, nodes: &[&Node]) {
-        for n in nodes {
-            let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
-            work.release(&cr.name);
-            work.set(&keys::node_status(&cr.name), None);
-            let empty = work.get(&keys::node_state(&cr.name)).is_none_or(|raw| serde_json::from_str::<NodeState>(raw).is_ok_and(|st| st.is_empty()));
-            if empty {
-                work.set(&keys::node_state(&cr.name), None);
+    /// Whether the CR has anything on `n`: a Job or one of its per-CR annotations.
+    fn holds_any(&self, cr: &Cr, n: &Node) -> bool {
+        let work = &self.work[n.name.as_str()];
+        self.jobs.contains_key(&(cr.name.as_str(), n.name.as_str())) || keys::per_cr(&cr.name).iter().any(|k| work.get(k).is_some())
+    }
+
+    /// Lets go of `n`: stops the CR's Jobs there (a running stage gets its graceful
+    /// shutdown; a requested reboot still happens), and once none is left releases the
+    /// cordon, the drain marks and the Karpenter annotations and removes the status. A node
+    /// that left the selector (`forget`) loses its state too; on deletion a state that still
+    /// lists packages is kept as the record of what is installed, as NodeWright does. True
+    /// when nothing of the CR's is left to wait for.
+    fn withdraw(&mut self, cr: &Cr, n: &Node, forget: bool) -> bool {
+        let jobs = self.jobs.get(&(cr.name.as_str(), n.name.as_str())).cloned().unwrap_or_default();
+        for j in jobs.iter().filter(|j| !j.stopping) {
+            self.actions.push(Action::DeleteJob { name: j.name.clone(), node: n.name.clone(), running: j.running() });
+        }
+        if !jobs.is_empty() {
+            return false;
+        }
+        let work = self.work.get_mut(n.name.as_str()).expect("every node has work");
+        let held = work.get(&keys::cordon(&cr.name)).is_some() || work.get(&keys::node_status(&cr.name)).is_some();
+        work.release(&cr.name);
+        work.set(&keys::node_status(&cr.name), None);
+        let empty = work.get(&keys::node_state(&cr.name)).is_none_or(|raw| serde_json::from_str::<NodeState>(raw).is_ok_and(|st| st.is_empty()));
+        if forget || empty {
+            work.set(&keys::node_state(&cr.name), None);
+        }
+        if forget && held {
+            self.actions.push(Action::Event(Event { target: Target::Node(n.name.clone()), warning: false, reason: "Released", message: format!("{} no longer selects this node; released it", cr.name) }));
+        }
+        true
+    }
+
+    /// Jobs of a NodeWright that no longer exists, or on a node that no longer exists, are
+    /// nobody's work: delete them (the garbage collector is the backstop for the first).
+    fn orphans(&mut self) {
+        for j in self.s.jobs.iter().filter(|j| !j.stopping) {
+            let cr_gone = !self.s.nodewrights.iter().any(|c| c.name == j.cr);
+            let node_gone = !self.work.contains_key(j.node.as_str());
+            if cr_gone || node_gone {
+                self.actions.push(Action::DeleteJob { name: j.name.clone(), node: j.node.clone(), running: j.running() && !node_gone });
             }
         }
     }
@@ -333,6 +387,9 @@ impl<'a> Pass<'a> {
         let mut patches: Vec<_> = self.work.into_values().filter(|w| !w.patch.is_empty()).map(|w| w.patch).collect();
         patches.sort_by(|a, b| a.node.cmp(&b.node));
         let mut out: Vec<Action> = patches.into_iter().map(Action::PatchNode).collect();
+        // A Job may be let go of twice in one pass (its node's pass, then a withdrawal).
+        let mut deleted = HashSet::default();
+        self.actions.retain(|a| !matches!(a, Action::DeleteJob { name, .. } if !deleted.insert(name.clone())));
         out.append(&mut self.actions);
         out
     }

@@ -38,6 +38,16 @@ pub fn rules(policy: Option<&DeploymentPolicySpec>, budget: Option<&Budget>) -> 
     out
 }
 
+/// `resetBatchStateOnCompletion`: the CR's option, else the policy's, else true.
+pub fn resets_batch_state(cr: &crate::snapshot::Cr, policy: Option<&DeploymentPolicySpec>) -> bool {
+    cr.spec
+        .deployment_policy_options
+        .as_ref()
+        .and_then(|o| o.reset_batch_state_on_completion)
+        .or(policy.and_then(|p| p.reset_batch_state_on_completion))
+        .unwrap_or(true)
+}
+
 fn safety(s: Option<&Strategy>) -> u8 {
     match s.and_then(Kind::of) {
         Some(Kind::Fixed(_)) => 0,
@@ -84,6 +94,33 @@ pub enum Standing {
     Eligible,
 }
 
+/// Which rollout the batch counters belong to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Era {
+    /// The CR's generation.
+    pub generation: i64,
+    /// Its package versions, `name:version,...`.
+    pub versions: String,
+    /// Reset the whole state when the versions change (`resetBatchStateOnCompletion`).
+    pub reset_on_version_change: bool,
+}
+
+impl Era {
+    /// The batch state to continue from: `previous` if it is this era's, else restarted as
+    /// [`batch`] says.
+    pub fn carry(&self, previous: Option<&BatchState>) -> BatchState {
+        let fresh = BatchState { current_batch: 1, generation: self.generation, versions: self.versions.clone(), ..Default::default() };
+        let Some(prev) = previous else { return fresh };
+        if prev.generation == self.generation && prev.versions == self.versions {
+            return prev.clone();
+        }
+        if prev.versions != self.versions && self.reset_on_version_change {
+            return fresh;
+        }
+        BatchState { completed_nodes: 0, failed_nodes: 0, generation: self.generation, versions: self.versions.clone(), ..prev.clone() }
+    }
+}
+
 /// Result of choosing a compartment's batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Batch {
@@ -96,16 +133,29 @@ pub struct Batch {
 /// The batch of one compartment: the current members until each is done or failed (sticky),
 /// then — after folding the finished batch into the batch state — the next nodes in order,
 /// as many as the strategy (or the budget's ceiling) allows, unless the compartment stopped.
-pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str, Standing)]) -> Batch {
+///
+/// The counters belong to one [`Era`] of the CR. On a new generation the progress
+/// counters (`completedNodes`, `failedNodes`) restart: the nodes done under the old spec
+/// need the new one too, and counting them twice would leave nodes with no batch to join.
+/// On a version change the whole state restarts at batch 1 (NodeWright's reset on a version
+/// change), unless the CR or policy turned `resetBatchStateOnCompletion` off; a config-only
+/// edit keeps the batch position and a stop. Members already at work keep working and are
+/// counted into the new counters.
+pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str, Standing)], era: &Era) -> Batch {
     let total = nodes.len() as u32;
     let ceil = ceiling(total, &rules.budget);
     let synthetic = Strategy { fixed: Some(BatchParams { initial_batch: Some(ceil.max(1) as i32), ..Default::default() }), ..Default::default() };
     let strategy = rules.strategy.as_ref().unwrap_or(&synthetic);
     let kind = Kind::of(strategy).unwrap_or(Kind::Fixed(synthetic.fixed.as_ref().expect("set above")));
-    let mut state = previous.and_then(|p| p.batch_state.clone()).unwrap_or(BatchState { current_batch: 1, ..Default::default() });
+    let mut state = era.carry(previous.and_then(|p| p.batch_state.as_ref()));
     let standing: BTreeMap<&str, Standing> = nodes.iter().copied().collect();
     let mut members: Vec<String> = previous.map(|p| p.batch_nodes.clone()).unwrap_or_default();
     members.retain(|m| standing.contains_key(m.as_str()));
+    // Before this batch is folded in, the counters cover at most the done and failed
+    // nodes that are not members of it.
+    let outside = |want: Standing| nodes.iter().filter(|(n, s)| *s == want && !members.iter().any(|m| m == n)).count() as i32;
+    state.completed_nodes = state.completed_nodes.min(outside(Standing::Done));
+    state.failed_nodes = state.failed_nodes.min(outside(Standing::Failed));
     let open = members.iter().any(|m| standing[m.as_str()] == Standing::Eligible);
     if !open {
         if !members.is_empty() {
@@ -125,6 +175,12 @@ pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str
         }
     }
     let completed = nodes.iter().filter(|(_, s)| *s == Standing::Done).count() as i32;
+    // Counters never claim more nodes than the compartment has done or failed now: nodes
+    // that left it (relabelled, removed, deselected) or need work again are not counted,
+    // so `remaining` can never hide a node that still needs a batch.
+    let failed_now = nodes.iter().filter(|(_, s)| *s == Standing::Failed).count() as i32;
+    state.completed_nodes = state.completed_nodes.min(completed);
+    state.failed_nodes = state.failed_nodes.min(failed_now);
     let in_progress = members.iter().filter(|m| standing[m.as_str()] == Standing::Eligible).count() as i32;
     let status = CompartmentStatus {
         matched: total as i32,
@@ -179,15 +235,54 @@ mod tests {
     #[test]
     fn batches_are_sticky_until_each_member_is_done_or_failed() {
         let rules = Rules { budget: Budget { count: Some(2), percent: None }, strategy: None };
-        let first = batch(&rules, None, &[("a", Standing::Eligible), ("b", Standing::Eligible), ("c", Standing::Eligible)]);
+        let first = batch(&rules, None, &[("a", Standing::Eligible), ("b", Standing::Eligible), ("c", Standing::Eligible)], &era(1, "p:1"));
         assert_eq!(first.members, ["a", "b"]);
         // a is done, b still working: the batch holds; c does not start.
-        let held = batch(&rules, Some(&first.status), &[("a", Standing::Done), ("b", Standing::Eligible), ("c", Standing::Eligible)]);
+        let held = batch(&rules, Some(&first.status), &[("a", Standing::Done), ("b", Standing::Eligible), ("c", Standing::Eligible)], &era(1, "p:1"));
         assert_eq!(held.members, ["a", "b"]);
         // b failed: the batch is evaluated and the next one picks c (failed nodes are not re-picked).
-        let next = batch(&rules, Some(&held.status), &[("a", Standing::Done), ("b", Standing::Failed), ("c", Standing::Eligible)]);
+        let next = batch(&rules, Some(&held.status), &[("a", Standing::Done), ("b", Standing::Failed), ("c", Standing::Eligible)], &era(1, "p:1"));
         assert_eq!(next.members, ["c"]);
         let state = next.status.batch_state.unwrap();
         assert_eq!((state.current_batch, state.completed_nodes, state.failed_nodes), (2, 1, 1));
+    }
+
+    fn era(generation: i64, versions: &str) -> Era {
+        Era { generation, versions: versions.into(), reset_on_version_change: true }
+    }
+
+    #[test]
+    fn a_version_change_restarts_the_counters_and_keeps_the_members_at_work() {
+        let rules = Rules {
+            budget: Budget { count: Some(2), percent: None },
+            strategy: Some(Strategy { fixed: Some(BatchParams { initial_batch: Some(2), ..Default::default() }), ..Default::default() }),
+        };
+        let all = |s: Standing| [("a", s), ("b", s), ("c", s), ("d", s)];
+        let first = batch(&rules, None, &all(Standing::Eligible), &era(1, "p:1"));
+        let done = batch(&rules, Some(&first.status), &[("a", Standing::Done), ("b", Standing::Done), ("c", Standing::Eligible), ("d", Standing::Eligible)], &era(1, "p:1"));
+        assert_eq!(done.members, ["c", "d"]);
+        // Version 2 while c and d work: a and b need it too.
+        let bumped = batch(&rules, Some(&done.status), &all(Standing::Eligible), &era(2, "p:2"));
+        assert_eq!(bumped.members, ["c", "d"], "the batch at work is kept");
+        let state = bumped.status.batch_state.clone().unwrap();
+        assert_eq!((state.generation, state.completed_nodes, state.current_batch), (2, 0, 1));
+        let after = batch(&rules, Some(&bumped.status), &[("a", Standing::Eligible), ("b", Standing::Eligible), ("c", Standing::Done), ("d", Standing::Done)], &era(2, "p:2"));
+        assert_eq!(after.members, ["a", "b"], "the untouched nodes get the next batch");
+        assert_eq!(after.status.batch_state.unwrap().completed_nodes, 2);
+    }
+
+    #[test]
+    fn a_config_edit_keeps_a_stop_and_the_batch_position_but_not_the_progress() {
+        let stopped = BatchState { current_batch: 3, completed_nodes: 4, failed_nodes: 2, should_stop: true, consecutive_failures: 2, generation: 1, versions: "p:1".into(), ..Default::default() };
+        let carried = era(2, "p:1").carry(Some(&stopped));
+        assert!(carried.should_stop);
+        assert_eq!((carried.current_batch, carried.completed_nodes, carried.failed_nodes, carried.generation), (3, 0, 0, 2));
+        let versioned = era(2, "p:2").carry(Some(&stopped));
+        assert!(!versioned.should_stop);
+        assert_eq!(versioned.current_batch, 1);
+        let kept = Era { reset_on_version_change: false, ..era(2, "p:2") }.carry(Some(&stopped));
+        assert!(kept.should_stop, "resetBatchStateOnCompletion: false keeps the stop");
+        assert_eq!(kept.completed_nodes, 0, "but never the old spec's progress");
+        assert_eq!(era(1, "p:1").carry(Some(&stopped)), stopped);
     }
 }

@@ -158,6 +158,16 @@ pub struct Job {
     pub work: Work,
     /// How it is going.
     pub phase: JobPhase,
+    /// Being deleted (its pods are stopping): no longer the planner's to record, but it
+    /// still holds its node and its name until it is gone.
+    pub stopping: bool,
+}
+
+impl Job {
+    /// Not finished.
+    pub fn running(&self) -> bool {
+        matches!(self.phase, JobPhase::Active { .. })
+    }
 }
 
 /// How a Job is going.

@@ -22,15 +22,17 @@ pub struct Report<'a> {
     failures: Vec<String>,
     /// Each compartment's nodes, to count completions after the node passes.
     compartment_nodes: Vec<(String, Vec<String>)>,
+    /// The batch counters' era (and whether completion resets them).
+    era: crate::rollout::Era,
 }
 
 impl<'a> Report<'a> {
     /// Starts from the CR's current status (conditions and batch state carry over).
-    pub fn new(cr: &'a Cr, now: i64) -> Self {
+    pub fn new(cr: &'a Cr, now: i64, era: crate::rollout::Era) -> Self {
         let mut status = cr.status.clone();
         status.node_status.clear();
         status.compartment_statuses.clear();
-        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![], compartment_nodes: vec![] }
+        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![], compartment_nodes: vec![], era }
     }
 
     /// Outcome of the operator's resolve/pull/grant check.
@@ -152,7 +154,7 @@ impl<'a> Report<'a> {
         let complete = self.status.node_status.values().filter(|s| **s == Status::Complete).count();
         self.status.complete_nodes = Some(format!("{complete}/{total}"));
         self.status.nodes_in_progress = Some(self.status.node_status.values().filter(|s| matches!(s, Status::InProgress | Status::Erroring)).count() as i32);
-        self.status.package_list = Some(cr.spec.packages.iter().map(|(n, p)| format!("{n}:{}", p.version)).collect::<Vec<_>>().join(","));
+        self.status.package_list = Some(self.era.versions.clone());
         if rolled == Status::Complete {
             self.status.observed_generation = Some(cr.generation);
         }
@@ -207,10 +209,9 @@ impl<'a> Report<'a> {
     }
 
     fn reset_batches(&mut self) {
-        let reset = self.cr.spec.deployment_policy_options.as_ref().and_then(|o| o.reset_batch_state_on_completion).unwrap_or(true);
-        if reset {
+        if self.era.reset_on_version_change {
             for c in self.status.compartment_statuses.values_mut() {
-                c.batch_state = Some(nodewright_api::v1alpha1::BatchState { current_batch: 1, ..Default::default() });
+                c.batch_state = Some(self.era.carry(None));
                 c.batch_nodes.clear();
             }
         }

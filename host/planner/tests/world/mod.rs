@@ -53,6 +53,12 @@ impl World {
         });
     }
 
+    /// The node is deleted from the cluster, with its pods.
+    pub fn remove_node(&mut self, name: &str) {
+        self.snap.nodes.retain(|n| n.name != name);
+        self.snap.pods.retain(|p| p.node != name);
+    }
+
     pub fn add_cr(&mut self, name: &str, spec: NodeWrightSpec) {
         let pinned = spec.packages.iter().map(|(n, p)| (n.clone(), format!("{}@sha256:{}", p.plugin.split(':').next().unwrap_or_default(), "0".repeat(64)))).collect();
         self.snap.nodewrights.push(Cr { name: name.into(), uid: format!("uid-{name}"), generation: 1, spec, plugins: Plugins::Ready(pinned), ..Default::default() });
@@ -123,10 +129,17 @@ impl World {
         match a {
             Action::CreateJob(req) => {
                 if !self.snap.jobs.iter().any(|j| j.name == req.name) {
-                    self.snap.jobs.push(Job { name: req.name.clone(), cr: req.cr.clone(), node: req.node.clone(), generation: req.generation, work: req.work.clone(), phase: JobPhase::Active { failed: 0, last: None } });
+                    self.snap.jobs.push(Job { name: req.name.clone(), cr: req.cr.clone(), node: req.node.clone(), generation: req.generation, work: req.work.clone(), phase: JobPhase::Active { failed: 0, last: None }, stopping: false });
                 }
             }
-            Action::DeleteJob { name, .. } => self.snap.jobs.retain(|j| j.name != *name),
+            // A finished Job goes at once; a running one is stopped and stays until its pods
+            // are gone (the next `finish_jobs`), as a foreground deletion does.
+            Action::DeleteJob { name, .. } => {
+                for j in self.snap.jobs.iter_mut().filter(|j| j.name == *name) {
+                    j.stopping = true;
+                }
+                self.snap.jobs.retain(|j| j.name != *name || j.running());
+            }
             Action::PatchNode(p) => {
                 let n = self.node_mut(&p.node);
                 for (k, v) in &p.annotations {
@@ -158,6 +171,8 @@ impl World {
 
     /// Finishes every active Job with `outcome(job)`; a finished reboot changes the boot ID.
     pub fn finish_jobs(&mut self, mut outcome: impl FnMut(&Job) -> Option<JobPhase>) {
+        // Stopped Jobs' pods are gone by now.
+        self.snap.jobs.retain(|j| !j.stopping);
         let mut rebooted = Vec::new();
         for j in &mut self.snap.jobs {
             if !matches!(j.phase, JobPhase::Active { .. }) {
