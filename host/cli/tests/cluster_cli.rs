@@ -62,7 +62,7 @@ fn lines(env: &Env, node: &str, path: &str) -> usize {
 }
 
 fn reboots(env: &Env, node: &str) -> usize {
-    SimHost::journal(env.cluster.sim.root(node)).iter().filter(|a| matches!(a, HostAction::RebootRequested { .. })).count()
+    SimHost::journal(&env.cluster.sim.root(node)).iter().filter(|a| matches!(a, HostAction::RebootRequested { .. })).count()
 }
 
 fn script(env: &Env, path: &str, body: &str) {

@@ -91,7 +91,7 @@ async fn frame(cluster: &Cluster, crs: &[(String, Vec<String>)], started: Instan
         out.nodes.push(NodeRow {
             tier: labels.get("nodewright.io/tier").cloned().unwrap_or_else(|| "-".into()),
             cordoned: n.spec.and_then(|s| s.unschedulable).unwrap_or(false),
-            reboots: SimHost::journal(cluster.sim.root(&name)).iter().filter(|a| matches!(a, HostAction::RebootRequested { .. })).count(),
+            reboots: SimHost::journal(&cluster.sim.root(&name)).iter().filter(|a| matches!(a, HostAction::RebootRequested { .. })).count(),
             states,
             name,
         });

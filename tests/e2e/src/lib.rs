@@ -160,26 +160,48 @@ pub struct Binaries {
     pub agent: PathBuf,
 }
 
+/// The crates whose sources make up the operator and the agent (relative to the workspace).
+const BINARY_SOURCES: &[&str] = &[
+    "host/api/src", "host/planner/src", "host/engine/src", "host/hostops/src", "host/oci/src", "host/agent/src", "host/operator/src",
+    "host/api/Cargo.toml", "host/planner/Cargo.toml", "host/engine/Cargo.toml", "host/hostops/Cargo.toml", "host/oci/Cargo.toml",
+    "host/agent/Cargo.toml", "host/operator/Cargo.toml", "wit", "Cargo.lock",
+];
+
+/// The newest modification time of any file under `path`.
+fn newest(path: &Path) -> Option<std::time::SystemTime> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.is_file() {
+        return meta.modified().ok();
+    }
+    std::fs::read_dir(path).ok()?.flatten().filter_map(|e| newest(&e.path())).max()
+}
+
 impl Binaries {
-    /// `nodewright-operator` and `nodewright-agent` in `dir` (a cargo profile directory),
-    /// built with cargo in that profile when missing. Only when missing: a workspace test
-    /// run builds them with the workspace's features, and rebuilding them here with other
-    /// features would churn the shared target directory. After changing the operator or
-    /// the agent, a single-crate test run needs `cargo build -p nodewright-operator -p
-    /// nodewright-agent` first.
+    /// `nodewright-operator` and `nodewright-agent` in `dir` (a cargo profile directory).
+    /// A test must never run a stale operator or agent: when either is missing or older
+    /// than any of its sources, the workspace's binaries are built again in that profile
+    /// (all of them, so the features match a workspace test build and nothing churns), and
+    /// when that fails the test stops saying so.
     pub fn in_dir(dir: &Path) -> Result<Binaries> {
         let bins = Binaries { operator: dir.join("nodewright-operator"), agent: dir.join("nodewright-agent") };
-        for (package, path) in [("nodewright-operator", &bins.operator), ("nodewright-agent", &bins.agent)] {
-            if path.exists() {
-                continue;
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let sources = BINARY_SOURCES.iter().filter_map(|rel| newest(&workspace.join(rel))).max();
+        let stale = [&bins.operator, &bins.agent].iter().any(|bin| {
+            let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok();
+            match (built, sources) {
+                (None, _) => true,
+                (Some(built), Some(src)) => built < src,
+                (Some(_), None) => false,
             }
+        });
+        if stale {
             let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-            cmd.args(["build", "-p", package, "--bin", package]);
+            cmd.current_dir(&workspace).args(["build", "--workspace", "--bins"]);
             if dir.file_name().is_some_and(|p| p == "release") {
                 cmd.arg("--release");
             }
             if !cmd.status().context("running cargo")?.success() {
-                bail!("building {package} failed");
+                bail!("the operator or agent binary in {} is older than its sources and rebuilding it failed", dir.display());
             }
         }
         Ok(bins)

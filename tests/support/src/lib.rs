@@ -120,7 +120,7 @@ impl TestRegistry {
     }
 
     fn launch_with(auth: Option<(&str, &str)>, tls: bool) -> Self {
-        let bin = ensure_registry_installed();
+        ensure_registry_installed();
         let dir = tempfile::tempdir().expect("registry dir");
         let port = free_port();
         let host = format!("127.0.0.1:{port}");
@@ -138,31 +138,44 @@ impl TestRegistry {
             config.push_str(&format!("auth:\n  htpasswd:\n    realm: nodewright-test\n    path: {}\n", dir.path().join("htpasswd").display()));
         }
         std::fs::write(dir.path().join("config.yml"), config).unwrap();
-        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
-        let child = Command::new(bin)
+        let mut reg = TestRegistry { child: None, host, dir, tls };
+        reg.serve();
+        reg
+    }
+
+    /// Starts the registry process on this registry's address and storage, and waits until
+    /// it answers.
+    fn serve(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("registry.log")).unwrap();
+        let child = Command::new(ensure_registry_installed())
             .arg("serve")
-            .arg(dir.path().join("config.yml"))
+            .arg(self.dir.path().join("config.yml"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("start docker-registry");
-        let mut reg = TestRegistry { child: Some(child), host, dir, tls };
+        self.child = Some(child);
         let started = Instant::now();
         loop {
-            let up = if reg.tls { TcpStream::connect(&reg.host).is_ok().then_some(200) } else { v2_status(&reg.host) };
+            let up = if self.tls { TcpStream::connect(&self.host).is_ok().then_some(200) } else { v2_status(&self.host) };
             match up {
                 Some(200 | 401) => break,
                 _ if started.elapsed() > Duration::from_secs(20) => {
-                    panic!("registry did not start on {}: {}", reg.host, reg.log());
+                    panic!("registry did not start on {}: {}", self.host, self.log());
                 }
                 _ => std::thread::sleep(Duration::from_millis(50)),
             }
-            if let Some(status) = reg.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("registry exited with {status}: {}", reg.log());
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("registry exited with {status}: {}", self.log());
             }
         }
-        reg
+    }
+
+    /// Starts a stopped registry again at the same address, with the same content.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.serve();
     }
 
     /// `127.0.0.1:<port>`.

@@ -83,9 +83,12 @@ struct SimNode {
 
 struct Inner {
     client: Client,
-    nodes: HashMap<String, SimNode>,
-    /// Running pods by uid.
-    pods: Mutex<HashMap<String, watch::Sender<Control>>>,
+    /// Nodes may join and leave while the kubelet runs.
+    nodes: std::sync::RwLock<HashMap<String, Arc<SimNode>>>,
+    /// Running pods by uid: their node and their control channel.
+    pods: Mutex<HashMap<String, (String, watch::Sender<Control>)>>,
+    /// The kubelet endpoint's port, advertised by every node.
+    kubelet_port: u16,
     /// Where each pod's container logs are, for the kubelet endpoint.
     logs: LogDirs,
     work: PathBuf,
@@ -94,14 +97,53 @@ struct Inner {
 /// The simulated kubelet for a set of nodes. Dropping it stops every pod process.
 pub struct SimKubelet {
     inner: Arc<Inner>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Background tasks by node ("" for the kubelet-wide ones).
+    tasks: HashMap<String, Vec<tokio::task::JoinHandle<()>>>,
     _work: tempfile::TempDir,
 }
 
 impl std::fmt::Debug for SimKubelet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimKubelet").field("nodes", &self.inner.nodes.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("SimKubelet").field("nodes", &self.inner.names()).finish()
     }
+}
+
+impl Inner {
+    fn node(&self, name: &str) -> Option<Arc<SimNode>> {
+        self.nodes.read().expect("nodes lock").get(name).cloned()
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.nodes.read().expect("nodes lock").keys().cloned().collect();
+        names.sort();
+        names
+    }
+}
+
+/// Registers `spec` as a Ready node advertising the kubelet endpoint on `kubelet_port`.
+async fn register(client: &Client, spec: NodeSpec, kubelet_port: u16) -> Result<SimNode> {
+    let api: Api<Node> = Api::all(client.clone());
+    std::fs::create_dir_all(&spec.root)?;
+    let host = SimHost::new(&spec.root, NodeIdentity { name: spec.name.clone(), labels: spec.labels.clone().into_iter().collect() })?;
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": spec.name, "labels": spec.labels},
+        "spec": {}
+    });
+    api.patch(&spec.name, &PatchParams::apply("nodewright-sim-kubelet").force(), &Patch::Apply(&node))
+        .await
+        .with_context(|| format!("register node {}", spec.name))?;
+    let boot = host.node_info().boot_id;
+    let mut status = node_status(&spec, &boot, true);
+    status["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": kubelet_port}});
+    api.patch_status(&spec.name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+    // The apiserver taints a new node not-ready; with no node-lifecycle controller in
+    // the test control plane, the kubelet side lifts it once the node reports Ready.
+    let registered = api.get(&spec.name).await?;
+    let taints: Vec<_> = registered.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().filter(|t| t.key != "node.kubernetes.io/not-ready").collect();
+    api.patch(&spec.name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}}))).await.with_context(|| format!("untaint node {}", spec.name))?;
+    let (control, _) = watch::channel(Control::Run);
+    Ok(SimNode { spec, host, control })
 }
 
 fn now() -> String {
@@ -137,49 +179,70 @@ impl SimKubelet {
     /// Registers `nodes` and starts running their pods.
     pub async fn start(client: Client, nodes: Vec<NodeSpec>) -> Result<Self> {
         let work = tempfile::Builder::new().prefix("nodewright-simkubelet-").tempdir()?;
-        let api: Api<Node> = Api::all(client.clone());
         let logs = LogDirs::default();
         let (kubelet_port, endpoint) = kubelet_api::start(logs.clone()).await?;
         let mut sims = HashMap::new();
         for spec in nodes {
-            std::fs::create_dir_all(&spec.root)?;
-            let host = SimHost::new(&spec.root, NodeIdentity { name: spec.name.clone(), labels: spec.labels.clone().into_iter().collect() })?;
-            let node = json!({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": spec.name, "labels": spec.labels},
-                "spec": {}
-            });
-            api.patch(&spec.name, &PatchParams::apply("nodewright-sim-kubelet").force(), &Patch::Apply(&node))
-                .await
-                .with_context(|| format!("register node {}", spec.name))?;
-            let boot = host.node_info().boot_id;
-            let mut status = node_status(&spec, &boot, true);
-            status["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": kubelet_port}});
-            api.patch_status(&spec.name, &PatchParams::default(), &Patch::Merge(&status)).await?;
-            // The apiserver taints a new node not-ready; with no node-lifecycle controller in
-            // the test control plane, the kubelet side lifts it once the node reports Ready.
-            let registered = api.get(&spec.name).await?;
-            let taints: Vec<_> = registered.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().filter(|t| t.key != "node.kubernetes.io/not-ready").collect();
-            api.patch(&spec.name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}}))).await.with_context(|| format!("untaint node {}", spec.name))?;
-            let (control, _) = watch::channel(Control::Run);
-            sims.insert(spec.name.clone(), SimNode { spec, host, control });
+            sims.insert(spec.name.clone(), Arc::new(register(&client, spec, kubelet_port).await?));
         }
-        let inner = Arc::new(Inner { client, nodes: sims, pods: Mutex::default(), logs, work: work.path().to_path_buf() });
-        let mut tasks = vec![endpoint, tokio::spawn(watch_pods(inner.clone()))];
-        for name in inner.nodes.keys() {
-            tasks.push(tokio::spawn(node_loop(inner.clone(), name.clone())));
+        let inner = Arc::new(Inner {
+            client,
+            nodes: std::sync::RwLock::new(sims),
+            pods: Mutex::default(),
+            kubelet_port,
+            logs,
+            work: work.path().to_path_buf(),
+        });
+        let mut tasks = HashMap::from([("".to_string(), vec![endpoint, tokio::spawn(watch_pods(inner.clone()))])]);
+        for name in inner.names() {
+            tasks.insert(name.clone(), vec![tokio::spawn(node_loop(inner.clone(), name))]);
         }
         Ok(SimKubelet { inner, tasks, _work: work })
     }
 
+    /// Registers another node while the kubelet runs; its pods start like the others'.
+    pub async fn add_node(&mut self, spec: NodeSpec) -> Result<()> {
+        let name = spec.name.clone();
+        let node = register(&self.inner.client, spec, self.inner.kubelet_port).await?;
+        self.inner.nodes.write().expect("nodes lock").insert(name.clone(), Arc::new(node));
+        self.tasks.insert(name.clone(), vec![tokio::spawn(node_loop(self.inner.clone(), name))]);
+        Ok(())
+    }
+
+    /// Takes a node out of the cluster as a cloud provider would: its processes stop at
+    /// once, its heartbeats end, and its Node object is deleted (its pods are left to the
+    /// control plane). Its root stays on disk for inspection.
+    pub async fn remove_node(&mut self, name: &str) -> Result<()> {
+        for t in self.tasks.remove(name).unwrap_or_default() {
+            t.abort();
+        }
+        let stopped: Vec<watch::Sender<Control>> = {
+            let mut pods = self.inner.pods.lock().expect("pods lock");
+            let uids: Vec<String> = pods.iter().filter(|(_, (n, _))| n == name).map(|(u, _)| u.clone()).collect();
+            uids.into_iter().filter_map(|u| pods.remove(&u).map(|(_, tx)| tx)).collect()
+        };
+        for tx in stopped {
+            let _ = tx.send(Control::Delete(0));
+        }
+        self.inner.nodes.write().expect("nodes lock").remove(name);
+        let api: Api<Node> = Api::all(self.inner.client.clone());
+        api.delete(name, &DeleteParams::default()).await.with_context(|| format!("delete node {name}"))?;
+        Ok(())
+    }
+
+    /// The names of the nodes, sorted.
+    pub fn nodes(&self) -> Vec<String> {
+        self.inner.names()
+    }
+
     /// The scratch root of `node`.
-    pub fn root(&self, node: &str) -> &Path {
-        &self.inner.nodes[node].spec.root
+    pub fn root(&self, node: &str) -> PathBuf {
+        self.inner.node(node).map(|n| n.spec.root.clone()).unwrap_or_else(|| panic!("no simulated node {node}"))
     }
 
     /// Current boot ID of `node`.
     pub fn boot_id(&self, node: &str) -> String {
-        self.inner.nodes[node].host.node_info().boot_id
+        self.inner.node(node).map(|n| n.host.node_info().boot_id).unwrap_or_default()
     }
 
     /// Reboots `node` now (as if its host asked to).
@@ -190,10 +253,10 @@ impl SimKubelet {
 
 impl Drop for SimKubelet {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self.tasks.values().flatten() {
             t.abort();
         }
-        for tx in self.inner.pods.lock().expect("pods lock").values() {
+        for (_, tx) in self.inner.pods.lock().expect("pods lock").values() {
             let _ = tx.send(Control::Delete(0));
         }
     }
@@ -207,13 +270,14 @@ async fn node_loop(inner: Arc<Inner>, name: String) {
     loop {
         tokio::select! {
             _ = beat.tick() => {
-                let n = &inner.nodes[&name];
+                let Some(n) = inner.node(&name) else { return };
                 if *n.control.borrow() == Control::Run {
                     let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&node_status(&n.spec, &n.host.node_info().boot_id, true))).await;
                 }
             }
             _ = poll.tick() => {
-                if SimHost::reboot_requested(&inner.nodes[&name].spec.root).is_some()
+                let Some(n) = inner.node(&name) else { return };
+                if SimHost::reboot_requested(&n.spec.root).is_some()
                     && let Err(e) = reboot(&inner, &name).await
                 {
                     tracing::warn!(node = %name, error = %e, "simulated reboot failed");
@@ -224,7 +288,7 @@ async fn node_loop(inner: Arc<Inner>, name: String) {
 }
 
 async fn reboot(inner: &Arc<Inner>, name: &str) -> Result<String> {
-    let node = &inner.nodes[name];
+    let node = inner.node(name).with_context(|| format!("no simulated node {name}"))?;
     let api: Api<Node> = Api::all(inner.client.clone());
     let old = node.host.node_info().boot_id;
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&node_status(&node.spec, &old, false))).await?;
@@ -243,7 +307,7 @@ async fn watch_pods(inner: Arc<Inner>) {
         let pod = match event {
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
             Ok(watcher::Event::Delete(p)) => {
-                if let Some(tx) = p.metadata.uid.as_ref().and_then(|u| inner.pods.lock().expect("pods lock").remove(u)) {
+                if let Some((_, tx)) = p.metadata.uid.as_ref().and_then(|u| inner.pods.lock().expect("pods lock").remove(u)) {
                     let _ = tx.send(Control::Delete(0));
                 }
                 continue;
@@ -256,13 +320,13 @@ async fn watch_pods(inner: Arc<Inner>) {
             }
         };
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { continue };
-        if !inner.nodes.contains_key(&node) {
+        if inner.node(&node).is_none() {
             continue;
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let deleting = pod.metadata.deletion_timestamp.is_some();
         let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64;
-        let known = inner.pods.lock().expect("pods lock").get(&uid).cloned();
+        let known = inner.pods.lock().expect("pods lock").get(&uid).map(|(_, tx)| tx.clone());
         match known {
             Some(tx) if deleting => {
                 let _ = tx.send(Control::Delete(grace));
@@ -277,7 +341,7 @@ async fn watch_pods(inner: Arc<Inner>) {
                     continue;
                 }
                 let (tx, rx) = watch::channel(Control::Run);
-                inner.pods.lock().expect("pods lock").insert(uid, tx);
+                inner.pods.lock().expect("pods lock").insert(uid, (node.clone(), tx));
                 tokio::spawn(run_pod(inner.clone(), pod, node, rx));
             }
         }
@@ -368,7 +432,8 @@ async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Rece
     let pod_dir = inner.work.join(&uid);
     let _ = std::fs::create_dir_all(&pod_dir);
     inner.logs.lock().expect("log dirs lock").insert(format!("{ns}/{name}"), pod_dir.clone());
-    let node_root = inner.nodes[&node].spec.root.clone();
+    let Some(sim) = inner.node(&node) else { return };
+    let node_root = sim.spec.root.clone();
     let host_mounts: HashMap<String, PathBuf> = spec
         .volumes
         .iter()
@@ -402,7 +467,7 @@ async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Rece
             cwd: pod_dir.clone(),
             fallback_to_logs: container.termination_message_policy.as_deref() == Some("FallbackToLogsOnError"),
         };
-        handles.push(tokio::spawn(run_container(ctx, runs.clone(), changed_tx.clone(), control.clone(), inner.nodes[&node].control.subscribe())));
+        handles.push(tokio::spawn(run_container(ctx, runs.clone(), changed_tx.clone(), control.clone(), sim.control.subscribe())));
     }
     drop(changed_tx);
     // Write status whenever a container changes; stop when all container loops end.

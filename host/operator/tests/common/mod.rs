@@ -146,7 +146,7 @@ impl E2e {
 
     /// The simulated host's recorded effects on `node`.
     pub fn journal(&self, node: &str) -> Vec<HostAction> {
-        SimHost::journal(self.sim.root(node))
+        SimHost::journal(&self.sim.root(node))
     }
 
     /// Puts an executable script at `path` (absolute, inside the node) on every node.
@@ -221,6 +221,61 @@ impl E2e {
     /// Creates a workload pod on `node` (owned by an inert ReplicaSet).
     pub async fn workload_pod(&self, node: &str, name: &str, labels: Value) {
         self.cluster.workload_pod(node, name, labels).await.unwrap();
+    }
+
+    /// Adds a simulated node while the cluster runs.
+    pub async fn add_node(&mut self, name: &str, labels: &[(&str, &str)]) {
+        let spec = labels.iter().fold(nodewright_testcluster::NodeSpec::new(name, &self.work.path().join("nodes")), |s, (k, v)| s.label(k, v));
+        self.cluster.sim.add_node(spec).await.expect("add a simulated node");
+        self.cluster.nodes.push(name.to_string());
+    }
+
+    /// Removes a simulated node from the cluster (processes stopped, Node deleted).
+    pub async fn remove_node(&mut self, name: &str) {
+        self.cluster.sim.remove_node(name).await.expect("remove a simulated node");
+        self.cluster.nodes.retain(|n| n != name);
+    }
+
+    /// Takes the registry down (its port refuses connections).
+    pub fn registry_down(&mut self) {
+        self.cluster.registry.stop();
+    }
+
+    /// Brings the registry back at the same address with the same content.
+    pub fn registry_up(&mut self) {
+        self.cluster.registry.restart();
+    }
+
+    /// Creates or updates a DeploymentPolicy.
+    pub async fn policy(&self, name: &str, spec: Value) {
+        self.cluster
+            .apply(&json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "DeploymentPolicy", "metadata": {"name": name}, "spec": spec}))
+            .await
+            .expect("apply a DeploymentPolicy");
+    }
+
+    /// Pauses (or resumes) a NodeWright as `nodewright pause` does.
+    pub async fn pause(&self, cr: &str, paused: bool) {
+        let value = if paused { json!("true") } else { Value::Null };
+        self.patch(cr, json!({"metadata": {"annotations": {keys::PAUSE: value}}})).await;
+    }
+
+    /// Deletes a NodeWright (its finalizer decides when it is gone).
+    pub async fn delete(&self, cr: &str) {
+        Api::<NodeWright>::all(self.client.clone()).delete(cr, &kube::api::DeleteParams::default()).await.unwrap();
+    }
+
+    /// Whether a NodeWright still exists.
+    pub async fn exists(&self, cr: &str) -> bool {
+        Api::<NodeWright>::all(self.client.clone()).get_opt(cr).await.unwrap().is_some()
+    }
+
+    /// A NodeWright's Jobs (by label), and the pods they made.
+    pub async fn cr_jobs(&self, cr: &str) -> (Vec<Job>, Vec<Pod>) {
+        let lp = ListParams::default().labels(&format!("{}={cr}", keys::job::CR));
+        let jobs = Api::<Job>::namespaced(self.client.clone(), NS).list(&lp).await.unwrap().items;
+        let pods = Api::<Pod>::namespaced(self.client.clone(), NS).list(&lp).await.unwrap().items;
+        (jobs, pods)
     }
 
     pub async fn pod_exists(&self, name: &str) -> bool {
