@@ -187,7 +187,7 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
 async fn a_missing_grant_is_a_condition_before_any_node_is_touched() {
     let mut e = E2e::start(&[("g1", &[])]).await;
     let metrics = nodewright_testsupport::free_port();
-    e.start_operator(&[&format!("--metrics-addr=127.0.0.1:{metrics}")]);
+    e.start_operator(&[&format!("--metrics-addr=127.0.0.1:{metrics}"), "--sandbox-max-memory=256Mi"]);
     e.apply(cr("nogrant", json!({"packages": {"tuning": {"version": "1.0.0", "plugin": e.plugin("sysctl"), "configMap": {"vm.swappiness": "10"}}}}))).await;
     let c = e.wait("PluginsReady=False", LIMIT, || async { e.condition("nogrant", "PluginsReady").await.filter(|c| c.0 == "False") }).await;
     assert_eq!(c.1, "GrantMissing");
@@ -198,6 +198,14 @@ async fn a_missing_grant_is_a_condition_before_any_node_is_touched() {
         common::http_get(metrics, "/metrics").await.contains("nodewright_plugin_errors{nodewright=\"nogrant\",reason=\"GrantMissing\"} 1").then_some(())
     })
     .await;
+    // A package asking for more sandbox than the operator allows is refused the same way.
+    let caps = json!({"sysctl": ["vm.swappiness"], "files": [{"path": "/etc/sysctl.d", "access": "readWrite"}]});
+    let greedy = json!({"version": "1.0.0", "plugin": e.plugin("sysctl"), "configMap": {"vm.swappiness": "10"}, "capabilities": caps, "sandbox": {"memory": "512Mi"}});
+    e.apply(cr("greedy", json!({"packages": {"tuning": greedy}}))).await;
+    let c = e.wait("PluginsReady=False", LIMIT, || async { e.condition("greedy", "PluginsReady").await.filter(|c| c.0 == "False") }).await;
+    assert_eq!(c.1, "SandboxAboveCeiling");
+    assert!(c.2.contains("spec.packages.tuning.sandbox.memory") && c.2.contains("268435456"), "{c:?}");
+    assert!(e.jobs().await.is_empty(), "no Job was created");
 }
 
 #[tokio::test(flavor = "multi_thread")]
