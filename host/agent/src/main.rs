@@ -159,7 +159,7 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 fn host(common: &Common) -> anyhow::Result<Arc<dyn HostOps>> {
     let identity = NodeIdentity { name: common.node.clone(), labels: vec![] };
     Ok(match common.backend {
-        Backend::Linux => Arc::new(LinuxHost::new(&common.host_root, Path::new("/proc"), HostNamespaces::Pid1, identity)?),
+        Backend::Linux => Arc::new(LinuxHost::new(&common.host_root, Path::new("/proc"), HostNamespaces::Of(1), identity)?),
         Backend::Sim => Arc::new(SimHost::new(&common.host_root, identity)?),
     })
 }
@@ -384,6 +384,15 @@ async fn interrupt(args: &InterruptArgs) -> StageResult {
 fn main() -> ExitCode {
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     let cli = Cli::parse();
+    // Before any thread: an image without CA certificates still reaches plain-HTTP
+    // registries, and HTTPS ones fail saying what is missing (instead of a panic).
+    let common = match &cli.command {
+        Command::Run(a) => &a.common,
+        Command::Interrupt(a) => &a.common,
+    };
+    if let Err(e) = nodewright_oci::prepare_roots(&markers::state_dir(&common.host_root).join("tls")) {
+        eprintln!("cannot prepare the TLS roots: {e}");
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -21,9 +21,14 @@ async fn pushed(reg: &TestRegistry) -> String {
 }
 
 fn agent(root: &Path, args: &[&str]) -> (Output, Value) {
+    agent_env(root, args, &[])
+}
+
+fn agent_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
     let term = root.join("termination-log");
     let out = Command::new(env!("CARGO_BIN_EXE_nodewright-agent"))
         .args(args)
+        .envs(env.iter().copied())
         .args(["--backend", "sim", "--host-root", root.to_str().unwrap(), "--node", "node-1", "--cr-uid", "uid-1", "--generation", "1"])
         .arg("--termination-log")
         .arg(&term)
@@ -183,4 +188,28 @@ async fn hostile_results_are_bounded_and_forged_blame_is_the_packages() {
     let (out, message) = run("forge-denied");
     let r: Value = serde_json::from_str(&message).unwrap();
     assert_eq!((out.status.code(), r["blame"].as_str()), (Some(1), Some("package")), "{r}");
+}
+
+/// An image without CA certificates: a plain-HTTP registry needs none, and an HTTPS one is
+/// a clear error naming what is missing (it used to be a panic, exit 101).
+#[tokio::test(flavor = "multi_thread")]
+async fn no_system_ca_certificates_is_not_a_panic() {
+    let reg = TestRegistry::start();
+    let pinned = pushed(&reg).await;
+    let tmp = tempfile::tempdir().unwrap();
+    node(tmp.path());
+    let no_roots = [("SSL_CERT_FILE", "/nonexistent/ca.crt"), ("SSL_CERT_DIR", "/nonexistent")];
+    let (out, r) = agent_env(tmp.path(), &run_args(&pinned, reg.host(), CAPS, "plan"), &no_roots);
+    assert_eq!(out.status.code(), Some(0), "plain HTTP needs no CA: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(r["outcome"], "ok");
+
+    let tls = TestRegistry::start_tls();
+    let elsewhere = pinned.replace(reg.host(), tls.host());
+    let fresh = tempfile::tempdir().unwrap();
+    node(fresh.path());
+    let args = ["run", "--stage", "plan", "--package", "tuning", "--version", "1.0.0", "--plugin", &elsewhere, "--capabilities", CAPS];
+    let (out, r) = agent_env(fresh.path(), &args, &no_roots);
+    assert_ne!(out.status.code(), Some(101), "a panic: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(r["outcome"], "failed", "{r}");
+    assert!(r["message"].as_str().unwrap().contains("CA certificates"), "{r}");
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::namespaces::Namespaces;
 use crate::{HostError, Result};
 
 /// Bounds for one command.
@@ -90,12 +91,19 @@ fn collect(rx: &mpsc::Receiver<Vec<u8>>) -> Vec<u8> {
 
 /// Runs `program args` with a cleared environment (only `PATH`, plus `env`), in `cwd`,
 /// with stdin closed, killing it at the deadline.
-pub fn run_bounded(
+pub fn run_bounded(program: &Path, args: &[String], env: &[(&str, &str)], cwd: Option<&Path>, limits: &ExecLimits) -> Result<ExecOutput> {
+    run_bounded_in(program, args, env, cwd, limits, None)
+}
+
+/// [`run_bounded`], in `enter`'s namespaces when given (the program path then resolves in
+/// the entered mount namespace).
+pub fn run_bounded_in(
     program: &Path,
     args: &[String],
     env: &[(&str, &str)],
     cwd: Option<&Path>,
     limits: &ExecLimits,
+    enter: Option<Namespaces>,
 ) -> Result<ExecOutput> {
     let display = std::iter::once(program.display().to_string()).chain(args.iter().cloned()).collect::<Vec<_>>().join(" ");
     let mut cmd = Command::new(program);
@@ -112,6 +120,14 @@ pub fn run_bounded(
     }
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
+    }
+    if let Some(ns) = enter {
+        // SAFETY: the closure runs in the forked child before exec and only makes system
+        // calls on descriptors opened before the fork (see `Namespaces::enter`).
+        #[allow(unsafe_code, reason = "setns(2) between fork and exec")]
+        unsafe {
+            cmd.pre_exec(move || ns.enter());
+        }
     }
     let mut child = cmd.spawn().map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => HostError::NotFound(program.display().to_string()),

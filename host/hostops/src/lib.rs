@@ -7,7 +7,8 @@
 //!
 //! - [`LinuxHost`]: a real node. Files live under the host root (the host's `/` mounted into
 //!   the agent's pod, or `/` itself); `modprobe`, `systemctl` and granted commands run in the
-//!   host's namespaces (through `nsenter -t 1` when the agent runs in a pod with `hostPID`).
+//!   host's namespaces (joined with `setns(2)` — no `nsenter` binary — when the agent runs in
+//!   a pod with `hostPID`).
 //! - [`SimHost`] (feature `sim`): a simulated node for tests and `nodewright plugin run`. Files
 //!   are real files under a scratch root; kernel modules, units, sysctls and reboots are
 //!   recorded in a journal and kept as state under the root (`/proc/modules`, `/proc/sys`,
@@ -28,11 +29,13 @@ use serde::{Deserialize, Serialize};
 pub mod argv;
 mod command;
 mod linux;
+mod namespaces;
 mod rootfs;
 #[cfg(feature = "sim")]
 mod sim;
 
-pub use command::{run_bounded, ExecLimits, ExecOutput};
+pub use command::{run_bounded, run_bounded_in, ExecLimits, ExecOutput};
+pub use namespaces::Namespaces;
 pub use linux::{HostNamespaces, LinuxHost};
 pub use rootfs::{FileKind, FileStat, RootFs, WriteOptions, PERMISSION_BITS};
 #[cfg(feature = "sim")]

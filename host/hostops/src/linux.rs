@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::argv;
-use crate::command::{run_bounded, ExecLimits, ExecOutput};
+use crate::command::{run_bounded, run_bounded_in, ExecLimits, ExecOutput};
+use crate::namespaces::Namespaces;
 use crate::rootfs::RootFs;
 use crate::{parse_os_release, HostError, HostOps, NodeIdentity, NodeInfo, ProcSys, Result, ServiceVerb, UnitStatus, HELPER_TIMEOUT};
 
@@ -12,11 +13,10 @@ use crate::{parse_os_release, HostError, HostOps, NodeIdentity, NodeInfo, ProcSy
 pub enum HostNamespaces {
     /// Run directly: the agent already runs in the host's namespaces (or `/` is the host).
     Current,
-    /// Enter PID 1's mount, UTS, IPC, network and PID namespaces with `nsenter`. This is the
-    /// mode for an agent in a privileged pod with `hostPID: true`.
-    Pid1,
+    /// Join the mount, UTS, IPC and network namespaces of this process with `setns(2)`
+    /// (PID 1 for an agent in a privileged pod with `hostPID: true`).
+    Of(u32),
 }
-
 /// A real Linux node.
 ///
 /// - files: under `root` (the host's `/` as mounted in the pod, e.g. `/host`);
@@ -40,13 +40,7 @@ impl LinuxHost {
     fn command(&self, program: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
         match self.namespaces {
             HostNamespaces::Current => run_bounded(program, args, &[], None, limits),
-            HostNamespaces::Pid1 => {
-                let mut full: Vec<String> =
-                    ["--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--"].map(String::from).to_vec();
-                full.push(program.display().to_string());
-                full.extend(args.iter().cloned());
-                run_bounded(Path::new("/usr/bin/nsenter"), &full, &[], None, limits)
-            }
+            HostNamespaces::Of(pid) => run_bounded_in(program, args, &[], None, limits, Some(Namespaces::of(pid)?)),
         }
     }
 

@@ -34,12 +34,14 @@ mod cache;
 mod error;
 mod pull;
 mod registry;
+mod tls;
 
 pub use auth::Credentials;
 pub use cache::{GcReport, NodeCache};
 pub use error::{Error, Result};
 pub use pull::{Progress, Pulled, Puller};
 pub use registry::{pin, PullLimits, Registry, RegistryConfig};
+pub use tls::{prepare_roots, system_roots};
 #[cfg(feature = "push")]
 pub use registry::Pushed;
 

@@ -76,14 +76,18 @@ impl Registry {
             let data = std::fs::read(path).map_err(|e| Error::Config { path: path.display().to_string(), reason: format!("cannot read CA bundle: {e}") })?;
             extra.push(Certificate { encoding: CertificateEncoding::Pem, data });
         }
-        let protocol = if self.config.insecure.iter().any(|h| h == registry) { ClientProtocol::Http } else { ClientProtocol::Https };
-        let client = Client::new(ClientConfig {
-            protocol,
+        let plain = self.config.insecure.iter().any(|h| h == registry);
+        if !plain && extra.is_empty() && crate::tls::system_roots() == 0 {
+            return Err(crate::tls::missing_roots(registry));
+        }
+        let client = Client::try_from(ClientConfig {
+            protocol: if plain { ClientProtocol::Http } else { ClientProtocol::Https },
             extra_root_certificates: extra,
             connect_timeout: Some(Duration::from_secs(10)),
             read_timeout: Some(Duration::from_secs(60)),
             ..Default::default()
-        });
+        })
+        .map_err(|e| Error::Config { path: registry.to_string(), reason: format!("cannot set up a client for this registry: {e}") })?;
         self.clients.lock().expect("client cache lock").insert(registry.to_string(), client.clone());
         Ok(client)
     }

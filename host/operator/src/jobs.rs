@@ -103,6 +103,10 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
         "nodeName": req.node,
         "restartPolicy": if interrupt_job { "OnFailure" } else { "Never" },
         "hostPID": true,
+        // The node's network namespace: `net.*` sysctls are the node's, and the agent can
+        // pull its plugin before (or without) the node's CNI.
+        "hostNetwork": true,
+        "dnsPolicy": "ClusterFirstWithHostNet",
         "tolerations": tolerations,
         "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
         "containers": [{
@@ -222,4 +226,72 @@ fn genuine_failure(p: &Pod) -> bool {
         return true;
     }
     status.container_statuses.iter().flatten().filter(|c| c.name == CONTAINER).filter_map(|c| c.state.as_ref()?.terminated.as_ref()).any(|t| (1..=3).contains(&t.exit_code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_api::v1alpha1::{Package, SandboxSpec, Stage};
+
+    fn cfg() -> JobConfig {
+        JobConfig {
+            namespace: "nodewright".into(),
+            image: "registry.example/nodewright/agent@sha256:0".into(),
+            command: "/usr/local/bin/nodewright-agent".into(),
+            backend: "linux".into(),
+            ttl_seconds: 60,
+            insecure_registries: vec![],
+            service_account: None,
+            min_free_bytes: 1 << 28,
+        }
+    }
+
+    fn request() -> JobRequest {
+        let package = Package {
+            version: "1.0.0".into(),
+            plugin: "r/p:1".into(),
+            sandbox: Some(SandboxSpec { memory: Some("256Mi".into()), write_bytes: None, write_files: Some(10) }),
+            ..Default::default()
+        };
+        JobRequest {
+            name: "nw-tune-tuning-apply-n1-0".into(),
+            cr: "tune".into(),
+            cr_uid: "uid-1".into(),
+            generation: 2,
+            run: 7,
+            node: "n1".into(),
+            work: Work::Package { package: "tuning".into(), version: "1.0.0".into(), stage: Stage::Apply },
+            package: Some(package),
+            plugin: "r/p@sha256:1".into(),
+            changed_keys: vec![],
+            previous_version: None,
+            interrupt: None,
+            services: vec![],
+            reboot_allowed: false,
+            deadline_seconds: 60,
+            backoff_limit: 3,
+            tolerations: vec![],
+        }
+    }
+
+    #[test]
+    fn stage_jobs_run_in_the_nodes_network_namespace() {
+        let job = serde_json::to_value(build(&request(), &cfg())).unwrap();
+        let pod = &job["spec"]["template"]["spec"];
+        assert_eq!(pod["hostNetwork"], true, "net.* sysctls must land in the node's namespace");
+        assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+        assert_eq!(pod["hostPID"], true);
+    }
+
+    #[test]
+    fn jobs_are_owned_by_their_nodewright_and_carry_the_sandbox_bounds() {
+        let job = serde_json::to_value(build(&request(), &cfg())).unwrap();
+        let owner = &job["metadata"]["ownerReferences"][0];
+        assert_eq!((owner["kind"].as_str(), owner["name"].as_str(), owner["uid"].as_str()), (Some("NodeWright"), Some("tune"), Some("uid-1")));
+        assert_eq!(owner["apiVersion"], "nodewright.io/v1alpha1");
+        let args: Vec<&str> = job["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        for want in ["--memory=268435456", "--write-bytes=268435456", "--write-files=10", "--min-free-bytes=268435456"] {
+            assert!(args.contains(&want), "{want} missing from {args:?}");
+        }
+    }
 }

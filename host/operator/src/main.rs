@@ -123,10 +123,15 @@ fn bytes(s: &str) -> Result<u64, String> {
     nodewright_api::validate::parse_quantity(s).map(|q| q.round() as u64)
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into())).init();
+fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
+    // Before any thread (see nodewright_oci::prepare_roots).
+    nodewright_oci::prepare_roots(&flags.plugin_cache_dir.join("tls")).map_err(|e| anyhow::anyhow!("--plugin-cache-dir: {e}"))?;
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(flags))
+}
+
+async fn run(flags: Flags) -> anyhow::Result<()> {
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into())).init();
     let mut config = kube::Config::infer().await?;
     // A PodDisruptionBudget refusal is a 429; retrying it inside the client would block the
     // whole pass for minutes. The planner retries it, throttled.
