@@ -43,7 +43,7 @@ pub use pull::{Progress, Pulled, Puller};
 pub use registry::{pin, PullLimits, Registry, RegistryConfig};
 pub use tls::{prepare_roots, system_roots};
 #[cfg(feature = "push")]
-pub use registry::Pushed;
+pub use registry::{Blob, Pushed};
 
 use sha2::{Digest, Sha256};
 

@@ -222,16 +222,29 @@ pub struct Pushed {
     pub layer_digest: String,
 }
 
+/// A blob to push: its media type and bytes.
+#[cfg(feature = "push")]
+#[derive(Clone, Debug)]
+pub struct Blob {
+    /// Media type (for progress output; the manifest carries it).
+    pub what: &'static str,
+    /// Content.
+    pub bytes: Vec<u8>,
+}
+
 #[cfg(feature = "push")]
 impl Registry {
-    /// Pushes `component` to `reference` (which must carry a tag) in the CNCF wasm layout.
-    pub async fn push(
+    /// Pushes `blobs` (config and layers, any order), then `manifest` (a JSON manifest of
+    /// `media_type` naming them) to `reference`, which must carry a tag. Returns the pinned
+    /// reference. Used for plugins ([`Registry::push`]) and for container images alike.
+    pub async fn push_manifest(
         &self,
         reference: &str,
-        component: &[u8],
-        info: artifact::ComponentInfo,
+        blobs: &[Blob],
+        manifest: Vec<u8>,
+        media_type: &str,
         progress: &(dyn Fn(crate::Progress) + Sync),
-    ) -> Result<Pushed> {
+    ) -> Result<(String, String)> {
         use crate::Progress;
         let r = parse_reference(reference)?;
         if r.tag().is_none() || r.digest().is_some() {
@@ -240,7 +253,26 @@ impl Registry {
         let auth = self.config.credentials.for_registry(r.resolve_registry())?;
         let client = self.client(r.resolve_registry())?;
         client.auth(&r, &auth, oci_client::RegistryOperation::Push).await.map_err(|e| Error::from_oci(reference, e))?;
+        for blob in blobs {
+            let digest = sha256_digest(&blob.bytes);
+            progress(Progress::Uploading { what: blob.what, digest: digest.clone(), bytes: blob.bytes.len() as u64 });
+            client.push_blob(&r, blob.bytes.clone(), &digest).await.map_err(|e| Error::from_oci(reference, e))?;
+        }
+        let manifest_digest = sha256_digest(&manifest);
+        progress(Progress::Uploading { what: "manifest", digest: manifest_digest.clone(), bytes: manifest.len() as u64 });
+        let header = media_type.parse().map_err(|_| Error::InvalidArtifact { reference: reference.into(), reason: format!("media type {media_type:?}") })?;
+        client.push_manifest_raw(&r, manifest, header).await.map_err(|e| Error::from_oci(reference, e))?;
+        Ok((format!("{}/{}@{manifest_digest}", r.registry(), r.repository()), manifest_digest))
+    }
 
+    /// Pushes `component` to `reference` (which must carry a tag) in the CNCF wasm layout.
+    pub async fn push(
+        &self,
+        reference: &str,
+        component: &[u8],
+        info: artifact::ComponentInfo,
+        progress: &(dyn Fn(crate::Progress) + Sync),
+    ) -> Result<Pushed> {
         let layer_digest = sha256_digest(component);
         let config = artifact::WasmConfig {
             created: None,
@@ -250,28 +282,16 @@ impl Registry {
             component: Some(info),
         };
         let config_bytes = serde_json::to_vec(&config).expect("config serializes");
-        let config_digest = sha256_digest(&config_bytes);
-
-        progress(Progress::Uploading { what: "layer", digest: layer_digest.clone(), bytes: component.len() as u64 });
-        client.push_blob(&r, component.to_vec(), &layer_digest).await.map_err(|e| Error::from_oci(reference, e))?;
-        progress(Progress::Uploading { what: "config", digest: config_digest.clone(), bytes: config_bytes.len() as u64 });
-        client.push_blob(&r, config_bytes.clone(), &config_digest).await.map_err(|e| Error::from_oci(reference, e))?;
-
         let manifest = Manifest {
             schema_version: 2,
             media_type: Some(artifact::OCI_MANIFEST.into()),
             artifact_type: Some(artifact::WASM_CONFIG.into()),
-            config: Descriptor { media_type: artifact::WASM_CONFIG.into(), digest: config_digest, size: config_bytes.len() as i64 },
+            config: Descriptor { media_type: artifact::WASM_CONFIG.into(), digest: sha256_digest(&config_bytes), size: config_bytes.len() as i64 },
             layers: vec![Descriptor { media_type: artifact::WASM_LAYER.into(), digest: layer_digest.clone(), size: component.len() as i64 }],
         };
         let body = serde_json::to_vec(&manifest).expect("manifest serializes");
-        let manifest_digest = sha256_digest(&body);
-        progress(Progress::Uploading { what: "manifest", digest: manifest_digest.clone(), bytes: body.len() as u64 });
-        client
-            .push_manifest_raw(&r, body, artifact::OCI_MANIFEST.parse().expect("valid header"))
-            .await
-            .map_err(|e| Error::from_oci(reference, e))?;
-        let pinned = format!("{}/{}@{manifest_digest}", r.registry(), r.repository());
+        let blobs = [Blob { what: "layer", bytes: component.to_vec() }, Blob { what: "config", bytes: config_bytes }];
+        let (pinned, manifest_digest) = self.push_manifest(reference, &blobs, body, artifact::OCI_MANIFEST, progress).await?;
         Ok(Pushed { pinned, manifest_digest, layer_digest })
     }
 }

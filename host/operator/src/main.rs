@@ -37,7 +37,7 @@ struct Flags {
     #[arg(long, env = "NODEWRIGHT_NAMESPACE", default_value = "nodewright")]
     namespace: String,
     /// Agent image for the Jobs.
-    #[arg(long, env = "NODEWRIGHT_AGENT_IMAGE", default_value = "ghcr.io/nodewright/agent:0.1.0")]
+    #[arg(long, env = "NODEWRIGHT_AGENT_IMAGE")]
     agent_image: String,
     /// The agent's command inside that image.
     #[arg(long, env = "NODEWRIGHT_AGENT_COMMAND", default_value = "/usr/local/bin/nodewright-agent")]

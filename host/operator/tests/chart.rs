@@ -24,7 +24,7 @@ use nodewright_e2e::{Binaries, Cluster, Operator};
 use serde_json::{Value, json};
 
 fn render(registry: &str) -> Vec<Value> {
-    nodewright_testcluster::render_chart(NS, &["--set", "replicas=0", "--set", &format!("insecureRegistries[0]={registry}")]).unwrap()
+    nodewright_testcluster::render_chart(NS, &["--set", "replicas=0", "--set", &format!("registry={registry}/nodewright"), "--set", &format!("insecureRegistries[0]={registry}")]).unwrap()
 }
 
 /// The operator's arguments from the rendered Deployment, with the local differences.

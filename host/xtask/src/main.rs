@@ -7,6 +7,10 @@
 //! - `demo [--teardown]`: setup, build, then the main job: a live rollout of the example
 //!   NodeWrights on a local control plane with simulated nodes (`nodewright-demo`).
 //! - `author-demo`: the plugin author loop on a scratch simulated node.
+//! - `images`: the operator and agent images (static musl binaries, FROM scratch,
+//!   byte-reproducible), as OCI layouts under `<target>/images/`, with sizes and digests.
+//! - `publish --registry REG [--insecure] [--tag T]`: the images and the first-party plugins
+//!   pushed to `REG`, then the `helm install` that uses them.
 //! - `bench`: the plugin engine benchmark.
 //! - `crds`: regenerate `deploy/crds/` from the API types (a test fails when they drift).
 //!
@@ -18,9 +22,11 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+mod release;
+
 const SHARED_TARGET: &str = "/var/cache/nodewright/target";
 
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("workspace root").to_path_buf()
 }
 
@@ -43,7 +49,7 @@ fn tempfile_probe(dir: &Path) -> bool {
     ok
 }
 
-fn run(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("+ {cmd:?}");
     let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
     if !status.success() {
@@ -52,7 +58,7 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn cargo(target: &Path) -> Command {
+pub(crate) fn cargo(target: &Path) -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(workspace()).env("CARGO_TARGET_DIR", target);
     cmd
@@ -67,7 +73,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
 ];
 
 /// The wasm32-wasip2 target (all the demo needs).
-fn setup_wasm_target() -> Result<()> {
+pub(crate) fn setup_wasm_target() -> Result<()> {
     let installed = Command::new("rustup").args(["target", "list", "--installed"]).output().context("rustup is needed")?;
     if !String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.trim() == "wasm32-wasip2") {
         run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
@@ -75,17 +81,23 @@ fn setup_wasm_target() -> Result<()> {
     Ok(())
 }
 
+/// Installs the Debian packages whose marker binaries are missing (as root), or says how.
+pub(crate) fn apt(packages: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().filter(|(bin, _)| !Path::new(bin).exists()).map(|(_, pkg)| *pkg).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
+    if !root {
+        bail!("missing Debian packages {}: run `sudo apt-get install -y {}`", missing.join(", "), missing.join(" "));
+    }
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
 fn setup() -> Result<()> {
     setup_wasm_target()?;
-    let missing: Vec<&str> = APT_PACKAGES.iter().filter(|(bin, _)| !Path::new(bin).exists()).map(|(_, pkg)| *pkg).collect();
-    if !missing.is_empty() {
-        let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
-        if !root {
-            bail!("missing Debian packages {}: run `sudo apt-get install -y {}`", missing.join(", "), missing.join(" "));
-        }
-        run(Command::new("apt-get").args(["update", "-qq"]))?;
-        run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))?;
-    }
+    apt(APT_PACKAGES)?;
     // The test control plane: built once per source change, cached machine-wide.
     run(Command::new("bash").arg(workspace().join("tests/cluster/build.sh")).stdout(std::process::Stdio::null()))?;
     // helm, for the chart tests (no Debian package has it).
@@ -187,10 +199,15 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        "images" => release::images(&target).map(drop),
+        "publish" => {
+            let rest: Vec<String> = std::env::args().skip(2).collect();
+            release::publish(&target, &rest)
+        }
         "bench" => {
             setup()?;
             run(cargo(&target).args(["bench", "-p", "nodewright-cli", "--bench", "plugin"]))
         }
-        other => bail!("unknown task {other:?}; tasks: setup, test, demo, author-demo, bench, crds"),
+        other => bail!("unknown task {other:?}; tasks: setup, test, demo, author-demo, images, publish, bench, crds"),
     }
 }

@@ -14,8 +14,10 @@ fn chart() -> String {
     chart_dir().display().to_string()
 }
 
+/// Renders with the registry set (the chart names no default images) plus `extra`.
 fn render(extra: &[&str]) -> Vec<Value> {
-    render_chart("nodewright-system", extra).unwrap()
+    let args: Vec<&str> = ["--set", "registry=registry.example.com/nodewright"].into_iter().chain(extra.iter().copied()).collect();
+    render_chart("nodewright-system", &args).unwrap()
 }
 
 fn by_kind(docs: &[Value]) -> BTreeMap<String, Vec<&Value>> {
@@ -28,8 +30,24 @@ fn by_kind(docs: &[Value]) -> BTreeMap<String, Vec<&Value>> {
 
 #[test]
 fn helm_lint_passes() {
-    let out = Command::new(helm_binary().unwrap()).args(["lint", &chart()]).output().unwrap();
+    let out = Command::new(helm_binary().unwrap()).args(["lint", &chart(), "--set", "registry=registry.example.com/nodewright"]).output().unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn images_come_from_the_registry_the_admin_names_and_never_from_a_default() {
+    let err = render_chart("nodewright-system", &[]).unwrap_err().to_string();
+    assert!(err.contains("set registry") && err.contains("cargo xtask publish"), "{err}");
+    let image = |docs: &[Value]| {
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let c = &d["spec"]["template"]["spec"]["containers"][0];
+        let agent = c["args"].as_array().unwrap().iter().filter_map(|a| a.as_str()?.strip_prefix("--agent-image=")).next().unwrap().to_string();
+        (c["image"].as_str().unwrap().to_string(), agent)
+    };
+    assert_eq!(image(&render(&[])), ("registry.example.com/nodewright/operator:0.1.0".into(), "registry.example.com/nodewright/agent:0.1.0".into()));
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let pinned = render(&["--set", &format!("image.digest={digest}"), "--set", "agent.image.repository=other.example/agent", "--set", "agent.image.tag=9"]);
+    assert_eq!(image(&pinned), (format!("registry.example.com/nodewright/operator@{digest}"), "other.example/agent:9".into()));
 }
 
 #[test]

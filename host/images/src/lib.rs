@@ -1,0 +1,352 @@
+//! nodewright's container images, assembled without a container runtime.
+//!
+//! Both images are `FROM scratch`: one static (musl) binary, the CA certificates the
+//! registry client may need, nothing else — no shell, no `nsenter`, no `kill` (the agent
+//! does its own `setns(2)` and `kill(2)`). An image is built from bytes: one layer (a tar
+//! with sorted entries, mtime 0, uid/gid 0, gzip without a timestamp), an OCI config with
+//! the entrypoint, the user and the `org.opencontainers.image.*` labels, and an OCI
+//! manifest. The same inputs give the same digests, byte for byte; [`Image::push`] sends
+//! it to any registry through nodewright's own OCI client.
+//!
+//! - the agent runs as root in the privileged stage Jobs (it must);
+//! - the operator runs as `65532:65532` and writes only to its cache volume, so the pod
+//!   can have a read-only root filesystem.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use flate2::Compression;
+use nodewright_oci::{Blob, Registry};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+/// OCI media types.
+pub mod media {
+    /// Image manifest.
+    pub const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+    /// Image config.
+    pub const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+    /// gzip-compressed layer.
+    pub const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+}
+
+/// Where the binaries live in the images.
+pub const BIN_DIR: &str = "/usr/local/bin";
+
+/// The user the operator runs as (the conventional "nonroot" of distroless images).
+pub const NONROOT: &str = "65532:65532";
+
+/// An image build failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An input could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A binary is not statically linked, so it would not run `FROM scratch`.
+    #[error("{0} is not a static executable (an ELF with a program interpreter needs a libc the image does not have); build it for x86_64-unknown-linux-musl")]
+    NotStatic(String),
+    /// Pushing failed.
+    #[error(transparent)]
+    Push(#[from] nodewright_oci::Error),
+}
+
+/// One of nodewright's images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `nodewright-agent`: privileged, root.
+    Agent,
+    /// `nodewright-operator`: non-root, read-only root filesystem.
+    Operator,
+}
+
+impl Kind {
+    /// Both, in publishing order.
+    pub const ALL: [Kind; 2] = [Kind::Operator, Kind::Agent];
+
+    /// The binary's name (and the repository's last segment without the prefix).
+    pub fn binary(self) -> &'static str {
+        match self {
+            Kind::Agent => "nodewright-agent",
+            Kind::Operator => "nodewright-operator",
+        }
+    }
+
+    /// The repository name under a registry prefix: `agent`, `operator`.
+    pub fn repository(self) -> &'static str {
+        match self {
+            Kind::Agent => "agent",
+            Kind::Operator => "operator",
+        }
+    }
+
+    fn user(self) -> &'static str {
+        match self {
+            Kind::Agent => "0:0",
+            Kind::Operator => NONROOT,
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Kind::Agent => "nodewright agent: runs one stage of a package in the wasm sandbox on a node",
+            Kind::Operator => "nodewright operator: rolls host packages out to nodes",
+        }
+    }
+}
+
+/// What an image is made of.
+#[derive(Clone, Debug)]
+pub struct Inputs {
+    /// The static binary.
+    pub binary: PathBuf,
+    /// A PEM bundle of CA certificates, installed at `/etc/ssl/certs/ca-certificates.crt`.
+    pub ca_bundle: Option<PathBuf>,
+    /// `org.opencontainers.image.version`.
+    pub version: String,
+    /// `org.opencontainers.image.revision` (a commit).
+    pub revision: String,
+    /// `org.opencontainers.image.source`.
+    pub source: String,
+    /// `created`, RFC 3339 (the commit's time, so it does not change between builds).
+    pub created: String,
+}
+
+/// An assembled image.
+#[derive(Clone, Debug)]
+pub struct Image {
+    /// Which one.
+    pub kind: Kind,
+    /// The gzip-compressed layer.
+    pub layer: Vec<u8>,
+    /// The config JSON.
+    pub config: Vec<u8>,
+    /// The manifest JSON.
+    pub manifest: Vec<u8>,
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|source| Error::Read { path: path.display().to_string(), source })
+}
+
+/// Whether `elf` is an executable that needs no dynamic loader (no `PT_INTERP`).
+pub fn is_static(elf: &[u8]) -> bool {
+    if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 {
+        return false;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().expect("8 bytes")) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+    (0..phnum).all(|i| {
+        let at = phoff + i * phentsize;
+        // PT_INTERP = 3
+        elf.get(at..at + 4).is_some_and(|t| u32::from_le_bytes(t.try_into().expect("4 bytes")) != 3)
+    })
+}
+
+/// The layer's tar: parent directories, then files, all sorted, owned by root, mtime 0.
+fn layer_tar(files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
+    let mut dirs: Vec<String> = Vec::new();
+    for (path, _, _) in files {
+        for dir in Path::new(path).ancestors().skip(1).filter(|d| !d.as_os_str().is_empty()) {
+            let dir = format!("{}/", dir.display());
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+    }
+    let mut entries: Vec<(String, Option<(&[u8], u32)>)> = dirs.into_iter().map(|d| (d, None)).collect();
+    entries.extend(files.iter().map(|(p, b, m)| (p.clone(), Some((b.as_slice(), *m)))));
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut tar = tar::Builder::new(Vec::new());
+    for (path, file) in entries {
+        let mut h = tar::Header::new_ustar();
+        h.set_mtime(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        match file {
+            None => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(0o755);
+                h.set_size(0);
+                h.set_cksum();
+                tar.append_data(&mut h, &path, std::io::empty()).expect("writing to memory");
+            }
+            Some((bytes, mode)) => {
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_mode(mode);
+                h.set_size(bytes.len() as u64);
+                h.set_cksum();
+                tar.append_data(&mut h, &path, bytes).expect("writing to memory");
+            }
+        }
+    }
+    tar.into_inner().expect("writing to memory")
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    // No file name, mtime 0: the same bytes always compress to the same bytes.
+    let mut gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), Compression::best());
+    gz.write_all(bytes).expect("writing to memory");
+    gz.finish().expect("writing to memory")
+}
+
+impl Image {
+    /// Assembles `kind` from `inputs`. Refuses a binary that is not static.
+    pub fn build(kind: Kind, inputs: &Inputs) -> Result<Image, Error> {
+        let binary = read(&inputs.binary)?;
+        if !is_static(&binary) {
+            return Err(Error::NotStatic(inputs.binary.display().to_string()));
+        }
+        let bin_path = format!("{}/{}", BIN_DIR.trim_start_matches('/'), kind.binary());
+        let mut files = vec![(bin_path, binary, 0o755)];
+        if let Some(ca) = &inputs.ca_bundle {
+            files.push(("etc/ssl/certs/ca-certificates.crt".into(), read(ca)?, 0o644));
+        }
+        let tar = layer_tar(&files);
+        let layer = gzip(&tar);
+        let labels = json!({
+            "org.opencontainers.image.title": kind.binary(),
+            "org.opencontainers.image.description": kind.title(),
+            "org.opencontainers.image.version": inputs.version,
+            "org.opencontainers.image.revision": inputs.revision,
+            "org.opencontainers.image.source": inputs.source,
+            "org.opencontainers.image.licenses": "Apache-2.0",
+            "org.opencontainers.image.created": inputs.created,
+        });
+        let config = json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "created": inputs.created,
+            "config": {
+                "Entrypoint": [format!("{BIN_DIR}/{}", kind.binary())],
+                "User": kind.user(),
+                "Env": [format!("PATH={BIN_DIR}")],
+                "Labels": labels,
+            },
+            "rootfs": {"type": "layers", "diff_ids": [sha256(&tar)]},
+            "history": [{"created": inputs.created, "created_by": "cargo xtask images (nodewright-images)"}],
+        });
+        let config = serde_json::to_vec(&config).expect("JSON");
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": media::MANIFEST,
+            "config": {"mediaType": media::CONFIG, "digest": sha256(&config), "size": config.len()},
+            "layers": [{"mediaType": media::LAYER, "digest": sha256(&layer), "size": layer.len()}],
+            "annotations": labels,
+        });
+        let manifest = serde_json::to_vec(&manifest).expect("JSON");
+        Ok(Image { kind, layer, config, manifest })
+    }
+
+    /// `sha256:<hex>` of the manifest: the image's identity.
+    pub fn digest(&self) -> String {
+        sha256(&self.manifest)
+    }
+
+    /// Bytes a pull transfers (config, layer, manifest).
+    pub fn compressed_size(&self) -> usize {
+        self.layer.len() + self.config.len() + self.manifest.len()
+    }
+
+    /// Pushes it to `repository:tag` and returns the pinned reference.
+    pub async fn push(&self, registry: &Registry, reference: &str, progress: &(dyn Fn(nodewright_oci::Progress) + Sync)) -> Result<String, Error> {
+        let blobs = [Blob { what: "layer", bytes: self.layer.clone() }, Blob { what: "config", bytes: self.config.clone() }];
+        let (pinned, _) = registry.push_manifest(reference, &blobs, self.manifest.clone(), media::MANIFEST, progress).await?;
+        Ok(pinned)
+    }
+}
+
+/// The Debian/Ubuntu CA bundle, when this machine has one.
+pub fn system_ca_bundle() -> Option<PathBuf> {
+    let p = PathBuf::from("/etc/ssl/certs/ca-certificates.crt");
+    p.is_file().then_some(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// A minimal static ELF header: 64-bit, one PT_LOAD, no PT_INTERP.
+    fn elf(interp: bool) -> Vec<u8> {
+        let mut e = vec![0u8; 64 + 56 * 2];
+        e[..4].copy_from_slice(b"\x7fELF");
+        e[4] = 2;
+        e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
+        e[64..68].copy_from_slice(&1u32.to_le_bytes());
+        e[120..124].copy_from_slice(&(if interp { 3u32 } else { 1 }).to_le_bytes());
+        e
+    }
+
+    fn inputs(dir: &Path, interp: bool) -> Inputs {
+        let bin = dir.join("bin");
+        std::fs::write(&bin, elf(interp)).unwrap();
+        Inputs {
+            binary: bin,
+            ca_bundle: None,
+            version: "0.1.0".into(),
+            revision: "abc".into(),
+            source: "https://example.org/nodewright".into(),
+            created: "2026-12-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_digest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = Image::build(Kind::Operator, &inputs(tmp.path(), false)).unwrap();
+        // Touch the input: its mtime must not matter.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let b = Image::build(Kind::Operator, &inputs(tmp.path(), false)).unwrap();
+        assert_eq!(a.digest(), b.digest());
+        let mut other = inputs(tmp.path(), false);
+        other.revision = "def".into();
+        assert_ne!(Image::build(Kind::Operator, &other).unwrap().digest(), a.digest());
+    }
+
+    #[test]
+    fn configs_say_who_runs_it_and_from_where() {
+        let tmp = tempfile::tempdir().unwrap();
+        let op: Value = serde_json::from_slice(&Image::build(Kind::Operator, &inputs(tmp.path(), false)).unwrap().config).unwrap();
+        assert_eq!(op["config"]["User"], NONROOT);
+        assert_eq!(op["config"]["Entrypoint"][0], "/usr/local/bin/nodewright-operator");
+        assert_eq!(op["config"]["Labels"]["org.opencontainers.image.revision"], "abc");
+        let agent: Value = serde_json::from_slice(&Image::build(Kind::Agent, &inputs(tmp.path(), false)).unwrap().config).unwrap();
+        assert_eq!(agent["config"]["User"], "0:0");
+    }
+
+    #[test]
+    fn a_dynamically_linked_binary_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(matches!(Image::build(Kind::Agent, &inputs(tmp.path(), true)), Err(Error::NotStatic(_))));
+    }
+
+    #[test]
+    fn the_layer_lists_parents_before_children_owned_by_root() {
+        let tar = layer_tar(&[("usr/local/bin/x".into(), b"x".to_vec(), 0o755), ("etc/ssl/certs/ca.crt".into(), b"c".to_vec(), 0o644)]);
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let names: Vec<(String, u64, u64)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.path().unwrap().display().to_string(), e.header().mtime().unwrap(), e.header().uid().unwrap())
+            })
+            .collect();
+        let paths: Vec<&str> = names.iter().map(|(p, _, _)| p.as_str()).collect();
+        assert_eq!(paths, ["etc/", "etc/ssl/", "etc/ssl/certs/", "etc/ssl/certs/ca.crt", "usr/", "usr/local/", "usr/local/bin/", "usr/local/bin/x"]);
+        assert!(names.iter().all(|(_, m, u)| *m == 0 && *u == 0));
+    }
+}
