@@ -14,7 +14,7 @@ if [ -x "$out" ]; then
   exit 0
 fi
 mkdir -p "$(dirname "$out")"
-echo "building the test control plane (Kubernetes v1.36.3: etcd, kube-apiserver, kube-controller-manager); the first build takes several minutes" >&2
+echo "building the test control plane (Kubernetes v1.36.3: etcd, kube-apiserver, kube-controller-manager, kubelet); the first build takes several minutes" >&2
 start=$(date +%s)
 ldflags="-s -w"
 for kv in gitVersion=v1.36.3 gitMajor=1 gitMinor=36 gitTreeState=clean; do

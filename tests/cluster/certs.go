@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -21,7 +22,7 @@ import (
 func runCerts(args []string) int {
 	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
 	dir := fs.String("dir", "", "output directory (required)")
-	host := fs.String("host", "127.0.0.1", "IP address the apiserver serves on")
+	host := fs.String("host", "127.0.0.1", "IP addresses the apiserver serves on, comma-separated (the first is the main one)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -96,13 +97,17 @@ func writeCerts(dir, host string) error {
 		}
 		return writeKey(filepath.Join(dir, name+".key"), key)
 	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return fmt.Errorf("--host %q is not an IP address", host)
+	var ips []net.IP
+	for _, h := range strings.Split(host, ",") {
+		ip := net.ParseIP(h)
+		if ip == nil {
+			return fmt.Errorf("--host %q is not an IP address", h)
+		}
+		ips = append(ips, ip)
 	}
 	if err := issue("apiserver", 2, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
-		IPAddresses: []net.IP{ip, net.ParseIP("10.0.0.1")},
+		IPAddresses: append(ips, net.ParseIP("10.0.0.1")),
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},

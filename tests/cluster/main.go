@@ -8,11 +8,13 @@
 //	ktest kube-apiserver [flags...]
 //	ktest kube-controller-manager [flags...]
 //	ktest kubectl [args...]
+//	ktest kubelet [flags...]
 //
 // Test tooling only: nothing here ships.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -22,6 +24,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	kubectl "k8s.io/kubectl/pkg/cmd"
@@ -31,7 +34,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: ktest certs|etcd|kube-apiserver|kube-controller-manager|kubectl [flags]")
+		fmt.Fprintln(os.Stderr, "usage: ktest certs|etcd|kube-apiserver|kube-controller-manager|kubectl|kubelet [flags]")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -46,6 +49,12 @@ func main() {
 		os.Exit(cli.Run(cmd))
 	case "kube-controller-manager":
 		cmd := controllermanager.NewControllerManagerCommand()
+		cmd.SetArgs(args)
+		os.Exit(cli.Run(cmd))
+	case "kubelet":
+		// The real node of the e2e tests (tests/testcluster's RealNode runs it inside
+		// namespaces of its own).
+		cmd := kubelet.NewKubeletCommand(context.Background())
 		cmd.SetArgs(args)
 		os.Exit(cli.Run(cmd))
 	case "kubectl":

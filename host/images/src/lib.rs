@@ -117,11 +117,27 @@ pub struct Inputs {
     pub created: String,
 }
 
+/// What goes into an image: its files and how it runs. [`Image::build`] makes one for a
+/// [`Kind`]; tests make others (a pause image for a real node).
+#[derive(Clone, Debug)]
+pub struct Contents {
+    /// `org.opencontainers.image.title`.
+    pub title: String,
+    /// `org.opencontainers.image.description`.
+    pub description: String,
+    /// `(path without the leading /, bytes, mode)`.
+    pub files: Vec<(String, Vec<u8>, u32)>,
+    /// The entrypoint.
+    pub entrypoint: Vec<String>,
+    /// `uid:gid`.
+    pub user: String,
+}
+
 /// An assembled image.
 #[derive(Clone, Debug)]
 pub struct Image {
-    /// Which one.
-    pub kind: Kind,
+    /// Its title (the binary's name for nodewright's own).
+    pub title: String,
     /// The gzip-compressed layer.
     pub layer: Vec<u8>,
     /// The config JSON.
@@ -207,16 +223,28 @@ impl Image {
         if !is_static(&binary) {
             return Err(Error::NotStatic(inputs.binary.display().to_string()));
         }
-        let bin_path = format!("{}/{}", BIN_DIR.trim_start_matches('/'), kind.binary());
-        let mut files = vec![(bin_path, binary, 0o755)];
+        let mut files = vec![(format!("{}/{}", BIN_DIR.trim_start_matches('/'), kind.binary()), binary, 0o755)];
         if let Some(ca) = &inputs.ca_bundle {
             files.push(("etc/ssl/certs/ca-certificates.crt".into(), read(ca)?, 0o644));
         }
-        let tar = layer_tar(&files);
+        let contents = Contents {
+            title: kind.binary().into(),
+            description: kind.title().into(),
+            files,
+            entrypoint: vec![format!("{BIN_DIR}/{}", kind.binary())],
+            user: kind.user().into(),
+        };
+        Ok(Image::assemble(&contents, inputs))
+    }
+
+    /// Assembles `contents`, labelled with `inputs`' version, revision, source and time
+    /// (its binary and CA bundle are not used).
+    pub fn assemble(contents: &Contents, inputs: &Inputs) -> Image {
+        let tar = layer_tar(&contents.files);
         let layer = gzip(&tar);
         let labels = json!({
-            "org.opencontainers.image.title": kind.binary(),
-            "org.opencontainers.image.description": kind.title(),
+            "org.opencontainers.image.title": contents.title,
+            "org.opencontainers.image.description": contents.description,
             "org.opencontainers.image.version": inputs.version,
             "org.opencontainers.image.revision": inputs.revision,
             "org.opencontainers.image.source": inputs.source,
@@ -228,8 +256,8 @@ impl Image {
             "os": "linux",
             "created": inputs.created,
             "config": {
-                "Entrypoint": [format!("{BIN_DIR}/{}", kind.binary())],
-                "User": kind.user(),
+                "Entrypoint": contents.entrypoint,
+                "User": contents.user,
                 "Env": [format!("PATH={BIN_DIR}")],
                 "Labels": labels,
             },
@@ -245,7 +273,7 @@ impl Image {
             "annotations": labels,
         });
         let manifest = serde_json::to_vec(&manifest).expect("JSON");
-        Ok(Image { kind, layer, config, manifest })
+        Image { title: contents.title.clone(), layer, config, manifest }
     }
 
     /// `sha256:<hex>` of the manifest: the image's identity.

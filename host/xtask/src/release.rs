@@ -159,11 +159,11 @@ pub fn publish(target: &Path, args: &[String]) -> Result<()> {
     let registry = Registry::new(config);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut pinned = Vec::new();
-    for image in &images {
-        let reference = format!("{}/{}:{}", args.registry, image.kind.repository(), args.tag);
+    for (kind, image) in Kind::ALL.into_iter().zip(&images) {
+        let reference = format!("{}/{}:{}", args.registry, kind.repository(), args.tag);
         let p = rt.block_on(image.push(&registry, &reference, &|_| {})).with_context(|| format!("pushing {reference}"))?;
         println!("pushed {reference}\n  {p}");
-        pinned.push((image.kind, image.digest()));
+        pinned.push((kind, image.digest()));
     }
     let cli = target.join("release/nodewright");
     let mut plugin_refs = Vec::new();

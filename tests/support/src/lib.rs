@@ -88,6 +88,13 @@ impl TestRegistry {
         Self::launch(None)
     }
 
+    /// An anonymous registry listening on every interface (a real test node in a network
+    /// namespace of its own reaches it on its link's address); [`TestRegistry::host`] is
+    /// still its loopback address.
+    pub fn start_on_all_interfaces() -> Self {
+        Self::launch_with_listen(None, false, true)
+    }
+
     /// A registry requiring HTTP basic auth for `user`/`password` (htpasswd, bcrypt).
     pub fn start_with_auth(user: &str, password: &str) -> Self {
         Self::launch(Some((user, password)))
@@ -120,12 +127,17 @@ impl TestRegistry {
     }
 
     fn launch_with(auth: Option<(&str, &str)>, tls: bool) -> Self {
+        Self::launch_with_listen(auth, tls, false)
+    }
+
+    fn launch_with_listen(auth: Option<(&str, &str)>, tls: bool, all_interfaces: bool) -> Self {
         ensure_registry_installed();
         let dir = tempfile::tempdir().expect("registry dir");
         let port = free_port();
         let host = format!("127.0.0.1:{port}");
+        let listen = if all_interfaces { format!("0.0.0.0:{port}") } else { host.clone() };
         let mut config = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: nodewright-test\n",
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {listen}\n  secret: nodewright-test\n",
             dir.path().join("data").display()
         );
         if tls {

@@ -16,6 +16,7 @@
 
 mod kubelet_api;
 mod proctree;
+pub mod realnode;
 pub mod simnode;
 
 use std::path::{Path, PathBuf};
@@ -28,10 +29,23 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
 use nodewright_testsupport::free_port;
 
+pub use realnode::RealNode;
 pub use simnode::{NodeSpec, SimKubelet};
 
 /// The Kubernetes release the control plane is built from.
 pub const KUBERNETES_VERSION: &str = "v1.36.3";
+
+/// How a control plane differs from the default one.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// More addresses the apiserver serves on (it then listens on every interface), in
+    /// its certificate too: the host end of a real node's link.
+    pub extra_addresses: Vec<String>,
+    /// What a real node running a chart needs: the ServiceAccount admission plugin (pods
+    /// get tokens), and the deployment, replicaset, serviceaccount, endpointslice and
+    /// root-ca-cert-publisher controllers besides the default ones.
+    pub workloads: bool,
+}
 
 /// A running control plane.
 #[derive(Debug)]
@@ -156,9 +170,14 @@ impl ControlPlane {
     /// ("address already in use") is not a failure of the cluster: the whole start is
     /// retried on fresh ports, twice at most.
     pub fn start_in(dir: &Path) -> Result<Self> {
+        Self::start_with(dir, &Options::default())
+    }
+
+    /// [`ControlPlane::start_in`] with `options`.
+    pub fn start_with(dir: &Path, options: &Options) -> Result<Self> {
         let mut attempt = 1;
         loop {
-            match Self::start_once(dir) {
+            match Self::start_once(dir, options) {
                 Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
                     eprintln!("control plane: a port was taken before its component bound it; starting again on fresh ports");
                     let _ = std::fs::remove_dir_all(dir.join("etcd"));
@@ -169,12 +188,13 @@ impl ControlPlane {
         }
     }
 
-    fn start_once(dir: &Path) -> Result<Self> {
+    fn start_once(dir: &Path, options: &Options) -> Result<Self> {
         let bin = ktest_binary()?;
         std::fs::create_dir_all(dir)?;
         let started = Instant::now();
         let pki = dir.join("pki");
-        let status = Command::new(&bin).args(["certs", "--dir"]).arg(&pki).status()?;
+        let hosts = std::iter::once("127.0.0.1".to_string()).chain(options.extra_addresses.iter().cloned()).collect::<Vec<_>>().join(",");
+        let status = Command::new(&bin).args(["certs", "--host", &hosts, "--dir"]).arg(&pki).status()?;
         if !status.success() {
             bail!("ktest certs failed");
         }
@@ -202,10 +222,11 @@ impl ControlPlane {
         cp.children.push(("etcd".into(), spawn(dir, "etcd", &bin, &etcd_args)?));
         cp.wait_for("etcd", Duration::from_secs(60), |cp| cp.log_contains("etcd", "etcd ready"))?;
 
-        let api_args: Vec<String> = [
+        let bind = if options.extra_addresses.is_empty() { "127.0.0.1" } else { "0.0.0.0" };
+        let mut api_args: Vec<String> = [
             "kube-apiserver".to_string(),
             format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-            "--bind-address=127.0.0.1".into(),
+            format!("--bind-address={bind}"),
             format!("--secure-port={api_port}"),
             "--advertise-address=127.0.0.1".into(),
             "--endpoint-reconciler-type=none".into(),
@@ -221,7 +242,7 @@ impl ControlPlane {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", p("sa.key")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
-            "--disable-admission-plugins=ServiceAccount".into(),
+            format!("--disable-admission-plugins={}", if options.workloads { "" } else { "ServiceAccount" }),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
             "--enable-priority-and-fairness=false".into(),
@@ -229,13 +250,19 @@ impl ControlPlane {
             "--v=1".into(),
         ]
         .into();
+        api_args.retain(|a| a != "--disable-admission-plugins=");
         cp.children.push(("kube-apiserver".into(), spawn(dir, "kube-apiserver", &bin, &api_args)?));
         cp.wait_for("kube-apiserver /readyz", Duration::from_secs(90), |cp| cp.readyz())?;
 
+        let mut controllers = "job,garbagecollector,ttl-after-finished,disruption,namespace".to_string();
+        if options.workloads {
+            controllers.push_str(",deployment,replicaset,serviceaccount,endpointslice,root-ca-cert-publisher");
+        }
         let kcm_args: Vec<String> = vec![
             "kube-controller-manager".into(),
             format!("--kubeconfig={}", kubeconfig.display()),
-            "--controllers=job,garbagecollector,ttl-after-finished,disruption,namespace".into(),
+            format!("--controllers={controllers}"),
+            format!("--root-ca-file={}", p("ca.crt")),
             "--leader-elect=false".into(),
             "--secure-port=0".into(),
             "--kube-api-qps=200".into(),

@@ -1,0 +1,99 @@
+//! The real node by itself: the real kubelet with containerd and runc in namespaces of
+//! its own, Ready against the test control plane, running a pod from the local registry,
+//! and rebooting (a restart of its namespaces with a new boot ID) when its `systemctl`
+//! is asked to. Skipped, saying why, where the machine lacks what it needs (the CI
+//! installs it: `cargo xtask setup`).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use nodewright_oci::{Registry, RegistryConfig};
+use nodewright_testcluster::realnode::{missing_prerequisites, pause_image, RealNodeConfig};
+use nodewright_testcluster::{ControlPlane, Options, RealNode};
+use nodewright_testsupport::TestRegistry;
+use serde_json::json;
+
+/// Whether this machine can run a real node; when it cannot and the CI did not ask for it
+/// (`NODEWRIGHT_REQUIRE_REAL_NODE`), the test is skipped with a message.
+pub fn real_node_available() -> bool {
+    let missing = missing_prerequisites();
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var_os("NODEWRIGHT_REQUIRE_REAL_NODE").is_some() {
+        panic!("a real node needs {} (cargo xtask setup installs them)", missing.join(", "));
+    }
+    eprintln!("skipped: a real node needs {} (run `cargo xtask setup`)", missing.join(", "));
+    false
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {
+    if !real_node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let index = 7;
+    let host_ip = RealNodeConfig::host_ip(index);
+    let dir = work.path().join("cp");
+    let options = Options { extra_addresses: vec![host_ip.clone()], workloads: true };
+    let cp = tokio::task::spawn_blocking(move || ControlPlane::start_with(&dir, &options)).await.unwrap().unwrap();
+    let client = cp.client().await.unwrap();
+    let registry = tokio::task::spawn_blocking(TestRegistry::start_on_all_interfaces).await.unwrap();
+    let port = registry.host().rsplit(':').next().unwrap().to_string();
+    let oci = Registry::new(RegistryConfig { insecure: vec![registry.host().into()], ..Default::default() });
+    let pause = pause_image(&work.path().join("pause")).unwrap();
+    let pinned = pause.push(&oci, &format!("{}/pause:3.10", registry.host()), &|_| {}).await.unwrap();
+    let pause_ref = pinned.replace(registry.host(), &format!("{host_ip}:{port}"));
+    let config = RealNodeConfig { name: "real-1".into(), index, registry: format!("{host_ip}:{port}"), pause_image: pause_ref.clone() };
+    let node = RealNode::start(&cp, client.clone(), config, &work.path().join("node")).await.unwrap_or_else(|e| panic!("{e:#}"));
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    let boot = nodes.get("real-1").await.unwrap().status.unwrap().node_info.unwrap().boot_id;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = serde_json::from_value(json!({
+        "metadata": {"name": "sleeper"},
+        "spec": {"nodeName": "real-1", "containers": [{"name": "c", "image": pause_ref}], "terminationGracePeriodSeconds": 1}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let running = nodewright_testsupport_poll(Duration::from_secs(120), || async {
+        let p = pods.get("sleeper").await.ok()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    assert!(running.is_some(), "the pod never ran\n{}", node.logs());
+
+    // The node's systemctl asked for a reboot: the harness restarts the node.
+    let pid1 = node.pid1().unwrap();
+    std::fs::write(node.dir().join("state/reboot-requested"), "test").unwrap();
+    let rebooted = nodewright_testsupport_poll(Duration::from_secs(120), || async {
+        let info = nodes.get("real-1").await.ok()?.status?.node_info?;
+        (info.boot_id != boot && !info.boot_id.is_empty()).then_some(())
+    })
+    .await;
+    assert!(rebooted.is_some(), "no new boot ID\n{}", node.logs());
+    assert_ne!(node.pid1(), Some(pid1), "the node's init is a new one");
+    assert_eq!(node.boots(), 2);
+    // The node's network namespace is the node's: its ip_forward is its own.
+    assert_eq!(node.in_netns(&["cat", "/proc/sys/net/ipv4/ip_forward"]).unwrap(), "1");
+    drop(node);
+}
+
+async fn nodewright_testsupport_poll<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
