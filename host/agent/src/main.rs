@@ -10,7 +10,7 @@
 mod markers;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,7 +159,14 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 fn host(common: &Common) -> anyhow::Result<Arc<dyn HostOps>> {
     let identity = NodeIdentity { name: common.node.clone(), labels: vec![] };
     Ok(match common.backend {
-        Backend::Linux => Arc::new(LinuxHost::new(&common.host_root, Path::new("/proc"), HostNamespaces::Of(1), identity)?),
+        Backend::Linux => {
+            // The host's /proc as mounted under the host root: its boot ID is the node's
+            // even where the pod's own /proc would say otherwise. (Sysctls are per network
+            // namespace either way, and the pod has the node's.)
+            let host_proc = common.host_root.join("proc");
+            let proc_root = if host_proc.join("sys/kernel").is_dir() { host_proc } else { PathBuf::from("/proc") };
+            Arc::new(LinuxHost::new(&common.host_root, &proc_root, HostNamespaces::Of(1), identity)?)
+        }
         Backend::Sim => Arc::new(SimHost::new(&common.host_root, identity)?),
     })
 }

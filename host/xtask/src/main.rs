@@ -1,7 +1,8 @@
 //! Developer tasks. `cargo xtask <task>`:
 //!
-//! - `setup`: install what the build and tests need (the wasm32-wasip2 target, Debian's
-//!   docker-registry for the registry tests, the Go-built test control plane and helm).
+//! - `setup`: install what the build and tests need (the wasm32-wasip2 and musl targets,
+//!   Debian's docker-registry, containerd, runc, CNI plugins, iptables and musl-tools, the
+//!   Go-built test control plane with the kubelet, and helm).
 //! - `test`: setup, then every test in the workspace (release profile, one build), clippy
 //!   with warnings denied, then a size report of the first-party plugins.
 //! - `demo [--teardown]`: setup, build, then the main job: a live rollout of the example
@@ -70,6 +71,13 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     // The control-plane harness probes /readyz with curl and reaps process groups with kill.
     ("/usr/bin/curl", "curl"),
     ("/bin/kill", "procps"),
+    // The real test node: containerd and runc, bridge CNI, its network namespace's NAT.
+    ("/usr/bin/containerd", "containerd"),
+    ("/usr/sbin/runc", "runc"),
+    ("/usr/lib/cni/bridge", "containernetworking-plugins"),
+    ("/usr/sbin/iptables", "iptables"),
+    // The images' static binaries (aws-lc's C) and the real node's pause image.
+    ("/usr/bin/musl-gcc", "musl-tools"),
 ];
 
 /// The wasm32-wasip2 target (all the demo needs).
@@ -98,6 +106,7 @@ pub(crate) fn apt(packages: &[(&str, &str)]) -> Result<()> {
 fn setup() -> Result<()> {
     setup_wasm_target()?;
     apt(APT_PACKAGES)?;
+    release::setup_musl()?;
     // The test control plane: built once per source change, cached machine-wide.
     run(Command::new("bash").arg(workspace().join("tests/cluster/build.sh")).stdout(std::process::Stdio::null()))?;
     // helm, for the chart tests (no Debian package has it).
@@ -173,7 +182,9 @@ fn main() -> Result<()> {
         "setup" => setup(),
         "test" => {
             setup()?;
-            run(cargo(&target).args(["test", "--workspace", "--release", "--locked"]))?;
+            // The images' static binaries, which the real-node tests publish and install.
+            release::build_binaries(&target)?;
+            run(cargo(&target).args(["test", "--workspace", "--release", "--locked"]).env("NODEWRIGHT_REQUIRE_REAL_NODE", "1"))?;
             // Lints gate too (same release profile, so dependencies are shared with the tests).
             run(cargo(&target).args(["clippy", "--workspace", "--release", "--all-targets", "--locked", "--", "-D", "warnings"]))?;
             plugin_sizes(&target)
@@ -199,7 +210,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        "images" => release::images(&target).map(drop),
+        "images" => release::images(&target, env!("CARGO_PKG_VERSION")).map(drop),
         "publish" => {
             let rest: Vec<String> = std::env::args().skip(2).collect();
             release::publish(&target, &rest)

@@ -5,8 +5,8 @@
 //! printing sizes and digests; it assembles each twice and fails if the digests differ.
 //! `publish --registry REG [--insecure] [--tag T]` also builds the five first-party plugins
 //! and pushes everything to `REG`: `REG/operator:T`, `REG/agent:T` and
-//! `REG/plugins/<name>:T`, then prints the pinned references and the `helm install`
-//! that uses them.
+//! `REG/plugins/<name>:T` (T, default the crate version, is also the images' version
+//! label), then prints the pinned references and the `helm install` that uses them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,11 +56,11 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 /// What goes into an image besides its binary: the version, the commit and its time.
-pub fn inputs(bin_dir: &Path, kind: Kind) -> Inputs {
+pub fn inputs(bin_dir: &Path, kind: Kind, version: &str) -> Inputs {
     Inputs {
         binary: bin_dir.join(kind.binary()),
         ca_bundle: nodewright_images::system_ca_bundle(),
-        version: env!("CARGO_PKG_VERSION").into(),
+        version: version.into(),
         revision: git(&["describe", "--always", "--dirty", "--abbrev=40"]).unwrap_or_else(|| "unknown".into()),
         source: std::env::var("NODEWRIGHT_SOURCE").unwrap_or_else(|_| "https://github.com/nodewright/nodewright".into()),
         created: git(&["log", "-1", "--format=%cI"]).unwrap_or_else(|| "1970-01-01T00:00:00Z".into()),
@@ -85,14 +85,14 @@ fn write_layout(image: &Image, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Builds both images (twice, to check they are reproducible), writes their layouts and
-/// prints their sizes and digests.
-pub fn images(target: &Path) -> Result<Vec<Image>> {
+/// Builds both images labelled `version` (twice, to check they are reproducible), writes
+/// their layouts and prints their sizes and digests.
+pub fn images(target: &Path, version: &str) -> Result<Vec<Image>> {
     let bin_dir = build_binaries(target)?;
     println!("\nimages (FROM scratch, static musl binaries; OCI layouts in {}):", target.join("images").display());
     let mut out = Vec::new();
     for kind in Kind::ALL {
-        let inputs = inputs(&bin_dir, kind);
+        let inputs = inputs(&bin_dir, kind, version);
         let image = Image::build(kind, &inputs)?;
         let again = Image::build(kind, &inputs)?;
         if again.digest() != image.digest() {
@@ -145,7 +145,7 @@ fn parse(args: &[String]) -> Result<PublishArgs> {
 pub fn publish(target: &Path, args: &[String]) -> Result<()> {
     let args = parse(args)?;
     let host = args.registry.split('/').next().unwrap_or_default().to_string();
-    let images = images(target)?;
+    let images = images(target, &args.tag)?;
     crate::setup_wasm_target()?;
     let mut build = cargo(target);
     build.args(["build", "--profile", "plugin", "--locked", "--target", "wasm32-wasip2", "--target-dir"]).arg(target.join("wasm-artifacts"));

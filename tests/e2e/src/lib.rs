@@ -4,6 +4,8 @@
 //! and the operator binary as a child process configured for simulated nodes (its Jobs run
 //! the real `nodewright-agent`).
 
+pub mod real;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

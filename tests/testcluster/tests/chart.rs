@@ -68,6 +68,8 @@ fn rendered_objects_are_what_the_operator_needs() {
         assert!(args.contains(&want), "missing {want} in {args:?}");
     }
     assert_eq!(spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+    // Its own drains leave it in place (they leave pods that tolerate the cordon).
+    assert!(spec["tolerations"].as_array().unwrap().iter().any(|t| t["key"] == "node.kubernetes.io/unschedulable"), "{spec}");
 
     let webhook = kinds["ValidatingWebhookConfiguration"][0];
     for hook in webhook["webhooks"].as_array().unwrap() {
