@@ -73,6 +73,36 @@ fn localize(doc: &mut Value, cluster: &Cluster) {
     }
 }
 
+/// Tries two invalid NodeWrights; both must be refused at admission, naming the field.
+/// Retries while the webhook is not serving yet (admission fails closed meanwhile).
+async fn admission_check(cluster: &Cluster) -> Result<Vec<(&'static str, String)>> {
+    let bad = [
+        ("an interruptionBudget of 250%", serde_json::json!({"interruptionBudget": {"percent": 250}, "packages": {}}), "spec.interruptionBudget.percent"),
+        (
+            "a grant path with '..'",
+            serde_json::json!({"packages": {"escape": {"version": "1.0.0", "plugin": cluster.plugin("files"), "capabilities": {"files": [{"path": "/etc/../root", "access": "readWrite"}]}}}}),
+            "capabilities.files[0].path",
+        ),
+    ];
+    let mut out = Vec::new();
+    for (what, spec, field) in bad {
+        let doc = serde_json::json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "refused-example"}, "spec": spec});
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match cluster.apply(&doc).await {
+                Ok(()) => bail!("{what} was admitted: the cluster does not validate like the chart's webhook"),
+                Err(e) if format!("{e:#}").contains(field) => {
+                    out.push((what, field.to_string()));
+                    break;
+                }
+                Err(e) if Instant::now() > deadline => bail!("{what}: no refusal from the webhook after 60 s: {e:#}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+    Ok(out)
+}
+
 async fn frame(cluster: &Cluster, crs: &[(String, Vec<String>)], started: Instant) -> Result<Frame> {
     let nws: Api<NodeWright> = Api::all(cluster.client.clone());
     let mut out = Frame { elapsed: started.elapsed().as_secs_f64(), ..Frame::default() };
@@ -135,9 +165,18 @@ async fn main() -> Result<()> {
     }
     done(t);
 
-    let t = step("starting the operator");
+    let t = step("starting the operator with its admission webhook, as the chart installs it");
     let log = work.path().join("operator.log");
-    let op = Operator::start(&cluster, &bins, &work.path().join("operator-cache"), &log, "info,kube=warn", &[])?;
+    let flags = cluster.admission(nodewright_testsupport::free_port()).await?;
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let op = Operator::start(&cluster, &bins, &work.path().join("operator-cache"), &log, "info,kube=warn", &flags)?;
+    done(t);
+
+    let t = step("checking admission: what validation refuses, the cluster refuses");
+    for (what, refusal) in admission_check(&cluster).await? {
+        eprint!("\n    {what}: refused ({refusal})");
+    }
+    eprintln!();
     done(t);
 
     let t = step("applying examples/manifests (DeploymentPolicy staged-rollout, NodeWrights gpu-modules and tuning)");

@@ -169,6 +169,9 @@ pub fn is_static(elf: &[u8]) -> bool {
     })
 }
 
+/// One tar entry: a directory (`None`) or a file's bytes and mode.
+type Entry<'a> = (String, Option<(&'a [u8], u32)>);
+
 /// The layer's tar: parent directories, then files, all sorted, owned by root, mtime 0.
 fn layer_tar(files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
     let mut dirs: Vec<String> = Vec::new();
@@ -180,7 +183,7 @@ fn layer_tar(files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
             }
         }
     }
-    let mut entries: Vec<(String, Option<(&[u8], u32)>)> = dirs.into_iter().map(|d| (d, None)).collect();
+    let mut entries: Vec<Entry<'_>> = dirs.into_iter().map(|d| (d, None)).collect();
     entries.extend(files.iter().map(|(p, b, m)| (p.clone(), Some((b.as_slice(), *m)))));
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     let mut tar = tar::Builder::new(Vec::new());

@@ -18,24 +18,6 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn webhook_config(port: u16) -> Value {
-    let hook = |name: &str, path: &str, resource: &str, ops: Value| {
-        json!({
-            "name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}{path}")},
-            "rules": [{"apiGroups": ["nodewright.io"], "apiVersions": ["v1alpha1"], "operations": ops, "resources": [resource], "scope": "Cluster"}]
-        })
-    };
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "nodewright"},
-        "webhooks": [
-            hook("nodewrights.nodewright.io", "/validate/nodewright", "nodewrights", json!(["CREATE", "UPDATE"])),
-            hook("deploymentpolicies.nodewright.io", "/validate/deploymentpolicy", "deploymentpolicies", json!(["CREATE", "UPDATE", "DELETE"])),
-        ]
-    })
-}
-
 fn nodewright(e: &E2e, name: &str, extra: Value) -> NodeWright {
     let mut v = json!({
         "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright",
@@ -86,7 +68,7 @@ async fn the_webhook_validates_with_cluster_rules_and_fails_closed() {
     e.host_file("n1", "/proc/sys/vm/swappiness", "60");
     let (port, metrics) = (nodewright_testsupport::free_port(), nodewright_testsupport::free_port());
     let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(e.client.clone());
-    vwcs.create(&PostParams::default(), &serde_json::from_value(webhook_config(port)).unwrap()).await.unwrap();
+    vwcs.create(&PostParams::default(), &serde_json::from_value(nodewright_e2e::webhook_config("nodewright", port)).unwrap()).await.unwrap();
     let flags = [format!("--webhook-addr=127.0.0.1:{port}"), "--webhook-host=127.0.0.1".into(), format!("--metrics-addr=127.0.0.1:{metrics}")];
     e.start_operator(&flags.iter().map(String::as_str).collect::<Vec<_>>());
     let ca = e.wait("the operator injects its CA", WAIT, || async { ca_bundle(&e).await }).await;

@@ -284,6 +284,37 @@ impl Cluster {
     }
 }
 
+/// The chart's ValidatingWebhookConfiguration `name`, reaching the operator by URL at
+/// `https://127.0.0.1:<port>` (the Service route needs a non-loopback address; see
+/// [`Cluster::route_service`]); the operator injects its CA bundle.
+pub fn webhook_config(name: &str, port: u16) -> Value {
+    let hook = |hook: &str, path: &str, resource: &str, ops: Value| {
+        json!({
+            "name": hook, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}{path}")},
+            "rules": [{"apiGroups": ["nodewright.io"], "apiVersions": ["v1alpha1"], "operations": ops, "resources": [resource], "scope": "Cluster"}]
+        })
+    };
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            hook("nodewrights.nodewright.io", "/validate/nodewright", "nodewrights", json!(["CREATE", "UPDATE"])),
+            hook("deploymentpolicies.nodewright.io", "/validate/deploymentpolicy", "deploymentpolicies", json!(["CREATE", "UPDATE", "DELETE"])),
+        ]
+    })
+}
+
+impl Cluster {
+    /// Registers the admission webhook as the chart does (by URL on this machine) and
+    /// returns the operator flags that serve it. Admission fails closed until the operator
+    /// serves and has injected its CA.
+    pub async fn admission(&self, port: u16) -> Result<Vec<String>> {
+        self.apply(&webhook_config("nodewright", port)).await.context("registering the admission webhook")?;
+        Ok(vec![format!("--webhook-addr=127.0.0.1:{port}"), "--webhook-host=127.0.0.1".into(), "--webhook-config=nodewright".into()])
+    }
+}
+
 /// This machine's address on its default route: a non-loopback IPv4 an EndpointSlice may
 /// name (found by "connecting" a UDP socket, which sends nothing).
 pub fn host_ip() -> Result<std::net::Ipv4Addr> {

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use kube::Client;
 use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_testcluster::realnode::{missing_prerequisites, pause_image, RealNodeConfig};
-use nodewright_testcluster::{ControlPlane, Options, RealNode};
+use nodewright_testcluster::{ControlPlane, NodeSpec, Options, RealNode, SimKubelet};
 use nodewright_testsupport::TestRegistry;
 
 /// Whether this machine can run a real node. When it cannot: with
@@ -28,7 +28,7 @@ pub fn real_node_available() -> bool {
     false
 }
 
-/// A control plane, a registry and one real node.
+/// A control plane, a registry, one real node and any number of simulated ones.
 pub struct RealCluster {
     /// The control plane.
     pub cp: ControlPlane,
@@ -40,6 +40,8 @@ pub struct RealCluster {
     pub node: RealNode,
     /// The registry as the node reaches it: `10.222.<n>.1:<port>`.
     pub node_registry: String,
+    /// Simulated nodes beside the real one.
+    pub sim: SimKubelet,
     work: PathBuf,
 }
 
@@ -66,8 +68,9 @@ impl Published {
 }
 
 impl RealCluster {
-    /// Starts everything under `work`; the node is named `name`, its link `10.222.<index>`.
-    pub async fn start(work: &Path, name: &str, index: u8) -> Result<RealCluster> {
+    /// Starts everything under `work`; the real node is named `name`, its link
+    /// `10.222.<index>`; `sim_nodes` are simulated nodes in the same cluster.
+    pub async fn start(work: &Path, name: &str, index: u8, sim_nodes: &[&str]) -> Result<RealCluster> {
         let host_ip = RealNodeConfig::host_ip(index);
         let dir = work.join("control-plane");
         let options = Options { extra_addresses: vec![host_ip.clone()], workloads: true };
@@ -82,7 +85,9 @@ impl RealCluster {
         let pinned = pause.push(&oci, &format!("{}/pause:3.10", registry.host()), &|_| {}).await?;
         let config = RealNodeConfig { name: name.into(), index, registry: node_registry.clone(), pause_image: pinned.replace(registry.host(), &node_registry) };
         let node = RealNode::start(&cp, client.clone(), config, &work.join("node")).await?;
-        Ok(RealCluster { cp, client, registry, node, node_registry, work: work.to_path_buf() })
+        let specs = sim_nodes.iter().map(|n| NodeSpec::new(n, &work.join("sim-nodes"))).collect();
+        let sim = SimKubelet::start(client.clone(), specs).await?;
+        Ok(RealCluster { cp, client, registry, node, node_registry, sim, work: work.to_path_buf() })
     }
 
     /// Runs `cargo xtask publish --registry <node registry>/nodewright --insecure [--tag T]`

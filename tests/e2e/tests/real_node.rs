@@ -22,7 +22,9 @@ use serde_json::{json, Value};
 const LIMIT: Duration = Duration::from_secs(300);
 const NODE: &str = "real-1";
 
-fn cr(name: &str, spec: Value) -> Value {
+/// A NodeWright selecting the real node only.
+fn cr(name: &str, mut spec: Value) -> Value {
+    spec["nodeSelectors"] = json!({"matchLabels": {"kubernetes.io/hostname": NODE}});
     json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": name}, "spec": spec})
 }
 
@@ -100,7 +102,9 @@ async fn nodewright_as_installed_on_a_real_node() {
     // E2E_KEEP=DIR keeps the cluster's files (node logs, pod logs) there.
     let tmp = tempfile::tempdir().unwrap();
     let work = std::env::var_os("E2E_KEEP").map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().to_path_buf());
-    let c = RealCluster::start(&work, NODE, 11).await.unwrap_or_else(|e| panic!("{e:#}"));
+    // A simulated node beside the real one: the NodeWrights below select only the real
+    // node, and the simulated one must end with nothing of theirs.
+    let c = RealCluster::start(&work, NODE, 11, &["sim-1"]).await.unwrap_or_else(|e| panic!("{e:#}"));
 
     // 1. Publish, then exactly the printed helm install: a working operator.
     let v1 = c.publish(None).unwrap_or_else(|e| panic!("{e:#}"));
@@ -223,4 +227,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     }}}))).await.unwrap();
     wait_complete(&c, "tune").await;
     assert_eq!(c.node.in_netns(&["cat", key]).unwrap(), "622");
+    let sim = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone()).get("sim-1").await.unwrap();
+    let ours: Vec<String> = sim.metadata.annotations.unwrap_or_default().into_keys().filter(|k| k.starts_with("nodewright.io/")).collect();
+    assert!(ours.is_empty(), "the simulated node was never targeted: {ours:?}");
 }
