@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -19,16 +20,27 @@ import (
 
 // runCerts writes a CA, an apiserver serving certificate for the given host, an admin
 // client certificate (O=system:masters) and a service-account signing key into --dir.
+// With --user it instead issues one client certificate (user-NAME.crt/.key, with --groups
+// as its organizations) from the CA already in --dir.
 func runCerts(args []string) int {
 	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
 	dir := fs.String("dir", "", "output directory (required)")
 	host := fs.String("host", "127.0.0.1", "IP addresses the apiserver serves on, comma-separated (the first is the main one)")
+	user := fs.String("user", "", "issue a client certificate for this user name from the CA in --dir")
+	groups := fs.String("groups", "", "the user's groups, comma-separated (with --user)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "certs: --dir is required")
 		return 2
+	}
+	if *user != "" {
+		if err := writeUserCert(*dir, *user, *groups); err != nil {
+			fmt.Fprintf(os.Stderr, "certs: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if err := writeCerts(*dir, *host); err != nil {
 		fmt.Fprintf(os.Stderr, "certs: %v\n", err)
@@ -126,4 +138,45 @@ func writeCerts(dir, host string) error {
 		return err
 	}
 	return writeKey(filepath.Join(dir, "sa.key"), saKey)
+}
+
+// writeUserCert issues user-NAME.crt/.key for a client user signed by the CA in dir.
+func writeUserCert(dir, user, groups string) error {
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return err
+	}
+	ca, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return err
+	}
+	key, err := newKey()
+	if err != nil {
+		return err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return err
+	}
+	var orgs []string
+	if groups != "" {
+		orgs = strings.Split(groups, ",")
+	}
+	now := time.Now().Add(-time.Hour)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: user, Organization: orgs},
+		NotBefore:    now,
+		NotAfter:     now.Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, pair.PrivateKey)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(filepath.Join(dir, "user-"+user+".crt"), "CERTIFICATE", der); err != nil {
+		return err
+	}
+	return writeKey(filepath.Join(dir, "user-"+user+".key"), key)
 }

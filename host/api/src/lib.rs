@@ -24,5 +24,6 @@ pub mod hostargs;
 pub mod keys;
 pub mod limits;
 pub mod result;
+pub mod trust;
 pub mod v1alpha1;
 pub mod validate;

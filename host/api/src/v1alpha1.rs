@@ -290,6 +290,10 @@ pub struct NodeWrightStatus {
     /// Package name → pinned plugin reference (`repo@sha256:…`) resolved from the spec.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolved_plugins: BTreeMap<String, String>,
+    /// Package name → the trusted signers whose signatures of its resolved plugin verified
+    /// (set when a `PluginTrustPolicy` applies).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub plugin_signers: BTreeMap<String, Vec<String>>,
     /// Per-compartment rollout state.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub compartment_statuses: BTreeMap<String, CompartmentStatus>,

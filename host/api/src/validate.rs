@@ -531,7 +531,11 @@ pub fn validate_manifest(doc: &serde_json::Value) -> Result<(String, String), Ve
             }
             Err(e) => err("spec", e.to_string()),
         },
-        other => err("kind", format!("{other:?} is not NodeWright or DeploymentPolicy")),
+        "PluginTrustPolicy" => match serde_json::from_value::<crate::trust::PluginTrustPolicySpec>(spec) {
+            Ok(s) => crate::trust::validate(&s).into_iter().map(|(path, message)| FieldError { path, message }).collect(),
+            Err(e) => err("spec", e.to_string()),
+        },
+        other => err("kind", format!("{other:?} is not NodeWright, DeploymentPolicy or PluginTrustPolicy")),
     };
     if errors.is_empty() { Ok((kind, name)) } else { Err(errors) }
 }

@@ -125,6 +125,25 @@ impl Registry {
         Ok(digest)
     }
 
+    /// Fetches the manifest a *tag* names, raw, accepting `media_types`; `None` when the tag
+    /// does not exist. For content found by convention (a signature tag), within the pull
+    /// deadline; nothing is trusted about it but what the caller verifies.
+    pub async fn fetch_tagged(&self, reference: &str, media_types: &[&str]) -> Result<Option<Vec<u8>>> {
+        self.bounded(reference, async {
+            let r = parse_reference(reference)?;
+            let auth = self.config.credentials.for_registry(r.resolve_registry())?;
+            let client = self.client(r.resolve_registry())?;
+            match client.pull_manifest_raw(&r, &auth, media_types).await {
+                Ok((raw, _)) => Ok(Some(raw.to_vec())),
+                Err(e) => match Error::from_oci(reference, e) {
+                    Error::NotFound { .. } => Ok(None),
+                    other => Err(other),
+                },
+            }
+        })
+        .await
+    }
+
     /// Fetches the manifest of a pinned reference and checks it hashes to the digest.
     /// Returns the raw bytes (for the cache) and the parsed manifest.
     pub async fn fetch_manifest(&self, pinned: &str) -> Result<(Vec<u8>, Manifest)> {

@@ -107,6 +107,9 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
         // pull its plugin before (or without) the node's CNI.
         "hostNetwork": true,
         "dnsPolicy": "ClusterFirstWithHostNet",
+        // The agent never calls the Kubernetes API (its result travels in the termination
+        // message): a pod holding a token would only be a gift to whoever breaks out.
+        "automountServiceAccountToken": false,
         "tolerations": tolerations,
         "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
         "containers": [{
@@ -279,6 +282,7 @@ mod tests {
         let job = serde_json::to_value(build(&request(), &cfg())).unwrap();
         let pod = &job["spec"]["template"]["spec"];
         assert_eq!(pod["hostNetwork"], true, "net.* sysctls must land in the node's namespace");
+        assert_eq!(pod["automountServiceAccountToken"], false, "the agent holds no API credentials");
         assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
         assert_eq!(pod["hostPID"], true);
     }

@@ -15,6 +15,7 @@ mod leader;
 mod metrics;
 mod plugins;
 mod serve;
+mod trust;
 mod webhook;
 mod world;
 
@@ -154,8 +155,9 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
 
     let notify = Arc::new(Notify::new());
     let world = world::World::start(client.clone(), &flags.namespace, notify.clone()).await?;
+    let trust = trust::Trust::new(world.trust_policies());
     if let Some(addr) = flags.webhook_addr {
-        start_webhook(&flags, addr, client.clone(), world.clone(), metrics.clone()).await?;
+        start_webhook(&flags, addr, client.clone(), world.clone(), metrics.clone(), trust.clone()).await?;
     }
     metrics.set_ready();
 
@@ -170,7 +172,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         write_bytes: flags.sandbox_max_write_bytes,
         write_files: flags.sandbox_max_write_files,
     };
-    let plugins = plugins::Plugins::new(flags.plugin_cache_dir.clone(), flags.insecure_registries.clone(), ceilings, notify.clone())?;
+    let plugins = plugins::Plugins::new(flags.plugin_cache_dir.clone(), flags.insecure_registries.clone(), ceilings, trust, notify.clone())?;
     let jobs = jobs::JobConfig {
         namespace: flags.namespace.clone(),
         image: flags.agent_image.clone(),
@@ -258,7 +260,7 @@ fn probe_or_metrics(metrics: &metrics::Metrics, path: &str) -> serve::Reply {
 
 /// Makes or loads the serving certificate, injects its CA, and serves admission reviews on
 /// `addr`. Returns once the listener is bound and a certificate is loaded.
-async fn start_webhook(flags: &Flags, addr: SocketAddr, client: Client, world: world::World, metrics: Arc<metrics::Metrics>) -> anyhow::Result<()> {
+async fn start_webhook(flags: &Flags, addr: SocketAddr, client: Client, world: world::World, metrics: Arc<metrics::Metrics>, trust: trust::Trust) -> anyhow::Result<()> {
     use hyper::{Method, StatusCode};
     let cfg = webhook::cert::CertConfig {
         namespace: flags.namespace.clone(),
@@ -270,12 +272,13 @@ async fn start_webhook(flags: &Flags, addr: SocketAddr, client: Client, world: w
     let resolver = webhook::cert::Resolver::new(&material, &cfg.secret)?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("--webhook-addr {addr}: {e}"))?;
     tracing::info!(%addr, secret = %cfg.secret, "serving the admission webhook");
-    let admission = webhook::Admission::new(client.clone(), world, metrics);
+    let registry = nodewright_oci::Registry::new(nodewright_oci::RegistryConfig { insecure: flags.insecure_registries.clone(), ..Default::default() });
+    let admission = webhook::Admission::new(client.clone(), world, metrics, trust, registry);
     tokio::spawn(serve::serve(listener, Some(serve::tls_acceptor(resolver.clone())), move |method, path: String, body| {
         let admission = admission.clone();
         async move {
             match (method, path.as_str()) {
-                (Method::POST, "/validate/nodewright" | "/validate/deploymentpolicy") => {
+                (Method::POST, "/validate/nodewright" | "/validate/deploymentpolicy" | "/validate/plugintrustpolicy") => {
                     let review = admission.review(&body).await;
                     match serde_json::to_vec(&review) {
                         Ok(body) => serve::Reply { status: StatusCode::OK, content_type: "application/json", body },
@@ -283,7 +286,7 @@ async fn start_webhook(flags: &Flags, addr: SocketAddr, client: Client, world: w
                     }
                 }
                 (_, "/healthz") => serve::Reply::text(StatusCode::OK, "ok"),
-                _ => serve::Reply::text(StatusCode::NOT_FOUND, "not found: POST /validate/nodewright or /validate/deploymentpolicy"),
+                _ => serve::Reply::text(StatusCode::NOT_FOUND, "not found: POST /validate/nodewright, /validate/deploymentpolicy or /validate/plugintrustpolicy"),
             }
         }
     }));

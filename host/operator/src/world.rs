@@ -1,5 +1,5 @@
-//! What the operator sees: reflector caches of NodeWrights, DeploymentPolicies, nodes, our
-//! Jobs and every bound pod, overlaid with the operator's own recent writes until the caches
+//! What the operator sees: reflector caches of NodeWrights, DeploymentPolicies,
+//! PluginTrustPolicies, nodes, our Jobs and every bound pod, overlaid with the operator's own recent writes until the caches
 //! catch up — and the planner snapshot built from them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -12,6 +12,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use nodewright_api::keys;
+use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright};
 use nodewright_planner::{Refusal, Settings, Snapshot};
 use tokio::sync::Notify;
@@ -23,6 +24,7 @@ use crate::plugins::Plugins;
 pub struct World {
     nodewrights: Store<NodeWright>,
     policies: Store<DeploymentPolicy>,
+    trust: Store<PluginTrustPolicy>,
     nodes: Store<Node>,
     jobs: Store<Job>,
     pods: Store<Pod>,
@@ -81,6 +83,7 @@ impl World {
         let world = World {
             nodewrights: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
             policies: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
+            trust: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
             nodes: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
             jobs: watch(Api::namespaced(client.clone(), namespace), jobs_cfg, notify.clone()),
             pods: watch(Api::all(client), pods_cfg, notify),
@@ -89,10 +92,16 @@ impl World {
         };
         world.nodewrights.wait_until_ready().await?;
         world.policies.wait_until_ready().await?;
+        world.trust.wait_until_ready().await?;
         world.nodes.wait_until_ready().await?;
         world.jobs.wait_until_ready().await?;
         world.pods.wait_until_ready().await?;
         Ok(world)
+    }
+
+    /// The PluginTrustPolicies.
+    pub fn trust_policies(&self) -> Store<PluginTrustPolicy> {
+        self.trust.clone()
     }
 
     /// A NodeWright by name.

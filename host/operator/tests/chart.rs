@@ -90,7 +90,7 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
     let ip = nodewright_e2e::host_ip().unwrap();
     cluster.route_service(&namespace, &service, "webhook", ip, webhook).await.unwrap();
     let webhook = SocketAddr::from((ip, webhook));
-    for crd in ["nodewrights.nodewright.io", "deploymentpolicies.nodewright.io"] {
+    for crd in nodewright_api::crdgen::CRD_NAMES {
         let crd = Api::<CustomResourceDefinition>::all(cluster.client.clone()).get(crd).await.unwrap();
         let status = crd.status.unwrap_or_default();
         let established = status.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");

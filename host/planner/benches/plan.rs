@@ -49,8 +49,8 @@ fn snapshot(nodes: usize) -> Snapshot {
         })
         .collect();
     let spec: NodeWrightSpec = serde_json::from_value(serde_json::json!({"interruptionBudget": {"percent": 10}, "packages": packages})).unwrap();
-    let pinned = spec.packages.keys().map(|k| (k.clone(), format!("r.example/{k}@sha256:{}", "0".repeat(64)))).collect();
-    let cr = Cr { name: "fleet".into(), uid: "u".into(), generation: 1, spec: spec.clone(), has_finalizer: true, plugins: Plugins::Ready(pinned), ..Default::default() };
+    let pinned: BTreeMap<String, String> = spec.packages.keys().map(|k| (k.clone(), format!("r.example/{k}@sha256:{}", "0".repeat(64)))).collect();
+    let cr = Cr { name: "fleet".into(), uid: "u".into(), generation: 1, spec: spec.clone(), has_finalizer: true, plugins: Plugins::Ready(pinned.into()), ..Default::default() };
     let mut snap = Snapshot { nodewrights: vec![cr], ..Default::default() };
     let batch: Vec<String> = (nodes / 3..nodes / 3 + nodes / 10).map(|i| format!("node-{i:05}")).collect();
     for i in 0..nodes {

@@ -32,4 +32,4 @@ mod status;
 
 pub use action::{Action, Event, JobRequest, NodePatch, Target};
 pub use plan::plan;
-pub use snapshot::{Cr, Job, JobPhase, Node, Plugins, Pod, Refusal, Settings, Snapshot, Work};
+pub use snapshot::{Cr, Job, JobPhase, Node, Plugins, Pod, Refusal, Resolved, Settings, Snapshot, Work};

@@ -154,7 +154,7 @@ impl<'a> Pass<'a> {
             report.policy_missing(name);
         }
         let pinned = match &cr.plugins {
-            Plugins::Ready(p) => Some(p),
+            Plugins::Ready(r) => Some(&r.pinned),
             Plugins::Pending | Plugins::NotReady { .. } => None,
         };
         let unusable = pinned.is_none() || matches!(policy, Some((_, None)));

@@ -88,8 +88,9 @@ pub enum Plugins {
     /// Not checked yet.
     #[default]
     Pending,
-    /// Every package → its pinned reference; the grants cover every import.
-    Ready(BTreeMap<String, String>),
+    /// Every package is pinned, trusted (where a trust policy applies) and its grants cover
+    /// every import.
+    Ready(Resolved),
     /// Some plugin cannot be used; the message names the package and what to fix.
     NotReady {
         /// `GrantMissing`, `ResolveFailed`, ...
@@ -97,6 +98,23 @@ pub enum Plugins {
         /// For the condition.
         message: String,
     },
+}
+
+/// What the operator's plugin check found for a ready CR.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// Package → its pinned reference.
+    pub pinned: BTreeMap<String, String>,
+    /// Package → the trusted signers whose signatures verified (empty with no trust policy).
+    pub signers: BTreeMap<String, Vec<String>>,
+    /// Trust findings of policies in `warn` mode: rolled out anyway, reported.
+    pub warnings: Vec<String>,
+}
+
+impl From<BTreeMap<String, String>> for Resolved {
+    fn from(pinned: BTreeMap<String, String>) -> Self {
+        Resolved { pinned, ..Default::default() }
+    }
 }
 
 /// A node as observed.

@@ -39,9 +39,19 @@ impl<'a> Report<'a> {
     pub fn plugins(&mut self, p: &Plugins) {
         self.plugins = match p {
             Plugins::Pending => None,
-            Plugins::Ready(pinned) => {
-                self.status.resolved_plugins = pinned.clone();
-                Some((true, "Resolved".into(), format!("{} plugin(s) pinned and their grants cover their imports", pinned.len())))
+            Plugins::Ready(r) => {
+                self.status.resolved_plugins = r.pinned.clone();
+                self.status.plugin_signers = r.signers.clone();
+                let mut message = format!("{} plugin(s) pinned and their grants cover their imports", r.pinned.len());
+                if !r.signers.is_empty() {
+                    message.push_str("; signatures verified");
+                }
+                if r.warnings.is_empty() {
+                    Some((true, "Resolved".into(), message))
+                } else {
+                    // A `warn` trust policy: rolled out, and the findings stay visible.
+                    Some((true, "ResolvedWithTrustWarnings".into(), format!("{message}; trust policy warnings: {}", r.warnings.join("; "))))
+                }
             }
             Plugins::NotReady { reason, message } => Some((false, reason.clone(), message.clone())),
         };

@@ -111,6 +111,8 @@ fn setup() -> Result<()> {
     run(Command::new("bash").arg(workspace().join("tests/cluster/build.sh")).stdout(std::process::Stdio::null()))?;
     // helm, for the chart tests (no Debian package has it).
     run(Command::new("bash").arg(workspace().join("tests/cluster/build-helm.sh")).stdout(std::process::Stdio::null()))?;
+    // cosign, for the signature interop tests (from its Go module, like helm).
+    run(Command::new("bash").arg(workspace().join("tests/cluster/build-cosign.sh")).stdout(std::process::Stdio::null()))?;
     Ok(())
 }
 

@@ -128,14 +128,14 @@ impl Cluster {
     }
 }
 
-/// Installs the generated CRDs and waits until both are established.
+/// Installs the generated CRDs and waits until each is established.
 pub async fn install_crds(client: &Client) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (_, yaml) in nodewright_api::crdgen::generated() {
         let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&yaml)?;
         crds.patch(crd.metadata.name.as_deref().context("CRD name")?, &PatchParams::apply("nodewright-e2e").force(), &Patch::Apply(&crd)).await?;
     }
-    for name in ["nodewrights.nodewright.io", "deploymentpolicies.nodewright.io"] {
+    for name in nodewright_api::crdgen::CRD_NAMES {
         let start = Instant::now();
         loop {
             let c = crds.get(name).await?;
@@ -290,7 +290,7 @@ impl Cluster {
 pub fn webhook_config(name: &str, port: u16) -> Value {
     let hook = |hook: &str, path: &str, resource: &str, ops: Value| {
         json!({
-            "name": hook, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
+            "name": hook, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 15,
             "clientConfig": {"url": format!("https://127.0.0.1:{port}{path}")},
             "rules": [{"apiGroups": ["nodewright.io"], "apiVersions": ["v1alpha1"], "operations": ops, "resources": [resource], "scope": "Cluster"}]
         })
@@ -301,6 +301,7 @@ pub fn webhook_config(name: &str, port: u16) -> Value {
         "webhooks": [
             hook("nodewrights.nodewright.io", "/validate/nodewright", "nodewrights", json!(["CREATE", "UPDATE"])),
             hook("deploymentpolicies.nodewright.io", "/validate/deploymentpolicy", "deploymentpolicies", json!(["CREATE", "UPDATE", "DELETE"])),
+            hook("plugintrustpolicies.nodewright.io", "/validate/plugintrustpolicy", "plugintrustpolicies", json!(["CREATE", "UPDATE"])),
         ]
     })
 }

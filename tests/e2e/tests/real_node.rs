@@ -215,7 +215,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     webhook_refuses(&c).await;
     let d = Api::<Deployment>::namespaced(c.client.clone(), "nodewright").list(&ListParams::default()).await.unwrap();
     assert_eq!(d.items.len(), 1);
-    for name in ["nodewrights.nodewright.io", "deploymentpolicies.nodewright.io"] {
+    for name in nodewright_api::crdgen::CRD_NAMES {
         let crd = Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(c.client.clone()).get(name).await.unwrap();
         assert!(crd.status.unwrap().conditions.unwrap().iter().any(|c| c.type_ == "Established" && c.status == "True"));
     }

@@ -226,6 +226,16 @@ impl Drop for TestRegistry {
     }
 }
 
+/// Builds (once, cached) the `cosign` CLI from its Go module and returns its path.
+pub fn cosign_binary() -> Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cluster/build-cosign.sh");
+    let out = Command::new("bash").arg(&script).stderr(Stdio::inherit()).output().map_err(|e| format!("run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!("building cosign failed ({})", script.display()));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
 /// Reads a file or panics naming it.
 pub fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))

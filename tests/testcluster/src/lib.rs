@@ -339,6 +339,23 @@ impl ControlPlane {
         Ok(Client::try_from(config)?)
     }
 
+    /// A client authenticated as `user` in `groups` (a client certificate from the cluster's
+    /// CA): what RBAC lets that user do, and what a webhook sees in its requests.
+    pub async fn user_client(&self, user: &str, groups: &[&str]) -> Result<Client> {
+        let pki = self.dir.join("pki");
+        let status = Command::new(ktest_binary()?).args(["certs", "--user", user, "--groups", &groups.join(","), "--dir"]).arg(&pki).status()?;
+        if !status.success() {
+            bail!("ktest certs --user {user} failed");
+        }
+        let text = std::fs::read_to_string(&self.kubeconfig)?
+            .replace(&pki.join("admin.crt").display().to_string(), &pki.join(format!("user-{user}.crt")).display().to_string())
+            .replace(&pki.join("admin.key").display().to_string(), &pki.join(format!("user-{user}.key")).display().to_string());
+        let kc = Kubeconfig::from_yaml(&text)?;
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        config.default_retry = false;
+        Ok(Client::try_from(config)?)
+    }
+
     /// The last lines of every component's log.
     pub fn logs(&self) -> String {
         let mut out = String::new();

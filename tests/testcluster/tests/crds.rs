@@ -18,7 +18,7 @@ async fn crds_install_and_examples_are_accepted() {
             .await
             .unwrap_or_else(|e| panic!("{name} rejected by the apiserver: {e}"));
     }
-    for crd in ["nodewrights.nodewright.io", "deploymentpolicies.nodewright.io"] {
+    for crd in nodewright_api::crdgen::CRD_NAMES {
         let start = std::time::Instant::now();
         loop {
             let c = crds.get(crd).await.unwrap();

@@ -23,7 +23,7 @@ app.kubernetes.io/component: operator
 {{- $registry := required "set registry (where `cargo xtask publish --registry REG` pushed the images) or image.repository and agent.image.repository: nodewright publishes no public images" $root.Values.registry -}}
 {{- $repo = printf "%s/%s" (trimSuffix "/" $registry) $name -}}
 {{- end -}}
-{{- if $img.digest -}}{{ printf "%s@%s" $repo $img.digest }}{{- else -}}{{ printf "%s:%s" $repo ($img.tag | default $root.Chart.AppVersion) }}{{- end -}}
+{{- if $img.digest -}}{{ printf "%s@%s" $repo $img.digest }}{{- else -}}{{ printf "%s:%s" $repo ($img.tag | default $root.Chart.AppVersion | toString) }}{{- end -}}
 {{- end -}}
 {{- define "nodewright.operatorImage" -}}{{ include "nodewright.image" (list .Values.image "operator" .) }}{{- end -}}
 {{- define "nodewright.agentImage" -}}{{ include "nodewright.image" (list .Values.agent.image "agent" .) }}{{- end -}}

@@ -101,7 +101,7 @@ pub async fn version(ctx: &Ctx, client_only: bool) -> Result<ExitCode> {
     let server = c.apiserver_version().await.context("reading the apiserver's version")?;
     println!("server:   Kubernetes {}", server.git_version);
     let crds = Api::<CustomResourceDefinition>::all(c.clone());
-    for name in ["nodewrights.nodewright.io", "deploymentpolicies.nodewright.io"] {
+    for name in nodewright_api::crdgen::CRD_NAMES {
         match crds.get_opt(name).await? {
             Some(crd) => {
                 let versions: Vec<String> = crd.spec.versions.iter().map(|v| format!("{}{}", v.name, if v.storage { " (storage)" } else { "" })).collect();

@@ -5,6 +5,7 @@ mod inspect;
 mod new;
 mod oci;
 mod run;
+mod sign;
 mod source;
 
 use std::path::PathBuf;
@@ -32,6 +33,12 @@ pub enum PluginCommand {
     Pull(oci::PullArgs),
     /// Resolve a tag to the digest nodes will pull.
     Resolve(oci::ResolveArgs),
+    /// Write a key pair for signing plugins (cosign's formats; the private key encrypted).
+    Keygen(sign::KeygenArgs),
+    /// Sign a plugin in its registry, as `cosign sign --key` does.
+    Sign(sign::SignArgs),
+    /// Check a plugin's signatures against public keys, as `cosign verify --key` does.
+    Verify(sign::VerifyArgs),
 }
 
 /// Runs a plugin subcommand.
@@ -44,6 +51,9 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
         PluginCommand::Push(args) => oci::push(args).await,
         PluginCommand::Pull(args) => oci::pull(args).await,
         PluginCommand::Resolve(args) => oci::resolve(args).await,
+        PluginCommand::Keygen(args) => sign::keygen(args),
+        PluginCommand::Sign(args) => sign::sign(args).await,
+        PluginCommand::Verify(args) => sign::verify(args).await,
     }
 }
 

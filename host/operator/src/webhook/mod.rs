@@ -1,13 +1,18 @@
-//! The validating admission webhook for NodeWright and DeploymentPolicy.
+//! The validating admission webhook for NodeWright, DeploymentPolicy and
+//! PluginTrustPolicy.
 //!
 //! Every replica serves it (not only the leader). It runs the same validation as
 //! `nodewright validate` (defaults, then every field rule), plus the rules that need the
-//! cluster: a referenced DeploymentPolicy must exist, a policy in use cannot be deleted, and
-//! an update may not drop or downgrade an uninstallable package nodes still have. Those are
-//! answered from live reads, so a policy created a moment earlier counts. Anything it cannot
+//! cluster: a referenced DeploymentPolicy must exist, a policy in use cannot be deleted, an
+//! update may not drop or downgrade an uninstallable package nodes still have, the author
+//! must be allowed to grant what a NodeWright grants ([`authority`]), and under a trust
+//! policy each plugin must be signed by signers who may be granted it (refused under
+//! `enforce`, a warning under `warn`). Those are answered from live reads, so a policy
+//! created a moment earlier counts. Anything it cannot
 //! check — an unreadable request, an API error — is denied: the webhook fails closed, like
 //! its `failurePolicy: Fail`.
 
+pub mod authority;
 pub mod cert;
 
 use std::collections::BTreeMap;
@@ -19,8 +24,10 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::Client;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeState, NodeWright, NodeWrightSpec};
 use nodewright_api::validate::{self, FieldError};
+use nodewright_oci::Registry;
 
 use crate::metrics::{AdmissionLabels, Metrics};
+use crate::trust::Trust;
 use crate::world::World;
 
 /// Answers admission reviews.
@@ -29,6 +36,8 @@ pub struct Admission {
     client: Client,
     world: World,
     metrics: Arc<Metrics>,
+    trust: Trust,
+    registry: Arc<Registry>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -60,9 +69,10 @@ fn spec_of(obj: &DynamicObject) -> Result<NodeWrightSpec, String> {
 }
 
 impl Admission {
-    /// An admission handler reading through `client` and the operator's caches.
-    pub fn new(client: Client, world: World, metrics: Arc<Metrics>) -> Self {
-        Admission { client, world, metrics }
+    /// An admission handler reading through `client` and the operator's caches, verifying
+    /// plugins' signatures through `registry`.
+    pub fn new(client: Client, world: World, metrics: Arc<Metrics>, trust: Trust, registry: Registry) -> Self {
+        Admission { client, world, metrics, trust, registry: Arc::new(registry) }
     }
 
     /// Answers one `AdmissionReview` body with the review to send back.
@@ -109,12 +119,16 @@ impl Admission {
                 v.errors.extend(validate::validate_policy_delete(&req.name, &users));
             }
             (_, Operation::Delete) => {}
-            (kind @ ("NodeWright" | "DeploymentPolicy"), Operation::Create | Operation::Update) => {
+            (kind @ ("NodeWright" | "DeploymentPolicy" | "PluginTrustPolicy"), Operation::Create | Operation::Update) => {
                 let obj = req.object.as_ref().ok_or("the request carries no object")?;
                 let doc = serde_json::to_value(obj).map_err(|e| e.to_string())?;
                 if let Err(errors) = validate::validate_manifest(&doc) {
                     v.errors = errors;
                     return Ok(v);
+                }
+                if kind == "PluginTrustPolicy" {
+                    let spec = serde_json::from_value(doc["spec"].clone()).map_err(|e| format!("spec: {e}"))?;
+                    v.errors.extend(nodewright_trust::policy::key_errors(&spec).into_iter().map(|(path, message)| FieldError { path, message }));
                 }
                 if kind == "NodeWright" {
                     let spec = spec_of(obj)?;
@@ -122,17 +136,38 @@ impl Admission {
                         let exists = self.policy_exists(policy).await?;
                         v.errors.extend(validate::validate_policy_reference(&spec, |_| exists));
                     }
-                    if let (Operation::Update, Some(old)) = (&req.operation, &req.old_object) {
-                        let old = spec_of(old)?;
-                        let (errors, warnings) = validate::validate_nodewright_update(&old, &spec, &self.node_states(&req.name));
+                    let old = match (&req.operation, &req.old_object) {
+                        (Operation::Update, Some(old)) => Some(spec_of(old)?),
+                        _ => None,
+                    };
+                    if let Some(old) = &old {
+                        let (errors, warnings) = validate::validate_nodewright_update(old, &spec, &self.node_states(&req.name));
                         v.errors.extend(errors);
                         v.warnings.extend(warnings);
+                    }
+                    let needed = authority::to_authorize(old.as_ref(), &spec);
+                    if !needed.is_empty() {
+                        v.errors.extend(authority::check(&self.client, &req.user_info, &needed).await?);
+                    }
+                    if v.errors.is_empty() && self.trust.in_force() {
+                        self.judge(&spec, &mut v).await?;
                     }
                 }
             }
             (other, _) => return Err(format!("this webhook does not handle kind {other:?}")),
         }
         Ok(v)
+    }
+
+    /// Trust findings: `enforce` ones refuse (at the package's plugin field), `warn` ones
+    /// warn. A registry that cannot be reached refuses (fail closed).
+    async fn judge(&self, spec: &NodeWrightSpec, v: &mut Verdict) -> Result<(), String> {
+        for (name, _pinned, judgement) in self.trust.judge_all(&self.registry, &spec.packages).await? {
+            let path = format!("spec.packages.{name}.plugin");
+            v.errors.extend(judgement.refusals.iter().map(|f| FieldError { path: path.clone(), message: f.to_string() }));
+            v.warnings.extend(judgement.warnings);
+        }
+        Ok(())
     }
 
     async fn policy_exists(&self, name: &str) -> Result<bool, String> {

@@ -60,8 +60,8 @@ impl World {
     }
 
     pub fn add_cr(&mut self, name: &str, spec: NodeWrightSpec) {
-        let pinned = spec.packages.iter().map(|(n, p)| (n.clone(), format!("{}@sha256:{}", p.plugin.split(':').next().unwrap_or_default(), "0".repeat(64)))).collect();
-        self.snap.nodewrights.push(Cr { name: name.into(), uid: format!("uid-{name}"), generation: 1, spec, plugins: Plugins::Ready(pinned), ..Default::default() });
+        let pinned: std::collections::BTreeMap<String, String> = spec.packages.iter().map(|(n, p)| (n.clone(), format!("{}@sha256:{}", p.plugin.split(':').next().unwrap_or_default(), "0".repeat(64)))).collect();
+        self.snap.nodewrights.push(Cr { name: name.into(), uid: format!("uid-{name}"), generation: 1, spec, plugins: Plugins::Ready(pinned.into()), ..Default::default() });
     }
 
     pub fn cr(&self, name: &str) -> &Cr {
