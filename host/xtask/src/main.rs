@@ -186,7 +186,7 @@ fn main() -> Result<()> {
             setup()?;
             // The images' static binaries, which the real-node tests publish and install.
             release::build_binaries(&target)?;
-            run(cargo(&target).args(["test", "--workspace", "--release", "--locked"]).env("NODEWRIGHT_REQUIRE_REAL_NODE", "1"))?;
+            run(cargo(&target).args(["test", "--workspace", "--release", "--locked", "--no-fail-fast"]).env("NODEWRIGHT_REQUIRE_REAL_NODE", "1"))?;
             // Lints gate too (same release profile, so dependencies are shared with the tests).
             run(cargo(&target).args(["clippy", "--workspace", "--release", "--all-targets", "--locked", "--", "-D", "warnings"]))?;
             plugin_sizes(&target)

@@ -57,7 +57,8 @@ fn rendered_objects_are_what_the_operator_needs() {
     for k in ["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "ValidatingWebhookConfiguration"] {
         assert!(kinds.contains_key(k), "chart renders no {k}");
     }
-    assert_eq!(kinds["CustomResourceDefinition"].len(), 2);
+    let crds: Vec<&str> = kinds["CustomResourceDefinition"].iter().map(|c| c["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(crds, nodewright_api::crdgen::CRD_NAMES);
 
     let deploy = kinds["Deployment"][0];
     let spec = &deploy["spec"]["template"]["spec"];
@@ -80,7 +81,7 @@ fn rendered_objects_are_what_the_operator_needs() {
     assert!(ops.as_array().unwrap().contains(&Value::from("DELETE")), "policy deletion is checked");
 
     // Least privilege: exactly these cluster-wide grants, nothing with a wildcard.
-    let role = kinds["ClusterRole"][0];
+    let role = kinds["ClusterRole"].iter().find(|r| r["metadata"]["name"] == "nw-operator").unwrap();
     let mut grants: Vec<String> = Vec::new();
     for rule in role["rules"].as_array().unwrap() {
         for res in rule["resources"].as_array().unwrap() {
@@ -95,15 +96,25 @@ fn rendered_objects_are_what_the_operator_needs() {
             "nodewrights:get,list,watch,patch",
             "nodewrights/status:patch",
             "deploymentpolicies:get,list,watch",
+            "plugintrustpolicies:get,list,watch",
             "nodes:get,list,watch,patch",
             "pods:get,list,watch,delete",
             "pods/eviction:create",
             "poddisruptionbudgets:get,list,watch",
             "jobs:get,list,watch,create,delete",
             "events:create,patch",
+            "subjectaccessreviews:create",
             "validatingwebhookconfigurations:get,patch",
         ]
     );
+    // The grant roles an admin binds to NodeWright authors: the verb the webhook asks about, nothing more.
+    for name in ["nodewright-grant-all", "nodewright-grant-files"] {
+        let r = kinds["ClusterRole"].iter().find(|r| r["metadata"]["name"] == name).unwrap_or_else(|| panic!("no ClusterRole {name}"));
+        for rule in r["rules"].as_array().unwrap() {
+            assert_eq!(rule["verbs"], serde_json::json!(["grant"]), "{name}: {rule}");
+            assert_eq!(rule["resources"], serde_json::json!(["capabilities"]), "{name}: {rule}");
+        }
+    }
     assert!(!docs.iter().any(|d| d["kind"] == "ClusterRole" && d.to_string().contains("secrets")), "secrets are namespaced only");
 }
 
