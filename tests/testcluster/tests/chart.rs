@@ -57,8 +57,11 @@ fn rendered_objects_are_what_the_operator_needs() {
     for k in ["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "ValidatingWebhookConfiguration"] {
         assert!(kinds.contains_key(k), "chart renders no {k}");
     }
-    let crds: Vec<&str> = kinds["CustomResourceDefinition"].iter().map(|c| c["metadata"]["name"].as_str().unwrap()).collect();
-    assert_eq!(crds, nodewright_api::crdgen::CRD_NAMES);
+    let mut crds: Vec<&str> = kinds["CustomResourceDefinition"].iter().map(|c| c["metadata"]["name"].as_str().unwrap()).collect();
+    let mut want = nodewright_api::crdgen::CRD_NAMES.to_vec();
+    crds.sort();
+    want.sort();
+    assert_eq!(crds, want);
 
     let deploy = kinds["Deployment"][0];
     let spec = &deploy["spec"]["template"]["spec"];
