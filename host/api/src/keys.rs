@@ -57,6 +57,12 @@ pub mod condition {
     pub const DEPLOYMENT_POLICY_NOT_FOUND: &str = "DeploymentPolicyNotFound";
     /// Some node's state annotation cannot be parsed.
     pub const NODE_STATE_MALFORMED: &str = "NodeStateMalformed";
+    /// The CR's health gates pass (set only when it has gates that hold a rollout).
+    pub const HEALTH_GATES_PASSING: &str = "HealthGatesPassing";
+    /// Some node is uninstalling a package.
+    pub const UNINSTALL_IN_PROGRESS: &str = "UninstallInProgress";
+    /// Some node's uninstall failed.
+    pub const UNINSTALL_FAILED: &str = "UninstallFailed";
 }
 
 /// Condition and event reasons.
@@ -73,6 +79,18 @@ pub mod reason {
     pub const GRANT_MISSING: &str = "GrantMissing";
     /// A capability call was denied at run time.
     pub const CAPABILITY_DENIED: &str = "CapabilityDenied";
+    /// Every maintenance window is closed: new disruptive work waits for the next.
+    pub const OUTSIDE_MAINTENANCE_WINDOW: &str = "OutsideMaintenanceWindow";
+    /// A health gate holds new disruptive work.
+    pub const HEALTH_GATE_FAILING: &str = "HealthGateFailing";
+    /// A drain waits on pods no controller owns (`drainConfig.force` is off).
+    pub const UNMANAGED_POD: &str = "UnmanagedPod";
+    /// A drain waits on pods with emptyDir data (`drainConfig.deleteEmptyDirData` is off).
+    pub const EMPTY_DIR_DATA: &str = "EmptyDirData";
+    /// A drain waits for more than one kind of reason.
+    pub const MULTIPLE_CAUSES: &str = "MultipleCauses";
+    /// A package waits on a dependency that is being (or has been) uninstalled.
+    pub const DEPENDENCY_UNINSTALLED: &str = "DependencyUninstalled";
 }
 
 /// Node annotation: why the drain of `cr` is blocked (cleared once it proceeds).

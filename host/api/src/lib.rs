@@ -5,9 +5,11 @@
 //! validate them, the `NodeWright` and `DeploymentPolicy` CRD types ([`v1alpha1`]), the
 //! annotation, label and condition names ([`keys`]), the agent's structured stage result
 //! that the operator reads back ([`result`]), validation and defaulting as pure
-//! functions ([`validate`]), the grammar of host names a plugin may pass ([`hostargs`])
-//! and the sandbox bounds of a stage ([`limits`]).
-//! It depends on serde, schemars and globset only: never on a client, a runtime or tokio.
+//! functions ([`validate`]), the grammar of host names a plugin may pass ([`hostargs`]),
+//! the sandbox bounds of a stage ([`limits`]), plugin trust policies ([`trust`]),
+//! maintenance windows ([`windows`]) and health gates ([`gates`]).
+//! It depends on serde, schemars, globset, regex, url and jiff (time zones) only: never on
+//! a client, a runtime or tokio.
 //!
 //! ```
 //! use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
@@ -19,6 +21,7 @@
 #![deny(missing_docs)]
 
 pub mod crdgen;
+pub mod gates;
 pub mod grants;
 pub mod hostargs;
 pub mod keys;
@@ -27,3 +30,4 @@ pub mod result;
 pub mod trust;
 pub mod v1alpha1;
 pub mod validate;
+pub mod windows;

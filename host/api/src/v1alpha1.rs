@@ -59,9 +59,17 @@ pub struct NodeWrightSpec {
     /// Pods matching this selector hold the drain until they end. Empty matches no pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_non_interrupt_labels: Option<LabelSelector>,
+    /// Wait for pods matching `podNonInterruptLabels` to end *before* cordoning, so the
+    /// node stays schedulable while it waits (default: cordon first, as NodeWright does).
+    /// A protected pod that arrives between the cordon and the drain still holds the drain.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cordon_after_barrier: bool,
     /// Drain tuning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_config: Option<DrainConfig>,
+    /// Checks that must pass before the rollout disrupts another node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_gates: Option<crate::gates::HealthGates>,
     /// Added to every agent pod, and to the node taint-tolerance check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub additional_tolerations: Vec<Toleration>,
@@ -74,6 +82,10 @@ pub struct NodeWrightSpec {
     /// Taint new matching nodes with the runtime-required taint (needs `runtimeRequired`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub auto_taint_new_nodes: bool,
+    /// When new disruptive work may start; replaces the policy's windows. Unset (and no
+    /// policy windows): any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_windows: Option<crate::windows::MaintenanceWindows>,
     /// The packages, keyed by name.
     #[serde(default)]
     pub packages: BTreeMap<String, Package>,
@@ -130,6 +142,10 @@ pub struct DrainConfig {
     /// Also remove pods with emptyDir volumes (their data is lost).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delete_empty_dir_data: bool,
+    /// Leave DaemonSet pods in place (default `true`); `false` drains them like other pods
+    /// (a DaemonSet pod that tolerates the cordon, as the controller makes them, stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_daemon_sets: Option<bool>,
 }
 
 /// One package.
@@ -287,6 +303,9 @@ pub struct NodeWrightStatus {
     /// Boot IDs for reboot tracking.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_boot_ids: BTreeMap<String, String>,
+    /// The next maintenance window's opening (RFC 3339), while the rollout waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
     /// Package name → pinned plugin reference (`repo@sha256:…`) resolved from the spec.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolved_plugins: BTreeMap<String, String>,
@@ -375,6 +394,10 @@ pub struct DeploymentPolicySpec {
     /// Named groups of nodes with their own budget and strategy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compartments: Vec<Compartment>,
+    /// When the NodeWrights using this policy may start disruptive work (a NodeWright's own
+    /// `maintenanceWindows` replace these).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_windows: Option<crate::windows::MaintenanceWindows>,
 }
 
 /// The default compartment.

@@ -44,7 +44,7 @@ pub const DEFAULT_COMPARTMENT: &str = "__default__";
 /// and the name part of an annotation key is at most 63 characters.
 pub const MAX_NODEWRIGHT_NAME: usize = 48;
 
-fn is_dns_label(s: &str, max: usize) -> bool {
+pub(crate) fn is_dns_label(s: &str, max: usize) -> bool {
     !s.is_empty()
         && s.len() <= max
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -361,6 +361,19 @@ pub fn validate_nodewright(name: &str, spec: &NodeWrightSpec) -> Vec<FieldError>
     if spec.deployment_policy.is_some() && spec.interruption_budget.is_some() {
         errs.add("spec.deploymentPolicy", "set either deploymentPolicy or interruptionBudget, not both");
     }
+    if let Some(w) = &spec.maintenance_windows {
+        for (field, message) in w.validate() {
+            errs.add(format!("spec.maintenanceWindows.{field}"), message);
+        }
+    }
+    if let Some(g) = &spec.health_gates {
+        for (field, message) in g.validate() {
+            errs.add(format!("spec.healthGates.{field}"), message);
+        }
+    }
+    if spec.cordon_after_barrier && spec.pod_non_interrupt_labels.as_ref().is_none_or(|s| s.match_labels.as_ref().is_none_or(BTreeMap::is_empty) && s.match_expressions.as_ref().is_none_or(Vec::is_empty)) {
+        errs.add("spec.cordonAfterBarrier", "needs podNonInterruptLabels (the pods to wait for)");
+    }
     if let Some(p) = &spec.deployment_policy
         && !is_dns_label(p, 253)
     {
@@ -435,6 +448,11 @@ pub fn validate_deployment_policy(name: &str, spec: &DeploymentPolicySpec) -> Ve
         errs.add("metadata.name", "must be a DNS label");
     }
     check_budget(&mut errs, "spec.default.budget", &spec.default.budget, 1);
+    if let Some(w) = &spec.maintenance_windows {
+        for (field, message) in w.validate() {
+            errs.add(format!("spec.maintenanceWindows.{field}"), message);
+        }
+    }
     match &spec.default.strategy {
         Some(s) => check_strategy(&mut errs, "spec.default.strategy", s),
         None => errs.add("spec.default.strategy", "required"),

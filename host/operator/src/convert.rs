@@ -5,10 +5,12 @@ use nodewright_api::keys;
 use nodewright_api::v1alpha1::NodeWright;
 use nodewright_planner::select;
 
+use crate::gates::Gates;
 use crate::plugins::Plugins;
 
-/// A NodeWright as the planner sees it (spec defaulted).
-pub fn cr(nw: &NodeWright, plugins: &Plugins) -> nodewright_planner::Cr {
+/// A NodeWright as the planner sees it (spec defaulted), with its plugin verdict and its
+/// failing health gates.
+pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_planner::Cr {
     let meta = &nw.metadata;
     let flag = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).is_some_and(|v| v == "true");
     let mut spec = nw.spec.clone();
@@ -18,6 +20,7 @@ pub fn cr(nw: &NodeWright, plugins: &Plugins) -> nodewright_planner::Cr {
     let generation = meta.generation.unwrap_or(0);
     nodewright_planner::Cr {
         plugins: plugins.get(&name, &uid, generation, &spec),
+        failing_gates: gates.failing(&name, spec.health_gates.as_ref().and_then(|g| g.prometheus.as_ref())),
         name,
         uid,
         generation,
@@ -41,6 +44,7 @@ pub fn node(n: &Node) -> nodewright_planner::Node {
         unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
         taints: n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default(),
         boot_id: n.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.boot_id.clone()).unwrap_or_default(),
+        conditions: n.status.as_ref().and_then(|s| s.conditions.as_ref()).map(|cs| cs.iter().map(|c| (c.type_.clone(), c.status.clone())).collect()).unwrap_or_default(),
         resource_version: meta.resource_version.clone().unwrap_or_default(),
     }
 }

@@ -4,12 +4,14 @@
 //! DeploymentPolicies, nodes, our Jobs and bound pods wake it; each pass builds the planner's
 //! snapshot (with the operator's own unseen writes overlaid), calls
 //! `nodewright_planner::plan`, and executes the actions. Plugins are resolved, pulled and
-//! grant-checked once per CR generation before the planner may touch a node. With
+//! grant-checked once per CR generation before the planner may touch a node; Prometheus
+//! health gates are asked in the background and held closed until they answer. With
 //! `--leader-elect`, only the holder of a Lease plans; every replica serves the validating
 //! admission webhook (`--webhook-addr`) and the metrics and probe endpoint (`--metrics-addr`).
 
 mod convert;
 mod execute;
+mod gates;
 mod jobs;
 mod leader;
 mod metrics;
@@ -172,6 +174,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         write_bytes: flags.sandbox_max_write_bytes,
         write_files: flags.sandbox_max_write_files,
     };
+    let gates = gates::Gates::new(client.clone(), &flags.namespace, notify.clone());
     let plugins = plugins::Plugins::new(flags.plugin_cache_dir.clone(), flags.insecure_registries.clone(), ceilings, trust, notify.clone())?;
     let jobs = jobs::JobConfig {
         namespace: flags.namespace.clone(),
@@ -217,7 +220,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             last_renew = tokio::time::Instant::now();
         }
         let started = std::time::Instant::now();
-        let snapshot = world.snapshot(&settings, &plugins);
+        let snapshot = world.snapshot(&settings, &plugins, &gates);
         metrics.rollout.observe_jobs(&snapshot);
         if last_observed.elapsed() >= Duration::from_secs(2) {
             metrics.rollout.observe(&snapshot);

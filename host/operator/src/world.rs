@@ -17,6 +17,7 @@ use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright};
 use nodewright_planner::{Refusal, Settings, Snapshot};
 use tokio::sync::Notify;
 
+use crate::gates::Gates;
 use crate::plugins::Plugins;
 
 /// The caches.
@@ -119,7 +120,7 @@ impl World {
     }
 
     /// The planner's snapshot, with our unseen writes applied and seen ones forgotten.
-    pub fn snapshot(&self, settings: &Settings, plugins: &Plugins) -> Snapshot {
+    pub fn snapshot(&self, settings: &Settings, plugins: &Plugins, gates: &Gates) -> Snapshot {
         let mut overlay = self.overlay.lock().expect("overlay lock");
         let mut nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
         for n in &mut nodes {
@@ -158,7 +159,7 @@ impl World {
         let live: HashSet<String> = pods.iter().map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())).collect();
         refusals.retain(|k, _| live.contains(k));
         Snapshot {
-            nodewrights: self.nodewrights.state().iter().map(|cr| crate::convert::cr(cr, plugins)).collect(),
+            nodewrights: self.nodewrights.state().iter().map(|cr| crate::convert::cr(cr, plugins, gates)).collect(),
             policies: self.policies.state().iter().filter_map(|p| Some((p.metadata.name.clone()?, p.spec.clone()))).collect(),
             nodes: nodes.iter().map(crate::convert::node).collect(),
             jobs: jobs.iter().filter_map(|j| crate::jobs::read(j, by_job.get(j.metadata.name.as_deref().unwrap_or_default()).map(Vec::as_slice).unwrap_or_default())).collect(),

@@ -9,7 +9,8 @@
 //! unchanged world asks for nothing new. The rules it is built from are separate modules with
 //! their own tests: the stage graph ([`stages`]), interrupt scope and coalescing
 //! ([`interrupts`]), shared cordon ownership ([`cordon`]), drains ([`drain`]), batch
-//! arithmetic ([`batches`]) and compartments ([`rollout`]).
+//! arithmetic ([`batches`]), compartments ([`rollout`]) and what holds new disruption
+//! (maintenance windows and health gates, [`hold`]).
 //!
 //! No tokio, no client, no clock: time is an argument.
 
@@ -19,6 +20,7 @@ pub mod action;
 pub mod batches;
 pub mod cordon;
 pub mod drain;
+pub mod hold;
 pub mod interrupts;
 pub mod jobs;
 pub mod node;
@@ -32,4 +34,4 @@ mod status;
 
 pub use action::{Action, Event, JobRequest, NodePatch, Target};
 pub use plan::plan;
-pub use snapshot::{Cr, Job, JobPhase, Node, Plugins, Pod, Refusal, Resolved, Settings, Snapshot, Work};
+pub use snapshot::{Cr, GateFinding, Job, JobPhase, Node, Plugins, Pod, Refusal, Resolved, Settings, Snapshot, Work};

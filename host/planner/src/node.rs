@@ -9,7 +9,8 @@ use nodewright_api::v1alpha1::{Interrupt, InterruptType, NodeState, Package, Pac
 
 use crate::action::{Action, Event, NodePatch, Target};
 use crate::cordon::{self, Mark, NodeCordon};
-use crate::drain::{self, Drain};
+use crate::drain::{self, Blocked, Drain};
+use crate::hold::{self, Hold};
 use crate::interrupts::{Merged, coalesce};
 use crate::jobs::{interrupt_job, job_name, package_job};
 use crate::packages::{after, changed_keys, done, effective, terminal, uninstall_requested};
@@ -137,6 +138,8 @@ pub struct Env<'a> {
     pub pinned: &'a BTreeMap<String, String>,
     /// Config digests per package.
     pub digests: &'a crate::packages::Digests,
+    /// What a node that has not started may begin (windows, gates).
+    pub hold: Hold,
 }
 
 /// How the node ended the pass, for the roll-up.
@@ -147,9 +150,11 @@ pub struct NodeOutcome {
     /// Pods holding the drain (`podNonInterruptLabels`).
     pub barrier: Vec<String>,
     /// Why the drain cannot proceed (PDB refusals, blockers).
-    pub drain_blocked: Option<String>,
+    pub drain_blocked: Option<Blocked>,
     /// Failure messages of parked packages.
     pub failures: Vec<String>,
+    /// A window or gate kept this node from starting.
+    pub held: bool,
 }
 
 /// What a runnable package does next.
@@ -165,6 +170,7 @@ enum Step {
 #[expect(clippy::too_many_arguments, reason = "the pass's inputs; grouping them would only rename them")]
 pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state: &mut NodeState, jobs: &[&Job], pods: &[&Pod], may_start: bool, actions: &mut Vec<Action>) -> NodeOutcome {
     let spec = &cr.spec;
+    let first_action = actions.len();
     let mut failures = Vec::new();
     record_jobs(cr, node, state, jobs, actions, &mut failures);
     advance(cr, env.digests, state);
@@ -217,23 +223,35 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         // disruption) until a new generation or a reset re-arms it.
         runnable.clear();
     }
+    // A window or a gate: a node that has not started begins only what the hold allows;
+    // one that has started finishes its chain.
+    // Past the cordon, the whole chain; with a Job of ours, the non-disruptive part of it.
+    let cordoned = work.get(&keys::cordon(&cr.name)).is_some();
+    let before_hold = runnable.len();
+    if !cordoned && env.hold != Hold::Open {
+        runnable.retain(|(n, p, step)| {
+            let disruptive = disrupts(step, !effective(p, state.get(&state_key(n, &p.version))).is_empty());
+            env.hold.allows(disruptive) || (!disruptive && !jobs.is_empty())
+        });
+    }
+    let held = runnable.len() < before_hold;
 
     let scope: BTreeMap<String, Vec<Interrupt>> = runnable.iter().map(|(n, p, _)| ((*n).clone(), effective(p, state.get(&state_key(n, &p.version))))).collect();
     let tracked: Vec<bool> = runnable.iter().map(|(n, p, _)| state.contains_key(&state_key(n, &p.version))).collect();
     let interrupting = |name: &str| scope.get(name).is_some_and(|i| !i.is_empty());
-    let disruptive = |name: &String, step: &Step| match step {
-        Step::Run(Stage::Plan | Stage::PostInterrupt) => false,
-        Step::Run(_) | Step::Interrupt => interrupting(name),
-        Step::UninstallInterrupt => true,
-    };
+    let disruptive = |name: &String, step: &Step| disrupts(step, interrupting(name));
 
-    // Cordon → (next pass) barrier → drain, when any runnable step disrupts.
+    // Cordon → (next pass) barrier → drain, when any runnable step disrupts. With
+    // `cordonAfterBarrier` the barrier is waited for before the cordon too.
     let mut ready = false;
     let mut outcome_barrier = Vec::new();
     let mut drain_blocked = None;
     let mut timed_out = false;
     if runnable.iter().any(|(n, _, s)| disruptive(n, s)) {
-        if work.acquire(&cr.name) {
+        let uncordoned_wait = if spec.cordon_after_barrier && work.get(&keys::cordon(&cr.name)).is_none() { drain::barrier(cr, pods) } else { Vec::new() };
+        if !uncordoned_wait.is_empty() {
+            outcome_barrier = uncordoned_wait;
+        } else if work.acquire(&cr.name) {
             let start = drain::started(work.get(&keys::drain_start(&cr.name)));
             match drain::drain(env, cr, &node.name, pods, start, actions) {
                 Drain::Drained => {
@@ -246,15 +264,16 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                     if start.is_none() {
                         work.set(&keys::drain_start(&cr.name), Some(env.now.to_string()));
                     }
-                    work.set(&keys::drain_blocked(&cr.name), blocked.clone());
+                    work.set(&keys::drain_blocked(&cr.name), blocked.as_ref().map(|b| b.message.clone()));
                     drain_blocked = blocked;
                 }
                 // Found above on the next pass (the start time is persisted by now).
                 Drain::TimedOut => timed_out = true,
             }
         }
-    } else if runnable.iter().zip(&tracked).any(|((n, _, _), t)| *t && interrupting(n)) {
+    } else if runnable.iter().zip(&tracked).any(|((n, _, s), t)| *t && interrupting(n) && *s == Step::Run(Stage::PostInterrupt)) {
         // Mid-interrupt-cycle (post-interrupt): keep the cordon, re-cordon if it was lifted.
+        // (A plan still running is not mid-cycle: it disrupts nothing.)
         work.acquire(&cr.name);
     }
 
@@ -352,9 +371,18 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         }
     }
 
+    let done = crate::packages::node_done(spec, env.digests, state, cr.deleting);
+    if done && work.get(&keys::cordon(&cr.name)).is_some() {
+        // Finishing a disruption: the node shows the conditions `nodeHealth` asks for before
+        // the rollout lets go of it (it stays cordoned, erroring, until it does).
+        let unmet = hold::unhealthy(cr, node);
+        if !unmet.is_empty() {
+            failures.push(format!("node health after its interrupt: {}", unmet.join(", ")));
+        }
+    }
     let status = if timed_out || !failures.is_empty() {
         Status::Erroring
-    } else if crate::packages::node_done(spec, env.digests, state, cr.deleting) {
+    } else if done {
         // The cordon goes only once nothing of this CR runs on the node (a Job being
         // stopped keeps it until its pods are gone).
         if !jobs.iter().any(|j| j.running()) {
@@ -363,14 +391,27 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         Status::Complete
     } else if !outcome_barrier.is_empty() {
         Status::Blocked
+    } else if held && !jobs.iter().any(|j| j.running()) && !actions[first_action..].iter().any(|a| matches!(a, Action::CreateJob(_))) {
+        Status::Waiting
     } else {
         Status::InProgress
     };
     if timed_out && failures.is_empty() {
         failures.push("drain timed out".into());
     }
-    NodeOutcome { status, barrier: outcome_barrier, drain_blocked, failures }
+    NodeOutcome { status, barrier: outcome_barrier, drain_blocked, failures, held }
 }
+
+/// Whether a step disrupts the node (needs the cordon and drain first): a stage with an
+/// interrupt in scope, other than `plan` and `post-interrupt`, or an interrupt.
+fn disrupts(step: &Step, interrupting: bool) -> bool {
+    match step {
+        Step::Run(Stage::Plan | Stage::PostInterrupt) => false,
+        Step::Run(_) | Step::Interrupt => interrupting,
+        Step::UninstallInterrupt => true,
+    }
+}
+
 
 /// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match
 /// (stopping the ones still running). Jobs already stopping are left to finish stopping.

@@ -9,6 +9,7 @@ use nodewright_api::keys;
 use nodewright_api::v1alpha1::{NodeState, Status};
 
 use crate::action::{Action, Event, Target};
+use crate::hold;
 use crate::node::{self, Env, NodeOutcome, NodeWork};
 use crate::packages::node_done;
 use crate::rollout::{self, Standing};
@@ -150,6 +151,8 @@ impl<'a> Pass<'a> {
         };
         let mut report = status::Report::new(cr, self.now, era.clone());
         report.plugins(&cr.plugins);
+        let holds = hold::evaluate(cr, policy.and_then(|(_, p)| p), self.now);
+        report.holds(&holds);
         if let Some((name, None)) = policy {
             report.policy_missing(name);
         }
@@ -190,7 +193,12 @@ impl<'a> Pass<'a> {
                 untolerated.retain(|t| !matches!(t.key.as_str(), "node.kubernetes.io/not-ready" | "node.kubernetes.io/unreachable"));
             }
             let s = if node_done(&cr.spec, &digests, &st, cr.deleting) {
-                (Standing::Done, Status::Complete)
+                if self.work[n.name.as_str()].get(&cordon_key).is_some() && !hold::unhealthy(cr, n).is_empty() {
+                    // Through its interrupt but not healthy: failed for the batch, kept cordoned.
+                    (Standing::Failed, Status::Erroring)
+                } else {
+                    (Standing::Done, Status::Complete)
+                }
             } else if cr.disabled {
                 (Standing::Ineligible, Status::Disabled)
             } else if cr.paused && !cr.deleting {
@@ -228,7 +236,7 @@ impl<'a> Pass<'a> {
                 report.compartment(&name, b.status, nodes.iter().map(|n| n.name.clone()).collect());
             }
         }
-        let env = Env { settings: &self.s.settings, now: self.now, refusals: &self.s.refusals, pinned: pinned.unwrap_or(&EMPTY), digests: &digests };
+        let env = Env { settings: &self.s.settings, now: self.now, refusals: &self.s.refusals, pinned: pinned.unwrap_or(&EMPTY), digests: &digests, hold: holds.hold };
         for n in &selected {
             let Some((stand, mut node_status)) = standing.get(n.name.as_str()).copied() else { continue };
             let runs = !blocked_cr
@@ -243,8 +251,11 @@ impl<'a> Pass<'a> {
                     let value = (!st.is_empty()).then(|| serde_json::to_string(&st).expect("node state serializes"));
                     work.set(&state_key, value);
                 }
+                report.uninstalls(&n.name, &st);
                 node_status = if members.contains(&n.name) || out.status != Status::InProgress { out.status } else { node_status };
                 report.node(&n.name, &out);
+            } else if let Some(st) = states.get(n.name.as_str()) {
+                report.uninstalls(&n.name, st);
             }
             if !unusable {
                 self.set_node_status(cr, n, &status_key, node_status);

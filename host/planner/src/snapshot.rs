@@ -80,6 +80,19 @@ pub struct Cr {
     /// Outcome of resolving, pulling and grant-checking the plugins (done by the operator
     /// before any node is touched).
     pub plugins: Plugins,
+    /// Health gates the operator evaluated that fail now (empty: none fails, or none set).
+    pub failing_gates: Vec<GateFinding>,
+}
+
+/// A health gate that holds new disruptive work, as the operator found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateFinding {
+    /// The gate: `prometheus`.
+    pub gate: String,
+    /// Machine-readable: `AlertsFiring`, `PrometheusUnreachable`, ...
+    pub reason: String,
+    /// What it found, for the condition.
+    pub message: String,
 }
 
 /// The plugins of a CR, resolved and checked.
@@ -134,6 +147,8 @@ pub struct Node {
     pub taints: Vec<Taint>,
     /// `status.nodeInfo.bootID`.
     pub boot_id: String,
+    /// `status.conditions`: type → status (`True`, `False`, `Unknown`).
+    pub conditions: BTreeMap<String, String>,
     /// `metadata.resourceVersion`, for optimistic writes.
     pub resource_version: String,
 }

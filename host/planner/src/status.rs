@@ -2,9 +2,11 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodewright_api::keys::{condition, reason};
-use nodewright_api::v1alpha1::{CompartmentStatus, NodeWrightStatus, Status};
+use nodewright_api::v1alpha1::{CompartmentStatus, NodeState, NodeWrightStatus, Stage, State, Status};
+use nodewright_api::windows::WindowState;
 
 use crate::action::{Action, Event, Target};
+use crate::hold::Holds;
 use crate::node::NodeOutcome;
 use crate::snapshot::{Cr, Plugins};
 
@@ -18,8 +20,15 @@ pub struct Report<'a> {
     malformed: Vec<String>,
     barrier: Vec<String>,
     blocked_nodes: Vec<String>,
-    drain_blocked: Vec<String>,
+    /// `(reason, "node: message")` per drain-blocked node.
+    drain_blocked: Vec<(&'static str, String)>,
     failures: Vec<String>,
+    holds: Holds,
+    /// Nodes a window or gate kept from starting.
+    held: Vec<String>,
+    /// Nodes uninstalling a package, and nodes whose uninstall failed.
+    uninstalling: Vec<String>,
+    uninstall_failed: Vec<String>,
     /// Each compartment's nodes, to count completions after the node passes.
     compartment_nodes: Vec<(String, Vec<String>)>,
     /// The batch counters' era (and whether completion resets them).
@@ -32,7 +41,7 @@ impl<'a> Report<'a> {
         let mut status = cr.status.clone();
         status.node_status.clear();
         status.compartment_statuses.clear();
-        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![], compartment_nodes: vec![], era }
+        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![], holds: Holds::default(), held: vec![], uninstalling: vec![], uninstall_failed: vec![], compartment_nodes: vec![], era }
     }
 
     /// Outcome of the operator's resolve/pull/grant check.
@@ -55,6 +64,25 @@ impl<'a> Report<'a> {
             }
             Plugins::NotReady { reason, message } => Some((false, reason.clone(), message.clone())),
         };
+    }
+
+    /// The windows and gates that hold new disruptive work this pass.
+    pub fn holds(&mut self, holds: &Holds) {
+        self.status.next_window = match &holds.window {
+            Some(WindowState::Closed { next }) => Some(next.map_or_else(|| "none within a year".to_string(), |t| t.to_string())),
+            _ => None,
+        };
+        self.holds = holds.clone();
+    }
+
+    /// A node's package entries, for the uninstall conditions.
+    pub fn uninstalls(&mut self, node: &str, state: &NodeState) {
+        let uninstalling = |e: &&nodewright_api::v1alpha1::PackageStatus| matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt);
+        if let Some(e) = state.values().filter(uninstalling).find(|e| e.state == State::Erroring) {
+            self.uninstall_failed.push(format!("{node} ({} {}: {})", e.name, e.version, e.message));
+        } else if let Some(e) = state.values().filter(uninstalling).find(|e| e.state != State::Complete) {
+            self.uninstalling.push(format!("{node} ({} {})", e.name, e.version));
+        }
     }
 
     /// `spec.deploymentPolicy` names no policy.
@@ -93,7 +121,10 @@ impl<'a> Report<'a> {
             self.barrier.push(format!("{node} ({})", out.barrier.join(", ")));
         }
         if let Some(d) = &out.drain_blocked {
-            self.drain_blocked.push(format!("{node}: {d}"));
+            self.drain_blocked.push((d.reason, format!("{node}: {}", d.message)));
+        }
+        if out.held {
+            self.held.push(node.into());
         }
         for f in &out.failures {
             self.failures.push(format!("{node}: {f}"));
@@ -182,7 +213,7 @@ impl<'a> Report<'a> {
             Status::Erroring => format!("{complete}/{total} node(s) complete; failing: {}", self.failures.join("; ")),
             s => format!("{complete}/{total} node(s) complete; {}", s.as_str()),
         };
-        let ready_reason = match rolled {
+        let mut ready_reason = match rolled {
             Status::Complete => reason::NODES_CONVERGED,
             Status::Erroring => "Erroring",
             Status::Blocked => "Blocked",
@@ -190,9 +221,40 @@ impl<'a> Report<'a> {
             Status::Disabled => "Disabled",
             Status::Waiting | Status::Unknown | Status::InProgress => reason::PROGRESSING,
         };
+        let mut ready_msg = ready_msg;
+        let waiting = if self.held.is_empty() { String::new() } else { format!(" ({} node(s) wait)", self.held.len()) };
+        if matches!(rolled, Status::Waiting | Status::InProgress | Status::Unknown) {
+            if let Some(WindowState::Closed { .. }) = &self.holds.window {
+                ready_reason = reason::OUTSIDE_MAINTENANCE_WINDOW;
+                let next = self.status.next_window.clone().unwrap_or_default();
+                ready_msg = format!("{ready_msg}; every maintenance window is closed, the next opens at {next}{waiting}");
+            } else if !self.holds.gates.is_empty() {
+                ready_reason = reason::HEALTH_GATE_FAILING;
+                ready_msg = format!("{ready_msg}; held by health gates{waiting}");
+            }
+        }
         self.condition(condition::READY, rolled == Status::Complete, ready_reason, ready_msg);
+        if cr.spec.health_gates.as_ref().is_some_and(|g| g.prometheus.is_some()) {
+            match self.holds.gates.first() {
+                None => self.condition(condition::HEALTH_GATES_PASSING, true, "Passing", String::new()),
+                Some(first) => {
+                    let msg = self.holds.gates.iter().map(|g| format!("{}: {}", g.gate, g.message)).collect::<Vec<_>>().join("; ");
+                    let why = first.reason.clone();
+                    self.condition(condition::HEALTH_GATES_PASSING, false, &why, msg);
+                }
+            }
+        }
+        for (kind, nodes, why) in [(condition::UNINSTALL_IN_PROGRESS, self.uninstalling.clone(), "UninstallInProgress"), (condition::UNINSTALL_FAILED, self.uninstall_failed.clone(), "UninstallPodFailing")] {
+            if !nodes.is_empty() {
+                self.condition(kind, true, why, nodes.join("; "));
+            } else if self.status.conditions.iter().any(|c| c.type_ == kind) {
+                self.condition(kind, false, "None", String::new());
+            }
+        }
         let (blocked, why, msg) = if let Some(p) = &self.policy_missing {
             (true, "DeploymentPolicyNotFound", format!("spec.deploymentPolicy: DeploymentPolicy {p:?} does not exist"))
+        } else if let Some(m) = (rolled != Status::Complete).then(|| dependency_uninstalled(cr)).flatten() {
+            (true, reason::DEPENDENCY_UNINSTALLED, m)
         } else if !self.barrier.is_empty() {
             (true, reason::NON_INTERRUPT_PODS_RUNNING, format!("pods matching podNonInterruptLabels hold the drain on: {}", self.barrier.join("; ")))
         } else if !self.blocked_nodes.is_empty() {
@@ -201,8 +263,16 @@ impl<'a> Report<'a> {
             (false, "NotBlocked", String::new())
         };
         self.condition(condition::BLOCKED, blocked, why, msg);
-        let drain = self.drain_blocked.join("; ");
-        self.condition(condition::DRAIN_BLOCKED, !drain.is_empty(), if drain.is_empty() { "NotBlocked" } else { reason::POD_DISRUPTION_BUDGET }, drain);
+        let drain = self.drain_blocked.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join("; ");
+        let mut reasons: Vec<&str> = self.drain_blocked.iter().map(|(r, _)| *r).collect();
+        reasons.sort();
+        reasons.dedup();
+        let drain_reason = match reasons.as_slice() {
+            [] => "NotBlocked",
+            [one] => one,
+            _ => reason::MULTIPLE_CAUSES,
+        };
+        self.condition(condition::DRAIN_BLOCKED, !drain.is_empty(), drain_reason, drain);
         if let Some((ok, why, msg)) = self.plugins.clone() {
             self.condition(condition::PLUGINS_READY, ok, &why, msg);
         }
@@ -228,3 +298,14 @@ impl<'a> Report<'a> {
     }
 }
 
+/// A package that depends on one the spec uninstalls: it can never install again.
+fn dependency_uninstalled(cr: &Cr) -> Option<String> {
+    let spec = &cr.spec;
+    let found: Vec<String> = spec
+        .packages
+        .iter()
+        .filter(|(_, p)| !crate::packages::uninstall_requested(p, cr.deleting))
+        .flat_map(|(name, p)| p.depends_on.keys().filter(|d| spec.packages.get(*d).is_none_or(|dp| crate::packages::uninstall_requested(dp, cr.deleting))).map(move |d| format!("{name} depends on {d}, which is uninstalled")))
+        .collect();
+    (!found.is_empty()).then(|| found.join("; "))
+}

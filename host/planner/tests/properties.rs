@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::{Stage, Status, state_key};
 use nodewright_planner::packages::effective;
-use nodewright_planner::{Action, JobPhase, Work};
+use nodewright_planner::{Action, GateFinding, JobPhase, Work};
 use proptest::prelude::*;
 use serde_json::json;
 use world::{World, ok, policy, spec};
@@ -21,6 +21,13 @@ struct Fleet {
     with_policy: bool,
     canary_batch: u8,
     outcomes: Vec<u8>,
+    /// Maintenance windows from 10:00 UTC on: (start minute, minutes open). None: no windows.
+    windows: Vec<(u8, u8)>,
+    /// Whether a health gate fails, per stretch of 10 passes.
+    gate_fails: Vec<bool>,
+    /// `cordonAfterBarrier`, and which nodes start with a protected pod (bit i: node i).
+    barrier_first: bool,
+    protected: u16,
 }
 
 fn fleet() -> impl Strategy<Value = Fleet> {
@@ -31,8 +38,42 @@ fn fleet() -> impl Strategy<Value = Fleet> {
         any::<bool>(),
         1u8..3,
         prop::collection::vec(any::<u8>(), 64),
+        (prop::collection::vec((0u8..6, 1u8..3), 0..3), prop::collection::vec(prop::bool::weighted(0.3), 16), any::<bool>(), any::<u16>()),
     )
-        .prop_map(|(nodes, packages, budget, with_policy, canary_batch, outcomes)| Fleet { nodes, packages, budget, with_policy, canary_batch, outcomes })
+        .prop_map(|(nodes, packages, budget, with_policy, canary_batch, outcomes, (windows, gate_fails, barrier_first, protected))| Fleet {
+            nodes,
+            packages,
+            budget,
+            with_policy,
+            canary_batch,
+            outcomes,
+            windows,
+            gate_fails,
+            barrier_first,
+            protected,
+        })
+}
+
+/// 2026-12-01T10:00:00Z, where the fleet's windows start counting.
+const TEN: i64 = 1_796_119_200;
+
+/// Whether new disruption is held at `now` / `pass`, from the fleet alone.
+fn held(f: &Fleet, now: i64, pass: usize) -> bool {
+    let minute = (now - TEN) / 60;
+    let window_closed = !f.windows.is_empty() && !f.windows.iter().any(|(start, len)| (*start as i64..(*start + *len) as i64).contains(&minute));
+    window_closed || gate_fails(f, pass)
+}
+
+fn gate_fails(f: &Fleet, pass: usize) -> bool {
+    pass < HELD_PASSES && f.gate_fails[(pass / 10) % f.gate_fails.len()]
+}
+
+/// Passes with windows and gates in force; after them both are lifted and the rollout must
+/// finish.
+const HELD_PASSES: usize = 150;
+
+fn protected_pods(w: &World) -> BTreeSet<String> {
+    w.snap.pods.iter().filter(|p| p.labels.get("job").is_some_and(|j| j == "train") && p.active).map(|p| p.node.clone()).collect()
 }
 
 fn build(f: &Fleet) -> World {
@@ -44,7 +85,11 @@ fn build(f: &Fleet) -> World {
         for p in 0..*pods {
             w.add_pod(&name, &format!("{name}-pod{p}"), &[], Some("ReplicaSet"));
         }
+        if f.protected & (1 << i) != 0 {
+            w.add_pod(&name, &format!("{name}-train"), &[("job", "train")], Some("Job"));
+        }
     }
+    w.now = TEN;
     let mut packages = serde_json::Map::new();
     for (i, (interrupt, depends)) in f.packages.iter().enumerate() {
         let mut p = json!({"version": "1.0.0", "plugin": format!("r.example/p{i}:1"), "configMap": {"k": "v"}});
@@ -58,7 +103,11 @@ fn build(f: &Fleet) -> World {
         }
         packages.insert(format!("p{i}"), p);
     }
-    let mut s = json!({"packages": packages});
+    let mut s = json!({"packages": packages, "podNonInterruptLabels": {"matchLabels": {"job": "train"}}, "cordonAfterBarrier": f.barrier_first});
+    if !f.windows.is_empty() {
+        let windows: Vec<serde_json::Value> = f.windows.iter().map(|(start, len)| json!({"start": format!("10:{start:02}"), "duration": format!("{len}m")})).collect();
+        s["maintenanceWindows"] = json!({"windows": windows});
+    }
     if f.with_policy {
         w.snap.policies.insert(
             "pol".into(),
@@ -166,9 +215,30 @@ proptest! {
         let mut interrupts = BTreeMap::new();
         let mut quiet = false;
         for pass in 0..400 {
+            if pass == HELD_PASSES {
+                // The windows give way (no new generation: only time would have moved).
+                w.cr_mut("cr").spec.maintenance_windows = None;
+            }
+            let gate = gate_fails(&f, pass);
+            w.cr_mut("cr").failing_gates = if gate { vec![GateFinding { gate: "prometheus".into(), reason: "AlertsFiring".into(), message: "x".into() }] } else { vec![] };
+            let hold = pass < HELD_PASSES && held(&f, w.now, pass);
+            let marked: BTreeSet<String> = w.snap.nodes.iter().filter(|n| n.annotations.contains_key(&keys::cordon("cr"))).map(|n| n.name.clone()).collect();
+            let protected = protected_pods(&w);
             let acted = w.step();
             check_pass(&w, &f, &acted, &external, &mut interrupts)?;
-            if acted.iter().all(|a| matches!(a, Action::Event(_))) && w.snap.jobs.is_empty() {
+            for a in &acted {
+                let Action::PatchNode(p) = a else { continue };
+                let new_mark = matches!(p.annotations.get(&keys::cordon("cr")), Some(Some(_))) && !marked.contains(&p.node);
+                // 5. Outside every window, or while a gate fails, no node starts disrupting.
+                prop_assert!(!(hold && new_mark), "pass {pass}: {} cordoned while held (windows {:?})", p.node, f.windows);
+                // 6. With cordonAfterBarrier, never cordoned while a protected pod runs there.
+                prop_assert!(!(f.barrier_first && new_mark && protected.contains(&p.node)), "pass {pass}: {} cordoned with a protected pod running", p.node);
+            }
+            // Protected pods end now and then (all of them once the holds are lifted).
+            let r = f.outcomes[pass % f.outcomes.len()];
+            w.snap.pods.retain(|p| !(p.labels.contains_key("job") && (pass >= HELD_PASSES || (r as usize + p.node.len()) % 9 == 0)));
+            let holds_ahead = pass < HELD_PASSES && (!f.windows.is_empty() || f.gate_fails.contains(&true) || f.protected != 0);
+            if acted.iter().all(|a| matches!(a, Action::Event(_))) && w.snap.jobs.is_empty() && !holds_ahead {
                 quiet = true;
                 break;
             }
@@ -338,6 +408,8 @@ proptest! {
 
     #[test]
     fn mid_rollout_changes_never_strand_a_node(f in fleet(), events in prop::collection::vec((0usize..40, event()), 1..5)) {
+        // Windows and barriers are the other property's; here every change may land at once.
+        let f = Fleet { windows: vec![], protected: 0, ..f };
         let mut w = build(&f);
         let external: BTreeSet<String> = w.snap.nodes.iter().filter(|n| n.unschedulable).map(|n| n.name.clone()).collect();
         let mut added = 0;

@@ -10,7 +10,9 @@ use nodewright_oci::artifact::Descriptor;
 use nodewright_oci::Registry;
 use serde_json::{json, Value};
 
-use crate::keys::{KeyPair, PublicKey};
+#[cfg(feature = "sign")]
+use crate::keys::KeyPair;
+use crate::keys::PublicKey;
 use crate::Error;
 
 /// The payload media type.
@@ -20,6 +22,7 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 /// The payload's `critical.type`.
 const PAYLOAD_TYPE: &str = "cosign container image signature";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+#[cfg(feature = "sign")]
 const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 
 /// One signature found beside an artifact.
@@ -140,6 +143,7 @@ pub async fn attach(registry: &Registry, pinned: &str, key: &KeyPair) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::KeyPair;
 
     #[test]
     fn references_and_payloads_are_cosigns() {
