@@ -1,7 +1,7 @@
 //! Health gates that need the network: a CR's `prometheus` gate is asked, in the
 //! background, for the alerts that hold its rollout. The planner sees the last answer (at
-//! most [`REFRESH`] old) as failing gates; until the first answer, and whenever Prometheus
-//! cannot be asked, the gate fails closed.
+//! most one interval, `--health-gate-interval`, old) as failing gates; until the first
+//! answer, and whenever Prometheus cannot be asked, the gate fails closed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -13,9 +13,6 @@ use nodewright_api::gates::PrometheusGate;
 use nodewright_planner::GateFinding;
 use serde::Deserialize;
 use tokio::sync::Notify;
-
-/// How often a gate is asked again.
-pub const REFRESH: Duration = Duration::from_secs(10);
 
 /// Why a Prometheus gate could not be evaluated.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +62,7 @@ impl GateError {
 pub struct Gates {
     client: Client,
     namespace: String,
+    interval: Duration,
     answers: Arc<Mutex<HashMap<String, Answer>>>,
     notify: Arc<Notify>,
 }
@@ -83,9 +81,16 @@ struct Answer {
 }
 
 impl Gates {
-    /// An evaluator reading gate Secrets from `namespace`; a changed answer wakes `notify`.
-    pub fn new(client: Client, namespace: &str, notify: Arc<Notify>) -> Self {
-        Gates { client, namespace: namespace.into(), answers: Arc::default(), notify }
+    /// An evaluator reading gate Secrets from `namespace` and asking every `interval`; a
+    /// changed answer wakes `notify`.
+    pub fn new(client: Client, namespace: &str, interval: Duration, notify: Arc<Notify>) -> Self {
+        Gates { client, namespace: namespace.into(), interval, answers: Arc::default(), notify }
+    }
+
+    /// How long the loop may sleep before a gate is due again (`None`: no gates).
+    pub fn due_in(&self) -> Option<Duration> {
+        let answers = self.answers.lock().expect("gates lock");
+        answers.values().map(|a| self.interval.saturating_sub(a.asked.elapsed())).min()
     }
 
     /// The failing gates of CR `name` as last seen (asking again when the answer is old).
@@ -99,7 +104,7 @@ impl Gates {
         if entry.gate != *gate {
             *entry = Answer { gate: gate.clone(), findings: None, asked: Instant::now(), in_flight: false };
         }
-        if !entry.in_flight && (entry.findings.is_none() || entry.asked.elapsed() >= REFRESH) {
+        if !entry.in_flight && (entry.findings.is_none() || entry.asked.elapsed() >= self.interval) {
             entry.in_flight = true;
             entry.asked = Instant::now();
             let this = self.clone();

@@ -94,6 +94,9 @@ struct Flags {
     /// Identity in the Lease (default: the hostname and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// How often a Prometheus health gate is asked again, seconds.
+    #[arg(long, env = "NODEWRIGHT_HEALTH_GATE_INTERVAL", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    health_gate_interval: u64,
     /// Longest wait between passes when nothing changes, seconds.
     #[arg(long, env = "NODEWRIGHT_RESYNC_SECONDS", default_value_t = 30)]
     resync_seconds: u64,
@@ -174,7 +177,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         write_bytes: flags.sandbox_max_write_bytes,
         write_files: flags.sandbox_max_write_files,
     };
-    let gates = gates::Gates::new(client.clone(), &flags.namespace, notify.clone());
+    let gates = gates::Gates::new(client.clone(), &flags.namespace, Duration::from_secs(flags.health_gate_interval), notify.clone());
     let plugins = plugins::Plugins::new(flags.plugin_cache_dir.clone(), flags.insecure_registries.clone(), ceilings, trust, notify.clone())?;
     let jobs = jobs::JobConfig {
         namespace: flags.namespace.clone(),
@@ -247,6 +250,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         } else {
             Duration::from_secs(flags.resync_seconds)
         };
+        // A gate due sooner is asked again on the pass it is due.
+        if let Some(due) = gates.due_in() {
+            wait = wait.min(due.max(Duration::from_millis(200)));
+        }
     }
 }
 

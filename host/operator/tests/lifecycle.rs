@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::E2e;
+use common::{E2e, held_reboot_package, release};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::Status;
 use serde_json::{Value, json};
@@ -17,22 +17,6 @@ const LIMIT: Duration = Duration::from_secs(240);
 
 fn cr(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": name}, "spec": spec})
-}
-
-/// A reboot package whose apply waits for `release-apply` under the node's root and whose
-/// post-interrupt waits for `release-post`; each writes a mark when it gets through.
-fn held_reboot_package(e: &E2e, version: &str) -> Value {
-    e.script("/usr/local/bin/hold-apply", "while [ ! -f release-apply ]; do sleep 0.1; done; mkdir -p etc && echo installed > etc/driver");
-    e.script("/usr/local/bin/hold-post", "while [ ! -f release-post ]; do sleep 0.1; done; echo verified > etc/driver-verified");
-    json!({
-        "version": version, "plugin": e.plugin("shell"), "interrupt": {"type": "reboot"},
-        "capabilities": {"commands": [{"path": "/usr/local/bin/hold-apply"}, {"path": "/usr/local/bin/hold-post"}]},
-        "configMap": {"apply": "/usr/local/bin/hold-apply", "post-interrupt": "/usr/local/bin/hold-post", "interrupt": "reboot"}
-    })
-}
-
-fn release(e: &E2e, node: &str, what: &str) {
-    e.host_file(node, &format!("/release-{what}"), "");
 }
 
 /// Nodes with a running (not yet finished) Job of `cr` at `stage`.

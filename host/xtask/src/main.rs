@@ -1,7 +1,7 @@
 //! Developer tasks. `cargo xtask <task>`:
 //!
 //! - `setup`: install what the build and tests need (the wasm32-wasip2 and musl targets,
-//!   Debian's docker-registry, containerd, runc, CNI plugins, iptables and musl-tools, the
+//!   Debian's docker-registry, containerd, runc, CNI plugins, iptables, musl-tools and prometheus, the
 //!   Go-built test control plane with the kubelet, and helm).
 //! - `test`: setup, then every test in the workspace (release profile, one build), clippy
 //!   with warnings denied, then a size report of the first-party plugins.
@@ -78,6 +78,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("/usr/sbin/iptables", "iptables"),
     // The images' static binaries (aws-lc's C) and the real node's pause image.
     ("/usr/bin/musl-gcc", "musl-tools"),
+    // The health-gate tests' real Prometheus (run as a plain process on a loopback port).
+    ("/usr/bin/prometheus", "prometheus"),
 ];
 
 /// The wasm32-wasip2 target (all the demo needs).

@@ -123,8 +123,11 @@ fn rendered_objects_are_what_the_operator_needs() {
 
 #[test]
 fn values_switch_the_webhook_and_set_job_defaults() {
-    let docs = render(&["--set", "webhook.enabled=false", "--set", "jobs.backoffLimit=5", "--set", "insecureRegistries={registry.local:5000}"]);
+    let docs = render(&["--set", "webhook.enabled=false", "--set", "jobs.backoffLimit=5", "--set", "insecureRegistries={registry.local:5000}", "--set", "healthGates.secrets={prom-token}"]);
     let kinds = by_kind(&docs);
+    // The gate Secrets named, read-only.
+    let role = kinds["Role"][0]["rules"].to_string();
+    assert!(role.contains(r#""resourceNames":["prom-token"],"resources":["secrets"],"verbs":["get"]"#), "{role}");
     assert!(!kinds.contains_key("ValidatingWebhookConfiguration"));
     let args = kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(args.contains("--job-backoff-limit=5") && args.contains("--insecure-registry=registry.local:5000") && !args.contains("--webhook-addr"), "{args}");

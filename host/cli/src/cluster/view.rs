@@ -58,6 +58,8 @@ pub struct Summary {
     pub observed_generation: Option<i64>,
     /// `name:version` of each package.
     pub packages: Vec<String>,
+    /// While every maintenance window is closed: when the next opens (RFC 3339).
+    pub next_window: Option<String>,
 }
 
 /// The overview: every NodeWright's roll-up.
@@ -84,6 +86,7 @@ pub fn summaries(crs: &[NodeWright]) -> Vec<Summary> {
                 generation: cr.metadata.generation.unwrap_or_default(),
                 observed_generation: st.observed_generation,
                 packages: cr.spec.packages.iter().map(|(n, p)| format!("{n}:{}", p.version)).collect(),
+                next_window: st.next_window,
             }
         })
         .collect()
@@ -94,12 +97,15 @@ pub fn summaries_table(s: &[Summary], wide: bool) -> String {
     let rows: Vec<Vec<String>> = s
         .iter()
         .map(|s| {
-            let mut flags = Vec::new();
+            let mut flags: Vec<String> = Vec::new();
             if s.paused {
-                flags.push("paused");
+                flags.push("paused".into());
             }
             if s.disabled {
-                flags.push("disabled");
+                flags.push("disabled".into());
+            }
+            if let Some(next) = &s.next_window {
+                flags.push(format!("next-window={next}"));
             }
             let mut row = vec![s.name.clone(), s.status.clone(), s.complete_nodes.clone(), flags.join(",")];
             if wide {
@@ -352,6 +358,15 @@ mod tests {
         let w = summaries_table(&s, true);
         assert!(w.lines().next().unwrap().contains("OBSERVED/GEN  PACKAGES"), "{w}");
         assert!(w.lines().nth(1).unwrap().contains("-/0           driver:1.0.0"), "{w}");
+
+        // Outside its windows: when the next opens, and why it waits.
+        let mut held = cr();
+        let st = held.status.as_mut().unwrap();
+        st.next_window = Some("2026-12-01T21:00:00Z".into());
+        st.conditions[0].reason = "OutsideMaintenanceWindow".into();
+        st.conditions[0].message = "0/2 node(s) complete; every maintenance window is closed, the next opens at 2026-12-01T21:00:00Z".into();
+        let t = summaries_table(&summaries(&[held]), false);
+        assert!(t.contains("paused,next-window=2026-12-01T21:00:00Z") && t.contains("every maintenance window is closed"), "{t}");
     }
 
     #[test]

@@ -284,6 +284,22 @@ impl E2e {
 }
 
 
+/// A reboot package whose apply waits for `release-apply` under the node's root and whose
+/// post-interrupt waits for `release-post`; each writes a mark when it gets through.
+pub fn held_reboot_package(e: &E2e, version: &str) -> Value {
+    e.script("/usr/local/bin/hold-apply", "while [ ! -f release-apply ]; do sleep 0.1; done; mkdir -p etc && echo installed > etc/driver");
+    e.script("/usr/local/bin/hold-post", "while [ ! -f release-post ]; do sleep 0.1; done; echo verified > etc/driver-verified");
+    json!({
+        "version": version, "plugin": e.plugin("shell"), "interrupt": {"type": "reboot"},
+        "capabilities": {"commands": [{"path": "/usr/local/bin/hold-apply"}, {"path": "/usr/local/bin/hold-post"}]},
+        "configMap": {"apply": "/usr/local/bin/hold-apply", "post-interrupt": "/usr/local/bin/hold-post", "interrupt": "reboot"}
+    })
+}
+
+pub fn release(e: &E2e, node: &str, what: &str) {
+    e.host_file(node, &format!("/release-{what}"), "");
+}
+
 /// GET over plain HTTP/1.1 from a local listener (the operator's metrics port); the body.
 pub async fn http_get(port: u16, path: &str) -> String {
     nodewright_e2e::http_get(port, path).await.expect("GET from the operator").1
