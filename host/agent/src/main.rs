@@ -90,6 +90,9 @@ struct RunArgs {
     /// Previous version (upgrade).
     #[arg(long)]
     previous_version: Option<String>,
+    /// The node's place in the rollout order; the plugin sees it as `NODEWRIGHT_NODE_ORDER`.
+    #[arg(long)]
+    node_order: Option<u32>,
     /// Pinned plugin reference: repo@sha256:...
     #[arg(long)]
     plugin: String,
@@ -245,6 +248,7 @@ async fn run_stage(args: &RunArgs) -> StageResult {
         previous_version: args.previous_version.clone(),
         config,
         changed_keys: args.changed_keys.clone(),
+        node_order: args.node_order,
     };
     let limits = SandboxLimits {
         timeout: args.timeout,

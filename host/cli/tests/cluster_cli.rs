@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{NodeWright, Status};
+use nodewright_api::v1alpha1::{NodeState, NodeWright, Status};
 use nodewright_e2e::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
 use serde_json::{Value, json};
@@ -43,6 +43,13 @@ where
     Fut: Future<Output = Option<T>>,
 {
     nodewright_e2e::poll(Duration::from_secs(180), check).await.unwrap_or_else(|| panic!("timed out waiting for {what}"))
+}
+
+/// `node update-state n1` on tools' `tool` entry of `version`.
+fn update_state<'a>(version: &'a str, stage: &'a str, state: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["node", "update-state", "n1", "--cr", "tools", "--package", "tool", "--version", version, "--stage", stage, "--state", state];
+    args.extend_from_slice(extra);
+    args
 }
 
 async fn status(env: &Env, cr: &str) -> Option<Status> {
@@ -248,6 +255,32 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
     let v: Value = serde_json::from_str(&ok(&env, &["node", "status", "n.*", "-o", "json"])).unwrap();
     assert_eq!(v.as_array().unwrap().iter().map(|r| r["node"].as_str().unwrap()).collect::<std::collections::BTreeSet<_>>(), ["n1", "n2"].into());
     assert!(refused(&env, &["node", "reset", "n9", "--cr", "tools", "-y"]).contains("no node matches \"n9\""));
+
+    // node update-state: one entry edited by hand (paused first), honoured by the operator,
+    // then put back.
+    let entry = || async {
+        let n = Api::<Node>::all(env.cluster.client.clone()).get("n1").await.unwrap();
+        let st: NodeState = serde_json::from_str(&n.metadata.annotations.unwrap()[&keys::node_state("tools")]).unwrap();
+        let e = &st["tool|1.0.0"];
+        format!("{}/{}", e.stage.as_str(), e.state.as_str())
+    };
+    assert!(refused(&env, &update_state("1.0.0", "sideways", "complete", &["-y"])).contains("--stage \"sideways\" is not one of"));
+    assert!(refused(&env, &update_state("1.0.0", "apply", "erroring", &[])).contains("without --confirm"));
+    assert!(refused(&env, &update_state("2.0.0", "apply", "complete", &["-y"])).contains("--add creates it"));
+    ok(&env, &["pause", "tools", "-y"]);
+    let out = ok(&env, &[&["--dry-run"][..], &update_state("1.0.0", "apply", "erroring", &[])].concat());
+    assert!(out.contains("(dry run) n1: tools's tool 1.0.0 set to apply/erroring"), "{out}");
+    assert_eq!(entry().await, "config/complete", "the dry run wrote nothing");
+    ok(&env, &update_state("1.0.0", "apply", "erroring", &["-y"]));
+    assert_eq!(entry().await, "apply/erroring");
+    ok(&env, &["resume", "tools", "-y"]);
+    let n1_status = || async { Api::<NodeWright>::all(env.cluster.client.clone()).get("tools").await.ok()?.status?.node_status.get("n1").copied() };
+    wait("n1 erroring after the edit", || async { (n1_status().await == Some(Status::Erroring)).then_some(()) }).await;
+    ok(&env, &["pause", "tools", "-y"]);
+    ok(&env, &update_state("1.0.0", "config", "complete", &["-y"]));
+    ok(&env, &["resume", "tools", "-y"]);
+    complete(&env, "tools").await;
+    assert_eq!(entry().await, "config/complete");
 
     // package rerun --stage on a reboot package: from config, apply is not run again (the
     // interrupt follows config as always); from the interrupt, only the reboot (with its

@@ -66,7 +66,7 @@ pub use load::LoadLimits;
 pub use nodewright_api::grants::{Capability, GrantSet};
 pub use run::{
     Change, Denial, Interrupt, LogLevel, LogLine, LogSource, Outcome, RunReport, RunStage, StageContext, StepFailure,
-    MAX_DENIALS_KEPT,
+    MAX_DENIALS_KEPT, NODE_ORDER_ENV,
 };
 pub use sandbox::SandboxLimits;
 /// The wasmtime version this engine is built on, re-exported so embedders never mismatch it.

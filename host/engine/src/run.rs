@@ -153,6 +153,9 @@ impl FromStr for RunStage {
     }
 }
 
+/// The environment variable that carries [`StageContext::node_order`].
+pub const NODE_ORDER_ENV: &str = "NODEWRIGHT_NODE_ORDER";
+
 /// Why a stage is running (the WIT `context` minus the stage, which comes from [`RunStage`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StageContext {
@@ -168,6 +171,10 @@ pub struct StageContext {
     pub config: BTreeMap<String, String>,
     /// Keys changed since the last successful config.
     pub changed_keys: Vec<String>,
+    /// The node's place in its NodeWright's rollout order, if it is in a batch. The plugin
+    /// sees it as the environment variable `NODEWRIGHT_NODE_ORDER` (the only variable it
+    /// sees), as NodeWright packages see theirs.
+    pub node_order: Option<u32>,
 }
 
 impl StageContext {
@@ -536,9 +543,15 @@ impl PreparedPlugin {
         let log = Arc::new(Mutex::new(LogBuffer::new(limits)));
         let stdout = CapturedStream::new(log.clone(), LogSource::Stdout);
         let stderr = CapturedStream::new(log.clone(), LogSource::Stderr);
-        // Nothing inherited: no env, args, preopens or sockets (wasmtime-wasi denies TCP,
-        // UDP and name lookup unless allowed); stdio goes to the bounded log.
-        let wasi = WasiCtxBuilder::new().stdout(stdout.clone()).stderr(stderr.clone()).build();
+        // Nothing inherited: no env (but the node order), args, preopens or sockets
+        // (wasmtime-wasi denies TCP, UDP and name lookup unless allowed); stdio goes to the
+        // bounded log.
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(stdout.clone()).stderr(stderr.clone());
+        if let Some(order) = ctx.node_order {
+            wasi.env(NODE_ORDER_ENV, order.to_string());
+        }
+        let wasi = wasi.build();
         let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let state = HostState {
             wasi,

@@ -211,3 +211,23 @@ async fn a_stopped_stage_keeps_what_it_logged() {
     let err = result.unwrap_err();
     assert!(err.logs().iter().any(|l| l.message.contains("panicked")), "{:?}", err.logs());
 }
+
+#[tokio::test]
+async fn the_plugin_environment_holds_the_node_order_and_nothing_of_the_host() {
+    // The test process has PATH, HOME and the rest: none of it may reach the plugin.
+    assert!(std::env::var_os("PATH").is_some());
+    let plugin = load(nodewright_artifacts::HOSTILE);
+    let tmp = fixture();
+    let host = sim(tmp.path());
+    let granted = grants(GRANTS, "hostile");
+    let prepared = engine().prepare(&plugin, &granted).expect("prepare");
+    for (order, want) in [(Some(7), "env: [NODEWRIGHT_NODE_ORDER=7]"), (None, "env: []")] {
+        let mut ctx = nodewright_engine::StageContext::new("node-1", "hostile", "1.0.0").with_config("attack", "environment");
+        ctx.node_order = order;
+        let report = prepared.run(RunStage::Apply, ctx, host.clone(), granted.clone(), &SandboxLimits::default()).await.expect("runs");
+        assert!(report.result.is_ok(), "{:?}", report.result);
+        let seen: Vec<&str> = report.logs.iter().map(|l| l.message.as_str()).filter(|m| m.starts_with("env:")).collect();
+        assert_eq!(seen, [want], "node order {order:?}");
+    }
+    assert_eq!(nodewright_engine::NODE_ORDER_ENV, "NODEWRIGHT_NODE_ORDER");
+}

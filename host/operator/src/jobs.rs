@@ -64,6 +64,9 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
             if let Some(prev) = &req.previous_version {
                 args.push(format!("--previous-version={prev}"));
             }
+            if let Some(order) = req.node_order {
+                args.push(format!("--node-order={order}"));
+            }
             if req.reboot_allowed {
                 args.push("--reboot-allowed".into());
             }
@@ -268,6 +271,7 @@ mod tests {
             plugin: "r/p@sha256:1".into(),
             changed_keys: vec![],
             previous_version: None,
+            node_order: None,
             interrupt: None,
             services: vec![],
             reboot_allowed: false,
@@ -297,5 +301,8 @@ mod tests {
         for want in ["--memory=268435456", "--write-bytes=268435456", "--write-files=10", "--min-free-bytes=268435456"] {
             assert!(args.contains(&want), "{want} missing from {args:?}");
         }
+        assert!(!args.iter().any(|a| a.starts_with("--node-order")), "no order outside a batch: {args:?}");
+        let ordered = serde_json::to_value(build(&JobRequest { node_order: Some(3), ..request() }, &cfg())).unwrap();
+        assert!(ordered["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap().contains(&"--node-order=3".into()));
     }
 }

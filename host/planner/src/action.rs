@@ -87,6 +87,9 @@ pub struct JobRequest {
     pub changed_keys: Vec<String>,
     /// Version upgraded from.
     pub previous_version: Option<String>,
+    /// The node's place in the CR's rollout order (package stages of batch members): nodes
+    /// that left earlier batches, then its rank in the current ones. NodeWright's node order.
+    pub node_order: Option<u32>,
     /// The interrupt to run (interrupt Jobs), with `restartAllServices` expanded to units.
     pub interrupt: Option<Interrupt>,
     /// Units to restart for the interrupt.

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use rustc_hash::FxHashMap as HashMap;
+
 use nodewright_api::keys;
 use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::{Interrupt, InterruptType, NodeState, Package, PackageStatus, Planned, Stage, State, Status, state_key};
@@ -140,6 +142,8 @@ pub struct Env<'a> {
     pub digests: &'a crate::packages::Digests,
     /// What a node that has not started may begin (windows, gates).
     pub hold: Hold,
+    /// Each batch member's rollout order (see [`crate::JobRequest::node_order`]).
+    pub orders: &'a HashMap<String, u32>,
 }
 
 /// How the node ended the pass, for the roll-up.

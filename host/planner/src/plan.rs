@@ -223,6 +223,11 @@ impl<'a> Pass<'a> {
         // Batches per compartment; members (and done or parked nodes, to record and release) run.
         let comp_rules = rollout::rules(policy.and_then(|(_, p)| p), cr.spec.interruption_budget.as_ref());
         let mut members: HashSet<String> = HashSet::default();
+        // Rollout order: nodes that left batches before, then the current batches' members
+        // (compartments by name, each batch in its order).
+        let mut orders: HashMap<String, u32> = HashMap::default();
+        let mut current: Vec<String> = Vec::new();
+        let mut processed = 0u32;
         if blocked_cr {
             for (name, c) in &cr.status.compartment_statuses {
                 report.keep_compartment(name, c.clone());
@@ -233,10 +238,15 @@ impl<'a> Pass<'a> {
                 let list: Vec<(&str, Standing)> = nodes.iter().map(|n| (n.name.as_str(), standing[n.name.as_str()].0)).collect();
                 let b = rollout::batch(rules, cr.status.compartment_statuses.get(&name), &list, &era);
                 members.extend(b.members.iter().cloned());
+                processed += b.status.batch_state.as_ref().map_or(0, |s| (s.completed_nodes + s.failed_nodes).max(0) as u32);
+                current.extend(b.status.batch_nodes.iter().cloned());
                 report.compartment(&name, b.status, nodes.iter().map(|n| n.name.clone()).collect());
             }
         }
-        let env = Env { settings: &self.s.settings, now: self.now, refusals: &self.s.refusals, pinned: pinned.unwrap_or(&EMPTY), digests: &digests, hold: holds.hold };
+        for (i, n) in current.into_iter().enumerate() {
+            orders.insert(n, processed + i as u32);
+        }
+        let env = Env { settings: &self.s.settings, now: self.now, refusals: &self.s.refusals, pinned: pinned.unwrap_or(&EMPTY), digests: &digests, hold: holds.hold, orders: &orders };
         for n in &selected {
             let Some((stand, mut node_status)) = standing.get(n.name.as_str()).copied() else { continue };
             let runs = !blocked_cr

@@ -236,7 +236,7 @@ proptest! {
             }
             // Protected pods end now and then (all of them once the holds are lifted).
             let r = f.outcomes[pass % f.outcomes.len()];
-            w.snap.pods.retain(|p| !(p.labels.contains_key("job") && (pass >= HELD_PASSES || (r as usize + p.node.len()) % 9 == 0)));
+            w.snap.pods.retain(|p| !(p.labels.contains_key("job") && (pass >= HELD_PASSES || (r as usize + p.node.len()).is_multiple_of(9))));
             let holds_ahead = pass < HELD_PASSES && (!f.windows.is_empty() || f.gate_fails.contains(&true) || f.protected != 0);
             if acted.iter().all(|a| matches!(a, Action::Event(_))) && w.snap.jobs.is_empty() && !holds_ahead {
                 quiet = true;

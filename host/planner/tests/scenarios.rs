@@ -855,3 +855,23 @@ fn a_stopped_compartment_stays_stopped_across_a_new_generation() {
     assert!(stopped(&w), "only a policy reset restarts it");
     assert_eq!(w.snap.nodes.iter().filter(|n| w.state("flaky", &n.name).is_empty()).count(), 1, "the second node never started");
 }
+
+#[test]
+fn package_jobs_carry_the_nodes_place_in_the_rollout_order() {
+    let mut w = World::new(4);
+    w.add_cr("tune", spec(json!({"interruptionBudget": {"count": 2}, "packages": {"tuning": plain_pkg()}})));
+    w.run(("none", 0), 40);
+    let mut orders: std::collections::BTreeMap<String, std::collections::BTreeSet<Option<u32>>> = Default::default();
+    for (_, a) in &w.history {
+        if let Action::CreateJob(r) = a {
+            orders.entry(r.node.clone()).or_default().insert(r.node_order);
+        }
+    }
+    // Two batches of two: the first batch's nodes are 0 and 1, the second's 2 and 3; a node
+    // keeps its place through its stages.
+    let flat: Vec<(String, Vec<Option<u32>>)> = orders.into_iter().map(|(n, o)| (n, o.into_iter().collect())).collect();
+    assert_eq!(
+        flat,
+        [("node-0", [Some(0)]), ("node-1", [Some(1)]), ("node-2", [Some(2)]), ("node-3", [Some(3)])].map(|(n, o)| (n.to_string(), o.to_vec())).to_vec()
+    );
+}

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{NodeState, NodeWright, Stage};
+use nodewright_api::v1alpha1::{NodeState, NodeWright, PackageStatus, Stage, State, state_key};
 use serde_json::{Value, json};
 
 /// Output format.
@@ -128,6 +128,34 @@ pub enum NodeCommand {
         /// The NodeWright.
         #[arg(long)]
         cr: String,
+        #[command(flatten)]
+        confirm: ConfirmArg,
+    },
+    /// Set one package's stage and state on nodes: raw surgery on the node record, as
+    /// NodeWright's `update-state` (no stage-graph check; pause the NodeWright first).
+    UpdateState {
+        /// Node names or regular expressions over whole names.
+        #[arg(required = true)]
+        nodes: Vec<String>,
+        /// The NodeWright.
+        #[arg(long)]
+        cr: String,
+        /// The package.
+        #[arg(long)]
+        package: String,
+        /// Its version (the entry is `package|version`).
+        #[arg(long)]
+        version: String,
+        /// `plan`, `uninstall`, `upgrade`, `apply`, `config`, `interrupt`, `post-interrupt`,
+        /// `uninstall-interrupt`.
+        #[arg(long)]
+        stage: String,
+        /// `unknown`, `in_progress`, `complete`, `erroring`, `skipped`.
+        #[arg(long)]
+        state: String,
+        /// Create the entry on nodes that have none (at the CR's generation).
+        #[arg(long)]
+        add: bool,
         #[command(flatten)]
         confirm: ConfirmArg,
     },
@@ -379,7 +407,46 @@ pub async fn node(cmd: NodeCommand, ctx: &Ctx) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        NodeCommand::UpdateState { nodes: patterns, cr, package, version, stage, state, add, confirm: yes } => {
+            let generation = nodewright(&c, &cr).await?.metadata.generation.unwrap_or_default();
+            let stage: Stage = api_name("stage", &stage, "plan, uninstall, upgrade, apply, config, interrupt, post-interrupt, uninstall-interrupt")?;
+            let state: State = api_name("state", &state, "unknown, in_progress, complete, erroring, skipped")?;
+            let all = nodes(&c).await?;
+            let picked = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?;
+            let key = state_key(&package, &version);
+            let mut edits = Vec::new();
+            for n in picked {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                let mut st = view::node_state(n, &cr).unwrap_or_default();
+                match st.get_mut(&key) {
+                    Some(e) => {
+                        e.stage = stage;
+                        e.state = state;
+                    }
+                    None if add => {
+                        let mut e = PackageStatus::new(&package, &version, stage, generation);
+                        e.state = state;
+                        st.insert(key.clone(), e);
+                    }
+                    None => bail!("{cr} has no {package} {version} entry on {name} (--add creates it)"),
+                }
+                edits.push((n, name, st));
+            }
+            let names: Vec<String> = edits.iter().map(|(_, name, _)| name.clone()).collect();
+            refuse_if_running(&c, &ctx.namespace, &cr, &names).await?;
+            confirm(ctx, &format!("set {cr}'s {package} {version} to {}/{} on {}", stage.as_str(), state.as_str(), names.join(", ")), &yes)?;
+            for (n, name, st) in edits {
+                write_state(&c, ctx, n, &cr, Some(&st)).await?;
+                ctx.done(&format!("{name}: {cr}'s {package} {version} set to {}/{}", stage.as_str(), state.as_str()));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// A value as the API spells it (`post-interrupt`, `in_progress`), from flag `--what`.
+fn api_name<T: serde::de::DeserializeOwned>(what: &str, raw: &str, valid: &str) -> Result<T> {
+    serde_json::from_value(Value::String(raw.into())).map_err(|_| anyhow::anyhow!("--{what} {raw:?} is not one of {valid}"))
 }
 
 async fn label_ignore(c: &Client, ctx: &Ctx, patterns: &[String], on: bool) -> Result<ExitCode> {

@@ -61,6 +61,9 @@ pub struct RunArgs {
     /// Previous version (for upgrade).
     #[arg(long)]
     previous_version: Option<String>,
+    /// The node's rollout order, as the operator would pass it (`NODEWRIGHT_NODE_ORDER`).
+    #[arg(long)]
+    node_order: Option<u32>,
     /// Config key reported as changed (repeatable).
     #[arg(long = "changed-key")]
     changed_keys: Vec<String>,
@@ -166,6 +169,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         previous_version: args.previous_version.clone(),
         config,
         changed_keys: args.changed_keys.clone(),
+        node_order: args.node_order,
     };
     let limits = SandboxLimits {
         timeout: args.timeout,

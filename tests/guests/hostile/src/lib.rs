@@ -38,6 +38,12 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
                 std::hint::black_box(&hoard);
             }
         }
+        // What the sandbox's environment holds (only the node order, when there is one).
+        "environment" => {
+            let vars: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+            log::info(&format!("env: [{}]", vars.join(" ")));
+            return Ok(Outcome::converged());
+        }
         "log-flood" => {
             for i in 0..200_000u32 {
                 log::info(&format!("flood line {i} {}", "x".repeat(100)));
