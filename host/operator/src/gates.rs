@@ -87,6 +87,11 @@ impl Gates {
         Gates { client, namespace: namespace.into(), interval, answers: Arc::default(), notify }
     }
 
+    /// Forgets the answers for CRs not in `live` (deleted ones).
+    pub fn keep(&self, live: &[&str]) {
+        self.answers.lock().expect("gates lock").retain(|name, _| live.contains(&name.as_str()));
+    }
+
     /// How long the loop may sleep before a gate is due again (`None`: no gates).
     pub fn due_in(&self) -> Option<Duration> {
         let answers = self.answers.lock().expect("gates lock");

@@ -158,8 +158,10 @@ impl World {
         let mut refusals = self.refusals.lock().expect("refusals lock");
         let live: HashSet<String> = pods.iter().map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())).collect();
         refusals.retain(|k, _| live.contains(k));
+        let nodewrights: Vec<nodewright_planner::Cr> = self.nodewrights.state().iter().map(|cr| crate::convert::cr(cr, plugins, gates)).collect();
+        gates.keep(&nodewrights.iter().map(|c| c.name.as_str()).collect::<Vec<_>>());
         Snapshot {
-            nodewrights: self.nodewrights.state().iter().map(|cr| crate::convert::cr(cr, plugins, gates)).collect(),
+            nodewrights,
             policies: self.policies.state().iter().filter_map(|p| Some((p.metadata.name.clone()?, p.spec.clone()))).collect(),
             nodes: nodes.iter().map(crate::convert::node).collect(),
             jobs: jobs.iter().filter_map(|j| crate::jobs::read(j, by_job.get(j.metadata.name.as_deref().unwrap_or_default()).map(Vec::as_slice).unwrap_or_default())).collect(),

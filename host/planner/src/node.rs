@@ -227,9 +227,9 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         // disruption) until a new generation or a reset re-arms it.
         runnable.clear();
     }
-    // A window or a gate: a node that has not started begins only what the hold allows;
-    // one that has started finishes its chain.
-    // Past the cordon, the whole chain; with a Job of ours, the non-disruptive part of it.
+    // A window or a gate: a node that has not started begins only what the hold allows.
+    // One past its cordon finishes its whole chain; one with a Job of ours, the
+    // non-disruptive part of it.
     let cordoned = work.get(&keys::cordon(&cr.name)).is_some();
     let before_hold = runnable.len();
     if !cordoned && env.hold != Hold::Open {
@@ -252,7 +252,7 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
     let mut drain_blocked = None;
     let mut timed_out = false;
     if runnable.iter().any(|(n, _, s)| disruptive(n, s)) {
-        let uncordoned_wait = if spec.cordon_after_barrier && work.get(&keys::cordon(&cr.name)).is_none() { drain::barrier(cr, pods) } else { Vec::new() };
+        let uncordoned_wait = if spec.cordon_after_barrier && !cordoned { drain::barrier(cr, pods) } else { Vec::new() };
         if !uncordoned_wait.is_empty() {
             outcome_barrier = uncordoned_wait;
         } else if work.acquire(&cr.name) {
