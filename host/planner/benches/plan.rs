@@ -53,6 +53,7 @@ fn snapshot(nodes: usize) -> Snapshot {
     let cr = Cr { name: "fleet".into(), uid: "u".into(), generation: 1, spec: spec.clone(), has_finalizer: true, plugins: Plugins::Ready(pinned.into()), ..Default::default() };
     let mut snap = Snapshot { nodewrights: vec![cr], ..Default::default() };
     let batch: Vec<String> = (nodes / 3..nodes / 3 + nodes / 10).map(|i| format!("node-{i:05}")).collect();
+    let in_batch: std::collections::HashSet<&String> = batch.iter().collect();
     for i in 0..nodes {
         let name = format!("node-{i:05}");
         let mut annotations = BTreeMap::new();
@@ -65,7 +66,7 @@ fn snapshot(nodes: usize) -> Snapshot {
                 e.config = nodewright_planner::packages::config_digests(p);
                 state.insert(state_key(pn, &p.version), e);
             }
-        } else if batch.contains(&name) {
+        } else if in_batch.contains(&name) {
             for (pn, p) in &spec.packages {
                 state.insert(state_key(pn, &p.version), PackageStatus::new(pn, &p.version, Stage::Apply, 1));
                 snap.jobs.push(Job { name: format!("{name}-{pn}"), cr: "fleet".into(), node: name.clone(), generation: 1, work: Work::Package { package: pn.clone(), version: p.version.clone(), stage: Stage::Apply }, phase: JobPhase::Active { failed: 0, last: None }, stopping: false });

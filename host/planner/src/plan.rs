@@ -139,7 +139,8 @@ impl<'a> Pass<'a> {
         }
         let selected: Vec<&Node> = self.nodes.iter().copied().filter(|n| Self::selects(cr, n) || (cr.deleting && self.work[n.name.as_str()].get(&keys::node_state(&cr.name)).is_some())).collect();
         // Nodes that left the selector: the CR lets go of them, whatever it was doing there.
-        let withdrawn: Vec<&Node> = self.nodes.iter().copied().filter(|n| !selected.iter().any(|m| m.name == n.name) && self.holds_any(cr, n)).collect();
+        let chosen: HashSet<&str> = selected.iter().map(|n| n.name.as_str()).collect();
+        let withdrawn: Vec<&Node> = self.nodes.iter().copied().filter(|n| !chosen.contains(n.name.as_str()) && self.holds_any(cr, n)).collect();
         for n in withdrawn {
             self.withdraw(cr, n, true);
         }

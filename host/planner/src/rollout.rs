@@ -153,7 +153,8 @@ pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str
     members.retain(|m| standing.contains_key(m.as_str()));
     // Before this batch is folded in, the counters cover at most the done and failed
     // nodes that are not members of it.
-    let outside = |want: Standing| nodes.iter().filter(|(n, s)| *s == want && !members.iter().any(|m| m == n)).count() as i32;
+    let in_batch: rustc_hash::FxHashSet<&str> = members.iter().map(String::as_str).collect();
+    let outside = |want: Standing| nodes.iter().filter(|(n, s)| *s == want && !in_batch.contains(n)).count() as i32;
     state.completed_nodes = state.completed_nodes.min(outside(Standing::Done));
     state.failed_nodes = state.failed_nodes.min(outside(Standing::Failed));
     let open = members.iter().any(|m| standing[m.as_str()] == Standing::Eligible);
