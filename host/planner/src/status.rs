@@ -24,8 +24,8 @@ pub struct Report<'a> {
     drain_blocked: Vec<(&'static str, String)>,
     failures: Vec<String>,
     holds: Holds,
-    /// Nodes a window or gate kept from starting.
-    held: Vec<String>,
+    /// How many nodes a window or gate kept from starting.
+    held: usize,
     /// Nodes uninstalling a package, and nodes whose uninstall failed.
     uninstalling: Vec<String>,
     uninstall_failed: Vec<String>,
@@ -41,7 +41,7 @@ impl<'a> Report<'a> {
         let mut status = cr.status.clone();
         status.node_status.clear();
         status.compartment_statuses.clear();
-        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![], holds: Holds::default(), held: vec![], uninstalling: vec![], uninstall_failed: vec![], compartment_nodes: vec![], era }
+        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![], holds: Holds::default(), held: 0, uninstalling: vec![], uninstall_failed: vec![], compartment_nodes: vec![], era }
     }
 
     /// Outcome of the operator's resolve/pull/grant check.
@@ -123,9 +123,7 @@ impl<'a> Report<'a> {
         if let Some(d) = &out.drain_blocked {
             self.drain_blocked.push((d.reason, format!("{node}: {}", d.message)));
         }
-        if out.held {
-            self.held.push(node.into());
-        }
+        self.held += usize::from(out.held);
         for f in &out.failures {
             self.failures.push(format!("{node}: {f}"));
         }
@@ -222,7 +220,7 @@ impl<'a> Report<'a> {
             Status::Waiting | Status::Unknown | Status::InProgress => reason::PROGRESSING,
         };
         let mut ready_msg = ready_msg;
-        let waiting = if self.held.is_empty() { String::new() } else { format!(" ({} node(s) wait)", self.held.len()) };
+        let waiting = if self.held == 0 { String::new() } else { format!(" ({} node(s) wait)", self.held) };
         if matches!(rolled, Status::Waiting | Status::InProgress | Status::Unknown) {
             if let Some(WindowState::Closed { .. }) = &self.holds.window {
                 ready_reason = reason::OUTSIDE_MAINTENANCE_WINDOW;

@@ -7,35 +7,10 @@ use nodewright_api::keys;
 use nodewright_api::v1alpha1::{Stage, State, Status};
 use nodewright_planner::{Action, GateFinding, JobPhase, Work};
 use serde_json::json;
-use world::{World, spec};
+use world::{World, condition, plain_pkg, reboot_pkg, spec, stages_on};
 
 fn at(s: &str) -> i64 {
     s.parse::<jiff::Timestamp>().unwrap().as_second()
-}
-
-fn reboot_pkg() -> serde_json::Value {
-    json!({"version": "1.0.0", "plugin": "r.example/driver:1", "interrupt": {"type": "reboot"}})
-}
-
-fn plain_pkg() -> serde_json::Value {
-    json!({"version": "1.0.0", "plugin": "r.example/tuning:1", "configMap": {"swappiness": "10"}})
-}
-
-fn condition(w: &World, cr: &str, kind: &str) -> (String, String, String) {
-    let c = w.cr(cr).status.conditions.iter().find(|c| c.type_ == kind).unwrap_or_else(|| panic!("no {kind} condition"));
-    (c.status.clone(), c.reason.clone(), c.message.clone())
-}
-
-/// Stages created on `node`, as `package:stage` / `interrupt`.
-fn stages_on(w: &World, node: &str) -> Vec<String> {
-    w.created()
-        .into_iter()
-        .filter(|(_, _, n)| *n == node)
-        .map(|(_, work, _)| match work {
-            Work::Package { package, stage, .. } => format!("{package}:{}", stage.as_str()),
-            Work::Interrupt { .. } => "interrupt".into(),
-        })
-        .collect()
 }
 
 fn ever_cordoned(w: &World, node: &str) -> bool {
@@ -98,7 +73,7 @@ fn a_node_past_its_cordon_finishes_its_chain_when_the_window_closes() {
     assert!(w.node("node-0").unschedulable, "node-0 started inside the window");
     w.now = at("2026-12-01T03:30:00Z"); // closed
     passes(&mut w, 30);
-    assert_eq!(stages_on(&w, "node-0"), ["driver:plan", "driver:apply", "driver:config", "interrupt", "driver:post-interrupt"], "its chain ran to the end");
+    assert_eq!(stages_on(&w, "node-0"), ["driver:plan", "driver:apply", "driver:config", "interrupt:reboot:driver", "driver:post-interrupt"], "its chain ran to the end");
     assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Complete));
     assert!(!w.node("node-0").unschedulable, "released");
     assert!(!ever_cordoned(&w, "node-1"), "no new node starts");

@@ -8,26 +8,7 @@ use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{InterruptType, Stage, State, Status};
 use nodewright_planner::{Action, Job, JobPhase, Plugins, Work};
 use serde_json::json;
-use world::{World, ok, policy, spec};
-
-fn reboot_pkg() -> serde_json::Value {
-    json!({"version": "1.0.0", "plugin": "r.example/driver:1", "interrupt": {"type": "reboot"}})
-}
-
-fn plain_pkg() -> serde_json::Value {
-    json!({"version": "1.0.0", "plugin": "r.example/tuning:1", "configMap": {"swappiness": "10"}})
-}
-
-fn stages_on(w: &World, node: &str) -> Vec<String> {
-    w.created()
-        .into_iter()
-        .filter(|(_, _, n)| *n == node)
-        .map(|(_, work, _)| match work {
-            Work::Package { package, stage, .. } => format!("{package}:{}", stage.as_str()),
-            Work::Interrupt { kind, owner, .. } => format!("interrupt:{}:{owner}", nodewright_planner::jobs::interrupt_name(*kind)),
-        })
-        .collect()
-}
+use world::{World, condition, ok, plain_pkg, policy, reboot_pkg, spec, stages_on};
 
 fn cordoned_passes(w: &World, node: &str) -> Vec<usize> {
     w.history.iter().filter_map(|(i, a)| if let Action::PatchNode(p) = a { (p.node == node && p.unschedulable == Some(true)).then_some(*i) } else { None }).collect()
@@ -37,10 +18,6 @@ fn evicted(w: &World) -> Vec<(usize, String)> {
     w.history.iter().filter_map(|(i, a)| if let Action::Evict { pod, .. } = a { Some((*i, pod.clone())) } else { None }).collect()
 }
 
-fn condition(w: &World, cr: &str, kind: &str) -> (String, String, String) {
-    let c = w.cr(cr).status.conditions.iter().find(|c| c.type_ == kind).unwrap_or_else(|| panic!("no {kind} condition"));
-    (c.status.clone(), c.reason.clone(), c.message.clone())
-}
 
 #[test]
 fn a_package_without_interrupt_applies_then_configures_with_no_cordon_or_plan() {

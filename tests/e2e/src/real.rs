@@ -9,24 +9,10 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use kube::Client;
 use nodewright_oci::{Registry, RegistryConfig};
-use nodewright_testcluster::realnode::{missing_prerequisites, pause_image, RealNodeConfig};
+pub use nodewright_testcluster::realnode::real_node_available;
+use nodewright_testcluster::realnode::{pause_image, RealNodeConfig};
 use nodewright_testcluster::{ControlPlane, NodeSpec, Options, RealNode, SimKubelet};
 use nodewright_testsupport::TestRegistry;
-
-/// Whether this machine can run a real node. When it cannot: with
-/// `NODEWRIGHT_REQUIRE_REAL_NODE` set (the CI) that is a failure; otherwise the caller
-/// skips, and this says so.
-pub fn real_node_available() -> bool {
-    let missing = missing_prerequisites();
-    if missing.is_empty() {
-        return true;
-    }
-    if std::env::var_os("NODEWRIGHT_REQUIRE_REAL_NODE").is_some() {
-        panic!("a real node needs {} (cargo xtask setup installs them)", missing.join(", "));
-    }
-    eprintln!("skipped: a real node needs {} (run `cargo xtask setup`)", missing.join(", "));
-    false
-}
 
 /// A control plane, a registry, one real node and any number of simulated ones.
 pub struct RealCluster {

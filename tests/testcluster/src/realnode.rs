@@ -53,6 +53,21 @@ pub fn missing_prerequisites() -> Vec<&'static str> {
     missing
 }
 
+/// Whether this machine can run a real node. When it cannot: with
+/// `NODEWRIGHT_REQUIRE_REAL_NODE` set (the CI) that is a failure; otherwise the caller
+/// skips, and this says so.
+pub fn real_node_available() -> bool {
+    let missing = missing_prerequisites();
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var_os("NODEWRIGHT_REQUIRE_REAL_NODE").is_some() {
+        panic!("a real node needs {} (cargo xtask setup installs them)", missing.join(", "));
+    }
+    eprintln!("skipped: a real node needs {} (run `cargo xtask setup`)", missing.join(", "));
+    false
+}
+
 /// A real node's settings.
 #[derive(Clone, Debug)]
 pub struct RealNodeConfig {

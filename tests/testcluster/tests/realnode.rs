@@ -9,24 +9,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use nodewright_oci::{Registry, RegistryConfig};
-use nodewright_testcluster::realnode::{missing_prerequisites, pause_image, RealNodeConfig};
+use nodewright_testcluster::realnode::{pause_image, real_node_available, RealNodeConfig};
 use nodewright_testcluster::{ControlPlane, Options, RealNode};
 use nodewright_testsupport::TestRegistry;
 use serde_json::json;
-
-/// Whether this machine can run a real node; when it cannot and the CI did not ask for it
-/// (`NODEWRIGHT_REQUIRE_REAL_NODE`), the test is skipped with a message.
-pub fn real_node_available() -> bool {
-    let missing = missing_prerequisites();
-    if missing.is_empty() {
-        return true;
-    }
-    if std::env::var_os("NODEWRIGHT_REQUIRE_REAL_NODE").is_some() {
-        panic!("a real node needs {} (cargo xtask setup installs them)", missing.join(", "));
-    }
-    eprintln!("skipped: a real node needs {} (run `cargo xtask setup`)", missing.join(", "));
-    false
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {

@@ -27,6 +27,34 @@ pub fn policy(json: serde_json::Value) -> DeploymentPolicySpec {
     serde_json::from_value(json).expect("valid policy")
 }
 
+/// A package whose changes need a reboot.
+pub fn reboot_pkg() -> serde_json::Value {
+    serde_json::json!({"version": "1.0.0", "plugin": "r.example/driver:1", "interrupt": {"type": "reboot"}})
+}
+
+/// A package with no interrupt.
+pub fn plain_pkg() -> serde_json::Value {
+    serde_json::json!({"version": "1.0.0", "plugin": "r.example/tuning:1", "configMap": {"swappiness": "10"}})
+}
+
+/// The stages started on `node`, in order: `package:stage`, `interrupt:kind:owner`.
+pub fn stages_on(w: &World, node: &str) -> Vec<String> {
+    w.created()
+        .into_iter()
+        .filter(|(_, _, n)| *n == node)
+        .map(|(_, work, _)| match work {
+            Work::Package { package, stage, .. } => format!("{package}:{}", stage.as_str()),
+            Work::Interrupt { kind, owner, .. } => format!("interrupt:{}:{owner}", nodewright_planner::jobs::interrupt_name(*kind)),
+        })
+        .collect()
+}
+
+/// A condition of a CR: (status, reason, message).
+pub fn condition(w: &World, cr: &str, kind: &str) -> (String, String, String) {
+    let c = w.cr(cr).status.conditions.iter().find(|c| c.type_ == kind).unwrap_or_else(|| panic!("no {kind} condition"));
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
 pub fn ok(interrupt: &str, changes: u32) -> StageResult {
     StageResult { outcome: "ok".into(), interrupt: Some(interrupt.into()), change_count: changes, ..StageResult::failed("x", "p", Blame::None, "") }
 }
