@@ -2,8 +2,8 @@
 //! [`Context`](crate::Context); the host links an interface only if the component uses
 //! it, and checks every call against the package's grant.
 
-use crate::bindings::nodewright::plugin::{exec, files, kmod, power, services, sysctl};
 use crate::CapError;
+use crate::bindings::nodewright::plugin::{exec, files, kmod, power, services, sysctl};
 
 pub use exec::Output as ExecOutput;
 pub use files::{FileKind, FileStat};
@@ -30,7 +30,9 @@ impl Files {
 
     /// Reads a UTF-8 file, `None` when it does not exist.
     pub fn read_string(&self, path: &str) -> Result<Option<String>, CapError> {
-        Ok(self.read_opt(path)?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        Ok(self
+            .read_opt(path)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
 
     /// Writes a whole file atomically, creating parent directories. `mode` defaults to the

@@ -61,7 +61,10 @@ pub mod bindings {
 mod caps;
 pub mod log;
 
-pub use caps::{Exec, ExecOutput, FileKind, FileStat, Files, Kmod, Power, ServiceVerb, Services, Sysctl, UnitStatus};
+pub use caps::{
+    Exec, ExecOutput, FileKind, FileStat, Files, Kmod, Power, ServiceVerb, Services, Sysctl,
+    UnitStatus,
+};
 /// The wit-bindgen version this SDK was generated with, re-exported so authors never
 /// have to match it by hand.
 pub use wit_bindgen;
@@ -85,20 +88,36 @@ pub type Stage = wit::Stage;
 
 impl Change {
     /// A change of `kind` (`file`, `sysctl`, ...) to `target`, described by `detail`.
-    pub fn new(kind: impl Into<String>, target: impl Into<String>, detail: impl Into<String>) -> Self {
-        Change { kind: kind.into(), target: target.into(), detail: detail.into() }
+    pub fn new(
+        kind: impl Into<String>,
+        target: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Self {
+        Change {
+            kind: kind.into(),
+            target: target.into(),
+            detail: detail.into(),
+        }
     }
 }
 
 impl Outcome {
     /// Nothing to do (or nothing done): the node is converged.
     pub fn converged() -> Self {
-        Outcome { changes: Vec::new(), interrupt: Interrupt::None, message: None }
+        Outcome {
+            changes: Vec::new(),
+            interrupt: Interrupt::None,
+            message: None,
+        }
     }
 
     /// Changes made (or planned) and the interrupt they need.
     pub fn changed(changes: Vec<Change>, interrupt: Interrupt) -> Self {
-        Outcome { changes, interrupt, message: None }
+        Outcome {
+            changes,
+            interrupt,
+            message: None,
+        }
     }
 
     /// Adds a human summary.
@@ -200,7 +219,8 @@ impl Context {
 
     /// A required configuration value, or an `invalid-config` error naming the key.
     pub fn require(&self, key: &str) -> Result<&str, StepError> {
-        self.config(key).ok_or_else(|| StepError::invalid_config(format!("config key {key:?} is required")))
+        self.config(key)
+            .ok_or_else(|| StepError::invalid_config(format!("config key {key:?} is required")))
     }
 
     /// Whether `key` changed since the last successful `config` (true on first install).
@@ -300,11 +320,21 @@ pub trait Package {
                 if plan.is_converged() {
                     Ok(plan)
                 } else {
-                    let pending: Vec<String> = plan.changes.iter().map(|c| format!("{} {}", c.kind, c.target)).collect();
-                    Err(StepError::failed(format!("{} did not converge: still pending {}", ctx.stage, pending.join(", "))))
+                    let pending: Vec<String> = plan
+                        .changes
+                        .iter()
+                        .map(|c| format!("{} {}", c.kind, c.target))
+                        .collect();
+                    Err(StepError::failed(format!(
+                        "{} did not converge: still pending {}",
+                        ctx.stage,
+                        pending.join(", ")
+                    )))
                 }
             }
-            Stage::Plan | Stage::Interrupt | Stage::PostInterrupt | Stage::Uninstall => Ok(Outcome::converged()),
+            Stage::Plan | Stage::Interrupt | Stage::PostInterrupt | Stage::Uninstall => {
+                Ok(Outcome::converged())
+            }
         }
     }
 }
@@ -391,10 +421,16 @@ mod tests {
     fn interrupts_coalesce_by_rank_and_merge_services() {
         let a = Interrupt::Services(vec!["a".into()]);
         let b = Interrupt::Services(vec!["b".into(), "a".into()]);
-        assert_eq!(a.clone().max(b), Interrupt::Services(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            a.clone().max(b),
+            Interrupt::Services(vec!["a".into(), "b".into()])
+        );
         assert_eq!(a.clone().max(Interrupt::Reboot), Interrupt::Reboot);
         assert_eq!(Interrupt::Reboot.max(a), Interrupt::Reboot);
-        assert_eq!(Interrupt::None.max(Interrupt::RestartAllServices), Interrupt::RestartAllServices);
+        assert_eq!(
+            Interrupt::None.max(Interrupt::RestartAllServices),
+            Interrupt::RestartAllServices
+        );
     }
 
     #[test]
@@ -412,7 +448,8 @@ mod tests {
         ctx.changed_keys = vec!["y".into()];
         assert!(!ctx.changed("x"));
         assert!(ctx.changed("y"));
-        assert!(matches!(ctx.require("x"), Err(StepError::InvalidConfig(m)) if m.contains("\"x\"")));
+        assert!(
+            matches!(ctx.require("x"), Err(StepError::InvalidConfig(m)) if m.contains("\"x\""))
+        );
     }
 }
-

@@ -1,6 +1,6 @@
 //! Logs captured by the host, bounded, and shown in the stage result and `plugin run`.
 
-use crate::bindings::nodewright::plugin::log::{log, Level};
+use crate::bindings::nodewright::plugin::log::{Level, log};
 
 /// Logs at trace level.
 pub fn trace(msg: &str) {

@@ -35,12 +35,25 @@ fn main() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&workspace)
-        .args(["build", "--profile", "plugin", "--target", "wasm32-wasip2", "--target-dir"])
+        .args([
+            "build",
+            "--profile",
+            "plugin",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
         .arg(&target_dir);
     for (_, package) in GUESTS {
         cmd.args(["-p", package]);
     }
-    for var in ["CARGO_ENCODED_RUSTFLAGS", "RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER"] {
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTC_WORKSPACE_WRAPPER",
+    ] {
         cmd.env_remove(var);
     }
     let output = cmd.output().expect("run cargo for the wasm guests");
@@ -53,13 +66,25 @@ fn main() {
 
     let wasm_dir = target_dir.join("wasm32-wasip2/plugin");
     let mut consts = String::new();
-    let mut all = String::from("/// Every first-party plugin: (package name, path).\npub const PLUGINS: &[(&str, &str)] = &[\n");
+    let mut all = String::from(
+        "/// Every first-party plugin: (package name, path).\npub const PLUGINS: &[(&str, &str)] = &[\n",
+    );
     for (name, package) in GUESTS {
         let path = wasm_dir.join(format!("{}.wasm", package.replace('-', "_")));
-        assert!(Path::new(&path).exists(), "{} was not produced", path.display());
-        consts.push_str(&format!("/// `{package}` built for wasm32-wasip2.\npub const {name}: &str = {:?};\n", path.display().to_string()));
+        assert!(
+            Path::new(&path).exists(),
+            "{} was not produced",
+            path.display()
+        );
+        consts.push_str(&format!(
+            "/// `{package}` built for wasm32-wasip2.\npub const {name}: &str = {:?};\n",
+            path.display().to_string()
+        ));
         if package.starts_with("nodewright-plugin-") {
-            all.push_str(&format!("    ({:?}, {name}),\n", package.trim_start_matches("nodewright-plugin-")));
+            all.push_str(&format!(
+                "    ({:?}, {name}),\n",
+                package.trim_start_matches("nodewright-plugin-")
+            ));
         }
     }
     all.push_str("];\n");

@@ -18,7 +18,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
 use nodewright_api::{hostargs, limits};
-use nodewright_engine::{Engine, EngineConfig, Interrupt, RunStage, SandboxLimits, StageContext, StepFailure};
+use nodewright_engine::{
+    Engine, EngineConfig, Interrupt, RunStage, SandboxLimits, StageContext, StepFailure,
+};
 use nodewright_hostops::{HostNamespaces, HostOps, LinuxHost, NodeIdentity, SimHost};
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
 
@@ -156,19 +158,34 @@ struct InterruptArgs {
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
-    s.trim_end_matches('s').parse::<f64>().map(Duration::from_secs_f64).map_err(|_| format!("{s:?} is not a number of seconds"))
+    s.trim_end_matches('s')
+        .parse::<f64>()
+        .map(Duration::from_secs_f64)
+        .map_err(|_| format!("{s:?} is not a number of seconds"))
 }
 
 fn host(common: &Common) -> anyhow::Result<Arc<dyn HostOps>> {
-    let identity = NodeIdentity { name: common.node.clone(), labels: vec![] };
+    let identity = NodeIdentity {
+        name: common.node.clone(),
+        labels: vec![],
+    };
     Ok(match common.backend {
         Backend::Linux => {
             // The host's /proc as mounted under the host root: its boot ID is the node's
             // even where the pod's own /proc would say otherwise. (Sysctls are per network
             // namespace either way, and the pod has the node's.)
             let host_proc = common.host_root.join("proc");
-            let proc_root = if host_proc.join("sys/kernel").is_dir() { host_proc } else { PathBuf::from("/proc") };
-            Arc::new(LinuxHost::new(&common.host_root, &proc_root, HostNamespaces::Of(1), identity)?)
+            let proc_root = if host_proc.join("sys/kernel").is_dir() {
+                host_proc
+            } else {
+                PathBuf::from("/proc")
+            };
+            Arc::new(LinuxHost::new(
+                &common.host_root,
+                &proc_root,
+                HostNamespaces::Of(1),
+                identity,
+            )?)
         }
         Backend::Sim => Arc::new(SimHost::new(&common.host_root, identity)?),
     })
@@ -196,17 +213,40 @@ async fn run_stage(args: &RunArgs) -> StageResult {
     let stage = args.stage.as_str();
     let fail = |blame, msg: String| StageResult::failed(stage, &args.package, blame, msg);
     // The first line of the pod's log says what this pod is for.
-    eprintln!("nodewright-agent: {stage} of {} {} on {} ({})", args.package, args.version, args.common.node, args.plugin);
+    eprintln!(
+        "nodewright-agent: {stage} of {} {} on {} ({})",
+        args.package, args.version, args.common.node, args.plugin
+    );
     if !args.plugin.contains("@sha256:") {
-        return fail(Blame::Config, format!("{}: agents pull only pinned references (repo@sha256:...)", args.plugin));
+        return fail(
+            Blame::Config,
+            format!(
+                "{}: agents pull only pinned references (repo@sha256:...)",
+                args.plugin
+            ),
+        );
     }
     let caps: Capabilities = match serde_json::from_str(&args.capabilities) {
         Ok(c) => c,
         Err(e) => return fail(Blame::Config, format!("--capabilities: {e}")),
     };
-    let grants = match GrantSet::parse(&caps, args.reboot_allowed, GrantSource::Spec { package: args.package.clone() }) {
+    let grants = match GrantSet::parse(
+        &caps,
+        args.reboot_allowed,
+        GrantSource::Spec {
+            package: args.package.clone(),
+        },
+    ) {
         Ok(g) => Arc::new(g),
-        Err(errs) => return fail(Blame::Config, errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")),
+        Err(errs) => {
+            return fail(
+                Blame::Config,
+                errs.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+        }
     };
     let config: BTreeMap<String, String> = match serde_json::from_str(&args.config) {
         Ok(c) => c,
@@ -216,19 +256,31 @@ async fn run_stage(args: &RunArgs) -> StageResult {
         Ok(h) => h,
         Err(e) => return fail(Blame::Host, format!("host: {e:#}")),
     };
-    let cache_dir = args.cache_dir.clone().unwrap_or_else(|| markers::state_dir(&args.common.host_root).join("plugins"));
+    let cache_dir = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| markers::state_dir(&args.common.host_root).join("plugins"));
     let cache = match NodeCache::open(&cache_dir) {
         Ok(c) => c,
         Err(e) => return fail(Blame::Host, e.to_string()),
     };
-    let registry = Registry::new(RegistryConfig { insecure: args.insecure.clone(), ..Default::default() });
+    let registry = Registry::new(RegistryConfig {
+        insecure: args.insecure.clone(),
+        ..Default::default()
+    });
     let puller = Puller::new(registry, cache);
-    let pulled = match puller.pull_pinned(&args.plugin, &|p| eprintln!("{p:?}")).await {
+    let pulled = match puller
+        .pull_pinned(&args.plugin, &|p| eprintln!("{p:?}"))
+        .await
+    {
         Ok(p) => p,
         Err(e) if e.is_retryable() => return fail(Blame::Host, e.to_string()),
         Err(e) => return fail(Blame::Config, e.to_string()),
     };
-    let engine = match Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()), ..Default::default() }) {
+    let engine = match Engine::new(EngineConfig {
+        cache_dir: Some(puller.cache().code_dir()),
+        ..Default::default()
+    }) {
         Ok(e) => e,
         Err(e) => return fail(Blame::Host, e.to_string()),
     };
@@ -238,7 +290,9 @@ async fn run_stage(args: &RunArgs) -> StageResult {
     };
     let prepared = match engine.prepare(&plugin, &grants) {
         Ok(p) => p,
-        Err(e @ nodewright_engine::Error::MissingGrants { .. }) => return fail(Blame::Denied, e.to_string()),
+        Err(e @ nodewright_engine::Error::MissingGrants { .. }) => {
+            return fail(Blame::Denied, e.to_string());
+        }
         Err(e) => return fail(Blame::Host, e.to_string()),
     };
     let ctx = StageContext {
@@ -263,15 +317,34 @@ async fn run_stage(args: &RunArgs) -> StageResult {
         Ok(t) => t,
         Err(e) => return fail(Blame::Host, format!("signal handler: {e}")),
     };
-    let mut result = execute(args, &prepared, args.stage, ctx.clone(), host.clone(), grants.clone(), &limits, &mut term).await;
+    let mut result = execute(
+        args,
+        &prepared,
+        args.stage,
+        ctx.clone(),
+        host.clone(),
+        grants.clone(),
+        &limits,
+        &mut term,
+    )
+    .await;
     // Work, then its check: a stage counts as done only when its check passes.
     if result.blame == Blame::None
         && !args.no_check
         && let Some(check) = args.stage.check()
     {
-        let verdict = execute(args, &prepared, check, ctx, host, grants, &limits, &mut term).await;
+        let verdict = execute(
+            args, &prepared, check, ctx, host, grants, &limits, &mut term,
+        )
+        .await;
         if verdict.blame != Blame::None {
-            let mut failed = fail(verdict.blame, format!("{check} failed after {stage} succeeded: {}", verdict.message));
+            let mut failed = fail(
+                verdict.blame,
+                format!(
+                    "{check} failed after {stage} succeeded: {}",
+                    verdict.message
+                ),
+            );
             failed.logs = result.logs.iter().chain(&verdict.logs).cloned().collect();
             failed.changes = std::mem::take(&mut result.changes);
             failed.change_count = result.change_count;
@@ -285,7 +358,10 @@ async fn run_stage(args: &RunArgs) -> StageResult {
 }
 
 /// Runs one stage in the sandbox and turns its report into a result.
-#[expect(clippy::too_many_arguments, reason = "one stage's inputs, shared by the stage and its check")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one stage's inputs, shared by the stage and its check"
+)]
 async fn execute(
     args: &RunArgs,
     prepared: &nodewright_engine::PreparedPlugin,
@@ -310,23 +386,49 @@ async fn execute(
     let report = match outcome {
         Ok(r) => r,
         Err(e) => {
-            let blame = if e.is_package_fault() { Blame::Package } else { Blame::Host };
+            let blame = if e.is_package_fault() {
+                Blame::Package
+            } else {
+                Blame::Host
+            };
             let mut r = fail(blame, e.to_string());
-            r.logs = e.logs().iter().rev().take(20).rev().map(|l| l.message.clone()).collect();
+            r.logs = e
+                .logs()
+                .iter()
+                .rev()
+                .take(20)
+                .rev()
+                .map(|l| l.message.clone())
+                .collect();
             return r.bounded();
         }
     };
-    let logs: Vec<String> = report.logs.iter().rev().take(20).rev().map(|l| l.message.clone()).collect();
+    let logs: Vec<String> = report
+        .logs
+        .iter()
+        .rev()
+        .take(20)
+        .rev()
+        .map(|l| l.message.clone())
+        .collect();
     let mut result = match &report.result {
         Ok(o) => StageResult {
             outcome: "ok".into(),
             stage: name.into(),
             package: args.package.clone(),
             blame: Blame::None,
-            message: o.message.clone().unwrap_or_else(|| format!("{} change(s)", o.changes.len())),
+            message: o
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("{} change(s)", o.changes.len())),
             interrupt: Some(interrupt_text(&o.interrupt)),
             change_count: o.changes.len() as u32,
-            changes: o.changes.iter().take(result::MAX_CHANGES).map(|c| format!("{} {}: {}", c.kind, c.target, c.detail)).collect(),
+            changes: o
+                .changes
+                .iter()
+                .take(result::MAX_CHANGES)
+                .map(|c| format!("{} {}: {}", c.kind, c.target, c.detail))
+                .collect(),
             plugin: String::new(),
             logs: Vec::new(),
         },
@@ -335,7 +437,9 @@ async fn execute(
                 StepFailure::Denied(_) => Blame::Denied,
                 StepFailure::InvalidConfig(_) => Blame::Config,
                 StepFailure::HostFailed(_) => Blame::Host,
-                StepFailure::WrongStage(_) | StepFailure::NotFound(_) | StepFailure::Failed(_) => Blame::Package,
+                StepFailure::WrongStage(_) | StepFailure::NotFound(_) | StepFailure::Failed(_) => {
+                    Blame::Package
+                }
             };
             fail(blame, f.to_string())
         }
@@ -351,7 +455,13 @@ async fn interrupt(args: &InterruptArgs) -> StageResult {
         Err(e) => return fail(Blame::Host, format!("host: {e:#}")),
     };
     let state = markers::state_dir(&args.common.host_root);
-    let ok = |message: String| StageResult { outcome: "ok".into(), blame: Blame::None, message, interrupt: Some(args.kind.clone()), ..fail(Blame::None, String::new()) };
+    let ok = |message: String| StageResult {
+        outcome: "ok".into(),
+        blame: Blame::None,
+        message,
+        interrupt: Some(args.kind.clone()),
+        ..fail(Blame::None, String::new())
+    };
     match args.kind.as_str() {
         "reboot" => {
             let boot = host.node_info().boot_id;
@@ -362,21 +472,44 @@ async fn interrupt(args: &InterruptArgs) -> StageResult {
                 }
                 eprintln!("stale reboot marker (boot ID unchanged): requesting the reboot again");
             }
-            if let Err(e) = markers::write_pending(&state, &RebootPending { boot_id: boot.clone(), cr_uid: args.common.cr_uid.clone() }) {
-                return fail(Blame::Host, format!("cannot record the pending reboot: {e}"));
+            if let Err(e) = markers::write_pending(
+                &state,
+                &RebootPending {
+                    boot_id: boot.clone(),
+                    cr_uid: args.common.cr_uid.clone(),
+                },
+            ) {
+                return fail(
+                    Blame::Host,
+                    format!("cannot record the pending reboot: {e}"),
+                );
             }
-            if let Err(e) = host.request_reboot(&format!("nodewright interrupt for {}", args.common.cr_uid)) {
+            if let Err(e) =
+                host.request_reboot(&format!("nodewright interrupt for {}", args.common.cr_uid))
+            {
                 return fail(Blame::Host, format!("reboot request failed: {e}"));
             }
-            eprintln!("reboot requested (boot ID {boot}); waiting up to {:?} for shutdown", args.reboot_wait);
+            eprintln!(
+                "reboot requested (boot ID {boot}); waiting up to {:?} for shutdown",
+                args.reboot_wait
+            );
             tokio::time::sleep(args.reboot_wait).await;
-            fail(Blame::Host, format!("the node did not go down within {:?} of the reboot request", args.reboot_wait))
+            fail(
+                Blame::Host,
+                format!(
+                    "the node did not go down within {:?} of the reboot request",
+                    args.reboot_wait
+                ),
+            )
         }
         "service" | "restartAllServices" => {
             // For restartAllServices the operator passes its configured list.
             let units = args.services.clone();
             if units.is_empty() {
-                return fail(Blame::Config, format!("{} interrupt without units", args.kind));
+                return fail(
+                    Blame::Config,
+                    format!("{} interrupt without units", args.kind),
+                );
             }
             if let Some(reason) = units.iter().find_map(|u| hostargs::unit_name(u).err()) {
                 return fail(Blame::Config, format!("--service: {reason}"));
@@ -393,7 +526,10 @@ async fn interrupt(args: &InterruptArgs) -> StageResult {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
     let cli = Cli::parse();
     // Before any thread: an image without CA certificates still reaches plain-HTTP
     // registries, and HTTPS ones fail saying what is missing (instead of a panic).
@@ -401,10 +537,15 @@ fn main() -> ExitCode {
         Command::Run(a) => &a.common,
         Command::Interrupt(a) => &a.common,
     };
-    if let Err(e) = nodewright_oci::prepare_roots(&markers::state_dir(&common.host_root).join("tls")) {
+    if let Err(e) =
+        nodewright_oci::prepare_roots(&markers::state_dir(&common.host_root).join("tls"))
+    {
         eprintln!("cannot prepare the TLS roots: {e}");
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");
@@ -425,7 +566,10 @@ fn main() -> ExitCode {
             if !args.stage.read_only()
                 && let Some(done) = key.done(&state)
             {
-                eprintln!("{} of {} {} already succeeded for this generation; not running it again", args.stage, args.package, args.version);
+                eprintln!(
+                    "{} of {} {} already succeeded for this generation; not running it again",
+                    args.stage, args.package, args.version
+                );
                 return finish(&args.common, &done);
             }
             let result = rt.block_on(run_stage(args));
@@ -441,7 +585,14 @@ fn main() -> ExitCode {
             finish(&args.common, &result)
         }
         Command::Interrupt(args) => {
-            let key = MarkerKey { cr_uid: args.common.cr_uid.clone(), generation: args.common.generation, run: args.common.run, package: args.package.clone(), version: String::new(), stage: format!("interrupt-{}", args.kind) };
+            let key = MarkerKey {
+                cr_uid: args.common.cr_uid.clone(),
+                generation: args.common.generation,
+                run: args.common.run,
+                package: args.package.clone(),
+                version: String::new(),
+                stage: format!("interrupt-{}", args.kind),
+            };
             let state = markers::state_dir(&args.common.host_root);
             if let Some(done) = key.done(&state) {
                 eprintln!("the interrupt already completed for this generation");

@@ -51,7 +51,15 @@ pub struct MarkerKey {
 }
 
 fn safe(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 impl MarkerKey {
@@ -59,8 +67,17 @@ impl MarkerKey {
         state
             .join("markers")
             .join(safe(&self.cr_uid))
-            .join(if self.run == 0 { self.generation.to_string() } else { format!("{}.{}", self.generation, self.run) })
-            .join(format!("{}-{}-{}.json", safe(&self.package), safe(&self.version), safe(&self.stage)))
+            .join(if self.run == 0 {
+                self.generation.to_string()
+            } else {
+                format!("{}.{}", self.generation, self.run)
+            })
+            .join(format!(
+                "{}-{}-{}.json",
+                safe(&self.package),
+                safe(&self.version),
+                safe(&self.stage)
+            ))
     }
 
     /// The recorded result of this stage, if it already succeeded.

@@ -9,12 +9,21 @@ use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_testsupport::TestRegistry;
 use serde_json::Value;
 
-const CAPS: &str = r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]}"#;
+const CAPS: &str =
+    r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]}"#;
 
 async fn pushed(reg: &TestRegistry) -> String {
-    let registry = Registry::new(RegistryConfig { insecure: vec![reg.host().into()], ..Default::default() });
+    let registry = Registry::new(RegistryConfig {
+        insecure: vec![reg.host().into()],
+        ..Default::default()
+    });
     registry
-        .push(&format!("{}/plugins/sysctl:1.0.0", reg.host()), &nodewright_artifacts::read(nodewright_artifacts::SYSCTL), Default::default(), &|_| {})
+        .push(
+            &format!("{}/plugins/sysctl:1.0.0", reg.host()),
+            &nodewright_artifacts::read(nodewright_artifacts::SYSCTL),
+            Default::default(),
+            &|_| {},
+        )
         .await
         .unwrap()
         .pinned
@@ -29,19 +38,44 @@ fn agent_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> (Output, Value
     let out = Command::new(env!("CARGO_BIN_EXE_nodewright-agent"))
         .args(args)
         .envs(env.iter().copied())
-        .args(["--backend", "sim", "--host-root", root.to_str().unwrap(), "--node", "node-1", "--cr-uid", "uid-1", "--generation", "1"])
+        .args([
+            "--backend",
+            "sim",
+            "--host-root",
+            root.to_str().unwrap(),
+            "--node",
+            "node-1",
+            "--cr-uid",
+            "uid-1",
+            "--generation",
+            "1",
+        ])
         .arg("--termination-log")
         .arg(&term)
         .output()
         .unwrap();
-    let result = serde_json::from_str(&std::fs::read_to_string(&term).unwrap_or_default()).unwrap_or(Value::Null);
+    let result = serde_json::from_str(&std::fs::read_to_string(&term).unwrap_or_default())
+        .unwrap_or(Value::Null);
     (out, result)
 }
 
 fn run_args<'a>(plugin: &'a str, host: &'a str, caps: &'a str, stage: &'a str) -> Vec<&'a str> {
     vec![
-        "run", "--stage", stage, "--package", "tuning", "--version", "1.0.0", "--plugin", plugin,
-        "--capabilities", caps, "--config", r#"{"vm.swappiness": "10"}"#, "--insecure-registry", host,
+        "run",
+        "--stage",
+        stage,
+        "--package",
+        "tuning",
+        "--version",
+        "1.0.0",
+        "--plugin",
+        plugin,
+        "--capabilities",
+        caps,
+        "--config",
+        r#"{"vm.swappiness": "10"}"#,
+        "--insecure-registry",
+        host,
     ]
 }
 
@@ -58,14 +92,37 @@ async fn runs_a_pinned_plugin_reports_and_is_idempotent() {
     let tmp = tempfile::tempdir().unwrap();
     node(tmp.path());
     let (out, result) = agent(tmp.path(), &run_args(&pinned, reg.host(), CAPS, "apply"));
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(result["outcome"], "ok");
     assert_eq!(result["blame"], "none");
     assert_eq!(result["interrupt"], "none");
     assert_eq!(result["plugin"], pinned.as_str());
-    assert!(result["changes"].as_array().unwrap().iter().any(|c| c == "sysctl vm.swappiness: 60 -> 10"), "{result}");
-    assert_eq!(std::fs::read_to_string(tmp.path().join("proc/sys/vm/swappiness")).unwrap(), "10");
-    assert!(tmp.path().join("var/lib/nodewright/plugins/blobs/sha256").read_dir().unwrap().count() >= 1, "the node cache holds the plugin");
+    assert!(
+        result["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "sysctl vm.swappiness: 60 -> 10"),
+        "{result}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("proc/sys/vm/swappiness")).unwrap(),
+        "10"
+    );
+    assert!(
+        tmp.path()
+            .join("var/lib/nodewright/plugins/blobs/sha256")
+            .read_dir()
+            .unwrap()
+            .count()
+            >= 1,
+        "the node cache holds the plugin"
+    );
 
     // A retried pod for the same generation does not run the stage again.
     std::fs::write(tmp.path().join("proc/sys/vm/swappiness"), "60").unwrap();
@@ -73,10 +130,16 @@ async fn runs_a_pinned_plugin_reports_and_is_idempotent() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("already succeeded"));
     assert_eq!(again, result);
-    assert_eq!(std::fs::read_to_string(tmp.path().join("proc/sys/vm/swappiness")).unwrap(), "60");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("proc/sys/vm/swappiness")).unwrap(),
+        "60"
+    );
 
     // Checks always run (read-only).
-    let (out, check) = agent(tmp.path(), &run_args(&pinned, reg.host(), CAPS, "apply-check"));
+    let (out, check) = agent(
+        tmp.path(),
+        &run_args(&pinned, reg.host(), CAPS, "apply-check"),
+    );
     assert_eq!(out.status.code(), Some(1), "drift fails the check: {check}");
     assert_eq!(check["blame"], "package");
 }
@@ -90,16 +153,41 @@ async fn blame_and_exit_codes() {
 
     let tag = format!("{}/plugins/sysctl:1.0.0", reg.host());
     let (out, r) = agent(tmp.path(), &run_args(&tag, reg.host(), CAPS, "apply"));
-    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(3), Some("config")));
+    assert_eq!(
+        (out.status.code(), r["blame"].as_str()),
+        (Some(3), Some("config"))
+    );
     assert!(r["message"].as_str().unwrap().contains("pinned"));
 
-    let narrow = r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["net.*"]}"#;
+    let narrow =
+        r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["net.*"]}"#;
     let (out, r) = agent(tmp.path(), &run_args(&pinned, reg.host(), narrow, "apply"));
-    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(2), Some("denied")));
-    assert!(r["message"].as_str().unwrap().contains(r#"add "vm.swappiness" to spec.packages.tuning.capabilities.sysctl"#), "{r}");
+    assert_eq!(
+        (out.status.code(), r["blame"].as_str()),
+        (Some(2), Some("denied"))
+    );
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"add "vm.swappiness" to spec.packages.tuning.capabilities.sysctl"#),
+        "{r}"
+    );
 
-    let (out, r) = agent(tmp.path(), &run_args(&pinned, reg.host(), r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}]}"#, "apply"));
-    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(2), Some("denied")), "missing grants are caught before running: {r}");
+    let (out, r) = agent(
+        tmp.path(),
+        &run_args(
+            &pinned,
+            reg.host(),
+            r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}]}"#,
+            "apply",
+        ),
+    );
+    assert_eq!(
+        (out.status.code(), r["blame"].as_str()),
+        (Some(2), Some("denied")),
+        "missing grants are caught before running: {r}"
+    );
 
     // The node cache is content-addressed: a node that has the digest needs no registry.
     let mut down = TestRegistry::start();
@@ -110,8 +198,15 @@ async fn blame_and_exit_codes() {
     // A fresh node must pull, and an unreachable registry is a retryable host failure.
     let fresh = tempfile::tempdir().unwrap();
     node(fresh.path());
-    let (out, r) = agent(fresh.path(), &run_args(&elsewhere, down.host(), CAPS, "plan"));
-    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(4), Some("host")), "an unreachable registry is retryable: {r}");
+    let (out, r) = agent(
+        fresh.path(),
+        &run_args(&elsewhere, down.host(), CAPS, "plan"),
+    );
+    assert_eq!(
+        (out.status.code(), r["blame"].as_str()),
+        (Some(4), Some("host")),
+        "an unreachable registry is retryable: {r}"
+    );
 }
 
 #[test]
@@ -123,9 +218,17 @@ fn the_reboot_protocol_completes_only_on_a_new_boot_id() {
 
     // First run: marker with the current boot ID, reboot requested, node not down: fail.
     let (out, r) = agent(tmp.path(), &args);
-    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(4), Some("host")), "{r}");
+    assert_eq!(
+        (out.status.code(), r["blame"].as_str()),
+        (Some(4), Some("host")),
+        "{r}"
+    );
     assert!(SimHost::reboot_requested(tmp.path()).is_some());
-    let marker: Value = serde_json::from_str(&std::fs::read_to_string(tmp.path().join("var/lib/nodewright/reboot-pending.json")).unwrap()).unwrap();
+    let marker: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("var/lib/nodewright/reboot-pending.json"))
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(marker["bootId"], boot.as_str());
 
     // Unchanged boot ID: the stale marker is replaced and the reboot requested again.
@@ -140,7 +243,11 @@ fn the_reboot_protocol_completes_only_on_a_new_boot_id() {
     let (out, r) = agent(tmp.path(), &args);
     assert_eq!(out.status.code(), Some(0), "{r}");
     assert!(r["message"].as_str().unwrap().contains(&new_boot));
-    assert!(!tmp.path().join("var/lib/nodewright/reboot-pending.json").exists());
+    assert!(
+        !tmp.path()
+            .join("var/lib/nodewright/reboot-pending.json")
+            .exists()
+    );
 
     // Done once per generation: no second reboot.
     let (out, _) = agent(tmp.path(), &args);
@@ -154,9 +261,17 @@ fn the_reboot_protocol_completes_only_on_a_new_boot_id() {
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_results_are_bounded_and_forged_blame_is_the_packages() {
     let reg = TestRegistry::start();
-    let registry = Registry::new(RegistryConfig { insecure: vec![reg.host().into()], ..Default::default() });
+    let registry = Registry::new(RegistryConfig {
+        insecure: vec![reg.host().into()],
+        ..Default::default()
+    });
     let pinned = registry
-        .push(&format!("{}/plugins/hostile:1.0.0", reg.host()), &nodewright_artifacts::read(nodewright_artifacts::HOSTILE), Default::default(), &|_| {})
+        .push(
+            &format!("{}/plugins/hostile:1.0.0", reg.host()),
+            &nodewright_artifacts::read(nodewright_artifacts::HOSTILE),
+            Default::default(),
+            &|_| {},
+        )
         .await
         .unwrap()
         .pinned;
@@ -168,26 +283,58 @@ async fn hostile_results_are_bounded_and_forged_blame_is_the_packages() {
         let root = tmp.path();
         let config = format!(r#"{{"attack": "{attack}"}}"#);
         let args = [
-            "run", "--stage", "apply", "--package", "hostile", "--version", "1.0.0", "--plugin", &pinned, "--capabilities", caps,
-            "--config", &config, "--insecure-registry", reg.host(), "--reboot-allowed", "--no-check",
+            "run",
+            "--stage",
+            "apply",
+            "--package",
+            "hostile",
+            "--version",
+            "1.0.0",
+            "--plugin",
+            &pinned,
+            "--capabilities",
+            caps,
+            "--config",
+            &config,
+            "--insecure-registry",
+            reg.host(),
+            "--reboot-allowed",
+            "--no-check",
         ];
         let term = root.join("termination-log");
         let out = agent(root, &args).0;
         (out, std::fs::read_to_string(term).unwrap())
     };
     let (out, message) = run("many-changes");
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(message.len() <= nodewright_api::result::TERMINATION_MESSAGE_LIMIT, "{}", message.len());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        message.len() <= nodewright_api::result::TERMINATION_MESSAGE_LIMIT,
+        "{}",
+        message.len()
+    );
     let r: Value = serde_json::from_str(&message).unwrap();
     assert_eq!(r["changeCount"], 16_000);
     assert!(r["changes"].as_array().unwrap().len() <= nodewright_api::result::MAX_CHANGES);
 
     let (out, message) = run("forge-host-failure");
     let r: Value = serde_json::from_str(&message).unwrap();
-    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(1), Some("package")), "{r}");
+    assert_eq!(
+        (out.status.code(), r["blame"].as_str()),
+        (Some(1), Some("package")),
+        "{r}"
+    );
     let (out, message) = run("forge-denied");
     let r: Value = serde_json::from_str(&message).unwrap();
-    assert_eq!((out.status.code(), r["blame"].as_str()), (Some(1), Some("package")), "{r}");
+    assert_eq!(
+        (out.status.code(), r["blame"].as_str()),
+        (Some(1), Some("package")),
+        "{r}"
+    );
 }
 
 /// An image without CA certificates: a plain-HTTP registry needs none, and an HTTPS one is
@@ -198,18 +345,50 @@ async fn no_system_ca_certificates_is_not_a_panic() {
     let pinned = pushed(&reg).await;
     let tmp = tempfile::tempdir().unwrap();
     node(tmp.path());
-    let no_roots = [("SSL_CERT_FILE", "/nonexistent/ca.crt"), ("SSL_CERT_DIR", "/nonexistent")];
-    let (out, r) = agent_env(tmp.path(), &run_args(&pinned, reg.host(), CAPS, "plan"), &no_roots);
-    assert_eq!(out.status.code(), Some(0), "plain HTTP needs no CA: {}", String::from_utf8_lossy(&out.stderr));
+    let no_roots = [
+        ("SSL_CERT_FILE", "/nonexistent/ca.crt"),
+        ("SSL_CERT_DIR", "/nonexistent"),
+    ];
+    let (out, r) = agent_env(
+        tmp.path(),
+        &run_args(&pinned, reg.host(), CAPS, "plan"),
+        &no_roots,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "plain HTTP needs no CA: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(r["outcome"], "ok");
 
     let tls = TestRegistry::start_tls();
     let elsewhere = pinned.replace(reg.host(), tls.host());
     let fresh = tempfile::tempdir().unwrap();
     node(fresh.path());
-    let args = ["run", "--stage", "plan", "--package", "tuning", "--version", "1.0.0", "--plugin", &elsewhere, "--capabilities", CAPS];
+    let args = [
+        "run",
+        "--stage",
+        "plan",
+        "--package",
+        "tuning",
+        "--version",
+        "1.0.0",
+        "--plugin",
+        &elsewhere,
+        "--capabilities",
+        CAPS,
+    ];
     let (out, r) = agent_env(fresh.path(), &args, &no_roots);
-    assert_ne!(out.status.code(), Some(101), "a panic: {}", String::from_utf8_lossy(&out.stderr));
+    assert_ne!(
+        out.status.code(),
+        Some(101),
+        "a panic: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(r["outcome"], "failed", "{r}");
-    assert!(r["message"].as_str().unwrap().contains("CA certificates"), "{r}");
+    assert!(
+        r["message"].as_str().unwrap().contains("CA certificates"),
+        "{r}"
+    );
 }

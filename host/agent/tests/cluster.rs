@@ -10,7 +10,7 @@ use kube::api::{Api, ListParams, PostParams};
 use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_testcluster::{ControlPlane, NodeSpec, SimKubelet};
 use nodewright_testsupport::TestRegistry;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 fn job(name: &str, node: &str, restart: &str, args: Vec<String>) -> Job {
     serde_json::from_value(json!({
@@ -38,67 +38,137 @@ fn job(name: &str, node: &str, restart: &str, args: Vec<String>) -> Job {
 async fn wait_complete(jobs: &Api<Job>, name: &str) -> String {
     for _ in 0..300 {
         if let Ok(j) = jobs.get(name).await
-            && let Some(c) = j.status.and_then(|s| s.conditions).unwrap_or_default().into_iter().find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+            && let Some(c) = j
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
         {
             return c.type_;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    panic!("job {name} did not finish\n{}", ControlPlane::shared().logs());
+    panic!(
+        "job {name} did not finish\n{}",
+        ControlPlane::shared().logs()
+    );
 }
 
 async fn termination(pods: &Api<Pod>, job: &str) -> (Value, i32) {
-    let pod = pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await.unwrap().items.remove(0);
+    let pod = pods
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
     let c = pod.status.unwrap().container_statuses.unwrap().remove(0);
     let t = c.state.unwrap().terminated.unwrap();
-    (serde_json::from_str(t.message.as_deref().unwrap_or("null")).unwrap_or(Value::Null), c.restart_count)
+    (
+        serde_json::from_str(t.message.as_deref().unwrap_or("null")).unwrap_or(Value::Null),
+        c.restart_count,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_runs_in_a_job_pod_and_reboots_the_node() {
     let reg = TestRegistry::start();
-    let registry = Registry::new(RegistryConfig { insecure: vec![reg.host().into()], ..Default::default() });
+    let registry = Registry::new(RegistryConfig {
+        insecure: vec![reg.host().into()],
+        ..Default::default()
+    });
     let pinned = registry
-        .push(&format!("{}/plugins/sysctl:1.0.0", reg.host()), &nodewright_artifacts::read(nodewright_artifacts::SYSCTL), Default::default(), &|_| {})
+        .push(
+            &format!("{}/plugins/sysctl:1.0.0", reg.host()),
+            &nodewright_artifacts::read(nodewright_artifacts::SYSCTL),
+            Default::default(),
+            &|_| {},
+        )
         .await
         .unwrap()
         .pinned;
 
     let client = ControlPlane::shared().client().await.unwrap();
     let ns = "agent-e2e";
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap()).await.unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await
+        .unwrap();
     let roots = tempfile::tempdir().unwrap();
     let node = "agent-e2e-n1";
-    let sim = SimKubelet::start(client.clone(), vec![NodeSpec::new(node, roots.path())]).await.unwrap();
+    let sim = SimKubelet::start(client.clone(), vec![NodeSpec::new(node, roots.path())])
+        .await
+        .unwrap();
     std::fs::create_dir_all(sim.root(node).join("proc/sys/vm")).unwrap();
     std::fs::write(sim.root(node).join("proc/sys/vm/swappiness"), "60").unwrap();
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     let pods: Api<Pod> = Api::namespaced(client, ns);
     let common = |extra: &[&str]| -> Vec<String> {
         let mut v: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        v.extend(["--backend=sim", "--host-root=/host", "--cr-uid=uid-e2e", "--generation=1", "--termination-log=/dev/termination-log"].map(String::from));
+        v.extend(
+            [
+                "--backend=sim",
+                "--host-root=/host",
+                "--cr-uid=uid-e2e",
+                "--generation=1",
+                "--termination-log=/dev/termination-log",
+            ]
+            .map(String::from),
+        );
         v
     };
 
     let apply = common(&[
-        "run", "--stage=apply", "--package=tuning", "--version=1.0.0", &format!("--plugin={pinned}"),
+        "run",
+        "--stage=apply",
+        "--package=tuning",
+        "--version=1.0.0",
+        &format!("--plugin={pinned}"),
         r#"--capabilities={"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]}"#,
-        r#"--config={"vm.swappiness": "10"}"#, &format!("--insecure-registry={}", reg.host()),
+        r#"--config={"vm.swappiness": "10"}"#,
+        &format!("--insecure-registry={}", reg.host()),
     ]);
-    jobs.create(&PostParams::default(), &job("tuning-apply", node, "Never", apply)).await.unwrap();
+    jobs.create(
+        &PostParams::default(),
+        &job("tuning-apply", node, "Never", apply),
+    )
+    .await
+    .unwrap();
     assert_eq!(wait_complete(&jobs, "tuning-apply").await, "Complete");
     let (result, _) = termination(&pods, "tuning-apply").await;
     assert_eq!(result["outcome"], "ok", "{result}");
-    assert_eq!(std::fs::read_to_string(sim.root(node).join("proc/sys/vm/swappiness")).unwrap(), "10");
+    assert_eq!(
+        std::fs::read_to_string(sim.root(node).join("proc/sys/vm/swappiness")).unwrap(),
+        "10"
+    );
 
     // The merged reboot interrupt: the first attempt requests the reboot, the simulated
     // node reboots (killing the pod), the OnFailure pod restarts and sees the new boot ID.
     let boot_before = sim.boot_id(node);
-    jobs.create(&PostParams::default(), &job("node-reboot", node, "OnFailure", common(&["interrupt", "--type=reboot", "--reboot-wait=20"]))).await.unwrap();
+    jobs.create(
+        &PostParams::default(),
+        &job(
+            "node-reboot",
+            node,
+            "OnFailure",
+            common(&["interrupt", "--type=reboot", "--reboot-wait=20"]),
+        ),
+    )
+    .await
+    .unwrap();
     assert_eq!(wait_complete(&jobs, "node-reboot").await, "Complete");
     let (result, restarts) = termination(&pods, "node-reboot").await;
     assert_ne!(sim.boot_id(node), boot_before);
     assert_eq!(result["outcome"], "ok", "{result}");
-    assert!(result["message"].as_str().unwrap().contains(&sim.boot_id(node)), "{result}");
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap()
+            .contains(&sim.boot_id(node)),
+        "{result}"
+    );
     assert_eq!(restarts, 1, "exactly one reboot-killed attempt");
 }

@@ -8,7 +8,11 @@ use crate::trust::PluginTrustPolicy;
 use crate::v1alpha1::{DeploymentPolicy, NodeWright};
 
 /// Every CRD's name, as `kubectl get crd` lists it.
-pub const CRD_NAMES: [&str; 3] = ["nodewrights.nodewright.io", "deploymentpolicies.nodewright.io", "plugintrustpolicies.nodewright.io"];
+pub const CRD_NAMES: [&str; 3] = [
+    "nodewrights.nodewright.io",
+    "deploymentpolicies.nodewright.io",
+    "plugintrustpolicies.nodewright.io",
+];
 
 /// `(file name, YAML)` for every CRD.
 pub fn generated() -> Vec<(&'static str, String)> {
@@ -18,7 +22,13 @@ pub fn generated() -> Vec<(&'static str, String)> {
     };
     vec![
         ("nodewright.io_nodewrights.yaml", yaml(NodeWright::crd())),
-        ("nodewright.io_deploymentpolicies.yaml", yaml(DeploymentPolicy::crd())),
-        ("nodewright.io_plugintrustpolicies.yaml", yaml(PluginTrustPolicy::crd())),
+        (
+            "nodewright.io_deploymentpolicies.yaml",
+            yaml(DeploymentPolicy::crd()),
+        ),
+        (
+            "nodewright.io_plugintrustpolicies.yaml",
+            yaml(PluginTrustPolicy::crd()),
+        ),
     ]
 }

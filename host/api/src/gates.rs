@@ -67,13 +67,20 @@ const MAX_TIMEOUT_SECS: u64 = 60;
 impl PrometheusGate {
     /// The query timeout.
     pub fn timeout(&self) -> std::time::Duration {
-        let secs = self.timeout.as_deref().and_then(|t| crate::validate::parse_duration(t).ok()).unwrap_or(DEFAULT_TIMEOUT_SECS as f64);
+        let secs = self
+            .timeout
+            .as_deref()
+            .and_then(|t| crate::validate::parse_duration(t).ok())
+            .unwrap_or(DEFAULT_TIMEOUT_SECS as f64);
         std::time::Duration::from_secs_f64(secs.clamp(1.0, MAX_TIMEOUT_SECS as f64))
     }
 
     /// The alert-name pattern, anchored.
     pub fn names(&self) -> Result<Option<regex::Regex>, regex::Error> {
-        self.alert_names.as_deref().map(|n| regex::Regex::new(&format!("^(?:{n})$"))).transpose()
+        self.alert_names
+            .as_deref()
+            .map(|n| regex::Regex::new(&format!("^(?:{n})$")))
+            .transpose()
     }
 }
 
@@ -84,7 +91,12 @@ impl NodeHealthGate {
         self.conditions
             .iter()
             .filter(|(t, want)| conditions.get(*t) != Some(want))
-            .map(|(t, want)| format!("{t}={want} (is {})", conditions.get(t).map_or("absent", String::as_str)))
+            .map(|(t, want)| {
+                format!(
+                    "{t}={want} (is {})",
+                    conditions.get(t).map_or("absent", String::as_str)
+                )
+            })
             .collect()
     }
 }
@@ -96,34 +108,58 @@ impl HealthGates {
         if let Some(p) = &self.prometheus {
             match url::Url::parse(&p.url) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
-                Ok(_) => errs.push(("prometheus.url".into(), format!("{:?} must be an http(s) URL with a host", p.url))),
-                Err(e) => errs.push(("prometheus.url".into(), format!("{:?} is not a URL: {e}", p.url))),
+                Ok(_) => errs.push((
+                    "prometheus.url".into(),
+                    format!("{:?} must be an http(s) URL with a host", p.url),
+                )),
+                Err(e) => errs.push((
+                    "prometheus.url".into(),
+                    format!("{:?} is not a URL: {e}", p.url),
+                )),
             }
             if let Err(e) = p.names() {
-                errs.push(("prometheus.alertNames".into(), format!("not a regular expression: {e}")));
+                errs.push((
+                    "prometheus.alertNames".into(),
+                    format!("not a regular expression: {e}"),
+                ));
             }
             if let Some(t) = &p.timeout {
                 match crate::validate::parse_duration(t) {
                     Ok(s) if (1.0..=MAX_TIMEOUT_SECS as f64).contains(&s) => {}
-                    Ok(_) => errs.push(("prometheus.timeout".into(), format!("{t:?} must be between 1s and 60s"))),
+                    Ok(_) => errs.push((
+                        "prometheus.timeout".into(),
+                        format!("{t:?} must be between 1s and 60s"),
+                    )),
                     Err(e) => errs.push(("prometheus.timeout".into(), e)),
                 }
             }
-            for (field, secret) in [("bearerTokenSecret", &p.bearer_token_secret), ("caSecret", &p.ca_secret)] {
+            for (field, secret) in [
+                ("bearerTokenSecret", &p.bearer_token_secret),
+                ("caSecret", &p.ca_secret),
+            ] {
                 if let Some(s) = secret
                     && !crate::validate::is_dns_label(s, 253)
                 {
-                    errs.push((format!("prometheus.{field}"), format!("{s:?} is not a Secret name")));
+                    errs.push((
+                        format!("prometheus.{field}"),
+                        format!("{s:?} is not a Secret name"),
+                    ));
                 }
             }
         }
         if let Some(h) = &self.node_health {
             if h.conditions.is_empty() {
-                errs.push(("nodeHealth.conditions".into(), "name at least one condition (remove nodeHealth to check none)".into()));
+                errs.push((
+                    "nodeHealth.conditions".into(),
+                    "name at least one condition (remove nodeHealth to check none)".into(),
+                ));
             }
             for (t, s) in &h.conditions {
                 if !matches!(s.as_str(), "True" | "False" | "Unknown") {
-                    errs.push((format!("nodeHealth.conditions.{t}"), format!("{s:?} must be True, False or Unknown")));
+                    errs.push((
+                        format!("nodeHealth.conditions.{t}"),
+                        format!("{s:?} must be True, False or Unknown"),
+                    ));
                 }
             }
         }
@@ -137,24 +173,61 @@ mod tests {
 
     #[test]
     fn node_health_names_what_is_unmet() {
-        let gate = NodeHealthGate { conditions: [("Ready".to_string(), "True".to_string()), ("KernelDeadlock".to_string(), "False".to_string())].into() };
+        let gate = NodeHealthGate {
+            conditions: [
+                ("Ready".to_string(), "True".to_string()),
+                ("KernelDeadlock".to_string(), "False".to_string()),
+            ]
+            .into(),
+        };
         let seen: BTreeMap<String, String> = [("Ready".to_string(), "True".to_string())].into();
         assert_eq!(gate.unmet(&seen), ["KernelDeadlock=False (is absent)"]);
-        let seen: BTreeMap<String, String> = [("Ready".to_string(), "False".to_string()), ("KernelDeadlock".to_string(), "False".to_string())].into();
+        let seen: BTreeMap<String, String> = [
+            ("Ready".to_string(), "False".to_string()),
+            ("KernelDeadlock".to_string(), "False".to_string()),
+        ]
+        .into();
         assert_eq!(gate.unmet(&seen), ["Ready=True (is False)"]);
     }
 
     #[test]
     fn invalid_gates_name_their_field() {
         let gates = HealthGates {
-            prometheus: Some(PrometheusGate { url: "ftp://x".into(), alert_names: Some("(".into()), timeout: Some("5m".into()), ca_secret: Some("Bad_Name".into()), ..Default::default() }),
-            node_health: Some(NodeHealthGate { conditions: [("Ready".to_string(), "yes".to_string())].into() }),
+            prometheus: Some(PrometheusGate {
+                url: "ftp://x".into(),
+                alert_names: Some("(".into()),
+                timeout: Some("5m".into()),
+                ca_secret: Some("Bad_Name".into()),
+                ..Default::default()
+            }),
+            node_health: Some(NodeHealthGate {
+                conditions: [("Ready".to_string(), "yes".to_string())].into(),
+            }),
         };
         let paths: Vec<String> = gates.validate().into_iter().map(|(p, _)| p).collect();
-        assert_eq!(paths, ["prometheus.url", "prometheus.alertNames", "prometheus.timeout", "prometheus.caSecret", "nodeHealth.conditions.Ready"]);
-        let ok = PrometheusGate { url: "http://prom:9090".into(), alert_names: Some("Node.*|GPU".into()), ..Default::default() };
+        assert_eq!(
+            paths,
+            [
+                "prometheus.url",
+                "prometheus.alertNames",
+                "prometheus.timeout",
+                "prometheus.caSecret",
+                "nodeHealth.conditions.Ready"
+            ]
+        );
+        let ok = PrometheusGate {
+            url: "http://prom:9090".into(),
+            alert_names: Some("Node.*|GPU".into()),
+            ..Default::default()
+        };
         let re = ok.names().unwrap().unwrap();
-        assert!(re.is_match("GPU") && re.is_match("NodeDown") && !re.is_match("MyGPU"), "anchored");
-        assert_eq!(ok.timeout(), std::time::Duration::from_secs(DEFAULT_TIMEOUT_SECS));
+        assert!(
+            re.is_match("GPU") && re.is_match("NodeDown") && !re.is_match("MyGPU"),
+            "anchored"
+        );
+        assert_eq!(
+            ok.timeout(),
+            std::time::Duration::from_secs(DEFAULT_TIMEOUT_SECS)
+        );
     }
 }

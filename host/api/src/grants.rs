@@ -58,7 +58,9 @@ pub struct FileGrant {
 }
 
 /// Access granted on a path.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum FileAccess {
     /// Read, stat and list only.
@@ -179,8 +181,12 @@ impl GrantSource {
     /// Where `capability` is granted: the spec field or the CLI flag.
     pub fn field(&self, capability: Capability) -> String {
         match (self, capability) {
-            (GrantSource::Spec { package }, Capability::Power) => format!("spec.packages.{package}.interrupt.type: reboot"),
-            (GrantSource::Spec { package }, c) => format!("spec.packages.{package}.capabilities.{}", c.grant_field()),
+            (GrantSource::Spec { package }, Capability::Power) => {
+                format!("spec.packages.{package}.interrupt.type: reboot")
+            }
+            (GrantSource::Spec { package }, c) => {
+                format!("spec.packages.{package}.capabilities.{}", c.grant_field())
+            }
             (GrantSource::Flags, Capability::Power) => "--grant power".to_string(),
             (GrantSource::Flags, c) => format!("--grant {}=...", c.flag_key()),
         }
@@ -197,11 +203,17 @@ impl GrantSource {
                 if write { "readWrite" } else { "read" }
             ),
             (GrantSource::Spec { package }, c) => {
-                format!("add {value:?} to spec.packages.{package}.capabilities.{}", c.grant_field())
+                format!(
+                    "add {value:?} to spec.packages.{package}.capabilities.{}",
+                    c.grant_field()
+                )
             }
             (GrantSource::Flags, Capability::Power) => "pass --grant power".to_string(),
             (GrantSource::Flags, Capability::Files) => {
-                format!("pass --grant files={value}:{}", if write { "rw" } else { "ro" })
+                format!(
+                    "pass --grant files={value}:{}",
+                    if write { "rw" } else { "ro" }
+                )
             }
             (GrantSource::Flags, c) => format!("pass --grant {}={value}", c.flag_key()),
         }
@@ -220,7 +232,10 @@ pub struct GrantError {
 
 impl GrantError {
     fn new(field: String, message: impl Into<String>) -> Self {
-        GrantError { field, message: message.into() }
+        GrantError {
+            field,
+            message: message.into(),
+        }
     }
 }
 
@@ -233,26 +248,51 @@ pub struct NamePattern {
 }
 
 impl NamePattern {
-    fn parse(field: &str, index: usize, raw: &str, allowed: fn(char) -> bool) -> Result<Self, GrantError> {
+    fn parse(
+        field: &str,
+        index: usize,
+        raw: &str,
+        allowed: fn(char) -> bool,
+    ) -> Result<Self, GrantError> {
         let field = format!("{field}[{index}]");
         if raw.is_empty() {
             return Err(GrantError::new(field, "must not be empty"));
         }
-        if let Some(bad) = raw.chars().find(|&c| !(allowed(c) || matches!(c, '*' | '?' | '[' | ']' | '!'))) {
-            return Err(GrantError::new(field, format!("{raw:?} contains {bad:?}, which is not allowed here")));
+        if let Some(bad) = raw
+            .chars()
+            .find(|&c| !(allowed(c) || matches!(c, '*' | '?' | '[' | ']' | '!')))
+        {
+            return Err(GrantError::new(
+                field,
+                format!("{raw:?} contains {bad:?}, which is not allowed here"),
+            ));
         }
         let glob = GlobBuilder::new(raw)
             .literal_separator(true)
             .build()
-            .map_err(|e| GrantError::new(field, format!("{raw:?} is not a valid glob: {}", e.kind())))?;
+            .map_err(|e| {
+                GrantError::new(field, format!("{raw:?} is not a valid glob: {}", e.kind()))
+            })?;
         let literal = !raw.contains(['*', '?', '[']);
-        Ok(NamePattern { source: raw.to_string(), matcher: glob.compile_matcher(), literal })
+        Ok(NamePattern {
+            source: raw.to_string(),
+            matcher: glob.compile_matcher(),
+            literal,
+        })
     }
 
     /// A host-name pattern (module, unit, sysctl key): may not start with `-`.
-    fn parse_name(field: &str, index: usize, raw: &str, allowed: fn(char) -> bool) -> Result<Self, GrantError> {
+    fn parse_name(
+        field: &str,
+        index: usize,
+        raw: &str,
+        allowed: fn(char) -> bool,
+    ) -> Result<Self, GrantError> {
         if raw.starts_with('-') {
-            return Err(GrantError::new(format!("{field}[{index}]"), format!("{raw:?} starts with '-'; a name is never an option")));
+            return Err(GrantError::new(
+                format!("{field}[{index}]"),
+                format!("{raw:?} starts with '-'; a name is never an option"),
+            ));
         }
         NamePattern::parse(field, index, raw, allowed)
     }
@@ -268,11 +308,18 @@ impl NamePattern {
     /// `-` itself, nor an argument with a `..` path component or control characters.
     pub fn check_arg(&self, arg: &str) -> Result<(), String> {
         if self.literal {
-            return if self.source == arg { Ok(()) } else { Err(format!("{arg:?} is not {:?}", self.source)) };
+            return if self.source == arg {
+                Ok(())
+            } else {
+                Err(format!("{arg:?} is not {:?}", self.source))
+            };
         }
         crate::hostargs::wildcard_arg(arg)?;
         if arg.starts_with('-') && !self.source.starts_with('-') {
-            return Err(format!("{arg:?} is an option, and the pattern {:?} does not start with '-'", self.source));
+            return Err(format!(
+                "{arg:?} is an option, and the pattern {:?} does not start with '-'",
+                self.source
+            ));
         }
         if !self.matches(arg) {
             return Err(format!("{arg:?} does not match {:?}", self.source));
@@ -311,12 +358,20 @@ pub struct CommandRule {
 impl CommandRule {
     /// Whether `args` fit this rule's patterns, or the first reason they do not.
     pub fn check_args(&self, args: &[String]) -> Result<(), String> {
-        let Some(patterns) = &self.args else { return Ok(()) };
+        let Some(patterns) = &self.args else {
+            return Ok(());
+        };
         if patterns.len() != args.len() {
-            return Err(format!("{} argument(s) given, the grant has {} pattern(s)", args.len(), patterns.len()));
+            return Err(format!(
+                "{} argument(s) given, the grant has {} pattern(s)",
+                args.len(),
+                patterns.len()
+            ));
         }
         for (i, (pattern, arg)) in patterns.iter().zip(args).enumerate() {
-            pattern.check_arg(arg).map_err(|why| format!("argument {i}: {why}"))?;
+            pattern
+                .check_arg(arg)
+                .map_err(|why| format!("argument {i}: {why}"))?;
         }
         Ok(())
     }
@@ -360,25 +415,41 @@ fn arg_char(c: char) -> bool {
 impl GrantSet {
     /// Parses `caps` into allowlists. `power` says whether the package may request a reboot.
     /// Returns every problem found, each with its field path.
-    pub fn parse(caps: &Capabilities, power: bool, source: GrantSource) -> Result<GrantSet, Vec<GrantError>> {
+    pub fn parse(
+        caps: &Capabilities,
+        power: bool,
+        source: GrantSource,
+    ) -> Result<GrantSet, Vec<GrantError>> {
         let mut errors = Vec::new();
         let mut files = Vec::new();
         for (i, grant) in caps.files.iter().enumerate() {
             if grant.special_modes && grant.access != FileAccess::ReadWrite {
-                errors.push(GrantError::new(format!("files[{i}].specialModes"), "needs access: readWrite"));
+                errors.push(GrantError::new(
+                    format!("files[{i}].specialModes"),
+                    "needs access: readWrite",
+                ));
             }
             match normalize_abs_path(&grant.path) {
-                Ok(path) => files.push(PathRule { path, access: grant.access, special_modes: grant.special_modes }),
+                Ok(path) => files.push(PathRule {
+                    path,
+                    access: grant.access,
+                    special_modes: grant.special_modes,
+                }),
                 Err(msg) => errors.push(GrantError::new(format!("files[{i}].path"), msg)),
             }
         }
         files.sort_by_key(|r| r.path.components().count());
-        let mut names = |field: &str, raw: &[String], allowed: fn(char) -> bool| -> Vec<NamePattern> {
-            raw.iter()
-                .enumerate()
-                .filter_map(|(i, s)| NamePattern::parse_name(field, i, s, allowed).map_err(|e| errors.push(e)).ok())
-                .collect()
-        };
+        let mut names =
+            |field: &str, raw: &[String], allowed: fn(char) -> bool| -> Vec<NamePattern> {
+                raw.iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| {
+                        NamePattern::parse_name(field, i, s, allowed)
+                            .map_err(|e| errors.push(e))
+                            .ok()
+                    })
+                    .collect()
+            };
         let kernel_modules = names("kernelModules", &caps.kernel_modules, module_char);
         let services = names("services", &caps.services, unit_char);
         let sysctl = names("sysctl", &caps.sysctl, sysctl_char);
@@ -386,7 +457,10 @@ impl GrantSet {
         for (i, grant) in caps.commands.iter().enumerate() {
             let path = match normalize_abs_path(&grant.path) {
                 Ok(p) if p == Path::new("/") => {
-                    errors.push(GrantError::new(format!("commands[{i}].path"), "must name a binary, not /"));
+                    errors.push(GrantError::new(
+                        format!("commands[{i}].path"),
+                        "must name a binary, not /",
+                    ));
                     continue;
                 }
                 Ok(p) => p,
@@ -400,14 +474,28 @@ impl GrantSet {
                     .iter()
                     .enumerate()
                     .filter_map(|(j, s)| {
-                        NamePattern::parse(&format!("commands[{i}].args"), j, s, arg_char).map_err(|e| errors.push(e)).ok()
+                        NamePattern::parse(&format!("commands[{i}].args"), j, s, arg_char)
+                            .map_err(|e| errors.push(e))
+                            .ok()
                     })
                     .collect()
             });
-            commands.push(CommandRule { path, args, read_only: grant.read_only });
+            commands.push(CommandRule {
+                path,
+                args,
+                read_only: grant.read_only,
+            });
         }
         if errors.is_empty() {
-            Ok(GrantSet { source, files, kernel_modules, services, sysctl, commands, power })
+            Ok(GrantSet {
+                source,
+                files,
+                kernel_modules,
+                services,
+                sysctl,
+                commands,
+                power,
+            })
         } else {
             Err(errors)
         }
@@ -440,30 +528,48 @@ impl GrantSet {
 
     /// The strongest access granted on a normalised absolute `path`, if any.
     pub fn file_access(&self, path: &Path) -> Option<FileAccess> {
-        self.files.iter().filter(|r| path.starts_with(&r.path)).map(|r| r.access).max()
+        self.files
+            .iter()
+            .filter(|r| path.starts_with(&r.path))
+            .map(|r| r.access)
+            .max()
     }
 
     /// Whether a rule covering `path` lets the package set setuid/setgid/sticky bits.
     pub fn allows_special_modes(&self, path: &Path) -> bool {
-        self.files.iter().any(|r| r.special_modes && r.access == FileAccess::ReadWrite && path.starts_with(&r.path))
+        self.files.iter().any(|r| {
+            r.special_modes && r.access == FileAccess::ReadWrite && path.starts_with(&r.path)
+        })
     }
 
     /// Checks a kernel module name: its grammar, then the grant.
     pub fn check_module(&self, name: &str) -> Result<(), NameRefusal> {
         crate::hostargs::module_name(name).map_err(NameRefusal::Invalid)?;
-        self.kernel_modules.iter().any(|p| p.matches(name)).then_some(()).ok_or(NameRefusal::NotGranted)
+        self.kernel_modules
+            .iter()
+            .any(|p| p.matches(name))
+            .then_some(())
+            .ok_or(NameRefusal::NotGranted)
     }
 
     /// Checks a systemd unit name: its grammar, then the grant.
     pub fn check_service(&self, unit: &str) -> Result<(), NameRefusal> {
         crate::hostargs::unit_name(unit).map_err(NameRefusal::Invalid)?;
-        self.services.iter().any(|p| p.matches(unit)).then_some(()).ok_or(NameRefusal::NotGranted)
+        self.services
+            .iter()
+            .any(|p| p.matches(unit))
+            .then_some(())
+            .ok_or(NameRefusal::NotGranted)
     }
 
     /// Checks a dotted sysctl key: its grammar, then the grant.
     pub fn check_sysctl(&self, key: &str) -> Result<(), NameRefusal> {
         crate::hostargs::sysctl_key(key).map_err(NameRefusal::Invalid)?;
-        self.sysctl.iter().any(|p| p.matches(key)).then_some(()).ok_or(NameRefusal::NotGranted)
+        self.sysctl
+            .iter()
+            .any(|p| p.matches(key))
+            .then_some(())
+            .ok_or(NameRefusal::NotGranted)
     }
 
     /// Whether the kernel module `name` is well-formed and granted.
@@ -483,9 +589,16 @@ impl GrantSet {
 
     /// The rule granting `path` with `args`, if any (a read-only rule is preferred).
     pub fn command_rule(&self, path: &Path, args: &[String]) -> Option<&CommandRule> {
-        let mut matching = self.commands.iter().filter(|rule| rule.path == path && rule.check_args(args).is_ok());
+        let mut matching = self
+            .commands
+            .iter()
+            .filter(|rule| rule.path == path && rule.check_args(args).is_ok());
         let first = matching.next()?;
-        Some(if first.read_only { first } else { matching.find(|r| r.read_only).unwrap_or(first) })
+        Some(if first.read_only {
+            first
+        } else {
+            matching.find(|r| r.read_only).unwrap_or(first)
+        })
     }
 
     /// Whether running `path` with `args` is granted.
@@ -518,7 +631,11 @@ pub fn normalize_abs_path(raw: &str) -> Result<PathBuf, String> {
         match component {
             Component::RootDir | Component::CurDir => {}
             Component::Normal(part) => out.push(part),
-            Component::ParentDir => return Err(format!("{raw:?} contains '..', which could escape the grant")),
+            Component::ParentDir => {
+                return Err(format!(
+                    "{raw:?} contains '..', which could escape the grant"
+                ));
+            }
             Component::Prefix(_) => return Err(format!("{raw:?} is not a Unix path")),
         }
     }
@@ -547,10 +664,16 @@ impl Capabilities {
                 continue;
             }
             let Some((key, value)) = flag.split_once('=') else {
-                return Err(GrantError::new(field, format!("{flag:?} is not KEY=VALUE (or `power`)")));
+                return Err(GrantError::new(
+                    field,
+                    format!("{flag:?} is not KEY=VALUE (or `power`)"),
+                ));
             };
             if value.is_empty() {
-                return Err(GrantError::new(field, format!("{flag:?} has an empty value")));
+                return Err(GrantError::new(
+                    field,
+                    format!("{flag:?} has an empty value"),
+                ));
             }
             match key {
                 "files" | "file" => {
@@ -559,11 +682,18 @@ impl Capabilities {
                         Some((p, "rw+special")) => (p, FileAccess::ReadWrite, true),
                         Some((p, "ro")) => (p, FileAccess::Read, false),
                         Some((_, other)) => {
-                            return Err(GrantError::new(field, format!("access {other:?} must be `ro`, `rw` or `rw+special`")));
+                            return Err(GrantError::new(
+                                field,
+                                format!("access {other:?} must be `ro`, `rw` or `rw+special`"),
+                            ));
                         }
                         None => (value, FileAccess::Read, false),
                     };
-                    caps.files.push(FileGrant { path: path.to_string(), access, special_modes });
+                    caps.files.push(FileGrant {
+                        path: path.to_string(),
+                        access,
+                        special_modes,
+                    });
                 }
                 "kmod" | "kernelModule" => caps.kernel_modules.push(value.to_string()),
                 "service" | "services" => caps.services.push(value.to_string()),
@@ -573,12 +703,18 @@ impl Capabilities {
                         Some((p, a)) => (p, Some(a.split(',').map(str::to_string).collect())),
                         None => (value, None),
                     };
-                    caps.commands.push(CommandGrant { path: path.to_string(), args, read_only: key == "probe" });
+                    caps.commands.push(CommandGrant {
+                        path: path.to_string(),
+                        args,
+                        read_only: key == "probe",
+                    });
                 }
                 other => {
                     return Err(GrantError::new(
                         field,
-                        format!("unknown grant {other:?}; expected files, kmod, service, sysctl, command, probe or power"),
+                        format!(
+                            "unknown grant {other:?}; expected files, kmod, service, sysctl, command, probe or power"
+                        ),
                     ));
                 }
             }
@@ -592,7 +728,13 @@ mod tests {
     use super::*;
 
     fn parse(caps: &Capabilities) -> Result<GrantSet, Vec<GrantError>> {
-        GrantSet::parse(caps, false, GrantSource::Spec { package: "drv".into() })
+        GrantSet::parse(
+            caps,
+            false,
+            GrantSource::Spec {
+                package: "drv".into(),
+            },
+        )
     }
 
     #[test]
@@ -610,15 +752,33 @@ mod tests {
     fn file_grants_cover_subtrees_and_take_the_strongest_access() {
         let caps = Capabilities {
             files: vec![
-                FileGrant { path: "/etc".into(), access: FileAccess::Read, special_modes: false },
-                FileGrant { path: "/etc/sysctl.d/".into(), access: FileAccess::ReadWrite, special_modes: false },
+                FileGrant {
+                    path: "/etc".into(),
+                    access: FileAccess::Read,
+                    special_modes: false,
+                },
+                FileGrant {
+                    path: "/etc/sysctl.d/".into(),
+                    access: FileAccess::ReadWrite,
+                    special_modes: false,
+                },
             ],
             ..Default::default()
         };
         let set = parse(&caps).unwrap();
-        assert_eq!(set.file_access(Path::new("/etc/hosts")), Some(FileAccess::Read));
-        assert_eq!(set.file_access(Path::new("/etc/sysctl.d/99-x.conf")), Some(FileAccess::ReadWrite));
-        assert_eq!(set.file_access(Path::new("/etcetera")), None, "prefix match must be by component");
+        assert_eq!(
+            set.file_access(Path::new("/etc/hosts")),
+            Some(FileAccess::Read)
+        );
+        assert_eq!(
+            set.file_access(Path::new("/etc/sysctl.d/99-x.conf")),
+            Some(FileAccess::ReadWrite)
+        );
+        assert_eq!(
+            set.file_access(Path::new("/etcetera")),
+            None,
+            "prefix match must be by component"
+        );
         assert_eq!(set.file_access(Path::new("/var/lib")), None);
     }
 
@@ -626,15 +786,30 @@ mod tests {
     fn bad_paths_are_rejected_with_field_paths() {
         let caps = Capabilities {
             files: vec![
-                FileGrant { path: "etc/x".into(), access: FileAccess::Read, special_modes: false },
-                FileGrant { path: "/etc/../root".into(), access: FileAccess::Read, special_modes: false },
+                FileGrant {
+                    path: "etc/x".into(),
+                    access: FileAccess::Read,
+                    special_modes: false,
+                },
+                FileGrant {
+                    path: "/etc/../root".into(),
+                    access: FileAccess::Read,
+                    special_modes: false,
+                },
             ],
-            commands: vec![CommandGrant { path: "bin/sh".into(), args: None, read_only: false }],
+            commands: vec![CommandGrant {
+                path: "bin/sh".into(),
+                args: None,
+                read_only: false,
+            }],
             ..Default::default()
         };
         let errs = parse(&caps).unwrap_err();
         let fields: Vec<_> = errs.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, ["files[0].path", "files[1].path", "commands[0].path"]);
+        assert_eq!(
+            fields,
+            ["files[0].path", "files[1].path", "commands[0].path"]
+        );
         assert!(errs[1].message.contains(".."), "{}", errs[1]);
     }
 
@@ -673,8 +848,16 @@ mod tests {
     fn command_argument_patterns() {
         let caps = Capabilities {
             commands: vec![
-                CommandGrant { path: "/usr/bin/nvidia-smi".into(), args: Some(vec!["-pm".into(), "[01]".into()]), read_only: false },
-                CommandGrant { path: "/usr/bin/true".into(), args: None, read_only: true },
+                CommandGrant {
+                    path: "/usr/bin/nvidia-smi".into(),
+                    args: Some(vec!["-pm".into(), "[01]".into()]),
+                    read_only: false,
+                },
+                CommandGrant {
+                    path: "/usr/bin/true".into(),
+                    args: None,
+                    read_only: true,
+                },
             ],
             ..Default::default()
         };
@@ -682,11 +865,25 @@ mod tests {
         let smi = Path::new("/usr/bin/nvidia-smi");
         assert!(set.allows_command(smi, &["-pm".into(), "1".into()]));
         assert!(!set.allows_command(smi, &["-pm".into(), "2".into()]));
-        assert!(!set.allows_command(smi, &["-pm".into()]), "argument count must match");
+        assert!(
+            !set.allows_command(smi, &["-pm".into()]),
+            "argument count must match"
+        );
         assert!(set.allows_command(Path::new("/usr/bin/true"), &["anything".into()]));
-        assert!(!set.allows_command(Path::new("/usr/bin/../bin/true"), &[]), "paths are exact");
-        assert!(set.command_rule(Path::new("/usr/bin/true"), &[]).unwrap().read_only);
-        assert!(!set.command_rule(smi, &["-pm".into(), "1".into()]).unwrap().read_only);
+        assert!(
+            !set.allows_command(Path::new("/usr/bin/../bin/true"), &[]),
+            "paths are exact"
+        );
+        assert!(
+            set.command_rule(Path::new("/usr/bin/true"), &[])
+                .unwrap()
+                .read_only
+        );
+        assert!(
+            !set.command_rule(smi, &["-pm".into(), "1".into()])
+                .unwrap()
+                .read_only
+        );
     }
 
     #[test]
@@ -698,16 +895,35 @@ mod tests {
             ..Default::default()
         };
         let set = parse(&caps).unwrap();
-        assert!(matches!(set.check_module("nvidia/../../evil"), Err(NameRefusal::Invalid(_))));
-        assert!(matches!(set.check_module("nvidia -C"), Err(NameRefusal::Invalid(_))));
+        assert!(matches!(
+            set.check_module("nvidia/../../evil"),
+            Err(NameRefusal::Invalid(_))
+        ));
+        assert!(matches!(
+            set.check_module("nvidia -C"),
+            Err(NameRefusal::Invalid(_))
+        ));
         assert_eq!(set.check_module("nvidia_uvm"), Ok(()));
         assert_eq!(set.check_module("evil"), Err(NameRefusal::NotGranted));
-        assert!(matches!(set.check_service("/tmp/evil.service"), Err(NameRefusal::Invalid(_))));
-        assert!(matches!(set.check_service("--root=/tmp.service"), Err(NameRefusal::Invalid(_))));
+        assert!(matches!(
+            set.check_service("/tmp/evil.service"),
+            Err(NameRefusal::Invalid(_))
+        ));
+        assert!(matches!(
+            set.check_service("--root=/tmp.service"),
+            Err(NameRefusal::Invalid(_))
+        ));
         assert_eq!(set.check_service("app.service"), Ok(()));
-        assert!(matches!(set.check_sysctl("net/../kernel/panic"), Err(NameRefusal::Invalid(_))));
+        assert!(matches!(
+            set.check_sysctl("net/../kernel/panic"),
+            Err(NameRefusal::Invalid(_))
+        ));
         assert_eq!(set.check_sysctl("net.core.somaxconn"), Ok(()));
-        let errs = parse(&Capabilities { kernel_modules: vec!["-C".into()], ..Default::default() }).unwrap_err();
+        let errs = parse(&Capabilities {
+            kernel_modules: vec!["-C".into()],
+            ..Default::default()
+        })
+        .unwrap_err();
         assert_eq!(errs[0].field, "kernelModules[0]");
     }
 
@@ -725,33 +941,65 @@ mod tests {
         let tool = Path::new("/usr/bin/tool");
         let args = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
         assert!(set.allows_command(tool, &args("--level=3", "/var/lib/app/x.conf")));
-        assert!(!set.allows_command(tool, &args("--level=3", "/var/lib/app/../../etc/shadow")), "'..' widens the pattern");
-        assert!(!set.allows_command(tool, &args("--level=3", "/var/lib/app/a/b")), "'*' does not cross '/'");
+        assert!(
+            !set.allows_command(tool, &args("--level=3", "/var/lib/app/../../etc/shadow")),
+            "'..' widens the pattern"
+        );
+        assert!(
+            !set.allows_command(tool, &args("--level=3", "/var/lib/app/a/b")),
+            "'*' does not cross '/'"
+        );
         assert!(!set.allows_command(tool, &args("--level=3", "-/var/lib/app/x")));
         let rule = &set.commands[0];
-        assert!(rule.check_args(&args("--level=3", "--config=/var/lib/app/x")).unwrap_err().contains("argument 1"));
+        assert!(
+            rule.check_args(&args("--level=3", "--config=/var/lib/app/x"))
+                .unwrap_err()
+                .contains("argument 1")
+        );
         let any = Capabilities {
-            commands: vec![CommandGrant { path: "/usr/bin/tool".into(), args: Some(vec!["*".into()]), read_only: false }],
+            commands: vec![CommandGrant {
+                path: "/usr/bin/tool".into(),
+                args: Some(vec!["*".into()]),
+                read_only: false,
+            }],
             ..Default::default()
         };
         let set = parse(&any).unwrap();
         assert!(set.allows_command(tool, &["file".to_string()]));
-        assert!(!set.allows_command(tool, &["--exec=/bin/sh".to_string()]), "a leading wildcard does not match an option");
+        assert!(
+            !set.allows_command(tool, &["--exec=/bin/sh".to_string()]),
+            "a leading wildcard does not match an option"
+        );
     }
 
     #[test]
     fn special_modes_need_an_explicit_readwrite_grant() {
         let caps = Capabilities {
             files: vec![
-                FileGrant { path: "/usr/local/bin".into(), access: FileAccess::ReadWrite, special_modes: true },
-                FileGrant { path: "/etc/app".into(), access: FileAccess::ReadWrite, special_modes: false },
+                FileGrant {
+                    path: "/usr/local/bin".into(),
+                    access: FileAccess::ReadWrite,
+                    special_modes: true,
+                },
+                FileGrant {
+                    path: "/etc/app".into(),
+                    access: FileAccess::ReadWrite,
+                    special_modes: false,
+                },
             ],
             ..Default::default()
         };
         let set = parse(&caps).unwrap();
         assert!(set.allows_special_modes(Path::new("/usr/local/bin/tool")));
         assert!(!set.allows_special_modes(Path::new("/etc/app/x")));
-        let bad = Capabilities { files: vec![FileGrant { path: "/x".into(), access: FileAccess::Read, special_modes: true }], ..Default::default() };
+        let bad = Capabilities {
+            files: vec![FileGrant {
+                path: "/x".into(),
+                access: FileAccess::Read,
+                special_modes: true,
+            }],
+            ..Default::default()
+        };
         assert_eq!(parse(&bad).unwrap_err()[0].field, "files[0].specialModes");
         let (caps, _) = Capabilities::from_flags(&["files=/opt/bin:rw+special"]).unwrap();
         assert!(caps.files[0].special_modes);
@@ -760,7 +1008,10 @@ mod tests {
     #[test]
     fn unknown_keys_are_rejected() {
         let err = serde_json::from_str::<Capabilities>(r#"{"kernelModule": ["x"]}"#).unwrap_err();
-        assert!(err.to_string().contains("unknown field `kernelModule`"), "{err}");
+        assert!(
+            err.to_string().contains("unknown field `kernelModule`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -776,9 +1027,19 @@ mod tests {
         ])
         .unwrap();
         assert!(power);
-        assert_eq!(caps.files[0], FileGrant { path: "/etc/sysctl.d".into(), access: FileAccess::ReadWrite, special_modes: false });
+        assert_eq!(
+            caps.files[0],
+            FileGrant {
+                path: "/etc/sysctl.d".into(),
+                access: FileAccess::ReadWrite,
+                special_modes: false
+            }
+        );
         assert_eq!(caps.files[1].access, FileAccess::Read);
-        assert_eq!(caps.commands[0].args.as_deref(), Some(&["-pm".to_string(), "1".to_string()][..]));
+        assert_eq!(
+            caps.commands[0].args.as_deref(),
+            Some(&["-pm".to_string(), "1".to_string()][..])
+        );
         let err = Capabilities::from_flags(&["kmods=x"]).unwrap_err();
         assert_eq!(err.field, "--grant[0]");
         assert!(Capabilities::from_flags(&["files=/x:rx"]).is_err());
@@ -787,7 +1048,9 @@ mod tests {
 
     #[test]
     fn hints_name_the_grant_to_add() {
-        let spec = GrantSource::Spec { package: "driver".into() };
+        let spec = GrantSource::Spec {
+            package: "driver".into(),
+        };
         assert_eq!(
             spec.hint(Capability::Kmod, "nvidia", false),
             r#"add "nvidia" to spec.packages.driver.capabilities.kernelModules"#
@@ -796,9 +1059,21 @@ mod tests {
             spec.hint(Capability::Files, "/etc/x", true),
             r#"add {path: "/etc/x", access: readWrite} to spec.packages.driver.capabilities.files"#
         );
-        assert_eq!(GrantSource::Flags.hint(Capability::Services, "a.service", false), "pass --grant service=a.service");
-        assert_eq!(GrantSource::Flags.hint(Capability::Power, "", false), "pass --grant power");
-        assert_eq!(spec.field(Capability::Sysctl), "spec.packages.driver.capabilities.sysctl");
-        assert_eq!(GrantSource::Flags.field(Capability::Exec), "--grant command=...");
+        assert_eq!(
+            GrantSource::Flags.hint(Capability::Services, "a.service", false),
+            "pass --grant service=a.service"
+        );
+        assert_eq!(
+            GrantSource::Flags.hint(Capability::Power, "", false),
+            "pass --grant power"
+        );
+        assert_eq!(
+            spec.field(Capability::Sysctl),
+            "spec.packages.driver.capabilities.sysctl"
+        );
+        assert_eq!(
+            GrantSource::Flags.field(Capability::Exec),
+            "--grant command=..."
+        );
     }
 }

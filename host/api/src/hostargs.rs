@@ -21,8 +21,19 @@ pub const MAX_SYSCTL_KEY: usize = 255;
 pub const MAX_MODULE_PARAM: usize = 1024;
 
 /// The systemd unit types, by suffix.
-pub const UNIT_TYPES: [&str; 11] =
-    ["service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope"];
+pub const UNIT_TYPES: [&str; 11] = [
+    "service",
+    "socket",
+    "device",
+    "mount",
+    "automount",
+    "swap",
+    "target",
+    "path",
+    "timer",
+    "slice",
+    "scope",
+];
 
 fn ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-')
@@ -36,13 +47,19 @@ pub fn module_name(name: &str) -> Result<(), String> {
         return Err("a kernel module name must not be empty".into());
     }
     if name.len() > MAX_MODULE_NAME {
-        return Err(format!("a kernel module name has at most {MAX_MODULE_NAME} characters"));
+        return Err(format!(
+            "a kernel module name has at most {MAX_MODULE_NAME} characters"
+        ));
     }
     if name.starts_with('-') {
-        return Err(format!("{name:?} starts with '-': module names are never options"));
+        return Err(format!(
+            "{name:?} starts with '-': module names are never options"
+        ));
     }
     if let Some(bad) = name.chars().find(|&c| !ident_char(c)) {
-        return Err(format!("{name:?} contains {bad:?}; kernel module names use only A-Z, a-z, 0-9, '_' and '-'"));
+        return Err(format!(
+            "{name:?} contains {bad:?}; kernel module names use only A-Z, a-z, 0-9, '_' and '-'"
+        ));
     }
     Ok(())
 }
@@ -53,31 +70,43 @@ pub fn module_name(name: &str) -> Result<(), String> {
 /// double quote.
 pub fn module_param(param: &str) -> Result<(), String> {
     if param.len() > MAX_MODULE_PARAM {
-        return Err(format!("a module parameter has at most {MAX_MODULE_PARAM} characters"));
+        return Err(format!(
+            "a module parameter has at most {MAX_MODULE_PARAM} characters"
+        ));
     }
     if param.starts_with('-') {
-        return Err(format!("{param:?} starts with '-': parameters are key=value, never modprobe options"));
+        return Err(format!(
+            "{param:?} starts with '-': parameters are key=value, never modprobe options"
+        ));
     }
     let Some((key, value)) = param.split_once('=') else {
         return Err(format!("{param:?} is not key=value"));
     };
     if key.is_empty() || !key.chars().all(ident_char) {
-        return Err(format!("parameter name {key:?} must be non-empty and use only A-Z, a-z, 0-9, '_' and '-'"));
+        return Err(format!(
+            "parameter name {key:?} must be non-empty and use only A-Z, a-z, 0-9, '_' and '-'"
+        ));
     }
     if let Some(bad) = value.chars().find(|c| c.is_control()) {
-        return Err(format!("the value of {key} contains the control character {bad:?}"));
+        return Err(format!(
+            "the value of {key} contains the control character {bad:?}"
+        ));
     }
     let inner = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
         Some(quoted) if value.len() >= 2 => quoted,
         _ => {
             if value.contains(char::is_whitespace) {
-                return Err(format!("the value of {key} contains whitespace; quote the whole value: {key}=\"...\""));
+                return Err(format!(
+                    "the value of {key} contains whitespace; quote the whole value: {key}=\"...\""
+                ));
             }
             value
         }
     };
     if inner.contains('"') {
-        return Err(format!("the value of {key} contains a '\"' that is not the quoting of the whole value"));
+        return Err(format!(
+            "the value of {key} contains a '\"' that is not the quoting of the whole value"
+        ));
     }
     Ok(())
 }
@@ -90,19 +119,33 @@ pub fn unit_name(unit: &str) -> Result<(), String> {
         return Err("a unit name must not be empty".into());
     }
     if unit.len() > MAX_UNIT_NAME {
-        return Err(format!("a unit name has at most {MAX_UNIT_NAME} characters"));
+        return Err(format!(
+            "a unit name has at most {MAX_UNIT_NAME} characters"
+        ));
     }
     if unit.starts_with('-') || unit.starts_with('.') {
-        return Err(format!("{unit:?} starts with {:?}: unit names are never options or hidden files", &unit[..1]));
+        return Err(format!(
+            "{unit:?} starts with {:?}: unit names are never options or hidden files",
+            &unit[..1]
+        ));
     }
-    if let Some(bad) = unit.chars().find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '.' | '\\' | '-' | '@'))) {
-        return Err(format!("{unit:?} contains {bad:?}, which is not in systemd's unit-name character set"));
+    if let Some(bad) = unit
+        .chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '.' | '\\' | '-' | '@')))
+    {
+        return Err(format!(
+            "{unit:?} contains {bad:?}, which is not in systemd's unit-name character set"
+        ));
     }
     let Some((stem, kind)) = unit.rsplit_once('.') else {
-        return Err(format!("{unit:?} has no unit type suffix (.service, .socket, .timer, ...)"));
+        return Err(format!(
+            "{unit:?} has no unit type suffix (.service, .socket, .timer, ...)"
+        ));
     };
     if !UNIT_TYPES.contains(&kind) {
-        return Err(format!("{unit:?} ends in .{kind}, which is not a systemd unit type"));
+        return Err(format!(
+            "{unit:?} ends in .{kind}, which is not a systemd unit type"
+        ));
     }
     if stem.is_empty() {
         return Err(format!("{unit:?} has an empty name before .{kind}"));
@@ -121,16 +164,22 @@ pub fn sysctl_key(key: &str) -> Result<(), String> {
         return Err("a sysctl key must not be empty".into());
     }
     if key.len() > MAX_SYSCTL_KEY {
-        return Err(format!("a sysctl key has at most {MAX_SYSCTL_KEY} characters"));
+        return Err(format!(
+            "a sysctl key has at most {MAX_SYSCTL_KEY} characters"
+        ));
     }
     if key.starts_with('-') {
         return Err(format!("{key:?} starts with '-'"));
     }
     if let Some(bad) = key.chars().find(|&c| !(ident_char(c) || c == '.')) {
-        return Err(format!("{key:?} contains {bad:?}; sysctl keys are dotted names of A-Z, a-z, 0-9, '_' and '-'"));
+        return Err(format!(
+            "{key:?} contains {bad:?}; sysctl keys are dotted names of A-Z, a-z, 0-9, '_' and '-'"
+        ));
     }
     if key.split('.').any(str::is_empty) {
-        return Err(format!("{key:?} has an empty segment (leading, trailing or doubled '.')"));
+        return Err(format!(
+            "{key:?} has an empty segment (leading, trailing or doubled '.')"
+        ));
     }
     Ok(())
 }
@@ -140,7 +189,9 @@ pub fn sysctl_key(key: &str) -> Result<(), String> {
 /// widened to `/var/lib/app/../../etc/shadow`).
 pub fn wildcard_arg(arg: &str) -> Result<(), String> {
     if let Some(bad) = arg.chars().find(|c| c.is_control()) {
-        return Err(format!("argument {arg:?} contains the control character {bad:?}"));
+        return Err(format!(
+            "argument {arg:?} contains the control character {bad:?}"
+        ));
     }
     if arg.split(['/', '=']).any(|part| part == "..") {
         return Err(format!("argument {arg:?} contains a '..' path component"));
@@ -157,37 +208,97 @@ mod tests {
         for ok in ["nvidia", "br_netfilter", "nvidia-uvm", "a1"] {
             assert_eq!(module_name(ok), Ok(()), "{ok}");
         }
-        for bad in ["", "-C", "-a", "../evil", "x/y", "nv.ko", "a b", "nvidia\n", &"x".repeat(56)] {
+        for bad in [
+            "",
+            "-C",
+            "-a",
+            "../evil",
+            "x/y",
+            "nv.ko",
+            "a b",
+            "nvidia\n",
+            &"x".repeat(56),
+        ] {
             assert!(module_name(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn module_params() {
-        for ok in ["NVreg_EnableGpuFirmware=0", "modeset=1", "opt=", "name=\"a b\"", "list=1,2,3", "path=/lib/fw"] {
+        for ok in [
+            "NVreg_EnableGpuFirmware=0",
+            "modeset=1",
+            "opt=",
+            "name=\"a b\"",
+            "list=1,2,3",
+            "path=/lib/fw",
+        ] {
             assert_eq!(module_param(ok), Ok(()), "{ok}");
         }
-        for bad in ["-C", "--config=/tmp/x", "x", "=1", "a b=1", "k=a b", "k=\"a", "k=a\"b\"", "k=\"a\"b\"", "k=1\ninstall x /bin/sh"] {
+        for bad in [
+            "-C",
+            "--config=/tmp/x",
+            "x",
+            "=1",
+            "a b=1",
+            "k=a b",
+            "k=\"a",
+            "k=a\"b\"",
+            "k=\"a\"b\"",
+            "k=1\ninstall x /bin/sh",
+        ] {
             assert!(module_param(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn unit_names() {
-        for ok in ["containerd.service", "getty@tty1.service", "nvidia-persistenced.service", "foo@.service", "dev-sda1.device", "a:b\\x2d.mount"] {
+        for ok in [
+            "containerd.service",
+            "getty@tty1.service",
+            "nvidia-persistenced.service",
+            "foo@.service",
+            "dev-sda1.device",
+            "a:b\\x2d.mount",
+        ] {
             assert_eq!(unit_name(ok), Ok(()), "{ok}");
         }
-        for bad in ["", "/etc/evil.service", "--root=/x", "-H", "evil", "evil.exe", ".service", "@x.service", "a@b@c.service", "a b.service", "../x.service"] {
+        for bad in [
+            "",
+            "/etc/evil.service",
+            "--root=/x",
+            "-H",
+            "evil",
+            "evil.exe",
+            ".service",
+            "@x.service",
+            "a@b@c.service",
+            "a b.service",
+            "../x.service",
+        ] {
             assert!(unit_name(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn sysctl_keys() {
-        for ok in ["net.ipv4.ip_forward", "vm.swappiness", "net.ipv4.conf.eth-0.rp_filter"] {
+        for ok in [
+            "net.ipv4.ip_forward",
+            "vm.swappiness",
+            "net.ipv4.conf.eth-0.rp_filter",
+        ] {
             assert_eq!(sysctl_key(ok), Ok(()), "{ok}");
         }
-        for bad in ["", "net/ipv4/ip_forward", "net..x", ".net", "net.", "-w", "kernel.x y", "a.*"] {
+        for bad in [
+            "",
+            "net/ipv4/ip_forward",
+            "net..x",
+            ".net",
+            "net.",
+            "-w",
+            "kernel.x y",
+            "a.*",
+        ] {
             assert!(sysctl_key(bad).is_err(), "{bad:?}");
         }
     }

@@ -101,7 +101,13 @@ pub fn drain_blocked(cr: &str) -> String {
 /// Every per-CR annotation nodewright writes on a node: state, status, cordon mark, drain
 /// start and drain-blocked. A node the CR no longer targets carries none of them.
 pub fn per_cr(cr: &str) -> [String; 5] {
-    [node_state(cr), node_status(cr), cordon(cr), drain_start(cr), drain_blocked(cr)]
+    [
+        node_state(cr),
+        node_status(cr),
+        cordon(cr),
+        drain_start(cr),
+        drain_blocked(cr),
+    ]
 }
 
 /// Labels on agent Jobs and their pods (what the operator reads back into the planner).

@@ -40,7 +40,11 @@ pub struct StageLimits {
 
 impl Default for StageLimits {
     fn default() -> Self {
-        StageLimits { memory: DEFAULT_MEMORY, write_bytes: DEFAULT_WRITE_BYTES, write_files: DEFAULT_WRITE_FILES }
+        StageLimits {
+            memory: DEFAULT_MEMORY,
+            write_bytes: DEFAULT_WRITE_BYTES,
+            write_files: DEFAULT_WRITE_FILES,
+        }
     }
 }
 
@@ -58,14 +62,21 @@ pub struct Ceilings {
 impl Default for Ceilings {
     /// 1 GiB of memory, 4 GiB and 100,000 files written per stage.
     fn default() -> Self {
-        Ceilings { memory: 1 << 30, write_bytes: 4 << 30, write_files: 100_000 }
+        Ceilings {
+            memory: 1 << 30,
+            write_bytes: 4 << 30,
+            write_files: 100_000,
+        }
     }
 }
 
 fn bytes(field: &str, raw: &str) -> Result<u64, (String, String)> {
     match parse_quantity(raw) {
         Ok(q) if q >= 1.0 && q.fract() == 0.0 && q < u64::MAX as f64 => Ok(q as u64),
-        Ok(_) => Err((field.to_string(), format!("{raw:?} must be a whole, positive number of bytes"))),
+        Ok(_) => Err((
+            field.to_string(),
+            format!("{raw:?} must be a whole, positive number of bytes"),
+        )),
         Err(e) => Err((field.to_string(), e)),
     }
 }
@@ -75,11 +86,15 @@ impl StageLimits {
     /// `spec.packages.<name>` (`sandbox.memory`) and the reason.
     pub fn of(package: &Package) -> Result<StageLimits, Vec<(String, String)>> {
         let mut limits = StageLimits::default();
-        let Some(spec) = &package.sandbox else { return Ok(limits) };
+        let Some(spec) = &package.sandbox else {
+            return Ok(limits);
+        };
         let mut errors = Vec::new();
         if let Some(raw) = &spec.memory {
             match bytes("sandbox.memory", raw) {
-                Ok(v) if v < 16 << 20 => errors.push(("sandbox.memory".into(), "must be at least 16Mi".into())),
+                Ok(v) if v < 16 << 20 => {
+                    errors.push(("sandbox.memory".into(), "must be at least 16Mi".into()))
+                }
                 Ok(v) => limits.memory = v,
                 Err(e) => errors.push(e),
             }
@@ -93,18 +108,32 @@ impl StageLimits {
         if let Some(files) = spec.write_files {
             limits.write_files = files;
         }
-        if errors.is_empty() { Ok(limits) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(limits)
+        } else {
+            Err(errors)
+        }
     }
 
     /// The first field above its ceiling, as (field below the package, message).
     pub fn check(&self, ceilings: &Ceilings) -> Result<(), (String, String)> {
         let over = |field: &str, value: u64, max: u64| {
-            (value > max).then(|| (field.to_string(), format!("{value} is above the operator's ceiling of {max}")))
+            (value > max).then(|| {
+                (
+                    field.to_string(),
+                    format!("{value} is above the operator's ceiling of {max}"),
+                )
+            })
         };
         match over("sandbox.memory", self.memory, ceilings.memory)
             .or_else(|| over("sandbox.writeBytes", self.write_bytes, ceilings.write_bytes))
-            .or_else(|| over("sandbox.writeFiles", u64::from(self.write_files), u64::from(ceilings.write_files)))
-        {
+            .or_else(|| {
+                over(
+                    "sandbox.writeFiles",
+                    u64::from(self.write_files),
+                    u64::from(ceilings.write_files),
+                )
+            }) {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -120,15 +149,32 @@ mod tests {
     fn defaults_overrides_and_ceilings() {
         let mut p = Package::default();
         assert_eq!(StageLimits::of(&p).unwrap(), StageLimits::default());
-        p.sandbox = Some(SandboxSpec { memory: Some("512Mi".into()), write_bytes: Some("2Gi".into()), write_files: Some(10) });
+        p.sandbox = Some(SandboxSpec {
+            memory: Some("512Mi".into()),
+            write_bytes: Some("2Gi".into()),
+            write_files: Some(10),
+        });
         let l = StageLimits::of(&p).unwrap();
-        assert_eq!((l.memory, l.write_bytes, l.write_files), (512 << 20, 2 << 30, 10));
+        assert_eq!(
+            (l.memory, l.write_bytes, l.write_files),
+            (512 << 20, 2 << 30, 10)
+        );
         assert_eq!(l.check(&Ceilings::default()), Ok(()));
-        let low = Ceilings { memory: 256 << 20, ..Default::default() };
+        let low = Ceilings {
+            memory: 256 << 20,
+            ..Default::default()
+        };
         assert_eq!(l.check(&low).unwrap_err().0, "sandbox.memory");
-        p.sandbox = Some(SandboxSpec { memory: Some("1Mi".into()), write_bytes: Some("lots".into()), write_files: None });
+        p.sandbox = Some(SandboxSpec {
+            memory: Some("1Mi".into()),
+            write_bytes: Some("lots".into()),
+            write_files: None,
+        });
         let errs = StageLimits::of(&p).unwrap_err();
-        assert_eq!(errs.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), ["sandbox.memory", "sandbox.writeBytes"]);
+        assert_eq!(
+            errs.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+            ["sandbox.memory", "sandbox.writeBytes"]
+        );
         assert_eq!(max_read_bytes(128 << 20), 64 << 20);
     }
 }

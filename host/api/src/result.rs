@@ -95,14 +95,26 @@ impl StageResult {
     /// did not say, or said something unreadable).
     pub fn reported_interrupt(&self) -> Option<Option<Interrupt>> {
         let text = self.interrupt.as_deref()?;
-        let kind = |kind| Some(Some(Interrupt { kind, services: Vec::new() }));
+        let kind = |kind| {
+            Some(Some(Interrupt {
+                kind,
+                services: Vec::new(),
+            }))
+        };
         match text {
             "none" => Some(None),
             "reboot" => kind(InterruptType::Reboot),
             "restartAllServices" => kind(InterruptType::RestartAllServices),
             _ => {
                 let services = text.strip_prefix("service:")?;
-                Some(Some(Interrupt { kind: InterruptType::Service, services: services.split(',').filter(|s| !s.is_empty()).map(String::from).collect() }))
+                Some(Some(Interrupt {
+                    kind: InterruptType::Service,
+                    services: services
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect(),
+                }))
             }
         }
     }
@@ -127,23 +139,40 @@ impl StageResult {
     /// Each step finds how much to drop by bisection, so the cost is a few serialisations
     /// whatever the input size.
     pub fn to_termination_message(&self) -> String {
-        let fits = |r: &StageResult| serde_json::to_string(r).expect("results serialize").len() <= TERMINATION_MESSAGE_LIMIT;
+        let fits = |r: &StageResult| {
+            serde_json::to_string(r).expect("results serialize").len() <= TERMINATION_MESSAGE_LIMIT
+        };
         let mut r = self.clone().bounded();
         if fits(&r) {
             return serde_json::to_string(&r).expect("results serialize");
         }
         // Fewest oldest log lines to drop.
         let logs = std::mem::take(&mut r.logs);
-        let keep = largest(logs.len(), |n| fits(&StageResult { logs: logs[logs.len() - n..].to_vec(), ..r.clone() }));
+        let keep = largest(logs.len(), |n| {
+            fits(&StageResult {
+                logs: logs[logs.len() - n..].to_vec(),
+                ..r.clone()
+            })
+        });
         r.logs = logs[logs.len() - keep..].to_vec();
         if !fits(&r) {
             let changes = std::mem::take(&mut r.changes);
-            let keep = largest(changes.len(), |n| fits(&StageResult { changes: changes[..n].to_vec(), ..r.clone() }));
+            let keep = largest(changes.len(), |n| {
+                fits(&StageResult {
+                    changes: changes[..n].to_vec(),
+                    ..r.clone()
+                })
+            });
             r.changes = changes[..keep].to_vec();
         }
         if !fits(&r) {
             let message = std::mem::take(&mut r.message);
-            let keep = largest(message.len(), |n| fits(&StageResult { message: cut(&message, n), ..r.clone() }));
+            let keep = largest(message.len(), |n| {
+                fits(&StageResult {
+                    message: cut(&message, n),
+                    ..r.clone()
+                })
+            });
             r.message = cut(&message, keep);
         }
         serde_json::to_string(&r).expect("results serialize")
@@ -186,22 +215,36 @@ mod tests {
     #[test]
     fn termination_message_fits_and_keeps_the_verdict() {
         let mut r = StageResult::failed("apply", "p", Blame::Package, "boom");
-        r.logs = (0..500).map(|i| format!("line {i} {}", "x".repeat(40))).collect();
+        r.logs = (0..500)
+            .map(|i| format!("line {i} {}", "x".repeat(40)))
+            .collect();
         let msg = r.to_termination_message();
         assert!(msg.len() <= TERMINATION_MESSAGE_LIMIT);
         let back: StageResult = serde_json::from_str(&msg).unwrap();
-        assert_eq!((back.outcome.as_str(), back.blame), ("failed", Blame::Package));
-        assert_eq!(back.logs.last().unwrap(), r.logs.last().unwrap(), "the newest lines are kept");
+        assert_eq!(
+            (back.outcome.as_str(), back.blame),
+            ("failed", Blame::Package)
+        );
+        assert_eq!(
+            back.logs.last().unwrap(),
+            r.logs.last().unwrap(),
+            "the newest lines are kept"
+        );
     }
 
     #[test]
     fn huge_results_are_bounded_when_built() {
         let mut r = StageResult::failed("apply", "p", Blame::Package, "x".repeat(4 << 20));
-        r.changes = (0..16_000).map(|i| format!("file /etc/app/{i}: {}", "y".repeat(300))).collect();
+        r.changes = (0..16_000)
+            .map(|i| format!("file /etc/app/{i}: {}", "y".repeat(300)))
+            .collect();
         r.change_count = 16_000;
         r.logs = (0..16_000).map(|i| format!("line {i}")).collect();
         let b = r.clone().bounded();
-        assert_eq!((b.changes.len(), b.logs.len(), b.change_count), (MAX_CHANGES, MAX_LOG_LINES, 16_000));
+        assert_eq!(
+            (b.changes.len(), b.logs.len(), b.change_count),
+            (MAX_CHANGES, MAX_LOG_LINES, 16_000)
+        );
         assert_eq!(b.logs.last().unwrap(), "line 15999");
         assert!(b.message.len() <= MAX_MESSAGE);
         let msg = r.to_termination_message();
@@ -224,9 +267,18 @@ mod tests {
         assert_eq!(r.reported_interrupt(), Some(None));
         r.interrupt = Some("service:a.service,b.service".into());
         let i = r.reported_interrupt().unwrap().unwrap();
-        assert_eq!((i.kind, i.services), (InterruptType::Service, vec!["a.service".to_string(), "b.service".to_string()]));
+        assert_eq!(
+            (i.kind, i.services),
+            (
+                InterruptType::Service,
+                vec!["a.service".to_string(), "b.service".to_string()]
+            )
+        );
         r.interrupt = Some("reboot".into());
-        assert_eq!(r.reported_interrupt().unwrap().unwrap().kind, InterruptType::Reboot);
+        assert_eq!(
+            r.reported_interrupt().unwrap().unwrap().kind,
+            InterruptType::Reboot
+        );
         r.interrupt = Some("explode".into());
         assert_eq!(r.reported_interrupt(), None);
     }

@@ -17,9 +17,17 @@ use crate::grants::FileGrant;
 
 /// Trusted signers and what they may be granted.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(group = "nodewright.io", version = "v1alpha1", kind = "PluginTrustPolicy", plural = "plugintrustpolicies", shortname = "ptp")]
+#[kube(
+    group = "nodewright.io",
+    version = "v1alpha1",
+    kind = "PluginTrustPolicy",
+    plural = "plugintrustpolicies",
+    shortname = "ptp"
+)]
 #[kube(printcolumn = r#"{"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}"#)]
-#[kube(printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#)]
+#[kube(
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginTrustPolicySpec {
     /// `enforce` (default): refuse what fails; `warn`: admit with a warning and a
@@ -136,15 +144,29 @@ pub fn validate(spec: &PluginTrustPolicySpec) -> Vec<(String, String)> {
         if s.name.is_empty() {
             errs.push((format!("{path}.name"), "must not be empty".into()));
         } else if names.contains(&s.name.as_str()) {
-            errs.push((format!("{path}.name"), format!("{:?} is named twice", s.name)));
+            errs.push((
+                format!("{path}.name"),
+                format!("{:?} is named twice", s.name),
+            ));
         }
         names.push(&s.name);
         match (&s.public_key, &s.keyless) {
             (Some(pem), None) if pem.contains("-----BEGIN PUBLIC KEY-----") => {}
-            (Some(_), None) => errs.push((format!("{path}.publicKey"), "must be a PEM public key (-----BEGIN PUBLIC KEY-----), as in cosign.pub".into())),
-            (None, Some(_)) => errs.push((format!("{path}.keyless"), "keyless identities are not verified yet: use publicKey".into())),
-            (Some(_), Some(_)) => errs.push((path.clone(), "set publicKey or keyless, not both".into())),
-            (None, None) => errs.push((format!("{path}.publicKey"), "a signer needs a publicKey".into())),
+            (Some(_), None) => errs.push((
+                format!("{path}.publicKey"),
+                "must be a PEM public key (-----BEGIN PUBLIC KEY-----), as in cosign.pub".into(),
+            )),
+            (None, Some(_)) => errs.push((
+                format!("{path}.keyless"),
+                "keyless identities are not verified yet: use publicKey".into(),
+            )),
+            (Some(_), Some(_)) => {
+                errs.push((path.clone(), "set publicKey or keyless, not both".into()))
+            }
+            (None, None) => errs.push((
+                format!("{path}.publicKey"),
+                "a signer needs a publicKey".into(),
+            )),
         }
         for (j, f) in s.may_grant.files.iter().enumerate() {
             if let Err(e) = crate::grants::normalize_abs_path(&f.path) {
@@ -155,17 +177,26 @@ pub fn validate(spec: &PluginTrustPolicySpec) -> Vec<(String, String)> {
     if let Some(r) = &spec.require {
         for (i, n) in r.all_of.iter().enumerate() {
             if !names.contains(&n.as_str()) {
-                errs.push((format!("spec.require.allOf[{i}]"), format!("{n:?} is not one of the signers")));
+                errs.push((
+                    format!("spec.require.allOf[{i}]"),
+                    format!("{n:?} is not one of the signers"),
+                ));
             }
         }
         if let Some(any) = &r.any_of {
             for (i, n) in any.signers.iter().enumerate() {
                 if !names.contains(&n.as_str()) {
-                    errs.push((format!("spec.require.anyOf.signers[{i}]"), format!("{n:?} is not one of the signers")));
+                    errs.push((
+                        format!("spec.require.anyOf.signers[{i}]"),
+                        format!("{n:?} is not one of the signers"),
+                    ));
                 }
             }
             if any.minimum == 0 || any.minimum as usize > any.signers.len() {
-                errs.push(("spec.require.anyOf.minimum".into(), format!("must be between 1 and {}", any.signers.len())));
+                errs.push((
+                    "spec.require.anyOf.minimum".into(),
+                    format!("must be between 1 and {}", any.signers.len()),
+                ));
             }
         }
     }
@@ -192,11 +223,30 @@ pub fn granted_capabilities(p: &crate::v1alpha1::Package) -> Vec<(&'static str, 
         }
     };
     add(!caps.files.is_empty(), "files", "capabilities.files");
-    add(!caps.kernel_modules.is_empty(), "kmod", "capabilities.kernelModules");
-    add(!caps.services.is_empty(), "services", "capabilities.services");
-    add(matches!(interrupt, Some(InterruptType::Service | InterruptType::RestartAllServices)) && caps.services.is_empty(), "services", "interrupt.type");
+    add(
+        !caps.kernel_modules.is_empty(),
+        "kmod",
+        "capabilities.kernelModules",
+    );
+    add(
+        !caps.services.is_empty(),
+        "services",
+        "capabilities.services",
+    );
+    add(
+        matches!(
+            interrupt,
+            Some(InterruptType::Service | InterruptType::RestartAllServices)
+        ) && caps.services.is_empty(),
+        "services",
+        "interrupt.type",
+    );
     add(!caps.sysctl.is_empty(), "sysctl", "capabilities.sysctl");
     add(!caps.commands.is_empty(), "exec", "capabilities.commands");
-    add(interrupt == Some(InterruptType::Reboot), "power", "interrupt.type: reboot");
+    add(
+        interrupt == Some(InterruptType::Reboot),
+        "power",
+        "interrupt.type: reboot",
+    );
     out
 }

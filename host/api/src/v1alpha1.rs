@@ -204,7 +204,20 @@ pub struct Interrupt {
 }
 
 /// Interrupt kinds, weakest first.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum InterruptType {
     /// Nothing.
@@ -379,11 +392,15 @@ pub struct BatchState {
     pub versions: String,
 }
 
-
-
 /// Rollout strategy for nodes, in compartments.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(group = "nodewright.io", version = "v1alpha1", kind = "DeploymentPolicy", plural = "deploymentpolicies", shortname = "dp")]
+#[kube(
+    group = "nodewright.io",
+    version = "v1alpha1",
+    kind = "DeploymentPolicy",
+    plural = "deploymentpolicies",
+    shortname = "dp"
+)]
 #[serde(rename_all = "camelCase")]
 pub struct DeploymentPolicySpec {
     /// Reset batch state when a rollout completes (default true).
@@ -586,7 +603,9 @@ pub fn state_key(name: &str, version: &str) -> String {
 }
 
 /// Package stages as tracked on nodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stage {
     /// Read-only dry run before a disruptive install: a converged node needs no cordon.
@@ -687,17 +706,35 @@ mod tests {
         e.run = 1_700_000_000;
         e.boot_id = "boot-2".into();
         e.changed_keys = vec!["a.conf".into()];
-        e.planned = Some(Planned { changes: 0, interrupt: None });
+        e.planned = Some(Planned {
+            changes: 0,
+            interrupt: None,
+        });
         e
     }
 
     #[test]
     fn names_are_the_serialized_ones() {
-        let all = [Stage::Plan, Stage::Apply, Stage::Config, Stage::Interrupt, Stage::PostInterrupt, Stage::Upgrade, Stage::Uninstall, Stage::UninstallInterrupt];
+        let all = [
+            Stage::Plan,
+            Stage::Apply,
+            Stage::Config,
+            Stage::Interrupt,
+            Stage::PostInterrupt,
+            Stage::Upgrade,
+            Stage::Uninstall,
+            Stage::UninstallInterrupt,
+        ];
         for st in all {
             assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
         }
-        for st in [State::Complete, State::InProgress, State::Skipped, State::Erroring, State::Unknown] {
+        for st in [
+            State::Complete,
+            State::InProgress,
+            State::Skipped,
+            State::Erroring,
+            State::Unknown,
+        ] {
             assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
         }
     }
@@ -707,9 +744,16 @@ mod tests {
         let mut e = done_entry();
         // The clock may be behind the entry's epoch (another machine's clock): still later.
         e.restart_at(Stage::Config, 1_600_000_000);
-        assert_eq!((e.stage, e.state, e.attempts, e.message.as_str()), (Stage::Config, State::InProgress, 0, ""));
+        assert_eq!(
+            (e.stage, e.state, e.attempts, e.message.as_str()),
+            (Stage::Config, State::InProgress, 0, "")
+        );
         assert_eq!(e.run, 1_700_000_001);
-        assert_eq!((e.boot_id.as_str(), e.changed_keys.len()), ("boot-2", 1), "a config rerun keeps its cycle");
+        assert_eq!(
+            (e.boot_id.as_str(), e.changed_keys.len()),
+            ("boot-2", 1),
+            "a config rerun keeps its cycle"
+        );
         assert!(e.planned.is_some());
     }
 
@@ -718,10 +762,20 @@ mod tests {
         let mut e = done_entry();
         e.restart_at(Stage::Apply, 1_800_000_000);
         assert_eq!(e.run, 1_800_000_000);
-        assert!(e.planned.is_none() && e.changed_keys.is_empty(), "a whole install cycle: the spec's interrupt is in scope");
+        assert!(
+            e.planned.is_none() && e.changed_keys.is_empty(),
+            "a whole install cycle: the spec's interrupt is in scope"
+        );
         let mut e = done_entry();
         e.restart_at(Stage::Interrupt, 0);
-        assert!(e.boot_id.is_empty() && e.planned.is_none(), "the interrupt records the boot it starts from");
-        assert_eq!(e.changed_keys, ["a.conf"], "a config cycle's interrupt stays the config cycle's");
+        assert!(
+            e.boot_id.is_empty() && e.planned.is_none(),
+            "the interrupt records the boot it starts from"
+        );
+        assert_eq!(
+            e.changed_keys,
+            ["a.conf"],
+            "a config cycle's interrupt stays the config cycle's"
+        );
     }
 }

@@ -11,7 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::grants::{GrantSet, GrantSource};
 use crate::v1alpha1::{
-    BatchParams, Budget, DeploymentPolicySpec, Interrupt, InterruptType, NodeWrightSpec, Package, Strategy,
+    BatchParams, Budget, DeploymentPolicySpec, Interrupt, InterruptType, NodeWrightSpec, Package,
+    Strategy,
 };
 
 /// A rejected field.
@@ -33,7 +34,10 @@ struct Errors(Vec<FieldError>);
 
 impl Errors {
     fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(FieldError { path: path.into(), message: message.into() });
+        self.0.push(FieldError {
+            path: path.into(),
+            message: message.into(),
+        });
     }
 }
 
@@ -47,7 +51,8 @@ pub const MAX_NODEWRIGHT_NAME: usize = 48;
 pub(crate) fn is_dns_label(s: &str, max: usize) -> bool {
     !s.is_empty()
         && s.len() <= max
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -58,7 +63,8 @@ pub fn is_package_name(s: &str) -> bool {
     (2..=43).contains(&b.len())
         && b[0].is_ascii_lowercase()
         && b[b.len() - 1].is_ascii_lowercase()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// Parses a Go-style duration (`1h30m`, `45s`, `500ms`, `0s`) into seconds.
@@ -72,13 +78,19 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
     }
     let (mut total, mut rest) = (0.0, s);
     while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         if num_len == 0 {
             return Err(format!("{s:?} is not a duration like 30s, 5m or 1h30m"));
         }
-        let n: f64 = rest[..num_len].parse().map_err(|_| format!("{s:?} is not a duration like 30s, 5m or 1h30m"))?;
+        let n: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| format!("{s:?} is not a duration like 30s, 5m or 1h30m"))?;
         rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let mult = match &rest[..unit_len] {
             "h" => 3600.0,
             "m" => 60.0,
@@ -96,9 +108,13 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
 
 /// Parses a Kubernetes quantity (`100m`, `0.5`, `64Mi`, `1G`) into base units.
 pub fn parse_quantity(s: &str) -> Result<f64, String> {
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, suffix) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a quantity like 100m, 1, 64Mi"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a quantity like 100m, 1, 64Mi"))?;
     let mult = match suffix {
         "" => 1.0,
         "m" => 1e-3,
@@ -125,7 +141,11 @@ pub fn check_plugin_reference(r: &str) -> Result<(), String> {
         None => (r, None),
     };
     if let Some(d) = digest {
-        let ok = d.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        let ok = d.strip_prefix("sha256:").is_some_and(|h| {
+            h.len() == 64
+                && h.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
         if !ok {
             return Err(format!("digest {d:?} must be sha256:<64 lowercase hex>"));
         }
@@ -134,17 +154,31 @@ pub fn check_plugin_reference(r: &str) -> Result<(), String> {
         return Err("must name a registry and a repository (registry/repo)".into());
     };
     if !(registry.contains('.') || registry.contains(':') || registry == "localhost") {
-        return Err(format!("{registry:?} is not a registry host; references must be fully qualified"));
+        return Err(format!(
+            "{registry:?} is not a registry host; references must be fully qualified"
+        ));
     }
     let (repo, tag) = match path.rsplit_once(':') {
         Some((repo, tag)) => (repo, Some(tag)),
         None => (path, None),
     };
-    if repo.is_empty() || !repo.split('/').all(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))) {
-        return Err(format!("repository {repo:?} must be lowercase path components"));
+    if repo.is_empty()
+        || !repo.split('/').all(|c| {
+            !c.is_empty()
+                && c.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        })
+    {
+        return Err(format!(
+            "repository {repo:?} must be lowercase path components"
+        ));
     }
     if let Some(tag) = tag
-        && (tag.is_empty() || tag.len() > 128 || !tag.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)))
+        && (tag.is_empty()
+            || tag.len() > 128
+            || !tag
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)))
     {
         return Err(format!("tag {tag:?} is not a valid tag"));
     }
@@ -159,10 +193,19 @@ fn check_selector(errs: &mut Errors, path: &str, sel: &LabelSelector) {
         let p = format!("{path}.matchExpressions[{i}]");
         let values = expr.values.as_deref().unwrap_or_default();
         match expr.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => errs.add(format!("{p}.values"), format!("must be non-empty for {}", expr.operator)),
-            "Exists" | "DoesNotExist" if !values.is_empty() => errs.add(format!("{p}.values"), format!("must be empty for {}", expr.operator)),
+            "In" | "NotIn" if values.is_empty() => errs.add(
+                format!("{p}.values"),
+                format!("must be non-empty for {}", expr.operator),
+            ),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errs.add(
+                format!("{p}.values"),
+                format!("must be empty for {}", expr.operator),
+            ),
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => errs.add(format!("{p}.operator"), format!("{other:?} is not In, NotIn, Exists or DoesNotExist")),
+            other => errs.add(
+                format!("{p}.operator"),
+                format!("{other:?} is not In, NotIn, Exists or DoesNotExist"),
+            ),
         }
         if expr.key.is_empty() {
             errs.add(format!("{p}.key"), "must not be empty");
@@ -170,7 +213,10 @@ fn check_selector(errs: &mut Errors, path: &str, sel: &LabelSelector) {
     }
     for k in sel.match_labels.iter().flatten().map(|(k, _)| k) {
         if k.is_empty() || k.contains(char::is_whitespace) {
-            errs.add(format!("{path}.matchLabels"), format!("{k:?} is not a label key"));
+            errs.add(
+                format!("{path}.matchLabels"),
+                format!("{k:?} is not a label key"),
+            );
         }
     }
 }
@@ -179,15 +225,24 @@ fn check_budget(errs: &mut Errors, path: &str, b: &Budget, min: i32) {
     match (b.percent, b.count) {
         (Some(_), Some(_)) => errs.add(path, "set exactly one of percent and count"),
         (None, None) => errs.add(path, "set one of percent and count"),
-        (Some(p), None) if !(min..=100).contains(&p) => errs.add(format!("{path}.percent"), format!("{p} is outside {min}-100")),
-        (None, Some(c)) if c < min => errs.add(format!("{path}.count"), format!("{c} must be at least {min}")),
+        (Some(p), None) if !(min..=100).contains(&p) => errs.add(
+            format!("{path}.percent"),
+            format!("{p} is outside {min}-100"),
+        ),
+        (None, Some(c)) if c < min => errs.add(
+            format!("{path}.count"),
+            format!("{c} must be at least {min}"),
+        ),
         _ => {}
     }
 }
 
 fn check_interrupt(errs: &mut Errors, path: &str, i: &Interrupt) {
     match i.kind {
-        InterruptType::Service if i.services.is_empty() => errs.add(format!("{path}.services"), "type service needs at least one unit"),
+        InterruptType::Service if i.services.is_empty() => errs.add(
+            format!("{path}.services"),
+            "type service needs at least one unit",
+        ),
         InterruptType::Service => {
             for (i, unit) in i.services.iter().enumerate() {
                 if let Err(reason) = crate::hostargs::unit_name(unit) {
@@ -195,7 +250,9 @@ fn check_interrupt(errs: &mut Errors, path: &str, i: &Interrupt) {
                 }
             }
         }
-        InterruptType::Noop | InterruptType::RestartAllServices | InterruptType::Reboot if !i.services.is_empty() => {
+        InterruptType::Noop | InterruptType::RestartAllServices | InterruptType::Reboot
+            if !i.services.is_empty() =>
+        {
             errs.add(format!("{path}.services"), "only allowed with type service")
         }
         InterruptType::Noop | InterruptType::RestartAllServices | InterruptType::Reboot => {}
@@ -215,7 +272,12 @@ fn check_duration(errs: &mut Errors, path: &str, d: Option<&String>) {
 pub fn config_key_matches(pattern: &str, key: &str) -> bool {
     match pattern.split_once('*') {
         None => pattern == key,
-        Some((pre, post)) => key.len() >= pre.len() + post.len() && key.starts_with(pre) && key.ends_with(post) && !post.contains('*'),
+        Some((pre, post)) => {
+            key.len() >= pre.len() + post.len()
+                && key.starts_with(pre)
+                && key.ends_with(post)
+                && !post.contains('*')
+        }
     }
 }
 
@@ -225,13 +287,28 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
         errs.add(&base, "package names are 2-43 lowercase letters, digits and dashes, starting and ending with a letter");
     }
     if semver::Version::parse(&p.version).is_err() {
-        errs.add(format!("{base}.version"), format!("{:?} is not a semantic version (MAJOR.MINOR.PATCH)", p.version));
+        errs.add(
+            format!("{base}.version"),
+            format!(
+                "{:?} is not a semantic version (MAJOR.MINOR.PATCH)",
+                p.version
+            ),
+        );
     }
     if let Err(e) = check_plugin_reference(&p.plugin) {
         errs.add(format!("{base}.plugin"), e);
     }
-    let power = p.interrupt.as_ref().is_some_and(|i| i.kind == InterruptType::Reboot);
-    if let Err(grant_errors) = GrantSet::parse(&p.capabilities, power, GrantSource::Spec { package: name.into() }) {
+    let power = p
+        .interrupt
+        .as_ref()
+        .is_some_and(|i| i.kind == InterruptType::Reboot);
+    if let Err(grant_errors) = GrantSet::parse(
+        &p.capabilities,
+        power,
+        GrantSource::Spec {
+            package: name.into(),
+        },
+    ) {
         for e in grant_errors {
             errs.add(format!("{base}.capabilities.{}", e.field), e.message);
         }
@@ -240,8 +317,15 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
         check_interrupt(errs, &format!("{base}.interrupt"), i);
     }
     for key in p.config_map.keys() {
-        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
-            errs.add(format!("{base}.configMap"), format!("key {key:?} must be letters, digits, '-', '_' or '.'"));
+        if key.is_empty()
+            || !key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            errs.add(
+                format!("{base}.configMap"),
+                format!("key {key:?} must be letters, digits, '-', '_' or '.'"),
+            );
         }
     }
     for (pattern, i) in &p.config_interrupts {
@@ -256,8 +340,16 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
     if let Some(r) = &p.resources {
         let path = format!("{base}.resources");
         let cpu = (parse_quantity(&r.cpu_request), parse_quantity(&r.cpu_limit));
-        let mem = (parse_quantity(&r.memory_request), parse_quantity(&r.memory_limit));
-        for (field, v) in [("cpuRequest", &cpu.0), ("cpuLimit", &cpu.1), ("memoryRequest", &mem.0), ("memoryLimit", &mem.1)] {
+        let mem = (
+            parse_quantity(&r.memory_request),
+            parse_quantity(&r.memory_limit),
+        );
+        for (field, v) in [
+            ("cpuRequest", &cpu.0),
+            ("cpuLimit", &cpu.1),
+            ("memoryRequest", &mem.0),
+            ("memoryLimit", &mem.1),
+        ] {
             match v {
                 Err(e) => errs.add(format!("{path}.{field}"), e.clone()),
                 Ok(q) if *q <= 0.0 => errs.add(format!("{path}.{field}"), "must be positive"),
@@ -272,7 +364,10 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
         if let (Ok(req), Ok(lim)) = mem
             && lim < req
         {
-            errs.add(format!("{path}.memoryLimit"), "must be at least memoryRequest");
+            errs.add(
+                format!("{path}.memoryLimit"),
+                "must be at least memoryRequest",
+            );
         }
     }
     match crate::limits::StageLimits::of(p) {
@@ -282,7 +377,10 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
             }
         }
         Ok(limits) => {
-            if let Some(Ok(lim)) = p.resources.as_ref().map(|r| parse_quantity(&r.memory_limit))
+            if let Some(Ok(lim)) = p
+                .resources
+                .as_ref()
+                .map(|r| parse_quantity(&r.memory_limit))
                 && lim > 0.0
                 && lim < (limits.memory + crate::limits::AGENT_HEADROOM) as f64
             {
@@ -298,13 +396,24 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
             }
         }
     }
-    check_duration(errs, &format!("{base}.stageTimeout"), p.stage_timeout.as_ref());
-    check_duration(errs, &format!("{base}.gracefulShutdown"), p.graceful_shutdown.as_ref());
+    check_duration(
+        errs,
+        &format!("{base}.stageTimeout"),
+        p.stage_timeout.as_ref(),
+    );
+    check_duration(
+        errs,
+        &format!("{base}.gracefulShutdown"),
+        p.graceful_shutdown.as_ref(),
+    );
     if let Some(u) = &p.uninstall
         && u.apply
         && !u.enabled
     {
-        errs.add(format!("{base}.uninstall.apply"), "requires uninstall.enabled");
+        errs.add(
+            format!("{base}.uninstall.apply"),
+            "requires uninstall.enabled",
+        );
     }
     for (dep, version) in &p.depends_on {
         let path = format!("{base}.dependsOn.{dep}");
@@ -312,9 +421,13 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
             _ if dep == name => errs.add(&path, "a package cannot depend on itself"),
             None => errs.add(&path, format!("no package {dep:?} in spec.packages")),
             Some(_) if version.is_empty() => errs.add(&path, "version must not be empty"),
-            Some(other) if other.version != *version => {
-                errs.add(&path, format!("version {version:?} does not match spec.packages.{dep}.version {:?}", other.version))
-            }
+            Some(other) if other.version != *version => errs.add(
+                &path,
+                format!(
+                    "version {version:?} does not match spec.packages.{dep}.version {:?}",
+                    other.version
+                ),
+            ),
             Some(_) => {}
         }
     }
@@ -338,7 +451,11 @@ fn find_cycle(packages: &BTreeMap<String, Package>) -> Option<Vec<String>> {
         }
         stack.push(n);
         if let Some(p) = pk.get(n) {
-            for dep in p.depends_on.keys().filter(|d| pk.contains_key(*d) && d.as_str() != n) {
+            for dep in p
+                .depends_on
+                .keys()
+                .filter(|d| pk.contains_key(*d) && d.as_str() != n)
+            {
                 if let Some(c) = visit(dep, pk, stack, done) {
                     return Some(c);
                 }
@@ -349,7 +466,9 @@ fn find_cycle(packages: &BTreeMap<String, Package>) -> Option<Vec<String>> {
         None
     }
     let mut done = BTreeSet::new();
-    packages.keys().find_map(|k| visit(k, packages, &mut Vec::new(), &mut done))
+    packages
+        .keys()
+        .find_map(|k| visit(k, packages, &mut Vec::new(), &mut done))
 }
 
 /// Validates a NodeWright named `name`. Empty means valid.
@@ -359,7 +478,10 @@ pub fn validate_nodewright(name: &str, spec: &NodeWrightSpec) -> Vec<FieldError>
         errs.add("metadata.name", format!("must be a DNS label of at most {MAX_NODEWRIGHT_NAME} characters (it is part of node annotation keys)"));
     }
     if spec.deployment_policy.is_some() && spec.interruption_budget.is_some() {
-        errs.add("spec.deploymentPolicy", "set either deploymentPolicy or interruptionBudget, not both");
+        errs.add(
+            "spec.deploymentPolicy",
+            "set either deploymentPolicy or interruptionBudget, not both",
+        );
     }
     if let Some(w) = &spec.maintenance_windows {
         for (field, message) in w.validate() {
@@ -371,13 +493,24 @@ pub fn validate_nodewright(name: &str, spec: &NodeWrightSpec) -> Vec<FieldError>
             errs.add(format!("spec.healthGates.{field}"), message);
         }
     }
-    if spec.cordon_after_barrier && spec.pod_non_interrupt_labels.as_ref().is_none_or(|s| s.match_labels.as_ref().is_none_or(BTreeMap::is_empty) && s.match_expressions.as_ref().is_none_or(Vec::is_empty)) {
-        errs.add("spec.cordonAfterBarrier", "needs podNonInterruptLabels (the pods to wait for)");
+    if spec.cordon_after_barrier
+        && spec.pod_non_interrupt_labels.as_ref().is_none_or(|s| {
+            s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+                && s.match_expressions.as_ref().is_none_or(Vec::is_empty)
+        })
+    {
+        errs.add(
+            "spec.cordonAfterBarrier",
+            "needs podNonInterruptLabels (the pods to wait for)",
+        );
     }
     if let Some(p) = &spec.deployment_policy
         && !is_dns_label(p, 253)
     {
-        errs.add("spec.deploymentPolicy", format!("{p:?} is not a valid object name"));
+        errs.add(
+            "spec.deploymentPolicy",
+            format!("{p:?} is not a valid object name"),
+        );
     }
     if let Some(b) = &spec.interruption_budget {
         check_budget(&mut errs, "spec.interruptionBudget", b, 0);
@@ -395,26 +528,45 @@ pub fn validate_nodewright(name: &str, spec: &NodeWrightSpec) -> Vec<FieldError>
     }
     if let Some(d) = &spec.drain_config {
         check_duration(&mut errs, "spec.drainConfig.timeout", d.timeout.as_ref());
-        check_duration(&mut errs, "spec.drainConfig.gracePeriod", d.grace_period.as_ref());
+        check_duration(
+            &mut errs,
+            "spec.drainConfig.gracePeriod",
+            d.grace_period.as_ref(),
+        );
     }
     if spec.runtime_required_cordon_after && !spec.runtime_required {
-        errs.add("spec.runtimeRequiredCordonAfter", "only meaningful with runtimeRequired: true");
+        errs.add(
+            "spec.runtimeRequiredCordonAfter",
+            "only meaningful with runtimeRequired: true",
+        );
     }
     if spec.auto_taint_new_nodes && !spec.runtime_required {
-        errs.add("spec.autoTaintNewNodes", "only meaningful with runtimeRequired: true");
+        errs.add(
+            "spec.autoTaintNewNodes",
+            "only meaningful with runtimeRequired: true",
+        );
     }
     for (name, p) in &spec.packages {
         check_package(&mut errs, name, p, &spec.packages);
     }
     if let Some(cycle) = find_cycle(&spec.packages) {
-        errs.add(format!("spec.packages.{}.dependsOn", cycle[0]), format!("dependency cycle: {}", cycle.join(" -> ")));
+        errs.add(
+            format!("spec.packages.{}.dependsOn", cycle[0]),
+            format!("dependency cycle: {}", cycle.join(" -> ")),
+        );
     }
     errs.0
 }
 
 fn check_strategy(errs: &mut Errors, path: &str, s: &Strategy) {
-    let set: Vec<(&str, &BatchParams)> =
-        [("fixed", &s.fixed), ("linear", &s.linear), ("exponential", &s.exponential)].into_iter().filter_map(|(n, p)| p.as_ref().map(|p| (n, p))).collect();
+    let set: Vec<(&str, &BatchParams)> = [
+        ("fixed", &s.fixed),
+        ("linear", &s.linear),
+        ("exponential", &s.exponential),
+    ]
+    .into_iter()
+    .filter_map(|(n, p)| p.as_ref().map(|p| (n, p)))
+    .collect();
     let [(kind, p)] = set.as_slice() else {
         errs.add(path, "set exactly one of fixed, linear and exponential");
         return;
@@ -424,7 +576,14 @@ fn check_strategy(errs: &mut Errors, path: &str, s: &Strategy) {
         if let Some(v) = v
             && !(lo..=hi).contains(&v)
         {
-            errs.add(format!("{path}.{field}"), if hi == i32::MAX { format!("{v} must be at least {lo}") } else { format!("{v} is outside {lo}-{hi}") });
+            errs.add(
+                format!("{path}.{field}"),
+                if hi == i32::MAX {
+                    format!("{v} must be at least {lo}")
+                } else {
+                    format!("{v} is outside {lo}-{hi}")
+                },
+            );
         }
     };
     range("initialBatch", p.initial_batch, 1, i32::MAX);
@@ -461,19 +620,37 @@ pub fn validate_deployment_policy(name: &str, spec: &DeploymentPolicySpec) -> Ve
     for (i, c) in spec.compartments.iter().enumerate() {
         let path = format!("spec.compartments[{i}]");
         if c.name == DEFAULT_COMPARTMENT {
-            errs.add(format!("{path}.name"), format!("{DEFAULT_COMPARTMENT} is reserved"));
+            errs.add(
+                format!("{path}.name"),
+                format!("{DEFAULT_COMPARTMENT} is reserved"),
+            );
         } else if !is_dns_label(&c.name, 63) {
-            errs.add(format!("{path}.name"), format!("{:?} must be a DNS label", c.name));
+            errs.add(
+                format!("{path}.name"),
+                format!("{:?} must be a DNS label", c.name),
+            );
         }
         if !names.insert(c.name.as_str()) {
-            errs.add(format!("{path}.name"), format!("duplicate compartment {:?}", c.name));
+            errs.add(
+                format!("{path}.name"),
+                format!("duplicate compartment {:?}", c.name),
+            );
         }
         check_selector(&mut errs, &format!("{path}.selector"), &c.selector);
         if c.selector == LabelSelector::default() {
-            errs.add(format!("{path}.selector"), "an empty selector would match every node; use spec.default for that");
+            errs.add(
+                format!("{path}.selector"),
+                "an empty selector would match every node; use spec.default for that",
+            );
         }
-        if let Some(j) = spec.compartments[..i].iter().position(|o| o.selector == c.selector) {
-            errs.add(format!("{path}.selector"), format!("same selector as spec.compartments[{j}]"));
+        if let Some(j) = spec.compartments[..i]
+            .iter()
+            .position(|o| o.selector == c.selector)
+        {
+            errs.add(
+                format!("{path}.selector"),
+                format!("same selector as spec.compartments[{j}]"),
+            );
         }
         check_budget(&mut errs, &format!("{path}.budget"), &c.budget, 1);
         if let Some(s) = &c.strategy {
@@ -485,7 +662,8 @@ pub fn validate_deployment_policy(name: &str, spec: &DeploymentPolicySpec) -> Ve
 
 /// Applies NodeWright's defaults.
 pub fn default_nodewright(spec: &mut NodeWrightSpec) {
-    spec.priority.get_or_insert(crate::v1alpha1::DEFAULT_PRIORITY);
+    spec.priority
+        .get_or_insert(crate::v1alpha1::DEFAULT_PRIORITY);
     spec.sequencing.get_or_insert_default();
 }
 
@@ -526,12 +704,23 @@ fn fill_common(p: &mut BatchParams) {
 /// Validates one manifest (as JSON): a `NodeWright` or a `DeploymentPolicy` of
 /// `nodewright.io/v1alpha1`. Returns `(kind, name)` when valid.
 pub fn validate_manifest(doc: &serde_json::Value) -> Result<(String, String), Vec<FieldError>> {
-    let err = |path: &str, message: String| vec![FieldError { path: path.into(), message }];
+    let err = |path: &str, message: String| {
+        vec![FieldError {
+            path: path.into(),
+            message,
+        }]
+    };
     let api_version = doc["apiVersion"].as_str().unwrap_or_default();
     let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-    let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let name = doc["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     if api_version != "nodewright.io/v1alpha1" {
-        return Err(err("apiVersion", format!("{api_version:?} is not nodewright.io/v1alpha1")));
+        return Err(err(
+            "apiVersion",
+            format!("{api_version:?} is not nodewright.io/v1alpha1"),
+        ));
     }
     let spec = doc.get("spec").cloned().unwrap_or(serde_json::Value::Null);
     let errors = match kind.as_str() {
@@ -549,18 +738,33 @@ pub fn validate_manifest(doc: &serde_json::Value) -> Result<(String, String), Ve
             }
             Err(e) => err("spec", e.to_string()),
         },
-        "PluginTrustPolicy" => match serde_json::from_value::<crate::trust::PluginTrustPolicySpec>(spec) {
-            Ok(s) => crate::trust::validate(&s).into_iter().map(|(path, message)| FieldError { path, message }).collect(),
-            Err(e) => err("spec", e.to_string()),
-        },
-        other => err("kind", format!("{other:?} is not NodeWright, DeploymentPolicy or PluginTrustPolicy")),
+        "PluginTrustPolicy" => {
+            match serde_json::from_value::<crate::trust::PluginTrustPolicySpec>(spec) {
+                Ok(s) => crate::trust::validate(&s)
+                    .into_iter()
+                    .map(|(path, message)| FieldError { path, message })
+                    .collect(),
+                Err(e) => err("spec", e.to_string()),
+            }
+        }
+        other => err(
+            "kind",
+            format!("{other:?} is not NodeWright, DeploymentPolicy or PluginTrustPolicy"),
+        ),
     };
-    if errors.is_empty() { Ok((kind, name)) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok((kind, name))
+    } else {
+        Err(errors)
+    }
 }
 
 /// The cross-object rule on a NodeWright: `spec.deploymentPolicy` must name a policy that
 /// exists (`exists` answers for a name).
-pub fn validate_policy_reference(spec: &NodeWrightSpec, exists: impl Fn(&str) -> bool) -> Option<FieldError> {
+pub fn validate_policy_reference(
+    spec: &NodeWrightSpec,
+    exists: impl Fn(&str) -> bool,
+) -> Option<FieldError> {
     let name = spec.deployment_policy.as_deref()?;
     (!exists(name)).then(|| FieldError {
         path: "spec.deploymentPolicy".into(),
@@ -598,7 +802,11 @@ pub fn validate_nodewright_update(
     let mut errs = Errors(Vec::new());
     let mut warnings = Vec::new();
     let nodes_with = |pkg: &str| -> Vec<&str> {
-        node_states.iter().filter(|(_, s)| s.values().any(|p| p.name == pkg)).map(|(n, _)| n.as_str()).collect()
+        node_states
+            .iter()
+            .filter(|(_, s)| s.values().any(|p| p.name == pkg))
+            .map(|(n, _)| n.as_str())
+            .collect()
     };
     for (name, before) in &old.packages {
         let enabled = before.uninstall.as_ref().is_some_and(|u| u.enabled);
@@ -613,8 +821,10 @@ pub fn validate_nodewright_update(
             }
             None => {}
             Some(after) => {
-                if let (Ok(a), Ok(b)) = (semver::Version::parse(&before.version), semver::Version::parse(&after.version))
-                    && b < a
+                if let (Ok(a), Ok(b)) = (
+                    semver::Version::parse(&before.version),
+                    semver::Version::parse(&after.version),
+                ) && b < a
                     && enabled
                     && !(applied && nodes_with(name).is_empty())
                 {

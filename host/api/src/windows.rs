@@ -94,24 +94,53 @@ impl Window {
     fn parse(&self) -> Result<Parsed, (String, String)> {
         let mut days = Vec::new();
         for (i, d) in self.days.iter().enumerate() {
-            days.push(weekday(d).ok_or_else(|| (format!("days[{i}]"), format!("{d:?} is not one of Mon, Tue, Wed, Thu, Fri, Sat, Sun")))?);
+            days.push(weekday(d).ok_or_else(|| {
+                (
+                    format!("days[{i}]"),
+                    format!("{d:?} is not one of Mon, Tue, Wed, Thu, Fri, Sat, Sun"),
+                )
+            })?);
         }
-        let start = clock(&self.start).ok_or_else(|| ("start".to_string(), format!("{:?} is not a time HH:MM", self.start)))?;
+        let start = clock(&self.start).ok_or_else(|| {
+            (
+                "start".to_string(),
+                format!("{:?} is not a time HH:MM", self.start),
+            )
+        })?;
         let close = match (&self.end, &self.duration) {
-            (Some(end), None) => Close::At(clock(end).ok_or_else(|| ("end".to_string(), format!("{end:?} is not a time HH:MM")))?),
+            (Some(end), None) => Close::At(
+                clock(end)
+                    .ok_or_else(|| ("end".to_string(), format!("{end:?} is not a time HH:MM")))?,
+            ),
             (None, Some(d)) => {
-                let secs = crate::validate::parse_duration(d).map_err(|e| ("duration".to_string(), e))? as i64;
+                let secs = crate::validate::parse_duration(d)
+                    .map_err(|e| ("duration".to_string(), e))? as i64;
                 if secs == 0 || secs > MAX_DURATION_SECS {
-                    return Err(("duration".into(), format!("{d:?} must be more than 0 and at most 7 days")));
+                    return Err((
+                        "duration".into(),
+                        format!("{d:?} must be more than 0 and at most 7 days"),
+                    ));
                 }
                 Close::After(SignedDuration::from_secs(secs))
             }
-            (Some(_), Some(_)) => return Err(("end".into(), "set end or duration, not both".into())),
+            (Some(_), Some(_)) => {
+                return Err(("end".into(), "set end or duration, not both".into()));
+            }
             (None, None) => return Err(("end".into(), "set end (HH:MM) or duration".into())),
         };
         let name = self.time_zone.as_deref().unwrap_or("UTC");
-        let tz = TimeZone::get(name).map_err(|e| ("timeZone".to_string(), format!("{name:?} is not a known IANA time zone: {e}")))?;
-        Ok(Parsed { days, start, close, tz })
+        let tz = TimeZone::get(name).map_err(|e| {
+            (
+                "timeZone".to_string(),
+                format!("{name:?} is not a known IANA time zone: {e}"),
+            )
+        })?;
+        Ok(Parsed {
+            days,
+            start,
+            close,
+            tz,
+        })
     }
 }
 
@@ -122,12 +151,23 @@ impl Parsed {
             return None;
         }
         // A start in a skipped hour opens when the clock jumps (jiff's compatible choice).
-        let open = date.to_datetime(self.start).to_zoned(self.tz.clone()).ok()?.timestamp();
+        let open = date
+            .to_datetime(self.start)
+            .to_zoned(self.tz.clone())
+            .ok()?
+            .timestamp();
         let close = match self.close {
             Close::After(d) => open.checked_add(d).ok()?,
             Close::At(end) => {
-                let day = if end > self.start { date } else { date.checked_add(1.day()).ok()? };
-                day.to_datetime(end).to_zoned(self.tz.clone()).ok()?.timestamp()
+                let day = if end > self.start {
+                    date
+                } else {
+                    date.checked_add(1.day()).ok()?
+                };
+                day.to_datetime(end)
+                    .to_zoned(self.tz.clone())
+                    .ok()?
+                    .timestamp()
             }
         };
         (close > open).then_some((open, close))
@@ -135,8 +175,16 @@ impl Parsed {
 }
 
 /// The openings of `w` on the `days` local days from `from`, skipping blackout dates.
-fn openings<'a>(w: &'a Parsed, blackout: &'a [Date], from: Date, days: i64) -> impl Iterator<Item = (Timestamp, Timestamp)> + 'a {
-    (0..days).filter_map(move |k| from.checked_add(k.days()).ok()).filter(|d| !blackout.contains(d)).filter_map(|d| w.on(d))
+fn openings<'a>(
+    w: &'a Parsed,
+    blackout: &'a [Date],
+    from: Date,
+    days: i64,
+) -> impl Iterator<Item = (Timestamp, Timestamp)> + 'a {
+    (0..days)
+        .filter_map(move |k| from.checked_add(k.days()).ok())
+        .filter(|d| !blackout.contains(d))
+        .filter_map(|d| w.on(d))
 }
 
 /// Where a rollout stands against its windows at some instant.
@@ -159,7 +207,10 @@ impl MaintenanceWindows {
     pub fn validate(&self) -> Vec<(String, String)> {
         let mut errs = Vec::new();
         if self.windows.is_empty() {
-            errs.push(("windows".into(), "needs at least one window (remove maintenanceWindows to allow any time)".into()));
+            errs.push((
+                "windows".into(),
+                "needs at least one window (remove maintenanceWindows to allow any time)".into(),
+            ));
         }
         for (i, w) in self.windows.iter().enumerate() {
             if let Err((field, message)) = w.parse() {
@@ -168,7 +219,10 @@ impl MaintenanceWindows {
         }
         for (i, d) in self.blackout_dates.iter().enumerate() {
             if d.parse::<Date>().is_err() {
-                errs.push((format!("blackoutDates[{i}]"), format!("{d:?} is not a date YYYY-MM-DD")));
+                errs.push((
+                    format!("blackoutDates[{i}]"),
+                    format!("{d:?} is not a date YYYY-MM-DD"),
+                ));
             }
         }
         errs
@@ -177,12 +231,18 @@ impl MaintenanceWindows {
     /// The state at `now`. Windows that do not parse never open (validation refuses them).
     pub fn at(&self, now: Timestamp) -> WindowState {
         let parsed: Vec<Parsed> = self.windows.iter().filter_map(|w| w.parse().ok()).collect();
-        let blackout: Vec<Date> = self.blackout_dates.iter().filter_map(|d| d.parse().ok()).collect();
+        let blackout: Vec<Date> = self
+            .blackout_dates
+            .iter()
+            .filter_map(|d| d.parse().ok())
+            .collect();
         // Open: a window that opened on one of the last 8 local days is still open.
         let mut until: Option<Timestamp> = None;
         for w in &parsed {
             let today = now.to_zoned(w.tz.clone()).date();
-            let Ok(from) = today.checked_sub(8.days()) else { continue };
+            let Ok(from) = today.checked_sub(8.days()) else {
+                continue;
+            };
             for (open, close) in openings(w, &blackout, from, 9) {
                 if open <= now && now < close {
                     until = Some(until.map_or(close, |u| u.max(close)));
@@ -196,7 +256,9 @@ impl MaintenanceWindows {
             .iter()
             .filter_map(|w| {
                 let today = now.to_zoned(w.tz.clone()).date();
-                openings(w, &blackout, today, 370).map(|(open, _)| open).find(|open| *open > now)
+                openings(w, &blackout, today, 370)
+                    .map(|(open, _)| open)
+                    .find(|open| *open > now)
             })
             .min();
         WindowState::Closed { next }
@@ -212,13 +274,21 @@ mod tests {
     }
 
     fn windows(ws: Vec<Window>) -> MaintenanceWindows {
-        let w = MaintenanceWindows { windows: ws, ..Default::default() };
+        let w = MaintenanceWindows {
+            windows: ws,
+            ..Default::default()
+        };
         assert_eq!(w.validate(), vec![]);
         w
     }
 
     fn nightly(tz: &str) -> Window {
-        Window { start: "22:00".into(), end: Some("04:00".into()), time_zone: Some(tz.into()), ..Default::default() }
+        Window {
+            start: "22:00".into(),
+            end: Some("04:00".into()),
+            time_zone: Some(tz.into()),
+            ..Default::default()
+        }
     }
 
     fn state(w: &MaintenanceWindows, now: &str) -> WindowState {
@@ -229,10 +299,31 @@ mod tests {
     fn inside_outside_and_across_midnight() {
         let w = windows(vec![nightly("Europe/Berlin")]);
         // 2026-06-10: Berlin is UTC+2.
-        assert_eq!(state(&w, "2026-06-10T19:59:00Z"), WindowState::Closed { next: Some(at("2026-06-10T20:00:00Z")) });
-        assert_eq!(state(&w, "2026-06-10T20:00:00Z"), WindowState::Open { until: at("2026-06-11T02:00:00Z") });
-        assert_eq!(state(&w, "2026-06-11T01:59:59Z"), WindowState::Open { until: at("2026-06-11T02:00:00Z") }, "after midnight: the window of the day before");
-        assert_eq!(state(&w, "2026-06-11T02:00:00Z"), WindowState::Closed { next: Some(at("2026-06-11T20:00:00Z")) });
+        assert_eq!(
+            state(&w, "2026-06-10T19:59:00Z"),
+            WindowState::Closed {
+                next: Some(at("2026-06-10T20:00:00Z"))
+            }
+        );
+        assert_eq!(
+            state(&w, "2026-06-10T20:00:00Z"),
+            WindowState::Open {
+                until: at("2026-06-11T02:00:00Z")
+            }
+        );
+        assert_eq!(
+            state(&w, "2026-06-11T01:59:59Z"),
+            WindowState::Open {
+                until: at("2026-06-11T02:00:00Z")
+            },
+            "after midnight: the window of the day before"
+        );
+        assert_eq!(
+            state(&w, "2026-06-11T02:00:00Z"),
+            WindowState::Closed {
+                next: Some(at("2026-06-11T20:00:00Z"))
+            }
+        );
     }
 
     #[test]
@@ -241,11 +332,32 @@ mod tests {
         fri.days = vec!["Fri".into(), "Sun".into()];
         let w = windows(vec![fri]);
         // 2026-12-04 is a Friday; its window runs into Saturday morning.
-        assert_eq!(state(&w, "2026-12-05T03:00:00Z"), WindowState::Open { until: at("2026-12-05T04:00:00Z") });
-        assert_eq!(state(&w, "2026-12-05T05:00:00Z"), WindowState::Closed { next: Some(at("2026-12-06T22:00:00Z")) }, "Saturday: none; Sunday's next");
+        assert_eq!(
+            state(&w, "2026-12-05T03:00:00Z"),
+            WindowState::Open {
+                until: at("2026-12-05T04:00:00Z")
+            }
+        );
+        assert_eq!(
+            state(&w, "2026-12-05T05:00:00Z"),
+            WindowState::Closed {
+                next: Some(at("2026-12-06T22:00:00Z"))
+            },
+            "Saturday: none; Sunday's next"
+        );
         // Sunday's window runs into Monday, across the week boundary.
-        assert_eq!(state(&w, "2026-12-07T01:00:00Z"), WindowState::Open { until: at("2026-12-07T04:00:00Z") });
-        assert_eq!(state(&w, "2026-12-07T04:00:00Z"), WindowState::Closed { next: Some(at("2026-12-11T22:00:00Z")) });
+        assert_eq!(
+            state(&w, "2026-12-07T01:00:00Z"),
+            WindowState::Open {
+                until: at("2026-12-07T04:00:00Z")
+            }
+        );
+        assert_eq!(
+            state(&w, "2026-12-07T04:00:00Z"),
+            WindowState::Closed {
+                next: Some(at("2026-12-11T22:00:00Z"))
+            }
+        );
     }
 
     #[test]
@@ -253,45 +365,128 @@ mod tests {
         // Europe/Berlin: clocks go forward at 02:00 on 2026-03-29, back at 03:00 on 2026-10-25.
         let w = windows(vec![nightly("Europe/Berlin")]);
         // 22:00 CET (21:00Z) to 04:00 CEST (02:00Z): five hours, not six.
-        assert_eq!(state(&w, "2026-03-28T21:00:00Z"), WindowState::Open { until: at("2026-03-29T02:00:00Z") });
+        assert_eq!(
+            state(&w, "2026-03-28T21:00:00Z"),
+            WindowState::Open {
+                until: at("2026-03-29T02:00:00Z")
+            }
+        );
         // 22:00 CEST (20:00Z) to 04:00 CET (03:00Z): seven hours.
-        assert_eq!(state(&w, "2026-10-24T20:00:00Z"), WindowState::Open { until: at("2026-10-25T03:00:00Z") });
-        assert_eq!(state(&w, "2026-10-25T02:30:00Z"), WindowState::Open { until: at("2026-10-25T03:00:00Z") });
+        assert_eq!(
+            state(&w, "2026-10-24T20:00:00Z"),
+            WindowState::Open {
+                until: at("2026-10-25T03:00:00Z")
+            }
+        );
+        assert_eq!(
+            state(&w, "2026-10-25T02:30:00Z"),
+            WindowState::Open {
+                until: at("2026-10-25T03:00:00Z")
+            }
+        );
 
         // A duration is exact; a start in the skipped hour opens when the clock jumps.
-        let gap = Window { start: "02:30".into(), duration: Some("1h".into()), time_zone: Some("Europe/Berlin".into()), ..Default::default() };
+        let gap = Window {
+            start: "02:30".into(),
+            duration: Some("1h".into()),
+            time_zone: Some("Europe/Berlin".into()),
+            ..Default::default()
+        };
         let w = windows(vec![gap]);
         // 02:30 does not exist on 2026-03-29; the window opens at 03:30 CEST = 01:30Z.
-        assert_eq!(state(&w, "2026-03-29T01:00:00Z"), WindowState::Closed { next: Some(at("2026-03-29T01:30:00Z")) });
-        assert_eq!(state(&w, "2026-03-29T01:30:00Z"), WindowState::Open { until: at("2026-03-29T02:30:00Z") });
+        assert_eq!(
+            state(&w, "2026-03-29T01:00:00Z"),
+            WindowState::Closed {
+                next: Some(at("2026-03-29T01:30:00Z"))
+            }
+        );
+        assert_eq!(
+            state(&w, "2026-03-29T01:30:00Z"),
+            WindowState::Open {
+                until: at("2026-03-29T02:30:00Z")
+            }
+        );
     }
 
     #[test]
     fn blackout_dates_and_several_windows() {
-        let mut w = windows(vec![nightly("UTC"), Window { days: vec!["Sat".into()], start: "10:00".into(), duration: Some("2h".into()), time_zone: None, ..Default::default() }]);
+        let mut w = windows(vec![
+            nightly("UTC"),
+            Window {
+                days: vec!["Sat".into()],
+                start: "10:00".into(),
+                duration: Some("2h".into()),
+                time_zone: None,
+                ..Default::default()
+            },
+        ]);
         w.blackout_dates = vec!["2026-12-24".into()];
         // The window of the 24th does not open; the 23rd's (running into the 24th) does.
-        assert_eq!(state(&w, "2026-12-24T01:00:00Z"), WindowState::Open { until: at("2026-12-24T04:00:00Z") });
-        assert_eq!(state(&w, "2026-12-24T23:00:00Z"), WindowState::Closed { next: Some(at("2026-12-25T22:00:00Z")) });
+        assert_eq!(
+            state(&w, "2026-12-24T01:00:00Z"),
+            WindowState::Open {
+                until: at("2026-12-24T04:00:00Z")
+            }
+        );
+        assert_eq!(
+            state(&w, "2026-12-24T23:00:00Z"),
+            WindowState::Closed {
+                next: Some(at("2026-12-25T22:00:00Z"))
+            }
+        );
         // 2026-12-26 is a Saturday: the second window opens first.
-        assert_eq!(state(&w, "2026-12-26T09:00:00Z"), WindowState::Closed { next: Some(at("2026-12-26T10:00:00Z")) });
-        assert_eq!(state(&w, "2026-12-26T11:00:00Z"), WindowState::Open { until: at("2026-12-26T12:00:00Z") });
+        assert_eq!(
+            state(&w, "2026-12-26T09:00:00Z"),
+            WindowState::Closed {
+                next: Some(at("2026-12-26T10:00:00Z"))
+            }
+        );
+        assert_eq!(
+            state(&w, "2026-12-26T11:00:00Z"),
+            WindowState::Open {
+                until: at("2026-12-26T12:00:00Z")
+            }
+        );
     }
 
     #[test]
     fn invalid_windows_name_their_field() {
         let bad = MaintenanceWindows {
             windows: vec![
-                Window { days: vec!["Monday".into()], start: "25:00".into(), end: Some("04:00".into()), time_zone: Some("Mars/Olympus".into()), ..Default::default() },
-                Window { start: "01:00".into(), duration: Some("8d".into()), ..Default::default() },
-                Window { start: "01:00".into(), ..Default::default() },
+                Window {
+                    days: vec!["Monday".into()],
+                    start: "25:00".into(),
+                    end: Some("04:00".into()),
+                    time_zone: Some("Mars/Olympus".into()),
+                    ..Default::default()
+                },
+                Window {
+                    start: "01:00".into(),
+                    duration: Some("8d".into()),
+                    ..Default::default()
+                },
+                Window {
+                    start: "01:00".into(),
+                    ..Default::default()
+                },
             ],
             blackout_dates: vec!["24.12.2026".into()],
             apply_to_all: false,
         };
         let paths: Vec<String> = bad.validate().into_iter().map(|(p, _)| p).collect();
-        assert_eq!(paths, ["windows[0].days[0]", "windows[1].duration", "windows[2].end", "blackoutDates[0]"]);
-        let tz = MaintenanceWindows { windows: vec![nightly("Mars/Olympus")], ..Default::default() };
+        assert_eq!(
+            paths,
+            [
+                "windows[0].days[0]",
+                "windows[1].duration",
+                "windows[2].end",
+                "blackoutDates[0]"
+            ]
+        );
+        let tz = MaintenanceWindows {
+            windows: vec![nightly("Mars/Olympus")],
+            ..Default::default()
+        };
         assert_eq!(tz.validate()[0].0, "windows[0].timeZone");
         assert_eq!(MaintenanceWindows::default().validate()[0].0, "windows");
     }

@@ -6,10 +6,15 @@ use std::path::Path;
 #[test]
 fn committed_crds_match_the_types() {
     for rel in ["deploy/crds", "deploy/chart/nodewright/crds"] {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel);
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel);
         for (name, yaml) in nodewright_api::crdgen::generated() {
             let committed = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-            assert!(committed == yaml, "{rel}/{name} is stale: run `cargo xtask crds` and commit the result");
+            assert!(
+                committed == yaml,
+                "{rel}/{name} is stale: run `cargo xtask crds` and commit the result"
+            );
         }
     }
 }
@@ -23,18 +28,66 @@ fn schema_snapshot() {
     assert_eq!(crd["spec"]["scope"], "Cluster");
     assert_eq!(version["name"], "v1alpha1");
     assert!(version["subresources"]["status"].is_object());
-    let columns: Vec<&str> = version["additionalPrinterColumns"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(columns, ["Status", "Priority", "Complete", "In-Progress", "Packages", "Policy", "Age"]);
-    let pkg = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["packages"]["additionalProperties"];
-    let mut fields: Vec<&str> = pkg["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+    let columns: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            "Status",
+            "Priority",
+            "Complete",
+            "In-Progress",
+            "Packages",
+            "Policy",
+            "Age"
+        ]
+    );
+    let pkg = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["packages"]
+        ["additionalProperties"];
+    let mut fields: Vec<&str> = pkg["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     fields.sort();
     assert_eq!(
         fields,
-        ["capabilities", "configInterrupts", "configMap", "dependsOn", "gracefulShutdown", "interrupt", "plugin", "resources", "sandbox", "stageTimeout", "uninstall", "version"]
+        [
+            "capabilities",
+            "configInterrupts",
+            "configMap",
+            "dependsOn",
+            "gracefulShutdown",
+            "interrupt",
+            "plugin",
+            "resources",
+            "sandbox",
+            "stageTimeout",
+            "uninstall",
+            "version"
+        ]
     );
-    let mut required: Vec<&str> = pkg["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let mut required: Vec<&str> = pkg["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     required.sort();
     assert_eq!(required, ["plugin", "version"]);
-    let caps: Vec<&str> = pkg["properties"]["capabilities"]["properties"].as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(caps, ["commands", "files", "kernelModules", "services", "sysctl"]);
+    let caps: Vec<&str> = pkg["properties"]["capabilities"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        caps,
+        ["commands", "files", "kernelModules", "services", "sysctl"]
+    );
 }

@@ -28,7 +28,16 @@ fn a_broken_manifest_reports_field_paths() {
     });
     let errs = nodewright_api::validate::validate_manifest(&doc).unwrap_err();
     let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(paths, ["spec.packages.pk.version", "spec.packages.pk.capabilities.kernelModules[0]"]);
+    assert_eq!(
+        paths,
+        [
+            "spec.packages.pk.version",
+            "spec.packages.pk.capabilities.kernelModules[0]"
+        ]
+    );
     let wrong = serde_json::json!({"apiVersion": "v1", "kind": "Pod"});
-    assert_eq!(nodewright_api::validate::validate_manifest(&wrong).unwrap_err()[0].path, "apiVersion");
+    assert_eq!(
+        nodewright_api::validate::validate_manifest(&wrong).unwrap_err()[0].path,
+        "apiVersion"
+    );
 }

@@ -2,8 +2,8 @@
 //! test feeding random specs to validation.
 
 use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeWrightSpec};
-use nodewright_api::validate::{validate_deployment_policy, validate_nodewright, FieldError};
-use serde_json::{json, Value};
+use nodewright_api::validate::{FieldError, validate_deployment_policy, validate_nodewright};
+use serde_json::{Value, json};
 
 fn base() -> Value {
     json!({
@@ -48,38 +48,206 @@ fn nw(v: Value) -> Vec<FieldError> {
 fn nodewright_cases() -> Vec<(&'static str, Value, &'static str, &'static str)> {
     let pkg = |p: Value| json!({"packages": {"tuning": p}});
     vec![
-        ("budget xor policy", json!({"interruptionBudget": {"count": 1}, "deploymentPolicy": "canary"}), "spec.deploymentPolicy", "not both"),
-        ("budget exclusive", json!({"interruptionBudget": {"count": 1, "percent": 10}}), "spec.interruptionBudget", "exactly one"),
-        ("budget range", json!({"interruptionBudget": {"percent": 101}}), "spec.interruptionBudget.percent", "outside 0-100"),
-        ("priority", json!({"priority": 0}), "spec.priority", "at least 1"),
-        ("selector operator", json!({"nodeSelectors": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}), "spec.nodeSelectors.matchExpressions[0].operator", "not In"),
-        ("selector values", json!({"podNonInterruptLabels": {"matchExpressions": [{"key": "a", "operator": "In"}]}}), "spec.podNonInterruptLabels.matchExpressions[0].values", "non-empty"),
-        ("drain timeout", json!({"drainConfig": {"timeout": "soon"}}), "spec.drainConfig.timeout", "not a duration"),
-        ("cordon-after needs runtimeRequired", json!({"runtimeRequiredCordonAfter": true}), "spec.runtimeRequiredCordonAfter", "runtimeRequired"),
-        ("package version semver", pkg(json!({"version": "1.0"})), "spec.packages.tuning.version", "semantic version"),
-        ("plugin reference", pkg(json!({"plugin": "sysctl"})), "spec.packages.tuning.plugin", "registry"),
-        ("plugin pinned", pkg(json!({"plugin": "registry.example.com/plugins/sysctl"})), "spec.packages.tuning.plugin", "tag or a digest"),
-        ("plugin digest", pkg(json!({"plugin": "registry.example.com/p/s@sha256:abc"})), "spec.packages.tuning.plugin", "64 lowercase hex"),
-        ("grant glob", pkg(json!({"capabilities": {"kernelModules": ["ok", "nv[idia"]}})), "spec.packages.tuning.capabilities.kernelModules[1]", "not a valid glob"),
-        ("grant path absolute", pkg(json!({"capabilities": {"files": [{"path": "etc"}]}})), "spec.packages.tuning.capabilities.files[0].path", "not an absolute path"),
-        ("grant path escape", pkg(json!({"capabilities": {"files": [{"path": "/etc/../root"}]}})), "spec.packages.tuning.capabilities.files[0].path", ".."),
-        ("service interrupt needs units", pkg(json!({"interrupt": {"type": "service"}})), "spec.packages.tuning.interrupt.services", "at least one"),
-        ("interrupt units are unit names", pkg(json!({"interrupt": {"type": "service", "services": ["--root=/x"]}})), "spec.packages.tuning.interrupt.services[0]", "starts with"),
-        ("services only for service", pkg(json!({"interrupt": {"type": "reboot", "services": ["a.service"]}})), "spec.packages.tuning.interrupt.services", "only allowed"),
-        ("configMap key", pkg(json!({"configMap": {"a/b": "x"}})), "spec.packages.tuning.configMap", "must be letters"),
-        ("configInterrupt matches a key", pkg(json!({"configInterrupts": {"vm.*": {"type": "reboot"}}})), "spec.packages.tuning.configInterrupts.vm.*", "matches no configMap key"),
-        ("resources positive", pkg(json!({"resources": {"cpuRequest": "0", "cpuLimit": "1", "memoryRequest": "1Mi", "memoryLimit": "2Mi"}})), "spec.packages.tuning.resources.cpuRequest", "positive"),
-        ("resources limit >= request", pkg(json!({"resources": {"cpuRequest": "2", "cpuLimit": "1", "memoryRequest": "1Mi", "memoryLimit": "2Mi"}})), "spec.packages.tuning.resources.cpuLimit", "at least cpuRequest"),
-        ("memory limit leaves agent headroom", pkg(json!({"resources": {"cpuRequest": "1", "cpuLimit": "1", "memoryRequest": "64Mi", "memoryLimit": "128Mi"}})), "spec.packages.tuning.resources.memoryLimit", "at least 192Mi"),
-        ("headroom follows sandbox.memory", pkg(json!({"sandbox": {"memory": "512Mi"}, "resources": {"cpuRequest": "1", "cpuLimit": "1", "memoryRequest": "64Mi", "memoryLimit": "512Mi"}})), "spec.packages.tuning.resources.memoryLimit", "at least 576Mi"),
-        ("sandbox memory quantity", pkg(json!({"sandbox": {"memory": "lots"}})), "spec.packages.tuning.sandbox.memory", "not a quantity"),
-        ("sandbox write bytes whole", pkg(json!({"sandbox": {"writeBytes": "0.5"}})), "spec.packages.tuning.sandbox.writeBytes", "whole, positive"),
-        ("special modes need readWrite", pkg(json!({"capabilities": {"files": [{"path": "/opt/bin", "specialModes": true}]}})), "spec.packages.tuning.capabilities.files[0].specialModes", "readWrite"),
-        ("module grant is never an option", pkg(json!({"capabilities": {"kernelModules": ["-C"]}})), "spec.packages.tuning.capabilities.kernelModules[0]", "starts with '-'"),
-        ("stage timeout", pkg(json!({"stageTimeout": "-1h"})), "spec.packages.tuning.stageTimeout", "not a duration"),
-        ("uninstall apply needs enabled", pkg(json!({"uninstall": {"apply": true}})), "spec.packages.tuning.uninstall.apply", "requires uninstall.enabled"),
-        ("dependency exists", pkg(json!({"dependsOn": {"ghost": "1.0.0"}})), "spec.packages.tuning.dependsOn.ghost", "no package"),
-        ("dependency on itself", pkg(json!({"dependsOn": {"tuning": "1.0.0"}})), "spec.packages.tuning.dependsOn.tuning", "itself"),
+        (
+            "budget xor policy",
+            json!({"interruptionBudget": {"count": 1}, "deploymentPolicy": "canary"}),
+            "spec.deploymentPolicy",
+            "not both",
+        ),
+        (
+            "budget exclusive",
+            json!({"interruptionBudget": {"count": 1, "percent": 10}}),
+            "spec.interruptionBudget",
+            "exactly one",
+        ),
+        (
+            "budget range",
+            json!({"interruptionBudget": {"percent": 101}}),
+            "spec.interruptionBudget.percent",
+            "outside 0-100",
+        ),
+        (
+            "priority",
+            json!({"priority": 0}),
+            "spec.priority",
+            "at least 1",
+        ),
+        (
+            "selector operator",
+            json!({"nodeSelectors": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}),
+            "spec.nodeSelectors.matchExpressions[0].operator",
+            "not In",
+        ),
+        (
+            "selector values",
+            json!({"podNonInterruptLabels": {"matchExpressions": [{"key": "a", "operator": "In"}]}}),
+            "spec.podNonInterruptLabels.matchExpressions[0].values",
+            "non-empty",
+        ),
+        (
+            "drain timeout",
+            json!({"drainConfig": {"timeout": "soon"}}),
+            "spec.drainConfig.timeout",
+            "not a duration",
+        ),
+        (
+            "cordon-after needs runtimeRequired",
+            json!({"runtimeRequiredCordonAfter": true}),
+            "spec.runtimeRequiredCordonAfter",
+            "runtimeRequired",
+        ),
+        (
+            "package version semver",
+            pkg(json!({"version": "1.0"})),
+            "spec.packages.tuning.version",
+            "semantic version",
+        ),
+        (
+            "plugin reference",
+            pkg(json!({"plugin": "sysctl"})),
+            "spec.packages.tuning.plugin",
+            "registry",
+        ),
+        (
+            "plugin pinned",
+            pkg(json!({"plugin": "registry.example.com/plugins/sysctl"})),
+            "spec.packages.tuning.plugin",
+            "tag or a digest",
+        ),
+        (
+            "plugin digest",
+            pkg(json!({"plugin": "registry.example.com/p/s@sha256:abc"})),
+            "spec.packages.tuning.plugin",
+            "64 lowercase hex",
+        ),
+        (
+            "grant glob",
+            pkg(json!({"capabilities": {"kernelModules": ["ok", "nv[idia"]}})),
+            "spec.packages.tuning.capabilities.kernelModules[1]",
+            "not a valid glob",
+        ),
+        (
+            "grant path absolute",
+            pkg(json!({"capabilities": {"files": [{"path": "etc"}]}})),
+            "spec.packages.tuning.capabilities.files[0].path",
+            "not an absolute path",
+        ),
+        (
+            "grant path escape",
+            pkg(json!({"capabilities": {"files": [{"path": "/etc/../root"}]}})),
+            "spec.packages.tuning.capabilities.files[0].path",
+            "..",
+        ),
+        (
+            "service interrupt needs units",
+            pkg(json!({"interrupt": {"type": "service"}})),
+            "spec.packages.tuning.interrupt.services",
+            "at least one",
+        ),
+        (
+            "interrupt units are unit names",
+            pkg(json!({"interrupt": {"type": "service", "services": ["--root=/x"]}})),
+            "spec.packages.tuning.interrupt.services[0]",
+            "starts with",
+        ),
+        (
+            "services only for service",
+            pkg(json!({"interrupt": {"type": "reboot", "services": ["a.service"]}})),
+            "spec.packages.tuning.interrupt.services",
+            "only allowed",
+        ),
+        (
+            "configMap key",
+            pkg(json!({"configMap": {"a/b": "x"}})),
+            "spec.packages.tuning.configMap",
+            "must be letters",
+        ),
+        (
+            "configInterrupt matches a key",
+            pkg(json!({"configInterrupts": {"vm.*": {"type": "reboot"}}})),
+            "spec.packages.tuning.configInterrupts.vm.*",
+            "matches no configMap key",
+        ),
+        (
+            "resources positive",
+            pkg(
+                json!({"resources": {"cpuRequest": "0", "cpuLimit": "1", "memoryRequest": "1Mi", "memoryLimit": "2Mi"}}),
+            ),
+            "spec.packages.tuning.resources.cpuRequest",
+            "positive",
+        ),
+        (
+            "resources limit >= request",
+            pkg(
+                json!({"resources": {"cpuRequest": "2", "cpuLimit": "1", "memoryRequest": "1Mi", "memoryLimit": "2Mi"}}),
+            ),
+            "spec.packages.tuning.resources.cpuLimit",
+            "at least cpuRequest",
+        ),
+        (
+            "memory limit leaves agent headroom",
+            pkg(
+                json!({"resources": {"cpuRequest": "1", "cpuLimit": "1", "memoryRequest": "64Mi", "memoryLimit": "128Mi"}}),
+            ),
+            "spec.packages.tuning.resources.memoryLimit",
+            "at least 192Mi",
+        ),
+        (
+            "headroom follows sandbox.memory",
+            pkg(
+                json!({"sandbox": {"memory": "512Mi"}, "resources": {"cpuRequest": "1", "cpuLimit": "1", "memoryRequest": "64Mi", "memoryLimit": "512Mi"}}),
+            ),
+            "spec.packages.tuning.resources.memoryLimit",
+            "at least 576Mi",
+        ),
+        (
+            "sandbox memory quantity",
+            pkg(json!({"sandbox": {"memory": "lots"}})),
+            "spec.packages.tuning.sandbox.memory",
+            "not a quantity",
+        ),
+        (
+            "sandbox write bytes whole",
+            pkg(json!({"sandbox": {"writeBytes": "0.5"}})),
+            "spec.packages.tuning.sandbox.writeBytes",
+            "whole, positive",
+        ),
+        (
+            "special modes need readWrite",
+            pkg(json!({"capabilities": {"files": [{"path": "/opt/bin", "specialModes": true}]}})),
+            "spec.packages.tuning.capabilities.files[0].specialModes",
+            "readWrite",
+        ),
+        (
+            "module grant is never an option",
+            pkg(json!({"capabilities": {"kernelModules": ["-C"]}})),
+            "spec.packages.tuning.capabilities.kernelModules[0]",
+            "starts with '-'",
+        ),
+        (
+            "stage timeout",
+            pkg(json!({"stageTimeout": "-1h"})),
+            "spec.packages.tuning.stageTimeout",
+            "not a duration",
+        ),
+        (
+            "uninstall apply needs enabled",
+            pkg(json!({"uninstall": {"apply": true}})),
+            "spec.packages.tuning.uninstall.apply",
+            "requires uninstall.enabled",
+        ),
+        (
+            "dependency exists",
+            pkg(json!({"dependsOn": {"ghost": "1.0.0"}})),
+            "spec.packages.tuning.dependsOn.ghost",
+            "no package",
+        ),
+        (
+            "dependency on itself",
+            pkg(json!({"dependsOn": {"tuning": "1.0.0"}})),
+            "spec.packages.tuning.dependsOn.tuning",
+            "itself",
+        ),
     ]
 }
 
@@ -89,7 +257,8 @@ fn every_nodewright_rule_fails_with_its_field_path_and_the_base_passes() {
     for (rule, patch, path, needle) in nodewright_cases() {
         let errs = nw(with(patch));
         assert!(
-            errs.iter().any(|e| e.path == path && e.message.contains(needle)),
+            errs.iter()
+                .any(|e| e.path == path && e.message.contains(needle)),
             "{rule}: expected {path}: …{needle}…, got {errs:?}"
         );
     }
@@ -98,13 +267,25 @@ fn every_nodewright_rule_fails_with_its_field_path_and_the_base_passes() {
 #[test]
 fn package_names_and_unknown_fields() {
     let errs = nw(json!({"packages": {"Bad_Name": base()["packages"]["tuning"].clone()}}));
-    assert!(errs.iter().any(|e| e.path == "spec.packages.Bad_Name"), "{errs:?}");
+    assert!(
+        errs.iter().any(|e| e.path == "spec.packages.Bad_Name"),
+        "{errs:?}"
+    );
     // `name` in the body (NodeWright rejects it) and other unknown fields fail to parse.
     let bad = with(json!({"packages": {"tuning": {"name": "tuning"}}}));
-    assert!(serde_json::from_value::<NodeWrightSpec>(bad).unwrap_err().to_string().contains("unknown field `name`"));
+    assert!(
+        serde_json::from_value::<NodeWrightSpec>(bad)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `name`")
+    );
     let spec: NodeWrightSpec = serde_json::from_value(base()).unwrap();
     assert!(!validate_nodewright("Not A Name", &spec).is_empty());
-    assert!(validate_nodewright(&"a".repeat(49), &spec).iter().any(|e| e.path == "metadata.name"));
+    assert!(
+        validate_nodewright(&"a".repeat(49), &spec)
+            .iter()
+            .any(|e| e.path == "metadata.name")
+    );
 }
 
 #[test]
@@ -117,9 +298,19 @@ fn dependencies_must_match_versions_and_cycles_are_rejected() {
     };
     assert_eq!(nw(two(json!({"beta": "2.0.0"}), json!({}))), vec![]);
     let errs = nw(two(json!({"beta": "1.0.0"}), json!({})));
-    assert!(errs.iter().any(|e| e.path == "spec.packages.alpha.dependsOn.beta" && e.message.contains("does not match")), "{errs:?}");
+    assert!(
+        errs.iter()
+            .any(|e| e.path == "spec.packages.alpha.dependsOn.beta"
+                && e.message.contains("does not match")),
+        "{errs:?}"
+    );
     let errs = nw(two(json!({"beta": "2.0.0"}), json!({"alpha": "1.0.0"})));
-    assert!(errs.iter().any(|e| e.message.contains("dependency cycle: alpha -> beta -> alpha")), "{errs:?}");
+    assert!(
+        errs.iter().any(|e| e
+            .message
+            .contains("dependency cycle: alpha -> beta -> alpha")),
+        "{errs:?}"
+    );
 }
 
 fn policy(v: Value) -> Vec<FieldError> {
@@ -138,38 +329,113 @@ fn every_deployment_policy_rule() {
     });
     assert_eq!(policy(good.clone()), vec![]);
     let cases: Vec<(&str, Value, &str, &str)> = vec![
-        ("budget exclusive", json!({"default": {"budget": {"percent": 5, "count": 1}}}), "spec.default.budget", "exactly one"),
-        ("budget range", json!({"default": {"budget": {"percent": 0}}}), "spec.default.budget.percent", "outside 1-100"),
-        ("strategy exclusive", json!({"default": {"strategy": {"fixed": {}, "linear": {}}}}), "spec.default.strategy", "exactly one"),
-        ("initialBatch", json!({"default": {"strategy": {"fixed": {"initialBatch": 0}}}}), "spec.default.strategy.fixed.initialBatch", "at least 1"),
-        ("batchThreshold", json!({"default": {"strategy": {"fixed": {"batchThreshold": 101}}}}), "spec.default.strategy.fixed.batchThreshold", "outside 1-100"),
-        ("safetyLimit", json!({"default": {"strategy": {"fixed": {"safetyLimit": 0}}}}), "spec.default.strategy.fixed.safetyLimit", "outside 1-100"),
-        ("failureThreshold", json!({"default": {"strategy": {"fixed": {"failureThreshold": 0}}}}), "spec.default.strategy.fixed.failureThreshold", "at least 1"),
-        ("growthFactor", json!({"default": {"strategy": {"fixed": null, "exponential": {"growthFactor": 1}}}}), "spec.default.strategy.exponential.growthFactor", "at least 2"),
-        ("delta only linear", json!({"default": {"strategy": {"fixed": {"delta": 2}}}}), "spec.default.strategy.fixed.delta", "only for linear"),
-        ("reserved name", json!({"compartments": [{"name": "__default__", "selector": {"matchLabels": {"a": "b"}}, "budget": {"count": 1}}]}), "spec.compartments[0].name", "reserved"),
-        ("duplicate name", json!({"compartments": [
+        (
+            "budget exclusive",
+            json!({"default": {"budget": {"percent": 5, "count": 1}}}),
+            "spec.default.budget",
+            "exactly one",
+        ),
+        (
+            "budget range",
+            json!({"default": {"budget": {"percent": 0}}}),
+            "spec.default.budget.percent",
+            "outside 1-100",
+        ),
+        (
+            "strategy exclusive",
+            json!({"default": {"strategy": {"fixed": {}, "linear": {}}}}),
+            "spec.default.strategy",
+            "exactly one",
+        ),
+        (
+            "initialBatch",
+            json!({"default": {"strategy": {"fixed": {"initialBatch": 0}}}}),
+            "spec.default.strategy.fixed.initialBatch",
+            "at least 1",
+        ),
+        (
+            "batchThreshold",
+            json!({"default": {"strategy": {"fixed": {"batchThreshold": 101}}}}),
+            "spec.default.strategy.fixed.batchThreshold",
+            "outside 1-100",
+        ),
+        (
+            "safetyLimit",
+            json!({"default": {"strategy": {"fixed": {"safetyLimit": 0}}}}),
+            "spec.default.strategy.fixed.safetyLimit",
+            "outside 1-100",
+        ),
+        (
+            "failureThreshold",
+            json!({"default": {"strategy": {"fixed": {"failureThreshold": 0}}}}),
+            "spec.default.strategy.fixed.failureThreshold",
+            "at least 1",
+        ),
+        (
+            "growthFactor",
+            json!({"default": {"strategy": {"fixed": null, "exponential": {"growthFactor": 1}}}}),
+            "spec.default.strategy.exponential.growthFactor",
+            "at least 2",
+        ),
+        (
+            "delta only linear",
+            json!({"default": {"strategy": {"fixed": {"delta": 2}}}}),
+            "spec.default.strategy.fixed.delta",
+            "only for linear",
+        ),
+        (
+            "reserved name",
+            json!({"compartments": [{"name": "__default__", "selector": {"matchLabels": {"a": "b"}}, "budget": {"count": 1}}]}),
+            "spec.compartments[0].name",
+            "reserved",
+        ),
+        (
+            "duplicate name",
+            json!({"compartments": [
             {"name": "a", "selector": {"matchLabels": {"a": "1"}}, "budget": {"count": 1}},
-            {"name": "a", "selector": {"matchLabels": {"a": "2"}}, "budget": {"count": 1}}]}), "spec.compartments[1].name", "duplicate"),
-        ("duplicate selector", json!({"compartments": [
+            {"name": "a", "selector": {"matchLabels": {"a": "2"}}, "budget": {"count": 1}}]}),
+            "spec.compartments[1].name",
+            "duplicate",
+        ),
+        (
+            "duplicate selector",
+            json!({"compartments": [
             {"name": "a", "selector": {"matchLabels": {"a": "1"}}, "budget": {"count": 1}},
-            {"name": "b", "selector": {"matchLabels": {"a": "1"}}, "budget": {"count": 1}}]}), "spec.compartments[1].selector", "same selector"),
+            {"name": "b", "selector": {"matchLabels": {"a": "1"}}, "budget": {"count": 1}}]}),
+            "spec.compartments[1].selector",
+            "same selector",
+        ),
     ];
     for (rule, patch, path, needle) in cases {
         let mut v = good.clone();
         merge(&mut v, patch);
         let errs = policy(v);
-        assert!(errs.iter().any(|e| e.path == path && e.message.contains(needle)), "{rule}: expected {path}: …{needle}…, got {errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.path == path && e.message.contains(needle)),
+            "{rule}: expected {path}: …{needle}…, got {errs:?}"
+        );
     }
 }
 
 #[test]
 fn defaults_are_applied_as_nodewright_applies_them() {
-    let mut spec: DeploymentPolicySpec =
-        serde_json::from_value(json!({"default": {"budget": {"count": 1}, "strategy": {"linear": {}}}})).unwrap();
+    let mut spec: DeploymentPolicySpec = serde_json::from_value(
+        json!({"default": {"budget": {"count": 1}, "strategy": {"linear": {}}}}),
+    )
+    .unwrap();
     nodewright_api::validate::default_deployment_policy(&mut spec);
     let p = spec.default.strategy.unwrap().linear.unwrap();
-    assert_eq!((p.initial_batch, p.delta, p.batch_threshold, p.safety_limit, p.failure_threshold), (Some(1), Some(1), Some(100), Some(50), None));
+    assert_eq!(
+        (
+            p.initial_batch,
+            p.delta,
+            p.batch_threshold,
+            p.safety_limit,
+            p.failure_threshold
+        ),
+        (Some(1), Some(1), Some(100), Some(50), None)
+    );
     assert_eq!(spec.reset_batch_state_on_completion, Some(true));
     let mut nwspec: NodeWrightSpec = serde_json::from_value(base()).unwrap();
     nodewright_api::validate::default_nodewright(&mut nwspec);
@@ -237,36 +503,73 @@ fn update_rules_protect_uninstallable_packages() {
     };
     let empty: NodeWrightSpec = serde_json::from_value(json!({"packages": {}})).unwrap();
     let mut on_node: NodeState = BTreeMap::new();
-    on_node.insert("driver|2.0.0".into(), PackageStatus { state: State::Complete, ..PackageStatus::new("driver", "2.0.0", Stage::Apply, 1) });
+    on_node.insert(
+        "driver|2.0.0".into(),
+        PackageStatus {
+            state: State::Complete,
+            ..PackageStatus::new("driver", "2.0.0", Stage::Apply, 1)
+        },
+    );
     let tracked: BTreeMap<String, NodeState> = [("node-a".to_string(), on_node)].into();
     let none = BTreeMap::new();
 
     let (errs, _) = validate_nodewright_update(&spec("2.0.0", false), &empty, &tracked);
     assert!(errs[0].message.contains("node-a"), "{errs:?}");
-    assert_eq!(validate_nodewright_update(&spec("2.0.0", true), &empty, &none).0, vec![], "removal after uninstall is fine");
+    assert_eq!(
+        validate_nodewright_update(&spec("2.0.0", true), &empty, &none).0,
+        vec![],
+        "removal after uninstall is fine"
+    );
 
     let (errs, _) = validate_nodewright_update(&spec("2.0.0", false), &spec("1.0.0", false), &none);
     assert_eq!(errs[0].path, "spec.packages.driver.version");
-    assert_eq!(validate_nodewright_update(&spec("2.0.0", true), &spec("1.0.0", true), &none).0, vec![]);
-    assert!(!validate_nodewright_update(&spec("2.0.0", true), &spec("1.0.0", true), &tracked).0.is_empty());
-    assert_eq!(validate_nodewright_update(&spec("1.0.0", false), &spec("2.0.0", false), &tracked).0, vec![], "upgrades are fine");
+    assert_eq!(
+        validate_nodewright_update(&spec("2.0.0", true), &spec("1.0.0", true), &none).0,
+        vec![]
+    );
+    assert!(
+        !validate_nodewright_update(&spec("2.0.0", true), &spec("1.0.0", true), &tracked)
+            .0
+            .is_empty()
+    );
+    assert_eq!(
+        validate_nodewright_update(&spec("1.0.0", false), &spec("2.0.0", false), &tracked).0,
+        vec![],
+        "upgrades are fine"
+    );
 
-    let (errs, warnings) = validate_nodewright_update(&spec("2.0.0", true), &spec("2.0.0", false), &tracked);
-    assert!(errs.is_empty() && warnings[0].contains("uninstall.apply turned off"), "{errs:?} {warnings:?}");
+    let (errs, warnings) =
+        validate_nodewright_update(&spec("2.0.0", true), &spec("2.0.0", false), &tracked);
+    assert!(
+        errs.is_empty() && warnings[0].contains("uninstall.apply turned off"),
+        "{errs:?} {warnings:?}"
+    );
 }
 
 #[test]
 fn a_referenced_policy_must_exist_and_a_used_one_cannot_be_deleted() {
     use nodewright_api::validate::{validate_policy_delete, validate_policy_reference};
-    let spec: NodeWrightSpec = serde_json::from_value(with(json!({"deploymentPolicy": "canary"}))).unwrap();
-    let missing = validate_policy_reference(&spec, |n| n == "other").expect("a missing policy is an error");
+    let spec: NodeWrightSpec =
+        serde_json::from_value(with(json!({"deploymentPolicy": "canary"}))).unwrap();
+    let missing =
+        validate_policy_reference(&spec, |n| n == "other").expect("a missing policy is an error");
     assert_eq!(missing.path, "spec.deploymentPolicy");
-    assert!(missing.message.contains("\"canary\" does not exist"), "{missing}");
+    assert!(
+        missing.message.contains("\"canary\" does not exist"),
+        "{missing}"
+    );
     assert_eq!(validate_policy_reference(&spec, |n| n == "canary"), None);
     let none: NodeWrightSpec = serde_json::from_value(base()).unwrap();
-    assert_eq!(validate_policy_reference(&none, |_| false), None, "no reference, nothing to check");
+    assert_eq!(
+        validate_policy_reference(&none, |_| false),
+        None,
+        "no reference, nothing to check"
+    );
 
     let used = validate_policy_delete("canary", &["gpu".into(), "net".into()]).expect("in use");
-    assert!(used.message.contains("in use by NodeWright gpu, net"), "{used}");
+    assert!(
+        used.message.contains("in use by NodeWright gpu, net"),
+        "{used}"
+    );
     assert_eq!(validate_policy_delete("canary", &[]), None);
 }

@@ -14,7 +14,12 @@ use nodewright_hostops::{NodeIdentity, SimHost};
 fn stats(mut xs: Vec<Duration>) -> String {
     xs.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    format!("median {:>8.3} ms   p90 {:>8.3} ms   n={}", ms(xs[xs.len() / 2]), ms(xs[xs.len() * 9 / 10]), xs.len())
+    format!(
+        "median {:>8.3} ms   p90 {:>8.3} ms   n={}",
+        ms(xs[xs.len() / 2]),
+        ms(xs[xs.len() * 9 / 10]),
+        xs.len()
+    )
 }
 
 fn time<T>(f: impl FnOnce() -> T) -> (T, Duration) {
@@ -30,15 +35,27 @@ fn main() {
 
     // Compile (no cache).
     let nocache = Engine::new(EngineConfig::default()).unwrap();
-    let compile: Vec<_> = (0..10).map(|_| time(|| nocache.load(&bytes).unwrap()).1).collect();
+    let compile: Vec<_> = (0..10)
+        .map(|_| time(|| nocache.load(&bytes).unwrap()).1)
+        .collect();
     println!("compile (Cranelift, no cache)          {}", stats(compile));
 
     // Cached load: a fresh engine each time so nothing is in memory, the same cache dir.
     let cache = tmp.path().join("cache");
-    Engine::new(EngineConfig { cache_dir: Some(cache.clone()), ..Default::default() }).unwrap().load(&bytes).unwrap();
+    Engine::new(EngineConfig {
+        cache_dir: Some(cache.clone()),
+        ..Default::default()
+    })
+    .unwrap()
+    .load(&bytes)
+    .unwrap();
     let cached: Vec<_> = (0..20)
         .map(|_| {
-            let e = Engine::new(EngineConfig { cache_dir: Some(cache.clone()), ..Default::default() }).unwrap();
+            let e = Engine::new(EngineConfig {
+                cache_dir: Some(cache.clone()),
+                ..Default::default()
+            })
+            .unwrap();
             let (p, d) = time(|| e.load(&bytes).unwrap());
             assert!(p.from_cache);
             d
@@ -47,9 +64,15 @@ fn main() {
     println!("cached load (re-hash + mmap)           {}", stats(cached));
 
     // Instantiate + call plan, fresh store each time.
-    let engine = Engine::new(EngineConfig { cache_dir: Some(cache.clone()), ..Default::default() }).unwrap();
+    let engine = Engine::new(EngineConfig {
+        cache_dir: Some(cache.clone()),
+        ..Default::default()
+    })
+    .unwrap();
     let plugin = engine.load(&bytes).unwrap();
-    let (caps, _) = Capabilities::from_flags(&["files=/etc/sysctl.d:rw", "sysctl=net.ipv4.ip_forward"]).unwrap();
+    let (caps, _) =
+        Capabilities::from_flags(&["files=/etc/sysctl.d:rw", "sysctl=net.ipv4.ip_forward"])
+            .unwrap();
     let grants = Arc::new(GrantSet::parse(&caps, false, GrantSource::Flags).unwrap());
     let prepared = engine.prepare(&plugin, &grants).unwrap();
     let root = tmp.path().join("root");
@@ -57,12 +80,24 @@ fn main() {
     std::fs::write(root.join("proc/sys/net/ipv4/ip_forward"), "1").unwrap();
     let host = Arc::new(SimHost::new(&root, NodeIdentity::default()).unwrap());
     let ctx = StageContext::new("n", "tuning", "1").with_config("net.ipv4.ip_forward", "1");
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let calls: Vec<_> = (0..300)
         .map(|_| {
             rt.block_on(async {
                 let t = Instant::now();
-                let r = prepared.run(RunStage::Plan, ctx.clone(), host.clone(), grants.clone(), &SandboxLimits::default()).await.unwrap();
+                let r = prepared
+                    .run(
+                        RunStage::Plan,
+                        ctx.clone(),
+                        host.clone(),
+                        grants.clone(),
+                        &SandboxLimits::default(),
+                    )
+                    .await
+                    .unwrap();
                 assert!(r.result.is_ok());
                 t.elapsed()
             })
@@ -73,29 +108,64 @@ fn main() {
     // Whole `nodewright plugin run` process, warm cache.
     let bin = env!("CARGO_BIN_EXE_nodewright");
     let args = [
-        "plugin", "run", nodewright_artifacts::SYSCTL, "--stage", "plan", "--root", root.to_str().unwrap(),
-        "--grant", "files=/etc/sysctl.d:rw", "--grant", "sysctl=net.ipv4.ip_forward", "--config", "net.ipv4.ip_forward=1",
+        "plugin",
+        "run",
+        nodewright_artifacts::SYSCTL,
+        "--stage",
+        "plan",
+        "--root",
+        root.to_str().unwrap(),
+        "--grant",
+        "files=/etc/sysctl.d:rw",
+        "--grant",
+        "sysctl=net.ipv4.ip_forward",
+        "--config",
+        "net.ipv4.ip_forward=1",
     ];
-    let run = || std::process::Command::new(bin).args(args).env("NODEWRIGHT_CACHE_DIR", &cache).output().unwrap();
+    let run = || {
+        std::process::Command::new(bin)
+            .args(args)
+            .env("NODEWRIGHT_CACHE_DIR", &cache)
+            .output()
+            .unwrap()
+    };
     assert!(run().status.success());
     let procs: Vec<_> = (0..20).map(|_| time(run).1).collect();
     println!("`nodewright plugin run` process, warm  {}", stats(procs));
 
     // From a registry on loopback (Debian docker-registry).
     let reg = nodewright_testsupport::TestRegistry::start();
-    let registry_config = || nodewright_oci::RegistryConfig { insecure: vec![reg.host().to_string()], ..Default::default() };
+    let registry_config = || nodewright_oci::RegistryConfig {
+        insecure: vec![reg.host().to_string()],
+        ..Default::default()
+    };
     let pinned = rt.block_on(async {
         let r = nodewright_oci::Registry::new(registry_config());
-        r.push(&format!("{}/bench/sysctl:1", reg.host()), &bytes, Default::default(), &|_| {}).await.unwrap().pinned
+        r.push(
+            &format!("{}/bench/sysctl:1", reg.host()),
+            &bytes,
+            Default::default(),
+            &|_| {},
+        )
+        .await
+        .unwrap()
+        .pinned
     });
     let cold: Vec<_> = (0..10)
         .map(|i| {
             let dir = tmp.path().join(format!("cold-{i}"));
             rt.block_on(async {
                 let t = Instant::now();
-                let puller = nodewright_oci::Puller::new(nodewright_oci::Registry::new(registry_config()), nodewright_oci::NodeCache::open(&dir).unwrap());
+                let puller = nodewright_oci::Puller::new(
+                    nodewright_oci::Registry::new(registry_config()),
+                    nodewright_oci::NodeCache::open(&dir).unwrap(),
+                );
                 let pulled = puller.pull_pinned(&pinned, &|_| {}).await.unwrap();
-                let e = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()), ..Default::default() }).unwrap();
+                let e = Engine::new(EngineConfig {
+                    cache_dir: Some(puller.cache().code_dir()),
+                    ..Default::default()
+                })
+                .unwrap();
                 assert!(!e.load(&pulled.bytes).unwrap().from_cache);
                 t.elapsed()
             })
@@ -107,10 +177,17 @@ fn main() {
         .map(|_| {
             rt.block_on(async {
                 let t = Instant::now();
-                let puller = nodewright_oci::Puller::new(nodewright_oci::Registry::new(registry_config()), nodewright_oci::NodeCache::open(&warm_dir).unwrap());
+                let puller = nodewright_oci::Puller::new(
+                    nodewright_oci::Registry::new(registry_config()),
+                    nodewright_oci::NodeCache::open(&warm_dir).unwrap(),
+                );
                 let pulled = puller.pull_pinned(&pinned, &|_| {}).await.unwrap();
                 assert!(pulled.from_cache);
-                let e = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()), ..Default::default() }).unwrap();
+                let e = Engine::new(EngineConfig {
+                    cache_dir: Some(puller.cache().code_dir()),
+                    ..Default::default()
+                })
+                .unwrap();
                 assert!(e.load(&pulled.bytes).unwrap().from_cache);
                 t.elapsed()
             })

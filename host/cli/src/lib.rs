@@ -19,7 +19,12 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[command(name = "nodewright", version, propagate_version = true)]
 struct Cli {
     /// Namespace of the operator's agent Jobs (cluster verbs).
-    #[arg(long, global = true, env = "NODEWRIGHT_NAMESPACE", default_value = "nodewright")]
+    #[arg(
+        long,
+        global = true,
+        env = "NODEWRIGHT_NAMESPACE",
+        default_value = "nodewright"
+    )]
     namespace: String,
     /// Send every write as a server-side dry run: validated and admitted (or refused) as
     /// it would be, persisted nowhere; nothing is asked.
@@ -96,7 +101,10 @@ enum Command {
 /// Runs the command line as `program` (the name shown in help and usage).
 pub fn main(program: &'static str) -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("NODEWRIGHT_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NODEWRIGHT_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let matches = Cli::command().name(program).bin_name(program).get_matches();
@@ -104,14 +112,20 @@ pub fn main(program: &'static str) -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
-    let ctx = cluster::Ctx { namespace: cli.namespace.clone(), dry_run: cli.dry_run };
+    let ctx = cluster::Ctx {
+        namespace: cli.namespace.clone(),
+        dry_run: cli.dry_run,
+    };
     let result = runtime.block_on(async {
         match cli.command {
             Command::Plugin(cmd) => plugin::run(cmd).await,
@@ -119,11 +133,21 @@ pub fn main(program: &'static str) -> ExitCode {
             Command::Status { cr, output } => cluster::status(cr, output).await,
             Command::Node(cmd) => cluster::node(cmd, &ctx).await,
             Command::Package(cmd) => cluster::package(cmd, &ctx).await,
-            Command::Reset { cr, scope, confirm } => cluster::reset(&ctx, &cr, &scope, &confirm).await,
-            Command::Pause { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Pause, &confirm).await,
-            Command::Resume { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Resume, &confirm).await,
-            Command::Disable { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Disable, &confirm).await,
-            Command::Enable { cr, confirm } => cluster::flag(&ctx, &cr, cluster::Flag::Enable, &confirm).await,
+            Command::Reset { cr, scope, confirm } => {
+                cluster::reset(&ctx, &cr, &scope, &confirm).await
+            }
+            Command::Pause { cr, confirm } => {
+                cluster::flag(&ctx, &cr, cluster::Flag::Pause, &confirm).await
+            }
+            Command::Resume { cr, confirm } => {
+                cluster::flag(&ctx, &cr, cluster::Flag::Resume, &confirm).await
+            }
+            Command::Disable { cr, confirm } => {
+                cluster::flag(&ctx, &cr, cluster::Flag::Disable, &confirm).await
+            }
+            Command::Enable { cr, confirm } => {
+                cluster::flag(&ctx, &cr, cluster::Flag::Enable, &confirm).await
+            }
             Command::Policy(cmd) => cluster::policy(cmd, &ctx).await,
             Command::Version { client_only } => cluster::inspect::version(&ctx, client_only).await,
         }

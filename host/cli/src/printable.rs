@@ -33,7 +33,10 @@ mod tests {
     #[test]
     fn escapes_what_a_terminal_would_act_on() {
         assert_eq!(printable("plain\ttext"), "plain\ttext");
-        assert_eq!(printable("\u{1b}[2J\u{1b}[Hgone"), "\\u{1b}[2J\\u{1b}[Hgone");
+        assert_eq!(
+            printable("\u{1b}[2J\u{1b}[Hgone"),
+            "\\u{1b}[2J\\u{1b}[Hgone"
+        );
         assert_eq!(printable("ok\r\noutcome  ok"), "ok\\r\\noutcome  ok");
         assert_eq!(printable("bell\u{7}"), "bell\\u{7}");
     }

@@ -5,9 +5,13 @@ use std::time::Duration;
 /// Parses `500ms`, `30s`, `5m`, `1h` (a bare number is seconds).
 pub fn duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 30s, 5m or 500ms"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 30s, 5m or 500ms"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "" | "s" => n,
@@ -26,7 +30,9 @@ pub fn bytes(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size like 128Mi"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size like 128Mi"))?;
     let mult: u64 = match unit {
         "" => 1,
         "Ki" => 1 << 10,
@@ -37,7 +43,9 @@ pub fn bytes(s: &str) -> Result<u64, String> {
         "G" => 1_000_000_000,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (use Ki, Mi, Gi)")),
     };
-    n.checked_mul(mult).filter(|b| *b > 0).ok_or_else(|| format!("{s:?} is out of range"))
+    n.checked_mul(mult)
+        .filter(|b| *b > 0)
+        .ok_or_else(|| format!("{s:?} is out of range"))
 }
 
 #[cfg(test)]

@@ -20,10 +20,12 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         let text = if file.as_os_str() == "-" {
             std::io::read_to_string(std::io::stdin())?
         } else {
-            std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+            std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read {}", file.display()))?
         };
         for (i, doc) in serde_yaml_ng::Deserializer::from_str(&text).enumerate() {
-            let value: serde_json::Value = serde::Deserialize::deserialize(doc).with_context(|| format!("{}: document {} is not YAML", file.display(), i + 1))?;
+            let value: serde_json::Value = serde::Deserialize::deserialize(doc)
+                .with_context(|| format!("{}: document {} is not YAML", file.display(), i + 1))?;
             if value.is_null() {
                 continue;
             }
@@ -41,5 +43,9 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

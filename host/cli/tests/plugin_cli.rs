@@ -12,7 +12,11 @@ fn nodewright(cache: &Path, args: &[&str]) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
@@ -24,9 +28,21 @@ fn run_applies_then_plans_converged_from_cache() {
     let root_s = root.to_str().unwrap();
     let args = |stage| {
         vec![
-            "plugin", "run", nodewright_artifacts::SYSCTL, "--stage", stage, "--root", root_s,
-            "--grant", "files=/etc/sysctl.d:rw", "--grant", "sysctl=net.ipv4.ip_forward",
-            "--config", "net.ipv4.ip_forward=1", "--package", "tuning",
+            "plugin",
+            "run",
+            nodewright_artifacts::SYSCTL,
+            "--stage",
+            stage,
+            "--root",
+            root_s,
+            "--grant",
+            "files=/etc/sysctl.d:rw",
+            "--grant",
+            "sysctl=net.ipv4.ip_forward",
+            "--config",
+            "net.ipv4.ip_forward=1",
+            "--package",
+            "tuning",
         ]
     };
     let apply = nodewright(&cache, &args("apply"));
@@ -34,18 +50,33 @@ fn run_applies_then_plans_converged_from_cache() {
     assert!(apply.status.success(), "{out}");
     assert!(out.contains(", compiled in"), "{out}");
     assert!(out.contains("sysctl         net.ipv4.ip_forward"), "{out}");
-    assert!(out.contains("host actions (simulated node)\n  sysctl net.ipv4.ip_forward=1"), "{out}");
-    assert_eq!(std::fs::read_to_string(root.join("proc/sys/net/ipv4/ip_forward")).unwrap(), "1");
+    assert!(
+        out.contains("host actions (simulated node)\n  sysctl net.ipv4.ip_forward=1"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("proc/sys/net/ipv4/ip_forward")).unwrap(),
+        "1"
+    );
 
     let plan = nodewright(&cache, &args("plan"));
     let out = text(&plan);
     assert!(plan.status.success(), "{out}");
-    assert!(out.contains("loaded from cache"), "second run must come from the code cache: {out}");
-    assert!(out.contains("converged (no changes, no interrupt)"), "{out}");
+    assert!(
+        out.contains("loaded from cache"),
+        "second run must come from the code cache: {out}"
+    );
+    assert!(
+        out.contains("converged (no changes, no interrupt)"),
+        "{out}"
+    );
 
     let json = nodewright(&cache, &[args("plan"), vec!["-o", "json"]].concat());
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(v["report"]["result"]["Ok"]["changes"], serde_json::json!([]));
+    assert_eq!(
+        v["report"]["result"]["Ok"]["changes"],
+        serde_json::json!([])
+    );
     assert_eq!(v["fromCache"], true);
 }
 
@@ -60,29 +91,122 @@ fn bad_inputs_fail_with_clear_errors() {
     let junk = tmp.path().join("junk.wasm");
     std::fs::write(&junk, b"not wasm").unwrap();
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["plugin", "inspect", core.to_str().unwrap()], "not a component: this is a core WebAssembly module"),
-        (vec!["plugin", "inspect", junk.to_str().unwrap()], "not a component: the file is not WebAssembly"),
-        (vec!["plugin", "inspect", nodewright_artifacts::WRONG_WORLD], "does not export nodewright:plugin/stages@0.1.0 (exports: run)"),
-        (vec!["plugin", "inspect", "/nonexistent.wasm"], "cannot read /nonexistent.wasm"),
-        (vec!["plugin", "run", nodewright_artifacts::SYSCTL, "--stage", "apply", "--root", root, "--grant", "kmods=x"], "unknown grant \"kmods\""),
-        (vec!["plugin", "run", nodewright_artifacts::SYSCTL, "--stage", "apply", "--root", root, "--grant", "files=etc:rw"], "files[0].path: \"etc\" is not an absolute path"),
-        (vec!["plugin", "run", nodewright_artifacts::SYSCTL, "--stage", "apply", "--root", root, "--grant", "files=/etc/sysctl.d:rw"], "sysctl (grant it with --grant sysctl=...)"),
-        (vec!["plugin", "run", nodewright_artifacts::SYSCTL, "--stage", "deploy", "--root", root], "unknown stage \"deploy\""),
-        (vec!["plugin", "run", nodewright_artifacts::SYSCTL, "--stage", "apply", "--root", root, "--config", "novalue"], "--config \"novalue\" is not KEY=VALUE"),
+        (
+            vec!["plugin", "inspect", core.to_str().unwrap()],
+            "not a component: this is a core WebAssembly module",
+        ),
+        (
+            vec!["plugin", "inspect", junk.to_str().unwrap()],
+            "not a component: the file is not WebAssembly",
+        ),
+        (
+            vec!["plugin", "inspect", nodewright_artifacts::WRONG_WORLD],
+            "does not export nodewright:plugin/stages@0.1.0 (exports: run)",
+        ),
+        (
+            vec!["plugin", "inspect", "/nonexistent.wasm"],
+            "cannot read /nonexistent.wasm",
+        ),
+        (
+            vec![
+                "plugin",
+                "run",
+                nodewright_artifacts::SYSCTL,
+                "--stage",
+                "apply",
+                "--root",
+                root,
+                "--grant",
+                "kmods=x",
+            ],
+            "unknown grant \"kmods\"",
+        ),
+        (
+            vec![
+                "plugin",
+                "run",
+                nodewright_artifacts::SYSCTL,
+                "--stage",
+                "apply",
+                "--root",
+                root,
+                "--grant",
+                "files=etc:rw",
+            ],
+            "files[0].path: \"etc\" is not an absolute path",
+        ),
+        (
+            vec![
+                "plugin",
+                "run",
+                nodewright_artifacts::SYSCTL,
+                "--stage",
+                "apply",
+                "--root",
+                root,
+                "--grant",
+                "files=/etc/sysctl.d:rw",
+            ],
+            "sysctl (grant it with --grant sysctl=...)",
+        ),
+        (
+            vec![
+                "plugin",
+                "run",
+                nodewright_artifacts::SYSCTL,
+                "--stage",
+                "deploy",
+                "--root",
+                root,
+            ],
+            "unknown stage \"deploy\"",
+        ),
+        (
+            vec![
+                "plugin",
+                "run",
+                nodewright_artifacts::SYSCTL,
+                "--stage",
+                "apply",
+                "--root",
+                root,
+                "--config",
+                "novalue",
+            ],
+            "--config \"novalue\" is not KEY=VALUE",
+        ),
     ];
     for (args, needle) in cases {
         let out = nodewright(&cache, &args);
         assert!(!out.status.success(), "{args:?} succeeded");
-        assert!(text(&out).contains(needle), "{args:?}: {} lacks {needle:?}", text(&out));
+        assert!(
+            text(&out).contains(needle),
+            "{args:?}: {} lacks {needle:?}",
+            text(&out)
+        );
     }
 }
 
 #[test]
 fn inspect_reports_capabilities_and_grant_check() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = nodewright(tmp.path(), &["plugin", "inspect", nodewright_artifacts::KERNEL_MODULE, "-o", "json", "--grant", "kmod=br_*"]);
+    let out = nodewright(
+        tmp.path(),
+        &[
+            "plugin",
+            "inspect",
+            nodewright_artifacts::KERNEL_MODULE,
+            "-o",
+            "json",
+            "--grant",
+            "kmod=br_*",
+        ],
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["requiredCapabilities"], serde_json::json!(["files", "kmod"]));
+    assert_eq!(
+        v["requiredCapabilities"],
+        serde_json::json!(["files", "kmod"])
+    );
     assert_eq!(v["grantCheck"]["missing"], serde_json::json!(["files"]));
     assert!(v["digest"].as_str().unwrap().starts_with("sha256:"));
     assert_eq!(out.status.code(), Some(1), "a missing grant fails inspect");
@@ -96,11 +220,29 @@ fn denied_calls_fail_the_stage_naming_the_flag() {
     std::fs::write(root.join("proc/sys/kernel/panic"), "0").unwrap();
     let out = nodewright(
         &tmp.path().join("cache"),
-        &["plugin", "run", nodewright_artifacts::SYSCTL, "--stage", "apply", "--root", root.to_str().unwrap(),
-          "-g", "files=/etc/sysctl.d:rw", "-g", "sysctl=net.*", "-c", "kernel.panic=1"],
+        &[
+            "plugin",
+            "run",
+            nodewright_artifacts::SYSCTL,
+            "--stage",
+            "apply",
+            "--root",
+            root.to_str().unwrap(),
+            "-g",
+            "files=/etc/sysctl.d:rw",
+            "-g",
+            "sysctl=net.*",
+            "-c",
+            "kernel.panic=1",
+        ],
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).contains(r#"sysctl.get("kernel.panic") denied: pass --grant sysctl=kernel.panic"#), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains(r#"sysctl.get("kernel.panic") denied: pass --grant sysctl=kernel.panic"#),
+        "{}",
+        text(&out)
+    );
 }
 
 /// The author loop from nothing: `plugin new`, `plugin build`, `plugin run`.
@@ -108,22 +250,63 @@ fn denied_calls_fail_the_stage_naming_the_flag() {
 fn new_build_run() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
-    let new = nodewright(&cache, &["plugin", "new", "demo", "--dir", tmp.path().to_str().unwrap()]);
+    let new = nodewright(
+        &cache,
+        &[
+            "plugin",
+            "new",
+            "demo",
+            "--dir",
+            tmp.path().to_str().unwrap(),
+        ],
+    );
     assert!(new.status.success(), "{}", text(&new));
     let crate_dir = tmp.path().join("demo");
-    let build = nodewright(&cache, &["plugin", "build", "--path", crate_dir.to_str().unwrap()]);
+    let build = nodewright(
+        &cache,
+        &["plugin", "build", "--path", crate_dir.to_str().unwrap()],
+    );
     let out = text(&build);
     assert!(build.status.success(), "{out}");
     assert!(out.contains("needs    files"), "{out}");
-    let wasm = out.lines().find_map(|l| l.strip_prefix("built    ")).expect("built line").trim().to_string();
+    let wasm = out
+        .lines()
+        .find_map(|l| l.strip_prefix("built    "))
+        .expect("built line")
+        .trim()
+        .to_string();
     let root = tmp.path().join("root");
     let run = nodewright(
         &cache,
-        &["plugin", "run", &wasm, "--stage", "apply", "--root", root.to_str().unwrap(), "--grant", "files=/etc/demo.conf:rw", "--config", "message=hi"],
+        &[
+            "plugin",
+            "run",
+            &wasm,
+            "--stage",
+            "apply",
+            "--root",
+            root.to_str().unwrap(),
+            "--grant",
+            "files=/etc/demo.conf:rw",
+            "--config",
+            "message=hi",
+        ],
     );
     assert!(run.status.success(), "{}", text(&run));
-    assert_eq!(std::fs::read_to_string(root.join("etc/demo.conf")).unwrap(), "hi\n");
-    let again = nodewright(&cache, &["plugin", "new", "demo", "--dir", tmp.path().to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/demo.conf")).unwrap(),
+        "hi\n"
+    );
+    let again = nodewright(
+        &cache,
+        &[
+            "plugin",
+            "new",
+            "demo",
+            "--dir",
+            tmp.path().to_str().unwrap(),
+        ],
+    );
     assert!(text(&again).contains("already exists"));
 }
 
@@ -135,13 +318,33 @@ fn push_then_run_by_reference() {
     let cache = tmp.path().join("cache");
     let insecure = ["--insecure-registry", reg.host()];
     let reference = format!("{}/plugins/sysctl:1.0.0", reg.host());
-    let push = nodewright(&cache, &[&["plugin", "push", nodewright_artifacts::SYSCTL, &reference][..], &insecure].concat());
+    let push = nodewright(
+        &cache,
+        &[
+            &["plugin", "push", nodewright_artifacts::SYSCTL, &reference][..],
+            &insecure,
+        ]
+        .concat(),
+    );
     assert!(push.status.success(), "{}", text(&push));
-    let pinned = String::from_utf8(push.stdout.clone()).unwrap().trim().to_string();
-    assert!(pinned.starts_with(&format!("{}/plugins/sysctl@sha256:", reg.host())), "{pinned}");
-    assert!(text(&push).contains("layer    sha256:"), "push shows progress: {}", text(&push));
+    let pinned = String::from_utf8(push.stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(
+        pinned.starts_with(&format!("{}/plugins/sysctl@sha256:", reg.host())),
+        "{pinned}"
+    );
+    assert!(
+        text(&push).contains("layer    sha256:"),
+        "push shows progress: {}",
+        text(&push)
+    );
 
-    let resolve = nodewright(&cache, &[&["plugin", "resolve", &reference][..], &insecure].concat());
+    let resolve = nodewright(
+        &cache,
+        &[&["plugin", "resolve", &reference][..], &insecure].concat(),
+    );
     assert_eq!(String::from_utf8_lossy(&resolve.stdout).trim(), pinned);
 
     let root = tmp.path().join("root");
@@ -150,29 +353,72 @@ fn push_then_run_by_reference() {
     let run = |r: &str| {
         nodewright(
             &cache,
-            &[&["plugin", "run", r, "--stage", "apply", "--root", root.to_str().unwrap(), "-g", "files=/etc/sysctl.d:rw", "-g", "sysctl=vm.swappiness", "-c", "vm.swappiness=10"][..], &insecure].concat(),
+            &[
+                &[
+                    "plugin",
+                    "run",
+                    r,
+                    "--stage",
+                    "apply",
+                    "--root",
+                    root.to_str().unwrap(),
+                    "-g",
+                    "files=/etc/sysctl.d:rw",
+                    "-g",
+                    "sysctl=vm.swappiness",
+                    "-c",
+                    "vm.swappiness=10",
+                ][..],
+                &insecure,
+            ]
+            .concat(),
         )
     };
     let first = run(&reference);
     assert!(first.status.success(), "{}", text(&first));
     assert!(text(&first).contains("artifact pulled"), "{}", text(&first));
     let second = run(&pinned);
-    assert!(text(&second).contains("artifact from the local cache, code loaded from cache"), "{}", text(&second));
-    assert_eq!(std::fs::read_to_string(root.join("proc/sys/vm/swappiness")).unwrap(), "10");
+    assert!(
+        text(&second).contains("artifact from the local cache, code loaded from cache"),
+        "{}",
+        text(&second)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("proc/sys/vm/swappiness")).unwrap(),
+        "10"
+    );
 
     // Without --insecure-registry the CLI never falls back to plain HTTP.
     let refused = nodewright(&cache, &["plugin", "resolve", &reference]);
     assert!(!refused.status.success());
-    assert!(text(&refused).contains("list it as insecure"), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("list it as insecure"),
+        "{}",
+        text(&refused)
+    );
     // A tag that does not exist names the reference.
-    let missing = nodewright(&cache, &[&["plugin", "pull", &format!("{}/plugins/nope:1", reg.host())][..], &insecure].concat());
-    assert!(text(&missing).contains("plugins/nope:1: not found in the registry"), "{}", text(&missing));
+    let missing = nodewright(
+        &cache,
+        &[
+            &["plugin", "pull", &format!("{}/plugins/nope:1", reg.host())][..],
+            &insecure,
+        ]
+        .concat(),
+    );
+    assert!(
+        text(&missing).contains("plugins/nope:1: not found in the registry"),
+        "{}",
+        text(&missing)
+    );
 }
 
 #[test]
 fn validate_accepts_the_examples_and_names_bad_fields() {
     let tmp = tempfile::tempdir().unwrap();
-    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/manifests/staged-rollout-policy.yaml");
+    let examples = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/manifests/staged-rollout-policy.yaml"
+    );
     let ok = nodewright(tmp.path(), &["validate", examples]);
     assert!(ok.status.success(), "{}", text(&ok));
     assert!(text(&ok).contains("DeploymentPolicy/staged-rollout is valid"));
@@ -180,7 +426,13 @@ fn validate_accepts_the_examples_and_names_bad_fields() {
     std::fs::write(&bad, "apiVersion: nodewright.io/v1alpha1\nkind: NodeWright\nmetadata: {name: bad}\nspec:\n  packages:\n    driver:\n      version: 1.0.0\n      plugin: r.example/p/d:1\n      capabilities: {kernelModules: [ok, 'nv[idia']}\n").unwrap();
     let out = nodewright(tmp.path(), &["validate", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).contains("spec.packages.driver.capabilities.kernelModules[1]: \"nv[idia\" is not a valid glob"), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "spec.packages.driver.capabilities.kernelModules[1]: \"nv[idia\" is not a valid glob"
+        ),
+        "{}",
+        text(&out)
+    );
 }
 
 /// Two processes pulling into (and compiling into) one cache at once: both succeed and
@@ -191,14 +443,30 @@ fn two_processes_share_one_cache() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
     let reference = format!("{}/plugins/kmod:1", reg.host());
-    let push = nodewright(&cache, &["plugin", "push", nodewright_artifacts::KERNEL_MODULE, &reference, "--insecure-registry", reg.host()]);
+    let push = nodewright(
+        &cache,
+        &[
+            "plugin",
+            "push",
+            nodewright_artifacts::KERNEL_MODULE,
+            &reference,
+            "--insecure-registry",
+            reg.host(),
+        ],
+    );
     assert!(push.status.success(), "{}", text(&push));
     std::fs::remove_dir_all(&cache).unwrap();
     for _ in 0..3 {
         let children: Vec<_> = (0..2)
             .map(|_| {
                 Command::new(env!("CARGO_BIN_EXE_nodewright"))
-                    .args(["plugin", "pull", &reference, "--insecure-registry", reg.host()])
+                    .args([
+                        "plugin",
+                        "pull",
+                        &reference,
+                        "--insecure-registry",
+                        reg.host(),
+                    ])
                     .env("NODEWRIGHT_CACHE_DIR", &cache)
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
@@ -216,7 +484,10 @@ fn two_processes_share_one_cache() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         assert!(!name.contains("tmp"), "a temp file was left behind: {name}");
         let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(nodewright_oci::sha256_digest(&bytes), format!("sha256:{name}"));
+        assert_eq!(
+            nodewright_oci::sha256_digest(&bytes),
+            format!("sha256:{name}")
+        );
     }
 }
 
@@ -227,16 +498,40 @@ fn plugin_text_cannot_drive_the_terminal_or_forge_our_lines() {
     let run = nodewright(
         &cache,
         &[
-            "plugin", "run", nodewright_artifacts::HOSTILE, "--stage", "apply", "--root", root.to_str().unwrap(),
-            "--grant", "files=/etc/app:rw", "--grant", "kmod=x", "--grant", "service=x.service", "--grant", "sysctl=x",
-            "--grant", "command=/x", "--grant", "power", "--config", "attack=ansi-log",
+            "plugin",
+            "run",
+            nodewright_artifacts::HOSTILE,
+            "--stage",
+            "apply",
+            "--root",
+            root.to_str().unwrap(),
+            "--grant",
+            "files=/etc/app:rw",
+            "--grant",
+            "kmod=x",
+            "--grant",
+            "service=x.service",
+            "--grant",
+            "sysctl=x",
+            "--grant",
+            "command=/x",
+            "--grant",
+            "power",
+            "--config",
+            "attack=ansi-log",
         ],
     );
     let out = text(&run);
     assert_eq!(run.status.code(), Some(1), "{out}");
-    assert!(!out.contains('\u{1b}'), "an escape sequence reached the terminal: {out:?}");
+    assert!(
+        !out.contains('\u{1b}'),
+        "an escape sequence reached the terminal: {out:?}"
+    );
     assert!(out.contains("\\u{1b}[2J\\u{1b}[Hscreen wiped"), "{out}");
     // The forged line stays inside the failure message.
-    assert!(out.contains("outcome  failed: oops\\r\\noutcome  ok in 1.0 ms"), "{out}");
+    assert!(
+        out.contains("outcome  failed: oops\\r\\noutcome  ok in 1.0 ms"),
+        "{out}"
+    );
     assert!(!out.lines().any(|l| l.starts_with("outcome  ok")), "{out}");
 }

@@ -25,7 +25,10 @@ use serde_json::Value;
 use crate::view::{Frame, NodeRow};
 
 #[derive(Debug, Parser)]
-#[command(name = "nodewright-demo", about = "A live nodewright rollout on a local cluster of simulated nodes")]
+#[command(
+    name = "nodewright-demo",
+    about = "A live nodewright rollout on a local cluster of simulated nodes"
+)]
 struct Args {
     /// Tear the cluster down once the rollout completes (default: keep it up until Ctrl-C).
     #[arg(long)]
@@ -47,8 +50,14 @@ const MANIFESTS: &[&str] = &[
 ];
 
 /// (name, tier): one canary, three production, two in the policy's default compartment.
-const NODES: &[(&str, &str)] =
-    &[("gpu-0", "canary"), ("gpu-1", "production"), ("gpu-2", "production"), ("gpu-3", "production"), ("gpu-4", ""), ("gpu-5", "")];
+const NODES: &[(&str, &str)] = &[
+    ("gpu-0", "canary"),
+    ("gpu-1", "production"),
+    ("gpu-2", "production"),
+    ("gpu-3", "production"),
+    ("gpu-4", ""),
+    ("gpu-5", ""),
+];
 
 fn step(what: &str) -> Instant {
     eprint!("• {what} … ");
@@ -62,9 +71,14 @@ fn done(t: Instant) {
 
 /// Points every `plugin:` at the local registry's copy of the same first-party plugin.
 fn localize(doc: &mut Value, cluster: &Cluster) {
-    if let Some(packages) = doc.pointer_mut("/spec/packages").and_then(Value::as_object_mut) {
+    if let Some(packages) = doc
+        .pointer_mut("/spec/packages")
+        .and_then(Value::as_object_mut)
+    {
         for p in packages.values_mut() {
-            let Some(r) = p["plugin"].as_str() else { continue };
+            let Some(r) = p["plugin"].as_str() else {
+                continue;
+            };
             let repo = r.split('@').next().unwrap_or(r);
             let last = repo.rsplit('/').next().unwrap_or(repo);
             let name = last.split(':').next().unwrap_or(last);
@@ -77,7 +91,11 @@ fn localize(doc: &mut Value, cluster: &Cluster) {
 /// Retries while the webhook is not serving yet (admission fails closed meanwhile).
 async fn admission_check(cluster: &Cluster) -> Result<Vec<(&'static str, String)>> {
     let bad = [
-        ("an interruptionBudget of 250%", serde_json::json!({"interruptionBudget": {"percent": 250}, "packages": {}}), "spec.interruptionBudget.percent"),
+        (
+            "an interruptionBudget of 250%",
+            serde_json::json!({"interruptionBudget": {"percent": 250}, "packages": {}}),
+            "spec.interruptionBudget.percent",
+        ),
         (
             "a grant path with '..'",
             serde_json::json!({"packages": {"escape": {"version": "1.0.0", "plugin": cluster.plugin("files"), "capabilities": {"files": [{"path": "/etc/../root", "access": "readWrite"}]}}}}),
@@ -90,12 +108,16 @@ async fn admission_check(cluster: &Cluster) -> Result<Vec<(&'static str, String)
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             match cluster.apply(&doc).await {
-                Ok(()) => bail!("{what} was admitted: the cluster does not validate like the chart's webhook"),
+                Ok(()) => bail!(
+                    "{what} was admitted: the cluster does not validate like the chart's webhook"
+                ),
                 Err(e) if format!("{e:#}").contains(field) => {
                     out.push((what, field.to_string()));
                     break;
                 }
-                Err(e) if Instant::now() > deadline => bail!("{what}: no refusal from the webhook after 60 s: {e:#}"),
+                Err(e) if Instant::now() > deadline => {
+                    bail!("{what}: no refusal from the webhook after 60 s: {e:#}")
+                }
                 Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
             }
         }
@@ -103,25 +125,49 @@ async fn admission_check(cluster: &Cluster) -> Result<Vec<(&'static str, String)
     Ok(out)
 }
 
-async fn frame(cluster: &Cluster, crs: &[(String, Vec<String>)], started: Instant) -> Result<Frame> {
+async fn frame(
+    cluster: &Cluster,
+    crs: &[(String, Vec<String>)],
+    started: Instant,
+) -> Result<Frame> {
     let nws: Api<NodeWright> = Api::all(cluster.client.clone());
-    let mut out = Frame { elapsed: started.elapsed().as_secs_f64(), ..Frame::default() };
+    let mut out = Frame {
+        elapsed: started.elapsed().as_secs_f64(),
+        ..Frame::default()
+    };
     for (name, packages) in crs {
-        out.crs.push((name.clone(), packages.clone(), nws.get_opt(name).await?.and_then(|n| n.status)));
+        out.crs.push((
+            name.clone(),
+            packages.clone(),
+            nws.get_opt(name).await?.and_then(|n| n.status),
+        ));
     }
-    let nodes = Api::<Node>::all(cluster.client.clone()).list(&ListParams::default()).await?;
+    let nodes = Api::<Node>::all(cluster.client.clone())
+        .list(&ListParams::default())
+        .await?;
     for n in nodes.items {
         let name = n.metadata.name.clone().unwrap_or_default();
         let labels = n.metadata.labels.unwrap_or_default();
         let annotations = n.metadata.annotations.unwrap_or_default();
         let states = crs
             .iter()
-            .filter_map(|(cr, _)| Some((cr.clone(), serde_json::from_str(annotations.get(&keys::node_state(cr))?).ok()?)))
+            .filter_map(|(cr, _)| {
+                Some((
+                    cr.clone(),
+                    serde_json::from_str(annotations.get(&keys::node_state(cr))?).ok()?,
+                ))
+            })
             .collect();
         out.nodes.push(NodeRow {
-            tier: labels.get("nodewright.io/tier").cloned().unwrap_or_else(|| "-".into()),
+            tier: labels
+                .get("nodewright.io/tier")
+                .cloned()
+                .unwrap_or_else(|| "-".into()),
             cordoned: n.spec.and_then(|s| s.unschedulable).unwrap_or(false),
-            reboots: SimHost::journal(&cluster.sim.root(&name)).iter().filter(|a| matches!(a, HostAction::RebootRequested { .. })).count(),
+            reboots: SimHost::journal(&cluster.sim.root(&name))
+                .iter()
+                .filter(|a| matches!(a, HostAction::RebootRequested { .. }))
+                .count(),
             states,
             name,
         });
@@ -131,7 +177,10 @@ async fn frame(cluster: &Cluster, crs: &[(String, Vec<String>)], started: Instan
 }
 
 fn complete(f: &Frame) -> bool {
-    f.crs.iter().all(|(_, _, s)| s.as_ref().is_some_and(|s| s.status == Some(Status::Complete)))
+    f.crs.iter().all(|(_, _, s)| {
+        s.as_ref()
+            .is_some_and(|s| s.status == Some(Status::Complete))
+    })
 }
 
 #[tokio::main]
@@ -139,16 +188,27 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     let dir = match args.bin_dir {
         Some(d) => d,
-        None => std::env::current_exe()?.parent().context("the demo binary's directory")?.to_path_buf(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("the demo binary's directory")?
+            .to_path_buf(),
     };
     let bins = Binaries::in_dir(&dir)?;
-    let work = tempfile::Builder::new().prefix("nodewright-demo-").tempdir()?;
+    let work = tempfile::Builder::new()
+        .prefix("nodewright-demo-")
+        .tempdir()?;
 
-    let t = step(&format!("starting a control plane, {} simulated nodes and a registry with the plugins", NODES.len()));
+    let t = step(&format!(
+        "starting a control plane, {} simulated nodes and a registry with the plugins",
+        NODES.len()
+    ));
     let defs: Vec<(String, Vec<(String, String)>)> = NODES
         .iter()
         .map(|(n, tier)| {
-            let mut labels = vec![("nvidia.com/gpu.present".to_string(), "true".to_string()), ("nodewright.io/pool".into(), "workers".into())];
+            let mut labels = vec![
+                ("nvidia.com/gpu.present".to_string(), "true".to_string()),
+                ("nodewright.io/pool".into(), "workers".into()),
+            ];
             if !tier.is_empty() {
                 labels.push(("nodewright.io/tier".into(), tier.to_string()));
             }
@@ -161,15 +221,26 @@ async fn main() -> Result<()> {
         cluster.host_file(n, "/proc/modules", "nvidia 0 0 - Live 0x0\n")?;
         cluster.host_file(n, "/proc/sys/net/ipv4/ip_forward", "0\n")?;
         cluster.host_file(n, "/proc/sys/vm/max_map_count", "65530\n")?;
-        cluster.workload_pod(n, &format!("web-{n}"), serde_json::json!({"app": "web"})).await?;
+        cluster
+            .workload_pod(n, &format!("web-{n}"), serde_json::json!({"app": "web"}))
+            .await?;
     }
     done(t);
 
     let t = step("starting the operator with its admission webhook, as the chart installs it");
     let log = work.path().join("operator.log");
-    let flags = cluster.admission(nodewright_testsupport::free_port()).await?;
+    let flags = cluster
+        .admission(nodewright_testsupport::free_port())
+        .await?;
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let op = Operator::start(&cluster, &bins, &work.path().join("operator-cache"), &log, "info,kube=warn", &flags)?;
+    let op = Operator::start(
+        &cluster,
+        &bins,
+        &work.path().join("operator-cache"),
+        &log,
+        "info,kube=warn",
+        &flags,
+    )?;
     done(t);
 
     let t = step("checking admission: what validation refuses, the cluster refuses");
@@ -179,14 +250,25 @@ async fn main() -> Result<()> {
     eprintln!();
     done(t);
 
-    let t = step("applying examples/manifests (DeploymentPolicy staged-rollout, NodeWrights gpu-modules and tuning)");
+    let t = step(
+        "applying examples/manifests (DeploymentPolicy staged-rollout, NodeWrights gpu-modules and tuning)",
+    );
     let mut crs = Vec::new();
     for text in MANIFESTS {
         let mut doc: Value = serde_yaml_ng::from_str(text)?;
         localize(&mut doc, &cluster);
         if doc["kind"] == "NodeWright" {
-            let packages = doc["spec"]["packages"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
-            crs.push((doc["metadata"]["name"].as_str().unwrap_or_default().to_string(), packages));
+            let packages = doc["spec"]["packages"]
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            crs.push((
+                doc["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                packages,
+            ));
         }
         cluster.apply(&doc).await.context("applying an example")?;
     }
@@ -207,13 +289,20 @@ async fn main() -> Result<()> {
             }
         }
         let finished = complete(&f);
-        let erroring = f.crs.iter().any(|(_, _, s)| s.as_ref().is_some_and(|s| s.status == Some(Status::Erroring)));
+        let erroring = f.crs.iter().any(|(_, _, s)| {
+            s.as_ref()
+                .is_some_and(|s| s.status == Some(Status::Erroring))
+        });
         last = f;
         if finished {
             break Ok(());
         }
         if erroring || started.elapsed() > Duration::from_secs(args.timeout) {
-            break Err(if erroring { "a NodeWright is erroring" } else { "timed out" });
+            break Err(if erroring {
+                "a NodeWright is erroring"
+            } else {
+                "timed out"
+            });
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
@@ -222,7 +311,11 @@ async fn main() -> Result<()> {
     }
     let reboots: usize = last.nodes.iter().map(|n| n.reboots).sum();
     match outcome {
-        Ok(()) => println!("\nRollout complete in {:.0} s: {} nodes, {reboots} reboots.", last.elapsed, last.nodes.len()),
+        Ok(()) => println!(
+            "\nRollout complete in {:.0} s: {} nodes, {reboots} reboots.",
+            last.elapsed,
+            last.nodes.len()
+        ),
         Err(why) => {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(30).collect();
@@ -239,13 +332,19 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     let ktest = nodewright_testcluster::ktest_binary()?;
-    let per_node: BTreeMap<&str, usize> = last.nodes.iter().map(|n| (n.name.as_str(), n.reboots)).collect();
+    let per_node: BTreeMap<&str, usize> = last
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.reboots))
+        .collect();
     println!("Reboots per node: {per_node:?}\n");
     println!("The cluster stays up. In another shell:\n");
     println!("  export KUBECONFIG={}", cluster.cp.kubeconfig().display());
     println!("  alias kubectl='{} kubectl'", ktest.display());
     println!("  kubectl get nodewrights,deploymentpolicies");
-    println!("  kubectl get nodewright gpu-modules -o yaml          # status, conditions, compartments");
+    println!(
+        "  kubectl get nodewright gpu-modules -o yaml          # status, conditions, compartments"
+    );
     println!("  kubectl get events -A --field-selector reason=Interrupt");
     println!("  kubectl get node gpu-0 -o jsonpath='{{.metadata.annotations}}'");
     if dir.join("kubectl-nodewright").exists() {

@@ -47,19 +47,43 @@ pub fn cell(p: Option<&PackageStatus>) -> String {
 }
 
 fn cr_summary(name: &str, status: Option<&NodeWrightStatus>) -> String {
-    let Some(s) = status else { return format!("{name}: waiting for the operator") };
+    let Some(s) = status else {
+        return format!("{name}: waiting for the operator");
+    };
     let state = s.status.map(Status::as_str).unwrap_or("unknown");
-    let mut out = format!("{name}: {state}, {} nodes complete", s.complete_nodes.as_deref().unwrap_or("0/?"));
-    for c in s.conditions.iter().filter(|c| c.status == "True" && c.type_ != "Ready" && c.type_ != "PluginsReady") {
+    let mut out = format!(
+        "{name}: {state}, {} nodes complete",
+        s.complete_nodes.as_deref().unwrap_or("0/?")
+    );
+    for c in s
+        .conditions
+        .iter()
+        .filter(|c| c.status == "True" && c.type_ != "Ready" && c.type_ != "PluginsReady")
+    {
         let _ = write!(out, " · {} ({})", c.type_, c.reason);
     }
-    if let Some(ready) = s.conditions.iter().find(|c| c.type_ == "PluginsReady" && c.status == "False") {
+    if let Some(ready) = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PluginsReady" && c.status == "False")
+    {
         let _ = write!(out, " · plugins not ready: {}", ready.message);
     }
     let comps: Vec<String> = s
         .compartment_statuses
         .iter()
-        .map(|(n, c)| format!("{} {}/{}", if n == DEFAULT_COMPARTMENT { "default" } else { n }, c.completed, c.matched))
+        .map(|(n, c)| {
+            format!(
+                "{} {}/{}",
+                if n == DEFAULT_COMPARTMENT {
+                    "default"
+                } else {
+                    n
+                },
+                c.completed,
+                c.matched
+            )
+        })
         .collect();
     if !comps.is_empty() {
         let _ = write!(out, "\n    compartments: {}", comps.join(", "));
@@ -70,13 +94,26 @@ fn cr_summary(name: &str, status: Option<&NodeWrightStatus>) -> String {
 /// The whole view as text.
 pub fn render(f: &Frame) -> String {
     let mut out = String::new();
-    let all_done = !f.crs.is_empty() && f.crs.iter().all(|(_, _, s)| s.as_ref().is_some_and(|s| s.status == Some(Status::Complete)));
-    let phase = if all_done { "rollout complete" } else { "rollout in progress" };
+    let all_done = !f.crs.is_empty()
+        && f.crs.iter().all(|(_, _, s)| {
+            s.as_ref()
+                .is_some_and(|s| s.status == Some(Status::Complete))
+        });
+    let phase = if all_done {
+        "rollout complete"
+    } else {
+        "rollout in progress"
+    };
     let _ = writeln!(out, "nodewright demo — {phase}, {:.0} s\n", f.elapsed);
     for (name, _, status) in &f.crs {
         let _ = writeln!(out, "  {}", cr_summary(name, status.as_ref()));
     }
-    let mut header = vec!["NODE".to_string(), "TIER".into(), "CORDON".into(), "REBOOTS".into()];
+    let mut header = vec![
+        "NODE".to_string(),
+        "TIER".into(),
+        "CORDON".into(),
+        "REBOOTS".into(),
+    ];
     let mut rows: Vec<Vec<String>> = Vec::new();
     for (cr, packages, _) in &f.crs {
         for p in packages {
@@ -84,7 +121,12 @@ pub fn render(f: &Frame) -> String {
         }
     }
     for n in &f.nodes {
-        let mut row = vec![n.name.clone(), n.tier.clone(), if n.cordoned { "yes".into() } else { "-".into() }, n.reboots.to_string()];
+        let mut row = vec![
+            n.name.clone(),
+            n.tier.clone(),
+            if n.cordoned { "yes".into() } else { "-".into() },
+            n.reboots.to_string(),
+        ];
         for (cr, packages, _) in &f.crs {
             let state = n.states.get(cr);
             for p in packages {
@@ -94,11 +136,21 @@ pub fn render(f: &Frame) -> String {
         rows.push(row);
     }
     let widths: Vec<usize> = (0..header.len())
-        .map(|i| std::iter::once(&header[i]).chain(rows.iter().map(|r| &r[i])).map(|c| c.chars().count()).max().unwrap_or(0))
+        .map(|i| {
+            std::iter::once(&header[i])
+                .chain(rows.iter().map(|r| &r[i]))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     out.push('\n');
     for row in std::iter::once(&header).chain(rows.iter()) {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count()))).collect();
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
+            .collect();
         let _ = writeln!(out, "  {}", line.join("  ").trim_end());
     }
     out
@@ -112,17 +164,30 @@ pub fn changes(before: &Frame, after: &Frame) -> Vec<String> {
     for n in &after.nodes {
         let old = before.nodes.iter().find(|o| o.name == n.name);
         if old.is_some_and(|o| o.cordoned != n.cordoned) || (old.is_none() && n.cordoned) {
-            out.push(format!("{t:>5.0} s  {}  {}", n.name, if n.cordoned { "cordoned" } else { "uncordoned" }));
+            out.push(format!(
+                "{t:>5.0} s  {}  {}",
+                n.name,
+                if n.cordoned { "cordoned" } else { "uncordoned" }
+            ));
         }
         if old.map_or(0, |o| o.reboots) < n.reboots {
             out.push(format!("{t:>5.0} s  {}  rebooted", n.name));
         }
         for (cr, packages, _) in &after.crs {
             for p in packages {
-                let find = |row: &NodeRow| row.states.get(cr).and_then(|s| s.values().find(|e| &e.name == p)).map(|e| cell(Some(e)));
+                let find = |row: &NodeRow| {
+                    row.states
+                        .get(cr)
+                        .and_then(|s| s.values().find(|e| &e.name == p))
+                        .map(|e| cell(Some(e)))
+                };
                 let now = find(n);
                 if now.is_some() && old.and_then(find) != now {
-                    out.push(format!("{t:>5.0} s  {}  {cr}/{p}: {}", n.name, now.unwrap_or_default()));
+                    out.push(format!(
+                        "{t:>5.0} s  {}  {cr}/{p}: {}",
+                        n.name,
+                        now.unwrap_or_default()
+                    ));
                 }
             }
         }
@@ -147,14 +212,26 @@ mod tests {
         Frame {
             elapsed: 3.0,
             crs: vec![("gpu".into(), vec!["driver".into()], None)],
-            nodes: vec![NodeRow { name: "n1".into(), tier: "canary".into(), cordoned, reboots: 0, states: [("gpu".to_string(), st)].into() }],
+            nodes: vec![NodeRow {
+                name: "n1".into(),
+                tier: "canary".into(),
+                cordoned,
+                reboots: 0,
+                states: [("gpu".to_string(), st)].into(),
+            }],
         }
     }
 
     #[test]
     fn cells_show_stage_and_state() {
-        assert_eq!(cell(Some(&entry(Stage::PostInterrupt, State::Complete))), "post-interrupt ✓");
-        assert_eq!(cell(Some(&entry(Stage::Apply, State::InProgress))), "apply …");
+        assert_eq!(
+            cell(Some(&entry(Stage::PostInterrupt, State::Complete))),
+            "post-interrupt ✓"
+        );
+        assert_eq!(
+            cell(Some(&entry(Stage::Apply, State::InProgress))),
+            "apply …"
+        );
         assert_eq!(cell(None), "·");
     }
 
@@ -162,10 +239,19 @@ mod tests {
     fn the_table_has_a_column_per_package_and_a_row_per_node() {
         let text = render(&frame(Stage::Apply, State::InProgress, true));
         let lines: Vec<&str> = text.lines().collect();
-        let header = lines.iter().find(|l| l.trim_start().starts_with("NODE")).unwrap();
+        let header = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with("NODE"))
+            .unwrap();
         assert!(header.contains("gpu/driver"), "{text}");
-        let row = lines.iter().find(|l| l.trim_start().starts_with("n1")).unwrap();
-        assert!(row.contains("canary") && row.contains("yes") && row.contains("apply …"), "{text}");
+        let row = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with("n1"))
+            .unwrap();
+        assert!(
+            row.contains("canary") && row.contains("yes") && row.contains("apply …"),
+            "{text}"
+        );
         assert!(text.contains("gpu: waiting for the operator"), "{text}");
     }
 
@@ -173,7 +259,13 @@ mod tests {
     fn piped_output_prints_only_what_changed() {
         let a = frame(Stage::Apply, State::InProgress, false);
         let b = frame(Stage::Apply, State::Complete, true);
-        assert_eq!(changes(&a, &b), vec!["    3 s  n1  cordoned".to_string(), "    3 s  n1  gpu/driver: apply ✓".to_string()]);
+        assert_eq!(
+            changes(&a, &b),
+            vec![
+                "    3 s  n1  cordoned".to_string(),
+                "    3 s  n1  gpu/driver: apply ✓".to_string()
+            ]
+        );
         assert!(changes(&b, &b).is_empty());
     }
 }

@@ -42,7 +42,10 @@ pub(crate) struct CodeCache {
 }
 
 fn cache_err(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Cache { path: path.display().to_string(), message: e.to_string() }
+    Error::Cache {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
 }
 
 impl CodeCache {
@@ -51,15 +54,23 @@ impl CodeCache {
         std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
         let engine_hash = hex::encode(&hasher.0.finalize()[..16]);
         let dir = root.join(format!("wasmtime-{engine_hash}"));
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| cache_err(&dir, e))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| cache_err(&dir, e))?;
         // The cache holds native code: keep it private even if the parent existed already.
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).map_err(|e| cache_err(&root, e))?;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| cache_err(&root, e))?;
         Ok(CodeCache { dir })
     }
 
     fn paths(&self, digest: &str) -> (PathBuf, PathBuf) {
         let hexpart = digest.trim_start_matches("sha256:");
-        (self.dir.join(format!("{hexpart}.cwasm")), self.dir.join(format!("{hexpart}.cwasm.sha256")))
+        (
+            self.dir.join(format!("{hexpart}.cwasm")),
+            self.dir.join(format!("{hexpart}.cwasm.sha256")),
+        )
     }
 
     /// Returns the component and whether it came from the cache.
@@ -76,11 +87,19 @@ impl CodeCache {
         let component = compile()?;
         let serialized = component.serialize().map_err(Error::compile)?;
         write_atomic(&code, &serialized)?;
-        write_atomic(&sidecar, hex::encode(Sha256::digest(&serialized)).as_bytes())?;
+        write_atomic(
+            &sidecar,
+            hex::encode(Sha256::digest(&serialized)).as_bytes(),
+        )?;
         Ok((component, false))
     }
 
-    fn try_load(&self, engine: &wasmtime::Engine, code: &Path, sidecar: &Path) -> Option<Component> {
+    fn try_load(
+        &self,
+        engine: &wasmtime::Engine,
+        code: &Path,
+        sidecar: &Path,
+    ) -> Option<Component> {
         let expected = std::fs::read_to_string(sidecar).ok()?;
         let actual = hex::encode(Sha256::digest(std::fs::read(code).ok()?));
         if expected.trim() != actual {
@@ -91,7 +110,10 @@ impl CodeCache {
         // configuration (the directory is keyed by the compatibility hash), lives in a
         // 0700 directory, and its SHA-256 was just checked against the sidecar written with
         // it. wasmtime additionally validates the header and engine settings.
-        #[allow(unsafe_code, reason = "loading our own precompiled code, verified above")]
+        #[allow(
+            unsafe_code,
+            reason = "loading our own precompiled code, verified above"
+        )]
         let loaded = unsafe { Component::deserialize_file(engine, code) };
         match loaded {
             Ok(c) => Some(c),
@@ -106,9 +128,18 @@ impl CodeCache {
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     // Unique per process *and* per call: threads of one process may race on one entry.
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp = path.with_extension(format!("tmp.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let tmp = path.with_extension(format!(
+        "tmp.{}.{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
     let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)

@@ -9,7 +9,9 @@ pub enum Error {
     #[error("cannot build the wasm engine: {0}")]
     Engine(String),
     /// The bytes are a core WebAssembly module, not a component.
-    #[error("not a component: this is a core WebAssembly module; build it for wasm32-wasip2 (nodewright plugin build)")]
+    #[error(
+        "not a component: this is a core WebAssembly module; build it for wasm32-wasip2 (nodewright plugin build)"
+    )]
     CoreModule,
     /// The bytes are not WebAssembly at all.
     #[error("not a component: the file is not WebAssembly (no \\0asm header)")]
@@ -107,7 +109,9 @@ impl RunError {
     /// The plugin's log up to the failure (empty for instantiation failures).
     pub fn logs(&self) -> &[crate::LogLine] {
         match self {
-            RunError::Timeout { logs, .. } | RunError::MemoryLimit { logs, .. } | RunError::Trap { logs, .. } => logs,
+            RunError::Timeout { logs, .. }
+            | RunError::MemoryLimit { logs, .. }
+            | RunError::Trap { logs, .. } => logs,
             RunError::Instantiate { .. } => &[],
         }
     }

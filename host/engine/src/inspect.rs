@@ -8,8 +8,16 @@ use crate::{Capability, Error, GrantSet, LoadedPlugin, Result};
 pub const EXPECTED_EXPORT: &str = "nodewright:plugin/stages@0.1.0";
 
 /// The functions [`EXPECTED_EXPORT`] must contain.
-pub const STAGE_FUNCTIONS: [&str; 8] =
-    ["plan", "apply", "config", "interrupt", "post-interrupt", "upgrade", "uninstall", "check"];
+pub const STAGE_FUNCTIONS: [&str; 8] = [
+    "plan",
+    "apply",
+    "config",
+    "interrupt",
+    "post-interrupt",
+    "upgrade",
+    "uninstall",
+    "check",
+];
 
 const PLUGIN_PACKAGE: &str = "nodewright:plugin/";
 
@@ -19,8 +27,15 @@ const PLUGIN_VERSION: &str = "0.1.0";
 /// WASI interfaces the sandbox links (with nothing behind them: no preopens, no network,
 /// empty environment). Rust's std imports `wasi:cli` and `wasi:io` even for a plugin that
 /// never prints.
-const WASI_PACKAGES: [&str; 7] =
-    ["wasi:io/", "wasi:cli/", "wasi:clocks/", "wasi:random/", "wasi:filesystem/", "wasi:sockets/", "wasi:sockets/"];
+const WASI_PACKAGES: [&str; 7] = [
+    "wasi:io/",
+    "wasi:cli/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+    "wasi:sockets/",
+];
 
 /// How an import is satisfied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +71,12 @@ pub struct GrantCheck {
 impl GrantCheck {
     /// One line listing the missing capabilities and how to grant them.
     pub fn missing_summary(&self) -> String {
-        self.missing.iter().zip(&self.hints).map(|(c, h)| format!("{c} ({h})")).collect::<Vec<_>>().join("; ")
+        self.missing
+            .iter()
+            .zip(&self.hints)
+            .map(|(c, h)| format!("{c} ({h})"))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -83,31 +103,57 @@ fn classify(name: &str) -> Option<ImportKind> {
             other => Capability::from_interface(other).map(ImportKind::Capability),
         };
     }
-    WASI_PACKAGES.iter().any(|p| name.starts_with(p)).then_some(ImportKind::Wasi)
+    WASI_PACKAGES
+        .iter()
+        .any(|p| name.starts_with(p))
+        .then_some(ImportKind::Wasi)
 }
 
 /// Classifies imports and checks the stage exports.
-pub(crate) fn describe(engine: &wasmtime::Engine, component: &wasmtime::component::Component) -> Result<(Vec<PluginImport>, Vec<String>)> {
+pub(crate) fn describe(
+    engine: &wasmtime::Engine,
+    component: &wasmtime::component::Component,
+) -> Result<(Vec<PluginImport>, Vec<String>)> {
     let ty = component.component_type();
     let mut imports = Vec::new();
     for (name, _) in ty.imports(engine) {
         let kind = classify(name).ok_or_else(|| {
             Error::WrongWorld(format!("it imports {name}, which nodewright does not provide (world nodewright:plugin/plugin@0.1.0)"))
         })?;
-        imports.push(PluginImport { name: name.to_string(), kind });
+        imports.push(PluginImport {
+            name: name.to_string(),
+            kind,
+        });
     }
     let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
-    let stages = ty.exports(engine).find(|(n, _)| *n == EXPECTED_EXPORT).map(|(_, item)| item.ty);
+    let stages = ty
+        .exports(engine)
+        .find(|(n, _)| *n == EXPECTED_EXPORT)
+        .map(|(_, item)| item.ty);
     let Some(ComponentItem::ComponentInstance(instance)) = stages else {
         return Err(Error::WrongWorld(format!(
             "it does not export {EXPECTED_EXPORT} (exports: {}); build it with nodewright-sdk's export_package!",
-            if exports.is_empty() { "none".to_string() } else { exports.join(", ") }
+            if exports.is_empty() {
+                "none".to_string()
+            } else {
+                exports.join(", ")
+            }
         )));
     };
-    let functions: Vec<String> = instance.exports(engine).map(|(n, _)| n.to_string()).collect();
-    let missing: Vec<&str> = STAGE_FUNCTIONS.iter().copied().filter(|f| !functions.iter().any(|g| g == f)).collect();
+    let functions: Vec<String> = instance
+        .exports(engine)
+        .map(|(n, _)| n.to_string())
+        .collect();
+    let missing: Vec<&str> = STAGE_FUNCTIONS
+        .iter()
+        .copied()
+        .filter(|f| !functions.iter().any(|g| g == f))
+        .collect();
     if !missing.is_empty() {
-        return Err(Error::WrongWorld(format!("{EXPECTED_EXPORT} lacks the stage functions {}", missing.join(", "))));
+        return Err(Error::WrongWorld(format!(
+            "{EXPECTED_EXPORT} lacks the stage functions {}",
+            missing.join(", ")
+        )));
     }
     Ok((imports, exports))
 }
@@ -120,7 +166,9 @@ pub fn check_grants(plugin: &LoadedPlugin, grants: &GrantSet) -> GrantCheck {
         match (required.contains(&cap), grants.grants(cap)) {
             (true, false) => {
                 check.missing.push(cap);
-                check.hints.push(format!("grant it with {}", grants.source.field(cap)));
+                check
+                    .hints
+                    .push(format!("grant it with {}", grants.source.field(cap)));
             }
             (false, true) => check.excess.push(cap),
             (true, true) | (false, false) => {}
@@ -135,8 +183,14 @@ mod tests {
 
     #[test]
     fn imports_are_classified() {
-        assert_eq!(classify("nodewright:plugin/kmod@0.1.0"), Some(ImportKind::Capability(Capability::Kmod)));
-        assert_eq!(classify("nodewright:plugin/log@0.1.0"), Some(ImportKind::AlwaysLinked));
+        assert_eq!(
+            classify("nodewright:plugin/kmod@0.1.0"),
+            Some(ImportKind::Capability(Capability::Kmod))
+        );
+        assert_eq!(
+            classify("nodewright:plugin/log@0.1.0"),
+            Some(ImportKind::AlwaysLinked)
+        );
         assert_eq!(classify("wasi:cli/stdout@0.2.6"), Some(ImportKind::Wasi));
         assert_eq!(classify("wasi:http/outgoing-handler@0.2.6"), None);
         assert_eq!(classify("acme:evil/root@1.0.0"), None);
@@ -148,7 +202,13 @@ mod tests {
 
     #[test]
     fn core_modules_and_junk_are_told_apart() {
-        assert!(matches!(check_is_component(b"\0asm\x01\0\0\0"), Err(Error::CoreModule)));
-        assert!(matches!(check_is_component(b"#!/bin/sh\n"), Err(Error::NotWasm)));
+        assert!(matches!(
+            check_is_component(b"\0asm\x01\0\0\0"),
+            Err(Error::CoreModule)
+        ));
+        assert!(matches!(
+            check_is_component(b"#!/bin/sh\n"),
+            Err(Error::NotWasm)
+        ));
     }
 }

@@ -61,12 +61,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use error::{Error, Result, RunError};
-pub use inspect::{check_grants, GrantCheck, ImportKind, PluginImport, EXPECTED_EXPORT, STAGE_FUNCTIONS};
+pub use inspect::{
+    EXPECTED_EXPORT, GrantCheck, ImportKind, PluginImport, STAGE_FUNCTIONS, check_grants,
+};
 pub use load::LoadLimits;
 pub use nodewright_api::grants::{Capability, GrantSet};
 pub use run::{
-    Change, Denial, Interrupt, LogLevel, LogLine, LogSource, Outcome, RunReport, RunStage, StageContext, StepFailure,
-    MAX_DENIALS_KEPT, NODE_ORDER_ENV,
+    Change, Denial, Interrupt, LogLevel, LogLine, LogSource, MAX_DENIALS_KEPT, NODE_ORDER_ENV,
+    Outcome, RunReport, RunStage, StageContext, StepFailure,
 };
 pub use sandbox::SandboxLimits;
 /// The wasmtime version this engine is built on, re-exported so embedders never mismatch it.
@@ -99,7 +101,9 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("cache", &self.cache).finish_non_exhaustive()
+        f.debug_struct("Engine")
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
     }
 }
 
@@ -153,19 +157,27 @@ pub struct PreparedPlugin {
 
 impl std::fmt::Debug for PreparedPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreparedPlugin").field("digest", &self.digest).finish_non_exhaustive()
+        f.debug_struct("PreparedPlugin")
+            .field("digest", &self.digest)
+            .finish_non_exhaustive()
     }
 }
 
 fn capability_mask(grants: &GrantSet) -> u8 {
-    Capability::ALL.iter().enumerate().filter(|(_, c)| grants.grants(**c)).fold(0, |m, (i, _)| m | (1 << i))
+    Capability::ALL
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| grants.grants(**c))
+        .fold(0, |m, (i, _)| m | (1 << i))
 }
 
 impl Engine {
     /// Builds the engine and starts its epoch ticker.
     pub fn new(config: EngineConfig) -> Result<Self> {
         let mut wasm = wasmtime::Config::new();
-        wasm.wasm_component_model(true).epoch_interruption(true).parallel_compilation(true);
+        wasm.wasm_component_model(true)
+            .epoch_interruption(true)
+            .parallel_compilation(true);
         let inner = wasmtime::Engine::new(&wasm).map_err(Error::engine)?;
         let weak = inner.weak();
         std::thread::Builder::new()
@@ -182,7 +194,13 @@ impl Engine {
             Some(dir) => Some(cache::CodeCache::open(dir, &inner)?),
             None => None,
         };
-        Ok(Engine { inner, cache, load_limits: config.load_limits, linkers: Mutex::default(), pres: Mutex::default() })
+        Ok(Engine {
+            inner,
+            cache,
+            load_limits: config.load_limits,
+            linkers: Mutex::default(),
+            pres: Mutex::default(),
+        })
     }
 
     /// The wasmtime engine.
@@ -205,7 +223,14 @@ impl Engine {
             None => (compile()?, false),
         };
         let (imports, exports) = inspect::describe(&self.inner, &component)?;
-        Ok(LoadedPlugin { digest, size: bytes.len(), from_cache, imports, exports, component })
+        Ok(LoadedPlugin {
+            digest,
+            size: bytes.len(),
+            from_cache,
+            imports,
+            exports,
+            component,
+        })
     }
 
     /// Links `plugin` for `grants` after [`check_grants`] passes. Cached per
@@ -213,18 +238,34 @@ impl Engine {
     pub fn prepare(&self, plugin: &LoadedPlugin, grants: &GrantSet) -> Result<PreparedPlugin> {
         let check = check_grants(plugin, grants);
         if !check.missing.is_empty() {
-            return Err(Error::MissingGrants { digest: plugin.digest.clone(), check });
+            return Err(Error::MissingGrants {
+                digest: plugin.digest.clone(),
+                check,
+            });
         }
         let mask = capability_mask(grants);
         let key = (plugin.digest.clone(), mask);
         if let Some(pre) = self.pres.lock().expect("pre cache lock").get(&key) {
-            return Ok(PreparedPlugin { pre: pre.clone(), engine: self.inner.clone(), digest: plugin.digest.clone() });
+            return Ok(PreparedPlugin {
+                pre: pre.clone(),
+                engine: self.inner.clone(),
+                digest: plugin.digest.clone(),
+            });
         }
         let linker = self.linker(mask)?;
-        let instance_pre = linker.instantiate_pre(&plugin.component).map_err(Error::link)?;
+        let instance_pre = linker
+            .instantiate_pre(&plugin.component)
+            .map_err(Error::link)?;
         let pre = PluginPre::new(instance_pre).map_err(Error::link)?;
-        self.pres.lock().expect("pre cache lock").insert(key, pre.clone());
-        Ok(PreparedPlugin { pre, engine: self.inner.clone(), digest: plugin.digest.clone() })
+        self.pres
+            .lock()
+            .expect("pre cache lock")
+            .insert(key, pre.clone());
+        Ok(PreparedPlugin {
+            pre,
+            engine: self.inner.clone(),
+            digest: plugin.digest.clone(),
+        })
     }
 
     fn linker(&self, mask: u8) -> Result<Arc<wasmtime::component::Linker<HostState>>> {
@@ -232,8 +273,12 @@ impl Engine {
         if let Some(l) = linkers.get(&mask) {
             return Ok(l.clone());
         }
-        let caps: Vec<Capability> =
-            Capability::ALL.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, c)| *c).collect();
+        let caps: Vec<Capability> = Capability::ALL
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, c)| *c)
+            .collect();
         let linker = Arc::new(caps::linker(&self.inner, &caps)?);
         linkers.insert(mask, linker.clone());
         Ok(linker)

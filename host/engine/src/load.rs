@@ -30,7 +30,11 @@ impl Default for LoadLimits {
     /// 100 MiB, 60,000 functions, 2 minutes: room for an interpreter-based component
     /// (CPython, SpiderMonkey), far below what makes compilation a denial of service.
     fn default() -> Self {
-        LoadLimits { max_bytes: 100 << 20, max_functions: 60_000, compile_timeout: Duration::from_secs(120) }
+        LoadLimits {
+            max_bytes: 100 << 20,
+            max_functions: 60_000,
+            compile_timeout: Duration::from_secs(120),
+        }
     }
 }
 
@@ -38,7 +42,11 @@ impl Default for LoadLimits {
 /// validation; only the counts are checked here.
 pub(crate) fn prescan(bytes: &[u8], limits: &LoadLimits) -> Result<()> {
     if bytes.len() > limits.max_bytes {
-        return Err(Error::TooLarge(format!("the component is {} bytes; the limit is {}", bytes.len(), limits.max_bytes)));
+        return Err(Error::TooLarge(format!(
+            "the component is {} bytes; the limit is {}",
+            bytes.len(),
+            limits.max_bytes
+        )));
     }
     let mut functions: u64 = 0;
     for payload in Parser::new(0).parse_all(bytes) {
@@ -57,7 +65,11 @@ pub(crate) fn prescan(bytes: &[u8], limits: &LoadLimits) -> Result<()> {
 }
 
 /// Compiles on a thread of its own, giving up after `timeout`.
-pub(crate) fn compile(engine: &wasmtime::Engine, bytes: &[u8], timeout: Duration) -> Result<Component> {
+pub(crate) fn compile(
+    engine: &wasmtime::Engine,
+    bytes: &[u8],
+    timeout: Duration,
+) -> Result<Component> {
     let (tx, rx) = mpsc::channel();
     let engine = engine.clone();
     let bytes = bytes.to_vec();
@@ -69,10 +81,13 @@ pub(crate) fn compile(engine: &wasmtime::Engine, bytes: &[u8], timeout: Duration
         .map_err(|e| Error::Engine(format!("cannot start a compile thread: {e}")))?;
     match rx.recv_timeout(timeout) {
         Ok(result) => result.map_err(Error::compile),
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            Err(Error::TooLarge(format!("compiling the component took longer than {:.0}s", timeout.as_secs_f64())))
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Compile("the compile thread ended without a result".into())),
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::TooLarge(format!(
+            "compiling the component took longer than {:.0}s",
+            timeout.as_secs_f64()
+        ))),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Compile(
+            "the compile thread ended without a result".into(),
+        )),
     }
 }
 
@@ -82,7 +97,10 @@ mod tests {
 
     #[test]
     fn size_is_checked_first() {
-        let limits = LoadLimits { max_bytes: 8, ..Default::default() };
+        let limits = LoadLimits {
+            max_bytes: 8,
+            ..Default::default()
+        };
         assert!(matches!(prescan(&[0; 9], &limits), Err(Error::TooLarge(_))));
     }
 }

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use nodewright_hostops::{ExecLimits, HostOps};
 use serde::{Deserialize, Serialize};
-use wasmtime::component::ResourceTable;
 use wasmtime::Store;
+use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::bindings::types as wit;
 use crate::sandbox::{CapturedStream, Limiter, LogBuffer, MemoryLimitExceeded, SandboxLimits};
-use crate::{GrantSet, PreparedPlugin, RunError, EPOCH_TICK};
+use crate::{EPOCH_TICK, GrantSet, PreparedPlugin, RunError};
 
 /// Which export to call. Checks verify a stage, as NodeWright's `<stage>-check` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -147,9 +147,15 @@ impl fmt::Display for RunStage {
 impl FromStr for RunStage {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RunStage::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| {
-            format!("unknown stage {s:?}; expected one of {}", RunStage::ALL.map(RunStage::as_str).join(", "))
-        })
+        RunStage::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown stage {s:?}; expected one of {}",
+                    RunStage::ALL.map(RunStage::as_str).join(", ")
+                )
+            })
     }
 }
 
@@ -180,7 +186,12 @@ pub struct StageContext {
 impl StageContext {
     /// A context for `package` `version` on `node`.
     pub fn new(node: &str, package: &str, version: &str) -> Self {
-        StageContext { node: node.into(), package: package.into(), version: version.into(), ..Default::default() }
+        StageContext {
+            node: node.into(),
+            package: package.into(),
+            version: version.into(),
+            ..Default::default()
+        }
     }
 
     /// Adds a config entry.
@@ -196,7 +207,11 @@ impl StageContext {
             version: self.version.clone(),
             previous_version: self.previous_version.clone(),
             stage: stage.wit_stage(),
-            config: self.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            config: self
+                .config
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             changed_keys: self.changed_keys.clone(),
         }
     }
@@ -354,7 +369,10 @@ pub(crate) struct HostState {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -437,7 +455,9 @@ impl CapState {
 fn fingerprint(e: &wit::CapError) -> u64 {
     let mut h = DefaultHasher::new();
     match e {
-        wit::CapError::Denied(d) => ("denied", &d.capability, &d.operation, &d.target, &d.message).hash(&mut h),
+        wit::CapError::Denied(d) => {
+            ("denied", &d.capability, &d.operation, &d.target, &d.message).hash(&mut h)
+        }
         wit::CapError::WrongStage(m) => ("wrong-stage", m).hash(&mut h),
         wit::CapError::NotFound(m) => ("not-found", m).hash(&mut h),
         wit::CapError::Failed(m) => ("failed", m).hash(&mut h),
@@ -447,7 +467,11 @@ fn fingerprint(e: &wit::CapError) -> u64 {
 
 impl From<wit::Change> for Change {
     fn from(c: wit::Change) -> Self {
-        Change { kind: c.kind, target: c.target, detail: c.detail }
+        Change {
+            kind: c.kind,
+            target: c.target,
+            detail: c.detail,
+        }
     }
 }
 
@@ -464,7 +488,12 @@ impl From<wit::Interrupt> for Interrupt {
 
 impl From<wit::Denial> for Denial {
     fn from(d: wit::Denial) -> Self {
-        Denial { capability: d.capability, operation: d.operation, target: d.target, message: d.message }
+        Denial {
+            capability: d.capability,
+            operation: d.operation,
+            target: d.target,
+            message: d.message,
+        }
     }
 }
 
@@ -508,7 +537,9 @@ fn check_outcome(o: wit::Outcome) -> Result<Outcome, StepFailure> {
             let mut seen = Vec::new();
             for unit in units {
                 if let Err(why) = nodewright_api::hostargs::unit_name(&unit) {
-                    return Err(StepFailure::Failed(format!("the outcome's service interrupt names an invalid unit: {why}")));
+                    return Err(StepFailure::Failed(format!(
+                        "the outcome's service interrupt names an invalid unit: {why}"
+                    )));
                 }
                 if !seen.contains(&unit) {
                     seen.push(unit);
@@ -524,7 +555,11 @@ fn check_outcome(o: wit::Outcome) -> Result<Outcome, StepFailure> {
         }
         other => other.into(),
     };
-    Ok(Outcome { changes: o.changes.into_iter().map(Change::from).collect(), interrupt, message: o.message })
+    Ok(Outcome {
+        changes: o.changes.into_iter().map(Change::from).collect(),
+        interrupt,
+        message: o.message,
+    })
 }
 
 impl PreparedPlugin {
@@ -565,7 +600,11 @@ impl PreparedPlugin {
                 denials: Vec::new(),
                 denials_total: 0,
                 issued: HashSet::new(),
-                exec_limits: ExecLimits { timeout: limits.exec_timeout, max_output: limits.exec_max_output, cancel: Some(ended.clone()) },
+                exec_limits: ExecLimits {
+                    timeout: limits.exec_timeout,
+                    max_output: limits.exec_max_output,
+                    cancel: Some(ended.clone()),
+                },
                 budget: Budget::new(limits),
                 reboot_requested: false,
                 ended: EndOfRun(ended),
@@ -578,17 +617,26 @@ impl PreparedPlugin {
         store.epoch_deadline_trap();
 
         let started = Instant::now();
-        let timeout = |logs: Vec<LogLine>| RunError::Timeout { stage: stage.to_string(), seconds: limits.timeout.as_secs_f64(), logs };
+        let timeout = |logs: Vec<LogLine>| RunError::Timeout {
+            stage: stage.to_string(),
+            seconds: limits.timeout.as_secs_f64(),
+            logs,
+        };
         let instance = tokio::time::timeout(limits.timeout, self.pre.instantiate_async(&mut store))
             .await
             .map_err(|_| timeout(Vec::new()))?
             .map_err(|e| {
                 // A trap or a memory error in the component's own start code is the
                 // package's fault; anything else (linking) is ours.
-                if e.downcast_ref::<wasmtime::Trap>().is_some() || e.downcast_ref::<MemoryLimitExceeded>().is_some() {
+                if e.downcast_ref::<wasmtime::Trap>().is_some()
+                    || e.downcast_ref::<MemoryLimitExceeded>().is_some()
+                {
                     classify_trap(stage, e, limits, &log)
                 } else {
-                    RunError::Instantiate { stage: stage.to_string(), message: format!("{e:#}") }
+                    RunError::Instantiate {
+                        stage: stage.to_string(),
+                        message: format!("{e:#}"),
+                    }
                 }
             })?;
         let wit_ctx = ctx.to_wit(stage);
@@ -626,26 +674,57 @@ impl PreparedPlugin {
         };
         let (logs, logs_dropped) = log.lock().expect("log lock").take();
         let denials = std::mem::take(&mut caps.denials);
-        Ok(RunReport { stage, result, logs, logs_dropped, denials, denials_total: caps.denials_total, duration })
+        Ok(RunReport {
+            stage,
+            result,
+            logs,
+            logs_dropped,
+            denials,
+            denials_total: caps.denials_total,
+            duration,
+        })
     }
 }
 
-fn classify_trap(stage: RunStage, err: wasmtime::Error, limits: &SandboxLimits, log: &Mutex<LogBuffer>) -> RunError {
+fn classify_trap(
+    stage: RunStage,
+    err: wasmtime::Error,
+    limits: &SandboxLimits,
+    log: &Mutex<LogBuffer>,
+) -> RunError {
     let (lines, _) = log.lock().expect("log lock").take();
     if err.downcast_ref::<MemoryLimitExceeded>().is_some() {
-        return RunError::MemoryLimit { stage: stage.to_string(), limit_mib: limits.memory >> 20, logs: lines };
+        return RunError::MemoryLimit {
+            stage: stage.to_string(),
+            limit_mib: limits.memory >> 20,
+            logs: lines,
+        };
     }
     if err.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
-        return RunError::Timeout { stage: stage.to_string(), seconds: limits.timeout.as_secs_f64(), logs: lines };
+        return RunError::Timeout {
+            stage: stage.to_string(),
+            seconds: limits.timeout.as_secs_f64(),
+            logs: lines,
+        };
     }
     // A Rust guest prints its panic message to stderr before aborting; surface it.
-    let panic = lines.iter().rev().find(|l| l.source == LogSource::Stderr && l.message.contains("panicked"));
-    let trap = err.downcast_ref::<wasmtime::Trap>().map(|t| t.to_string()).unwrap_or_else(|| format!("{err:#}"));
+    let panic = lines
+        .iter()
+        .rev()
+        .find(|l| l.source == LogSource::Stderr && l.message.contains("panicked"));
+    let trap = err
+        .downcast_ref::<wasmtime::Trap>()
+        .map(|t| t.to_string())
+        .unwrap_or_else(|| format!("{err:#}"));
     let message = match panic {
         Some(line) => format!("{trap} ({})", line.message),
         None => trap,
     };
-    RunError::Trap { stage: stage.to_string(), message, logs: lines }
+    RunError::Trap {
+        stage: stage.to_string(),
+        message,
+        logs: lines,
+    }
 }
 
 #[cfg(test)]
@@ -657,7 +736,12 @@ mod tests {
         for stage in RunStage::ALL {
             assert_eq!(stage.as_str().parse::<RunStage>().unwrap(), stage);
         }
-        assert!("reboot".parse::<RunStage>().unwrap_err().contains("expected one of plan, apply"));
+        assert!(
+            "reboot"
+                .parse::<RunStage>()
+                .unwrap_err()
+                .contains("expected one of plan, apply")
+        );
         assert!(RunStage::Plan.read_only() && RunStage::ApplyCheck.read_only());
         assert!(!RunStage::Apply.read_only());
         assert!(RunStage::Interrupt.allows_reboot() && !RunStage::PostInterrupt.allows_reboot());

@@ -85,16 +85,28 @@ pub(crate) struct Limiter {
 
 impl Limiter {
     pub(crate) fn new(memory: u64) -> Self {
-        Limiter { memory, memory_used: 0, table_elements: 0 }
+        Limiter {
+            memory,
+            memory_used: 0,
+            table_elements: 0,
+        }
     }
 }
 
 impl wasmtime::ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         // Called for every memory, with current = 0 when it is created.
         let total = self.memory_used - current as u64 + desired as u64;
         if total > self.memory {
-            return Err(wasmtime::Error::new(MemoryLimitExceeded { limit: self.memory, desired: total }));
+            return Err(wasmtime::Error::new(MemoryLimitExceeded {
+                limit: self.memory,
+                desired: total,
+            }));
         }
         self.memory_used = total;
         Ok(true)
@@ -106,7 +118,12 @@ impl wasmtime::ResourceLimiter for Limiter {
         Ok(())
     }
 
-    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let total = self.table_elements - current as u64 + desired as u64;
         if total > MAX_TABLE_ELEMENTS {
             return Ok(false);
@@ -138,7 +155,13 @@ pub(crate) struct LogBuffer {
 
 impl LogBuffer {
     pub(crate) fn new(limits: &SandboxLimits) -> Self {
-        LogBuffer { lines: VecDeque::new(), bytes: 0, max_lines: limits.max_log_lines, max_bytes: limits.max_log_bytes, dropped: 0 }
+        LogBuffer {
+            lines: VecDeque::new(),
+            bytes: 0,
+            max_lines: limits.max_log_lines,
+            max_bytes: limits.max_log_bytes,
+            dropped: 0,
+        }
     }
 
     pub(crate) fn push(&mut self, source: LogSource, level: LogLevel, mut message: String) {
@@ -151,9 +174,15 @@ impl LogBuffer {
             message.push_str(" [truncated]");
         }
         self.bytes += message.len();
-        self.lines.push_back(LogLine { source, level, message });
+        self.lines.push_back(LogLine {
+            source,
+            level,
+            message,
+        });
         while self.lines.len() > self.max_lines || self.bytes > self.max_bytes {
-            let Some(old) = self.lines.pop_front() else { break };
+            let Some(old) = self.lines.pop_front() else {
+                break;
+            };
             self.bytes -= old.message.len();
             self.dropped += 1;
         }
@@ -175,22 +204,36 @@ pub(crate) struct CapturedStream {
 
 impl CapturedStream {
     pub(crate) fn new(log: Arc<Mutex<LogBuffer>>, source: LogSource) -> Self {
-        CapturedStream { log, source, partial: Arc::default() }
+        CapturedStream {
+            log,
+            source,
+            partial: Arc::default(),
+        }
     }
 
     fn accept(&self, buf: &[u8]) {
         let mut partial = self.partial.lock().expect("stream lock");
         partial.extend_from_slice(buf);
-        let level = if self.source == LogSource::Stderr { LogLevel::Warn } else { LogLevel::Info };
+        let level = if self.source == LogSource::Stderr {
+            LogLevel::Warn
+        } else {
+            LogLevel::Info
+        };
         while let Some(pos) = partial.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = partial.drain(..=pos).collect();
             let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
-            self.log.lock().expect("log lock").push(self.source, level, text);
+            self.log
+                .lock()
+                .expect("log lock")
+                .push(self.source, level, text);
         }
         if partial.len() > MAX_LINE {
             let text = String::from_utf8_lossy(&partial).into_owned();
             partial.clear();
-            self.log.lock().expect("log lock").push(self.source, level, text);
+            self.log
+                .lock()
+                .expect("log lock")
+                .push(self.source, level, text);
         }
     }
 
@@ -200,14 +243,25 @@ impl CapturedStream {
         if !partial.is_empty() {
             let text = String::from_utf8_lossy(&partial).into_owned();
             partial.clear();
-            let level = if self.source == LogSource::Stderr { LogLevel::Warn } else { LogLevel::Info };
-            self.log.lock().expect("log lock").push(self.source, level, text);
+            let level = if self.source == LogSource::Stderr {
+                LogLevel::Warn
+            } else {
+                LogLevel::Info
+            };
+            self.log
+                .lock()
+                .expect("log lock")
+                .push(self.source, level, text);
         }
     }
 }
 
 impl tokio::io::AsyncWrite for CapturedStream {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.accept(buf);
         Poll::Ready(Ok(buf.len()))
     }
@@ -237,14 +291,21 @@ mod tests {
 
     #[test]
     fn log_keeps_the_most_recent_lines_within_bounds() {
-        let limits = SandboxLimits { max_log_lines: 3, max_log_bytes: 1000, ..Default::default() };
+        let limits = SandboxLimits {
+            max_log_lines: 3,
+            max_log_bytes: 1000,
+            ..Default::default()
+        };
         let mut log = LogBuffer::new(&limits);
         for i in 0..10 {
             log.push(LogSource::Plugin, LogLevel::Info, format!("line {i}"));
         }
         let (lines, dropped) = log.take();
         assert_eq!(dropped, 7);
-        assert_eq!(lines.iter().map(|l| l.message.as_str()).collect::<Vec<_>>(), ["line 7", "line 8", "line 9"]);
+        assert_eq!(
+            lines.iter().map(|l| l.message.as_str()).collect::<Vec<_>>(),
+            ["line 7", "line 8", "line 9"]
+        );
     }
 
     #[test]
@@ -265,7 +326,10 @@ mod tests {
         s.accept(b"tail");
         s.finish();
         let (lines, _) = log.lock().unwrap().take();
-        assert_eq!(lines.iter().map(|l| l.message.as_str()).collect::<Vec<_>>(), ["a", "bc", "tail"]);
+        assert_eq!(
+            lines.iter().map(|l| l.message.as_str()).collect::<Vec<_>>(),
+            ["a", "bc", "tail"]
+        );
     }
 
     #[test]

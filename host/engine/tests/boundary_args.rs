@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{denial, Attack};
+use common::{Attack, denial};
 use nodewright_engine::{Interrupt, RunStage, StepFailure};
 use nodewright_hostops::SimHost;
 
@@ -26,15 +26,30 @@ const GRANTS: &[&str] = &[
 async fn denied(name: &str, needle: &str) -> tempfile::TempDir {
     let (result, tmp) = Attack::new(name, GRANTS).run(|_| {}).await;
     let d = denial(name, &result);
-    assert!(d.message.contains(needle), "{name}: {:?} does not say {needle:?}", d.message);
-    assert_eq!(SimHost::argv_log(tmp.path()), Vec::<Vec<String>>::new(), "{name}: a helper command was built");
-    assert_eq!(std::fs::read_to_string(tmp.path().join("etc/shadow")).unwrap(), "secret");
+    assert!(
+        d.message.contains(needle),
+        "{name}: {:?} does not say {needle:?}",
+        d.message
+    );
+    assert_eq!(
+        SimHost::argv_log(tmp.path()),
+        Vec::<Vec<String>>::new(),
+        "{name}: a helper command was built"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("etc/shadow")).unwrap(),
+        "secret"
+    );
     tmp
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn modprobe_config_option_as_a_parameter_is_denied() {
-    denied("kmod-config-option", "parameters are key=value, never modprobe options").await;
+    denied(
+        "kmod-config-option",
+        "parameters are key=value, never modprobe options",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -62,7 +77,16 @@ async fn module_parameter_with_a_newline_is_denied() {
 async fn modprobe_argv_ends_options_before_the_module() {
     let (result, tmp) = Attack::new("kmod-ok", GRANTS).run(|_| {}).await;
     assert!(result.unwrap().result.is_ok());
-    assert_eq!(SimHost::argv_log(tmp.path()), [["/sbin/modprobe", "--", "nvidia_uvm", "NVreg_EnableMSI=1", "opts=\"a b\""]]);
+    assert_eq!(
+        SimHost::argv_log(tmp.path()),
+        [[
+            "/sbin/modprobe",
+            "--",
+            "nvidia_uvm",
+            "NVreg_EnableMSI=1",
+            "opts=\"a b\""
+        ]]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -95,7 +119,10 @@ async fn a_reported_unit_path_fails_the_stage_as_the_packages_fault() {
 async fn reported_units_are_deduplicated() {
     let (result, _tmp) = Attack::new("report-units", GRANTS).run(|_| {}).await;
     let outcome = result.unwrap().result.unwrap();
-    assert_eq!(outcome.interrupt, Interrupt::Service(vec!["containerd.service".into()]));
+    assert_eq!(
+        outcome.interrupt,
+        Interrupt::Service(vec!["containerd.service".into()])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -116,7 +143,11 @@ async fn option_argument_cannot_match_a_leading_wildcard() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unnormalised_command_path_is_denied_for_what_it_is() {
-    denied("exec-unnormalised", "command paths must be exact and normalised; call /usr/bin/tool as granted").await;
+    denied(
+        "exec-unnormalised",
+        "command paths must be exact and normalised; call /usr/bin/tool as granted",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -128,9 +159,17 @@ async fn setuid_write_is_denied_naming_the_grant() {
 #[tokio::test(flavor = "multi_thread")]
 async fn setuid_chmod_is_denied_and_allowed_only_by_an_explicit_grant() {
     let tmp = denied("setuid-chmod", "sets setuid, setgid or sticky bits").await;
-    let mode = |root: &Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(root.join("etc/app/a.conf")).unwrap().permissions());
+    let mode = |root: &Path| {
+        std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(root.join("etc/app/a.conf"))
+                .unwrap()
+                .permissions(),
+        )
+    };
     assert_eq!(mode(tmp.path()) & 0o7000, 0);
-    let (result, tmp) = Attack::new("setuid-chmod", &["files=/etc/app:rw+special"]).run(|_| {}).await;
+    let (result, tmp) = Attack::new("setuid-chmod", &["files=/etc/app:rw+special"])
+        .run(|_| {})
+        .await;
     assert!(result.unwrap().result.is_ok());
     assert_eq!(mode(tmp.path()) & 0o7777, 0o6777);
 }
@@ -141,8 +180,15 @@ async fn a_single_file_grant_is_not_a_directory() {
         .run(|root| std::fs::write(root.join("etc/single"), "file").unwrap())
         .await;
     let d = denial("single-file-grant", &result);
-    assert!(d.message.contains("which is a file, not a directory"), "{}", d.message);
-    assert_eq!(std::fs::read_to_string(tmp.path().join("etc/single")).unwrap(), "file");
+    assert!(
+        d.message.contains("which is a file, not a directory"),
+        "{}",
+        d.message
+    );
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("etc/single")).unwrap(),
+        "file"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -151,6 +197,9 @@ async fn a_thousand_reboot_requests_are_one() {
     attack.stage = RunStage::Interrupt;
     let (result, tmp) = attack.run(|_| {}).await;
     assert!(result.unwrap().result.is_ok());
-    let requests = SimHost::journal(tmp.path()).iter().filter(|a| matches!(a, nodewright_hostops::HostAction::RebootRequested { .. })).count();
+    let requests = SimHost::journal(tmp.path())
+        .iter()
+        .filter(|a| matches!(a, nodewright_hostops::HostAction::RebootRequested { .. }))
+        .count();
     assert_eq!(requests, 1);
 }

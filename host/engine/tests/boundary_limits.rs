@@ -7,8 +7,8 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{denial, engine, sim, Attack, Run};
-use nodewright_engine::{Error, RunError, RunStage, StepFailure, MAX_DENIALS_KEPT};
+use common::{Attack, Run, denial, engine, sim};
+use nodewright_engine::{Error, MAX_DENIALS_KEPT, RunError, RunStage, StepFailure};
 
 const FILES: &[&str] = &["files=/etc/app:rw"];
 
@@ -18,7 +18,13 @@ async fn a_denial_flood_is_counted_not_stored() {
     let report = result.unwrap();
     assert_eq!(report.denials_total, 200_000);
     assert_eq!(report.denials.len(), MAX_DENIALS_KEPT);
-    assert!(report.denials.iter().all(|d| d.target.len() < 300 && d.message.len() < 1500), "denials are clipped");
+    assert!(
+        report
+            .denials
+            .iter()
+            .all(|d| d.target.len() < 300 && d.message.len() < 1500),
+        "denials are clipped"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -26,16 +32,33 @@ async fn a_read_larger_than_half_the_memory_limit_is_refused_before_reading() {
     let (result, _tmp) = Attack::new("read-huge", FILES)
         .run(|root| {
             // Sparse: 3 GiB on paper, nothing on disk.
-            std::fs::File::create(root.join("etc/app/huge")).unwrap().set_len(3 << 30).unwrap();
+            std::fs::File::create(root.join("etc/app/huge"))
+                .unwrap()
+                .set_len(3 << 30)
+                .unwrap();
         })
         .await;
     let d = denial("read-huge", &result);
-    assert!(d.message.contains("reads are capped at 16777216 bytes"), "{}", d.message);
-    assert!(d.message.contains("spec.packages.hostile.sandbox.memory"), "{}", d.message);
+    assert!(
+        d.message.contains("reads are capped at 16777216 bytes"),
+        "{}",
+        d.message
+    );
+    assert!(
+        d.message.contains("spec.packages.hostile.sandbox.memory"),
+        "{}",
+        d.message
+    );
 }
 
 fn mkfifo(root: &Path) {
-    assert!(std::process::Command::new("mkfifo").arg(root.join("etc/app/pipe")).status().unwrap().success());
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(root.join("etc/app/pipe"))
+            .status()
+            .unwrap()
+            .success()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -63,17 +86,31 @@ async fn the_deadline_ends_a_stage_blocked_in_a_host_call() {
         .run(|root| {
             std::fs::create_dir_all(root.join("usr/bin")).unwrap();
             let script = root.join("usr/bin/slow");
-            std::fs::write(&script, "#!/bin/sh\necho $$ > \"$NODEWRIGHT_SIM_ROOT/started\"\nexec sleep 30\n").unwrap();
-            std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            std::fs::write(
+                &script,
+                "#!/bin/sh\necho $$ > \"$NODEWRIGHT_SIM_ROOT/started\"\nexec sleep 30\n",
+            )
+            .unwrap();
+            std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
         })
         .await;
     let err = result.unwrap_err();
     assert!(matches!(err, RunError::Timeout { .. }), "{err}");
     // The command was started, and the stage's end killed it rather than leaving it to
     // its own 60 s timeout.
-    let pid = std::fs::read_to_string(tmp.path().join("started")).expect("the command ran").trim().to_string();
+    let pid = std::fs::read_to_string(tmp.path().join("started"))
+        .expect("the command ran")
+        .trim()
+        .to_string();
     let gone = (0..250).any(|_| {
-        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'));
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        });
         if alive {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -85,16 +122,33 @@ async fn the_deadline_ends_a_stage_blocked_in_a_host_call() {
 #[tokio::test(flavor = "multi_thread")]
 async fn memories_count_together_against_one_limit() {
     // Four extra memories of 40 MiB: each under the 128 MiB limit, 160 MiB together.
-    let bytes = nodewright_artifacts::crafted::with_extra_memories(&nodewright_artifacts::read(nodewright_artifacts::HOSTILE), 4, 640);
+    let bytes = nodewright_artifacts::crafted::with_extra_memories(
+        &nodewright_artifacts::read(nodewright_artifacts::HOSTILE),
+        4,
+        640,
+    );
     let plugin = engine().load(&bytes).expect("the crafted component loads");
     let tmp = tempfile::tempdir().unwrap();
     let host = sim(tmp.path());
-    let all = ["files=/etc/app:rw", "kmod=x", "service=x.service", "sysctl=x", "command=/x", "power"];
+    let all = [
+        "files=/etc/app:rw",
+        "kmod=x",
+        "service=x.service",
+        "sysctl=x",
+        "command=/x",
+        "power",
+    ];
     let mut run = Run::new(&plugin, "hostile", &all).config(&[("attack", "traverse")]);
     run.limits.memory = 128 << 20;
     let err = run.stage(&host, RunStage::Apply).await.unwrap_err();
-    assert!(matches!(err, RunError::MemoryLimit { limit_mib: 128, .. }), "{err}");
-    assert!(err.is_package_fault(), "a component failing in its own instantiation is the package's fault");
+    assert!(
+        matches!(err, RunError::MemoryLimit { limit_mib: 128, .. }),
+        "{err}"
+    );
+    assert!(
+        err.is_package_fault(),
+        "a component failing in its own instantiation is the package's fault"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -104,7 +158,16 @@ async fn the_write_budget_stops_a_disk_fill() {
     let (result, tmp) = attack.run(|_| {}).await;
     let d = denial("disk-fill", &result);
     assert!(d.message.contains("write budget of 8388608 bytes is used up; raise spec.packages.hostile.sandbox.writeBytes"), "{}", d.message);
-    let written = std::fs::read_dir(tmp.path().join("etc/app")).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("fill-")).count();
+    let written = std::fs::read_dir(tmp.path().join("etc/app"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("fill-")
+        })
+        .count();
     assert_eq!(written, 8);
 }
 
@@ -114,8 +177,19 @@ async fn the_file_budget_stops_a_file_flood() {
     attack.limits.write_files = 100;
     let (result, tmp) = attack.run(|_| {}).await;
     let d = denial("file-flood", &result);
-    assert!(d.message.contains("raise spec.packages.hostile.sandbox.writeFiles"), "{}", d.message);
-    assert_eq!(std::fs::read_dir(tmp.path().join("etc/app")).unwrap().count(), 101, "a.conf and 100 written");
+    assert!(
+        d.message
+            .contains("raise spec.packages.hostile.sandbox.writeFiles"),
+        "{}",
+        d.message
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path().join("etc/app"))
+            .unwrap()
+            .count(),
+        101,
+        "a.conf and 100 written"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -134,16 +208,28 @@ async fn a_write_below_the_free_space_floor_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_compile_bomb_is_refused_before_compiling() {
-    let err = engine().load(&nodewright_artifacts::crafted::many_functions(200_000)).unwrap_err();
-    assert!(matches!(&err, Error::TooLarge(m) if m.contains("more than 60000 functions")), "{err}");
+    let err = engine()
+        .load(&nodewright_artifacts::crafted::many_functions(200_000))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::TooLarge(m) if m.contains("more than 60000 functions")),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn another_version_of_our_own_interface_is_not_linked() {
     let hostile = nodewright_artifacts::read(nodewright_artifacts::HOSTILE);
-    let bytes = nodewright_artifacts::crafted::renamed(&hostile, "nodewright:plugin/files@0.1.0", "nodewright:plugin/files@0.1.1");
+    let bytes = nodewright_artifacts::crafted::renamed(
+        &hostile,
+        "nodewright:plugin/files@0.1.0",
+        "nodewright:plugin/files@0.1.1",
+    );
     let err = engine().load(&bytes).unwrap_err();
-    assert!(matches!(&err, Error::WrongWorld(m) if m.contains("nodewright:plugin/files@0.1.1")), "{err}");
+    assert!(
+        matches!(&err, Error::WrongWorld(m) if m.contains("nodewright:plugin/files@0.1.1")),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -171,5 +257,9 @@ async fn a_forged_host_failure_is_the_packages_failure() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_denial_passed_on_stays_the_grants() {
     let (result, _tmp) = Attack::new("pass-on-denial", FILES).run(|_| {}).await;
-    assert!(denial("pass-on-denial", &result).message.contains("add \"evil\" to spec.packages.hostile.capabilities.kernelModules"));
+    assert!(
+        denial("pass-on-denial", &result)
+            .message
+            .contains("add \"evil\" to spec.packages.hostile.capabilities.kernelModules")
+    );
 }

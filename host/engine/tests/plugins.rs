@@ -6,12 +6,14 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{grants, load, sim, Run};
-use nodewright_engine::{check_grants, Capability, Interrupt, Outcome, RunStage, StepFailure};
+use common::{Run, grants, load, sim};
+use nodewright_engine::{Capability, Interrupt, Outcome, RunStage, StepFailure, check_grants};
 use nodewright_hostops::{HostAction, ServiceVerb};
 
 fn ok(report: nodewright_engine::RunReport) -> Outcome {
-    report.result.unwrap_or_else(|e| panic!("{} failed: {e}; logs: {:?}", report.stage, report.logs))
+    report
+        .result
+        .unwrap_or_else(|e| panic!("{} failed: {e}; logs: {:?}", report.stage, report.logs))
 }
 
 fn seed(root: &Path, rel: &str, contents: &str) {
@@ -27,15 +29,27 @@ async fn sysctl_applies_persists_and_converges() {
     seed(tmp.path(), "proc/sys/net/ipv4/ip_forward", "0\n");
     seed(tmp.path(), "proc/sys/vm/swappiness", "60\n");
     let host = sim(tmp.path());
-    let g = ["files=/etc/sysctl.d:rw", "sysctl=net.ipv4.ip_forward", "sysctl=vm.*"];
+    let g = [
+        "files=/etc/sysctl.d:rw",
+        "sysctl=net.ipv4.ip_forward",
+        "sysctl=vm.*",
+    ];
     let config = [("net.ipv4.ip_forward", "1"), ("vm.swappiness", "10")];
     let run = Run::new(&plugin, "tuning", &g).config(&config);
 
     let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
-    let targets: Vec<_> = plan.changes.iter().map(|c| (c.kind.as_str(), c.target.as_str())).collect();
+    let targets: Vec<_> = plan
+        .changes
+        .iter()
+        .map(|c| (c.kind.as_str(), c.target.as_str()))
+        .collect();
     assert_eq!(
         targets,
-        [("file", "/etc/sysctl.d/60-nodewright-tuning.conf"), ("sysctl", "net.ipv4.ip_forward"), ("sysctl", "vm.swappiness")]
+        [
+            ("file", "/etc/sysctl.d/60-nodewright-tuning.conf"),
+            ("sysctl", "net.ipv4.ip_forward"),
+            ("sysctl", "vm.swappiness")
+        ]
     );
     assert!(host.recorded().is_empty(), "plan changed the host");
 
@@ -44,12 +58,22 @@ async fn sysctl_applies_persists_and_converges() {
     assert_eq!(
         host.recorded(),
         [
-            HostAction::SysctlSet { key: "net.ipv4.ip_forward".into(), value: "1".into() },
-            HostAction::SysctlSet { key: "vm.swappiness".into(), value: "10".into() },
+            HostAction::SysctlSet {
+                key: "net.ipv4.ip_forward".into(),
+                value: "1".into()
+            },
+            HostAction::SysctlSet {
+                key: "vm.swappiness".into(),
+                value: "10".into()
+            },
         ]
     );
-    let dropin = std::fs::read_to_string(tmp.path().join("etc/sysctl.d/60-nodewright-tuning.conf")).unwrap();
-    assert!(dropin.ends_with("net.ipv4.ip_forward = 1\nvm.swappiness = 10\n"), "{dropin}");
+    let dropin =
+        std::fs::read_to_string(tmp.path().join("etc/sysctl.d/60-nodewright-tuning.conf")).unwrap();
+    assert!(
+        dropin.ends_with("net.ipv4.ip_forward = 1\nvm.swappiness = 10\n"),
+        "{dropin}"
+    );
 
     assert!(ok(run.stage(&host, RunStage::Plan).await.unwrap()).is_converged());
     ok(run.stage(&host, RunStage::ApplyCheck).await.unwrap());
@@ -58,10 +82,20 @@ async fn sysctl_applies_persists_and_converges() {
     seed(tmp.path(), "proc/sys/vm/swappiness", "30\n");
     let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
     assert_eq!(plan.changes[0].detail, "30 -> 10");
-    assert!(run.stage(&host, RunStage::ApplyCheck).await.unwrap().result.is_err());
+    assert!(
+        run.stage(&host, RunStage::ApplyCheck)
+            .await
+            .unwrap()
+            .result
+            .is_err()
+    );
 
     ok(run.stage(&host, RunStage::Uninstall).await.unwrap());
-    assert!(!tmp.path().join("etc/sysctl.d/60-nodewright-tuning.conf").exists());
+    assert!(
+        !tmp.path()
+            .join("etc/sysctl.d/60-nodewright-tuning.conf")
+            .exists()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -72,7 +106,11 @@ async fn sysctl_without_the_key_granted_is_denied() {
     let host = sim(tmp.path());
     let g = ["files=/etc/sysctl.d:rw", "sysctl=net.*"];
     let config = [("kernel.panic", "10")];
-    let report = Run::new(&plugin, "tuning", &g).config(&config).stage(&host, RunStage::Apply).await.unwrap();
+    let report = Run::new(&plugin, "tuning", &g)
+        .config(&config)
+        .stage(&host, RunStage::Apply)
+        .await
+        .unwrap();
     assert!(
         matches!(&report.result, Err(StepFailure::Denied(d)) if d.message.contains(r#"add "kernel.panic" to spec.packages.tuning.capabilities.sysctl"#)),
         "{:?}",
@@ -86,24 +124,39 @@ async fn kernel_module_loads_persists_and_asks_for_reboot_on_new_options() {
     let plugin = load(nodewright_artifacts::KERNEL_MODULE);
     let tmp = tempfile::tempdir().unwrap();
     let host = sim(tmp.path());
-    let g = ["files=/etc/modules-load.d:rw", "files=/etc/modprobe.d:rw", "kmod=br_netfilter", "kmod=nvidia*"];
+    let g = [
+        "files=/etc/modules-load.d:rw",
+        "files=/etc/modprobe.d:rw",
+        "kmod=br_netfilter",
+        "kmod=nvidia*",
+    ];
     let config = [("modules", "br_netfilter,nvidia")];
     let run = Run::new(&plugin, "mods", &g).config(&config);
     ok(run.stage(&host, RunStage::Apply).await.unwrap());
     assert_eq!(
         host.recorded(),
         [
-            HostAction::KmodLoad { name: "br_netfilter".into(), params: vec![] },
-            HostAction::KmodLoad { name: "nvidia".into(), params: vec![] },
+            HostAction::KmodLoad {
+                name: "br_netfilter".into(),
+                params: vec![]
+            },
+            HostAction::KmodLoad {
+                name: "nvidia".into(),
+                params: vec![]
+            },
         ]
     );
     assert_eq!(
-        std::fs::read_to_string(tmp.path().join("etc/modules-load.d/nodewright-mods.conf")).unwrap(),
+        std::fs::read_to_string(tmp.path().join("etc/modules-load.d/nodewright-mods.conf"))
+            .unwrap(),
         "# Managed by nodewright.\nbr_netfilter\nnvidia\n"
     );
     assert!(ok(run.stage(&host, RunStage::Plan).await.unwrap()).is_converged());
 
-    let config = [("modules", "br_netfilter,nvidia"), ("options.nvidia", "NVreg_EnableMSI=1")];
+    let config = [
+        ("modules", "br_netfilter,nvidia"),
+        ("options.nvidia", "NVreg_EnableMSI=1"),
+    ];
     let run = Run::new(&plugin, "mods", &g).config(&config);
     let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
     assert_eq!(plan.interrupt, Interrupt::Reboot, "{plan:?}");
@@ -116,8 +169,14 @@ async fn kernel_module_loads_persists_and_asks_for_reboot_on_new_options() {
     assert!(ok(run.stage(&host, RunStage::Plan).await.unwrap()).is_converged());
 
     ok(run.stage(&host, RunStage::Uninstall).await.unwrap());
-    assert!(!tmp.path().join("etc/modules-load.d/nodewright-mods.conf").exists());
-    assert!(host.recorded().contains(&HostAction::KmodUnload { name: "nvidia".into() }));
+    assert!(
+        !tmp.path()
+            .join("etc/modules-load.d/nodewright-mods.conf")
+            .exists()
+    );
+    assert!(host.recorded().contains(&HostAction::KmodUnload {
+        name: "nvidia".into()
+    }));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -127,17 +186,26 @@ async fn files_plugin_writes_modes_and_reports_restarts() {
     let host = sim(tmp.path());
     let g = ["files=/etc/containerd:rw"];
     let config = [
-        ("file:/etc/containerd/conf.d/mirror.toml", "[mirror]\nurl = \"a\"\n"),
+        (
+            "file:/etc/containerd/conf.d/mirror.toml",
+            "[mirror]\nurl = \"a\"\n",
+        ),
         ("mode:/etc/containerd/conf.d/mirror.toml", "0600"),
         ("restart", "containerd.service"),
     ];
     let run = Run::new(&plugin, "mirror", &g).config(&config);
     let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
     assert_eq!(plan.changes[0].detail, "create, 19 bytes");
-    assert_eq!(plan.interrupt, Interrupt::Service(vec!["containerd.service".into()]));
+    assert_eq!(
+        plan.interrupt,
+        Interrupt::Service(vec!["containerd.service".into()])
+    );
     ok(run.stage(&host, RunStage::Apply).await.unwrap());
     let written = tmp.path().join("etc/containerd/conf.d/mirror.toml");
-    assert_eq!(std::fs::metadata(&written).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&written).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
     assert!(plan.is_converged(), "{plan:?}");
 
@@ -154,26 +222,57 @@ async fn systemd_plugin_reloads_enables_and_reports_restart_of_active_units() {
     let tmp = tempfile::tempdir().unwrap();
     let host = sim(tmp.path());
     let g = ["files=/etc/systemd/system:rw", "service=containerd.service"];
-    let config = [("dropin:containerd.service/10-limits.conf", "[Service]\nLimitNOFILE=65536\n"), ("enable", "containerd.service"), ("start", "containerd.service")];
+    let config = [
+        (
+            "dropin:containerd.service/10-limits.conf",
+            "[Service]\nLimitNOFILE=65536\n",
+        ),
+        ("enable", "containerd.service"),
+        ("start", "containerd.service"),
+    ];
     let run = Run::new(&plugin, "limits", &g).config(&config);
     let first = ok(run.stage(&host, RunStage::Apply).await.unwrap());
-    assert_eq!(first.interrupt, Interrupt::None, "an inactive unit needs no restart");
+    assert_eq!(
+        first.interrupt,
+        Interrupt::None,
+        "an inactive unit needs no restart"
+    );
     assert_eq!(
         host.recorded(),
         [
             HostAction::DaemonReload,
-            HostAction::Service { verb: ServiceVerb::Enable, unit: "containerd.service".into() },
-            HostAction::Service { verb: ServiceVerb::Start, unit: "containerd.service".into() },
+            HostAction::Service {
+                verb: ServiceVerb::Enable,
+                unit: "containerd.service".into()
+            },
+            HostAction::Service {
+                verb: ServiceVerb::Start,
+                unit: "containerd.service".into()
+            },
         ]
     );
     assert!(ok(run.stage(&host, RunStage::Plan).await.unwrap()).is_converged());
 
-    let config = [("dropin:containerd.service/10-limits.conf", "[Service]\nLimitNOFILE=1048576\n"), ("enable", "containerd.service"), ("start", "containerd.service")];
+    let config = [
+        (
+            "dropin:containerd.service/10-limits.conf",
+            "[Service]\nLimitNOFILE=1048576\n",
+        ),
+        ("enable", "containerd.service"),
+        ("start", "containerd.service"),
+    ];
     let run = Run::new(&plugin, "limits", &g).config(&config);
     let second = ok(run.stage(&host, RunStage::Apply).await.unwrap());
-    assert_eq!(second.interrupt, Interrupt::Service(vec!["containerd.service".into()]));
+    assert_eq!(
+        second.interrupt,
+        Interrupt::Service(vec!["containerd.service".into()])
+    );
     ok(run.stage(&host, RunStage::Uninstall).await.unwrap());
-    assert!(!tmp.path().join("etc/systemd/system/containerd.service.d/10-limits.conf").exists());
+    assert!(
+        !tmp.path()
+            .join("etc/systemd/system/containerd.service.d/10-limits.conf")
+            .exists()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -181,35 +280,82 @@ async fn shell_plugin_runs_granted_commands_and_plans_with_exit_codes() {
     let plugin = load(nodewright_artifacts::SHELL);
     let tmp = tempfile::tempdir().unwrap();
     for (name, body) in [
-        ("setup", "#!/bin/sh\necho configured > \"$NODEWRIGHT_SIM_ROOT/etc/setup-done\"\necho ok\n"),
-        ("is-set-up", "#!/bin/sh\ntest -f \"$NODEWRIGHT_SIM_ROOT/etc/setup-done\" && exit 0\nexit 1\n"),
+        (
+            "setup",
+            "#!/bin/sh\necho configured > \"$NODEWRIGHT_SIM_ROOT/etc/setup-done\"\necho ok\n",
+        ),
+        (
+            "is-set-up",
+            "#!/bin/sh\ntest -f \"$NODEWRIGHT_SIM_ROOT/etc/setup-done\" && exit 0\nexit 1\n",
+        ),
     ] {
         seed(tmp.path(), &format!("usr/local/bin/{name}"), body);
-        std::fs::set_permissions(tmp.path().join(format!("usr/local/bin/{name}")), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            tmp.path().join(format!("usr/local/bin/{name}")),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
     }
     let host = sim(tmp.path());
-    let g = ["command=/usr/local/bin/setup", "probe=/usr/local/bin/is-set-up"];
-    let config = [("apply", "/usr/local/bin/setup"), ("plan", "/usr/local/bin/is-set-up"), ("check", "/usr/local/bin/is-set-up"), ("interrupt", "reboot")];
+    let g = [
+        "command=/usr/local/bin/setup",
+        "probe=/usr/local/bin/is-set-up",
+    ];
+    let config = [
+        ("apply", "/usr/local/bin/setup"),
+        ("plan", "/usr/local/bin/is-set-up"),
+        ("check", "/usr/local/bin/is-set-up"),
+        ("interrupt", "reboot"),
+    ];
     let run = Run::new(&plugin, "setup", &g).config(&config);
     let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
     assert_eq!(plan.interrupt, Interrupt::Reboot);
-    assert!(run.stage(&host, RunStage::ApplyCheck).await.unwrap().result.is_err());
+    assert!(
+        run.stage(&host, RunStage::ApplyCheck)
+            .await
+            .unwrap()
+            .result
+            .is_err()
+    );
     let applied = run.stage(&host, RunStage::Apply).await.unwrap();
-    assert!(applied.logs.iter().any(|l| l.message == "ok"), "command output is logged");
+    assert!(
+        applied.logs.iter().any(|l| l.message == "ok"),
+        "command output is logged"
+    );
     assert!(ok(run.stage(&host, RunStage::Plan).await.unwrap()).is_converged());
     ok(run.stage(&host, RunStage::ApplyCheck).await.unwrap());
     // Commands not vouched read-only run only in mutating stages, even when granted.
-    let config = [("apply", "/usr/local/bin/setup"), ("check", "/usr/local/bin/setup")];
-    let report = Run::new(&plugin, "setup", &g).config(&config).stage(&host, RunStage::ApplyCheck).await.unwrap();
-    assert!(matches!(&report.result, Err(StepFailure::WrongStage(m)) if m.contains("readOnly: true")), "{:?}", report.result);
+    let config = [
+        ("apply", "/usr/local/bin/setup"),
+        ("check", "/usr/local/bin/setup"),
+    ];
+    let report = Run::new(&plugin, "setup", &g)
+        .config(&config)
+        .stage(&host, RunStage::ApplyCheck)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&report.result, Err(StepFailure::WrongStage(m)) if m.contains("readOnly: true")),
+        "{:?}",
+        report.result
+    );
 }
 
 #[test]
 fn grant_check_reports_missing_and_excess() {
     let plugin = load(nodewright_artifacts::SYSCTL);
-    assert_eq!(plugin.required_capabilities(), [Capability::Files, Capability::Sysctl]);
-    let check = check_grants(&plugin, &grants(&["files=/etc/sysctl.d:rw", "kmod=x"], "tuning"));
+    assert_eq!(
+        plugin.required_capabilities(),
+        [Capability::Files, Capability::Sysctl]
+    );
+    let check = check_grants(
+        &plugin,
+        &grants(&["files=/etc/sysctl.d:rw", "kmod=x"], "tuning"),
+    );
     assert_eq!(check.missing, [Capability::Sysctl]);
     assert_eq!(check.excess, [Capability::Kmod]);
-    assert_eq!(check.hints, ["grant it with spec.packages.tuning.capabilities.sysctl"]);
+    assert_eq!(
+        check.hints,
+        ["grant it with spec.packages.tuning.capabilities.sysctl"]
+    );
 }

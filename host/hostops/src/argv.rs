@@ -48,7 +48,13 @@ pub fn systemctl(verb: ServiceVerb, unit: &str) -> Result<Vec<String>> {
 /// `systemctl show --property=ActiveState,UnitFileState,LoadState -- UNIT`
 pub fn systemctl_show(unit: &str) -> Result<Vec<String>> {
     hostargs::unit_name(unit).map_err(|r| invalid("unit", r))?;
-    Ok(owned(&[SYSTEMCTL, "show", "--property=ActiveState,UnitFileState,LoadState", "--", unit]))
+    Ok(owned(&[
+        SYSTEMCTL,
+        "show",
+        "--property=ActiveState,UnitFileState,LoadState",
+        "--",
+        unit,
+    ]))
 }
 
 /// `systemctl daemon-reload`
@@ -67,18 +73,45 @@ mod tests {
 
     #[test]
     fn options_end_before_anything_a_plugin_chose() {
-        assert_eq!(modprobe_load("nvidia", &["NVreg_X=1".into()]).unwrap(), ["/sbin/modprobe", "--", "nvidia", "NVreg_X=1"]);
-        assert_eq!(modprobe_unload("nvidia").unwrap(), ["/sbin/modprobe", "-r", "--", "nvidia"]);
-        assert_eq!(systemctl(ServiceVerb::Restart, "a.service").unwrap(), ["/bin/systemctl", "restart", "--", "a.service"]);
-        assert_eq!(systemctl_show("a.service").unwrap().last().unwrap(), "a.service");
+        assert_eq!(
+            modprobe_load("nvidia", &["NVreg_X=1".into()]).unwrap(),
+            ["/sbin/modprobe", "--", "nvidia", "NVreg_X=1"]
+        );
+        assert_eq!(
+            modprobe_unload("nvidia").unwrap(),
+            ["/sbin/modprobe", "-r", "--", "nvidia"]
+        );
+        assert_eq!(
+            systemctl(ServiceVerb::Restart, "a.service").unwrap(),
+            ["/bin/systemctl", "restart", "--", "a.service"]
+        );
+        assert_eq!(
+            systemctl_show("a.service").unwrap().last().unwrap(),
+            "a.service"
+        );
     }
 
     #[test]
     fn injected_names_never_reach_an_argv() {
-        assert!(matches!(modprobe_load("-C", &[]), Err(HostError::InvalidName(_))));
-        assert!(matches!(modprobe_load("nvidia", &["-d".into(), "/tmp".into()]), Err(HostError::InvalidName(_))));
-        assert!(matches!(modprobe_unload("../x"), Err(HostError::InvalidName(_))));
-        assert!(matches!(systemctl(ServiceVerb::Enable, "/tmp/evil.service"), Err(HostError::InvalidName(_))));
-        assert!(matches!(systemctl_show("--root=/x"), Err(HostError::InvalidName(_))));
+        assert!(matches!(
+            modprobe_load("-C", &[]),
+            Err(HostError::InvalidName(_))
+        ));
+        assert!(matches!(
+            modprobe_load("nvidia", &["-d".into(), "/tmp".into()]),
+            Err(HostError::InvalidName(_))
+        ));
+        assert!(matches!(
+            modprobe_unload("../x"),
+            Err(HostError::InvalidName(_))
+        ));
+        assert!(matches!(
+            systemctl(ServiceVerb::Enable, "/tmp/evil.service"),
+            Err(HostError::InvalidName(_))
+        ));
+        assert!(matches!(
+            systemctl_show("--root=/x"),
+            Err(HostError::InvalidName(_))
+        ));
     }
 }

@@ -1,11 +1,11 @@
 //! Running host processes with a deadline and bounded output.
 
 use std::io::Read;
-use std::path::Path;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,11 @@ pub struct ExecLimits {
 impl Default for ExecLimits {
     /// 5 minutes, 64 KiB per stream, no cancellation.
     fn default() -> Self {
-        ExecLimits { timeout: Duration::from_secs(300), max_output: 64 * 1024, cancel: None }
+        ExecLimits {
+            timeout: Duration::from_secs(300),
+            max_output: 64 * 1024,
+            cancel: None,
+        }
     }
 }
 
@@ -58,8 +62,20 @@ impl ExecOutput {
             (None, _) => "a signal".to_string(),
         };
         let stderr = String::from_utf8_lossy(&self.stderr);
-        let tail: String = stderr.trim().chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
-        Err(HostError::Command { command: command.to_string(), status, stderr: tail })
+        let tail: String = stderr
+            .trim()
+            .chars()
+            .rev()
+            .take(400)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        Err(HostError::Command {
+            command: command.to_string(),
+            status,
+            stderr: tail,
+        })
     }
 }
 
@@ -91,7 +107,13 @@ fn collect(rx: &mpsc::Receiver<Vec<u8>>) -> Vec<u8> {
 
 /// Runs `program args` with a cleared environment (only `PATH`, plus `env`), in `cwd`,
 /// with stdin closed, killing it at the deadline.
-pub fn run_bounded(program: &Path, args: &[String], env: &[(&str, &str)], cwd: Option<&Path>, limits: &ExecLimits) -> Result<ExecOutput> {
+pub fn run_bounded(
+    program: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    cwd: Option<&Path>,
+    limits: &ExecLimits,
+) -> Result<ExecOutput> {
     run_bounded_in(program, args, env, cwd, limits, None)
 }
 
@@ -105,11 +127,17 @@ pub fn run_bounded_in(
     limits: &ExecLimits,
     enter: Option<Namespaces>,
 ) -> Result<ExecOutput> {
-    let display = std::iter::once(program.display().to_string()).chain(args.iter().cloned()).collect::<Vec<_>>().join(" ");
+    let display = std::iter::once(program.display().to_string())
+        .chain(args.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env_clear()
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -131,30 +159,55 @@ pub fn run_bounded_in(
     }
     let mut child = cmd.spawn().map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => HostError::NotFound(program.display().to_string()),
-        _ => HostError::Spawn { command: display.clone(), source },
+        _ => HostError::Spawn {
+            command: display.clone(),
+            source,
+        },
     })?;
-    let out = drain(child.stdout.take().expect("stdout is piped"), limits.max_output);
-    let err = drain(child.stderr.take().expect("stderr is piped"), limits.max_output);
+    let out = drain(
+        child.stdout.take().expect("stdout is piped"),
+        limits.max_output,
+    );
+    let err = drain(
+        child.stderr.take().expect("stderr is piped"),
+        limits.max_output,
+    );
     let started = Instant::now();
     let mut timed_out = false;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() >= limits.timeout || limits.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) => {
+            Ok(None)
+                if started.elapsed() >= limits.timeout
+                    || limits
+                        .cancel
+                        .as_ref()
+                        .is_some_and(|c| c.load(Ordering::Relaxed)) =>
+            {
                 // The whole group, with the syscall: a minimal image has no `kill` binary.
                 if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
-                    let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+                    let _ =
+                        rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
                 }
                 let _ = child.kill();
                 timed_out = true;
                 break child.wait().ok();
             }
             Ok(None) => thread::sleep(Duration::from_millis(5)),
-            Err(source) => return Err(HostError::Spawn { command: display, source }),
+            Err(source) => {
+                return Err(HostError::Spawn {
+                    command: display,
+                    source,
+                });
+            }
         }
     };
     Ok(ExecOutput {
-        status: if timed_out { None } else { status.and_then(|s| s.code()) },
+        status: if timed_out {
+            None
+        } else {
+            status.and_then(|s| s.code())
+        },
         stdout: collect(&out),
         stderr: collect(&err),
         timed_out,
@@ -167,9 +220,22 @@ mod tests {
 
     #[test]
     fn captures_and_bounds_output() {
-        let limits = ExecLimits { timeout: Duration::from_secs(10), max_output: 10, cancel: None };
-        let out = run_bounded(Path::new("/bin/sh"), &["-c".into(), "yes | head -c 100000; echo err >&2; exit 3".into()], &[], None, &limits)
-            .unwrap();
+        let limits = ExecLimits {
+            timeout: Duration::from_secs(10),
+            max_output: 10,
+            cancel: None,
+        };
+        let out = run_bounded(
+            Path::new("/bin/sh"),
+            &[
+                "-c".into(),
+                "yes | head -c 100000; echo err >&2; exit 3".into(),
+            ],
+            &[],
+            None,
+            &limits,
+        )
+        .unwrap();
         assert_eq!(out.status, Some(3));
         assert_eq!(out.stdout.len(), 10);
         assert_eq!(out.stderr, b"err\n");
@@ -178,7 +244,11 @@ mod tests {
 
     #[test]
     fn kills_at_the_deadline() {
-        let limits = ExecLimits { timeout: Duration::from_millis(100), max_output: 10, cancel: None };
+        let limits = ExecLimits {
+            timeout: Duration::from_millis(100),
+            max_output: 10,
+            cancel: None,
+        };
         let out = run_bounded(Path::new("/bin/sleep"), &["30".into()], &[], None, &limits).unwrap();
         assert!(out.timed_out);
         assert_eq!(out.status, None);
@@ -186,22 +256,46 @@ mod tests {
 
     #[test]
     fn the_deadline_kills_the_whole_command_tree() {
-        let limits = ExecLimits { timeout: Duration::from_millis(300), max_output: 1024, cancel: None };
+        let limits = ExecLimits {
+            timeout: Duration::from_millis(300),
+            max_output: 1024,
+            cancel: None,
+        };
         let tmp = std::env::temp_dir().join(format!("nodewright-tree-{}", std::process::id()));
         let script = format!("sleep 30 & echo $! > {}; wait", tmp.display());
-        let out = run_bounded(Path::new("/bin/sh"), &["-c".into(), script], &[], None, &limits).unwrap();
+        let out = run_bounded(
+            Path::new("/bin/sh"),
+            &["-c".into(), script],
+            &[],
+            None,
+            &limits,
+        )
+        .unwrap();
         assert!(out.timed_out);
-        let pid: i32 = std::fs::read_to_string(&tmp).unwrap().trim().parse().unwrap();
+        let pid: i32 = std::fs::read_to_string(&tmp)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let _ = std::fs::remove_file(&tmp);
         // The grandchild is gone (or a zombie about to be reaped by init).
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
-            let alive = state.as_deref().is_some_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'));
+            let alive = state.as_deref().is_some_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            });
             if !alive {
                 break;
             }
-            assert!(Instant::now() < deadline, "the backgrounded sleep {pid} survived the deadline");
+            assert!(
+                Instant::now() < deadline,
+                "the backgrounded sleep {pid} survived the deadline"
+            );
             thread::sleep(Duration::from_millis(20));
         }
     }
@@ -209,19 +303,33 @@ mod tests {
     #[test]
     fn cancelling_kills_the_command() {
         let cancel = Arc::new(AtomicBool::new(false));
-        let limits = ExecLimits { timeout: Duration::from_secs(60), max_output: 10, cancel: Some(cancel.clone()) };
+        let limits = ExecLimits {
+            timeout: Duration::from_secs(60),
+            max_output: 10,
+            cancel: Some(cancel.clone()),
+        };
         let stop = thread::spawn(move || {
             thread::sleep(Duration::from_millis(200));
             cancel.store(true, Ordering::Relaxed);
         });
         let out = run_bounded(Path::new("/bin/sleep"), &["30".into()], &[], None, &limits).unwrap();
         stop.join().unwrap();
-        assert!(out.timed_out, "a cancelled command is reported like a timed-out one");
+        assert!(
+            out.timed_out,
+            "a cancelled command is reported like a timed-out one"
+        );
     }
 
     #[test]
     fn environment_is_cleared() {
-        let out = run_bounded(Path::new("/usr/bin/env"), &[], &[("A", "b")], None, &ExecLimits::default()).unwrap();
+        let out = run_bounded(
+            Path::new("/usr/bin/env"),
+            &[],
+            &[("A", "b")],
+            None,
+            &ExecLimits::default(),
+        )
+        .unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
         let mut keys: Vec<_> = text.lines().map(|l| l.split('=').next().unwrap()).collect();
         keys.sort();
@@ -230,7 +338,14 @@ mod tests {
 
     #[test]
     fn missing_program_is_not_found() {
-        let err = run_bounded(Path::new("/nonexistent/x"), &[], &[], None, &ExecLimits::default()).unwrap_err();
+        let err = run_bounded(
+            Path::new("/nonexistent/x"),
+            &[],
+            &[],
+            None,
+            &ExecLimits::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, HostError::NotFound(_)), "{err:?}");
     }
 }

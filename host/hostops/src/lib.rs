@@ -34,10 +34,10 @@ mod rootfs;
 #[cfg(feature = "sim")]
 mod sim;
 
-pub use command::{run_bounded, run_bounded_in, ExecLimits, ExecOutput};
-pub use namespaces::Namespaces;
+pub use command::{ExecLimits, ExecOutput, run_bounded, run_bounded_in};
 pub use linux::{HostNamespaces, LinuxHost};
-pub use rootfs::{FileKind, FileStat, RootFs, WriteOptions, PERMISSION_BITS};
+pub use namespaces::Namespaces;
+pub use rootfs::{FileKind, FileStat, PERMISSION_BITS, RootFs, WriteOptions};
 #[cfg(feature = "sim")]
 pub use sim::{HostAction, SimHost};
 
@@ -119,7 +119,9 @@ pub enum HostError {
         kind: String,
     },
     /// A write would leave the filesystem with less free space than the floor.
-    #[error("writing {needed} bytes to {path} would leave less than the {floor}-byte free-space floor ({available} bytes free)")]
+    #[error(
+        "writing {needed} bytes to {path} would leave less than the {floor}-byte free-space floor ({available} bytes free)"
+    )]
     DiskFloor {
         /// The host path.
         path: String,
@@ -137,7 +139,11 @@ impl HostError {
         if source.kind() == std::io::ErrorKind::NotFound {
             HostError::NotFound(path.display().to_string())
         } else {
-            HostError::Io { op, path: path.display().to_string(), source }
+            HostError::Io {
+                op,
+                path: path.display().to_string(),
+                source,
+            }
         }
     }
 }
@@ -259,13 +265,16 @@ pub(crate) struct ProcSys {
 
 impl ProcSys {
     pub(crate) fn new(proc_root: &Path) -> Self {
-        ProcSys { base: proc_root.join("sys") }
+        ProcSys {
+            base: proc_root.join("sys"),
+        }
     }
 
     /// `net.ipv4.ip_forward` → `<proc>/sys/net/ipv4/ip_forward`. The engine checks keys
     /// before they reach here; checked again because this is a raw path join.
     pub(crate) fn path(&self, key: &str) -> Result<PathBuf> {
-        nodewright_api::hostargs::sysctl_key(key).map_err(|r| HostError::InvalidName(format!("sysctl key: {r}")))?;
+        nodewright_api::hostargs::sysctl_key(key)
+            .map_err(|r| HostError::InvalidName(format!("sysctl key: {r}")))?;
         Ok(self.base.join(key.replace('.', "/")))
     }
 
@@ -279,7 +288,9 @@ impl ProcSys {
     }
 
     pub(crate) fn read_opt(&self, rel: &str) -> Option<String> {
-        std::fs::read_to_string(self.base.join(rel)).ok().map(|s| s.trim().to_string())
+        std::fs::read_to_string(self.base.join(rel))
+            .ok()
+            .map(|s| s.trim().to_string())
     }
 }
 
@@ -307,17 +318,24 @@ mod tests {
 
     #[test]
     fn os_release_is_unquoted() {
-        let pairs = parse_os_release("# c\nID=debian\nPRETTY_NAME=\"Debian GNU/Linux 12\"\n\nbad\n");
+        let pairs =
+            parse_os_release("# c\nID=debian\nPRETTY_NAME=\"Debian GNU/Linux 12\"\n\nbad\n");
         assert_eq!(
             pairs,
-            vec![("ID".into(), "debian".into()), ("PRETTY_NAME".into(), "Debian GNU/Linux 12".into())]
+            vec![
+                ("ID".into(), "debian".into()),
+                ("PRETTY_NAME".into(), "Debian GNU/Linux 12".into())
+            ]
         );
     }
 
     #[test]
     fn sysctl_keys_cannot_escape() {
         let p = ProcSys::new(Path::new("/proc"));
-        assert_eq!(p.path("net.ipv4.ip_forward").unwrap(), Path::new("/proc/sys/net/ipv4/ip_forward"));
+        assert_eq!(
+            p.path("net.ipv4.ip_forward").unwrap(),
+            Path::new("/proc/sys/net/ipv4/ip_forward")
+        );
         assert!(p.path("net/../../etc").is_err());
         assert!(p.path("a..b").is_err());
         assert!(p.path("").is_err());

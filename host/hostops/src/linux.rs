@@ -3,10 +3,13 @@
 use std::path::{Path, PathBuf};
 
 use crate::argv;
-use crate::command::{run_bounded, run_bounded_in, ExecLimits, ExecOutput};
+use crate::command::{ExecLimits, ExecOutput, run_bounded, run_bounded_in};
 use crate::namespaces::Namespaces;
 use crate::rootfs::RootFs;
-use crate::{parse_os_release, HostError, HostOps, NodeIdentity, NodeInfo, ProcSys, Result, ServiceVerb, UnitStatus, HELPER_TIMEOUT};
+use crate::{
+    HELPER_TIMEOUT, HostError, HostOps, NodeIdentity, NodeInfo, ProcSys, Result, ServiceVerb,
+    UnitStatus, parse_os_release,
+};
 
 /// Where host commands (`modprobe`, `systemctl`, granted commands) run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,23 +36,40 @@ pub struct LinuxHost {
 
 impl LinuxHost {
     /// A host whose `/` is at `root`, with `/proc` at `proc_root`.
-    pub fn new(root: &Path, proc_root: &Path, namespaces: HostNamespaces, identity: NodeIdentity) -> Result<Self> {
-        Ok(LinuxHost { fs: RootFs::open(root)?, proc: ProcSys::new(proc_root), namespaces, identity })
+    pub fn new(
+        root: &Path,
+        proc_root: &Path,
+        namespaces: HostNamespaces,
+        identity: NodeIdentity,
+    ) -> Result<Self> {
+        Ok(LinuxHost {
+            fs: RootFs::open(root)?,
+            proc: ProcSys::new(proc_root),
+            namespaces,
+            identity,
+        })
     }
 
     fn command(&self, program: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
         match self.namespaces {
             HostNamespaces::Current => run_bounded(program, args, &[], None, limits),
-            HostNamespaces::Of(pid) => run_bounded_in(program, args, &[], None, limits, Some(Namespaces::of(pid)?)),
+            HostNamespaces::Of(pid) => {
+                run_bounded_in(program, args, &[], None, limits, Some(Namespaces::of(pid)?))
+            }
         }
     }
 
     /// Runs a helper argv built by [`argv`] (program first).
     fn helper(&self, argv: Vec<String>) -> Result<ExecOutput> {
-        let limits = ExecLimits { timeout: HELPER_TIMEOUT, max_output: 64 * 1024, cancel: None };
+        let limits = ExecLimits {
+            timeout: HELPER_TIMEOUT,
+            max_output: 64 * 1024,
+            cancel: None,
+        };
         let line = argv.join(" ");
         let (program, args) = argv.split_first().expect("helper argvs name a program");
-        self.command(Path::new(program), args, &limits)?.check(&line)
+        self.command(Path::new(program), args, &limits)?
+            .check(&line)
     }
 }
 
@@ -81,7 +101,8 @@ impl HostOps for LinuxHost {
     fn kmod_is_loaded(&self, name: &str) -> Result<bool> {
         // /sys/module/<name> also lists built-ins; /proc/modules only loadable ones, which is
         // what load/unload act on.
-        let modules = std::fs::read_to_string(self.proc_path("modules")).map_err(|e| HostError::io("read", Path::new("/proc/modules"), e))?;
+        let modules = std::fs::read_to_string(self.proc_path("modules"))
+            .map_err(|e| HostError::io("read", Path::new("/proc/modules"), e))?;
         Ok(modules_contains(&modules, name))
     }
 
@@ -92,11 +113,19 @@ impl HostOps for LinuxHost {
     fn service_status(&self, unit: &str) -> Result<UnitStatus> {
         let out = self.helper(argv::systemctl_show(unit)?)?;
         let text = String::from_utf8_lossy(&out.stdout);
-        let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')).unwrap_or("").to_string();
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+                .unwrap_or("")
+                .to_string()
+        };
         if field("LoadState") == "not-found" {
             return Err(HostError::NotFound(format!("unit {unit}")));
         }
-        Ok(UnitStatus { active_state: field("ActiveState"), enabled: field("UnitFileState") == "enabled" })
+        Ok(UnitStatus {
+            active_state: field("ActiveState"),
+            enabled: field("UnitFileState") == "enabled",
+        })
     }
 
     fn daemon_reload(&self) -> Result<()> {
@@ -119,23 +148,37 @@ impl HostOps for LinuxHost {
 
 impl LinuxHost {
     fn proc_path(&self, rel: &str) -> PathBuf {
-        self.proc.base.parent().unwrap_or(Path::new("/proc")).join(rel)
+        self.proc
+            .base
+            .parent()
+            .unwrap_or(Path::new("/proc"))
+            .join(rel)
     }
 }
 
 /// Whether `/proc/modules` text lists `name` (`-` and `_` are the same to the kernel).
 pub(crate) fn modules_contains(modules: &str, name: &str) -> bool {
     let want = name.replace('-', "_");
-    modules.lines().any(|l| l.split_whitespace().next() == Some(want.as_str()))
+    modules
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(want.as_str()))
 }
 
 /// Node facts read from the root and proc, shared by both backends.
-pub(crate) fn node_info(fs: &RootFs, proc: &ProcSys, identity: &NodeIdentity, arch: &str) -> NodeInfo {
+pub(crate) fn node_info(
+    fs: &RootFs,
+    proc: &ProcSys,
+    identity: &NodeIdentity,
+    arch: &str,
+) -> NodeInfo {
     NodeInfo {
         name: identity.name.clone(),
         labels: identity.labels.clone(),
         kernel_release: proc.read_opt("kernel/osrelease").unwrap_or_default(),
-        os_release: fs.read_host_file(Path::new("/etc/os-release")).map(|t| parse_os_release(&t)).unwrap_or_default(),
+        os_release: fs
+            .read_host_file(Path::new("/etc/os-release"))
+            .map(|t| parse_os_release(&t))
+            .unwrap_or_default(),
         boot_id: proc.read_opt("kernel/random/boot_id").unwrap_or_default(),
         architecture: arch.to_string(),
     }
@@ -155,10 +198,19 @@ mod tests {
 
     #[test]
     fn reads_this_machines_node_facts() {
-        let host = LinuxHost::new(Path::new("/"), Path::new("/proc"), HostNamespaces::Current, NodeIdentity::default()).unwrap();
+        let host = LinuxHost::new(
+            Path::new("/"),
+            Path::new("/proc"),
+            HostNamespaces::Current,
+            NodeIdentity::default(),
+        )
+        .unwrap();
         let info = host.node_info();
         assert_eq!(info.boot_id.len(), 36, "boot id {:?}", info.boot_id);
         assert!(!info.kernel_release.is_empty());
-        assert_eq!(host.sysctl_get("kernel.random.boot_id").unwrap(), info.boot_id);
+        assert_eq!(
+            host.sysctl_get("kernel.random.boot_id").unwrap(),
+            info.boot_id
+        );
     }
 }

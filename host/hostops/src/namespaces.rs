@@ -56,14 +56,17 @@ impl Namespaces {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{run_bounded_in, ExecLimits};
+    use crate::command::{ExecLimits, run_bounded_in};
     use std::path::Path;
     use std::time::Duration;
 
     /// A process in a network namespace of its own; the test runs a command in it.
     #[test]
     fn a_command_runs_in_another_process_s_namespaces() {
-        let Ok(mut holder) = std::process::Command::new("unshare").args(["--net", "--uts", "sleep", "30"]).spawn() else {
+        let Ok(mut holder) = std::process::Command::new("unshare")
+            .args(["--net", "--uts", "sleep", "30"])
+            .spawn()
+        else {
             panic!("unshare(1) is needed (util-linux)");
         };
         // Wait until `unshare` has become `sleep` in its new namespaces.
@@ -80,11 +83,31 @@ mod tests {
         }
         assert_ne!(theirs, ours, "unshare did not create a network namespace");
         let enter = Namespaces::of(pid).unwrap();
-        let limits = ExecLimits { timeout: Duration::from_secs(10), max_output: 4096, cancel: None };
-        let out = run_bounded_in(Path::new("/usr/bin/readlink"), &["/proc/self/ns/net".into()], &[], None, &limits, Some(enter)).unwrap();
+        let limits = ExecLimits {
+            timeout: Duration::from_secs(10),
+            max_output: 4096,
+            cancel: None,
+        };
+        let out = run_bounded_in(
+            Path::new("/usr/bin/readlink"),
+            &["/proc/self/ns/net".into()],
+            &[],
+            None,
+            &limits,
+            Some(enter),
+        )
+        .unwrap();
         let _ = holder.kill();
         let _ = holder.wait();
-        assert_eq!(out.status, Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), theirs.display().to_string());
+        assert_eq!(
+            out.status,
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            theirs.display().to_string()
+        );
     }
 }

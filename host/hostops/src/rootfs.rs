@@ -65,7 +65,12 @@ pub const PERMISSION_BITS: u32 = 0o777;
 /// follow a final symlink either. (cap-std confines any symlink it follows to the grant.)
 fn safe_open_flags(follow: bool) -> i32 {
     let flags = OFlags::NONBLOCK | OFlags::NOCTTY;
-    (if follow { flags } else { flags | OFlags::NOFOLLOW }).bits() as i32
+    (if follow {
+        flags
+    } else {
+        flags | OFlags::NOFOLLOW
+    })
+    .bits() as i32
 }
 
 fn kind_of(m: &cap_std::fs::Metadata) -> FileKind {
@@ -84,7 +89,10 @@ fn kind_of(m: &cap_std::fs::Metadata) -> FileKind {
 /// symlink and never over an existing file.
 fn create_private(dir: &Dir, name: &str) -> std::io::Result<std::fs::File> {
     let mut open = OpenOptions::new();
-    open.write(true).create_new(true).mode(0o600).custom_flags(safe_open_flags(false));
+    open.write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(safe_open_flags(false));
     Ok(dir.open_with(name, &open)?.into_std())
 }
 
@@ -107,14 +115,19 @@ fn strip_root(path: &Path) -> &Path {
 
 fn is_escape(e: &std::io::Error) -> bool {
     // cap-std reports an attempt to leave the directory as PermissionDenied with this text.
-    e.kind() == std::io::ErrorKind::PermissionDenied && e.to_string().contains("outside of the filesystem")
+    e.kind() == std::io::ErrorKind::PermissionDenied
+        && e.to_string().contains("outside of the filesystem")
 }
 
 impl RootFs {
     /// Opens `root` (the host's `/` as seen by this process).
     pub fn open(root: &Path) -> Result<Self> {
-        let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| HostError::io("open", root, e))?;
-        Ok(RootFs { root_path: root.to_path_buf(), root: dir })
+        let dir = Dir::open_ambient_dir(root, ambient_authority())
+            .map_err(|e| HostError::io("open", root, e))?;
+        Ok(RootFs {
+            root_path: root.to_path_buf(),
+            root: dir,
+        })
     }
 
     /// The root on this machine's filesystem.
@@ -129,7 +142,10 @@ impl RootFs {
 
     fn map(&self, op: &'static str, path: &Path, base: &Path, e: std::io::Error) -> HostError {
         if is_escape(&e) {
-            HostError::Escape { path: path.display().to_string(), base: base.display().to_string() }
+            HostError::Escape {
+                path: path.display().to_string(),
+                base: base.display().to_string(),
+            }
         } else {
             HostError::io(op, path, e)
         }
@@ -138,12 +154,21 @@ impl RootFs {
     /// Opens the grant `base` and returns the capability plus `path` relative to it.
     /// `create` makes a missing granted directory (writes only).
     fn scope(&self, op: &'static str, base: &Path, path: &Path, create: bool) -> Result<Scoped> {
-        let escape = || HostError::Escape { path: path.display().to_string(), base: base.display().to_string() };
+        let escape = || HostError::Escape {
+            path: path.display().to_string(),
+            base: base.display().to_string(),
+        };
         let rest = path.strip_prefix(base).map_err(|_| escape())?;
         let base_rel = strip_root(base);
         if base_rel.as_os_str().is_empty() {
-            let dir = self.root.try_clone().map_err(|e| self.map(op, path, base, e))?;
-            return Ok(Scoped { dir, rel: rest.to_path_buf() });
+            let dir = self
+                .root
+                .try_clone()
+                .map_err(|e| self.map(op, path, base, e))?;
+            return Ok(Scoped {
+                dir,
+                rel: rest.to_path_buf(),
+            });
         }
         let is_dir = match self.root.metadata(base_rel) {
             Ok(m) => m.is_dir(),
@@ -153,20 +178,33 @@ impl RootFs {
         };
         if is_dir {
             if create {
-                self.root.create_dir_all(base_rel).map_err(|e| self.map("create", base, base, e))?;
+                self.root
+                    .create_dir_all(base_rel)
+                    .map_err(|e| self.map("create", base, base, e))?;
             }
-            let dir = self.root.open_dir(base_rel).map_err(|e| self.map(op, path, base, e))?;
-            return Ok(Scoped { dir, rel: rest.to_path_buf() });
+            let dir = self
+                .root
+                .open_dir(base_rel)
+                .map_err(|e| self.map(op, path, base, e))?;
+            return Ok(Scoped {
+                dir,
+                rel: rest.to_path_buf(),
+            });
         }
         // A single-file grant: open its parent; the file itself must not be a symlink, and
         // nothing can live below a file (`/etc/x/y` under a grant of the file `/etc/x`).
         if !rest.as_os_str().is_empty() {
-            return Err(HostError::NotADirectory { path: path.display().to_string(), base: base.display().to_string() });
+            return Err(HostError::NotADirectory {
+                path: path.display().to_string(),
+                base: base.display().to_string(),
+            });
         }
         let parent = base_rel.parent().unwrap_or(Path::new(""));
         let name = base_rel.file_name().ok_or_else(escape)?;
         if create && !parent.as_os_str().is_empty() {
-            self.root.create_dir_all(parent).map_err(|e| self.map("create", base, base, e))?;
+            self.root
+                .create_dir_all(parent)
+                .map_err(|e| self.map("create", base, base, e))?;
         }
         let dir = if parent.as_os_str().is_empty() {
             self.root.try_clone()
@@ -177,31 +215,52 @@ impl RootFs {
         if dir.symlink_metadata(name).is_ok_and(|m| m.is_symlink()) {
             return Err(escape());
         }
-        Ok(Scoped { dir, rel: PathBuf::from(name) })
+        Ok(Scoped {
+            dir,
+            rel: PathBuf::from(name),
+        })
     }
 
     /// Reads a whole regular file of at most `max_bytes`.
     pub fn read(&self, base: &Path, path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
         let file = self.open_std("read", base, path, &[FileKind::File], true)?;
         let mut out = Vec::new();
-        file.take(max_bytes.saturating_add(1)).read_to_end(&mut out).map_err(|e| HostError::io("read", path, e))?;
+        file.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut out)
+            .map_err(|e| HostError::io("read", path, e))?;
         if out.len() as u64 > max_bytes {
-            return Err(HostError::TooLarge { path: path.display().to_string(), limit: max_bytes });
+            return Err(HostError::TooLarge {
+                path: path.display().to_string(),
+                limit: max_bytes,
+            });
         }
         Ok(out)
     }
 
     /// Writes a whole file atomically: a temp file beside it (mode `0600` until it is
     /// complete, so a secret is never readable half-written), then rename. Creates parents.
-    pub fn write(&self, base: &Path, path: &Path, contents: &[u8], options: &WriteOptions) -> Result<()> {
+    pub fn write(
+        &self,
+        base: &Path,
+        path: &Path,
+        contents: &[u8],
+        options: &WriteOptions,
+    ) -> Result<()> {
         let s = self.scope("write", base, path, true)?;
-        let name = s.rel.file_name().ok_or_else(|| HostError::NotFound(path.display().to_string()))?;
+        let name = s
+            .rel
+            .file_name()
+            .ok_or_else(|| HostError::NotFound(path.display().to_string()))?;
         let parent = s.rel.parent().unwrap_or(Path::new(""));
         let dir = if parent.as_os_str().is_empty() {
             s.dir
         } else {
-            s.dir.create_dir_all(parent).map_err(|e| self.map("create", path, base, e))?;
-            s.dir.open_dir(parent).map_err(|e| self.map("write", path, base, e))?
+            s.dir
+                .create_dir_all(parent)
+                .map_err(|e| self.map("create", path, base, e))?;
+            s.dir
+                .open_dir(parent)
+                .map_err(|e| self.map("write", path, base, e))?
         };
         let existing = dir.symlink_metadata(name).ok();
         if existing.as_ref().is_some_and(|m| m.is_symlink()) {
@@ -209,14 +268,27 @@ impl RootFs {
             return Err(HostError::Symlink(path.display().to_string()));
         }
         if existing.as_ref().is_some_and(|m| m.is_dir()) {
-            return Err(HostError::io("write", path, std::io::Error::other("is a directory")));
+            return Err(HostError::io(
+                "write",
+                path,
+                std::io::Error::other("is a directory"),
+            ));
         }
-        if existing.as_ref().is_some_and(|m| kind_of(m) == FileKind::Other) {
-            return Err(HostError::NotRegular { path: path.display().to_string(), kind: "a device, socket or FIFO".into() });
+        if existing
+            .as_ref()
+            .is_some_and(|m| kind_of(m) == FileKind::Other)
+        {
+            return Err(HostError::NotRegular {
+                path: path.display().to_string(),
+                kind: "a device, socket or FIFO".into(),
+            });
         }
         if options.min_free_bytes > 0 {
-            let fd = dir.open(".").map_err(|e| self.map("write", path, base, e))?;
-            let st = rustix::fs::fstatvfs(&fd).map_err(|e| HostError::io("statvfs", path, e.into()))?;
+            let fd = dir
+                .open(".")
+                .map_err(|e| self.map("write", path, base, e))?;
+            let st =
+                rustix::fs::fstatvfs(&fd).map_err(|e| HostError::io("statvfs", path, e.into()))?;
             let available = st.f_bavail.saturating_mul(st.f_frsize);
             if available < (contents.len() as u64).saturating_add(options.min_free_bytes) {
                 return Err(HostError::DiskFloor {
@@ -227,9 +299,21 @@ impl RootFs {
                 });
             }
         }
-        let mask = if options.special_modes { 0o7777 } else { PERMISSION_BITS };
-        let mode = options.mode.or_else(|| existing.as_ref().map(|m| m.mode())).unwrap_or(0o644) & mask;
-        let tmp = format!(".{}.nodewright-{}.tmp", name.to_string_lossy(), std::process::id());
+        let mask = if options.special_modes {
+            0o7777
+        } else {
+            PERMISSION_BITS
+        };
+        let mode = options
+            .mode
+            .or_else(|| existing.as_ref().map(|m| m.mode()))
+            .unwrap_or(0o644)
+            & mask;
+        let tmp = format!(
+            ".{}.nodewright-{}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        );
         let result = (|| -> std::io::Result<()> {
             let mut file = create_private(&dir, &tmp)?;
             file.write_all(contents)?;
@@ -255,9 +339,19 @@ impl RootFs {
             Err(HostError::NotFound(_)) => return Ok(None),
             other => other?,
         };
-        let meta = if s.rel.as_os_str().is_empty() { s.dir.dir_metadata() } else { s.dir.symlink_metadata(&s.rel) };
+        let meta = if s.rel.as_os_str().is_empty() {
+            s.dir.dir_metadata()
+        } else {
+            s.dir.symlink_metadata(&s.rel)
+        };
         match meta {
-            Ok(m) => Ok(Some(FileStat { kind: kind_of(&m), size: m.len(), mode: m.mode() & 0o7777, uid: m.uid(), gid: m.gid() })),
+            Ok(m) => Ok(Some(FileStat {
+                kind: kind_of(&m),
+                size: m.len(),
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+            })),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(self.map("stat", path, base, e)),
         }
@@ -266,9 +360,17 @@ impl RootFs {
     /// Sorted entry names of a directory.
     pub fn list_dir(&self, base: &Path, path: &Path) -> Result<Vec<String>> {
         let s = self.scope("list", base, path, false)?;
-        let rel = if s.rel.as_os_str().is_empty() { Path::new(".") } else { &s.rel };
+        let rel = if s.rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &s.rel
+        };
         let mut names = Vec::new();
-        for entry in s.dir.read_dir(rel).map_err(|e| self.map("list", path, base, e))? {
+        for entry in s
+            .dir
+            .read_dir(rel)
+            .map_err(|e| self.map("list", path, base, e))?
+        {
             let entry = entry.map_err(|e| self.map("list", path, base, e))?;
             names.push(entry.file_name().to_string_lossy().into_owned());
         }
@@ -282,7 +384,9 @@ impl RootFs {
         if s.rel.as_os_str().is_empty() {
             return Ok(());
         }
-        s.dir.create_dir_all(&s.rel).map_err(|e| self.map("create", path, base, e))
+        s.dir
+            .create_dir_all(&s.rel)
+            .map_err(|e| self.map("create", path, base, e))
     }
 
     /// Removes a file, symlink or empty directory; a missing path is fine.
@@ -292,7 +396,11 @@ impl RootFs {
             other => other?,
         };
         if s.rel.as_os_str().is_empty() {
-            return Err(HostError::io("remove", path, std::io::Error::other("cannot remove the granted directory itself")));
+            return Err(HostError::io(
+                "remove",
+                path,
+                std::io::Error::other("cannot remove the granted directory itself"),
+            ));
         }
         let result = match s.dir.symlink_metadata(&s.rel) {
             Ok(m) if m.is_dir() => s.dir.remove_dir(&s.rel),
@@ -309,48 +417,98 @@ impl RootFs {
     /// before the open (so a device is never opened) and again on the open file (so a swap
     /// in between is caught). `follow` follows a symlink that stays inside the grant;
     /// without it a symlink is refused.
-    fn open_std(&self, op: &'static str, base: &Path, path: &Path, allowed: &[FileKind], follow: bool) -> Result<std::fs::File> {
+    fn open_std(
+        &self,
+        op: &'static str,
+        base: &Path,
+        path: &Path,
+        allowed: &[FileKind],
+        follow: bool,
+    ) -> Result<std::fs::File> {
         let s = self.scope(op, base, path, false)?;
         let refuse = |kind: FileKind| -> Result<()> {
             match kind {
-                FileKind::Symlink => Err(HostError::Escape { path: path.display().to_string(), base: base.display().to_string() }),
+                FileKind::Symlink => Err(HostError::Escape {
+                    path: path.display().to_string(),
+                    base: base.display().to_string(),
+                }),
                 k if allowed.contains(&k) => Ok(()),
-                FileKind::Directory => Err(HostError::io(op, path, std::io::Error::other("is a directory"))),
-                FileKind::File => Err(HostError::io(op, path, std::io::Error::other("is a file, not a directory"))),
-                FileKind::Other => Err(HostError::NotRegular { path: path.display().to_string(), kind: "a device, socket or FIFO".into() }),
+                FileKind::Directory => Err(HostError::io(
+                    op,
+                    path,
+                    std::io::Error::other("is a directory"),
+                )),
+                FileKind::File => Err(HostError::io(
+                    op,
+                    path,
+                    std::io::Error::other("is a file, not a directory"),
+                )),
+                FileKind::Other => Err(HostError::NotRegular {
+                    path: path.display().to_string(),
+                    kind: "a device, socket or FIFO".into(),
+                }),
             }
         };
         if s.rel.as_os_str().is_empty() {
             refuse(FileKind::Directory)?;
             return Ok(s.dir.into_std_file());
         }
-        let meta = if follow { s.dir.metadata(&s.rel) } else { s.dir.symlink_metadata(&s.rel) };
+        let meta = if follow {
+            s.dir.metadata(&s.rel)
+        } else {
+            s.dir.symlink_metadata(&s.rel)
+        };
         let meta = meta.map_err(|e| self.map(op, path, base, e))?;
         refuse(kind_of(&meta))?;
         if meta.is_dir() {
-            return s.dir.open_dir(&s.rel).map(Dir::into_std_file).map_err(|e| self.map(op, path, base, e));
+            return s
+                .dir
+                .open_dir(&s.rel)
+                .map(Dir::into_std_file)
+                .map_err(|e| self.map(op, path, base, e));
         }
         let mut open = OpenOptions::new();
         open.read(true).custom_flags(safe_open_flags(follow));
-        let file = s.dir.open_with(&s.rel, &open).map_err(|e| self.map(op, path, base, e))?.into_std();
+        let file = s
+            .dir
+            .open_with(&s.rel, &open)
+            .map_err(|e| self.map(op, path, base, e))?
+            .into_std();
         let opened = file.metadata().map_err(|e| HostError::io(op, path, e))?;
         if !opened.is_file() {
-            return Err(HostError::NotRegular { path: path.display().to_string(), kind: "not a regular file".into() });
+            return Err(HostError::NotRegular {
+                path: path.display().to_string(),
+                kind: "not a regular file".into(),
+            });
         }
         Ok(file)
     }
 
     /// `chown` of a regular file or directory (symlinks, devices, FIFOs refused).
     pub fn set_owner(&self, base: &Path, path: &Path, uid: u32, gid: u32) -> Result<()> {
-        let f = self.open_std("chown", base, path, &[FileKind::File, FileKind::Directory], false)?;
-        std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(|e| HostError::io("chown", path, e))
+        let f = self.open_std(
+            "chown",
+            base,
+            path,
+            &[FileKind::File, FileKind::Directory],
+            false,
+        )?;
+        std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+            .map_err(|e| HostError::io("chown", path, e))
     }
 
     /// `chmod` of a regular file or directory (symlinks, devices, FIFOs refused). The
     /// caller decides whether bits above `0o777` are allowed; this keeps `0o7777`.
     pub fn set_mode(&self, base: &Path, path: &Path, mode: u32) -> Result<()> {
-        let f = self.open_std("chmod", base, path, &[FileKind::File, FileKind::Directory], false)?;
-        f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| HostError::io("chmod", path, e))
+        let f = self.open_std(
+            "chmod",
+            base,
+            path,
+            &[FileKind::File, FileKind::Directory],
+            false,
+        )?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
+            .map_err(|e| HostError::io("chmod", path, e))
     }
 
     /// Reads a file by host path without a grant scope: for the host's own bookkeeping
@@ -379,36 +537,84 @@ mod tests {
     fn read_write_roundtrip_with_mode() {
         let (tmp, fs) = fixture();
         let base = Path::new("/etc/app");
-        fs.write(base, Path::new("/etc/app/sub/b.conf"), b"hello", &WriteOptions { mode: Some(0o600), ..Default::default() }).unwrap();
-        assert_eq!(fs.read(base, Path::new("/etc/app/sub/b.conf"), MAX).unwrap(), b"hello");
-        let st = fs.stat(base, Path::new("/etc/app/sub/b.conf")).unwrap().unwrap();
+        fs.write(
+            base,
+            Path::new("/etc/app/sub/b.conf"),
+            b"hello",
+            &WriteOptions {
+                mode: Some(0o600),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            fs.read(base, Path::new("/etc/app/sub/b.conf"), MAX)
+                .unwrap(),
+            b"hello"
+        );
+        let st = fs
+            .stat(base, Path::new("/etc/app/sub/b.conf"))
+            .unwrap()
+            .unwrap();
         assert_eq!((st.kind, st.mode, st.size), (FileKind::File, 0o600, 5));
         // Rewriting keeps the mode when none is given.
-        fs.write(base, Path::new("/etc/app/sub/b.conf"), b"bye", &WriteOptions::default()).unwrap();
-        assert_eq!(fs.stat(base, Path::new("/etc/app/sub/b.conf")).unwrap().unwrap().mode, 0o600);
-        assert_eq!(fs.list_dir(base, Path::new("/etc/app")).unwrap(), ["a.conf", "sub"]);
+        fs.write(
+            base,
+            Path::new("/etc/app/sub/b.conf"),
+            b"bye",
+            &WriteOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            fs.stat(base, Path::new("/etc/app/sub/b.conf"))
+                .unwrap()
+                .unwrap()
+                .mode,
+            0o600
+        );
+        assert_eq!(
+            fs.list_dir(base, Path::new("/etc/app")).unwrap(),
+            ["a.conf", "sub"]
+        );
         assert!(tmp.path().join("etc/app/sub/b.conf").exists());
         fs.remove(base, Path::new("/etc/app/sub/b.conf")).unwrap();
         fs.remove(base, Path::new("/etc/app/sub/b.conf")).unwrap();
-        assert_eq!(fs.stat(base, Path::new("/etc/app/sub/b.conf")).unwrap(), None);
+        assert_eq!(
+            fs.stat(base, Path::new("/etc/app/sub/b.conf")).unwrap(),
+            None
+        );
     }
 
     #[test]
     fn relative_symlink_out_of_the_grant_is_refused() {
         let (tmp, fs) = fixture();
         std::os::unix::fs::symlink("../shadow", tmp.path().join("etc/app/link")).unwrap();
-        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/app/link"), MAX).unwrap_err();
+        let err = fs
+            .read(Path::new("/etc/app"), Path::new("/etc/app/link"), MAX)
+            .unwrap_err();
         assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
-        let err = fs.write(Path::new("/etc/app"), Path::new("/etc/app/link"), b"x", &WriteOptions::default()).unwrap_err();
+        let err = fs
+            .write(
+                Path::new("/etc/app"),
+                Path::new("/etc/app/link"),
+                b"x",
+                &WriteOptions::default(),
+            )
+            .unwrap_err();
         assert!(matches!(err, HostError::Symlink(_)), "{err:?}");
-        assert_eq!(std::fs::read_to_string(tmp.path().join("etc/shadow")).unwrap(), "secret");
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("etc/shadow")).unwrap(),
+            "secret"
+        );
     }
 
     #[test]
     fn absolute_symlink_is_refused() {
         let (tmp, fs) = fixture();
         std::os::unix::fs::symlink("/etc/shadow", tmp.path().join("etc/app/abs")).unwrap();
-        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/app/abs"), MAX).unwrap_err();
+        let err = fs
+            .read(Path::new("/etc/app"), Path::new("/etc/app/abs"), MAX)
+            .unwrap_err();
         assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
     }
 
@@ -416,16 +622,24 @@ mod tests {
     fn single_file_grant_refuses_a_symlinked_file() {
         let (tmp, fs) = fixture();
         std::os::unix::fs::symlink("shadow", tmp.path().join("etc/motd")).unwrap();
-        let err = fs.read(Path::new("/etc/motd"), Path::new("/etc/motd"), MAX).unwrap_err();
+        let err = fs
+            .read(Path::new("/etc/motd"), Path::new("/etc/motd"), MAX)
+            .unwrap_err();
         assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
         std::fs::write(tmp.path().join("etc/hostname"), "n1").unwrap();
-        assert_eq!(fs.read(Path::new("/etc/hostname"), Path::new("/etc/hostname"), MAX).unwrap(), b"n1");
+        assert_eq!(
+            fs.read(Path::new("/etc/hostname"), Path::new("/etc/hostname"), MAX)
+                .unwrap(),
+            b"n1"
+        );
     }
 
     #[test]
     fn path_outside_base_is_refused() {
         let (_tmp, fs) = fixture();
-        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/shadow"), MAX).unwrap_err();
+        let err = fs
+            .read(Path::new("/etc/app"), Path::new("/etc/shadow"), MAX)
+            .unwrap_err();
         assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
     }
 
@@ -433,47 +647,125 @@ mod tests {
     fn a_single_file_grant_has_nothing_below_it() {
         let (tmp, fs) = fixture();
         std::fs::write(tmp.path().join("etc/x"), "file").unwrap();
-        let err = fs.write(Path::new("/etc/x"), Path::new("/etc/x/y"), b"owned", &WriteOptions::default()).unwrap_err();
+        let err = fs
+            .write(
+                Path::new("/etc/x"),
+                Path::new("/etc/x/y"),
+                b"owned",
+                &WriteOptions::default(),
+            )
+            .unwrap_err();
         assert!(matches!(err, HostError::NotADirectory { .. }), "{err:?}");
-        assert_eq!(std::fs::read_to_string(tmp.path().join("etc/x")).unwrap(), "file", "the file itself was not written");
-        assert!(matches!(fs.read(Path::new("/etc/x"), Path::new("/etc/x/y"), MAX), Err(HostError::NotADirectory { .. })));
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("etc/x")).unwrap(),
+            "file",
+            "the file itself was not written"
+        );
+        assert!(matches!(
+            fs.read(Path::new("/etc/x"), Path::new("/etc/x/y"), MAX),
+            Err(HostError::NotADirectory { .. })
+        ));
     }
 
     #[test]
     fn reads_are_bounded() {
         let (tmp, fs) = fixture();
         std::fs::write(tmp.path().join("etc/app/big"), vec![b'x'; 4097]).unwrap();
-        let err = fs.read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4096).unwrap_err();
-        assert!(matches!(err, HostError::TooLarge { limit: 4096, .. }), "{err:?}");
-        assert_eq!(fs.read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4097).unwrap().len(), 4097);
+        let err = fs
+            .read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4096)
+            .unwrap_err();
+        assert!(
+            matches!(err, HostError::TooLarge { limit: 4096, .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            fs.read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4097)
+                .unwrap()
+                .len(),
+            4097
+        );
     }
 
     #[test]
     fn a_fifo_is_refused_without_blocking() {
         let (tmp, fs) = fixture();
         let fifo = tmp.path().join("etc/app/pipe");
-        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
         let base = Path::new("/etc/app");
         let pipe = Path::new("/etc/app/pipe");
-        assert!(matches!(fs.read(base, pipe, MAX), Err(HostError::NotRegular { .. })));
-        assert!(matches!(fs.set_mode(base, pipe, 0o600), Err(HostError::NotRegular { .. })));
-        assert!(matches!(fs.set_owner(base, pipe, 0, 0), Err(HostError::NotRegular { .. })));
-        assert!(matches!(fs.write(base, pipe, b"x", &WriteOptions::default()), Err(HostError::NotRegular { .. })));
+        assert!(matches!(
+            fs.read(base, pipe, MAX),
+            Err(HostError::NotRegular { .. })
+        ));
+        assert!(matches!(
+            fs.set_mode(base, pipe, 0o600),
+            Err(HostError::NotRegular { .. })
+        ));
+        assert!(matches!(
+            fs.set_owner(base, pipe, 0, 0),
+            Err(HostError::NotRegular { .. })
+        ));
+        assert!(matches!(
+            fs.write(base, pipe, b"x", &WriteOptions::default()),
+            Err(HostError::NotRegular { .. })
+        ));
     }
 
     #[test]
     fn special_bits_are_kept_only_when_asked() {
         let (tmp, fs) = fixture();
         let base = Path::new("/etc/app");
-        let plain = WriteOptions { mode: Some(0o4777), ..Default::default() };
-        fs.write(base, Path::new("/etc/app/s"), b"x", &plain).unwrap();
-        assert_eq!(std::fs::metadata(tmp.path().join("etc/app/s")).unwrap().permissions().mode() & 0o7777, 0o777);
-        let special = WriteOptions { mode: Some(0o4755), special_modes: true, ..Default::default() };
-        fs.write(base, Path::new("/etc/app/s"), b"x", &special).unwrap();
-        assert_eq!(std::fs::metadata(tmp.path().join("etc/app/s")).unwrap().permissions().mode() & 0o7777, 0o4755);
+        let plain = WriteOptions {
+            mode: Some(0o4777),
+            ..Default::default()
+        };
+        fs.write(base, Path::new("/etc/app/s"), b"x", &plain)
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(tmp.path().join("etc/app/s"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777,
+            0o777
+        );
+        let special = WriteOptions {
+            mode: Some(0o4755),
+            special_modes: true,
+            ..Default::default()
+        };
+        fs.write(base, Path::new("/etc/app/s"), b"x", &special)
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(tmp.path().join("etc/app/s"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777,
+            0o4755
+        );
         // Rewriting without special modes drops the bits the file had.
-        fs.write(base, Path::new("/etc/app/s"), b"y", &WriteOptions::default()).unwrap();
-        assert_eq!(std::fs::metadata(tmp.path().join("etc/app/s")).unwrap().permissions().mode() & 0o7777, 0o755);
+        fs.write(
+            base,
+            Path::new("/etc/app/s"),
+            b"y",
+            &WriteOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::metadata(tmp.path().join("etc/app/s"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777,
+            0o755
+        );
     }
 
     #[test]
@@ -482,16 +774,27 @@ mod tests {
         let dir = Dir::open_ambient_dir(tmp.path().join("etc/app"), ambient_authority()).unwrap();
         let f = create_private(&dir, ".x.tmp").unwrap();
         assert_eq!(f.metadata().unwrap().permissions().mode() & 0o777, 0o600);
-        assert!(create_private(&dir, ".x.tmp").is_err(), "never over an existing file");
+        assert!(
+            create_private(&dir, ".x.tmp").is_err(),
+            "never over an existing file"
+        );
         std::os::unix::fs::symlink("../shadow", tmp.path().join("etc/app/.l.tmp")).unwrap();
-        assert!(create_private(&dir, ".l.tmp").is_err(), "never through a symlink");
+        assert!(
+            create_private(&dir, ".l.tmp").is_err(),
+            "never through a symlink"
+        );
     }
 
     #[test]
     fn a_write_that_would_cross_the_free_space_floor_is_refused() {
         let (tmp, fs) = fixture();
-        let floor = WriteOptions { min_free_bytes: u64::MAX / 2, ..Default::default() };
-        let err = fs.write(Path::new("/etc/app"), Path::new("/etc/app/n"), b"x", &floor).unwrap_err();
+        let floor = WriteOptions {
+            min_free_bytes: u64::MAX / 2,
+            ..Default::default()
+        };
+        let err = fs
+            .write(Path::new("/etc/app"), Path::new("/etc/app/n"), b"x", &floor)
+            .unwrap_err();
         assert!(matches!(err, HostError::DiskFloor { .. }), "{err:?}");
         assert!(!tmp.path().join("etc/app/n").exists());
     }

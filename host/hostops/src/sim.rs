@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::argv;
-use crate::command::{run_bounded, ExecLimits, ExecOutput};
+use crate::command::{ExecLimits, ExecOutput, run_bounded};
 use crate::linux::{modules_contains, node_info};
 use crate::rootfs::RootFs;
 use crate::{HostError, HostOps, NodeIdentity, NodeInfo, ProcSys, Result, ServiceVerb, UnitStatus};
@@ -84,13 +84,22 @@ impl std::fmt::Display for HostAction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             HostAction::SysctlSet { key, value } => write!(f, "sysctl {key}={value}"),
-            HostAction::KmodLoad { name, params } if params.is_empty() => write!(f, "modprobe {name}"),
-            HostAction::KmodLoad { name, params } => write!(f, "modprobe {name} {}", params.join(" ")),
+            HostAction::KmodLoad { name, params } if params.is_empty() => {
+                write!(f, "modprobe {name}")
+            }
+            HostAction::KmodLoad { name, params } => {
+                write!(f, "modprobe {name} {}", params.join(" "))
+            }
             HostAction::KmodUnload { name } => write!(f, "modprobe -r {name}"),
             HostAction::Service { verb, unit } => write!(f, "systemctl {verb} {unit}"),
             HostAction::DaemonReload => f.write_str("systemctl daemon-reload"),
             HostAction::Exec { path, args, status } => {
-                write!(f, "exec {path} {} (exit {})", args.join(" "), status.map_or("-".into(), |s| s.to_string()))
+                write!(
+                    f,
+                    "exec {path} {} (exit {})",
+                    args.join(" "),
+                    status.map_or("-".into(), |s| s.to_string())
+                )
             }
             HostAction::RebootRequested { reason } => write!(f, "reboot requested: {reason}"),
             HostAction::Rebooted { boot_id } => write!(f, "rebooted (boot id {boot_id})"),
@@ -128,7 +137,11 @@ impl SimHost {
             recorded: Mutex::new(Vec::new()),
             argvs: Mutex::new(Vec::new()),
         };
-        if host.proc.read_opt("kernel/random/boot_id").is_none_or(|b| b.is_empty()) {
+        if host
+            .proc
+            .read_opt("kernel/random/boot_id")
+            .is_none_or(|b| b.is_empty())
+        {
             host.write_local("proc/sys/kernel/random/boot_id", &new_boot_id())?;
         }
         if host.proc.read_opt("kernel/osrelease").is_none() {
@@ -182,9 +195,15 @@ impl SimHost {
         let mut modules = String::new();
         if let Ok(entries) = std::fs::read_dir(self.root.join("etc/modules-load.d")) {
             for entry in entries.flatten() {
-                for line in std::fs::read_to_string(entry.path()).unwrap_or_default().lines() {
+                for line in std::fs::read_to_string(entry.path())
+                    .unwrap_or_default()
+                    .lines()
+                {
                     let name = line.trim();
-                    if !name.is_empty() && !name.starts_with('#') && !modules_contains(&modules, name) {
+                    if !name.is_empty()
+                        && !name.starts_with('#')
+                        && !modules_contains(&modules, name)
+                    {
                         modules.push_str(&format!("{} 0 0 - Live 0x0\n", name.replace('-', "_")));
                     }
                 }
@@ -192,7 +211,9 @@ impl SimHost {
         }
         self.write_local("proc/modules", &modules)?;
         self.write_local("proc/sys/kernel/random/boot_id", &boot_id)?;
-        self.record(HostAction::Rebooted { boot_id: boot_id.clone() })?;
+        self.record(HostAction::Rebooted {
+            boot_id: boot_id.clone(),
+        })?;
         Ok(boot_id)
     }
 
@@ -217,7 +238,10 @@ impl SimHost {
     }
 
     fn record(&self, action: HostAction) -> Result<()> {
-        self.append("journal.jsonl", serde_json::to_string(&action).expect("host actions serialize"))?;
+        self.append(
+            "journal.jsonl",
+            serde_json::to_string(&action).expect("host actions serialize"),
+        )?;
         self.recorded.lock().expect("journal lock").push(action);
         Ok(())
     }
@@ -225,7 +249,10 @@ impl SimHost {
     /// Records the argv a real node would run: the simulated node builds it with the same
     /// code (and the same checks) as the Linux backend.
     fn run_helper(&self, argv: Vec<String>) -> Result<()> {
-        self.append("argv.jsonl", serde_json::to_string(&argv).expect("argvs serialize"))?;
+        self.append(
+            "argv.jsonl",
+            serde_json::to_string(&argv).expect("argvs serialize"),
+        )?;
         self.argvs.lock().expect("argv lock").push(argv);
         Ok(())
     }
@@ -240,10 +267,20 @@ impl SimHost {
 
 fn new_boot_id() -> String {
     // Not a security token: unique enough for a simulated boot. Mix time and pid.
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     let x = nanos ^ (u128::from(std::process::id()) << 64);
     let h = format!("{x:032x}");
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 impl HostOps for SimHost {
@@ -258,23 +295,40 @@ impl HostOps for SimHost {
     /// The simulated kernel accepts any key.
     fn sysctl_set(&self, key: &str, value: &str) -> Result<()> {
         let path = self.proc.path(key)?;
-        let rel = path.strip_prefix(&self.root).map_err(|_| HostError::NotFound(key.to_string()))?;
+        let rel = path
+            .strip_prefix(&self.root)
+            .map_err(|_| HostError::NotFound(key.to_string()))?;
         self.write_local(&rel.to_string_lossy(), value)?;
-        self.record(HostAction::SysctlSet { key: key.to_string(), value: value.to_string() })
+        self.record(HostAction::SysctlSet {
+            key: key.to_string(),
+            value: value.to_string(),
+        })
     }
 
     fn kmod_load(&self, name: &str, params: &[String]) -> Result<()> {
         self.run_helper(argv::modprobe_load(name, params)?)?;
-        let modules = self.fs.read_host_file(Path::new("/proc/modules")).unwrap_or_default();
+        let modules = self
+            .fs
+            .read_host_file(Path::new("/proc/modules"))
+            .unwrap_or_default();
         if !modules_contains(&modules, name) {
-            self.write_local("proc/modules", &format!("{modules}{} 0 0 - Live 0x0\n", name.replace('-', "_")))?;
+            self.write_local(
+                "proc/modules",
+                &format!("{modules}{} 0 0 - Live 0x0\n", name.replace('-', "_")),
+            )?;
         }
-        self.record(HostAction::KmodLoad { name: name.to_string(), params: params.to_vec() })
+        self.record(HostAction::KmodLoad {
+            name: name.to_string(),
+            params: params.to_vec(),
+        })
     }
 
     fn kmod_unload(&self, name: &str) -> Result<()> {
         self.run_helper(argv::modprobe_unload(name)?)?;
-        let modules = self.fs.read_host_file(Path::new("/proc/modules")).unwrap_or_default();
+        let modules = self
+            .fs
+            .read_host_file(Path::new("/proc/modules"))
+            .unwrap_or_default();
         let want = name.replace('-', "_");
         let kept: String = modules
             .lines()
@@ -282,31 +336,50 @@ impl HostOps for SimHost {
             .map(|l| format!("{l}\n"))
             .collect();
         self.write_local("proc/modules", &kept)?;
-        self.record(HostAction::KmodUnload { name: name.to_string() })
+        self.record(HostAction::KmodUnload {
+            name: name.to_string(),
+        })
     }
 
     fn kmod_is_loaded(&self, name: &str) -> Result<bool> {
-        Ok(modules_contains(&self.fs.read_host_file(Path::new("/proc/modules")).unwrap_or_default(), name))
+        Ok(modules_contains(
+            &self
+                .fs
+                .read_host_file(Path::new("/proc/modules"))
+                .unwrap_or_default(),
+            name,
+        ))
     }
 
     fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
         self.run_helper(argv::systemctl(verb, unit)?)?;
         let mut all = self.services();
-        let state = all.entry(unit.to_string()).or_insert_with(|| UnitStatus { active_state: "inactive".into(), enabled: false });
+        let state = all.entry(unit.to_string()).or_insert_with(|| UnitStatus {
+            active_state: "inactive".into(),
+            enabled: false,
+        });
         match verb {
-            ServiceVerb::Start | ServiceVerb::Restart | ServiceVerb::Reload => state.active_state = "active".into(),
+            ServiceVerb::Start | ServiceVerb::Restart | ServiceVerb::Reload => {
+                state.active_state = "active".into()
+            }
             ServiceVerb::Stop => state.active_state = "inactive".into(),
             ServiceVerb::Enable => state.enabled = true,
             ServiceVerb::Disable => state.enabled = false,
         }
         let json = serde_json::to_string_pretty(&all).expect("unit states serialize");
         self.write_local(&format!("{SIM_RUN}/services.json"), &json)?;
-        self.record(HostAction::Service { verb, unit: unit.to_string() })
+        self.record(HostAction::Service {
+            verb,
+            unit: unit.to_string(),
+        })
     }
 
     fn service_status(&self, unit: &str) -> Result<UnitStatus> {
         self.run_helper(argv::systemctl_show(unit)?)?;
-        Ok(self.services().remove(unit).unwrap_or_else(|| UnitStatus { active_state: "inactive".into(), enabled: false }))
+        Ok(self.services().remove(unit).unwrap_or_else(|| UnitStatus {
+            active_state: "inactive".into(),
+            enabled: false,
+        }))
     }
 
     fn daemon_reload(&self) -> Result<()> {
@@ -317,18 +390,33 @@ impl HostOps for SimHost {
     fn exec(&self, path: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
         let local = self.fs.host_to_local(path);
         if !local.is_file() {
-            return Err(HostError::NotFound(format!("{} (the simulated node only has commands placed under its root)", path.display())));
+            return Err(HostError::NotFound(format!(
+                "{} (the simulated node only has commands placed under its root)",
+                path.display()
+            )));
         }
         let root = self.root.to_string_lossy().into_owned();
-        let out = run_bounded(&local, args, &[("NODEWRIGHT_SIM_ROOT", &root)], Some(&self.root), limits)?;
-        self.record(HostAction::Exec { path: path.display().to_string(), args: args.to_vec(), status: out.status })?;
+        let out = run_bounded(
+            &local,
+            args,
+            &[("NODEWRIGHT_SIM_ROOT", &root)],
+            Some(&self.root),
+            limits,
+        )?;
+        self.record(HostAction::Exec {
+            path: path.display().to_string(),
+            args: args.to_vec(),
+            status: out.status,
+        })?;
         Ok(out)
     }
 
     fn request_reboot(&self, reason: &str) -> Result<()> {
         self.run_helper(argv::reboot())?;
         self.write_local(&format!("{SIM_RUN}/reboot-requested"), reason)?;
-        self.record(HostAction::RebootRequested { reason: reason.to_string() })
+        self.record(HostAction::RebootRequested {
+            reason: reason.to_string(),
+        })
     }
 
     fn node_info(&self) -> NodeInfo {
@@ -343,17 +431,33 @@ mod tests {
     #[test]
     fn effects_are_recorded_and_stateful() {
         let tmp = tempfile::tempdir().unwrap();
-        let host = SimHost::new(tmp.path(), NodeIdentity { name: "n1".into(), labels: vec![] }).unwrap();
+        let host = SimHost::new(
+            tmp.path(),
+            NodeIdentity {
+                name: "n1".into(),
+                labels: vec![],
+            },
+        )
+        .unwrap();
         host.sysctl_set("net.ipv4.ip_forward", "1").unwrap();
         assert_eq!(host.sysctl_get("net.ipv4.ip_forward").unwrap(), "1");
         assert!(!host.kmod_is_loaded("br_netfilter").unwrap());
         host.kmod_load("br_netfilter", &[]).unwrap();
         host.kmod_load("br_netfilter", &[]).unwrap();
         assert!(host.kmod_is_loaded("br-netfilter").unwrap());
-        host.service(ServiceVerb::Restart, "containerd.service").unwrap();
-        assert_eq!(host.service_status("containerd.service").unwrap().active_state, "active");
+        host.service(ServiceVerb::Restart, "containerd.service")
+            .unwrap();
+        assert_eq!(
+            host.service_status("containerd.service")
+                .unwrap()
+                .active_state,
+            "active"
+        );
         host.request_reboot("driver").unwrap();
-        assert_eq!(SimHost::reboot_requested(tmp.path()).as_deref(), Some("driver"));
+        assert_eq!(
+            SimHost::reboot_requested(tmp.path()).as_deref(),
+            Some("driver")
+        );
 
         // A second process sees the same state and the whole journal.
         let again = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
@@ -366,7 +470,13 @@ mod tests {
                 vec!["/sbin/modprobe", "--", "br_netfilter"],
                 vec!["/sbin/modprobe", "--", "br_netfilter"],
                 vec!["/bin/systemctl", "restart", "--", "containerd.service"],
-                vec!["/bin/systemctl", "show", "--property=ActiveState,UnitFileState,LoadState", "--", "containerd.service"],
+                vec![
+                    "/bin/systemctl",
+                    "show",
+                    "--property=ActiveState,UnitFileState,LoadState",
+                    "--",
+                    "containerd.service"
+                ],
                 vec!["/bin/systemctl", "reboot", "--no-wall"],
             ]
         );
@@ -378,7 +488,11 @@ mod tests {
         let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
         let before = host.node_info().boot_id;
         std::fs::create_dir_all(tmp.path().join("etc/modules-load.d")).unwrap();
-        std::fs::write(tmp.path().join("etc/modules-load.d/a.conf"), "# c\nbr_netfilter\n").unwrap();
+        std::fs::write(
+            tmp.path().join("etc/modules-load.d/a.conf"),
+            "# c\nbr_netfilter\n",
+        )
+        .unwrap();
         host.kmod_load("overlay", &[]).unwrap();
         host.request_reboot("x").unwrap();
         let after = host.reboot().unwrap();
@@ -393,14 +507,26 @@ mod tests {
     fn commands_run_only_from_inside_the_root() {
         let tmp = tempfile::tempdir().unwrap();
         let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
-        let err = host.exec(Path::new("/bin/true"), &[], &ExecLimits::default()).unwrap_err();
+        let err = host
+            .exec(Path::new("/bin/true"), &[], &ExecLimits::default())
+            .unwrap_err();
         assert!(matches!(err, HostError::NotFound(_)), "{err:?}");
         std::fs::create_dir_all(tmp.path().join("usr/bin")).unwrap();
         let script = tmp.path().join("usr/bin/hello");
         std::fs::write(&script, "#!/bin/sh\necho hi \"$1\"\n").unwrap();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(&script).unwrap().permissions(), 0o755);
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let out = host.exec(Path::new("/usr/bin/hello"), &["you".into()], &ExecLimits::default()).unwrap();
+        std::os::unix::fs::PermissionsExt::set_mode(
+            &mut std::fs::metadata(&script).unwrap().permissions(),
+            0o755,
+        );
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let out = host
+            .exec(
+                Path::new("/usr/bin/hello"),
+                &["you".into()],
+                &ExecLimits::default(),
+            )
+            .unwrap();
         assert_eq!(out.stdout, b"hi you\n");
         assert_eq!(host.recorded().len(), 1);
     }

@@ -49,7 +49,9 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A binary is not statically linked, so it would not run `FROM scratch`.
-    #[error("{0} is not a static executable (an ELF with a program interpreter needs a libc the image does not have); build it for x86_64-unknown-linux-musl")]
+    #[error(
+        "{0} is not a static executable (an ELF with a program interpreter needs a libc the image does not have); build it for x86_64-unknown-linux-musl"
+    )]
     NotStatic(String),
     /// Pushing failed.
     #[error(transparent)]
@@ -94,7 +96,9 @@ impl Kind {
 
     fn title(self) -> &'static str {
         match self {
-            Kind::Agent => "nodewright agent: runs one stage of a package in the wasm sandbox on a node",
+            Kind::Agent => {
+                "nodewright agent: runs one stage of a package in the wasm sandbox on a node"
+            }
             Kind::Operator => "nodewright operator: rolls host packages out to nodes",
         }
     }
@@ -151,7 +155,10 @@ fn sha256(bytes: &[u8]) -> String {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|source| Error::Read { path: path.display().to_string(), source })
+    std::fs::read(path).map_err(|source| Error::Read {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Whether `elf` is an executable that needs no dynamic loader (no `PT_INTERP`).
@@ -165,7 +172,8 @@ pub fn is_static(elf: &[u8]) -> bool {
     (0..phnum).all(|i| {
         let at = phoff + i * phentsize;
         // PT_INTERP = 3
-        elf.get(at..at + 4).is_some_and(|t| u32::from_le_bytes(t.try_into().expect("4 bytes")) != 3)
+        elf.get(at..at + 4)
+            .is_some_and(|t| u32::from_le_bytes(t.try_into().expect("4 bytes")) != 3)
     })
 }
 
@@ -176,7 +184,11 @@ type Entry<'a> = (String, Option<(&'a [u8], u32)>);
 fn layer_tar(files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
     let mut dirs: Vec<String> = Vec::new();
     for (path, _, _) in files {
-        for dir in Path::new(path).ancestors().skip(1).filter(|d| !d.as_os_str().is_empty()) {
+        for dir in Path::new(path)
+            .ancestors()
+            .skip(1)
+            .filter(|d| !d.as_os_str().is_empty())
+        {
             let dir = format!("{}/", dir.display());
             if !dirs.contains(&dir) {
                 dirs.push(dir);
@@ -184,7 +196,11 @@ fn layer_tar(files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
         }
     }
     let mut entries: Vec<Entry<'_>> = dirs.into_iter().map(|d| (d, None)).collect();
-    entries.extend(files.iter().map(|(p, b, m)| (p.clone(), Some((b.as_slice(), *m)))));
+    entries.extend(
+        files
+            .iter()
+            .map(|(p, b, m)| (p.clone(), Some((b.as_slice(), *m)))),
+    );
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     let mut tar = tar::Builder::new(Vec::new());
     for (path, file) in entries {
@@ -198,14 +214,16 @@ fn layer_tar(files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
                 h.set_mode(0o755);
                 h.set_size(0);
                 h.set_cksum();
-                tar.append_data(&mut h, &path, std::io::empty()).expect("writing to memory");
+                tar.append_data(&mut h, &path, std::io::empty())
+                    .expect("writing to memory");
             }
             Some((bytes, mode)) => {
                 h.set_entry_type(tar::EntryType::Regular);
                 h.set_mode(mode);
                 h.set_size(bytes.len() as u64);
                 h.set_cksum();
-                tar.append_data(&mut h, &path, bytes).expect("writing to memory");
+                tar.append_data(&mut h, &path, bytes)
+                    .expect("writing to memory");
             }
         }
     }
@@ -214,7 +232,9 @@ fn layer_tar(files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     // No file name, mtime 0: the same bytes always compress to the same bytes.
-    let mut gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), Compression::best());
+    let mut gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), Compression::best());
     gz.write_all(bytes).expect("writing to memory");
     gz.finish().expect("writing to memory")
 }
@@ -226,7 +246,11 @@ impl Image {
         if !is_static(&binary) {
             return Err(Error::NotStatic(inputs.binary.display().to_string()));
         }
-        let mut files = vec![(format!("{}/{}", BIN_DIR.trim_start_matches('/'), kind.binary()), binary, 0o755)];
+        let mut files = vec![(
+            format!("{}/{}", BIN_DIR.trim_start_matches('/'), kind.binary()),
+            binary,
+            0o755,
+        )];
         if let Some(ca) = &inputs.ca_bundle {
             files.push(("etc/ssl/certs/ca-certificates.crt".into(), read(ca)?, 0o644));
         }
@@ -276,7 +300,12 @@ impl Image {
             "annotations": labels,
         });
         let manifest = serde_json::to_vec(&manifest).expect("JSON");
-        Image { title: contents.title.clone(), layer, config, manifest }
+        Image {
+            title: contents.title.clone(),
+            layer,
+            config,
+            manifest,
+        }
     }
 
     /// `sha256:<hex>` of the manifest: the image's identity.
@@ -290,9 +319,31 @@ impl Image {
     }
 
     /// Pushes it to `repository:tag` and returns the pinned reference.
-    pub async fn push(&self, registry: &Registry, reference: &str, progress: &(dyn Fn(nodewright_oci::Progress) + Sync)) -> Result<String, Error> {
-        let blobs = [Blob { what: "layer", bytes: self.layer.clone() }, Blob { what: "config", bytes: self.config.clone() }];
-        let (pinned, _) = registry.push_manifest(reference, &blobs, self.manifest.clone(), media::MANIFEST, progress).await?;
+    pub async fn push(
+        &self,
+        registry: &Registry,
+        reference: &str,
+        progress: &(dyn Fn(nodewright_oci::Progress) + Sync),
+    ) -> Result<String, Error> {
+        let blobs = [
+            Blob {
+                what: "layer",
+                bytes: self.layer.clone(),
+            },
+            Blob {
+                what: "config",
+                bytes: self.config.clone(),
+            },
+        ];
+        let (pinned, _) = registry
+            .push_manifest(
+                reference,
+                &blobs,
+                self.manifest.clone(),
+                media::MANIFEST,
+                progress,
+            )
+            .await?;
         Ok(pinned)
     }
 }
@@ -344,40 +395,81 @@ mod tests {
         assert_eq!(a.digest(), b.digest());
         let mut other = inputs(tmp.path(), false);
         other.revision = "def".into();
-        assert_ne!(Image::build(Kind::Operator, &other).unwrap().digest(), a.digest());
+        assert_ne!(
+            Image::build(Kind::Operator, &other).unwrap().digest(),
+            a.digest()
+        );
     }
 
     #[test]
     fn configs_say_who_runs_it_and_from_where() {
         let tmp = tempfile::tempdir().unwrap();
-        let op: Value = serde_json::from_slice(&Image::build(Kind::Operator, &inputs(tmp.path(), false)).unwrap().config).unwrap();
+        let op: Value = serde_json::from_slice(
+            &Image::build(Kind::Operator, &inputs(tmp.path(), false))
+                .unwrap()
+                .config,
+        )
+        .unwrap();
         assert_eq!(op["config"]["User"], NONROOT);
-        assert_eq!(op["config"]["Entrypoint"][0], "/usr/local/bin/nodewright-operator");
-        assert_eq!(op["config"]["Labels"]["org.opencontainers.image.revision"], "abc");
-        let agent: Value = serde_json::from_slice(&Image::build(Kind::Agent, &inputs(tmp.path(), false)).unwrap().config).unwrap();
+        assert_eq!(
+            op["config"]["Entrypoint"][0],
+            "/usr/local/bin/nodewright-operator"
+        );
+        assert_eq!(
+            op["config"]["Labels"]["org.opencontainers.image.revision"],
+            "abc"
+        );
+        let agent: Value = serde_json::from_slice(
+            &Image::build(Kind::Agent, &inputs(tmp.path(), false))
+                .unwrap()
+                .config,
+        )
+        .unwrap();
         assert_eq!(agent["config"]["User"], "0:0");
     }
 
     #[test]
     fn a_dynamically_linked_binary_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
-        assert!(matches!(Image::build(Kind::Agent, &inputs(tmp.path(), true)), Err(Error::NotStatic(_))));
+        assert!(matches!(
+            Image::build(Kind::Agent, &inputs(tmp.path(), true)),
+            Err(Error::NotStatic(_))
+        ));
     }
 
     #[test]
     fn the_layer_lists_parents_before_children_owned_by_root() {
-        let tar = layer_tar(&[("usr/local/bin/x".into(), b"x".to_vec(), 0o755), ("etc/ssl/certs/ca.crt".into(), b"c".to_vec(), 0o644)]);
+        let tar = layer_tar(&[
+            ("usr/local/bin/x".into(), b"x".to_vec(), 0o755),
+            ("etc/ssl/certs/ca.crt".into(), b"c".to_vec(), 0o644),
+        ]);
         let mut archive = tar::Archive::new(tar.as_slice());
         let names: Vec<(String, u64, u64)> = archive
             .entries()
             .unwrap()
             .map(|e| {
                 let e = e.unwrap();
-                (e.path().unwrap().display().to_string(), e.header().mtime().unwrap(), e.header().uid().unwrap())
+                (
+                    e.path().unwrap().display().to_string(),
+                    e.header().mtime().unwrap(),
+                    e.header().uid().unwrap(),
+                )
             })
             .collect();
         let paths: Vec<&str> = names.iter().map(|(p, _, _)| p.as_str()).collect();
-        assert_eq!(paths, ["etc/", "etc/ssl/", "etc/ssl/certs/", "etc/ssl/certs/ca.crt", "usr/", "usr/local/", "usr/local/bin/", "usr/local/bin/x"]);
+        assert_eq!(
+            paths,
+            [
+                "etc/",
+                "etc/ssl/",
+                "etc/ssl/certs/",
+                "etc/ssl/certs/ca.crt",
+                "usr/",
+                "usr/local/",
+                "usr/local/bin/",
+                "usr/local/bin/x"
+            ]
+        );
         assert!(names.iter().all(|(_, m, u)| *m == 0 && *u == 0));
     }
 }

@@ -107,7 +107,10 @@ impl Manifest {
         let [layer] = self.layers.as_slice() else {
             return Err(crate::Error::InvalidArtifact {
                 reference: reference.into(),
-                reason: format!("a plugin artifact has exactly one layer, this one has {}", self.layers.len()),
+                reason: format!(
+                    "a plugin artifact has exactly one layer, this one has {}",
+                    self.layers.len()
+                ),
             });
         };
         if layer.media_type != WASM_LAYER && layer.media_type != LEGACY_LAYER {
@@ -119,7 +122,10 @@ impl Manifest {
             });
         }
         if crate::parse_digest(&layer.digest).is_none() {
-            return Err(crate::Error::InvalidArtifact { reference: reference.into(), reason: format!("layer digest {:?} is not sha256", layer.digest) });
+            return Err(crate::Error::InvalidArtifact {
+                reference: reference.into(),
+                reason: format!("layer digest {:?} is not sha256", layer.digest),
+            });
         }
         Ok(layer)
     }
@@ -134,20 +140,49 @@ mod tests {
             schema_version: 2,
             media_type: Some(OCI_MANIFEST.into()),
             artifact_type: Some(WASM_CONFIG.into()),
-            config: Descriptor { media_type: config.into(), digest: crate::sha256_digest(b"{}"), size: 2 },
-            layers: layers.iter().map(|m| Descriptor { media_type: (*m).into(), digest: crate::sha256_digest(b"x"), size: 1 }).collect(),
+            config: Descriptor {
+                media_type: config.into(),
+                digest: crate::sha256_digest(b"{}"),
+                size: 2,
+            },
+            layers: layers
+                .iter()
+                .map(|m| Descriptor {
+                    media_type: (*m).into(),
+                    digest: crate::sha256_digest(b"x"),
+                    size: 1,
+                })
+                .collect(),
         }
     }
 
     #[test]
     fn plugin_shape() {
         assert!(manifest(WASM_CONFIG, &[WASM_LAYER]).wasm_layer("r").is_ok());
-        assert!(manifest(LEGACY_CONFIG, &[LEGACY_LAYER]).wasm_layer("r").is_ok(), "legacy media types are read");
-        let err = manifest("application/vnd.oci.image.config.v1+json", &["application/vnd.oci.image.layer.v1.tar+gzip"]).wasm_layer("r").unwrap_err();
+        assert!(
+            manifest(LEGACY_CONFIG, &[LEGACY_LAYER])
+                .wasm_layer("r")
+                .is_ok(),
+            "legacy media types are read"
+        );
+        let err = manifest(
+            "application/vnd.oci.image.config.v1+json",
+            &["application/vnd.oci.image.layer.v1.tar+gzip"],
+        )
+        .wasm_layer("r")
+        .unwrap_err();
         assert!(err.to_string().contains("config has media type"), "{err}");
-        let err = manifest(WASM_CONFIG, &["application/vnd.oci.image.layer.v1.tar"]).wasm_layer("r").unwrap_err();
-        assert!(err.to_string().contains("layer has media type \"application/vnd.oci.image.layer.v1.tar\""), "{err}");
-        let err = manifest(WASM_CONFIG, &[WASM_LAYER, WASM_LAYER]).wasm_layer("r").unwrap_err();
+        let err = manifest(WASM_CONFIG, &["application/vnd.oci.image.layer.v1.tar"])
+            .wasm_layer("r")
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("layer has media type \"application/vnd.oci.image.layer.v1.tar\""),
+            "{err}"
+        );
+        let err = manifest(WASM_CONFIG, &[WASM_LAYER, WASM_LAYER])
+            .wasm_layer("r")
+            .unwrap_err();
         assert!(err.to_string().contains("exactly one layer"), "{err}");
     }
 

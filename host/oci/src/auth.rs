@@ -44,26 +44,41 @@ impl Credentials {
     pub(crate) fn for_registry(&self, registry: &str) -> Result<RegistryAuth> {
         match self {
             Credentials::Anonymous => Ok(RegistryAuth::Anonymous),
-            Credentials::Basic { username, password } => Ok(RegistryAuth::Basic(username.clone(), password.clone())),
+            Credentials::Basic { username, password } => {
+                Ok(RegistryAuth::Basic(username.clone(), password.clone()))
+            }
             Credentials::DockerConfig(path) => docker_config_auth(path, registry),
         }
     }
 }
 
 fn config_err(path: &Path, reason: impl Into<String>) -> Error {
-    Error::Config { path: path.display().to_string(), reason: reason.into() }
+    Error::Config {
+        path: path.display().to_string(),
+        reason: reason.into(),
+    }
 }
 
 /// Normalises a docker config key (`https://host/v1/`, `host`) to `host[:port]`.
 fn key_host(key: &str) -> &str {
-    let k = key.strip_prefix("https://").or_else(|| key.strip_prefix("http://")).unwrap_or(key);
+    let k = key
+        .strip_prefix("https://")
+        .or_else(|| key.strip_prefix("http://"))
+        .unwrap_or(key);
     k.split('/').next().unwrap_or(k)
 }
 
 fn docker_config_auth(path: &Path, registry: &str) -> Result<RegistryAuth> {
-    let text = std::fs::read_to_string(path).map_err(|e| config_err(path, format!("cannot read docker config: {e}")))?;
-    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| config_err(path, format!("not valid JSON: {e}")))?;
-    let entry = json["auths"].as_object().and_then(|auths| auths.iter().find(|(k, _)| key_host(k) == registry).map(|(_, v)| v));
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| config_err(path, format!("cannot read docker config: {e}")))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| config_err(path, format!("not valid JSON: {e}")))?;
+    let entry = json["auths"].as_object().and_then(|auths| {
+        auths
+            .iter()
+            .find(|(k, _)| key_host(k) == registry)
+            .map(|(_, v)| v)
+    });
     if let Some(entry) = entry {
         if let (Some(u), Some(p)) = (entry["username"].as_str(), entry["password"].as_str()) {
             return Ok(RegistryAuth::Basic(u.into(), p.into()));
@@ -71,20 +86,39 @@ fn docker_config_auth(path: &Path, registry: &str) -> Result<RegistryAuth> {
         if let Some(encoded) = entry["auth"].as_str().filter(|s| !s.is_empty()) {
             let decoded = base64::engine::general_purpose::STANDARD
                 .decode(encoded)
-                .map_err(|e| config_err(path, format!("auths.{registry}.auth is not base64: {e}")))?;
-            let decoded = String::from_utf8(decoded).map_err(|_| config_err(path, format!("auths.{registry}.auth is not UTF-8")))?;
-            let (u, p) = decoded
-                .split_once(':')
-                .ok_or_else(|| config_err(path, format!("auths.{registry}.auth does not decode to user:password")))?;
+                .map_err(|e| {
+                    config_err(path, format!("auths.{registry}.auth is not base64: {e}"))
+                })?;
+            let decoded = String::from_utf8(decoded)
+                .map_err(|_| config_err(path, format!("auths.{registry}.auth is not UTF-8")))?;
+            let (u, p) = decoded.split_once(':').ok_or_else(|| {
+                config_err(
+                    path,
+                    format!("auths.{registry}.auth does not decode to user:password"),
+                )
+            })?;
             return Ok(RegistryAuth::Basic(u.into(), p.into()));
         }
         if entry["identitytoken"].is_string() {
-            return Err(config_err(path, format!("auths.{registry} has only an identity token, which nodewright does not exchange; use a username/password")));
+            return Err(config_err(
+                path,
+                format!(
+                    "auths.{registry} has only an identity token, which nodewright does not exchange; use a username/password"
+                ),
+            ));
         }
     }
-    let helper = json["credHelpers"].get(registry).and_then(|v| v.as_str()).or_else(|| json["credsStore"].as_str());
+    let helper = json["credHelpers"]
+        .get(registry)
+        .and_then(|v| v.as_str())
+        .or_else(|| json["credsStore"].as_str());
     match helper {
-        Some(h) => Err(config_err(path, format!("{registry} uses credential helper docker-credential-{h}, which nodewright does not run; put the credentials in auths or pass them explicitly"))),
+        Some(h) => Err(config_err(
+            path,
+            format!(
+                "{registry} uses credential helper docker-credential-{h}, which nodewright does not run; put the credentials in auths or pass them explicitly"
+            ),
+        )),
         None => Ok(RegistryAuth::Anonymous),
     }
 }
@@ -109,24 +143,46 @@ mod tests {
 
     #[test]
     fn reads_auth_and_username_password_entries() {
-        let (_d, p) = write(r#"{"auths": {"https://reg.example:5000/v1/": {"auth": "YWxpY2U6czNjcmV0"}, "other.example": {"username": "bob", "password": "pw"}}}"#);
+        let (_d, p) = write(
+            r#"{"auths": {"https://reg.example:5000/v1/": {"auth": "YWxpY2U6czNjcmV0"}, "other.example": {"username": "bob", "password": "pw"}}}"#,
+        );
         let c = Credentials::DockerConfig(p);
-        assert_eq!(basic(c.for_registry("reg.example:5000").unwrap()), Some(("alice".into(), "s3cret".into())));
-        assert_eq!(basic(c.for_registry("other.example").unwrap()), Some(("bob".into(), "pw".into())));
-        assert!(matches!(c.for_registry("unknown.example").unwrap(), RegistryAuth::Anonymous));
+        assert_eq!(
+            basic(c.for_registry("reg.example:5000").unwrap()),
+            Some(("alice".into(), "s3cret".into()))
+        );
+        assert_eq!(
+            basic(c.for_registry("other.example").unwrap()),
+            Some(("bob".into(), "pw".into()))
+        );
+        assert!(matches!(
+            c.for_registry("unknown.example").unwrap(),
+            RegistryAuth::Anonymous
+        ));
     }
 
     #[test]
     fn helpers_are_a_clear_error_not_a_silent_anonymous_pull() {
         let (_d, p) = write(r#"{"auths": {}, "credHelpers": {"gcr.io": "gcloud"}}"#);
-        let err = Credentials::DockerConfig(p).for_registry("gcr.io").unwrap_err();
-        assert!(err.to_string().contains("docker-credential-gcloud"), "{err}");
+        let err = Credentials::DockerConfig(p)
+            .for_registry("gcr.io")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("docker-credential-gcloud"),
+            "{err}"
+        );
     }
 
     #[test]
     fn malformed_entries_name_the_field() {
         let (_d, p) = write(r#"{"auths": {"r.example": {"auth": "!!!"}}}"#);
-        let err = Credentials::DockerConfig(p).for_registry("r.example").unwrap_err();
-        assert!(err.to_string().contains("auths.r.example.auth is not base64"), "{err}");
+        let err = Credentials::DockerConfig(p)
+            .for_registry("r.example")
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("auths.r.example.auth is not base64"),
+            "{err}"
+        );
     }
 }

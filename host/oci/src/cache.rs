@@ -22,7 +22,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{parse_digest, sha256_digest, Error, Result};
+use crate::{Error, Result, parse_digest, sha256_digest};
 
 /// The node cache.
 #[derive(Clone, Debug)]
@@ -59,9 +59,15 @@ impl NodeCache {
     pub fn open(root: &Path) -> Result<Self> {
         for dir in [Kind::Blob.dir(), Kind::Manifest.dir(), "code"] {
             let d = root.join(dir);
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&d).map_err(|e| Error::cache(&d, e))?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&d)
+                .map_err(|e| Error::cache(&d, e))?;
         }
-        Ok(NodeCache { root: root.to_path_buf() })
+        Ok(NodeCache {
+            root: root.to_path_buf(),
+        })
     }
 
     /// The cache root.
@@ -76,13 +82,22 @@ impl NodeCache {
 
     fn lock(&self, exclusive: bool) -> Result<File> {
         let path = self.root.join(".lock");
-        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(|e| Error::cache(&path, e))?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::cache(&path, e))?;
         if exclusive { f.lock() } else { f.lock_shared() }.map_err(|e| Error::cache(&path, e))?;
         Ok(f)
     }
 
     fn path(&self, kind: Kind, digest: &str) -> Result<PathBuf> {
-        let hex = parse_digest(digest).ok_or_else(|| Error::InvalidArtifact { reference: digest.into(), reason: "not a sha256 digest".into() })?;
+        let hex = parse_digest(digest).ok_or_else(|| Error::InvalidArtifact {
+            reference: digest.into(),
+            reason: "not a sha256 digest".into(),
+        })?;
         Ok(self.root.join(kind.dir()).join(hex))
     }
 
@@ -99,7 +114,10 @@ impl NodeCache {
             let aside = path.with_extension("corrupt");
             let _ = std::fs::rename(&path, &aside);
             tracing::warn!(%digest, %actual, path = %path.display(), "cached file does not match its digest; moved aside");
-            return Err(Error::CacheCorrupt { digest: digest.into(), actual });
+            return Err(Error::CacheCorrupt {
+                digest: digest.into(),
+                actual,
+            });
         }
         Ok(Some(bytes))
     }
@@ -107,14 +125,27 @@ impl NodeCache {
     fn store(&self, kind: Kind, digest: &str, bytes: &[u8]) -> Result<()> {
         let actual = sha256_digest(bytes);
         if actual != digest {
-            return Err(Error::DigestMismatch { reference: digest.into(), what: "content to cache".into(), expected: digest.into(), actual });
+            return Err(Error::DigestMismatch {
+                reference: digest.into(),
+                what: "content to cache".into(),
+                expected: digest.into(),
+                actual,
+            });
         }
         let path = self.path(kind, digest)?;
         let _guard = self.lock(false)?;
         static SEQ: AtomicU64 = AtomicU64::new(0);
-        let tmp = path.with_extension(format!("tmp.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+        let tmp = path.with_extension(format!(
+            "tmp.{}.{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
         let result = (|| -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
             f.write_all(bytes)?;
             f.sync_all()?;
             std::fs::rename(&tmp, &path)
@@ -186,7 +217,9 @@ impl NodeCache {
                 if let Ok(engines) = std::fs::read_dir(self.code_dir()) {
                     for engine in engines.flatten() {
                         let _ = std::fs::remove_file(engine.path().join(format!("{name}.cwasm")));
-                        let _ = std::fs::remove_file(engine.path().join(format!("{name}.cwasm.sha256")));
+                        let _ = std::fs::remove_file(
+                            engine.path().join(format!("{name}.cwasm.sha256")),
+                        );
                     }
                 }
                 report.removed.push(digest);
@@ -208,12 +241,25 @@ mod tests {
         assert_eq!(cache.blob(&d).unwrap(), None);
         cache.put_blob(&d, b"component").unwrap();
         assert_eq!(cache.blob(&d).unwrap().as_deref(), Some(&b"component"[..]));
-        assert!(cache.put_blob(&d, b"other").is_err(), "content must hash to its name");
+        assert!(
+            cache.put_blob(&d, b"other").is_err(),
+            "content must hash to its name"
+        );
 
-        std::fs::write(tmp.path().join("blobs/sha256").join(parse_digest(&d).unwrap()), b"tampered").unwrap();
+        std::fs::write(
+            tmp.path()
+                .join("blobs/sha256")
+                .join(parse_digest(&d).unwrap()),
+            b"tampered",
+        )
+        .unwrap();
         let err = cache.blob(&d).unwrap_err();
         assert!(matches!(err, Error::CacheCorrupt { .. }), "{err}");
-        assert_eq!(cache.blob(&d).unwrap(), None, "the corrupt file is moved aside");
+        assert_eq!(
+            cache.blob(&d).unwrap(),
+            None,
+            "the corrupt file is moved aside"
+        );
         assert!(cache.blob("sha256:../../../etc/passwd").is_err());
     }
 
@@ -226,8 +272,16 @@ mod tests {
                 schema_version: 2,
                 media_type: Some(crate::artifact::OCI_MANIFEST.into()),
                 artifact_type: None,
-                config: crate::artifact::Descriptor { media_type: crate::artifact::WASM_CONFIG.into(), digest: sha256_digest(b"{}"), size: 2 },
-                layers: vec![crate::artifact::Descriptor { media_type: crate::artifact::WASM_LAYER.into(), digest: sha256_digest(layer), size: 1 }],
+                config: crate::artifact::Descriptor {
+                    media_type: crate::artifact::WASM_CONFIG.into(),
+                    digest: sha256_digest(b"{}"),
+                    size: 2,
+                },
+                layers: vec![crate::artifact::Descriptor {
+                    media_type: crate::artifact::WASM_LAYER.into(),
+                    digest: sha256_digest(layer),
+                    size: 1,
+                }],
             };
             serde_json::to_vec(&m).unwrap()
         };

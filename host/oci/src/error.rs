@@ -12,7 +12,9 @@ pub enum Error {
         reason: String,
     },
     /// A digest was required (node agents pull by digest only).
-    #[error("{reference}: not pinned; nodes pull only by digest (repo@sha256:...), resolve the tag first")]
+    #[error(
+        "{reference}: not pinned; nodes pull only by digest (repo@sha256:...), resolve the tag first"
+    )]
     NotPinned {
         /// The reference.
         reference: String,
@@ -129,11 +131,17 @@ pub enum Error {
 impl Error {
     /// Whether trying again later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::CacheCorrupt { .. } | Error::Deadline { .. })
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::CacheCorrupt { .. } | Error::Deadline { .. }
+        )
     }
 
     pub(crate) fn cache(path: &std::path::Path, source: std::io::Error) -> Self {
-        Error::Cache { path: path.display().to_string(), source }
+        Error::Cache {
+            path: path.display().to_string(),
+            source,
+        }
     }
 
     /// Classifies an oci-client error for `reference`.
@@ -149,40 +157,75 @@ impl Error {
                     detail.push_str(&s.to_string());
                     src = s.source();
                 }
-                if detail.contains("InvalidContentType") || detail.contains("wrong version number") {
-                    detail.push_str(" (the registry may serve plain HTTP: list it as insecure to allow that)");
+                if detail.contains("InvalidContentType") || detail.contains("wrong version number")
+                {
+                    detail.push_str(
+                        " (the registry may serve plain HTTP: list it as insecure to allow that)",
+                    );
                 }
                 Error::Unavailable { reference, detail }
             }
-            E::UnauthorizedError { url } => Error::Unauthorized { reference, detail: format!("{url} answered 401") },
+            E::UnauthorizedError { url } => Error::Unauthorized {
+                reference,
+                detail: format!("{url} answered 401"),
+            },
             E::AuthenticationFailure(detail) => Error::Unauthorized { reference, detail },
             E::ImageManifestNotFoundError(_) => Error::NotFound { reference },
             E::ServerError { code: 404, .. } => Error::NotFound { reference },
-            E::ServerError { code: 401 | 403, url, .. } => Error::Unauthorized { reference, detail: format!("{url} refused the credentials") },
-            E::ServerError { code, url, message } if code >= 500 => {
-                Error::Unavailable { reference, detail: format!("{url} answered {code}: {message}") }
-            }
+            E::ServerError {
+                code: 401 | 403,
+                url,
+                ..
+            } => Error::Unauthorized {
+                reference,
+                detail: format!("{url} refused the credentials"),
+            },
+            E::ServerError { code, url, message } if code >= 500 => Error::Unavailable {
+                reference,
+                detail: format!("{url} answered {code}: {message}"),
+            },
             E::RegistryError { envelope, url } => {
                 let text = envelope.to_string();
-                if ["MANIFEST_UNKNOWN", "BLOB_UNKNOWN", "NAME_UNKNOWN", "manifest unknown", "blob unknown", "repository name not known"]
-                    .iter()
-                    .any(|c| text.contains(c))
+                if [
+                    "MANIFEST_UNKNOWN",
+                    "BLOB_UNKNOWN",
+                    "NAME_UNKNOWN",
+                    "manifest unknown",
+                    "blob unknown",
+                    "repository name not known",
+                ]
+                .iter()
+                .any(|c| text.contains(c))
                 {
                     Error::NotFound { reference }
                 } else if text.contains("UNAUTHORIZED") || text.contains("DENIED") {
-                    Error::Unauthorized { reference, detail: format!("{url}: {text}") }
+                    Error::Unauthorized {
+                        reference,
+                        detail: format!("{url}: {text}"),
+                    }
                 } else {
-                    Error::Registry { reference, detail: format!("{url}: {text}") }
+                    Error::Registry {
+                        reference,
+                        detail: format!("{url}: {text}"),
+                    }
                 }
             }
-            E::DigestError(d) => Error::Registry { reference, detail: format!("digest check failed: {d}") },
-            E::IncompatibleLayerMediaTypeError(m) | E::UnsupportedMediaTypeError(m) => Error::WrongMediaType {
+            E::DigestError(d) => Error::Registry {
                 reference,
-                what: "manifest".into(),
-                media_type: m,
-                expected: crate::artifact::OCI_MANIFEST.into(),
+                detail: format!("digest check failed: {d}"),
             },
-            other => Error::Registry { reference, detail: other.to_string() },
+            E::IncompatibleLayerMediaTypeError(m) | E::UnsupportedMediaTypeError(m) => {
+                Error::WrongMediaType {
+                    reference,
+                    what: "manifest".into(),
+                    media_type: m,
+                    expected: crate::artifact::OCI_MANIFEST.into(),
+                }
+            }
+            other => Error::Registry {
+                reference,
+                detail: other.to_string(),
+            },
         }
     }
 }

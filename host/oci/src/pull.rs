@@ -73,24 +73,43 @@ impl Puller {
 
     /// Pulls `repo@sha256:...` within the registry's pull deadline. Refuses tags. Cached
     /// content is re-hashed; corrupt cache entries are moved aside and fetched again.
-    pub async fn pull_pinned(&self, reference: &str, progress: &(dyn Fn(Progress) + Sync)) -> Result<Pulled> {
-        self.registry.bounded(reference, self.pull_unbounded(reference, progress)).await
+    pub async fn pull_pinned(
+        &self,
+        reference: &str,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Pulled> {
+        self.registry
+            .bounded(reference, self.pull_unbounded(reference, progress))
+            .await
     }
 
-    async fn pull_unbounded(&self, reference: &str, progress: &(dyn Fn(Progress) + Sync)) -> Result<Pulled> {
+    async fn pull_unbounded(
+        &self,
+        reference: &str,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Pulled> {
         let r = parse_reference(reference)?;
         let Some(manifest_digest) = r.digest().map(str::to_string) else {
-            return Err(Error::NotPinned { reference: reference.into() });
+            return Err(Error::NotPinned {
+                reference: reference.into(),
+            });
         };
         let mut from_cache = true;
         let raw = match self.cached(|c| c.manifest(&manifest_digest))? {
             Some(raw) => {
-                progress(Progress::Cached { what: "manifest", digest: manifest_digest.clone() });
+                progress(Progress::Cached {
+                    what: "manifest",
+                    digest: manifest_digest.clone(),
+                });
                 raw
             }
             None => {
                 from_cache = false;
-                progress(Progress::Downloading { what: "manifest", digest: manifest_digest.clone(), bytes: 0 });
+                progress(Progress::Downloading {
+                    what: "manifest",
+                    digest: manifest_digest.clone(),
+                    bytes: 0,
+                });
                 let (raw, _) = self.registry.fetch_manifest(reference).await?;
                 self.cache.put_manifest(&manifest_digest, &raw)?;
                 raw
@@ -100,22 +119,38 @@ impl Puller {
         let layer = manifest.wasm_layer(reference)?.clone();
         let bytes = match self.cached(|c| c.blob(&layer.digest))? {
             Some(b) => {
-                progress(Progress::Cached { what: "layer", digest: layer.digest.clone() });
+                progress(Progress::Cached {
+                    what: "layer",
+                    digest: layer.digest.clone(),
+                });
                 b
             }
             None => {
                 from_cache = false;
-                progress(Progress::Downloading { what: "layer", digest: layer.digest.clone(), bytes: layer.size.max(0) as u64 });
+                progress(Progress::Downloading {
+                    what: "layer",
+                    digest: layer.digest.clone(),
+                    bytes: layer.size.max(0) as u64,
+                });
                 let b = self.registry.fetch_blob(reference, &layer).await?;
                 self.cache.put_blob(&layer.digest, &b)?;
                 b
             }
         };
-        Ok(Pulled { reference: reference.into(), manifest_digest, layer_digest: layer.digest, bytes, from_cache })
+        Ok(Pulled {
+            reference: reference.into(),
+            manifest_digest,
+            layer_digest: layer.digest,
+            bytes,
+            from_cache,
+        })
     }
 
     /// A cache read where corruption means "fetch again".
-    fn cached(&self, read: impl Fn(&NodeCache) -> Result<Option<Vec<u8>>>) -> Result<Option<Vec<u8>>> {
+    fn cached(
+        &self,
+        read: impl Fn(&NodeCache) -> Result<Option<Vec<u8>>>,
+    ) -> Result<Option<Vec<u8>>> {
         match read(&self.cache) {
             Err(Error::CacheCorrupt { digest, actual }) => {
                 tracing::warn!(%digest, %actual, "refused a corrupt cache entry; fetching it again");

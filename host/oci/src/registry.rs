@@ -10,7 +10,7 @@ use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientP
 use oci_client::{Client, Reference};
 
 use crate::artifact::{self, Descriptor, Manifest};
-use crate::{sha256_digest, Credentials, Error, Result};
+use crate::{Credentials, Error, Result, sha256_digest};
 
 /// Bounds on what one pull may cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +26,10 @@ pub struct PullLimits {
 impl Default for PullLimits {
     /// 100 MiB (the engine's component size limit), 5 minutes.
     fn default() -> Self {
-        PullLimits { max_blob_bytes: 100 << 20, deadline: Duration::from_secs(300) }
+        PullLimits {
+            max_blob_bytes: 100 << 20,
+            deadline: Duration::from_secs(300),
+        }
     }
 }
 
@@ -52,43 +55,72 @@ pub struct Registry {
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Registry")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
 /// Parses a reference, naming it in the error.
 pub(crate) fn parse_reference(reference: &str) -> Result<Reference> {
-    Reference::from_str(reference).map_err(|e| Error::InvalidReference { reference: reference.into(), reason: e.to_string() })
+    Reference::from_str(reference).map_err(|e| Error::InvalidReference {
+        reference: reference.into(),
+        reason: e.to_string(),
+    })
 }
 
 impl Registry {
     /// A registry client with `config`.
     pub fn new(config: RegistryConfig) -> Self {
-        Registry { config, clients: Mutex::default() }
+        Registry {
+            config,
+            clients: Mutex::default(),
+        }
     }
 
     fn client(&self, registry: &str) -> Result<Client> {
-        if let Some(c) = self.clients.lock().expect("client cache lock").get(registry) {
+        if let Some(c) = self
+            .clients
+            .lock()
+            .expect("client cache lock")
+            .get(registry)
+        {
             return Ok(c.clone());
         }
         let mut extra = Vec::new();
         if let Some(path) = self.config.ca_bundles.get(registry) {
-            let data = std::fs::read(path).map_err(|e| Error::Config { path: path.display().to_string(), reason: format!("cannot read CA bundle: {e}") })?;
-            extra.push(Certificate { encoding: CertificateEncoding::Pem, data });
+            let data = std::fs::read(path).map_err(|e| Error::Config {
+                path: path.display().to_string(),
+                reason: format!("cannot read CA bundle: {e}"),
+            })?;
+            extra.push(Certificate {
+                encoding: CertificateEncoding::Pem,
+                data,
+            });
         }
         let plain = self.config.insecure.iter().any(|h| h == registry);
         if !plain && extra.is_empty() && crate::tls::system_roots() == 0 {
             return Err(crate::tls::missing_roots(registry));
         }
         let client = Client::try_from(ClientConfig {
-            protocol: if plain { ClientProtocol::Http } else { ClientProtocol::Https },
+            protocol: if plain {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
             extra_root_certificates: extra,
             connect_timeout: Some(Duration::from_secs(10)),
             read_timeout: Some(Duration::from_secs(60)),
             ..Default::default()
         })
-        .map_err(|e| Error::Config { path: registry.to_string(), reason: format!("cannot set up a client for this registry: {e}") })?;
-        self.clients.lock().expect("client cache lock").insert(registry.to_string(), client.clone());
+        .map_err(|e| Error::Config {
+            path: registry.to_string(),
+            reason: format!("cannot set up a client for this registry: {e}"),
+        })?;
+        self.clients
+            .lock()
+            .expect("client cache lock")
+            .insert(registry.to_string(), client.clone());
         Ok(client)
     }
 
@@ -98,17 +130,27 @@ impl Registry {
     }
 
     /// Runs `work` within the pull deadline.
-    pub(crate) async fn bounded<T>(&self, reference: &str, work: impl Future<Output = Result<T>>) -> Result<T> {
+    pub(crate) async fn bounded<T>(
+        &self,
+        reference: &str,
+        work: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
         let deadline = self.config.limits.deadline;
         tokio::time::timeout(deadline, work)
             .await
-            .unwrap_or_else(|_| Err(Error::Deadline { reference: reference.into(), seconds: deadline.as_secs_f64() }))
+            .unwrap_or_else(|_| {
+                Err(Error::Deadline {
+                    reference: reference.into(),
+                    seconds: deadline.as_secs_f64(),
+                })
+            })
     }
 
     /// Resolves `reference` (tag or digest) to the manifest digest, once, within the pull
     /// deadline.
     pub async fn resolve(&self, reference: &str) -> Result<String> {
-        self.bounded(reference, self.resolve_unbounded(reference)).await
+        self.bounded(reference, self.resolve_unbounded(reference))
+            .await
     }
 
     async fn resolve_unbounded(&self, reference: &str) -> Result<String> {
@@ -118,9 +160,15 @@ impl Registry {
         }
         let auth = self.config.credentials.for_registry(r.resolve_registry())?;
         let client = self.client(r.resolve_registry())?;
-        let digest = client.fetch_manifest_digest(&r, &auth).await.map_err(|e| Error::from_oci(reference, e))?;
+        let digest = client
+            .fetch_manifest_digest(&r, &auth)
+            .await
+            .map_err(|e| Error::from_oci(reference, e))?;
         if crate::parse_digest(&digest).is_none() {
-            return Err(Error::Registry { reference: reference.into(), detail: format!("registry returned digest {digest:?}, not sha256") });
+            return Err(Error::Registry {
+                reference: reference.into(),
+                detail: format!("registry returned digest {digest:?}, not sha256"),
+            });
         }
         Ok(digest)
     }
@@ -128,7 +176,11 @@ impl Registry {
     /// Fetches the manifest a *tag* names, raw, accepting `media_types`; `None` when the tag
     /// does not exist. For content found by convention (a signature tag), within the pull
     /// deadline; nothing is trusted about it but what the caller verifies.
-    pub async fn fetch_tagged(&self, reference: &str, media_types: &[&str]) -> Result<Option<Vec<u8>>> {
+    pub async fn fetch_tagged(
+        &self,
+        reference: &str,
+        media_types: &[&str],
+    ) -> Result<Option<Vec<u8>>> {
         self.bounded(reference, async {
             let r = parse_reference(reference)?;
             let auth = self.config.credentials.for_registry(r.resolve_registry())?;
@@ -149,7 +201,9 @@ impl Registry {
     pub async fn fetch_manifest(&self, pinned: &str) -> Result<(Vec<u8>, Manifest)> {
         let r = parse_reference(pinned)?;
         let Some(want) = r.digest().map(str::to_string) else {
-            return Err(Error::NotPinned { reference: pinned.into() });
+            return Err(Error::NotPinned {
+                reference: pinned.into(),
+            });
         };
         let auth = self.config.credentials.for_registry(r.resolve_registry())?;
         let client = self.client(r.resolve_registry())?;
@@ -159,7 +213,12 @@ impl Registry {
             .map_err(|e| Error::from_oci(pinned, e))?;
         let actual = sha256_digest(&raw);
         if actual != want {
-            return Err(Error::DigestMismatch { reference: pinned.into(), what: "manifest".into(), expected: want, actual });
+            return Err(Error::DigestMismatch {
+                reference: pinned.into(),
+                what: "manifest".into(),
+                expected: want,
+                actual,
+            });
         }
         let manifest = parse_manifest(pinned, &raw)?;
         Ok((raw.to_vec(), manifest))
@@ -171,7 +230,12 @@ impl Registry {
     pub async fn fetch_blob(&self, pinned: &str, descriptor: &Descriptor) -> Result<Vec<u8>> {
         use futures::TryStreamExt;
         let limit = self.config.limits.max_blob_bytes;
-        let too_large = |size: u64| Error::TooLarge { reference: pinned.into(), what: "layer".into(), size, limit };
+        let too_large = |size: u64| Error::TooLarge {
+            reference: pinned.into(),
+            what: "layer".into(),
+            size,
+            limit,
+        };
         let declared = u64::try_from(descriptor.size).map_err(|_| Error::InvalidArtifact {
             reference: pinned.into(),
             reason: format!("layer size {} is negative", descriptor.size),
@@ -182,8 +246,13 @@ impl Registry {
         let r = parse_reference(pinned)?;
         let auth = self.config.credentials.for_registry(r.resolve_registry())?;
         let client = self.client(r.resolve_registry())?;
-        client.store_auth_if_needed(r.resolve_registry(), &auth).await;
-        let mut stream = client.pull_blob_stream(&r, descriptor.digest.as_str()).await.map_err(|e| Error::from_oci(pinned, e))?;
+        client
+            .store_auth_if_needed(r.resolve_registry(), &auth)
+            .await;
+        let mut stream = client
+            .pull_blob_stream(&r, descriptor.digest.as_str())
+            .await
+            .map_err(|e| Error::from_oci(pinned, e))?;
         if let Some(length) = stream.content_length
             && length > declared
         {
@@ -200,14 +269,23 @@ impl Registry {
             match stream.stream.try_next().await {
                 Ok(Some(chunk)) => {
                     if (out.len() + chunk.len()) as u64 > declared {
-                        return Err(mismatch(format!("(more than the {declared} bytes the manifest declares)")));
+                        return Err(mismatch(format!(
+                            "(more than the {declared} bytes the manifest declares)"
+                        )));
                     }
                     out.extend_from_slice(&chunk);
                 }
                 Ok(None) => break,
                 // oci-client checks the digest as the stream ends.
-                Err(e) if e.to_string().contains("digest") => return Err(mismatch("(content did not match)".into())),
-                Err(e) => return Err(Error::Unavailable { reference: pinned.into(), detail: format!("reading the layer: {e}") }),
+                Err(e) if e.to_string().contains("digest") => {
+                    return Err(mismatch("(content did not match)".into()));
+                }
+                Err(e) => {
+                    return Err(Error::Unavailable {
+                        reference: pinned.into(),
+                        detail: format!("reading the layer: {e}"),
+                    });
+                }
             }
         }
         let actual = sha256_digest(&out);
@@ -226,7 +304,10 @@ pub fn pin(reference: &str, digest: &str) -> Result<String> {
 
 /// Parses manifest JSON, naming the reference on failure.
 pub(crate) fn parse_manifest(reference: &str, raw: &[u8]) -> Result<Manifest> {
-    serde_json::from_slice(raw).map_err(|e| Error::InvalidArtifact { reference: reference.into(), reason: format!("manifest is not an OCI image manifest: {e}") })
+    serde_json::from_slice(raw).map_err(|e| Error::InvalidArtifact {
+        reference: reference.into(),
+        reason: format!("manifest is not an OCI image manifest: {e}"),
+    })
 }
 
 /// The result of a push.
@@ -267,21 +348,47 @@ impl Registry {
         use crate::Progress;
         let r = parse_reference(reference)?;
         if r.tag().is_none() || r.digest().is_some() {
-            return Err(Error::InvalidReference { reference: reference.into(), reason: "push needs a tag (repo:tag) and no digest".into() });
+            return Err(Error::InvalidReference {
+                reference: reference.into(),
+                reason: "push needs a tag (repo:tag) and no digest".into(),
+            });
         }
         let auth = self.config.credentials.for_registry(r.resolve_registry())?;
         let client = self.client(r.resolve_registry())?;
-        client.auth(&r, &auth, oci_client::RegistryOperation::Push).await.map_err(|e| Error::from_oci(reference, e))?;
+        client
+            .auth(&r, &auth, oci_client::RegistryOperation::Push)
+            .await
+            .map_err(|e| Error::from_oci(reference, e))?;
         for blob in blobs {
             let digest = sha256_digest(&blob.bytes);
-            progress(Progress::Uploading { what: blob.what, digest: digest.clone(), bytes: blob.bytes.len() as u64 });
-            client.push_blob(&r, blob.bytes.clone(), &digest).await.map_err(|e| Error::from_oci(reference, e))?;
+            progress(Progress::Uploading {
+                what: blob.what,
+                digest: digest.clone(),
+                bytes: blob.bytes.len() as u64,
+            });
+            client
+                .push_blob(&r, blob.bytes.clone(), &digest)
+                .await
+                .map_err(|e| Error::from_oci(reference, e))?;
         }
         let manifest_digest = sha256_digest(&manifest);
-        progress(Progress::Uploading { what: "manifest", digest: manifest_digest.clone(), bytes: manifest.len() as u64 });
-        let header = media_type.parse().map_err(|_| Error::InvalidArtifact { reference: reference.into(), reason: format!("media type {media_type:?}") })?;
-        client.push_manifest_raw(&r, manifest, header).await.map_err(|e| Error::from_oci(reference, e))?;
-        Ok((format!("{}/{}@{manifest_digest}", r.registry(), r.repository()), manifest_digest))
+        progress(Progress::Uploading {
+            what: "manifest",
+            digest: manifest_digest.clone(),
+            bytes: manifest.len() as u64,
+        });
+        let header = media_type.parse().map_err(|_| Error::InvalidArtifact {
+            reference: reference.into(),
+            reason: format!("media type {media_type:?}"),
+        })?;
+        client
+            .push_manifest_raw(&r, manifest, header)
+            .await
+            .map_err(|e| Error::from_oci(reference, e))?;
+        Ok((
+            format!("{}/{}@{manifest_digest}", r.registry(), r.repository()),
+            manifest_digest,
+        ))
     }
 
     /// Pushes `component` to `reference` (which must carry a tag) in the CNCF wasm layout.
@@ -305,12 +412,35 @@ impl Registry {
             schema_version: 2,
             media_type: Some(artifact::OCI_MANIFEST.into()),
             artifact_type: Some(artifact::WASM_CONFIG.into()),
-            config: Descriptor { media_type: artifact::WASM_CONFIG.into(), digest: sha256_digest(&config_bytes), size: config_bytes.len() as i64 },
-            layers: vec![Descriptor { media_type: artifact::WASM_LAYER.into(), digest: layer_digest.clone(), size: component.len() as i64 }],
+            config: Descriptor {
+                media_type: artifact::WASM_CONFIG.into(),
+                digest: sha256_digest(&config_bytes),
+                size: config_bytes.len() as i64,
+            },
+            layers: vec![Descriptor {
+                media_type: artifact::WASM_LAYER.into(),
+                digest: layer_digest.clone(),
+                size: component.len() as i64,
+            }],
         };
         let body = serde_json::to_vec(&manifest).expect("manifest serializes");
-        let blobs = [Blob { what: "layer", bytes: component.to_vec() }, Blob { what: "config", bytes: config_bytes }];
-        let (pinned, manifest_digest) = self.push_manifest(reference, &blobs, body, artifact::OCI_MANIFEST, progress).await?;
-        Ok(Pushed { pinned, manifest_digest, layer_digest })
+        let blobs = [
+            Blob {
+                what: "layer",
+                bytes: component.to_vec(),
+            },
+            Blob {
+                what: "config",
+                bytes: config_bytes,
+            },
+        ];
+        let (pinned, manifest_digest) = self
+            .push_manifest(reference, &blobs, body, artifact::OCI_MANIFEST, progress)
+            .await?;
+        Ok(Pushed {
+            pinned,
+            manifest_digest,
+            layer_digest,
+        })
     }
 }

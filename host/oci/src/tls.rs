@@ -31,7 +31,10 @@ pub fn prepare_roots(dir: &Path) -> std::io::Result<usize> {
         std::fs::write(&file, UNUSED_ROOT)?;
         // SAFETY: called at process start, before the runtime or any other thread exists,
         // so nothing reads the environment concurrently.
-        #[allow(unsafe_code, reason = "setting the environment before any thread starts")]
+        #[allow(
+            unsafe_code,
+            reason = "setting the environment before any thread starts"
+        )]
         unsafe {
             std::env::set_var("SSL_CERT_FILE", &file);
         }

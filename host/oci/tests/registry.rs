@@ -11,15 +11,25 @@ use nodewright_oci::{Credentials, Error, NodeCache, Puller, Registry, RegistryCo
 use nodewright_testsupport::TestRegistry;
 
 fn config(reg: &TestRegistry) -> RegistryConfig {
-    RegistryConfig { insecure: vec![reg.host().to_string()], ..Default::default() }
+    RegistryConfig {
+        insecure: vec![reg.host().to_string()],
+        ..Default::default()
+    }
 }
 
 fn info() -> ComponentInfo {
-    ComponentInfo { imports: vec!["nodewright:plugin/files@0.1.0".into()], exports: vec!["nodewright:plugin/stages@0.1.0".into()], target: None }
+    ComponentInfo {
+        imports: vec!["nodewright:plugin/files@0.1.0".into()],
+        exports: vec!["nodewright:plugin/stages@0.1.0".into()],
+        target: None,
+    }
 }
 
 async fn push(registry: &Registry, reference: &str, bytes: &[u8]) -> nodewright_oci::Pushed {
-    registry.push(reference, bytes, info(), &|_| {}).await.expect("push")
+    registry
+        .push(reference, bytes, info(), &|_| {})
+        .await
+        .expect("push")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -29,8 +39,14 @@ async fn push_resolve_pull_by_digest_run() {
     let sysctl = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
     let reference = format!("{}/plugins/sysctl:1.0.0", reg.host());
     let pushed = push(&registry, &reference, &sysctl).await;
-    assert_eq!(pushed.pinned, format!("{}/plugins/sysctl@{}", reg.host(), pushed.manifest_digest));
-    assert_eq!(registry.resolve(&reference).await.unwrap(), pushed.manifest_digest);
+    assert_eq!(
+        pushed.pinned,
+        format!("{}/plugins/sysctl@{}", reg.host(), pushed.manifest_digest)
+    );
+    assert_eq!(
+        registry.resolve(&reference).await.unwrap(),
+        pushed.manifest_digest
+    );
 
     let cache_dir = tempfile::tempdir().unwrap();
     let puller = Puller::new(registry, NodeCache::open(cache_dir.path()).unwrap());
@@ -42,14 +58,26 @@ async fn push_resolve_pull_by_digest_run() {
     assert!(again.from_cache, "second pull is served by the node cache");
 
     // The stored manifest is the CNCF wasm layout.
-    let (_, manifest) = puller.registry().fetch_manifest(&pushed.pinned).await.unwrap();
-    assert_eq!(manifest.artifact_type.as_deref(), Some("application/vnd.wasm.config.v0+json"));
+    let (_, manifest) = puller
+        .registry()
+        .fetch_manifest(&pushed.pinned)
+        .await
+        .unwrap();
+    assert_eq!(
+        manifest.artifact_type.as_deref(),
+        Some("application/vnd.wasm.config.v0+json")
+    );
     assert_eq!(manifest.layers[0].media_type, "application/wasm");
 
     // And it runs.
-    let engine = Engine::new(EngineConfig { cache_dir: Some(puller.cache().code_dir()), ..Default::default() }).unwrap();
+    let engine = Engine::new(EngineConfig {
+        cache_dir: Some(puller.cache().code_dir()),
+        ..Default::default()
+    })
+    .unwrap();
     let plugin = engine.load(&pulled.bytes).unwrap();
-    let (caps, _) = Capabilities::from_flags(&["files=/etc/sysctl.d:rw", "sysctl=vm.swappiness"]).unwrap();
+    let (caps, _) =
+        Capabilities::from_flags(&["files=/etc/sysctl.d:rw", "sysctl=vm.swappiness"]).unwrap();
     let grants = Arc::new(GrantSet::parse(&caps, false, GrantSource::Flags).unwrap());
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("proc/sys/vm")).unwrap();
@@ -58,11 +86,20 @@ async fn push_resolve_pull_by_digest_run() {
     let report = engine
         .prepare(&plugin, &grants)
         .unwrap()
-        .run(RunStage::Apply, StageContext::new("n", "tuning", "1").with_config("vm.swappiness", "10"), host, grants, &SandboxLimits::default())
+        .run(
+            RunStage::Apply,
+            StageContext::new("n", "tuning", "1").with_config("vm.swappiness", "10"),
+            host,
+            grants,
+            &SandboxLimits::default(),
+        )
         .await
         .unwrap();
     assert!(report.result.is_ok(), "{:?}", report.result);
-    assert_eq!(std::fs::read_to_string(root.path().join("proc/sys/vm/swappiness")).unwrap(), "10");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("proc/sys/vm/swappiness")).unwrap(),
+        "10"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -70,16 +107,33 @@ async fn a_moved_tag_does_not_change_what_a_pinned_digest_pulls() {
     let reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));
     let reference = format!("{}/plugins/thing:stable", reg.host());
-    let first = push(&registry, &reference, &nodewright_artifacts::read(nodewright_artifacts::SYSCTL)).await;
+    let first = push(
+        &registry,
+        &reference,
+        &nodewright_artifacts::read(nodewright_artifacts::SYSCTL),
+    )
+    .await;
     let resolved = registry.resolve(&reference).await.unwrap();
-    let second = push(&registry, &reference, &nodewright_artifacts::read(nodewright_artifacts::FILES)).await;
+    let second = push(
+        &registry,
+        &reference,
+        &nodewright_artifacts::read(nodewright_artifacts::FILES),
+    )
+    .await;
     assert_ne!(first.manifest_digest, second.manifest_digest);
-    assert_eq!(registry.resolve(&reference).await.unwrap(), second.manifest_digest, "the tag moved");
+    assert_eq!(
+        registry.resolve(&reference).await.unwrap(),
+        second.manifest_digest,
+        "the tag moved"
+    );
     let cache = tempfile::tempdir().unwrap();
     let puller = Puller::new(registry, NodeCache::open(cache.path()).unwrap());
     let pinned = format!("{}/plugins/thing@{resolved}", reg.host());
     let pulled = puller.pull_pinned(&pinned, &|_| {}).await.unwrap();
-    assert_eq!(pulled.bytes, nodewright_artifacts::read(nodewright_artifacts::SYSCTL));
+    assert_eq!(
+        pulled.bytes,
+        nodewright_artifacts::read(nodewright_artifacts::SYSCTL)
+    );
     let err = puller.pull_pinned(&reference, &|_| {}).await.unwrap_err();
     assert!(matches!(err, Error::NotPinned { .. }), "{err}");
 }
@@ -93,15 +147,24 @@ async fn registry_down_is_a_retryable_error() {
     let err = registry.resolve(&reference).await.unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     assert!(err.is_retryable());
-    assert!(err.to_string().starts_with(&reference), "the error names the reference: {err}");
+    assert!(
+        err.to_string().starts_with(&reference),
+        "the error names the reference: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn plain_http_is_used_only_for_registries_listed_as_insecure() {
     let reg = TestRegistry::start();
     let registry = Registry::new(RegistryConfig::default());
-    let err = registry.resolve(&format!("{}/plugins/x:1", reg.host())).await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable { .. } | Error::Registry { .. }), "HTTPS to an HTTP registry must fail, not downgrade: {err}");
+    let err = registry
+        .resolve(&format!("{}/plugins/x:1", reg.host()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Unavailable { .. } | Error::Registry { .. }),
+        "HTTPS to an HTTP registry must fail, not downgrade: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -109,17 +172,28 @@ async fn tampered_and_corrupted_content_is_refused() {
     let reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));
     let bytes = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
-    let pushed = push(&registry, &format!("{}/plugins/sysctl:1", reg.host()), &bytes).await;
+    let pushed = push(
+        &registry,
+        &format!("{}/plugins/sysctl:1", reg.host()),
+        &bytes,
+    )
+    .await;
 
     // A digest the registry does not have.
     let cache = tempfile::tempdir().unwrap();
     let puller = Puller::new(registry, NodeCache::open(cache.path()).unwrap());
     let missing = format!("{}/plugins/sysctl@sha256:{}", reg.host(), "0".repeat(64));
-    assert!(matches!(puller.pull_pinned(&missing, &|_| {}).await.unwrap_err(), Error::NotFound { .. }));
+    assert!(matches!(
+        puller.pull_pinned(&missing, &|_| {}).await.unwrap_err(),
+        Error::NotFound { .. }
+    ));
 
     // A corrupted node-cache blob is refused and fetched again.
     puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
-    let cached = cache.path().join("blobs/sha256").join(pushed.layer_digest.trim_start_matches("sha256:"));
+    let cached = cache
+        .path()
+        .join("blobs/sha256")
+        .join(pushed.layer_digest.trim_start_matches("sha256:"));
     std::fs::write(&cached, b"corrupted on disk").unwrap();
     let healed = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
     assert!(!healed.from_cache);
@@ -132,9 +206,18 @@ async fn tampered_and_corrupted_content_is_refused() {
     evil[100] ^= 0xff;
     std::fs::write(&blob, &evil).unwrap();
     let fresh = tempfile::tempdir().unwrap();
-    let puller = Puller::new(Registry::new(config(&reg)), NodeCache::open(fresh.path()).unwrap());
-    let err = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap_err();
-    assert!(matches!(&err, Error::DigestMismatch { what, .. } if what == "layer"), "{err}");
+    let puller = Puller::new(
+        Registry::new(config(&reg)),
+        NodeCache::open(fresh.path()).unwrap(),
+    );
+    let err = puller
+        .pull_pinned(&pushed.pinned, &|_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::DigestMismatch { what, .. } if what == "layer"),
+        "{err}"
+    );
     assert!(err.to_string().contains(&pushed.pinned), "{err}");
 }
 
@@ -143,15 +226,30 @@ async fn wrong_media_type_is_refused_naming_the_reference() {
     use oci_client::client::{ClientConfig, ClientProtocol};
     let reg = TestRegistry::start();
     // A container image layer pushed with the plain OCI client.
-    let client = oci_client::Client::new(ClientConfig { protocol: ClientProtocol::Http, ..Default::default() });
+    let client = oci_client::Client::new(ClientConfig {
+        protocol: ClientProtocol::Http,
+        ..Default::default()
+    });
     let reference: oci_client::Reference = format!("{}/images/app:1", reg.host()).parse().unwrap();
     let auth = oci_client::secrets::RegistryAuth::Anonymous;
-    client.auth(&reference, &auth, oci_client::RegistryOperation::Push).await.unwrap();
+    client
+        .auth(&reference, &auth, oci_client::RegistryOperation::Push)
+        .await
+        .unwrap();
     let layer = b"not a tarball".to_vec();
     let config_blob = b"{}".to_vec();
-    let (ld, cd) = (nodewright_oci::sha256_digest(&layer), nodewright_oci::sha256_digest(&config_blob));
-    client.push_blob(&reference, layer.clone(), &ld).await.unwrap();
-    client.push_blob(&reference, config_blob.clone(), &cd).await.unwrap();
+    let (ld, cd) = (
+        nodewright_oci::sha256_digest(&layer),
+        nodewright_oci::sha256_digest(&config_blob),
+    );
+    client
+        .push_blob(&reference, layer.clone(), &ld)
+        .await
+        .unwrap();
+    client
+        .push_blob(&reference, config_blob.clone(), &cd)
+        .await
+        .unwrap();
     let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -159,14 +257,33 @@ async fn wrong_media_type_is_refused_naming_the_reference() {
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": layer.len()}],
     });
     let body = serde_json::to_vec(&manifest).unwrap();
-    client.push_manifest_raw(&reference, body.clone(), "application/vnd.oci.image.manifest.v1+json".parse().unwrap()).await.unwrap();
-    let pinned = format!("{}/images/app@{}", reg.host(), nodewright_oci::sha256_digest(&body));
+    client
+        .push_manifest_raw(
+            &reference,
+            body.clone(),
+            "application/vnd.oci.image.manifest.v1+json"
+                .parse()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let pinned = format!(
+        "{}/images/app@{}",
+        reg.host(),
+        nodewright_oci::sha256_digest(&body)
+    );
     let cache = tempfile::tempdir().unwrap();
-    let puller = Puller::new(Registry::new(config(&reg)), NodeCache::open(cache.path()).unwrap());
+    let puller = Puller::new(
+        Registry::new(config(&reg)),
+        NodeCache::open(cache.path()).unwrap(),
+    );
     let err = puller.pull_pinned(&pinned, &|_| {}).await.unwrap_err();
     assert!(matches!(err, Error::WrongMediaType { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.starts_with(&pinned) && text.contains("application/vnd.oci.image.config.v1+json"), "{text}");
+    assert!(
+        text.starts_with(&pinned) && text.contains("application/vnd.oci.image.config.v1+json"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -175,15 +292,26 @@ async fn layers_that_are_not_plugins_fail_the_world_check() {
     let registry = Registry::new(config(&reg));
     let core = b"\0asm\x01\0\0\0".to_vec();
     let a = push(&registry, &format!("{}/plugins/core:1", reg.host()), &core).await;
-    let b = push(&registry, &format!("{}/plugins/other:1", reg.host()), &nodewright_artifacts::read(nodewright_artifacts::WRONG_WORLD)).await;
+    let b = push(
+        &registry,
+        &format!("{}/plugins/other:1", reg.host()),
+        &nodewright_artifacts::read(nodewright_artifacts::WRONG_WORLD),
+    )
+    .await;
     let cache = tempfile::tempdir().unwrap();
     let puller = Puller::new(registry, NodeCache::open(cache.path()).unwrap());
     let engine = Engine::new(EngineConfig::default()).unwrap();
     let pulled = puller.pull_pinned(&a.pinned, &|_| {}).await.unwrap();
-    assert!(matches!(engine.load(&pulled.bytes).unwrap_err(), nodewright_engine::Error::CoreModule));
+    assert!(matches!(
+        engine.load(&pulled.bytes).unwrap_err(),
+        nodewright_engine::Error::CoreModule
+    ));
     let pulled = puller.pull_pinned(&b.pinned, &|_| {}).await.unwrap();
     let err = engine.load(&pulled.bytes).unwrap_err();
-    assert!(matches!(&err, nodewright_engine::Error::WrongWorld(m) if m.contains("does not export nodewright:plugin/stages@0.1.0")), "{err}");
+    assert!(
+        matches!(&err, nodewright_engine::Error::WrongWorld(m) if m.contains("does not export nodewright:plugin/stages@0.1.0")),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -193,23 +321,60 @@ async fn basic_auth_with_and_without_credentials() {
     let bytes = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
 
     let anonymous = Registry::new(config(&reg));
-    let err = anonymous.push(&reference, &bytes, info(), &|_| {}).await.unwrap_err();
+    let err = anonymous
+        .push(&reference, &bytes, info(), &|_| {})
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Unauthorized { .. }), "{err}");
 
-    let wrong = Registry::new(RegistryConfig { credentials: Credentials::Basic { username: "author".into(), password: "nope".into() }, ..config(&reg) });
-    assert!(matches!(wrong.resolve(&reference).await.unwrap_err(), Error::Unauthorized { .. }));
+    let wrong = Registry::new(RegistryConfig {
+        credentials: Credentials::Basic {
+            username: "author".into(),
+            password: "nope".into(),
+        },
+        ..config(&reg)
+    });
+    assert!(matches!(
+        wrong.resolve(&reference).await.unwrap_err(),
+        Error::Unauthorized { .. }
+    ));
 
-    let basic = Registry::new(RegistryConfig { credentials: Credentials::Basic { username: "author".into(), password: "s3cret".into() }, ..config(&reg) });
-    let pushed = basic.push(&reference, &bytes, info(), &|_| {}).await.unwrap();
+    let basic = Registry::new(RegistryConfig {
+        credentials: Credentials::Basic {
+            username: "author".into(),
+            password: "s3cret".into(),
+        },
+        ..config(&reg)
+    });
+    let pushed = basic
+        .push(&reference, &bytes, info(), &|_| {})
+        .await
+        .unwrap();
 
     // The same credentials from a docker config.json.
     let dir = tempfile::tempdir().unwrap();
     let docker = dir.path().join("config.json");
-    std::fs::write(&docker, format!(r#"{{"auths": {{"{}": {{"auth": "YXV0aG9yOnMzY3JldA=="}}}}}}"#, reg.host())).unwrap();
-    let from_file = Registry::new(RegistryConfig { credentials: Credentials::DockerConfig(docker), ..config(&reg) });
-    assert_eq!(from_file.resolve(&reference).await.unwrap(), pushed.manifest_digest);
+    std::fs::write(
+        &docker,
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "YXV0aG9yOnMzY3JldA=="}}}}}}"#,
+            reg.host()
+        ),
+    )
+    .unwrap();
+    let from_file = Registry::new(RegistryConfig {
+        credentials: Credentials::DockerConfig(docker),
+        ..config(&reg)
+    });
+    assert_eq!(
+        from_file.resolve(&reference).await.unwrap(),
+        pushed.manifest_digest
+    );
     let cache = tempfile::tempdir().unwrap();
-    let pulled = Puller::new(from_file, NodeCache::open(cache.path()).unwrap()).pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    let pulled = Puller::new(from_file, NodeCache::open(cache.path()).unwrap())
+        .pull_pinned(&pushed.pinned, &|_| {})
+        .await
+        .unwrap();
     assert_eq!(pulled.bytes, bytes);
 }
 
@@ -220,14 +385,32 @@ async fn tls_registries_need_their_ca_and_never_fall_back_to_http() {
     let bytes = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
     // Unknown issuer: refused, no downgrade.
     let untrusted = Registry::new(RegistryConfig::default());
-    let err = untrusted.push(&reference, &bytes, info(), &|_| {}).await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable { .. } | Error::Registry { .. }), "{err}");
+    let err = untrusted
+        .push(&reference, &bytes, info(), &|_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Unavailable { .. } | Error::Registry { .. }),
+        "{err}"
+    );
     // With the registry's CA bundle it works.
-    let trusted = Registry::new(RegistryConfig { ca_bundles: [(reg.host().to_string(), reg.ca_file())].into(), ..Default::default() });
-    let pushed = trusted.push(&reference, &bytes, info(), &|_| {}).await.unwrap();
-    assert_eq!(trusted.resolve(&reference).await.unwrap(), pushed.manifest_digest);
+    let trusted = Registry::new(RegistryConfig {
+        ca_bundles: [(reg.host().to_string(), reg.ca_file())].into(),
+        ..Default::default()
+    });
+    let pushed = trusted
+        .push(&reference, &bytes, info(), &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        trusted.resolve(&reference).await.unwrap(),
+        pushed.manifest_digest
+    );
     // A CA bundle for another registry does not help this one.
-    let other = Registry::new(RegistryConfig { ca_bundles: [("elsewhere:443".to_string(), reg.ca_file())].into(), ..Default::default() });
+    let other = Registry::new(RegistryConfig {
+        ca_bundles: [("elsewhere:443".to_string(), reg.ca_file())].into(),
+        ..Default::default()
+    });
     assert!(other.resolve(&reference).await.is_err());
 }
 
@@ -237,18 +420,48 @@ async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
     let reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));
     let sysctl = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
-    let pushed = push(&registry, &format!("{}/plugins/sysctl:1.0.0", reg.host()), &sysctl).await;
+    let pushed = push(
+        &registry,
+        &format!("{}/plugins/sysctl:1.0.0", reg.host()),
+        &sysctl,
+    )
+    .await;
     // A manifest claiming a 2^62-byte layer: refused from the declaration alone (allocating
     // for it would abort the process).
-    let bomb = Descriptor { media_type: "application/wasm".into(), digest: pushed.layer_digest.clone(), size: 1 << 62 };
-    let err = registry.fetch_blob(&pushed.pinned, &bomb).await.unwrap_err();
-    assert!(matches!(err, Error::TooLarge { size, .. } if size == 1 << 62), "{err}");
+    let bomb = Descriptor {
+        media_type: "application/wasm".into(),
+        digest: pushed.layer_digest.clone(),
+        size: 1 << 62,
+    };
+    let err = registry
+        .fetch_blob(&pushed.pinned, &bomb)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::TooLarge { size, .. } if size == 1 << 62),
+        "{err}"
+    );
     // A layer that is larger than its declaration is cut off, not read to the end.
-    let short = Descriptor { size: 100, ..bomb.clone() };
-    let err = registry.fetch_blob(&pushed.pinned, &short).await.unwrap_err();
-    assert!(matches!(err, Error::TooLarge { .. } | Error::DigestMismatch { .. }), "{err}");
+    let short = Descriptor {
+        size: 100,
+        ..bomb.clone()
+    };
+    let err = registry
+        .fetch_blob(&pushed.pinned, &short)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::TooLarge { .. } | Error::DigestMismatch { .. }),
+        "{err}"
+    );
     let negative = Descriptor { size: -1, ..bomb };
-    assert!(matches!(registry.fetch_blob(&pushed.pinned, &negative).await.unwrap_err(), Error::InvalidArtifact { .. }));
+    assert!(matches!(
+        registry
+            .fetch_blob(&pushed.pinned, &negative)
+            .await
+            .unwrap_err(),
+        Error::InvalidArtifact { .. }
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -262,13 +475,26 @@ async fn a_stalled_registry_hits_the_pull_deadline() {
             held.push(s);
         }
     });
-    let limits = nodewright_oci::PullLimits { deadline: std::time::Duration::from_secs(1), ..Default::default() };
-    let registry = Registry::new(RegistryConfig { insecure: vec![host.clone()], limits, ..Default::default() });
-    let err = registry.resolve(&format!("{host}/plugins/x:1")).await.unwrap_err();
+    let limits = nodewright_oci::PullLimits {
+        deadline: std::time::Duration::from_secs(1),
+        ..Default::default()
+    };
+    let registry = Registry::new(RegistryConfig {
+        insecure: vec![host.clone()],
+        limits,
+        ..Default::default()
+    });
+    let err = registry
+        .resolve(&format!("{host}/plugins/x:1"))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Deadline { .. }), "{err}");
     assert!(err.is_retryable());
     let cache = tempfile::tempdir().unwrap();
     let puller = Puller::new(registry, NodeCache::open(cache.path()).unwrap());
     let pinned = format!("{host}/plugins/x@sha256:{}", "a".repeat(64));
-    assert!(matches!(puller.pull_pinned(&pinned, &|_| {}).await.unwrap_err(), Error::Deadline { .. }));
+    assert!(matches!(
+        puller.pull_pinned(&pinned, &|_| {}).await.unwrap_err(),
+        Error::Deadline { .. }
+    ));
 }

@@ -49,13 +49,21 @@ fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
 async fn scrape(port: u16, metric: &str) -> f64 {
-    let Ok((_, body)) = nodewright_e2e::http_get(port, "/metrics").await else { return f64::NAN };
-    body.lines().filter(|l| l.starts_with(metric)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    let Ok((_, body)) = nodewright_e2e::http_get(port, "/metrics").await else {
+        return f64::NAN;
+    };
+    body.lines()
+        .filter(|l| l.starts_with(metric))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn package(cluster: &Cluster, reboot: bool) -> Value {
@@ -76,29 +84,49 @@ fn package(cluster: &Cluster, reboot: bool) -> Value {
 
 async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
-    let defs: Vec<(String, Vec<(String, String)>)> = (0..nodes).map(|i| (format!("n{i:03}"), vec![])).collect();
+    let defs: Vec<(String, Vec<(String, String)>)> =
+        (0..nodes).map(|i| (format!("n{i:03}"), vec![])).collect();
     let cluster = Cluster::start(work.path(), &defs).await?;
     for (n, _) in &defs {
         cluster.host_file(n, "/proc/sys/vm/swappiness", "60")?;
         cluster.host_file(n, "/proc/modules", "nvidia 0 0 - Live 0x0\n")?;
     }
     let port = nodewright_testsupport::free_port();
-    let op = Operator::start(&cluster, bins, &work.path().join("cache"), &work.path().join("operator.log"), "info,kube=warn", &[&format!("--metrics-addr=127.0.0.1:{port}")])?;
+    let op = Operator::start(
+        &cluster,
+        bins,
+        &work.path().join("cache"),
+        &work.path().join("operator.log"),
+        "info,kube=warn",
+        &[&format!("--metrics-addr=127.0.0.1:{port}")],
+    )?;
 
     let seen: Arc<Mutex<HashMap<String, Seen>>> = Arc::default();
     let watch = tokio::spawn({
         let seen = seen.clone();
         let api: Api<Job> = Api::namespaced(cluster.client.clone(), NS);
         async move {
-            let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects().default_backoff());
+            let mut stream = std::pin::pin!(
+                watcher(api, watcher::Config::default())
+                    .applied_objects()
+                    .default_backoff()
+            );
             while let Some(Ok(job)) = stream.next().await {
                 let now = Instant::now();
                 let name = job.metadata.name.clone().unwrap_or_default();
                 let mut seen = seen.lock().unwrap();
                 let s = seen.entry(name).or_default();
-                s.node = job.metadata.labels.as_ref().and_then(|l| l.get(keys::job::NODE)).cloned().unwrap_or_default();
+                s.node = job
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(keys::job::NODE))
+                    .cloned()
+                    .unwrap_or_default();
                 s.created.get_or_insert(now);
-                if s.done.is_none() && job.status.as_ref().and_then(|st| st.succeeded).unwrap_or(0) > 0 {
+                if s.done.is_none()
+                    && job.status.as_ref().and_then(|st| st.succeeded).unwrap_or(0) > 0
+                {
                     s.done = Some(now);
                 }
             }
@@ -110,8 +138,14 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
                     "spec": {"interruptionBudget": {"percent": 25}, "packages": package(&cluster, reboot)}});
     // Idle: caches synced, nothing to do yet.
     let ready = Instant::now();
-    while !nodewright_e2e::http_get(port, "/readyz").await.is_ok_and(|(status, _)| status == 200) {
-        anyhow::ensure!(ready.elapsed() < Duration::from_secs(60), "the operator never became ready");
+    while !nodewright_e2e::http_get(port, "/readyz")
+        .await
+        .is_ok_and(|(status, _)| status == 200)
+    {
+        anyhow::ensure!(
+            ready.elapsed() < Duration::from_secs(60),
+            "the operator never became ready"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (rss0, mut peak) = (rss_kib(op.pid()), 0);
@@ -124,7 +158,9 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
         if st.as_ref().and_then(|s| s.status) == Some(Status::Complete) {
             break;
         }
-        if st.as_ref().and_then(|s| s.status) == Some(Status::Erroring) || started.elapsed() > Duration::from_secs(1800) {
+        if st.as_ref().and_then(|s| s.status) == Some(Status::Erroring)
+            || started.elapsed() > Duration::from_secs(1800)
+        {
             anyhow::bail!("{name}: did not complete: {st:?}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -137,7 +173,10 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
 
     let seen = seen.lock().unwrap().clone();
     let mut by_node: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
-    for s in seen.into_values().filter(|s| s.created.is_some() && s.done.is_some()) {
+    for s in seen
+        .into_values()
+        .filter(|s| s.created.is_some() && s.done.is_some())
+    {
         by_node.entry(s.node.clone()).or_default().push(s);
     }
     let jobs: usize = by_node.values().map(Vec::len).sum();
@@ -145,15 +184,27 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
     let mut chains: Vec<(Instant, f64)> = Vec::new();
     for list in by_node.values_mut() {
         list.sort_by_key(|s| s.created);
-        let chain: f64 = list.iter().map(|s| (s.done.unwrap() - s.created.unwrap()).as_secs_f64()).sum();
+        let chain: f64 = list
+            .iter()
+            .map(|s| (s.done.unwrap() - s.created.unwrap()).as_secs_f64())
+            .sum();
         chains.push((list[0].created.unwrap(), chain));
         for w in list.windows(2) {
-            gaps.push(w[1].created.unwrap().saturating_duration_since(w[0].done.unwrap()).as_secs_f64() * 1000.0);
+            gaps.push(
+                w[1].created
+                    .unwrap()
+                    .saturating_duration_since(w[0].done.unwrap())
+                    .as_secs_f64()
+                    * 1000.0,
+            );
         }
     }
     chains.sort_by_key(|c| c.0);
     let batch = nodes.div_ceil(4).max(1);
-    let floor: f64 = chains.chunks(batch).map(|b| b.iter().map(|c| c.1).fold(0.0, f64::max)).sum();
+    let floor: f64 = chains
+        .chunks(batch)
+        .map(|b| b.iter().map(|c| c.1).fold(0.0, f64::max))
+        .sum();
     gaps.sort_by(f64::total_cmp);
     println!(
         "{name:<13} {nodes:>4} nodes  wall {wall:>6.1} s  floor {floor:>6.1} s  ({:.2}x)  jobs {jobs:>4}  added latency p50 {:>5.0} ms  p95 {:>5.0} ms  max {:>5.0} ms  writes/node-stage {:.2}  events/node-stage {:.2}  operator RSS idle {} MiB peak {} MiB end {} MiB",
@@ -173,10 +224,16 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let nodes: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(100);
+    let nodes: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(100);
     let exe = std::env::current_exe()?;
     // benches live in target/<profile>/deps; the binaries one level up.
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
     let bins = Binaries::in_dir(dir)?;
     for reboot in [false, true] {
         scenario(&bins, nodes, reboot).await?;

@@ -12,7 +12,12 @@ use crate::plugins::Plugins;
 /// failing health gates.
 pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_planner::Cr {
     let meta = &nw.metadata;
-    let flag = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).is_some_and(|v| v == "true");
+    let flag = |k: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .is_some_and(|v| v == "true")
+    };
     let mut spec = nw.spec.clone();
     nodewright_api::validate::default_nodewright(&mut spec);
     let name = meta.name.clone().unwrap_or_default();
@@ -20,7 +25,12 @@ pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_plann
     let generation = meta.generation.unwrap_or(0);
     nodewright_planner::Cr {
         plugins: plugins.get(&name, &uid, generation, &spec),
-        failing_gates: gates.failing(&name, spec.health_gates.as_ref().and_then(|g| g.prometheus.as_ref())),
+        failing_gates: gates.failing(
+            &name,
+            spec.health_gates
+                .as_ref()
+                .and_then(|g| g.prometheus.as_ref()),
+        ),
         name,
         uid,
         generation,
@@ -29,7 +39,11 @@ pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_plann
         paused: flag(keys::PAUSE),
         disabled: flag(keys::DISABLE),
         deleting: meta.deletion_timestamp.is_some(),
-        has_finalizer: meta.finalizers.iter().flatten().any(|f| f == keys::FINALIZER),
+        has_finalizer: meta
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == keys::FINALIZER),
     }
 }
 
@@ -38,13 +52,39 @@ pub fn node(n: &Node) -> nodewright_planner::Node {
     let meta = &n.metadata;
     nodewright_planner::Node {
         name: meta.name.clone().unwrap_or_default(),
-        created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
+        created: meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second())
+            .unwrap_or(0),
         labels: meta.labels.clone().unwrap_or_default(),
         annotations: meta.annotations.clone().unwrap_or_default(),
-        unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
-        taints: n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default(),
-        boot_id: n.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.boot_id.clone()).unwrap_or_default(),
-        conditions: n.status.as_ref().and_then(|s| s.conditions.as_ref()).map(|cs| cs.iter().map(|c| (c.type_.clone(), c.status.clone())).collect()).unwrap_or_default(),
+        unschedulable: n
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false),
+        taints: n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default(),
+        boot_id: n
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.boot_id.clone())
+            .unwrap_or_default(),
+        conditions: n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| (c.type_.clone(), c.status.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
         resource_version: meta.resource_version.clone().unwrap_or_default(),
     }
 }
@@ -54,8 +94,16 @@ pub fn pod(p: &Pod) -> Option<nodewright_planner::Pod> {
     let spec = p.spec.as_ref()?;
     let node = spec.node_name.clone()?;
     let meta = &p.metadata;
-    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
-    let cordon = Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Default::default() };
+    let phase = p
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    let cordon = Taint {
+        key: "node.kubernetes.io/unschedulable".into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    };
     Some(nodewright_planner::Pod {
         namespace: meta.namespace.clone().unwrap_or_default(),
         name: meta.name.clone().unwrap_or_default(),
@@ -63,10 +111,25 @@ pub fn pod(p: &Pod) -> Option<nodewright_planner::Pod> {
         labels: meta.labels.clone().unwrap_or_default(),
         active: matches!(phase, "Pending" | "Running" | "Unknown"),
         terminating: meta.deletion_timestamp.is_some(),
-        controller: meta.owner_references.iter().flatten().find(|o| o.controller == Some(true)).map(|o| o.kind.clone()),
-        mirror: meta.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
+        controller: meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.kind.clone()),
+        mirror: meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
         empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
-        tolerates_unschedulable: spec.tolerations.iter().flatten().any(|t| select::tolerates(t, &cordon)),
-        ours: meta.labels.as_ref().is_some_and(|l| l.get(keys::job::MANAGED).is_some_and(|v| v == "true")),
+        tolerates_unschedulable: spec
+            .tolerations
+            .iter()
+            .flatten()
+            .any(|t| select::tolerates(t, &cordon)),
+        ours: meta
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.get(keys::job::MANAGED).is_some_and(|v| v == "true")),
     })
 }

@@ -6,7 +6,9 @@ use futures::{StreamExt, stream};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
-use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{
+    Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams, PropagationPolicy,
+};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Client, Resource};
 use nodewright_api::keys;
@@ -30,7 +32,9 @@ pub struct Executor {
 
 impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Executor").field("jobs", &self.jobs).finish_non_exhaustive()
+        f.debug_struct("Executor")
+            .field("jobs", &self.jobs)
+            .finish_non_exhaustive()
     }
 }
 
@@ -47,7 +51,12 @@ impl Executor {
     /// An executor writing as `reporter`.
     pub fn new(client: Client, jobs: JobConfig, world: World, reporter: &str) -> Self {
         let recorder = Recorder::new(client.clone(), reporter.to_string().into());
-        Executor { client, jobs, recorder, world }
+        Executor {
+            client,
+            jobs,
+            recorder,
+            world,
+        }
     }
 
     /// Executes `actions` in three waves, each [`PARALLEL`] writes at a time: node patches;
@@ -56,8 +65,19 @@ impl Executor {
     /// writes are independent (different nodes, Jobs, CRs), so their order does not matter.
     pub async fn run(&self, actions: Vec<Action>) -> Outcome {
         let mut out = Outcome::default();
-        let patches = actions.iter().filter_map(|a| if let Action::PatchNode(p) = a { Some(p) } else { None });
-        let results: Vec<(String, anyhow::Result<()>)> = stream::iter(patches.map(|p| async move { (p.node.clone(), self.patch_node(p).await) })).buffer_unordered(PARALLEL).collect().await;
+        let patches = actions.iter().filter_map(|a| {
+            if let Action::PatchNode(p) = a {
+                Some(p)
+            } else {
+                None
+            }
+        });
+        let results: Vec<(String, anyhow::Result<()>)> = stream::iter(
+            patches.map(|p| async move { (p.node.clone(), self.patch_node(p).await) }),
+        )
+        .buffer_unordered(PARALLEL)
+        .collect()
+        .await;
         let mut failed_nodes: HashSet<String> = HashSet::new();
         for (node, r) in results {
             out.writes += 1;
@@ -70,12 +90,21 @@ impl Executor {
         let held_back = |a: &Action| match a {
             Action::PatchNode(_) => true,
             Action::CreateJob(req) => failed_nodes.contains(&req.node),
-            Action::Evict { node, .. } | Action::DeleteJob { node, .. } => failed_nodes.contains(node),
+            Action::Evict { node, .. } | Action::DeleteJob { node, .. } => {
+                failed_nodes.contains(node)
+            }
             _ => false,
         };
-        let (deletes, rest): (Vec<Action>, Vec<Action>) = actions.into_iter().filter(|a| !held_back(a)).partition(|a| matches!(a, Action::DeleteJob { .. }));
+        let (deletes, rest): (Vec<Action>, Vec<Action>) = actions
+            .into_iter()
+            .filter(|a| !held_back(a))
+            .partition(|a| matches!(a, Action::DeleteJob { .. }));
         for wave in [deletes, rest] {
-            let results: Vec<Option<anyhow::Result<()>>> = stream::iter(wave.into_iter().map(|a| self.one(a))).buffer_unordered(PARALLEL).collect().await;
+            let results: Vec<Option<anyhow::Result<()>>> =
+                stream::iter(wave.into_iter().map(|a| self.one(a)))
+                    .buffer_unordered(PARALLEL)
+                    .collect()
+                    .await;
             for r in results.into_iter().flatten() {
                 out.writes += 1;
                 if let Err(e) = r {
@@ -93,7 +122,13 @@ impl Executor {
             Action::PatchNode(_) => return None,
             Action::CreateJob(req) => self.create_job(&req).await,
             Action::DeleteJob { name, running, .. } => self.delete_job(&name, running).await,
-            Action::Evict { node: _, namespace, pod, delete, grace_seconds } => self.evict(&namespace, &pod, delete, grace_seconds).await,
+            Action::Evict {
+                node: _,
+                namespace,
+                pod,
+                delete,
+                grace_seconds,
+            } => self.evict(&namespace, &pod, delete, grace_seconds).await,
             Action::SetStatus { cr, status } => self.set_status(&cr, &status).await,
             Action::Event(e) => {
                 self.event(&e).await;
@@ -115,14 +150,24 @@ impl Executor {
             let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
             taints.retain(|t| !p.remove_taints.contains(&t.key));
             for t in &p.add_taints {
-                if !taints.iter().any(|x| x.key == t.key && x.effect == t.effect) {
+                if !taints
+                    .iter()
+                    .any(|x| x.key == t.key && x.effect == t.effect)
+                {
                     taints.push(t.clone());
                 }
             }
             body["spec"]["taints"] = serde_json::to_value(taints)?;
         }
-        let patched = nodes.patch(&p.node, &PatchParams::default(), &Patch::Merge(body)).await?;
-        self.world.overlay.lock().expect("overlay lock").nodes.insert(p.node.clone(), patched);
+        let patched = nodes
+            .patch(&p.node, &PatchParams::default(), &Patch::Merge(body))
+            .await?;
+        self.world
+            .overlay
+            .lock()
+            .expect("overlay lock")
+            .nodes
+            .insert(p.node.clone(), patched);
         Ok(())
     }
 
@@ -132,7 +177,12 @@ impl Executor {
         match api.create(&PostParams::default(), &job).await {
             Ok(created) => {
                 tracing::info!(job = %req.name, node = %req.node, "created");
-                self.world.overlay.lock().expect("overlay lock").created.insert(req.name.clone(), created);
+                self.world
+                    .overlay
+                    .lock()
+                    .expect("overlay lock")
+                    .created
+                    .insert(req.name.clone(), created);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()), // deterministic names: it exists
@@ -145,8 +195,15 @@ impl Executor {
     /// whatever waits for the work to stop — a release, a finalizer — waits for the pods.
     async fn delete_job(&self, name: &str, running: bool) -> anyhow::Result<()> {
         let api: Api<Job> = Api::namespaced(self.client.clone(), &self.jobs.namespace);
-        let propagation = if running { PropagationPolicy::Foreground } else { PropagationPolicy::Background };
-        let dp = DeleteParams { propagation_policy: Some(propagation), ..Default::default() };
+        let propagation = if running {
+            PropagationPolicy::Foreground
+        } else {
+            PropagationPolicy::Background
+        };
+        let dp = DeleteParams {
+            propagation_policy: Some(propagation),
+            ..Default::default()
+        };
         match api.delete(name, &dp).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -158,35 +215,74 @@ impl Executor {
         Ok(())
     }
 
-    async fn evict(&self, namespace: &str, pod: &str, delete: bool, grace: Option<i64>) -> anyhow::Result<()> {
+    async fn evict(
+        &self,
+        namespace: &str,
+        pod: &str,
+        delete: bool,
+        grace: Option<i64>,
+    ) -> anyhow::Result<()> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let key = format!("{namespace}/{pod}");
-        let dp = DeleteParams { grace_period_seconds: grace.map(|g| g.max(0) as u32), ..Default::default() };
+        let dp = DeleteParams {
+            grace_period_seconds: grace.map(|g| g.max(0) as u32),
+            ..Default::default()
+        };
         let result = if delete {
             api.delete(pod, &dp).await.map(|_| ())
         } else {
-            api.evict(pod, &EvictParams { delete_options: Some(dp), ..Default::default() }).await.map(|_| ())
+            api.evict(
+                pod,
+                &EvictParams {
+                    delete_options: Some(dp),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map(|_| ())
         };
         match result {
             Ok(()) => {
                 tracing::info!(pod = %key, delete, "evicted");
-                self.world.refusals.lock().expect("refusals lock").remove(&key);
+                self.world
+                    .refusals
+                    .lock()
+                    .expect("refusals lock")
+                    .remove(&key);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 429 => {
                 let now = k8s_openapi::jiff::Timestamp::now().as_second();
-                self.world.refusals.lock().expect("refusals lock").insert(key, Refusal { at: now, message: s.message.clone() });
+                self.world.refusals.lock().expect("refusals lock").insert(
+                    key,
+                    Refusal {
+                        at: now,
+                        message: s.message.clone(),
+                    },
+                );
                 Ok(())
             }
             Err(e) => Err(anyhow::anyhow!("evict {key}: {e}")),
         }
     }
 
-    async fn set_status(&self, cr: &str, status: &nodewright_api::v1alpha1::NodeWrightStatus) -> anyhow::Result<()> {
+    async fn set_status(
+        &self,
+        cr: &str,
+        status: &nodewright_api::v1alpha1::NodeWrightStatus,
+    ) -> anyhow::Result<()> {
         let api: Api<NodeWright> = Api::all(self.client.clone());
-        let body = json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "status": status});
-        match api.patch_status(cr, &PatchParams::apply("nodewright-operator").force(), &Patch::Apply(body)).await {
+        let body =
+            json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "status": status});
+        match api
+            .patch_status(
+                cr,
+                &PatchParams::apply("nodewright-operator").force(),
+                &Patch::Apply(body),
+            )
+            .await
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(anyhow::anyhow!("status of {cr}: {e}")),
@@ -195,14 +291,19 @@ impl Executor {
 
     async fn finalizer(&self, cr: &str, add: bool) -> anyhow::Result<()> {
         let api: Api<NodeWright> = Api::all(self.client.clone());
-        let Some(current) = self.world.nodewright(cr) else { return Ok(()) };
+        let Some(current) = self.world.nodewright(cr) else {
+            return Ok(());
+        };
         let mut finalizers: Vec<String> = current.metadata.finalizers.clone().unwrap_or_default();
         finalizers.retain(|f| f != keys::FINALIZER);
         if add {
             finalizers.push(keys::FINALIZER.into());
         }
         let body = json!({"metadata": {"resourceVersion": current.metadata.resource_version, "finalizers": finalizers}});
-        match api.patch(cr, &PatchParams::default(), &Patch::Merge(body)).await {
+        match api
+            .patch(cr, &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(anyhow::anyhow!("finalizer of {cr}: {e}")),
@@ -215,10 +316,20 @@ impl Executor {
                 Some(cr) => cr.object_ref(&()),
                 None => return,
             },
-            Target::Node(name) => ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(name.clone()), uid: Some(name.clone()), ..Default::default() },
+            Target::Node(name) => ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(name.clone()),
+                uid: Some(name.clone()),
+                ..Default::default()
+            },
         };
         let ev = KubeEvent {
-            type_: if e.warning { EventType::Warning } else { EventType::Normal },
+            type_: if e.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
             reason: e.reason.into(),
             note: Some(e.message.chars().take(1000).collect()),
             // The recorder folds events with the same (reason, action) on an object into one
@@ -234,5 +345,7 @@ impl Executor {
 
 /// FNV-1a, 32 bits: a short stable tag for a message.
 fn fnv(s: &str) -> u32 {
-    s.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+    s.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }

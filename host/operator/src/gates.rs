@@ -84,18 +84,30 @@ impl Gates {
     /// An evaluator reading gate Secrets from `namespace` and asking every `interval`; a
     /// changed answer wakes `notify`.
     pub fn new(client: Client, namespace: &str, interval: Duration, notify: Arc<Notify>) -> Self {
-        Gates { client, namespace: namespace.into(), interval, answers: Arc::default(), notify }
+        Gates {
+            client,
+            namespace: namespace.into(),
+            interval,
+            answers: Arc::default(),
+            notify,
+        }
     }
 
     /// Forgets the answers for CRs not in `live` (deleted ones).
     pub fn keep(&self, live: &[&str]) {
-        self.answers.lock().expect("gates lock").retain(|name, _| live.contains(&name.as_str()));
+        self.answers
+            .lock()
+            .expect("gates lock")
+            .retain(|name, _| live.contains(&name.as_str()));
     }
 
     /// How long the loop may sleep before a gate is due again (`None`: no gates).
     pub fn due_in(&self) -> Option<Duration> {
         let answers = self.answers.lock().expect("gates lock");
-        answers.values().map(|a| self.interval.saturating_sub(a.asked.elapsed())).min()
+        answers
+            .values()
+            .map(|a| self.interval.saturating_sub(a.asked.elapsed()))
+            .min()
     }
 
     /// The failing gates of CR `name` as last seen (asking again when the answer is old).
@@ -105,11 +117,22 @@ impl Gates {
             answers.remove(name);
             return Vec::new();
         };
-        let entry = answers.entry(name.to_string()).or_insert_with(|| Answer { gate: gate.clone(), findings: None, asked: Instant::now(), in_flight: false });
+        let entry = answers.entry(name.to_string()).or_insert_with(|| Answer {
+            gate: gate.clone(),
+            findings: None,
+            asked: Instant::now(),
+            in_flight: false,
+        });
         if entry.gate != *gate {
-            *entry = Answer { gate: gate.clone(), findings: None, asked: Instant::now(), in_flight: false };
+            *entry = Answer {
+                gate: gate.clone(),
+                findings: None,
+                asked: Instant::now(),
+                in_flight: false,
+            };
         }
-        if !entry.in_flight && (entry.findings.is_none() || entry.asked.elapsed() >= self.interval) {
+        if !entry.in_flight && (entry.findings.is_none() || entry.asked.elapsed() >= self.interval)
+        {
             entry.in_flight = true;
             entry.asked = Instant::now();
             let this = self.clone();
@@ -117,10 +140,16 @@ impl Gates {
             tokio::spawn(async move {
                 let findings = match this.ask(&gate).await {
                     Ok(f) => f,
-                    Err(e) => vec![GateFinding { gate: "prometheus".into(), reason: e.reason().into(), message: format!("{e} (the gate fails closed)") }],
+                    Err(e) => vec![GateFinding {
+                        gate: "prometheus".into(),
+                        reason: e.reason().into(),
+                        message: format!("{e} (the gate fails closed)"),
+                    }],
                 };
                 let mut answers = this.answers.lock().expect("gates lock");
-                let Some(a) = answers.get_mut(&name).filter(|a| a.gate == gate) else { return };
+                let Some(a) = answers.get_mut(&name).filter(|a| a.gate == gate) else {
+                    return;
+                };
                 let changed = a.findings.as_ref() != Some(&findings);
                 a.findings = Some(findings);
                 a.in_flight = false;
@@ -130,47 +159,100 @@ impl Gates {
                 }
             });
         }
-        entry.findings.clone().unwrap_or_else(|| vec![GateFinding { gate: "prometheus".into(), reason: "Evaluating".into(), message: format!("asking {} for the first time", gate.url) }])
+        entry.findings.clone().unwrap_or_else(|| {
+            vec![GateFinding {
+                gate: "prometheus".into(),
+                reason: "Evaluating".into(),
+                message: format!("asking {} for the first time", gate.url),
+            }]
+        })
     }
 
-    async fn secret(&self, field: &'static str, name: &str, key: &str) -> Result<Vec<u8>, GateError> {
+    async fn secret(
+        &self,
+        field: &'static str,
+        name: &str,
+        key: &str,
+    ) -> Result<Vec<u8>, GateError> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
-        let secret = api.get(name).await.map_err(|e| GateError::Secret { field, message: format!("Secret {}/{name}: {e}", self.namespace) })?;
-        secret.data.and_then(|d| d.get(key).map(|b| b.0.clone())).ok_or_else(|| GateError::Secret { field, message: format!("Secret {}/{name} has no key {key:?}", self.namespace) })
+        let secret = api.get(name).await.map_err(|e| GateError::Secret {
+            field,
+            message: format!("Secret {}/{name}: {e}", self.namespace),
+        })?;
+        secret
+            .data
+            .and_then(|d| d.get(key).map(|b| b.0.clone()))
+            .ok_or_else(|| GateError::Secret {
+                field,
+                message: format!("Secret {}/{name} has no key {key:?}", self.namespace),
+            })
     }
 
     async fn ask(&self, gate: &PrometheusGate) -> Result<Vec<GateFinding>, GateError> {
-        let names = gate.names().map_err(|e| GateError::Invalid(format!("alertNames: {e}")))?;
+        let names = gate
+            .names()
+            .map_err(|e| GateError::Invalid(format!("alertNames: {e}")))?;
         let mut http = reqwest::Client::builder().timeout(gate.timeout());
         if let Some(s) = &gate.ca_secret {
             let pem = self.secret("caSecret", s, "ca.crt").await?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| GateError::Secret { field: "caSecret", message: format!("ca.crt is not a PEM bundle: {e}") })?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| GateError::Secret {
+                    field: "caSecret",
+                    message: format!("ca.crt is not a PEM bundle: {e}"),
+                })?;
             http = http.tls_certs_merge(certs);
         }
-        let http = http.build().map_err(|e| GateError::Invalid(format!("HTTP client: {e}")))?;
+        let http = http
+            .build()
+            .map_err(|e| GateError::Invalid(format!("HTTP client: {e}")))?;
         let url = format!("{}/api/v1/alerts", gate.url.trim_end_matches('/'));
         let mut req = http.get(&url);
         if let Some(s) = &gate.bearer_token_secret {
             let token = self.secret("bearerTokenSecret", s, "token").await?;
             req = req.bearer_auth(String::from_utf8_lossy(&token).trim());
         }
-        let unreachable = |source| GateError::Unreachable { url: gate.url.clone(), source };
+        let unreachable = |source| GateError::Unreachable {
+            url: gate.url.clone(),
+            source,
+        };
         let resp = req.send().await.map_err(unreachable)?;
         let status = resp.status();
         let body = resp.bytes().await.map_err(unreachable)?;
         let parsed: Result<AlertsReply, _> = serde_json::from_slice(&body);
         let alerts = match parsed {
             Ok(r) if status.is_success() && r.status == "success" => r.data.alerts,
-            _ => return Err(GateError::BadAnswer { url: gate.url.clone(), status: status.as_u16(), body: String::from_utf8_lossy(&body[..body.len().min(200)]).into() }),
+            _ => {
+                return Err(GateError::BadAnswer {
+                    url: gate.url.clone(),
+                    status: status.as_u16(),
+                    body: String::from_utf8_lossy(&body[..body.len().min(200)]).into(),
+                });
+            }
         };
         let matching: Vec<String> = alerts
             .iter()
             .filter(|a| a.state == "firing" || (gate.include_pending && a.state == "pending"))
-            .filter(|a| names.as_ref().is_none_or(|re| a.labels.get("alertname").is_some_and(|n| re.is_match(n))))
-            .filter(|a| gate.match_labels.iter().all(|(k, v)| a.labels.get(k) == Some(v)))
+            .filter(|a| {
+                names
+                    .as_ref()
+                    .is_none_or(|re| a.labels.get("alertname").is_some_and(|n| re.is_match(n)))
+            })
+            .filter(|a| {
+                gate.match_labels
+                    .iter()
+                    .all(|(k, v)| a.labels.get(k) == Some(v))
+            })
             .map(describe)
             .collect();
-        Ok(if matching.is_empty() { Vec::new() } else { vec![GateFinding { gate: "prometheus".into(), reason: "AlertsFiring".into(), message: matching.join(", ") }] })
+        Ok(if matching.is_empty() {
+            Vec::new()
+        } else {
+            vec![GateFinding {
+                gate: "prometheus".into(),
+                reason: "AlertsFiring".into(),
+                message: matching.join(", "),
+            }]
+        })
     }
 }
 
@@ -193,8 +275,16 @@ struct Alert {
 
 /// `Name{label="value",...} firing`, without the name among the labels.
 fn describe(a: &Alert) -> String {
-    let name = a.labels.get("alertname").map_or("(unnamed)", String::as_str);
-    let labels: Vec<String> = a.labels.iter().filter(|(k, _)| *k != "alertname").map(|(k, v)| format!("{k}={v:?}")).collect();
+    let name = a
+        .labels
+        .get("alertname")
+        .map_or("(unnamed)", String::as_str);
+    let labels: Vec<String> = a
+        .labels
+        .iter()
+        .filter(|(k, _)| *k != "alertname")
+        .map(|(k, v)| format!("{k}={v:?}"))
+        .collect();
     format!("{name}{{{}}} {}", labels.join(","), a.state)
 }
 
@@ -204,7 +294,14 @@ mod tests {
 
     #[test]
     fn alerts_are_described_by_name_labels_and_state() {
-        let a = Alert { labels: [("alertname".to_string(), "NodeDown".to_string()), ("node".to_string(), "n1".to_string())].into(), state: "firing".into() };
+        let a = Alert {
+            labels: [
+                ("alertname".to_string(), "NodeDown".to_string()),
+                ("node".to_string(), "n1".to_string()),
+            ]
+            .into(),
+            state: "firing".into(),
+        };
         assert_eq!(describe(&a), "NodeDown{node=\"n1\"} firing");
     }
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use nodewright_api::keys::job as label;
-use nodewright_api::result::StageResult;
 use nodewright_api::limits::StageLimits;
+use nodewright_api::result::StageResult;
 use nodewright_api::validate::parse_duration;
 use nodewright_planner::jobs::{interrupt_name, parse_interrupt, parse_stage};
 use nodewright_planner::{JobPhase, JobRequest, Work};
@@ -50,17 +50,36 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     let mut args: Vec<String> = Vec::new();
     let interrupt_job;
     match &req.work {
-        Work::Package { package, version, stage } => {
+        Work::Package {
+            package,
+            version,
+            stage,
+        } => {
             interrupt_job = false;
             labels.insert(label::PACKAGE.into(), package.clone());
             labels.insert(label::VERSION.into(), version.clone());
             labels.insert(label::STAGE.into(), stage.as_str().into());
             let p = req.package.clone().unwrap_or_default();
-            args.extend(["run".into(), format!("--stage={}", stage.as_str()), format!("--package={package}"), format!("--version={version}")]);
+            args.extend([
+                "run".into(),
+                format!("--stage={}", stage.as_str()),
+                format!("--package={package}"),
+                format!("--version={version}"),
+            ]);
             args.push(format!("--plugin={}", req.plugin));
-            args.push(format!("--capabilities={}", serde_json::to_string(&p.capabilities).unwrap_or_else(|_| "{}".into())));
-            args.push(format!("--config={}", serde_json::to_string(&p.config_map).unwrap_or_else(|_| "{}".into())));
-            args.extend(req.changed_keys.iter().map(|k| format!("--changed-key={k}")));
+            args.push(format!(
+                "--capabilities={}",
+                serde_json::to_string(&p.capabilities).unwrap_or_else(|_| "{}".into())
+            ));
+            args.push(format!(
+                "--config={}",
+                serde_json::to_string(&p.config_map).unwrap_or_else(|_| "{}".into())
+            ));
+            args.extend(
+                req.changed_keys
+                    .iter()
+                    .map(|k| format!("--changed-key={k}")),
+            );
             if let Some(prev) = &req.previous_version {
                 args.push(format!("--previous-version={prev}"));
             }
@@ -79,17 +98,29 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
             args.push(format!("--write-bytes={}", limits.write_bytes));
             args.push(format!("--write-files={}", limits.write_files));
             args.push(format!("--min-free-bytes={}", cfg.min_free_bytes));
-            if let Some(g) = p.graceful_shutdown.as_deref().and_then(|g| parse_duration(g).ok()) {
+            if let Some(g) = p
+                .graceful_shutdown
+                .as_deref()
+                .and_then(|g| parse_duration(g).ok())
+            {
                 args.push(format!("--graceful-shutdown={g}"));
             }
-            args.extend(cfg.insecure_registries.iter().map(|r| format!("--insecure-registry={r}")));
+            args.extend(
+                cfg.insecure_registries
+                    .iter()
+                    .map(|r| format!("--insecure-registry={r}")),
+            );
         }
         Work::Interrupt { stage, kind, owner } => {
             interrupt_job = true;
             labels.insert(label::PACKAGE.into(), owner.clone());
             labels.insert(label::STAGE.into(), stage.as_str().into());
             labels.insert(label::INTERRUPT.into(), interrupt_name(*kind).into());
-            args.extend(["interrupt".into(), format!("--type={}", interrupt_name(*kind)), format!("--package={owner}")]);
+            args.extend([
+                "interrupt".into(),
+                format!("--type={}", interrupt_name(*kind)),
+                format!("--package={owner}"),
+            ]);
             args.extend(req.services.iter().map(|s| format!("--service={s}")));
         }
     }
@@ -190,48 +221,106 @@ pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::Job> {
     let get = |k: &str| labels.get(k).cloned();
     let stage = parse_stage(&get(label::STAGE)?)?;
     let work = match get(label::INTERRUPT) {
-        Some(kind) => Work::Interrupt { stage, kind: parse_interrupt(&kind)?, owner: get(label::PACKAGE)? },
-        None => Work::Package { package: get(label::PACKAGE)?, version: get(label::VERSION)?, stage },
+        Some(kind) => Work::Interrupt {
+            stage,
+            kind: parse_interrupt(&kind)?,
+            owner: get(label::PACKAGE)?,
+        },
+        None => Work::Package {
+            package: get(label::PACKAGE)?,
+            version: get(label::VERSION)?,
+            stage,
+        },
     };
     let status = job.status.clone().unwrap_or_default();
-    let condition = |t: &str| status.conditions.iter().flatten().find(|c| c.type_ == t && c.status == "True");
-    let mut failed_pods: Vec<&&Pod> = pods.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")).collect();
+    let condition = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == t && c.status == "True")
+    };
+    let mut failed_pods: Vec<&&Pod> = pods
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+        .collect();
     failed_pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
     let last = failed_pods.iter().rev().find_map(|p| result_of(p));
     let phase = if condition("Complete").is_some() {
-        let ok = pods.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")).find_map(|p| result_of(p));
+        let ok = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+            .find_map(|p| result_of(p));
         JobPhase::Succeeded(ok)
     } else if let Some(c) = condition("Failed") {
         let reason = c.reason.clone().unwrap_or_default();
-        let genuine = reason == "DeadlineExceeded" || failed_pods.iter().any(|p| genuine_failure(p));
-        JobPhase::Failed { genuine, attempts: status.failed.unwrap_or(0).max(0) as u32, reason, last }
+        let genuine =
+            reason == "DeadlineExceeded" || failed_pods.iter().any(|p| genuine_failure(p));
+        JobPhase::Failed {
+            genuine,
+            attempts: status.failed.unwrap_or(0).max(0) as u32,
+            reason,
+            last,
+        }
     } else {
-        JobPhase::Active { failed: status.failed.unwrap_or(0).max(0) as u32, last }
+        JobPhase::Active {
+            failed: status.failed.unwrap_or(0).max(0) as u32,
+            last,
+        }
     };
-    let generation = get(label::GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0);
+    let generation = get(label::GENERATION)
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(0);
     let stopping = job.metadata.deletion_timestamp.is_some();
-    Some(nodewright_planner::Job { name: job.metadata.name.clone()?, cr: get(label::CR)?, node: get(label::NODE)?, generation, work, phase, stopping })
+    Some(nodewright_planner::Job {
+        name: job.metadata.name.clone()?,
+        cr: get(label::CR)?,
+        node: get(label::NODE)?,
+        generation,
+        work,
+        phase,
+        stopping,
+    })
 }
 
 /// The agent's result in a pod's termination message, if it wrote one.
 fn result_of(p: &Pod) -> Option<StageResult> {
     let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
     let c = statuses.iter().find(|c| c.name == CONTAINER)?;
-    let t = c.state.as_ref()?.terminated.as_ref().or(c.last_state.as_ref()?.terminated.as_ref())?;
+    let t = c
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .or(c.last_state.as_ref()?.terminated.as_ref())?;
     serde_json::from_str(t.message.as_deref()?).ok()
 }
 
 /// A failed attempt that counts: a verdict from the agent (exit 1–3) or the per-attempt
 /// deadline — not a disruption, an admission rejection or a host failure.
 fn genuine_failure(p: &Pod) -> bool {
-    let Some(status) = p.status.as_ref() else { return false };
-    if status.conditions.iter().flatten().any(|c| c.type_ == "DisruptionTarget" && c.status == "True") || p.metadata.deletion_timestamp.is_some() {
+    let Some(status) = p.status.as_ref() else {
+        return false;
+    };
+    if status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+        || p.metadata.deletion_timestamp.is_some()
+    {
         return false;
     }
     if status.reason.as_deref() == Some("DeadlineExceeded") {
         return true;
     }
-    status.container_statuses.iter().flatten().filter(|c| c.name == CONTAINER).filter_map(|c| c.state.as_ref()?.terminated.as_ref()).any(|t| (1..=3).contains(&t.exit_code))
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter(|c| c.name == CONTAINER)
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .any(|t| (1..=3).contains(&t.exit_code))
 }
 
 #[cfg(test)]
@@ -256,7 +345,11 @@ mod tests {
         let package = Package {
             version: "1.0.0".into(),
             plugin: "r/p:1".into(),
-            sandbox: Some(SandboxSpec { memory: Some("256Mi".into()), write_bytes: None, write_files: Some(10) }),
+            sandbox: Some(SandboxSpec {
+                memory: Some("256Mi".into()),
+                write_bytes: None,
+                write_files: Some(10),
+            }),
             ..Default::default()
         };
         JobRequest {
@@ -266,7 +359,11 @@ mod tests {
             generation: 2,
             run: 7,
             node: "n1".into(),
-            work: Work::Package { package: "tuning".into(), version: "1.0.0".into(), stage: Stage::Apply },
+            work: Work::Package {
+                package: "tuning".into(),
+                version: "1.0.0".into(),
+                stage: Stage::Apply,
+            },
             package: Some(package),
             plugin: "r/p@sha256:1".into(),
             changed_keys: vec![],
@@ -285,8 +382,14 @@ mod tests {
     fn stage_jobs_run_in_the_nodes_network_namespace() {
         let job = serde_json::to_value(build(&request(), &cfg())).unwrap();
         let pod = &job["spec"]["template"]["spec"];
-        assert_eq!(pod["hostNetwork"], true, "net.* sysctls must land in the node's namespace");
-        assert_eq!(pod["automountServiceAccountToken"], false, "the agent holds no API credentials");
+        assert_eq!(
+            pod["hostNetwork"], true,
+            "net.* sysctls must land in the node's namespace"
+        );
+        assert_eq!(
+            pod["automountServiceAccountToken"], false,
+            "the agent holds no API credentials"
+        );
         assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
         assert_eq!(pod["hostPID"], true);
     }
@@ -295,14 +398,46 @@ mod tests {
     fn jobs_are_owned_by_their_nodewright_and_carry_the_sandbox_bounds() {
         let job = serde_json::to_value(build(&request(), &cfg())).unwrap();
         let owner = &job["metadata"]["ownerReferences"][0];
-        assert_eq!((owner["kind"].as_str(), owner["name"].as_str(), owner["uid"].as_str()), (Some("NodeWright"), Some("tune"), Some("uid-1")));
+        assert_eq!(
+            (
+                owner["kind"].as_str(),
+                owner["name"].as_str(),
+                owner["uid"].as_str()
+            ),
+            (Some("NodeWright"), Some("tune"), Some("uid-1"))
+        );
         assert_eq!(owner["apiVersion"], "nodewright.io/v1alpha1");
-        let args: Vec<&str> = job["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-        for want in ["--memory=268435456", "--write-bytes=268435456", "--write-files=10", "--min-free-bytes=268435456"] {
+        let args: Vec<&str> = job["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        for want in [
+            "--memory=268435456",
+            "--write-bytes=268435456",
+            "--write-files=10",
+            "--min-free-bytes=268435456",
+        ] {
             assert!(args.contains(&want), "{want} missing from {args:?}");
         }
-        assert!(!args.iter().any(|a| a.starts_with("--node-order")), "no order outside a batch: {args:?}");
-        let ordered = serde_json::to_value(build(&JobRequest { node_order: Some(3), ..request() }, &cfg())).unwrap();
-        assert!(ordered["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap().contains(&"--node-order=3".into()));
+        assert!(
+            !args.iter().any(|a| a.starts_with("--node-order")),
+            "no order outside a batch: {args:?}"
+        );
+        let ordered = serde_json::to_value(build(
+            &JobRequest {
+                node_order: Some(3),
+                ..request()
+            },
+            &cfg(),
+        ))
+        .unwrap();
+        assert!(
+            ordered["spec"]["template"]["spec"]["containers"][0]["args"]
+                .as_array()
+                .unwrap()
+                .contains(&"--node-order=3".into())
+        );
     }
 }

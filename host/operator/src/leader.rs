@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// A held (or wanted) lease.
@@ -18,13 +18,26 @@ pub struct Leader {
 }
 
 fn micro_now() -> String {
-    Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+    Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
 }
 
 impl Leader {
     /// A candidate for `name` in `namespace`.
-    pub fn new(client: Client, namespace: &str, name: &str, identity: &str, duration: Duration) -> Self {
-        Leader { api: Api::namespaced(client, namespace), name: name.into(), identity: identity.into(), duration }
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        duration: Duration,
+    ) -> Self {
+        Leader {
+            api: Api::namespaced(client, namespace),
+            name: name.into(),
+            identity: identity.into(),
+            duration,
+        }
     }
 
     /// Blocks until this process holds the lease.
@@ -52,7 +65,11 @@ impl Leader {
         let Some(lease) = self.api.get_opt(&self.name).await? else {
             let mut body = json!({"metadata": {"name": self.name}, "spec": spec});
             body["spec"]["acquireTime"] = json!(micro_now());
-            return match self.api.create(&PostParams::default(), &serde_json::from_value(body)?).await {
+            return match self
+                .api
+                .create(&PostParams::default(), &serde_json::from_value(body)?)
+                .await
+            {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(e.into()),
@@ -67,11 +84,16 @@ impl Leader {
         if !ours && !expired {
             return Ok(false);
         }
-        let mut body = json!({"metadata": {"resourceVersion": lease.metadata.resource_version}, "spec": spec});
+        let mut body =
+            json!({"metadata": {"resourceVersion": lease.metadata.resource_version}, "spec": spec});
         if !ours {
             body["spec"]["acquireTime"] = json!(micro_now());
         }
-        match self.api.patch(&self.name, &PatchParams::default(), &Patch::Merge(body)).await {
+        match self
+            .api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e.into()),

@@ -34,7 +34,11 @@ use tokio::sync::Notify;
 /// Flags (each also an environment variable). Boolean flags take `--flag`, `--flag=true` or
 /// `--flag=false` (the chart passes values).
 #[derive(Debug, Parser)]
-#[command(name = "nodewright-operator", version, about = "Rolls NodeWright packages out to nodes, safely")]
+#[command(
+    name = "nodewright-operator",
+    version,
+    about = "Rolls NodeWright packages out to nodes, safely"
+)]
 struct Flags {
     /// Namespace of the agent Jobs and the leader Lease.
     #[arg(long, env = "NODEWRIGHT_NAMESPACE", default_value = "nodewright")]
@@ -43,7 +47,11 @@ struct Flags {
     #[arg(long, env = "NODEWRIGHT_AGENT_IMAGE")]
     agent_image: String,
     /// The agent's command inside that image.
-    #[arg(long, env = "NODEWRIGHT_AGENT_COMMAND", default_value = "/usr/local/bin/nodewright-agent")]
+    #[arg(
+        long,
+        env = "NODEWRIGHT_AGENT_COMMAND",
+        default_value = "/usr/local/bin/nodewright-agent"
+    )]
     agent_command: String,
     /// Host-ops backend the agents use: `linux` (real nodes) or `sim` (simulated nodes).
     #[arg(long, env = "NODEWRIGHT_AGENT_BACKEND", default_value = "linux")]
@@ -62,7 +70,11 @@ struct Flags {
     #[arg(long, env = "NODEWRIGHT_JOB_TTL_SECONDS", default_value_t = 3600)]
     job_ttl_seconds_after_finished: i32,
     /// Where the operator caches pulled plugins and compiled code for grant checks.
-    #[arg(long, env = "NODEWRIGHT_PLUGIN_CACHE_DIR", default_value = "/var/cache/nodewright-operator")]
+    #[arg(
+        long,
+        env = "NODEWRIGHT_PLUGIN_CACHE_DIR",
+        default_value = "/var/cache/nodewright-operator"
+    )]
     plugin_cache_dir: PathBuf,
     /// Highest `sandbox.memory` a package may ask for.
     #[arg(long, env = "NODEWRIGHT_SANDBOX_MAX_MEMORY", default_value = "1Gi", value_parser = bytes)]
@@ -71,25 +83,42 @@ struct Flags {
     #[arg(long, env = "NODEWRIGHT_SANDBOX_MAX_WRITE_BYTES", default_value = "4Gi", value_parser = bytes)]
     sandbox_max_write_bytes: u64,
     /// Highest `sandbox.writeFiles` a package may ask for.
-    #[arg(long, env = "NODEWRIGHT_SANDBOX_MAX_WRITE_FILES", default_value_t = 100_000)]
+    #[arg(
+        long,
+        env = "NODEWRIGHT_SANDBOX_MAX_WRITE_FILES",
+        default_value_t = 100_000
+    )]
     sandbox_max_write_files: u32,
     /// Free space every plugin write must leave on the node's filesystem.
     #[arg(long, env = "NODEWRIGHT_AGENT_MIN_FREE_DISK", default_value = "256Mi", value_parser = bytes)]
     agent_min_free_disk: u64,
     /// Registries reached over plain HTTP (repeatable). Nothing else ever is.
-    #[arg(long = "insecure-registry", env = "NODEWRIGHT_INSECURE_REGISTRIES", value_delimiter = ',')]
+    #[arg(
+        long = "insecure-registry",
+        env = "NODEWRIGHT_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
     insecure_registries: Vec<String>,
     /// Reset a node's packages when it reboots outside nodewright's own interrupts.
     #[arg(long, env = "NODEWRIGHT_REAPPLY_ON_REBOOT", action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     reapply_on_reboot: bool,
     /// Units a `restartAllServices` interrupt restarts.
-    #[arg(long = "restart-all-services", env = "NODEWRIGHT_RESTART_ALL_SERVICES", value_delimiter = ',', default_value = "procps.service")]
+    #[arg(
+        long = "restart-all-services",
+        env = "NODEWRIGHT_RESTART_ALL_SERVICES",
+        value_delimiter = ',',
+        default_value = "procps.service"
+    )]
     restart_all_services: Vec<String>,
     /// Plan only while holding the Lease.
     #[arg(long, env = "NODEWRIGHT_LEADER_ELECT", action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     leader_elect: bool,
     /// Lease name.
-    #[arg(long, env = "NODEWRIGHT_LEASE_NAME", default_value = "nodewright-operator")]
+    #[arg(
+        long,
+        env = "NODEWRIGHT_LEASE_NAME",
+        default_value = "nodewright-operator"
+    )]
     lease_name: String,
     /// Identity in the Lease (default: the hostname and pid).
     #[arg(long, env = "POD_NAME")]
@@ -110,14 +139,26 @@ struct Flags {
     #[arg(long, env = "NODEWRIGHT_WEBHOOK_CONFIG", default_value = "nodewright")]
     webhook_config: String,
     /// The Service in front of the webhook: its names go into the serving certificate.
-    #[arg(long, env = "NODEWRIGHT_WEBHOOK_SERVICE", default_value = "nodewright-webhook")]
+    #[arg(
+        long,
+        env = "NODEWRIGHT_WEBHOOK_SERVICE",
+        default_value = "nodewright-webhook"
+    )]
     webhook_service: String,
     /// The Secret (in --namespace) holding the self-managed CA and serving certificate.
-    #[arg(long, env = "NODEWRIGHT_WEBHOOK_CERT_SECRET", default_value = "nodewright-webhook-cert")]
+    #[arg(
+        long,
+        env = "NODEWRIGHT_WEBHOOK_CERT_SECRET",
+        default_value = "nodewright-webhook-cert"
+    )]
     webhook_cert_secret: String,
     /// Extra DNS names or IP addresses for the serving certificate (repeatable), for a
     /// webhook reached by URL rather than through the Service.
-    #[arg(long = "webhook-host", env = "NODEWRIGHT_WEBHOOK_HOSTS", value_delimiter = ',')]
+    #[arg(
+        long = "webhook-host",
+        env = "NODEWRIGHT_WEBHOOK_HOSTS",
+        value_delimiter = ','
+    )]
     webhook_hosts: Vec<String>,
 }
 
@@ -132,22 +173,40 @@ fn bytes(s: &str) -> Result<u64, String> {
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
     // Before any thread (see nodewright_oci::prepare_roots).
-    nodewright_oci::prepare_roots(&flags.plugin_cache_dir.join("tls")).map_err(|e| anyhow::anyhow!("--plugin-cache-dir: {e}"))?;
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(flags))
+    nodewright_oci::prepare_roots(&flags.plugin_cache_dir.join("tls"))
+        .map_err(|e| anyhow::anyhow!("--plugin-cache-dir: {e}"))?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(flags))
 }
 
 async fn run(flags: Flags) -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into())).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
     let mut config = kube::Config::infer().await?;
     // A PodDisruptionBudget refusal is a 429; retrying it inside the client would block the
     // whole pass for minutes. The planner retries it, throttled.
     config.default_retry = false;
     let client = Client::try_from(config)?;
-    let identity = flags.identity.clone().unwrap_or_else(|| format!("{}-{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "operator".into()), std::process::id()));
+    let identity = flags.identity.clone().unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "operator".into()),
+            std::process::id()
+        )
+    });
 
     let metrics = Arc::new(metrics::Metrics::new());
     if let Some(addr) = flags.metrics_addr {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
         tracing::info!(%addr, "serving metrics and probes");
         tokio::spawn(serve::serve(listener, None, {
             let metrics = metrics.clone();
@@ -162,12 +221,28 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let world = world::World::start(client.clone(), &flags.namespace, notify.clone()).await?;
     let trust = trust::Trust::new(world.trust_policies());
     if let Some(addr) = flags.webhook_addr {
-        start_webhook(&flags, addr, client.clone(), world.clone(), metrics.clone(), trust.clone()).await?;
+        start_webhook(
+            &flags,
+            addr,
+            client.clone(),
+            world.clone(),
+            metrics.clone(),
+            trust.clone(),
+        )
+        .await?;
     }
     metrics.set_ready();
 
     // Standby replicas serve the webhook and probes above while they wait here.
-    let lease = flags.leader_elect.then(|| leader::Leader::new(client.clone(), &flags.namespace, &flags.lease_name, &identity, Duration::from_secs(15)));
+    let lease = flags.leader_elect.then(|| {
+        leader::Leader::new(
+            client.clone(),
+            &flags.namespace,
+            &flags.lease_name,
+            &identity,
+            Duration::from_secs(15),
+        )
+    });
     if let Some(l) = &lease {
         l.acquire().await?;
     }
@@ -177,8 +252,19 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         write_bytes: flags.sandbox_max_write_bytes,
         write_files: flags.sandbox_max_write_files,
     };
-    let gates = gates::Gates::new(client.clone(), &flags.namespace, Duration::from_secs(flags.health_gate_interval), notify.clone());
-    let plugins = plugins::Plugins::new(flags.plugin_cache_dir.clone(), flags.insecure_registries.clone(), ceilings, trust, notify.clone())?;
+    let gates = gates::Gates::new(
+        client.clone(),
+        &flags.namespace,
+        Duration::from_secs(flags.health_gate_interval),
+        notify.clone(),
+    );
+    let plugins = plugins::Plugins::new(
+        flags.plugin_cache_dir.clone(),
+        flags.insecure_registries.clone(),
+        ceilings,
+        trust,
+        notify.clone(),
+    )?;
     let jobs = jobs::JobConfig {
         namespace: flags.namespace.clone(),
         image: flags.agent_image.clone(),
@@ -189,7 +275,8 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         service_account: flags.agent_service_account.clone(),
         min_free_bytes: flags.agent_min_free_disk,
     };
-    let executor = execute::Executor::new(client.clone(), jobs, world.clone(), "nodewright-operator");
+    let executor =
+        execute::Executor::new(client.clone(), jobs, world.clone(), "nodewright-operator");
     let settings = Settings {
         namespace: flags.namespace.clone(),
         backoff_limit: flags.job_backoff_limit,
@@ -218,7 +305,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             && last_renew.elapsed() > Duration::from_secs(5)
         {
             if !l.renew().await.unwrap_or(false) {
-                anyhow::bail!("lost the leader lease {}; exiting so a fresh start re-acquires it", flags.lease_name);
+                anyhow::bail!(
+                    "lost the leader lease {}; exiting so a fresh start re-acquires it",
+                    flags.lease_name
+                );
             }
             last_renew = tokio::time::Instant::now();
         }
@@ -231,7 +321,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         }
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let actions = plan(&snapshot, now);
-        let busy = !snapshot.jobs.is_empty() || actions.iter().any(|a| !matches!(a, nodewright_planner::Action::Event(_)));
+        let busy = !snapshot.jobs.is_empty()
+            || actions
+                .iter()
+                .any(|a| !matches!(a, nodewright_planner::Action::Event(_)));
         let n = actions.len();
         for a in &actions {
             tracing::trace!(?a, "action");
@@ -239,10 +332,20 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         }
         tracing::trace!(pods = ?snapshot.pods.iter().map(|p| (p.key(), p.node.clone(), p.active, p.controller.clone())).collect::<Vec<_>>(), "pods");
         let out = executor.run(actions).await;
-        metrics.pass_duration.observe(started.elapsed().as_secs_f64());
+        metrics
+            .pass_duration
+            .observe(started.elapsed().as_secs_f64());
         metrics.api_writes.inc_by(out.writes as u64);
         metrics.api_write_failures.inc_by(out.failures as u64);
-        tracing::debug!(actions = n, writes = out.writes, failures = out.failures, nodes = snapshot.nodes.len(), jobs = snapshot.jobs.len(), pods = snapshot.pods.len(), "pass");
+        tracing::debug!(
+            actions = n,
+            writes = out.writes,
+            failures = out.failures,
+            nodes = snapshot.nodes.len(),
+            jobs = snapshot.jobs.len(),
+            pods = snapshot.pods.len(),
+            "pass"
+        );
         wait = if out.failures > 0 {
             Duration::from_millis(500)
         } else if busy {
@@ -260,46 +363,93 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
 fn probe_or_metrics(metrics: &metrics::Metrics, path: &str) -> serve::Reply {
     use hyper::StatusCode;
     match path {
-        "/metrics" => serve::Reply { status: StatusCode::OK, content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8", body: metrics.encode().into_bytes() },
+        "/metrics" => serve::Reply {
+            status: StatusCode::OK,
+            content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            body: metrics.encode().into_bytes(),
+        },
         "/healthz" => serve::Reply::text(StatusCode::OK, "ok"),
         "/readyz" if metrics.is_ready() => serve::Reply::text(StatusCode::OK, "ok"),
         "/readyz" => serve::Reply::text(StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet"),
-        _ => serve::Reply::text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz or /readyz"),
+        _ => serve::Reply::text(
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics, /healthz or /readyz",
+        ),
     }
 }
 
 /// Makes or loads the serving certificate, injects its CA, and serves admission reviews on
 /// `addr`. Returns once the listener is bound and a certificate is loaded.
-async fn start_webhook(flags: &Flags, addr: SocketAddr, client: Client, world: world::World, metrics: Arc<metrics::Metrics>, trust: trust::Trust) -> anyhow::Result<()> {
+async fn start_webhook(
+    flags: &Flags,
+    addr: SocketAddr,
+    client: Client,
+    world: world::World,
+    metrics: Arc<metrics::Metrics>,
+    trust: trust::Trust,
+) -> anyhow::Result<()> {
     use hyper::{Method, StatusCode};
     let cfg = webhook::cert::CertConfig {
         namespace: flags.namespace.clone(),
         secret: flags.webhook_cert_secret.clone(),
         webhook_config: Some(flags.webhook_config.clone()),
-        hosts: webhook::cert::CertConfig::hosts_for(&flags.webhook_service, &flags.namespace, &flags.webhook_hosts),
+        hosts: webhook::cert::CertConfig::hosts_for(
+            &flags.webhook_service,
+            &flags.namespace,
+            &flags.webhook_hosts,
+        ),
     };
     let material = webhook::cert::ensure(&client, &cfg).await?;
     let resolver = webhook::cert::Resolver::new(&material, &cfg.secret)?;
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("--webhook-addr {addr}: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--webhook-addr {addr}: {e}"))?;
     tracing::info!(%addr, secret = %cfg.secret, "serving the admission webhook");
-    let registry = nodewright_oci::Registry::new(nodewright_oci::RegistryConfig { insecure: flags.insecure_registries.clone(), ..Default::default() });
+    let registry = nodewright_oci::Registry::new(nodewright_oci::RegistryConfig {
+        insecure: flags.insecure_registries.clone(),
+        ..Default::default()
+    });
     let admission = webhook::Admission::new(client.clone(), world, metrics, trust, registry);
-    tokio::spawn(serve::serve(listener, Some(serve::tls_acceptor(resolver.clone())), move |method, path: String, body| {
-        let admission = admission.clone();
-        async move {
-            match (method, path.as_str()) {
-                (Method::POST, "/validate/nodewright" | "/validate/deploymentpolicy" | "/validate/plugintrustpolicy") => {
-                    let review = admission.review(&body).await;
-                    match serde_json::to_vec(&review) {
-                        Ok(body) => serve::Reply { status: StatusCode::OK, content_type: "application/json", body },
-                        Err(e) => serve::Reply::text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    tokio::spawn(serve::serve(
+        listener,
+        Some(serve::tls_acceptor(resolver.clone())),
+        move |method, path: String, body| {
+            let admission = admission.clone();
+            async move {
+                match (method, path.as_str()) {
+                    (
+                        Method::POST,
+                        "/validate/nodewright"
+                        | "/validate/deploymentpolicy"
+                        | "/validate/plugintrustpolicy",
+                    ) => {
+                        let review = admission.review(&body).await;
+                        match serde_json::to_vec(&review) {
+                            Ok(body) => serve::Reply {
+                                status: StatusCode::OK,
+                                content_type: "application/json",
+                                body,
+                            },
+                            Err(e) => {
+                                serve::Reply::text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                            }
+                        }
                     }
+                    (_, "/healthz") => serve::Reply::text(StatusCode::OK, "ok"),
+                    _ => serve::Reply::text(
+                        StatusCode::NOT_FOUND,
+                        "not found: POST /validate/nodewright, /validate/deploymentpolicy or /validate/plugintrustpolicy",
+                    ),
                 }
-                (_, "/healthz") => serve::Reply::text(StatusCode::OK, "ok"),
-                _ => serve::Reply::text(StatusCode::NOT_FOUND, "not found: POST /validate/nodewright, /validate/deploymentpolicy or /validate/plugintrustpolicy"),
             }
-        }
-    }));
-    tokio::spawn(webhook::cert::maintain(client, cfg, resolver, material, Duration::from_secs(30)));
+        },
+    ));
+    tokio::spawn(webhook::cert::maintain(
+        client,
+        cfg,
+        resolver,
+        material,
+        Duration::from_secs(30),
+    ));
     Ok(())
 }

@@ -56,12 +56,33 @@ struct Entry {
 impl Plugins {
     /// A checker pulling into `cache_dir`, reaching `insecure` registries over HTTP, holding
     /// packages to the sandbox `ceilings` and plugins to the `trust` policies.
-    pub fn new(cache_dir: PathBuf, insecure: Vec<String>, ceilings: Ceilings, trust: Trust, notify: Arc<Notify>) -> anyhow::Result<Self> {
+    pub fn new(
+        cache_dir: PathBuf,
+        insecure: Vec<String>,
+        ceilings: Ceilings,
+        trust: Trust,
+        notify: Arc<Notify>,
+    ) -> anyhow::Result<Self> {
         let cache = NodeCache::open(&cache_dir)?;
-        let engine = Arc::new(Engine::new(EngineConfig { cache_dir: Some(cache.code_dir()), ..Default::default() })?);
-        let registry = Registry::new(RegistryConfig { insecure, ..Default::default() });
-        let inner = Inner { puller: Puller::new(registry, cache), engine, ceilings, trust, entries: Mutex::default(), notify };
-        Ok(Plugins { inner: Arc::new(inner) })
+        let engine = Arc::new(Engine::new(EngineConfig {
+            cache_dir: Some(cache.code_dir()),
+            ..Default::default()
+        })?);
+        let registry = Registry::new(RegistryConfig {
+            insecure,
+            ..Default::default()
+        });
+        let inner = Inner {
+            puller: Puller::new(registry, cache),
+            engine,
+            ceilings,
+            trust,
+            entries: Mutex::default(),
+            notify,
+        };
+        Ok(Plugins {
+            inner: Arc::new(inner),
+        })
     }
 
     /// The verdict for this CR generation under the trust policies in force; starts the
@@ -80,7 +101,17 @@ impl Plugins {
                 Some(_) => {}
             }
         }
-        entries.insert(name.into(), Entry { uid: uid.into(), generation, trust, verdict: None, retryable: false, at: Instant::now() });
+        entries.insert(
+            name.into(),
+            Entry {
+                uid: uid.into(),
+                generation,
+                trust,
+                verdict: None,
+                retryable: false,
+                at: Instant::now(),
+            },
+        );
         drop(entries);
         let this = self.clone();
         let (name, uid, spec) = (name.to_string(), uid.to_string(), spec.clone());
@@ -106,21 +137,61 @@ impl Plugins {
     async fn check(&self, spec: &NodeWrightSpec) -> (Verdict, bool) {
         let mut resolved = Resolved::default();
         for (name, p) in &spec.packages {
-            let not_ready = |reason: &str, message: String, retryable: bool| (Verdict::NotReady { reason: reason.into(), message }, retryable);
-            let reference = match self.inner.puller.registry().resolve(&p.plugin).await.and_then(|d| pin(&p.plugin, &d)) {
+            let not_ready = |reason: &str, message: String, retryable: bool| {
+                (
+                    Verdict::NotReady {
+                        reason: reason.into(),
+                        message,
+                    },
+                    retryable,
+                )
+            };
+            let reference = match self
+                .inner
+                .puller
+                .registry()
+                .resolve(&p.plugin)
+                .await
+                .and_then(|d| pin(&p.plugin, &d))
+            {
                 Ok(r) => r,
-                Err(e) => return not_ready("ResolveFailed", format!("spec.packages.{name}.plugin: {e}"), e.is_retryable()),
+                Err(e) => {
+                    return not_ready(
+                        "ResolveFailed",
+                        format!("spec.packages.{name}.plugin: {e}"),
+                        e.is_retryable(),
+                    );
+                }
             };
             // Trust first: an untrusted plugin is not even pulled.
-            let judgement = match self.inner.trust.judge(self.inner.puller.registry(), name, &reference, p).await {
+            let judgement = match self
+                .inner
+                .trust
+                .judge(self.inner.puller.registry(), name, &reference, p)
+                .await
+            {
                 Ok(j) => j,
                 Err(e) => {
-                    let retryable = matches!(&e, nodewright_trust::Error::Registry(r) if r.is_retryable());
-                    return not_ready("SignatureUnverifiable", format!("spec.packages.{name}.plugin {reference}: {e}"), retryable);
+                    let retryable =
+                        matches!(&e, nodewright_trust::Error::Registry(r) if r.is_retryable());
+                    return not_ready(
+                        "SignatureUnverifiable",
+                        format!("spec.packages.{name}.plugin {reference}: {e}"),
+                        retryable,
+                    );
                 }
             };
             if let Some(first) = judgement.refusals.first() {
-                return not_ready(first.reason(), judgement.refusals.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), false);
+                return not_ready(
+                    first.reason(),
+                    judgement
+                        .refusals
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    false,
+                );
             }
             if !judgement.signers.is_empty() {
                 resolved.signers.insert(name.clone(), judgement.signers);
@@ -128,33 +199,85 @@ impl Plugins {
             resolved.warnings.extend(judgement.warnings);
             let pulled = match self.inner.puller.pull_pinned(&reference, &|_| {}).await {
                 Ok(p) => p,
-                Err(e) => return not_ready("PullFailed", format!("spec.packages.{name}.plugin: {e}"), e.is_retryable()),
+                Err(e) => {
+                    return not_ready(
+                        "PullFailed",
+                        format!("spec.packages.{name}.plugin: {e}"),
+                        e.is_retryable(),
+                    );
+                }
             };
             // Compiling blocks (bounded by the engine's load limits): off the async workers.
             let engine = self.inner.engine.clone();
-            let loaded = match tokio::task::spawn_blocking(move || engine.load(&pulled.bytes)).await {
+            let loaded = match tokio::task::spawn_blocking(move || engine.load(&pulled.bytes)).await
+            {
                 Ok(Ok(l)) => l,
-                Ok(Err(e)) => return not_ready("InvalidPlugin", format!("spec.packages.{name}.plugin {reference}: {e}"), false),
-                Err(e) => return not_ready("InvalidPlugin", format!("spec.packages.{name}.plugin {reference}: loading panicked: {e}"), false),
+                Ok(Err(e)) => {
+                    return not_ready(
+                        "InvalidPlugin",
+                        format!("spec.packages.{name}.plugin {reference}: {e}"),
+                        false,
+                    );
+                }
+                Err(e) => {
+                    return not_ready(
+                        "InvalidPlugin",
+                        format!("spec.packages.{name}.plugin {reference}: loading panicked: {e}"),
+                        false,
+                    );
+                }
             };
             let limits = match StageLimits::of(p) {
                 Ok(l) => l,
                 Err(errs) => {
-                    let text = errs.iter().map(|(f, m)| format!("spec.packages.{name}.{f}: {m}")).collect::<Vec<_>>().join("; ");
+                    let text = errs
+                        .iter()
+                        .map(|(f, m)| format!("spec.packages.{name}.{f}: {m}"))
+                        .collect::<Vec<_>>()
+                        .join("; ");
                     return not_ready("InvalidSandbox", text, false);
                 }
             };
             if let Err((field, message)) = limits.check(&self.inner.ceilings) {
-                return not_ready("SandboxAboveCeiling", format!("spec.packages.{name}.{field}: {message}"), false);
+                return not_ready(
+                    "SandboxAboveCeiling",
+                    format!("spec.packages.{name}.{field}: {message}"),
+                    false,
+                );
             }
-            let reboot = p.interrupt.as_ref().is_some_and(|i| i.kind == InterruptType::Reboot);
-            let grants = match GrantSet::parse(&p.capabilities, reboot, GrantSource::Spec { package: name.clone() }) {
+            let reboot = p
+                .interrupt
+                .as_ref()
+                .is_some_and(|i| i.kind == InterruptType::Reboot);
+            let grants = match GrantSet::parse(
+                &p.capabilities,
+                reboot,
+                GrantSource::Spec {
+                    package: name.clone(),
+                },
+            ) {
                 Ok(g) => g,
-                Err(errs) => return not_ready("InvalidGrant", errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), false),
+                Err(errs) => {
+                    return not_ready(
+                        "InvalidGrant",
+                        errs.iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                        false,
+                    );
+                }
             };
             let check = nodewright_engine::check_grants(&loaded, &grants);
             if !check.missing.is_empty() {
-                return not_ready("GrantMissing", format!("package {name} ({reference}) imports capabilities its grants do not cover: {}", check.missing_summary()), false);
+                return not_ready(
+                    "GrantMissing",
+                    format!(
+                        "package {name} ({reference}) imports capabilities its grants do not cover: {}",
+                        check.missing_summary()
+                    ),
+                    false,
+                );
             }
             resolved.pinned.insert(name.clone(), reference);
         }

@@ -34,7 +34,11 @@ pub struct Reply {
 impl Reply {
     /// A plain-text reply.
     pub fn text(status: StatusCode, body: impl Into<String>) -> Reply {
-        Reply { status, content_type: "text/plain; charset=utf-8", body: body.into().into_bytes() }
+        Reply {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.into().into_bytes(),
+        }
     }
 }
 
@@ -75,13 +79,21 @@ where
             });
             let result = match tls {
                 Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => http1::Builder::new().serve_connection(TokioIo::new(s), service).await,
+                    Ok(s) => {
+                        http1::Builder::new()
+                            .serve_connection(TokioIo::new(s), service)
+                            .await
+                    }
                     Err(e) => {
                         tracing::debug!(%peer, "TLS handshake: {e}");
                         return;
                     }
                 },
-                None => http1::Builder::new().serve_connection(TokioIo::new(stream), service).await,
+                None => {
+                    http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                }
             };
             if let Err(e) = result {
                 tracing::debug!(%peer, "connection: {e}");
@@ -99,7 +111,10 @@ where
     let path = req.uri().path().to_string();
     let reply = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(body) => handler(method, path, body.to_bytes()).await,
-        Err(e) => Reply::text(StatusCode::PAYLOAD_TOO_LARGE, format!("reading the request body: {e}")),
+        Err(e) => Reply::text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("reading the request body: {e}"),
+        ),
     };
     let mut resp = Response::new(Full::new(Bytes::from(reply.body)));
     *resp.status_mut() = reply.status;

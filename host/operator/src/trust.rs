@@ -11,9 +11,9 @@ use kube::runtime::reflector::Store;
 use nodewright_api::trust::{PluginTrustPolicy, PluginTrustPolicySpec, TrustMode};
 use nodewright_api::v1alpha1::Package;
 use nodewright_oci::Registry;
+use nodewright_trust::Verifier;
 use nodewright_trust::keys::PublicKey;
 use nodewright_trust::policy::{self, Finding};
-use nodewright_trust::Verifier;
 
 /// How many (reference, key set) answers the verifier remembers.
 const VERIFIED_CAPACITY: usize = 1024;
@@ -27,7 +27,9 @@ pub struct Trust {
 
 impl std::fmt::Debug for Trust {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Trust").field("verifier", &self.verifier).finish_non_exhaustive()
+        f.debug_struct("Trust")
+            .field("verifier", &self.verifier)
+            .finish_non_exhaustive()
     }
 }
 
@@ -45,7 +47,10 @@ pub struct Judgement {
 impl Trust {
     /// Trust over the cached `policies`.
     pub fn new(policies: Store<PluginTrustPolicy>) -> Self {
-        Trust { policies, verifier: Arc::new(Verifier::new(VERIFIED_CAPACITY)) }
+        Trust {
+            policies,
+            verifier: Arc::new(Verifier::new(VERIFIED_CAPACITY)),
+        }
     }
 
     /// The policies not `off`, by name.
@@ -72,7 +77,9 @@ impl Trust {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for (name, spec) in self.active() {
             name.hash(&mut h);
-            serde_json::to_string(&spec).unwrap_or_default().hash(&mut h);
+            serde_json::to_string(&spec)
+                .unwrap_or_default()
+                .hash(&mut h);
         }
         h.finish()
     }
@@ -80,7 +87,13 @@ impl Trust {
     /// Judges package `name` (plugin `pinned`) against every policy in force, verifying
     /// signatures through `registry`. A policy key that does not parse verifies nothing (the
     /// webhook refuses such a policy; one written around it fails closed).
-    pub async fn judge(&self, registry: &Registry, name: &str, pinned: &str, package: &Package) -> Result<Judgement, nodewright_trust::Error> {
+    pub async fn judge(
+        &self,
+        registry: &Registry,
+        name: &str,
+        pinned: &str,
+        package: &Package,
+    ) -> Result<Judgement, nodewright_trust::Error> {
         let mut out = Judgement::default();
         for (policy_name, spec) in self.active() {
             let keys: Vec<(String, PublicKey)> = spec
@@ -103,7 +116,11 @@ impl Trust {
             let findings = policy::check(&spec, name, pinned, package, &verified);
             match spec.mode {
                 TrustMode::Enforce => out.refusals.extend(findings),
-                TrustMode::Warn => out.warnings.extend(findings.iter().map(|f| format!("PluginTrustPolicy {policy_name}: {f}"))),
+                TrustMode::Warn => out.warnings.extend(
+                    findings
+                        .iter()
+                        .map(|f| format!("PluginTrustPolicy {policy_name}: {f}")),
+                ),
                 TrustMode::Off => {}
             }
         }
@@ -112,15 +129,26 @@ impl Trust {
 
     /// Judges every package of a spec, resolving tags through `registry`: `package → pinned`
     /// with the judgements, or the first failure to reach the registry.
-    pub async fn judge_all(&self, registry: &Registry, packages: &BTreeMap<String, Package>) -> Result<Vec<(String, String, Judgement)>, String> {
+    pub async fn judge_all(
+        &self,
+        registry: &Registry,
+        packages: &BTreeMap<String, Package>,
+    ) -> Result<Vec<(String, String, Judgement)>, String> {
         let mut out = Vec::new();
         for (name, p) in packages {
             let pinned = registry
                 .resolve(&p.plugin)
                 .await
                 .and_then(|d| nodewright_oci::pin(&p.plugin, &d))
-                .map_err(|e| format!("spec.packages.{name}.plugin: resolving {} to verify its signature: {e}", p.plugin))?;
-            let judgement = self.judge(registry, name, &pinned, p).await.map_err(|e| format!("spec.packages.{name}.plugin {pinned}: verifying its signature: {e}"))?;
+                .map_err(|e| {
+                    format!(
+                        "spec.packages.{name}.plugin: resolving {} to verify its signature: {e}",
+                        p.plugin
+                    )
+                })?;
+            let judgement = self.judge(registry, name, &pinned, p).await.map_err(|e| {
+                format!("spec.packages.{name}.plugin {pinned}: verifying its signature: {e}")
+            })?;
             out.push((name.clone(), pinned, judgement));
         }
         Ok(out)

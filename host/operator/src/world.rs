@@ -54,7 +54,11 @@ pub struct Overlay {
 }
 
 fn rv(o: &impl Resource) -> u64 {
-    o.meta().resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+    o.meta()
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn watch<K>(api: Api<K>, config: watcher::Config, notify: Arc<Notify>) -> Store<K>
@@ -78,15 +82,39 @@ where
 
 impl World {
     /// Starts the watches and waits for the first list of each.
-    pub async fn start(client: Client, namespace: &str, notify: Arc<Notify>) -> anyhow::Result<World> {
+    pub async fn start(
+        client: Client,
+        namespace: &str,
+        notify: Arc<Notify>,
+    ) -> anyhow::Result<World> {
         let jobs_cfg = watcher::Config::default().labels(&format!("{}=true", keys::job::MANAGED));
         let pods_cfg = watcher::Config::default();
         let world = World {
-            nodewrights: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
-            policies: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
-            trust: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
-            nodes: watch(Api::all(client.clone()), watcher::Config::default(), notify.clone()),
-            jobs: watch(Api::namespaced(client.clone(), namespace), jobs_cfg, notify.clone()),
+            nodewrights: watch(
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                notify.clone(),
+            ),
+            policies: watch(
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                notify.clone(),
+            ),
+            trust: watch(
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                notify.clone(),
+            ),
+            nodes: watch(
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                notify.clone(),
+            ),
+            jobs: watch(
+                Api::namespaced(client.clone(), namespace),
+                jobs_cfg,
+                notify.clone(),
+            ),
             pods: watch(Api::all(client), pods_cfg, notify),
             overlay: Arc::default(),
             refusals: Arc::default(),
@@ -107,7 +135,10 @@ impl World {
 
     /// A NodeWright by name.
     pub fn nodewright(&self, name: &str) -> Option<Arc<NodeWright>> {
-        self.nodewrights.state().into_iter().find(|n| n.metadata.name.as_deref() == Some(name))
+        self.nodewrights
+            .state()
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
     }
 
     /// `node name → value` of annotation `key`, on the nodes that carry it.
@@ -115,7 +146,12 @@ impl World {
         self.nodes
             .state()
             .iter()
-            .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.annotations.as_ref()?.get(key)?.clone())))
+            .filter_map(|n| {
+                Some((
+                    n.metadata.name.clone()?,
+                    n.metadata.annotations.as_ref()?.get(key)?.clone(),
+                ))
+            })
             .collect()
     }
 
@@ -134,14 +170,24 @@ impl World {
             }
         }
         let mut jobs: Vec<Job> = self.jobs.state().iter().map(|j| (**j).clone()).collect();
-        let cached: HashSet<String> = jobs.iter().filter_map(|j| j.metadata.name.clone()).collect();
+        let cached: HashSet<String> = jobs
+            .iter()
+            .filter_map(|j| j.metadata.name.clone())
+            .collect();
         overlay.created.retain(|name, _| !cached.contains(name));
         overlay.deleted.retain(|name| cached.contains(name));
         // A Job we deleted and the cache still shows is stopping: it no longer counts as
         // work, but it holds its node until it is gone.
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
         for j in &mut jobs {
-            if j.metadata.name.as_ref().is_some_and(|n| overlay.deleted.contains(n)) && j.metadata.deletion_timestamp.is_none() {
+            if j.metadata
+                .name
+                .as_ref()
+                .is_some_and(|n| overlay.deleted.contains(n))
+                && j.metadata.deletion_timestamp.is_none()
+            {
                 j.metadata.deletion_timestamp = Some(now.clone());
             }
         }
@@ -156,15 +202,50 @@ impl World {
             }
         }
         let mut refusals = self.refusals.lock().expect("refusals lock");
-        let live: HashSet<String> = pods.iter().map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())).collect();
+        let live: HashSet<String> = pods
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
         refusals.retain(|k, _| live.contains(k));
-        let nodewrights: Vec<nodewright_planner::Cr> = self.nodewrights.state().iter().map(|cr| crate::convert::cr(cr, plugins, gates)).collect();
-        gates.keep(&nodewrights.iter().map(|c| c.name.as_str()).collect::<Vec<_>>());
+        let nodewrights: Vec<nodewright_planner::Cr> = self
+            .nodewrights
+            .state()
+            .iter()
+            .map(|cr| crate::convert::cr(cr, plugins, gates))
+            .collect();
+        gates.keep(
+            &nodewrights
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+        );
         Snapshot {
             nodewrights,
-            policies: self.policies.state().iter().filter_map(|p| Some((p.metadata.name.clone()?, p.spec.clone()))).collect(),
+            policies: self
+                .policies
+                .state()
+                .iter()
+                .filter_map(|p| Some((p.metadata.name.clone()?, p.spec.clone())))
+                .collect(),
             nodes: nodes.iter().map(crate::convert::node).collect(),
-            jobs: jobs.iter().filter_map(|j| crate::jobs::read(j, by_job.get(j.metadata.name.as_deref().unwrap_or_default()).map(Vec::as_slice).unwrap_or_default())).collect(),
+            jobs: jobs
+                .iter()
+                .filter_map(|j| {
+                    crate::jobs::read(
+                        j,
+                        by_job
+                            .get(j.metadata.name.as_deref().unwrap_or_default())
+                            .map(Vec::as_slice)
+                            .unwrap_or_default(),
+                    )
+                })
+                .collect(),
             pods: pods.iter().filter_map(|p| crate::convert::pod(p)).collect(),
             refusals: refusals.clone(),
             settings: settings.clone(),

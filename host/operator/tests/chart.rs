@@ -24,11 +24,28 @@ use nodewright_e2e::{Binaries, Cluster, Operator};
 use serde_json::{Value, json};
 
 fn render(registry: &str) -> Vec<Value> {
-    nodewright_testcluster::render_chart(NS, &["--set", "replicas=0", "--set", &format!("registry={registry}/nodewright"), "--set", &format!("insecureRegistries[0]={registry}")]).unwrap()
+    nodewright_testcluster::render_chart(
+        NS,
+        &[
+            "--set",
+            "replicas=0",
+            "--set",
+            &format!("registry={registry}/nodewright"),
+            "--set",
+            &format!("insecureRegistries[0]={registry}"),
+        ],
+    )
+    .unwrap()
 }
 
 /// The operator's arguments from the rendered Deployment, with the local differences.
-fn operator_args(deployment: &Value, bins: &Binaries, work: &Path, webhook: SocketAddr, metrics: u16) -> Vec<String> {
+fn operator_args(
+    deployment: &Value,
+    bins: &Binaries,
+    work: &Path,
+    webhook: SocketAddr,
+    metrics: u16,
+) -> Vec<String> {
     let local = ["--metrics-addr=", "--webhook-addr=", "--plugin-cache-dir="];
     let mut args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
@@ -40,7 +57,10 @@ fn operator_args(deployment: &Value, bins: &Binaries, work: &Path, webhook: Sock
     args.extend([
         format!("--metrics-addr=127.0.0.1:{metrics}"),
         format!("--webhook-addr={webhook}"),
-        format!("--plugin-cache-dir={}", work.join("operator-cache").display()),
+        format!(
+            "--plugin-cache-dir={}",
+            work.join("operator-cache").display()
+        ),
         "--agent-backend=sim".into(),
         format!("--agent-command={}", bins.agent.display()),
         "--resync-seconds=5".into(),
@@ -51,9 +71,16 @@ fn operator_args(deployment: &Value, bins: &Binaries, work: &Path, webhook: Sock
 #[tokio::test(flavor = "multi_thread")]
 async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
     let work = tempfile::tempdir().unwrap();
-    let cluster = Cluster::start(work.path(), &[("n1".to_string(), vec![])]).await.unwrap();
-    cluster.host_file("n1", "/proc/sys/vm/swappiness", "60").unwrap();
-    let (webhook, metrics) = (nodewright_testsupport::free_port(), nodewright_testsupport::free_port());
+    let cluster = Cluster::start(work.path(), &[("n1".to_string(), vec![])])
+        .await
+        .unwrap();
+    cluster
+        .host_file("n1", "/proc/sys/vm/swappiness", "60")
+        .unwrap();
+    let (webhook, metrics) = (
+        nodewright_testsupport::free_port(),
+        nodewright_testsupport::free_port(),
+    );
     let docs = render(cluster.registry.host());
 
     // An object from before the install: the chart's CRDs must take over the served ones
@@ -77,41 +104,107 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
     for doc in docs {
         if doc["kind"] == "ValidatingWebhookConfiguration" {
             let service = &doc["webhooks"][0]["clientConfig"]["service"];
-            webhook_service = Some((service["name"].as_str().unwrap().to_string(), service["namespace"].as_str().unwrap().to_string()));
+            webhook_service = Some((
+                service["name"].as_str().unwrap().to_string(),
+                service["namespace"].as_str().unwrap().to_string(),
+            ));
         }
         if doc["kind"] == "Deployment" {
             deployment = Some(doc.clone());
         }
-        cluster.apply(&doc).await.unwrap_or_else(|e| panic!("{} {} rejected: {e:#}", doc["kind"], doc["metadata"]["name"]));
+        cluster.apply(&doc).await.unwrap_or_else(|e| {
+            panic!(
+                "{} {} rejected: {e:#}",
+                doc["kind"], doc["metadata"]["name"]
+            )
+        });
     }
     let deployment = deployment.expect("the chart renders a Deployment");
     // The Service's endpoint: the operator process, listening on this machine's address.
     let (service, namespace) = webhook_service.expect("the chart renders a webhook configuration");
     let ip = nodewright_e2e::host_ip().unwrap();
-    cluster.route_service(&namespace, &service, "webhook", ip, webhook).await.unwrap();
+    cluster
+        .route_service(&namespace, &service, "webhook", ip, webhook)
+        .await
+        .unwrap();
     let webhook = SocketAddr::from((ip, webhook));
     for crd in nodewright_api::crdgen::CRD_NAMES {
-        let crd = Api::<CustomResourceDefinition>::all(cluster.client.clone()).get(crd).await.unwrap();
+        let crd = Api::<CustomResourceDefinition>::all(cluster.client.clone())
+            .get(crd)
+            .await
+            .unwrap();
         let status = crd.status.unwrap_or_default();
-        let established = status.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
-        assert!(established, "{:?} established after the upgrade", crd.metadata.name);
-        assert_eq!(status.stored_versions.unwrap_or_default(), ["v1alpha1"], "one stored version: nothing to migrate");
+        let established = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        assert!(
+            established,
+            "{:?} established after the upgrade",
+            crd.metadata.name
+        );
+        assert_eq!(
+            status.stored_versions.unwrap_or_default(),
+            ["v1alpha1"],
+            "one stored version: nothing to migrate"
+        );
     }
     let nws: Api<NodeWright> = Api::all(cluster.client.clone());
-    assert_eq!(nws.get("tuning").await.expect("the object from before the install reads as a NodeWright").spec.packages.len(), 1);
-    let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap();
+    assert_eq!(
+        nws.get("tuning")
+            .await
+            .expect("the object from before the install reads as a NodeWright")
+            .spec
+            .packages
+            .len(),
+        1
+    );
+    let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
 
     // The chart's ServiceAccount, and nothing more.
-    let request = TokenRequest { spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }), ..Default::default() };
-    let token = Api::<ServiceAccount>::namespaced(cluster.client.clone(), NS).create_token_request(sa, &PostParams::default(), &request).await.unwrap().status.and_then(|s| s.token).expect("a token");
-    let mut kubeconfig: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(cluster.cp.kubeconfig()).unwrap()).unwrap();
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(cluster.client.clone(), NS)
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.token)
+        .expect("a token");
+    let mut kubeconfig: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(cluster.cp.kubeconfig()).unwrap())
+            .unwrap();
     kubeconfig["users"][0]["user"] = serde_yaml_ng::from_str(&format!("token: {token}")).unwrap();
     let sa_kubeconfig = work.path().join("operator.kubeconfig");
-    std::fs::write(&sa_kubeconfig, serde_yaml_ng::to_string(&kubeconfig).unwrap()).unwrap();
+    std::fs::write(
+        &sa_kubeconfig,
+        serde_yaml_ng::to_string(&kubeconfig).unwrap(),
+    )
+    .unwrap();
 
-    let bins = Binaries::in_dir(Path::new(env!("CARGO_BIN_EXE_nodewright-operator")).parent().unwrap()).unwrap();
+    let bins = Binaries::in_dir(
+        Path::new(env!("CARGO_BIN_EXE_nodewright-operator"))
+            .parent()
+            .unwrap(),
+    )
+    .unwrap();
     let log = work.path().join("operator.log");
-    let _operator = Operator::start_with(&bins.operator, &sa_kubeconfig, &operator_args(&deployment, &bins, work.path(), webhook, metrics), &log, "info,kube=warn").unwrap();
+    let _operator = Operator::start_with(
+        &bins.operator,
+        &sa_kubeconfig,
+        &operator_args(&deployment, &bins, work.path(), webhook, metrics),
+        &log,
+        "info,kube=warn",
+    )
+    .unwrap();
     let diag = || std::fs::read_to_string(&log).unwrap_or_default();
 
     // The webhook answers once the operator has made its certificate and injected the CA:
@@ -124,25 +217,54 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
     let start = std::time::Instant::now();
     let refusal = loop {
         match nws.create(&PostParams::default(), &bad).await {
-            Err(kube::Error::Api(s)) if s.message.contains("denied the request") => break s.message,
+            Err(kube::Error::Api(s)) if s.message.contains("denied the request") => {
+                break s.message;
+            }
             Ok(_) => panic!("an invalid NodeWright was admitted"),
             Err(_) => {}
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "the webhook never answered\n{}", diag());
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the webhook never answered\n{}",
+            diag()
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
-    assert!(refusal.contains("spec.deploymentPolicy") && refusal.contains("does not exist"), "{refusal}");
+    assert!(
+        refusal.contains("spec.deploymentPolicy") && refusal.contains("does not exist"),
+        "{refusal}"
+    );
 
     // The rollout of the object from before the install completes: Jobs, node patches,
     // status, events, the finalizer — all through the chart's RBAC.
     let start = std::time::Instant::now();
-    while nws.get("tuning").await.unwrap().status.and_then(|s| s.status) != Some(Status::Complete) {
-        assert!(start.elapsed() < Duration::from_secs(180), "the chart-installed operator did not complete the rollout\n{}", diag());
+    while nws
+        .get("tuning")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.status)
+        != Some(Status::Complete)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the chart-installed operator did not complete the rollout\n{}",
+            diag()
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert_eq!(std::fs::read_to_string(cluster.host_path("n1", "/proc/sys/vm/swappiness")).unwrap(), "10");
+    assert_eq!(
+        std::fs::read_to_string(cluster.host_path("n1", "/proc/sys/vm/swappiness")).unwrap(),
+        "10"
+    );
     let log_text = diag();
-    assert!(!log_text.contains("forbidden"), "an RBAC refusal in the operator log:\n{log_text}");
+    assert!(
+        !log_text.contains("forbidden"),
+        "an RBAC refusal in the operator log:\n{log_text}"
+    );
     let text = common::http_get(metrics, "/metrics").await;
-    assert!(text.contains("nodewright_leader 1"), "the chart's leader election took the Lease\n{text}");
+    assert!(
+        text.contains("nodewright_leader 1"),
+        "the chart's leader election took the Lease\n{text}"
+    );
 }

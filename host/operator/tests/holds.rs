@@ -18,12 +18,18 @@ fn cr(name: &str, spec: Value) -> Value {
 }
 
 async fn cordoned(e: &E2e, node: &str) -> bool {
-    e.node(node).await.spec.and_then(|s| s.unschedulable).unwrap_or(false)
+    e.node(node)
+        .await
+        .spec
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 /// `HH:MM` in UTC, `minutes` from now.
 fn utc_clock(minutes: i64) -> String {
-    let t = k8s_openapi::jiff::Timestamp::now().checked_add(k8s_openapi::jiff::SignedDuration::from_mins(minutes)).unwrap();
+    let t = k8s_openapi::jiff::Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_mins(minutes))
+        .unwrap();
     t.strftime("%H:%M").to_string()
 }
 
@@ -38,7 +44,11 @@ async fn outside_its_window_nothing_disrupts_and_moving_the_window_to_now_comple
         release(&e, n, "post");
     }
     let window = |start: String| json!({"windows": [{"start": start, "duration": "2h"}]});
-    e.apply(cr("win", json!({"maintenanceWindows": window(utc_clock(120)), "packages": {"driver": pkg}}))).await;
+    e.apply(cr(
+        "win",
+        json!({"maintenanceWindows": window(utc_clock(120)), "packages": {"driver": pkg}}),
+    ))
+    .await;
 
     let (reason, message) = e
         .wait("Ready=False/OutsideMaintenanceWindow", LIMIT, || async {
@@ -46,16 +56,32 @@ async fn outside_its_window_nothing_disrupts_and_moving_the_window_to_now_comple
             (reason == "OutsideMaintenanceWindow").then_some((reason, message))
         })
         .await;
-    let next = e.nodewright("win").await.status.unwrap().next_window.expect("status.nextWindow while waiting");
-    let opens: k8s_openapi::jiff::Timestamp = next.parse().unwrap_or_else(|err| panic!("nextWindow {next:?} is RFC 3339: {err}"));
-    let ahead = opens.duration_since(k8s_openapi::jiff::Timestamp::now()).as_secs();
-    assert!((60 * 60..=121 * 60).contains(&ahead), "opens in about two hours: {next} ({ahead} s); {reason}: {message}");
+    let next = e
+        .nodewright("win")
+        .await
+        .status
+        .unwrap()
+        .next_window
+        .expect("status.nextWindow while waiting");
+    let opens: k8s_openapi::jiff::Timestamp = next
+        .parse()
+        .unwrap_or_else(|err| panic!("nextWindow {next:?} is RFC 3339: {err}"));
+    let ahead = opens
+        .duration_since(k8s_openapi::jiff::Timestamp::now())
+        .as_secs();
+    assert!(
+        (60 * 60..=121 * 60).contains(&ahead),
+        "opens in about two hours: {next} ({ahead} s); {reason}: {message}"
+    );
     assert!(message.contains(&next), "{message}");
     // The plans (which disrupt nothing) may run; no node is cordoned, drained or rebooted.
     e.wait("both nodes planned", LIMIT, || async {
         for n in ["w1", "w2"] {
             let st = e.state("win", n).await;
-            st.get("driver|1.0.0").filter(|p| p.stage != nodewright_api::v1alpha1::Stage::Plan || p.state == nodewright_api::v1alpha1::State::Complete)?;
+            st.get("driver|1.0.0").filter(|p| {
+                p.stage != nodewright_api::v1alpha1::Stage::Plan
+                    || p.state == nodewright_api::v1alpha1::State::Complete
+            })?;
         }
         Some(())
     })
@@ -63,12 +89,20 @@ async fn outside_its_window_nothing_disrupts_and_moving_the_window_to_now_comple
     for n in ["w1", "w2"] {
         assert!(!cordoned(&e, n).await, "{n} cordoned outside the window");
         assert_eq!(e.reboots(n), 0);
-        assert_eq!(e.node_status("win", n).await, Some(nodewright_api::v1alpha1::Status::Waiting), "{n}");
+        assert_eq!(
+            e.node_status("win", n).await,
+            Some(nodewright_api::v1alpha1::Status::Waiting),
+            "{n}"
+        );
     }
     assert!(e.pod_exists("web").await, "nothing drained");
 
     // The admin moves the window to now: the rollout completes by itself.
-    e.patch("win", json!({"spec": {"maintenanceWindows": window(utc_clock(-1))}})).await;
+    e.patch(
+        "win",
+        json!({"spec": {"maintenanceWindows": window(utc_clock(-1))}}),
+    )
+    .await;
     e.wait_complete("win", LIMIT).await;
     for n in ["w1", "w2"] {
         assert_eq!(e.reboots(n), 1, "{n}");
@@ -87,8 +121,16 @@ struct Prometheus {
 impl Prometheus {
     fn start(dir: &Path, firing: bool) -> Prometheus {
         std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join("prometheus.yml"), "global:\n  evaluation_interval: 1s\nrule_files: [rules.yml]\n").unwrap();
-        let mut p = Prometheus { child: None, dir: dir.to_path_buf(), port: nodewright_testsupport::free_port() };
+        std::fs::write(
+            dir.join("prometheus.yml"),
+            "global:\n  evaluation_interval: 1s\nrule_files: [rules.yml]\n",
+        )
+        .unwrap();
+        let mut p = Prometheus {
+            child: None,
+            dir: dir.to_path_buf(),
+            port: nodewright_testsupport::free_port(),
+        };
         p.rules(firing);
         p.up();
         p
@@ -107,13 +149,21 @@ impl Prometheus {
     fn up(&mut self) {
         let log = std::fs::File::create(self.dir.join("prometheus.log")).unwrap();
         let child = Command::new("/usr/bin/prometheus")
-            .arg(format!("--config.file={}", self.dir.join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", self.dir.join("data").display()))
+            .arg(format!(
+                "--config.file={}",
+                self.dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                self.dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("/usr/bin/prometheus (Debian's prometheus package; cargo xtask setup installs it)");
+            .expect(
+                "/usr/bin/prometheus (Debian's prometheus package; cargo xtask setup installs it)",
+            );
         self.child = Some(child);
     }
 
@@ -121,7 +171,9 @@ impl Prometheus {
     fn set(&self, firing: bool) {
         self.rules(firing);
         let pid = self.child.as_ref().unwrap().id();
-        let _ = Command::new("kill").args(["-HUP", &pid.to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status();
     }
 
     fn down(&mut self) {
@@ -143,7 +195,9 @@ impl Drop for Prometheus {
 }
 
 async fn gate(e: &E2e) -> (String, String, String) {
-    e.condition("gated", "HealthGatesPassing").await.unwrap_or_default()
+    e.condition("gated", "HealthGatesPassing")
+        .await
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -160,9 +214,19 @@ async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus
     e.apply(cr("gated", json!({"interruptionBudget": {"count": 1}, "healthGates": gates, "packages": {"driver": pkg}}))).await;
 
     // Firing from the start: held, the alert named.
-    let (_, _, message) = e.wait("the gate holds on NodeDown", LIMIT, || async { Some(gate(&e).await).filter(|g| g.0 == "False" && g.1 == "AlertsFiring") }).await;
-    assert!(message.contains("NodeDown{severity=\"critical\"} firing") && !message.contains("Noise"), "{message}");
-    assert_eq!(e.condition("gated", "Ready").await.unwrap().1, "HealthGateFailing");
+    let (_, _, message) = e
+        .wait("the gate holds on NodeDown", LIMIT, || async {
+            Some(gate(&e).await).filter(|g| g.0 == "False" && g.1 == "AlertsFiring")
+        })
+        .await;
+    assert!(
+        message.contains("NodeDown{severity=\"critical\"} firing") && !message.contains("Noise"),
+        "{message}"
+    );
+    assert_eq!(
+        e.condition("gated", "Ready").await.unwrap().1,
+        "HealthGateFailing"
+    );
     assert!(!cordoned(&e, "p1").await && !cordoned(&e, "p2").await);
 
     // Resolved: the first node starts (its apply waits on us).
@@ -180,17 +244,34 @@ async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus
     assert_eq!(gate(&e).await.0, "True");
     // Firing again mid-rollout: the node past its cordon finishes, the other does not start.
     prom.set(true);
-    e.wait("the gate fails again", LIMIT, || async { (gate(&e).await.0 == "False").then_some(()) }).await;
+    e.wait("the gate fails again", LIMIT, || async {
+        (gate(&e).await.0 == "False").then_some(())
+    })
+    .await;
     let other = if first == "p1" { "p2" } else { "p1" };
     release(&e, other, "apply");
     release(&e, &first, "apply");
-    e.wait("the started node finishes", LIMIT, || async { (e.node_status("gated", &first).await == Some(nodewright_api::v1alpha1::Status::Complete)).then_some(()) }).await;
-    assert!(!cordoned(&e, other).await, "{other} started while the alert fired");
+    e.wait("the started node finishes", LIMIT, || async {
+        (e.node_status("gated", &first).await == Some(nodewright_api::v1alpha1::Status::Complete))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !cordoned(&e, other).await,
+        "{other} started while the alert fired"
+    );
 
     // Prometheus gone: still held, and the condition says why.
     prom.down();
-    let (_, reason, message) = e.wait("the gate fails closed", LIMIT, || async { Some(gate(&e).await).filter(|g| g.1 == "PrometheusUnreachable") }).await;
-    assert!(message.contains(&prom.url()) && message.contains("fails closed"), "{reason}: {message}");
+    let (_, reason, message) = e
+        .wait("the gate fails closed", LIMIT, || async {
+            Some(gate(&e).await).filter(|g| g.1 == "PrometheusUnreachable")
+        })
+        .await;
+    assert!(
+        message.contains(&prom.url()) && message.contains("fails closed"),
+        "{reason}: {message}"
+    );
     assert!(!cordoned(&e, other).await);
     assert_eq!(e.reboots(other), 0);
 
@@ -204,15 +285,25 @@ async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus
 #[tokio::test(flavor = "multi_thread")]
 async fn with_cordon_after_barrier_a_node_stays_schedulable_until_its_protected_pod_ends() {
     let mut e = E2e::start(&[("b1", &[])]).await;
-    e.workload_pod("b1", "training", json!({"workload": "training"})).await;
+    e.workload_pod("b1", "training", json!({"workload": "training"}))
+        .await;
     e.start_operator(&[]);
     let pkg = held_reboot_package(&e, "1.0.0");
     release(&e, "b1", "apply");
     release(&e, "b1", "post");
     e.apply(cr("barrier", json!({"cordonAfterBarrier": true, "podNonInterruptLabels": {"matchLabels": {"workload": "training"}}, "packages": {"driver": pkg}}))).await;
-    let (_, _, message) = e.wait("Blocked/NonInterruptPodsRunning", LIMIT, || async { e.condition("barrier", "Blocked").await.filter(|c| c.1 == "NonInterruptPodsRunning") }).await;
+    let (_, _, message) = e
+        .wait("Blocked/NonInterruptPodsRunning", LIMIT, || async {
+            e.condition("barrier", "Blocked")
+                .await
+                .filter(|c| c.1 == "NonInterruptPodsRunning")
+        })
+        .await;
     assert!(message.contains("training"), "{message}");
-    assert!(!cordoned(&e, "b1").await, "schedulable while the protected pod runs");
+    assert!(
+        !cordoned(&e, "b1").await,
+        "schedulable while the protected pod runs"
+    );
     assert_eq!(e.reboots("b1"), 0);
 
     e.delete_pod("training").await;

@@ -36,25 +36,61 @@ async fn a_simple_apply_reaches_every_node_without_disruption() {
     e.apply(tuning(&e, "tuning", "10")).await;
     e.wait_complete("tuning", MINUTES).await;
     for n in ["n1", "n2", "n3"] {
-        assert_eq!(e.read_host_file(n, "/proc/sys/vm/swappiness").as_deref(), Some("10"), "{n}");
-        assert!(e.read_host_file(n, "/etc/sysctl.d/60-nodewright-tuning.conf").unwrap().contains("vm.swappiness = 10"));
+        assert_eq!(
+            e.read_host_file(n, "/proc/sys/vm/swappiness").as_deref(),
+            Some("10"),
+            "{n}"
+        );
+        assert!(
+            e.read_host_file(n, "/etc/sysctl.d/60-nodewright-tuning.conf")
+                .unwrap()
+                .contains("vm.swappiness = 10")
+        );
         let st = e.state("tuning", n).await;
         let entry = &st["tuning|1.0.0"];
         assert_eq!((entry.stage, entry.state), (Stage::Config, State::Complete));
-        assert!(entry.digest.contains("@sha256:"), "the node ran the pinned digest: {entry:?}");
+        assert!(
+            entry.digest.contains("@sha256:"),
+            "the node ran the pinned digest: {entry:?}"
+        );
         let node = e.node(n).await;
-        assert!(!node.spec.unwrap().unschedulable.unwrap_or(false), "never cordoned");
-        assert_eq!(node.metadata.annotations.unwrap().get(&keys::node_status("tuning")).map(String::as_str), Some("complete"));
+        assert!(
+            !node.spec.unwrap().unschedulable.unwrap_or(false),
+            "never cordoned"
+        );
+        assert_eq!(
+            node.metadata
+                .annotations
+                .unwrap()
+                .get(&keys::node_status("tuning"))
+                .map(String::as_str),
+            Some("complete")
+        );
     }
     let cr = e.nodewright("tuning").await;
     let status = cr.status.unwrap();
     assert_eq!(status.complete_nodes.as_deref(), Some("3/3"));
-    assert!(status.resolved_plugins["tuning"].contains("@sha256:"), "tag resolved and recorded: {:?}", status.resolved_plugins);
-    assert!(cr.metadata.finalizers.unwrap().contains(&keys::FINALIZER.to_string()));
+    assert!(
+        status.resolved_plugins["tuning"].contains("@sha256:"),
+        "tag resolved and recorded: {:?}",
+        status.resolved_plugins
+    );
+    assert!(
+        cr.metadata
+            .finalizers
+            .unwrap()
+            .contains(&keys::FINALIZER.to_string())
+    );
     let ready = e.condition("tuning", "Ready").await.unwrap();
     assert_eq!(ready.0, "True", "{ready:?}");
     let events = e.events("tuning").await;
-    assert!(events.iter().any(|(r, m)| r == "State" && m.contains("-> [complete]")), "{events:?}\n{}", e.operator_log());
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "State" && m.contains("-> [complete]")),
+        "{events:?}\n{}",
+        e.operator_log()
+    );
     assert!(e.events("n1").await.iter().any(|(r, _)| r == "Apply"));
 
     // The rollout as metrics (gauges refresh every 2 s), and every documented name exported.
@@ -70,23 +106,48 @@ async fn a_simple_apply_reaches_every_node_without_disruption() {
         "nodewright_events_total{reason=\"Apply\"}",
     ];
     let text = e
-        .wait("the metrics show the finished rollout", Duration::from_secs(30), || async {
-            let text = common::http_get(metrics, "/metrics").await;
-            want.iter().all(|w| text.contains(w)).then_some(text)
-        })
+        .wait(
+            "the metrics show the finished rollout",
+            Duration::from_secs(30),
+            || async {
+                let text = common::http_get(metrics, "/metrics").await;
+                want.iter().all(|w| text.contains(w)).then_some(text)
+            },
+        )
         .await;
     let documented = common::documented_metrics();
-    assert!(documented.len() >= 20, "the docs table was read: {documented:?}");
+    assert!(
+        documented.len() >= 20,
+        "the docs table was read: {documented:?}"
+    );
     // Counters are declared without their `_total` suffix.
-    let declared: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    let declared: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+        .collect();
     for name in &declared {
-        assert!(documented.iter().any(|d| d.trim_end_matches("_total") == *name), "exported metric {name} is not documented in docs/operator.md");
+        assert!(
+            documented
+                .iter()
+                .any(|d| d.trim_end_matches("_total") == *name),
+            "exported metric {name} is not documented in docs/operator.md"
+        );
     }
     // A family shows up once it has a series; these need a webhook, a broken plugin or a
     // failing stage, which this rollout does not have.
-    let not_here = ["nodewright_admission_reviews_total", "nodewright_plugin_errors", "nodewright_stage_failures_total"];
-    for name in documented.iter().filter(|d| !not_here.contains(&d.as_str())) {
-        assert!(declared.contains(&name.trim_end_matches("_total")), "documented metric {name} is not exported\n{text}");
+    let not_here = [
+        "nodewright_admission_reviews_total",
+        "nodewright_plugin_errors",
+        "nodewright_stage_failures_total",
+    ];
+    for name in documented
+        .iter()
+        .filter(|d| !not_here.contains(&d.as_str()))
+    {
+        assert!(
+            declared.contains(&name.trim_end_matches("_total")),
+            "documented metric {name} is not exported\n{text}"
+        );
     }
 }
 
@@ -94,10 +155,19 @@ async fn a_simple_apply_reaches_every_node_without_disruption() {
 async fn two_packages_coalesce_into_one_reboot_then_post_interrupt_runs() {
     let mut e = E2e::start(&[("r1", &[])]).await;
     // `driver` needs a reboot, `tools` a service restart: one reboot covers both.
-    e.script("/usr/local/bin/install-driver", "mkdir -p etc && echo installed > etc/driver");
+    e.script(
+        "/usr/local/bin/install-driver",
+        "mkdir -p etc && echo installed > etc/driver",
+    );
     e.script("/usr/local/bin/driver-ok", "test -f etc/driver");
-    e.script("/usr/local/bin/install-tools", "mkdir -p etc && echo installed > etc/tools");
-    e.script("/usr/local/bin/after-reboot", "echo seen > etc/post-interrupt");
+    e.script(
+        "/usr/local/bin/install-tools",
+        "mkdir -p etc && echo installed > etc/tools",
+    );
+    e.script(
+        "/usr/local/bin/after-reboot",
+        "echo seen > etc/post-interrupt",
+    );
     e.workload_pod("r1", "web", json!({"app": "web"})).await;
     e.start_operator(&[]);
     let shell = e.plugin("shell");
@@ -124,26 +194,59 @@ async fn two_packages_coalesce_into_one_reboot_then_post_interrupt_runs() {
     .await;
     let boot_before = e.sim.boot_id("r1");
     // Cordoned and drained while the packages install.
-    e.wait("r1 cordoned", MINUTES, || async { e.node("r1").await.spec?.unschedulable?.then_some(()) }).await;
-    e.wait("web evicted", MINUTES, || async { (!e.pod_exists("web").await).then_some(()) }).await;
+    e.wait("r1 cordoned", MINUTES, || async {
+        e.node("r1").await.spec?.unschedulable?.then_some(())
+    })
+    .await;
+    e.wait("web evicted", MINUTES, || async {
+        (!e.pod_exists("web").await).then_some(())
+    })
+    .await;
     e.wait("tools skipped under the merged reboot", MINUTES, || async {
         let st = e.state("gpu", "r1").await;
-        st.get("tools|1.0.0").is_some_and(|t| t.stage == Stage::Interrupt && matches!(t.state, State::Skipped | State::Complete)).then_some(())
+        st.get("tools|1.0.0")
+            .is_some_and(|t| {
+                t.stage == Stage::Interrupt && matches!(t.state, State::Skipped | State::Complete)
+            })
+            .then_some(())
     })
     .await;
     e.wait_complete("gpu", Duration::from_secs(300)).await;
     assert_ne!(e.sim.boot_id("r1"), boot_before, "rebooted");
-    let reboots = e.journal("r1").iter().filter(|a| matches!(a, HostAction::RebootRequested { .. })).count();
+    let reboots = e
+        .journal("r1")
+        .iter()
+        .filter(|a| matches!(a, HostAction::RebootRequested { .. }))
+        .count();
     assert_eq!(reboots, 1, "exactly one reboot for both packages");
-    assert_eq!(e.read_host_file("r1", "/etc/post-interrupt").as_deref(), Some("seen\n"), "post-interrupt ran after the reboot");
+    assert_eq!(
+        e.read_host_file("r1", "/etc/post-interrupt").as_deref(),
+        Some("seen\n"),
+        "post-interrupt ran after the reboot"
+    );
     let st = e.state("gpu", "r1").await;
     for key in ["driver|1.0.0", "tools|1.0.0"] {
-        assert_eq!((st[key].stage, st[key].state), (Stage::PostInterrupt, State::Complete), "{key}");
+        assert_eq!(
+            (st[key].stage, st[key].state),
+            (Stage::PostInterrupt, State::Complete),
+            "{key}"
+        );
     }
     let node = e.node("r1").await;
-    assert!(!node.spec.unwrap().unschedulable.unwrap_or(false), "uncordoned after completion");
+    assert!(
+        !node.spec.unwrap().unschedulable.unwrap_or(false),
+        "uncordoned after completion"
+    );
     let ann = node.metadata.annotations.unwrap_or_default();
-    assert!(!ann.contains_key(&keys::cordon("gpu")) && !ann.contains_key(keys::KARPENTER_DO_NOT_DISRUPT));
-    assert!(e.events("r1").await.iter().any(|(r, m)| r == "Interrupt" && m.contains("reboot")));
+    assert!(
+        !ann.contains_key(&keys::cordon("gpu"))
+            && !ann.contains_key(keys::KARPENTER_DO_NOT_DISRUPT)
+    );
+    assert!(
+        e.events("r1")
+            .await
+            .iter()
+            .any(|(r, m)| r == "Interrupt" && m.contains("reboot"))
+    );
     assert_eq!(e.node_status("gpu", "r1").await, Some(Status::Complete));
 }

@@ -38,12 +38,22 @@ fn nodewright(name: &str, priority: u32, packages: Value) -> Value {
 async fn cordon_marks(e: &E2e, node: &str) -> (bool, bool, bool) {
     let n = e.node(node).await;
     let ann = n.metadata.annotations.unwrap_or_default();
-    (n.spec.and_then(|s| s.unschedulable).unwrap_or(false), ann.contains_key(&keys::cordon("slow")), ann.contains_key(&keys::cordon("urgent")))
+    (
+        n.spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        ann.contains_key(&keys::cordon("slow")),
+        ann.contains_key(&keys::cordon("urgent")),
+    )
 }
 
 async fn agent_pods(e: &E2e, node: &str) -> Vec<Pod> {
-    let pods = Api::<Pod>::namespaced(e.client.clone(), NS).list(&ListParams::default()).await.unwrap().items;
-    pods.into_iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)).collect()
+    let pods = Api::<Pod>::namespaced(e.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    pods.into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -52,26 +62,45 @@ async fn two_nodewrights_share_a_cordon_and_the_node_stays_cordoned_until_both_f
     e.start_operator(&[]);
     // `slow` cordons r1 and then waits inside its apply.
     e.apply(nodewright("slow", 200, json!({"driver": held_package(&e, "driver", "etc/go", json!({"type": "reboot"}), "reboot")}))).await;
-    e.wait("slow holds the cordon with its apply running", MINUTES, || async {
-        let (cordoned, slow, _) = cordon_marks(&e, "r1").await;
-        (cordoned && slow && !agent_pods(&e, "r1").await.is_empty()).then_some(())
-    })
+    e.wait(
+        "slow holds the cordon with its apply running",
+        MINUTES,
+        || async {
+            let (cordoned, slow, _) = cordon_marks(&e, "r1").await;
+            (cordoned && slow && !agent_pods(&e, "r1").await.is_empty()).then_some(())
+        },
+    )
     .await;
     // A NodeWright that runs before it (lower priority value) takes the node meanwhile: it
     // shares the cordon, restarts a service and finishes.
     e.host_file("r1", "/etc/go-urgent", "");
     e.apply(nodewright("urgent", 100, json!({"tools": held_package(&e, "tools", "etc/go-urgent", json!({"type": "service", "services": ["containerd.service"]}), "services:containerd.service")}))).await;
-    e.wait("urgent holds a cordon mark of its own", MINUTES, || async { cordon_marks(&e, "r1").await.2.then_some(()) }).await;
+    e.wait("urgent holds a cordon mark of its own", MINUTES, || async {
+        cordon_marks(&e, "r1").await.2.then_some(())
+    })
+    .await;
     e.wait_complete("urgent", MINUTES).await;
     let (cordoned, slow, urgent) = cordon_marks(&e, "r1").await;
-    assert!(cordoned && slow && !urgent, "urgent released its mark, slow still holds the node: cordoned={cordoned} slow={slow} urgent={urgent}");
+    assert!(
+        cordoned && slow && !urgent,
+        "urgent released its mark, slow still holds the node: cordoned={cordoned} slow={slow} urgent={urgent}"
+    );
     assert_ne!(e.node_status("slow", "r1").await, Some(Status::Complete));
-    assert!(e.journal("r1").iter().any(|a| a.to_string() == "systemctl restart containerd.service"), "urgent's service restart ran");
+    assert!(
+        e.journal("r1")
+            .iter()
+            .any(|a| a.to_string() == "systemctl restart containerd.service"),
+        "urgent's service restart ran"
+    );
 
     // Released, `slow` finishes with its reboot and only then is the node uncordoned.
     e.host_file("r1", "/etc/go", "");
     e.wait_complete("slow", MINUTES).await;
-    assert_eq!(cordon_marks(&e, "r1").await, (false, false, false), "uncordoned once both finished");
+    assert_eq!(
+        cordon_marks(&e, "r1").await,
+        (false, false, false),
+        "uncordoned once both finished"
+    );
     assert_eq!(e.reboots("r1"), 1);
 }
 
@@ -80,26 +109,65 @@ async fn an_evicted_attempt_is_not_counted_against_the_backoff_limit() {
     let mut e = E2e::start(&[("n1", &[])]).await;
     // No retries at all: one counted failure would park the node.
     e.start_operator(&["--job-backoff-limit=0"]);
-    e.apply(nodewright("tools", 200, json!({"tools": held_package(&e, "tools", "etc/go", Value::Null, "none")}))).await;
+    e.apply(nodewright(
+        "tools",
+        200,
+        json!({"tools": held_package(&e, "tools", "etc/go", Value::Null, "none")}),
+    ))
+    .await;
     let pod = e
         .wait("the apply attempt is running", MINUTES, || async {
-            agent_pods(&e, "n1").await.into_iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            agent_pods(&e, "n1")
+                .await
+                .into_iter()
+                .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         })
         .await;
     let name = pod.metadata.name.clone().unwrap();
-    Api::<Pod>::namespaced(e.client.clone(), NS).evict(&name, &EvictParams::default()).await.expect("evict the agent pod");
+    Api::<Pod>::namespaced(e.client.clone(), NS)
+        .evict(&name, &EvictParams::default())
+        .await
+        .expect("evict the agent pod");
     // The same Job replaces the disrupted pod instead of failing, and counts no failure.
-    let job_of = |p: &Pod| p.metadata.labels.as_ref().and_then(|l| l.get("job-name")).cloned();
+    let job_of = |p: &Pod| {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("job-name"))
+            .cloned()
+    };
     let job = job_of(&pod).expect("an agent pod belongs to a Job");
     e.wait("a replacement attempt runs", MINUTES, || async {
-        agent_pods(&e, "n1").await.into_iter().any(|p| p.metadata.name.as_deref() != Some(&name) && job_of(&p) == Some(job.clone()) && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).then_some(())
+        agent_pods(&e, "n1")
+            .await
+            .into_iter()
+            .any(|p| {
+                p.metadata.name.as_deref() != Some(&name)
+                    && job_of(&p) == Some(job.clone())
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+            .then_some(())
     })
     .await;
-    let status = e.jobs().await.into_iter().find(|j| j.metadata.name.as_deref() == Some(&job)).and_then(|j| j.status).expect("the Job is still there");
-    assert_eq!(status.failed.unwrap_or(0), 0, "the eviction was not counted: {status:?}");
+    let status = e
+        .jobs()
+        .await
+        .into_iter()
+        .find(|j| j.metadata.name.as_deref() == Some(&job))
+        .and_then(|j| j.status)
+        .expect("the Job is still there");
+    assert_eq!(
+        status.failed.unwrap_or(0),
+        0,
+        "the eviction was not counted: {status:?}"
+    );
     e.host_file("n1", "/etc/go", "");
     e.wait_complete("tools", MINUTES).await;
     // Exactly once: the evicted attempt's command died with its container (the simulated
     // kubelet, like a runtime, kills everything the container started).
-    assert_eq!(e.read_host_file("n1", "/etc/tools").as_deref(), Some("installed\n"), "exactly the replacement attempt installed");
+    assert_eq!(
+        e.read_host_file("n1", "/etc/tools").as_deref(),
+        Some("installed\n"),
+        "exactly the replacement attempt installed"
+    );
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::E2e;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_oci::{Registry, RegistryConfig};
@@ -20,7 +20,10 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(90);
 
 fn registry(e: &E2e) -> Registry {
-    Registry::new(RegistryConfig { insecure: vec![e.registry.host().into()], ..Default::default() })
+    Registry::new(RegistryConfig {
+        insecure: vec![e.registry.host().into()],
+        ..Default::default()
+    })
 }
 
 /// `plugin` pinned.
@@ -30,7 +33,9 @@ async fn pinned(e: &E2e, plugin: &str) -> String {
 }
 
 async fn sign(e: &E2e, plugin: &str, key: &KeyPair) {
-    signatures::attach(&registry(e), &pinned(e, plugin).await, key).await.unwrap();
+    signatures::attach(&registry(e), &pinned(e, plugin).await, key)
+        .await
+        .unwrap();
 }
 
 fn tuning(name: &str, plugin: &str, version: &str) -> Value {
@@ -63,7 +68,11 @@ fn trust_policy(mode: &str, platform: &KeyPair, app: &KeyPair) -> PluginTrustPol
 
 async fn set_policy(e: &E2e, policy: &PluginTrustPolicy) {
     Api::<PluginTrustPolicy>::all(e.client.clone())
-        .patch("signed-plugins", &PatchParams::apply("e2e").force(), &Patch::Apply(policy))
+        .patch(
+            "signed-plugins",
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(policy),
+        )
         .await
         .unwrap();
 }
@@ -71,7 +80,10 @@ async fn set_policy(e: &E2e, policy: &PluginTrustPolicy) {
 /// The apiserver's refusal of creating `nw` as `client`, or None when it was admitted.
 async fn refusal(client: &Client, nw: &Value) -> Option<String> {
     let nw: NodeWright = serde_json::from_value(nw.clone()).unwrap();
-    match Api::<NodeWright>::all(client.clone()).create(&PostParams::default(), &nw).await {
+    match Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &nw)
+        .await
+    {
         Ok(_) => None,
         Err(kube::Error::Api(s)) => Some(s.message),
         Err(e) => panic!("create failed for another reason: {e}"),
@@ -83,8 +95,15 @@ async fn start_with_webhook(e: &mut E2e) {
     let flags = e.cluster.admission(port).await.unwrap();
     e.start_operator(&flags.iter().map(String::as_str).collect::<Vec<_>>());
     e.wait("the operator injects its CA", WAIT, || async {
-        let vwc = Api::<ValidatingWebhookConfiguration>::all(e.client.clone()).get("nodewright").await.ok()?;
-        vwc.webhooks.unwrap_or_default().iter().all(|w| w.client_config.ca_bundle.is_some()).then_some(())
+        let vwc = Api::<ValidatingWebhookConfiguration>::all(e.client.clone())
+            .get("nodewright")
+            .await
+            .ok()?;
+        vwc.webhooks
+            .unwrap_or_default()
+            .iter()
+            .all(|w| w.client_config.ca_bundle.is_some())
+            .then_some(())
     })
     .await;
 }
@@ -92,7 +111,12 @@ async fn start_with_webhook(e: &mut E2e) {
 /// The chart's example grant ClusterRoles, a role to edit NodeWrights, and bindings:
 /// `alice` may grant files only, `bob` everything.
 async fn users(e: &E2e) -> (Client, Client) {
-    for doc in nodewright_testcluster::render_chart("nodewright", &["--set", "registry=registry.example.com/nodewright"]).unwrap() {
+    for doc in nodewright_testcluster::render_chart(
+        "nodewright",
+        &["--set", "registry=registry.example.com/nodewright"],
+    )
+    .unwrap()
+    {
         let name = doc["metadata"]["name"].as_str().unwrap_or_default();
         if doc["kind"] == "ClusterRole" && name.starts_with("nodewright-grant-") {
             e.cluster.apply(&doc).await.unwrap();
@@ -120,7 +144,18 @@ async fn users(e: &E2e) -> (Client, Client) {
             .await
             .unwrap();
     }
-    (e.cluster.cp.user_client("alice", &["team-a"]).await.unwrap(), e.cluster.cp.user_client("bob", &["platform"]).await.unwrap())
+    (
+        e.cluster
+            .cp
+            .user_client("alice", &["team-a"])
+            .await
+            .unwrap(),
+        e.cluster
+            .cp
+            .user_client("bob", &["platform"])
+            .await
+            .unwrap(),
+    )
 }
 
 fn files_package(e: &E2e, name: &str, reboot: bool) -> Value {
@@ -142,21 +177,43 @@ async fn grants_need_rbac_and_plugins_need_trusted_signatures() {
 
     // Who may grant what: alice may grant files, not power; bob may grant both.
     let (alice, bob) = users(&e).await;
-    assert_eq!(refusal(&alice, &files_package(&e, "alice-files", false)).await, None, "files is alice's to grant");
-    let refused = refusal(&alice, &files_package(&e, "alice-reboot", true)).await.expect("alice may not grant power");
+    assert_eq!(
+        refusal(&alice, &files_package(&e, "alice-files", false)).await,
+        None,
+        "files is alice's to grant"
+    );
+    let refused = refusal(&alice, &files_package(&e, "alice-reboot", true))
+        .await
+        .expect("alice may not grant power");
     assert!(
-        refused.contains("user \"alice\" may not grant \"power\"") && refused.contains("app (interrupt.type: reboot)") && refused.contains("resourceName \"power\""),
+        refused.contains("user \"alice\" may not grant \"power\"")
+            && refused.contains("app (interrupt.type: reboot)")
+            && refused.contains("resourceName \"power\""),
         "{refused}"
     );
-    assert_eq!(refusal(&bob, &files_package(&e, "bob-reboot", true)).await, None, "bob may grant power");
+    assert_eq!(
+        refusal(&bob, &files_package(&e, "bob-reboot", true)).await,
+        None,
+        "bob may grant power"
+    );
     // An update that changes a package asks again; one that changes nothing does not.
     let nws = Api::<NodeWright>::all(alice.clone());
     let err = nws
-        .patch("bob-reboot", &PatchParams::default(), &Patch::Merge(json!({"spec": {"packages": {"app": {"version": "1.0.1"}}}})))
+        .patch(
+            "bob-reboot",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"packages": {"app": {"version": "1.0.1"}}}})),
+        )
         .await
         .expect_err("alice changing bob's reboot package");
     assert!(err.to_string().contains("may not grant \"power\""), "{err}");
-    nws.patch("bob-reboot", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}}))).await.expect("a label is not a grant");
+    nws.patch(
+        "bob-reboot",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+    )
+    .await
+    .expect("a label is not a grant");
     for name in ["alice-files", "bob-reboot"] {
         e.delete(name).await;
     }
@@ -165,12 +222,20 @@ async fn grants_need_rbac_and_plugins_need_trusted_signatures() {
     let (platform, app) = (KeyPair::generate(), KeyPair::generate());
     set_policy(&e, &trust_policy("enforce", &platform, &app)).await;
     let sysctl = e.plugin("sysctl");
-    let refused = refusal(&e.client, &tuning("tune", &sysctl, "1.0.0")).await.expect("an unsigned plugin under enforce");
-    assert!(refused.contains("spec.packages.tuning.plugin") && refused.contains("is not signed by a trusted signer (platform, app)"), "{refused}");
+    let refused = refusal(&e.client, &tuning("tune", &sysctl, "1.0.0"))
+        .await
+        .expect("an unsigned plugin under enforce");
+    assert!(
+        refused.contains("spec.packages.tuning.plugin")
+            && refused.contains("is not signed by a trusted signer (platform, app)"),
+        "{refused}"
+    );
 
     // Signed by app, who may not be granted /etc/sysctl.d or sysctl: refused, naming both.
     sign(&e, &sysctl, &app).await;
-    let refused = refusal(&e.client, &tuning("tune", &sysctl, "1.0.0")).await.expect("grants beyond app's allowance");
+    let refused = refusal(&e.client, &tuning("tune", &sysctl, "1.0.0"))
+        .await
+        .expect("grants beyond app's allowance");
     assert!(
         refused.contains("grant files {path: \"/etc/sysctl.d\", access: readWrite} is beyond what its signers (app) may be granted")
             && refused.contains("grant sysctl \"vm.swappiness\""),
@@ -179,19 +244,37 @@ async fn grants_need_rbac_and_plugins_need_trusted_signatures() {
 
     // Also signed by platform: admitted, rolled out, the signers recorded.
     sign(&e, &sysctl, &platform).await;
-    assert_eq!(refusal(&e.client, &tuning("tune", &sysctl, "1.0.0")).await, None);
+    assert_eq!(
+        refusal(&e.client, &tuning("tune", &sysctl, "1.0.0")).await,
+        None
+    );
     e.wait_complete("tune", WAIT).await;
-    assert_eq!(e.read_host_file("n1", "/proc/sys/vm/swappiness").as_deref(), Some("10"));
+    assert_eq!(
+        e.read_host_file("n1", "/proc/sys/vm/swappiness").as_deref(),
+        Some("10")
+    );
     let status = e.nodewright("tune").await.status.unwrap();
-    assert_eq!(status.plugin_signers["tuning"], ["platform", "app"], "{status:?}");
+    assert_eq!(
+        status.plugin_signers["tuning"],
+        ["platform", "app"],
+        "{status:?}"
+    );
     assert!(status.resolved_plugins["tuning"].contains("@sha256:"));
 
     // An invalid policy is refused by the webhook, naming the field.
     let mut bad = trust_policy("enforce", &platform, &app);
     bad.metadata.name = Some("bad".into());
-    bad.spec.signers[1].public_key = Some("-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n".into());
-    let err = Api::<PluginTrustPolicy>::all(e.client.clone()).create(&PostParams::default(), &bad).await.unwrap_err();
-    assert!(err.to_string().contains("spec.signers[1].publicKey: not an ECDSA P-256 public key"), "{err}");
+    bad.spec.signers[1].public_key =
+        Some("-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n".into());
+    let err = Api::<PluginTrustPolicy>::all(e.client.clone())
+        .create(&PostParams::default(), &bad)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("spec.signers[1].publicKey: not an ECDSA P-256 public key"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -206,38 +289,78 @@ async fn the_operator_catches_a_tag_moved_to_an_unsigned_digest() {
     let r = registry(&e);
     let tag = format!("{}/plugins/tuning:stable", e.registry.host());
     let wasm = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
-    let signed = r.push(&tag, &wasm, Default::default(), &|_| {}).await.unwrap().pinned;
+    let signed = r
+        .push(&tag, &wasm, Default::default(), &|_| {})
+        .await
+        .unwrap()
+        .pinned;
     signatures::attach(&r, &signed, &platform).await.unwrap();
     e.apply(tuning("tune", &tag, "1.0.0")).await;
     e.wait_complete("tune", WAIT).await;
-    assert_eq!(e.nodewright("tune").await.status.unwrap().plugin_signers["tuning"], ["platform"]);
+    assert_eq!(
+        e.nodewright("tune").await.status.unwrap().plugin_signers["tuning"],
+        ["platform"]
+    );
 
     // The tag moves to another digest (the same code, re-pushed), unsigned; a new version
     // resolves it again.
-    let info = nodewright_oci::artifact::ComponentInfo { target: Some("moved".into()), ..Default::default() };
+    let info = nodewright_oci::artifact::ComponentInfo {
+        target: Some("moved".into()),
+        ..Default::default()
+    };
     let moved = r.push(&tag, &wasm, info, &|_| {}).await.unwrap().pinned;
     assert_ne!(moved, signed);
     let jobs_before = e.jobs().await.len();
     e.patch("tune", json!({"spec": {"packages": {"tuning": {"version": "1.0.1", "configMap": {"vm.swappiness": "20"}}}}})).await;
     let (status, reason, message) = e
-        .wait("PluginsReady=False", WAIT, || async { e.condition("tune", "PluginsReady").await.filter(|c| c.0 == "False") })
+        .wait("PluginsReady=False", WAIT, || async {
+            e.condition("tune", "PluginsReady")
+                .await
+                .filter(|c| c.0 == "False")
+        })
         .await;
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "SignatureMissing"), "{message}");
-    assert!(message.contains(&moved) && message.contains("not signed by a trusted signer"), "{message}");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SignatureMissing"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&moved) && message.contains("not signed by a trusted signer"),
+        "{message}"
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(e.jobs().await.len(), jobs_before, "no node touched");
     let state = e.state("tune", "n1").await;
-    assert!(state.contains_key("tuning|1.0.0") && !state.contains_key("tuning|1.0.1"), "{state:?}");
-    assert_eq!(e.read_host_file("n1", "/proc/sys/vm/swappiness").as_deref(), Some("10"));
+    assert!(
+        state.contains_key("tuning|1.0.0") && !state.contains_key("tuning|1.0.1"),
+        "{state:?}"
+    );
+    assert_eq!(
+        e.read_host_file("n1", "/proc/sys/vm/swappiness").as_deref(),
+        Some("10")
+    );
 
     // Warn mode: rolled out, the finding reported.
     set_policy(&e, &trust_policy("warn", &platform, &app)).await;
     let (_, reason, message) = e
-        .wait("PluginsReady=True with warnings", WAIT, || async { e.condition("tune", "PluginsReady").await.filter(|c| c.0 == "True") })
+        .wait("PluginsReady=True with warnings", WAIT, || async {
+            e.condition("tune", "PluginsReady")
+                .await
+                .filter(|c| c.0 == "True")
+        })
         .await;
     assert_eq!(reason, "ResolvedWithTrustWarnings", "{message}");
-    assert!(message.contains("PluginTrustPolicy signed-plugins") && message.contains("not signed"), "{message}");
+    assert!(
+        message.contains("PluginTrustPolicy signed-plugins") && message.contains("not signed"),
+        "{message}"
+    );
     e.wait_complete("tune", WAIT).await;
-    assert_eq!(e.read_host_file("n1", "/proc/sys/vm/swappiness").as_deref(), Some("20"));
-    assert_eq!(e.nodewright("tune").await.status.unwrap().status, Some(Status::Complete));
+    assert_eq!(
+        e.read_host_file("n1", "/proc/sys/vm/swappiness").as_deref(),
+        Some("20")
+    );
+    assert_eq!(
+        e.nodewright("tune").await.status.unwrap().status,
+        Some(Status::Complete)
+    );
 }

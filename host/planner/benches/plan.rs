@@ -20,7 +20,10 @@ static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: every call is forwarded to the system allocator unchanged; only counters are added.
-#[expect(unsafe_code, reason = "a counting allocator is the way to measure peak heap in-process")]
+#[expect(
+    unsafe_code,
+    reason = "a counting allocator is the way to measure peak heap in-process"
+)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let now = CURRENT.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
@@ -48,11 +51,36 @@ fn snapshot(nodes: usize) -> Snapshot {
             (format!("p{i}"), p)
         })
         .collect();
-    let spec: NodeWrightSpec = serde_json::from_value(serde_json::json!({"interruptionBudget": {"percent": 10}, "packages": packages})).unwrap();
-    let pinned: BTreeMap<String, String> = spec.packages.keys().map(|k| (k.clone(), format!("r.example/{k}@sha256:{}", "0".repeat(64)))).collect();
-    let cr = Cr { name: "fleet".into(), uid: "u".into(), generation: 1, spec: spec.clone(), has_finalizer: true, plugins: Plugins::Ready(pinned.into()), ..Default::default() };
-    let mut snap = Snapshot { nodewrights: vec![cr], ..Default::default() };
-    let batch: Vec<String> = (nodes / 3..nodes / 3 + nodes / 10).map(|i| format!("node-{i:05}")).collect();
+    let spec: NodeWrightSpec = serde_json::from_value(
+        serde_json::json!({"interruptionBudget": {"percent": 10}, "packages": packages}),
+    )
+    .unwrap();
+    let pinned: BTreeMap<String, String> = spec
+        .packages
+        .keys()
+        .map(|k| {
+            (
+                k.clone(),
+                format!("r.example/{k}@sha256:{}", "0".repeat(64)),
+            )
+        })
+        .collect();
+    let cr = Cr {
+        name: "fleet".into(),
+        uid: "u".into(),
+        generation: 1,
+        spec: spec.clone(),
+        has_finalizer: true,
+        plugins: Plugins::Ready(pinned.into()),
+        ..Default::default()
+    };
+    let mut snap = Snapshot {
+        nodewrights: vec![cr],
+        ..Default::default()
+    };
+    let batch: Vec<String> = (nodes / 3..nodes / 3 + nodes / 10)
+        .map(|i| format!("node-{i:05}"))
+        .collect();
     let in_batch: std::collections::HashSet<&String> = batch.iter().collect();
     for i in 0..nodes {
         let name = format!("node-{i:05}");
@@ -60,7 +88,11 @@ fn snapshot(nodes: usize) -> Snapshot {
         let mut state = NodeState::new();
         if i < nodes / 3 {
             for (pn, p) in &spec.packages {
-                let stage = if p.interrupt.is_some() { Stage::PostInterrupt } else { Stage::Config };
+                let stage = if p.interrupt.is_some() {
+                    Stage::PostInterrupt
+                } else {
+                    Stage::Config
+                };
                 let mut e = PackageStatus::new(pn, &p.version, stage, 1);
                 e.state = State::Complete;
                 e.config = nodewright_planner::packages::config_digests(p);
@@ -68,27 +100,72 @@ fn snapshot(nodes: usize) -> Snapshot {
             }
         } else if in_batch.contains(&name) {
             for (pn, p) in &spec.packages {
-                state.insert(state_key(pn, &p.version), PackageStatus::new(pn, &p.version, Stage::Apply, 1));
-                snap.jobs.push(Job { name: format!("{name}-{pn}"), cr: "fleet".into(), node: name.clone(), generation: 1, work: Work::Package { package: pn.clone(), version: p.version.clone(), stage: Stage::Apply }, phase: JobPhase::Active { failed: 0, last: None }, stopping: false });
+                state.insert(
+                    state_key(pn, &p.version),
+                    PackageStatus::new(pn, &p.version, Stage::Apply, 1),
+                );
+                snap.jobs.push(Job {
+                    name: format!("{name}-{pn}"),
+                    cr: "fleet".into(),
+                    node: name.clone(),
+                    generation: 1,
+                    work: Work::Package {
+                        package: pn.clone(),
+                        version: p.version.clone(),
+                        stage: Stage::Apply,
+                    },
+                    phase: JobPhase::Active {
+                        failed: 0,
+                        last: None,
+                    },
+                    stopping: false,
+                });
             }
             annotations.insert(keys::cordon("fleet"), "true".into());
         }
         if !state.is_empty() {
-            annotations.insert(keys::node_state("fleet"), serde_json::to_string(&state).unwrap());
+            annotations.insert(
+                keys::node_state("fleet"),
+                serde_json::to_string(&state).unwrap(),
+            );
         }
         for p in 0..5 {
-            snap.pods.push(Pod { namespace: "apps".into(), name: format!("{name}-pod{p}"), node: name.clone(), active: true, controller: Some("ReplicaSet".into()), ..Default::default() });
+            snap.pods.push(Pod {
+                namespace: "apps".into(),
+                name: format!("{name}-pod{p}"),
+                node: name.clone(),
+                active: true,
+                controller: Some("ReplicaSet".into()),
+                ..Default::default()
+            });
         }
-        snap.nodes.push(Node { name, created: i as i64, annotations, unschedulable: i >= nodes / 3 && i < nodes / 3 + nodes / 10, boot_id: format!("b{i}"), resource_version: "1".into(), ..Default::default() });
+        snap.nodes.push(Node {
+            name,
+            created: i as i64,
+            annotations,
+            unschedulable: i >= nodes / 3 && i < nodes / 3 + nodes / 10,
+            boot_id: format!("b{i}"),
+            resource_version: "1".into(),
+            ..Default::default()
+        });
     }
     let mut status = snap.nodewrights[0].status.clone();
-    status.compartment_statuses.insert("__default__".into(), nodewright_api::v1alpha1::CompartmentStatus { batch_nodes: batch, batch_state: Some(Default::default()), ..Default::default() });
+    status.compartment_statuses.insert(
+        "__default__".into(),
+        nodewright_api::v1alpha1::CompartmentStatus {
+            batch_nodes: batch,
+            batch_state: Some(Default::default()),
+            ..Default::default()
+        },
+    );
     snap.nodewrights[0].status = status;
     snap
 }
 
 fn main() {
-    println!("planner: one steady-state pass, 5 packages, a third complete, a tenth at work, 5 pods per node");
+    println!(
+        "planner: one steady-state pass, 5 packages, a third complete, a tenth at work, 5 pods per node"
+    );
     for nodes in [1_000, 5_000, 10_000] {
         let mut snap = snapshot(nodes);
         // Steady state: the first pass's node statuses and CR status are written already.
@@ -96,11 +173,17 @@ fn main() {
             match a {
                 nodewright_planner::Action::PatchNode(p) => {
                     let n = snap.nodes.iter_mut().find(|n| n.name == p.node).unwrap();
-                    for (k, v) in p.annotations.into_iter().filter(|(k, _)| k.starts_with("nodewright.io/status.")) {
+                    for (k, v) in p
+                        .annotations
+                        .into_iter()
+                        .filter(|(k, _)| k.starts_with("nodewright.io/status."))
+                    {
                         n.annotations.insert(k, v.unwrap());
                     }
                 }
-                nodewright_planner::Action::SetStatus { status, .. } => snap.nodewrights[0].status = *status,
+                nodewright_planner::Action::SetStatus { status, .. } => {
+                    snap.nodewrights[0].status = *status
+                }
                 _ => {}
             }
         }
@@ -120,7 +203,12 @@ fn main() {
         times.sort();
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         let t = Instant::now();
-        let parsed: usize = snap.nodes.iter().filter_map(|n| n.annotations.get(&keys::node_state("fleet"))).map(|raw| serde_json::from_str::<NodeState>(raw).unwrap().len()).sum();
+        let parsed: usize = snap
+            .nodes
+            .iter()
+            .filter_map(|n| n.annotations.get(&keys::node_state("fleet")))
+            .map(|raw| serde_json::from_str::<NodeState>(raw).unwrap().len())
+            .sum();
         let parse = t.elapsed();
         assert!(parsed > 0);
         println!(

@@ -124,7 +124,10 @@ pub struct NodePatch {
 impl NodePatch {
     /// Nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.annotations.is_empty() && self.unschedulable.is_none() && self.add_taints.is_empty() && self.remove_taints.is_empty()
+        self.annotations.is_empty()
+            && self.unschedulable.is_none()
+            && self.add_taints.is_empty()
+            && self.remove_taints.is_empty()
     }
 }
 

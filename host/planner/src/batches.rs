@@ -28,7 +28,11 @@ pub enum Kind<'a> {
 impl<'a> Kind<'a> {
     /// The strategy set in `s` (fixed, then linear, then exponential; validation allows one).
     pub fn of(s: &'a Strategy) -> Option<Kind<'a>> {
-        s.fixed.as_ref().map(Kind::Fixed).or(s.linear.as_ref().map(Kind::Linear)).or(s.exponential.as_ref().map(Kind::Exponential))
+        s.fixed
+            .as_ref()
+            .map(Kind::Fixed)
+            .or(s.linear.as_ref().map(Kind::Linear))
+            .or(s.exponential.as_ref().map(Kind::Exponential))
     }
 
     fn params(self) -> &'a BatchParams {
@@ -39,7 +43,9 @@ impl<'a> Kind<'a> {
 }
 
 fn progress_percent(state: &BatchState, total: u32) -> u32 {
-    (((state.completed_nodes + state.failed_nodes).max(0) as u32) * 100).checked_div(total).unwrap_or(100)
+    (((state.completed_nodes + state.failed_nodes).max(0) as u32) * 100)
+        .checked_div(total)
+        .unwrap_or(100)
 }
 
 /// The size of the next batch: `initialBatch` first; then fixed stays, linear adds `delta`,
@@ -48,13 +54,15 @@ fn progress_percent(state: &BatchState, total: u32) -> u32 {
 /// remains). A strategy's batch is not capped by the budget.
 pub fn next_batch_size(kind: Kind<'_>, state: &BatchState, total: u32) -> u32 {
     let p = kind.params();
-    let remaining = total.saturating_sub((state.completed_nodes + state.failed_nodes).max(0) as u32);
+    let remaining =
+        total.saturating_sub((state.completed_nodes + state.failed_nodes).max(0) as u32);
     if remaining == 0 {
         return 0;
     }
     let initial = p.initial_batch.unwrap_or(1).max(1) as u32;
     let last = state.last_batch_size.max(0) as u32;
-    let shrink = state.last_batch_failed && progress_percent(state, total) < p.safety_limit.unwrap_or(50).max(0) as u32;
+    let shrink = state.last_batch_failed
+        && progress_percent(state, total) < p.safety_limit.unwrap_or(50).max(0) as u32;
     let size = if state.current_batch <= 1 || last == 0 {
         initial
     } else {
@@ -62,11 +70,19 @@ pub fn next_batch_size(kind: Kind<'_>, state: &BatchState, total: u32) -> u32 {
             Kind::Fixed(_) => initial,
             Kind::Linear(_) => {
                 let delta = p.delta.unwrap_or(1).max(1) as u32;
-                if shrink { last.saturating_sub(delta).max(1) } else { last + delta }
+                if shrink {
+                    last.saturating_sub(delta).max(1)
+                } else {
+                    last + delta
+                }
             }
             Kind::Exponential(_) => {
                 let g = p.growth_factor.unwrap_or(2).max(2) as u32;
-                if shrink { (last / g).max(1) } else { last.saturating_mul(g).min(total) }
+                if shrink {
+                    (last / g).max(1)
+                } else {
+                    last.saturating_mul(g).min(total)
+                }
             }
         }
     };
@@ -77,7 +93,14 @@ pub fn next_batch_size(kind: Kind<'_>, state: &BatchState, total: u32) -> u32 {
 /// `batch_size` (blocked nodes excluded). The batch failed when `succeeded·100/size` is
 /// below `batchThreshold`; consecutive failures reaching `failureThreshold` stop the
 /// compartment while progress is below `safetyLimit` (so the last batch never stops it).
-pub fn evaluate(kind: Kind<'_>, state: &BatchState, succeeded: u32, failed: u32, batch_size: u32, total: u32) -> BatchState {
+pub fn evaluate(
+    kind: Kind<'_>,
+    state: &BatchState,
+    succeeded: u32,
+    failed: u32,
+    batch_size: u32,
+    total: u32,
+) -> BatchState {
     let p = kind.params();
     let mut next = state.clone();
     next.completed_nodes += succeeded as i32;
@@ -105,20 +128,73 @@ pub fn evaluate(kind: Kind<'_>, state: &BatchState, succeeded: u32, failed: u32,
 mod tests {
     use super::*;
 
-    fn params(initial: i32, delta: Option<i32>, growth: Option<i32>, threshold: Option<i32>, safety: i32) -> BatchParams {
-        BatchParams { initial_batch: Some(initial), delta, growth_factor: growth, batch_threshold: Some(100), failure_threshold: threshold, safety_limit: Some(safety) }
+    fn params(
+        initial: i32,
+        delta: Option<i32>,
+        growth: Option<i32>,
+        threshold: Option<i32>,
+        safety: i32,
+    ) -> BatchParams {
+        BatchParams {
+            initial_batch: Some(initial),
+            delta,
+            growth_factor: growth,
+            batch_threshold: Some(100),
+            failure_threshold: threshold,
+            safety_limit: Some(safety),
+        }
     }
 
     fn start() -> BatchState {
-        BatchState { current_batch: 1, ..Default::default() }
+        BatchState {
+            current_batch: 1,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn ceilings() {
-        assert_eq!(ceiling(10, &Budget { percent: Some(25), count: None }), 2);
-        assert_eq!(ceiling(3, &Budget { percent: Some(10), count: None }), 1, "at least one");
-        assert_eq!(ceiling(0, &Budget { percent: Some(50), count: None }), 0);
-        assert_eq!(ceiling(10, &Budget { percent: None, count: Some(3) }), 3);
+        assert_eq!(
+            ceiling(
+                10,
+                &Budget {
+                    percent: Some(25),
+                    count: None
+                }
+            ),
+            2
+        );
+        assert_eq!(
+            ceiling(
+                3,
+                &Budget {
+                    percent: Some(10),
+                    count: None
+                }
+            ),
+            1,
+            "at least one"
+        );
+        assert_eq!(
+            ceiling(
+                0,
+                &Budget {
+                    percent: Some(50),
+                    count: None
+                }
+            ),
+            0
+        );
+        assert_eq!(
+            ceiling(
+                10,
+                &Budget {
+                    percent: None,
+                    count: Some(3)
+                }
+            ),
+            3
+        );
     }
 
     #[test]
@@ -139,9 +215,24 @@ mod tests {
         assert_eq!(next_batch_size(Kind::Exponential(&exp), &s, 100), 2);
         // Never more than what remains.
         let fixed = params(5, None, None, None, 50);
-        let s = BatchState { current_batch: 3, completed_nodes: 8, last_batch_size: 5, ..Default::default() };
+        let s = BatchState {
+            current_batch: 3,
+            completed_nodes: 8,
+            last_batch_size: 5,
+            ..Default::default()
+        };
         assert_eq!(next_batch_size(Kind::Fixed(&fixed), &s, 10), 2);
-        assert_eq!(next_batch_size(Kind::Fixed(&fixed), &BatchState { completed_nodes: 10, ..s }, 10), 0);
+        assert_eq!(
+            next_batch_size(
+                Kind::Fixed(&fixed),
+                &BatchState {
+                    completed_nodes: 10,
+                    ..s
+                },
+                10
+            ),
+            0
+        );
     }
 
     /// Seed 002: the canary (2 nodes, one at a time, failureThreshold 1, safetyLimit 100)
@@ -160,10 +251,18 @@ mod tests {
         let prod = params(1, Some(1), None, Some(2), 100);
         let s1 = evaluate(Kind::Linear(&prod), &start(), 0, 1, 1, 3);
         assert!(!s1.should_stop);
-        assert_eq!(next_batch_size(Kind::Linear(&prod), &s1, 3), 1, "shrinks after a failure");
+        assert_eq!(
+            next_batch_size(Kind::Linear(&prod), &s1, 3),
+            1,
+            "shrinks after a failure"
+        );
         let s2 = evaluate(Kind::Linear(&prod), &s1, 0, 1, 1, 3);
         assert!(s2.should_stop);
-        assert_eq!((s2.completed_nodes + s2.failed_nodes), 2, "the third node never ran");
+        assert_eq!(
+            (s2.completed_nodes + s2.failed_nodes),
+            2,
+            "the third node never ran"
+        );
     }
 
     #[test]
@@ -171,7 +270,17 @@ mod tests {
         let one = params(1, None, None, Some(1), 100);
         let s = evaluate(Kind::Fixed(&one), &start(), 0, 1, 1, 1);
         assert!(!s.should_stop, "progress reached 100%");
-        let ok = evaluate(Kind::Fixed(&one), &BatchState { consecutive_failures: 3, ..start() }, 1, 0, 1, 5);
+        let ok = evaluate(
+            Kind::Fixed(&one),
+            &BatchState {
+                consecutive_failures: 3,
+                ..start()
+            },
+            1,
+            0,
+            1,
+            5,
+        );
         assert_eq!(ok.consecutive_failures, 0, "a good batch resets the count");
     }
 }

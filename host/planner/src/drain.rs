@@ -5,8 +5,8 @@ use nodewright_api::v1alpha1::DrainConfig;
 use nodewright_api::validate::parse_duration;
 
 use crate::action::Action;
-use crate::select;
 use crate::node::Env;
+use crate::select;
 use crate::snapshot::{Cr, Pod};
 
 /// Where a node's drain stands.
@@ -38,13 +38,23 @@ pub fn barrier(cr: &Cr, pods: &[&Pod]) -> Vec<String> {
     if select::is_empty(sel) {
         return Vec::new();
     }
-    pods.iter().filter(|p| p.active && select::matches(sel, &p.labels)).map(|p| p.key()).collect()
+    pods.iter()
+        .filter(|p| p.active && select::matches(sel, &p.labels))
+        .map(|p| p.key())
+        .collect()
 }
 
 /// The drain of one node for one CR. `start` is when the first undrained pass saw it (the
 /// `drain-start` annotation); the caller persists `now` when it is `None` and the result is
 /// not [`Drain::Drained`]. Evictions are appended to `actions`.
-pub fn drain(env: &Env<'_>, cr: &Cr, node: &str, pods: &[&Pod], start: Option<i64>, actions: &mut Vec<Action>) -> Drain {
+pub fn drain(
+    env: &Env<'_>,
+    cr: &Cr,
+    node: &str,
+    pods: &[&Pod],
+    start: Option<i64>,
+    actions: &mut Vec<Action>,
+) -> Drain {
     let (now, refusals, retry) = (env.now, env.refusals, env.settings.eviction_retry);
     let held = barrier(cr, pods);
     if !held.is_empty() {
@@ -60,7 +70,11 @@ pub fn drain(env: &Env<'_>, cr: &Cr, node: &str, pods: &[&Pod], start: Option<i6
     {
         return Drain::TimedOut;
     }
-    let grace = config.grace_period.as_deref().and_then(|g| parse_duration(g).ok()).map(|s| s as i64);
+    let grace = config
+        .grace_period
+        .as_deref()
+        .and_then(|g| parse_duration(g).ok())
+        .map(|s| s as i64);
     let mut blocked: Vec<String> = Vec::new();
     let mut causes: Vec<&'static str> = Vec::new();
     for pod in going {
@@ -80,7 +94,13 @@ pub fn drain(env: &Env<'_>, cr: &Cr, node: &str, pods: &[&Pod], start: Option<i6
             causes.push(reason::POD_DISRUPTION_BUDGET);
             continue;
         }
-        actions.push(Action::Evict { node: node.into(), namespace: pod.namespace.clone(), pod: pod.name.clone(), delete: config.disable_eviction, grace_seconds: grace });
+        actions.push(Action::Evict {
+            node: node.into(),
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            delete: config.disable_eviction,
+            grace_seconds: grace,
+        });
     }
     causes.sort();
     causes.dedup();
@@ -88,7 +108,10 @@ pub fn drain(env: &Env<'_>, cr: &Cr, node: &str, pods: &[&Pod], start: Option<i6
         [one] => *one,
         _ => reason::MULTIPLE_CAUSES,
     };
-    Drain::InProgress((!blocked.is_empty()).then(|| Blocked { reason, message: blocked.join("; ") }))
+    Drain::InProgress((!blocked.is_empty()).then(|| Blocked {
+        reason,
+        message: blocked.join("; "),
+    }))
 }
 
 fn timeout(config: &DrainConfig) -> Option<i64> {
@@ -100,16 +123,23 @@ fn timeout(config: &DrainConfig) -> Option<i64> {
 /// cordon, our own agent pods, or DaemonSet pods (unless `ignoreDaemonSets: false`).
 /// Finished pods are already gone; terminating ones still count until they are.
 fn must_go(p: &Pod, config: &DrainConfig) -> bool {
-    let daemon = p.controller.as_deref() == Some("DaemonSet") && config.ignore_daemon_sets != Some(false);
+    let daemon =
+        p.controller.as_deref() == Some("DaemonSet") && config.ignore_daemon_sets != Some(false);
     (p.active || p.terminating) && !p.mirror && !p.ours && !p.tolerates_unschedulable && !daemon
 }
 
 fn blocker(p: &Pod, config: &DrainConfig) -> Option<(&'static str, &'static str)> {
     if p.controller.is_none() && !config.force {
-        return Some((reason::UNMANAGED_POD, "no controller would recreate it; set drainConfig.force to delete it anyway"));
+        return Some((
+            reason::UNMANAGED_POD,
+            "no controller would recreate it; set drainConfig.force to delete it anyway",
+        ));
     }
     if p.empty_dir && !config.delete_empty_dir_data {
-        return Some((reason::EMPTY_DIR_DATA, "uses emptyDir; set drainConfig.deleteEmptyDirData to allow losing that data"));
+        return Some((
+            reason::EMPTY_DIR_DATA,
+            "uses emptyDir; set drainConfig.deleteEmptyDirData to allow losing that data",
+        ));
     }
     None
 }
@@ -125,5 +155,10 @@ pub fn timed_out(cr: &Cr, start: Option<i64>, now: i64) -> Option<String> {
     let config = cr.spec.drain_config.as_ref()?;
     let limit = timeout(config)?;
     let start = start?;
-    (now - start >= limit).then(|| format!("drain timed out after {}", config.timeout.as_deref().unwrap_or_default()))
+    (now - start >= limit).then(|| {
+        format!(
+            "drain timed out after {}",
+            config.timeout.as_deref().unwrap_or_default()
+        )
+    })
 }

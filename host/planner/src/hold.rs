@@ -49,8 +49,14 @@ pub struct Holds {
 }
 
 /// The windows that apply to `cr`: its own, else its policy's.
-pub fn windows<'a>(cr: &'a Cr, policy: Option<&'a DeploymentPolicySpec>) -> Option<&'a MaintenanceWindows> {
-    cr.spec.maintenance_windows.as_ref().or(policy.and_then(|p| p.maintenance_windows.as_ref()))
+pub fn windows<'a>(
+    cr: &'a Cr,
+    policy: Option<&'a DeploymentPolicySpec>,
+) -> Option<&'a MaintenanceWindows> {
+    cr.spec
+        .maintenance_windows
+        .as_ref()
+        .or(policy.and_then(|p| p.maintenance_windows.as_ref()))
 }
 
 /// The holds on `cr` at `now` (unix seconds).
@@ -59,14 +65,22 @@ pub fn evaluate(cr: &Cr, policy: Option<&DeploymentPolicySpec>, now: i64) -> Hol
     let window = windows(cr, policy).map(|w| {
         let state = w.at(Timestamp::from_second(now).unwrap_or(Timestamp::UNIX_EPOCH));
         if matches!(state, WindowState::Closed { .. }) {
-            hold = hold.max(if w.apply_to_all { Hold::All } else { Hold::Disruption });
+            hold = hold.max(if w.apply_to_all {
+                Hold::All
+            } else {
+                Hold::Disruption
+            });
         }
         state
     });
     if !cr.failing_gates.is_empty() {
         hold = hold.max(Hold::Disruption);
     }
-    Holds { hold, window, gates: cr.failing_gates.clone() }
+    Holds {
+        hold,
+        window,
+        gates: cr.failing_gates.clone(),
+    }
 }
 
 /// The `nodeHealth` conditions a node that finished an interrupt cycle for `cr` does not
@@ -76,7 +90,11 @@ pub fn unhealthy(cr: &Cr, node: &Node) -> Vec<String> {
     if cr.deleting {
         return Vec::new();
     }
-    let gate: Option<&NodeHealthGate> = cr.spec.health_gates.as_ref().and_then(|g| g.node_health.as_ref());
+    let gate: Option<&NodeHealthGate> = cr
+        .spec
+        .health_gates
+        .as_ref()
+        .and_then(|g| g.node_health.as_ref());
     gate.map(|g| g.unmet(&node.conditions)).unwrap_or_default()
 }
 
@@ -91,30 +109,79 @@ mod tests {
     }
 
     fn nightly(apply_to_all: bool) -> MaintenanceWindows {
-        MaintenanceWindows { windows: vec![Window { start: "22:00".into(), end: Some("04:00".into()), ..Default::default() }], apply_to_all, ..Default::default() }
+        MaintenanceWindows {
+            windows: vec![Window {
+                start: "22:00".into(),
+                end: Some("04:00".into()),
+                ..Default::default()
+            }],
+            apply_to_all,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn the_crs_windows_replace_the_policys() {
-        let policy = DeploymentPolicySpec { maintenance_windows: Some(nightly(false)), ..Default::default() };
+        let policy = DeploymentPolicySpec {
+            maintenance_windows: Some(nightly(false)),
+            ..Default::default()
+        };
         let mut cr = Cr::default();
-        assert_eq!(evaluate(&cr, Some(&policy), at("2026-12-01T12:00:00Z")).hold, Hold::Disruption, "the policy's window is closed at noon");
-        assert_eq!(evaluate(&cr, Some(&policy), at("2026-12-01T23:00:00Z")).hold, Hold::Open);
-        cr.spec.maintenance_windows = Some(MaintenanceWindows { windows: vec![Window { start: "11:00".into(), duration: Some("2h".into()), ..Default::default() }], ..Default::default() });
+        assert_eq!(
+            evaluate(&cr, Some(&policy), at("2026-12-01T12:00:00Z")).hold,
+            Hold::Disruption,
+            "the policy's window is closed at noon"
+        );
+        assert_eq!(
+            evaluate(&cr, Some(&policy), at("2026-12-01T23:00:00Z")).hold,
+            Hold::Open
+        );
+        cr.spec.maintenance_windows = Some(MaintenanceWindows {
+            windows: vec![Window {
+                start: "11:00".into(),
+                duration: Some("2h".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
         let h = evaluate(&cr, Some(&policy), at("2026-12-01T12:00:00Z"));
         assert_eq!(h.hold, Hold::Open, "the CR's own window is open at noon");
         assert!(matches!(h.window, Some(WindowState::Open { .. })));
-        assert_eq!(evaluate(&Cr::default(), None, 0), Holds::default(), "no windows, no gates: open");
+        assert_eq!(
+            evaluate(&Cr::default(), None, 0),
+            Holds::default(),
+            "no windows, no gates: open"
+        );
     }
 
     #[test]
     fn apply_to_all_and_gates_combine() {
         let mut cr = Cr::default();
         cr.spec.maintenance_windows = Some(nightly(true));
-        assert_eq!(evaluate(&cr, None, at("2026-12-01T12:00:00Z")).hold, Hold::All);
-        cr.failing_gates = vec![GateFinding { gate: "prometheus".into(), reason: "AlertsFiring".into(), message: "NodeDown".into() }];
-        assert_eq!(evaluate(&cr, None, at("2026-12-01T12:00:00Z")).hold, Hold::All, "the stricter hold wins");
-        assert_eq!(evaluate(&cr, None, at("2026-12-01T23:00:00Z")).hold, Hold::Disruption, "inside the window the gate still holds disruption");
-        assert!(Hold::Disruption.allows(false) && !Hold::Disruption.allows(true) && !Hold::All.allows(false) && Hold::Open.allows(true));
+        assert_eq!(
+            evaluate(&cr, None, at("2026-12-01T12:00:00Z")).hold,
+            Hold::All
+        );
+        cr.failing_gates = vec![GateFinding {
+            gate: "prometheus".into(),
+            reason: "AlertsFiring".into(),
+            message: "NodeDown".into(),
+        }];
+        assert_eq!(
+            evaluate(&cr, None, at("2026-12-01T12:00:00Z")).hold,
+            Hold::All,
+            "the stricter hold wins"
+        );
+        assert_eq!(
+            evaluate(&cr, None, at("2026-12-01T23:00:00Z")).hold,
+            Hold::Disruption,
+            "inside the window the gate still holds disruption"
+        );
+        assert!(
+            Hold::Disruption.allows(false)
+                && !Hold::Disruption.allows(true)
+                && !Hold::All.allows(false)
+                && Hold::Open.allows(true)
+        );
     }
 }

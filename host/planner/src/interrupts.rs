@@ -25,7 +25,9 @@ pub fn in_scope(package: &Package, changed_keys: &[String]) -> Vec<Interrupt> {
         found.extend(package.interrupt.clone());
     } else {
         for (pattern, interrupt) in &package.config_interrupts {
-            if changed_keys.iter().any(|k| config_key_matches(pattern, k)) && !found.contains(interrupt) {
+            if changed_keys.iter().any(|k| config_key_matches(pattern, k))
+                && !found.contains(interrupt)
+            {
                 found.push(interrupt.clone());
             }
         }
@@ -50,11 +52,22 @@ pub fn coalesce(candidates: &BTreeMap<String, Vec<Interrupt>>) -> Option<Merged>
     for (package, interrupts) in candidates {
         for i in interrupts {
             match &mut best {
-                None => best = Some(Merged { interrupt: i.clone(), owner: package.clone() }),
-                Some(m) if rank(i.kind) > rank(m.interrupt.kind) => {
-                    *m = Merged { interrupt: i.clone(), owner: package.clone() };
+                None => {
+                    best = Some(Merged {
+                        interrupt: i.clone(),
+                        owner: package.clone(),
+                    })
                 }
-                Some(m) if i.kind == InterruptType::Service && m.interrupt.kind == InterruptType::Service => {
+                Some(m) if rank(i.kind) > rank(m.interrupt.kind) => {
+                    *m = Merged {
+                        interrupt: i.clone(),
+                        owner: package.clone(),
+                    };
+                }
+                Some(m)
+                    if i.kind == InterruptType::Service
+                        && m.interrupt.kind == InterruptType::Service =>
+                {
                     m.interrupt.services.extend(i.services.iter().cloned());
                 }
                 Some(_) => {}
@@ -73,11 +86,17 @@ mod tests {
     use super::*;
 
     fn i(kind: InterruptType, services: &[&str]) -> Interrupt {
-        Interrupt { kind, services: services.iter().map(|s| s.to_string()).collect() }
+        Interrupt {
+            kind,
+            services: services.iter().map(|s| s.to_string()).collect(),
+        }
     }
 
     fn node(entries: &[(&str, Interrupt)]) -> BTreeMap<String, Vec<Interrupt>> {
-        entries.iter().map(|(n, i)| (n.to_string(), vec![i.clone()])).collect()
+        entries
+            .iter()
+            .map(|(n, i)| (n.to_string(), vec![i.clone()]))
+            .collect()
     }
 
     #[test]
@@ -88,24 +107,47 @@ mod tests {
             ("zeta", i(InterruptType::Reboot, &[])),
         ]))
         .unwrap();
-        assert_eq!(m, Merged { interrupt: i(InterruptType::Reboot, &[]), owner: "driver".into() });
+        assert_eq!(
+            m,
+            Merged {
+                interrupt: i(InterruptType::Reboot, &[]),
+                owner: "driver".into()
+            }
+        );
     }
 
     #[test]
     fn services_merge_sorted_under_the_first_package() {
         let m = coalesce(&node(&[
-            ("b-pkg", i(InterruptType::Service, &["z.service", "a.service"])),
-            ("c-pkg", i(InterruptType::Service, &["a.service", "m.service"])),
+            (
+                "b-pkg",
+                i(InterruptType::Service, &["z.service", "a.service"]),
+            ),
+            (
+                "c-pkg",
+                i(InterruptType::Service, &["a.service", "m.service"]),
+            ),
         ]))
         .unwrap();
         assert_eq!(m.owner, "b-pkg");
-        assert_eq!(m.interrupt.services, ["a.service", "m.service", "z.service"]);
+        assert_eq!(
+            m.interrupt.services,
+            ["a.service", "m.service", "z.service"]
+        );
     }
 
     #[test]
     fn restart_all_beats_services_and_noop_loses_to_everything() {
-        let m = coalesce(&node(&[("a", i(InterruptType::Noop, &[])), ("b", i(InterruptType::Service, &["x.service"])), ("c", i(InterruptType::RestartAllServices, &[]))])).unwrap();
-        assert_eq!((m.interrupt.kind, m.owner.as_str()), (InterruptType::RestartAllServices, "c"));
+        let m = coalesce(&node(&[
+            ("a", i(InterruptType::Noop, &[])),
+            ("b", i(InterruptType::Service, &["x.service"])),
+            ("c", i(InterruptType::RestartAllServices, &[])),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (m.interrupt.kind, m.owner.as_str()),
+            (InterruptType::RestartAllServices, "c")
+        );
         assert_eq!(coalesce(&BTreeMap::new()), None);
     }
 
@@ -118,9 +160,23 @@ mod tests {
             "configInterrupts": {"mode": {"type": "reboot"}, "limits.*": {"type": "service", "services": ["containerd.service"]}}
         }))
         .unwrap();
-        assert_eq!(in_scope(&package, &[]), [i(InterruptType::Reboot, &[])], "install: the package interrupt");
-        assert_eq!(in_scope(&package, &["motd".into()]), Vec::<Interrupt>::new(), "an unmatched key does not interrupt");
-        assert_eq!(in_scope(&package, &["limits.cpu".into()]), [i(InterruptType::Service, &["containerd.service"])]);
-        assert_eq!(in_scope(&package, &["limits.cpu".into(), "mode".into()]).len(), 2);
+        assert_eq!(
+            in_scope(&package, &[]),
+            [i(InterruptType::Reboot, &[])],
+            "install: the package interrupt"
+        );
+        assert_eq!(
+            in_scope(&package, &["motd".into()]),
+            Vec::<Interrupt>::new(),
+            "an unmatched key does not interrupt"
+        );
+        assert_eq!(
+            in_scope(&package, &["limits.cpu".into()]),
+            [i(InterruptType::Service, &["containerd.service"])]
+        );
+        assert_eq!(
+            in_scope(&package, &["limits.cpu".into(), "mode".into()]).len(),
+            2
+        );
     }
 }

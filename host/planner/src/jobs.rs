@@ -13,9 +13,18 @@ use crate::snapshot::{Cr, Work};
 
 /// Parses [`Stage::as_str`].
 pub fn parse_stage(s: &str) -> Option<Stage> {
-    [Stage::Plan, Stage::Apply, Stage::Config, Stage::Interrupt, Stage::PostInterrupt, Stage::Upgrade, Stage::Uninstall, Stage::UninstallInterrupt]
-        .into_iter()
-        .find(|st| st.as_str() == s)
+    [
+        Stage::Plan,
+        Stage::Apply,
+        Stage::Config,
+        Stage::Interrupt,
+        Stage::PostInterrupt,
+        Stage::Upgrade,
+        Stage::Uninstall,
+        Stage::UninstallInterrupt,
+    ]
+    .into_iter()
+    .find(|st| st.as_str() == s)
 }
 
 /// The interrupt type as the spec spells it.
@@ -30,7 +39,14 @@ pub fn interrupt_name(kind: InterruptType) -> &'static str {
 
 /// Parses [`interrupt_name`].
 pub fn parse_interrupt(s: &str) -> Option<InterruptType> {
-    [InterruptType::Noop, InterruptType::Service, InterruptType::RestartAllServices, InterruptType::Reboot].into_iter().find(|k| interrupt_name(*k) == s)
+    [
+        InterruptType::Noop,
+        InterruptType::Service,
+        InterruptType::RestartAllServices,
+        InterruptType::Reboot,
+    ]
+    .into_iter()
+    .find(|k| interrupt_name(*k) == s)
 }
 
 /// `nw-<readable prefix>-<10 hex of the full key>`, at most 63 characters, a DNS label.
@@ -38,8 +54,16 @@ pub fn parse_interrupt(s: &str) -> Option<InterruptType> {
 /// (CR, stage, type, node) — one merged interrupt per node, whoever owns it.
 pub fn job_name(cr: &str, node: &str, work: &Work) -> String {
     let key = match work {
-        Work::Package { package, version, stage } => format!("{cr}\0{package}\0{version}\0{}\0{node}", stage.as_str()),
-        Work::Interrupt { stage, kind, .. } => format!("{cr}\0{}\0{}\0{node}", stage.as_str(), interrupt_name(*kind)),
+        Work::Package {
+            package,
+            version,
+            stage,
+        } => format!("{cr}\0{package}\0{version}\0{}\0{node}", stage.as_str()),
+        Work::Interrupt { stage, kind, .. } => format!(
+            "{cr}\0{}\0{}\0{node}",
+            stage.as_str(),
+            interrupt_name(*kind)
+        ),
     };
     let hash = Sha256::digest(key.as_bytes());
     let hex: String = hash.iter().take(5).map(|b| format!("{b:02x}")).collect();
@@ -57,7 +81,12 @@ pub fn job_name(cr: &str, node: &str, work: &Work) -> String {
 }
 
 fn tolerations(cr: &Cr) -> Vec<Toleration> {
-    let exists = |key: &str, effect: Option<&str>| Toleration { key: Some(key.into()), operator: Some("Exists".into()), effect: effect.map(String::from), ..Default::default() };
+    let exists = |key: &str, effect: Option<&str>| Toleration {
+        key: Some(key.into()),
+        operator: Some("Exists".into()),
+        effect: effect.map(String::from),
+        ..Default::default()
+    };
     let mut t = vec![
         exists("node.kubernetes.io/unschedulable", Some("NoSchedule")),
         exists(keys::RUNTIME_REQUIRED_TAINT_KEY, None),
@@ -69,11 +98,21 @@ fn tolerations(cr: &Cr) -> Vec<Toleration> {
 }
 
 fn deadline(env: &Env<'_>, p: Option<&Package>) -> u64 {
-    p.and_then(|p| p.stage_timeout.as_deref()).and_then(|t| parse_duration(t).ok()).map(|s| s as u64).unwrap_or(env.settings.stage_timeout)
+    p.and_then(|p| p.stage_timeout.as_deref())
+        .and_then(|t| parse_duration(t).ok())
+        .map(|s| s as u64)
+        .unwrap_or(env.settings.stage_timeout)
 }
 
 /// The request for one package stage on one node.
-pub(crate) fn package_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, p: &Package, e: &PackageStatus) -> JobRequest {
+pub(crate) fn package_job(
+    env: &Env<'_>,
+    cr: &Cr,
+    node: &str,
+    work: Work,
+    p: &Package,
+    e: &PackageStatus,
+) -> JobRequest {
     JobRequest {
         name: job_name(&cr.name, node, &work),
         cr: cr.name.clone(),
@@ -89,7 +128,10 @@ pub(crate) fn package_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, p: &Pa
         node_order: env.orders.get(node).copied(),
         interrupt: None,
         services: Vec::new(),
-        reboot_allowed: p.interrupt.as_ref().is_some_and(|i| i.kind == InterruptType::Reboot),
+        reboot_allowed: p
+            .interrupt
+            .as_ref()
+            .is_some_and(|i| i.kind == InterruptType::Reboot),
         deadline_seconds: deadline(env, Some(p)),
         backoff_limit: env.settings.backoff_limit,
         tolerations: tolerations(cr),
@@ -97,7 +139,14 @@ pub(crate) fn package_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, p: &Pa
 }
 
 /// The request for a node's merged (or a package's uninstall) interrupt.
-pub(crate) fn interrupt_job(env: &Env<'_>, cr: &Cr, node: &str, work: Work, interrupt: &Interrupt, run: i64) -> JobRequest {
+pub(crate) fn interrupt_job(
+    env: &Env<'_>,
+    cr: &Cr,
+    node: &str,
+    work: Work,
+    interrupt: &Interrupt,
+    run: i64,
+) -> JobRequest {
     let owner = match &work {
         Work::Interrupt { owner, .. } => cr.spec.packages.get(owner),
         Work::Package { .. } => None,
@@ -134,18 +183,53 @@ mod tests {
 
     #[test]
     fn names_are_deterministic_bounded_dns_labels() {
-        let w = Work::Package { package: "driver".into(), version: "1.0.0".into(), stage: Stage::Apply };
+        let w = Work::Package {
+            package: "driver".into(),
+            version: "1.0.0".into(),
+            stage: Stage::Apply,
+        };
         let a = job_name("gpu", "node-1", &w);
         assert_eq!(a, job_name("gpu", "node-1", &w));
         assert!(a.starts_with("nw-gpu-driver-apply-node-1-"), "{a}");
         let long = job_name(&"c".repeat(60), &"n".repeat(250), &w);
-        assert!(long.len() <= 63 && long.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{long}");
+        assert!(
+            long.len() <= 63
+                && long
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+            "{long}"
+        );
         let other_node = job_name(&"c".repeat(60), &format!("{}x", "n".repeat(249)), &w);
         assert_ne!(long, other_node, "truncated names still differ by the hash");
-        let i1 = job_name("gpu", "n", &Work::Interrupt { stage: Stage::Interrupt, kind: InterruptType::Reboot, owner: "a".into() });
-        let i2 = job_name("gpu", "n", &Work::Interrupt { stage: Stage::Interrupt, kind: InterruptType::Reboot, owner: "b".into() });
+        let i1 = job_name(
+            "gpu",
+            "n",
+            &Work::Interrupt {
+                stage: Stage::Interrupt,
+                kind: InterruptType::Reboot,
+                owner: "a".into(),
+            },
+        );
+        let i2 = job_name(
+            "gpu",
+            "n",
+            &Work::Interrupt {
+                stage: Stage::Interrupt,
+                kind: InterruptType::Reboot,
+                owner: "b".into(),
+            },
+        );
         assert_eq!(i1, i2, "one merged interrupt per node, whoever owns it");
-        for s in ["plan", "apply", "config", "interrupt", "post-interrupt", "upgrade", "uninstall", "uninstall-interrupt"] {
+        for s in [
+            "plan",
+            "apply",
+            "config",
+            "interrupt",
+            "post-interrupt",
+            "upgrade",
+            "uninstall",
+            "uninstall-interrupt",
+        ] {
             assert_eq!(parse_stage(s).unwrap().as_str(), s);
         }
     }

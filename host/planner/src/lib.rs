@@ -34,4 +34,6 @@ mod status;
 
 pub use action::{Action, Event, JobRequest, NodePatch, Target};
 pub use plan::plan;
-pub use snapshot::{Cr, GateFinding, Job, JobPhase, Node, Plugins, Pod, Refusal, Resolved, Settings, Snapshot, Work};
+pub use snapshot::{
+    Cr, GateFinding, Job, JobPhase, Node, Plugins, Pod, Refusal, Resolved, Settings, Snapshot, Work,
+};

@@ -7,7 +7,10 @@ use rustc_hash::FxHashMap as HashMap;
 
 use nodewright_api::keys;
 use nodewright_api::result::StageResult;
-use nodewright_api::v1alpha1::{Interrupt, InterruptType, NodeState, Package, PackageStatus, Planned, Stage, State, Status, state_key};
+use nodewright_api::v1alpha1::{
+    Interrupt, InterruptType, NodeState, Package, PackageStatus, Planned, Stage, State, Status,
+    state_key,
+};
 
 use crate::action::{Action, Event, NodePatch, Target};
 use crate::cordon::{self, Mark, NodeCordon};
@@ -36,7 +39,11 @@ impl<'a> NodeWork<'a> {
         NodeWork {
             base: &node.annotations,
             unschedulable: node.unschedulable,
-            patch: NodePatch { node: node.name.clone(), resource_version: node.resource_version.clone(), ..Default::default() },
+            patch: NodePatch {
+                node: node.name.clone(),
+                resource_version: node.resource_version.clone(),
+                ..Default::default()
+            },
         }
     }
 
@@ -71,9 +78,32 @@ impl<'a> NodeWork<'a> {
     /// The cordon marks every CR holds on this node.
     pub fn cordons(&self) -> NodeCordon {
         const PREFIX: &str = "nodewright.io/cordon.";
-        let keys = self.base.range::<str, _>((std::ops::Bound::Included(PREFIX), std::ops::Bound::Unbounded)).map(|(k, _)| k).take_while(|k| k.starts_with(PREFIX)).chain(self.patch.annotations.keys().filter(|k| k.starts_with(PREFIX)));
-        let owners = keys.filter_map(|k| Some((k.strip_prefix(PREFIX)?.to_string(), Mark::parse(self.get(k)?)))).collect();
-        NodeCordon { unschedulable: self.unschedulable, owners }
+        let keys = self
+            .base
+            .range::<str, _>((
+                std::ops::Bound::Included(PREFIX),
+                std::ops::Bound::Unbounded,
+            ))
+            .map(|(k, _)| k)
+            .take_while(|k| k.starts_with(PREFIX))
+            .chain(
+                self.patch
+                    .annotations
+                    .keys()
+                    .filter(|k| k.starts_with(PREFIX)),
+            );
+        let owners = keys
+            .filter_map(|k| {
+                Some((
+                    k.strip_prefix(PREFIX)?.to_string(),
+                    Mark::parse(self.get(k)?),
+                ))
+            })
+            .collect();
+        NodeCordon {
+            unschedulable: self.unschedulable,
+            owners,
+        }
     }
 
     fn apply(&mut self, actions: Vec<cordon::Action>) {
@@ -81,7 +111,9 @@ impl<'a> NodeWork<'a> {
             match a {
                 cordon::Action::Cordon => self.cordon(true),
                 cordon::Action::Uncordon => self.cordon(false),
-                cordon::Action::Mark(cr, m) => self.set(&keys::cordon(&cr), Some(m.as_str().into())),
+                cordon::Action::Mark(cr, m) => {
+                    self.set(&keys::cordon(&cr), Some(m.as_str().into()))
+                }
                 cordon::Action::Unmark(cr) => self.set(&keys::cordon(&cr), None),
             }
         }
@@ -92,8 +124,14 @@ impl<'a> NodeWork<'a> {
     pub fn acquire(&mut self, cr: &str) -> bool {
         let acquired = self.cordons().acquire(cr);
         self.apply(acquired.actions);
-        let mut owned: Vec<String> = self.get(keys::KARPENTER_OWNED).map(|v| v.split(',').map(String::from).collect()).unwrap_or_default();
-        for key in [keys::KARPENTER_DO_NOT_DISRUPT, keys::KARPENTER_DO_NOT_REPAIR] {
+        let mut owned: Vec<String> = self
+            .get(keys::KARPENTER_OWNED)
+            .map(|v| v.split(',').map(String::from).collect())
+            .unwrap_or_default();
+        for key in [
+            keys::KARPENTER_DO_NOT_DISRUPT,
+            keys::KARPENTER_DO_NOT_REPAIR,
+        ] {
             if self.get(key).is_none() {
                 self.set(key, Some("true".into()));
                 owned.push(key.into());
@@ -171,8 +209,21 @@ enum Step {
 
 /// One CR on one node. Without `may_start` (the node is not in a batch) only finished Jobs
 /// are recorded and a done node's cordon released: no new Jobs, cordons or evictions.
-#[expect(clippy::too_many_arguments, reason = "the pass's inputs; grouping them would only rename them")]
-pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state: &mut NodeState, jobs: &[&Job], pods: &[&Pod], may_start: bool, actions: &mut Vec<Action>) -> NodeOutcome {
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the pass's inputs; grouping them would only rename them"
+)]
+pub fn pass(
+    env: &Env<'_>,
+    cr: &Cr,
+    node: &Node,
+    work: &mut NodeWork<'_>,
+    state: &mut NodeState,
+    jobs: &[&Job],
+    pods: &[&Pod],
+    may_start: bool,
+    actions: &mut Vec<Action>,
+) -> NodeOutcome {
     let spec = &cr.spec;
     let first_action = actions.len();
     let mut failures = Vec::new();
@@ -184,9 +235,18 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
     for e in state.values().filter(|e| parked(e)) {
         failures.push(format!("{}: {}", e.name, e.message));
     }
-    if let Some(why) = drain::timed_out(cr, drain::started(work.get(&keys::drain_start(&cr.name))), env.now) {
+    if let Some(why) = drain::timed_out(
+        cr,
+        drain::started(work.get(&keys::drain_start(&cr.name))),
+        env.now,
+    ) {
         if work.get(&keys::node_status(&cr.name)) != Some("erroring") {
-            actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: true, reason: "DrainTimeout", message: format!("{why} ({}); the node stays cordoned", cr.name) }));
+            actions.push(Action::Event(Event {
+                target: Target::Node(node.name.clone()),
+                warning: true,
+                reason: "DrainTimeout",
+                message: format!("{why} ({}); the node stays cordoned", cr.name),
+            }));
         }
         failures.push(why);
     }
@@ -201,8 +261,13 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         if entry.is_some_and(&parked) || done(name, p, &env.digests[name], state, cr.deleting) {
             continue;
         }
-        let uninstalling = entry.is_some_and(|e| matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt));
-        let deps_done = p.depends_on.iter().all(|(d, v)| spec.packages.get(d).is_some_and(|dp| dp.version == *v && done(d, dp, &env.digests[d], state, false)));
+        let uninstalling =
+            entry.is_some_and(|e| matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt));
+        let deps_done = p.depends_on.iter().all(|(d, v)| {
+            spec.packages
+                .get(d)
+                .is_some_and(|dp| dp.version == *v && done(d, dp, &env.digests[d], state, false))
+        });
         if !uninstalling && !uninstall_requested(p, cr.deleting) && !deps_done {
             continue;
         }
@@ -218,7 +283,14 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         };
         runnable.push((name, p, step));
     }
-    runnable.sort_by_key(|(name, p, _)| (!state.get(&state_key(name, &p.version)).is_some_and(|e| matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt)), name.as_str()));
+    runnable.sort_by_key(|(name, p, _)| {
+        (
+            !state
+                .get(&state_key(name, &p.version))
+                .is_some_and(|e| matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt)),
+            name.as_str(),
+        )
+    });
     if spec.serial {
         runnable.truncate(1);
     }
@@ -234,14 +306,28 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
     let before_hold = runnable.len();
     if !cordoned && env.hold != Hold::Open {
         runnable.retain(|(n, p, step)| {
-            let disruptive = disrupts(step, !effective(p, state.get(&state_key(n, &p.version))).is_empty());
+            let disruptive = disrupts(
+                step,
+                !effective(p, state.get(&state_key(n, &p.version))).is_empty(),
+            );
             env.hold.allows(disruptive) || (!disruptive && !jobs.is_empty())
         });
     }
     let held = runnable.len() < before_hold;
 
-    let scope: BTreeMap<String, Vec<Interrupt>> = runnable.iter().map(|(n, p, _)| ((*n).clone(), effective(p, state.get(&state_key(n, &p.version))))).collect();
-    let tracked: Vec<bool> = runnable.iter().map(|(n, p, _)| state.contains_key(&state_key(n, &p.version))).collect();
+    let scope: BTreeMap<String, Vec<Interrupt>> = runnable
+        .iter()
+        .map(|(n, p, _)| {
+            (
+                (*n).clone(),
+                effective(p, state.get(&state_key(n, &p.version))),
+            )
+        })
+        .collect();
+    let tracked: Vec<bool> = runnable
+        .iter()
+        .map(|(n, p, _)| state.contains_key(&state_key(n, &p.version)))
+        .collect();
     let interrupting = |name: &str| scope.get(name).is_some_and(|i| !i.is_empty());
     let disruptive = |name: &String, step: &Step| disrupts(step, interrupting(name));
 
@@ -252,7 +338,11 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
     let mut drain_blocked = None;
     let mut timed_out = false;
     if runnable.iter().any(|(n, _, s)| disruptive(n, s)) {
-        let uncordoned_wait = if spec.cordon_after_barrier && !cordoned { drain::barrier(cr, pods) } else { Vec::new() };
+        let uncordoned_wait = if spec.cordon_after_barrier && !cordoned {
+            drain::barrier(cr, pods)
+        } else {
+            Vec::new()
+        };
         if !uncordoned_wait.is_empty() {
             outcome_barrier = uncordoned_wait;
         } else if work.acquire(&cr.name) {
@@ -268,14 +358,21 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                     if start.is_none() {
                         work.set(&keys::drain_start(&cr.name), Some(env.now.to_string()));
                     }
-                    work.set(&keys::drain_blocked(&cr.name), blocked.as_ref().map(|b| b.message.clone()));
+                    work.set(
+                        &keys::drain_blocked(&cr.name),
+                        blocked.as_ref().map(|b| b.message.clone()),
+                    );
                     drain_blocked = blocked;
                 }
                 // Found above on the next pass (the start time is persisted by now).
                 Drain::TimedOut => timed_out = true,
             }
         }
-    } else if runnable.iter().zip(&tracked).any(|((n, _, s), t)| *t && interrupting(n) && *s == Step::Run(Stage::PostInterrupt)) {
+    } else if runnable
+        .iter()
+        .zip(&tracked)
+        .any(|((n, _, s), t)| *t && interrupting(n) && *s == Step::Run(Stage::PostInterrupt))
+    {
         // Mid-interrupt-cycle (post-interrupt): keep the cordon, re-cordon if it was lifted.
         // (A plan still running is not mid-cycle: it disrupts nothing.)
         work.acquire(&cr.name);
@@ -284,12 +381,19 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
     // The node's merged interrupt among runnable packages that are not uninstalling.
     let candidates: BTreeMap<String, Vec<Interrupt>> = runnable
         .iter()
-        .filter(|(_, _, s)| !matches!(s, Step::UninstallInterrupt | Step::Run(Stage::Uninstall | Stage::PostInterrupt)))
+        .filter(|(_, _, s)| {
+            !matches!(
+                s,
+                Step::UninstallInterrupt | Step::Run(Stage::Uninstall | Stage::PostInterrupt)
+            )
+        })
         .map(|(n, _, _)| ((*n).clone(), scope[*n].clone()))
         .filter(|(_, i)| !i.is_empty())
         .collect();
     let merged = coalesce(&candidates);
-    let mut busy = jobs.iter().any(|j| matches!(j.work, Work::Package { .. }) && j.running());
+    let mut busy = jobs
+        .iter()
+        .any(|j| matches!(j.work, Work::Package { .. }) && j.running());
     // A Job is the same work when it has the same name: the name already says that one
     // merged interrupt per node exists whoever owns it.
     let has_job = |w: &Work| {
@@ -308,11 +412,18 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
             }
             match step {
                 Step::Run(stage) => {
-                    let w = Work::Package { package: (*name).clone(), version: p.version.clone(), stage: *stage };
+                    let w = Work::Package {
+                        package: (*name).clone(),
+                        version: p.version.clone(),
+                        stage: *stage,
+                    };
                     if has_job(&w) {
                         continue;
                     }
-                    let entry = state.entry(key.clone()).or_insert_with(|| PackageStatus { run: env.now, ..PackageStatus::new(name, &p.version, *stage, cr.generation) });
+                    let entry = state.entry(key.clone()).or_insert_with(|| PackageStatus {
+                        run: env.now,
+                        ..PackageStatus::new(name, &p.version, *stage, cr.generation)
+                    });
                     entry.state = State::InProgress;
                     entry.generation = cr.generation;
                     entry.digest = env.pinned.get(*name).cloned().unwrap_or_default();
@@ -320,7 +431,17 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                         entry.config = env.digests[*name].clone();
                     }
                     let req = package_job(env, cr, &node.name, w, p, entry);
-                    actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: false, reason: "Apply", message: format!("{} {name} {} started ({})", stage.as_str(), p.version, cr.name) }));
+                    actions.push(Action::Event(Event {
+                        target: Target::Node(node.name.clone()),
+                        warning: false,
+                        reason: "Apply",
+                        message: format!(
+                            "{} {name} {} started ({})",
+                            stage.as_str(),
+                            p.version,
+                            cr.name
+                        ),
+                    }));
                     actions.push(Action::CreateJob(Box::new(req)));
                     busy = true;
                 }
@@ -340,11 +461,17 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                         }
                         continue;
                     }
-                    let w = Work::Interrupt { stage: Stage::Interrupt, kind: interrupt.kind, owner: owner.clone() };
+                    let w = Work::Interrupt {
+                        stage: Stage::Interrupt,
+                        kind: interrupt.kind,
+                        owner: owner.clone(),
+                    };
                     if has_job(&w) || busy {
                         continue;
                     }
-                    let Some(e) = state.get_mut(&key) else { continue };
+                    let Some(e) = state.get_mut(&key) else {
+                        continue;
+                    };
                     let run = e.run;
                     e.state = State::InProgress;
                     // The boot before this stage's reboot, recorded once: a Job made again
@@ -353,12 +480,25 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                         e.boot_id = node.boot_id.clone();
                     }
                     e.generation = cr.generation;
-                    actions.push(Action::Event(Event { target: Target::Node(node.name.clone()), warning: false, reason: "Interrupt", message: format!("{} for {} ({})", describe(interrupt), owner, cr.name) }));
-                    actions.push(Action::CreateJob(Box::new(interrupt_job(env, cr, &node.name, w, interrupt, run))));
+                    actions.push(Action::Event(Event {
+                        target: Target::Node(node.name.clone()),
+                        warning: false,
+                        reason: "Interrupt",
+                        message: format!("{} for {} ({})", describe(interrupt), owner, cr.name),
+                    }));
+                    actions.push(Action::CreateJob(Box::new(interrupt_job(
+                        env, cr, &node.name, w, interrupt, run,
+                    ))));
                 }
                 Step::UninstallInterrupt => {
-                    let Some(interrupt) = p.interrupt.clone() else { continue };
-                    let w = Work::Interrupt { stage: Stage::UninstallInterrupt, kind: interrupt.kind, owner: (*name).clone() };
+                    let Some(interrupt) = p.interrupt.clone() else {
+                        continue;
+                    };
+                    let w = Work::Interrupt {
+                        stage: Stage::UninstallInterrupt,
+                        kind: interrupt.kind,
+                        owner: (*name).clone(),
+                    };
                     if has_job(&w) {
                         continue;
                     }
@@ -369,7 +509,9 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
                             e.boot_id = node.boot_id.clone();
                         }
                     }
-                    actions.push(Action::CreateJob(Box::new(interrupt_job(env, cr, &node.name, w, &interrupt, run))));
+                    actions.push(Action::CreateJob(Box::new(interrupt_job(
+                        env, cr, &node.name, w, &interrupt, run,
+                    ))));
                 }
             }
         }
@@ -381,7 +523,10 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         // the rollout lets go of it (it stays cordoned, erroring, until it does).
         let unmet = hold::unhealthy(cr, node);
         if !unmet.is_empty() {
-            failures.push(format!("node health after its interrupt: {}", unmet.join(", ")));
+            failures.push(format!(
+                "node health after its interrupt: {}",
+                unmet.join(", ")
+            ));
         }
     }
     let status = if timed_out || !failures.is_empty() {
@@ -395,7 +540,12 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
         Status::Complete
     } else if !outcome_barrier.is_empty() {
         Status::Blocked
-    } else if held && !jobs.iter().any(|j| j.running()) && !actions[first_action..].iter().any(|a| matches!(a, Action::CreateJob(_))) {
+    } else if held
+        && !jobs.iter().any(|j| j.running())
+        && !actions[first_action..]
+            .iter()
+            .any(|a| matches!(a, Action::CreateJob(_)))
+    {
         Status::Waiting
     } else {
         Status::InProgress
@@ -403,7 +553,13 @@ pub fn pass(env: &Env<'_>, cr: &Cr, node: &Node, work: &mut NodeWork<'_>, state:
     if timed_out && failures.is_empty() {
         failures.push("drain timed out".into());
     }
-    NodeOutcome { status, barrier: outcome_barrier, drain_blocked, failures, held }
+    NodeOutcome {
+        status,
+        barrier: outcome_barrier,
+        drain_blocked,
+        failures,
+        held,
+    }
 }
 
 /// Whether a step disrupts the node (needs the cordon and drain first): a stage with an
@@ -416,17 +572,41 @@ fn disrupts(step: &Step, interrupting: bool) -> bool {
     }
 }
 
-
 /// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match
 /// (stopping the ones still running). Jobs already stopping are left to finish stopping.
-fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actions: &mut Vec<Action>, failures: &mut Vec<String>) {
+fn record_jobs(
+    cr: &Cr,
+    node: &Node,
+    state: &mut NodeState,
+    jobs: &[&Job],
+    actions: &mut Vec<Action>,
+    failures: &mut Vec<String>,
+) {
     for job in jobs.iter().filter(|j| !j.stopping) {
-        let delete = |actions: &mut Vec<Action>| actions.push(Action::DeleteJob { name: job.name.clone(), node: node.name.clone(), running: job.running() });
+        let delete = |actions: &mut Vec<Action>| {
+            actions.push(Action::DeleteJob {
+                name: job.name.clone(),
+                node: node.name.clone(),
+                running: job.running(),
+            })
+        };
         match &job.work {
-            Work::Package { package, version, stage } => {
-                let current = cr.spec.packages.get(package).is_some_and(|p| p.version == *version);
+            Work::Package {
+                package,
+                version,
+                stage,
+            } => {
+                let current = cr
+                    .spec
+                    .packages
+                    .get(package)
+                    .is_some_and(|p| p.version == *version);
                 let key = state_key(package, version);
-                let Some(e) = state.get_mut(&key).filter(|e| current && e.stage == *stage && matches!(e.state, State::InProgress | State::Unknown)) else {
+                let Some(e) = state.get_mut(&key).filter(|e| {
+                    current
+                        && e.stage == *stage
+                        && matches!(e.state, State::InProgress | State::Unknown)
+                }) else {
                     // Stale: recorded already, superseded, or the package left the spec.
                     delete(actions);
                     continue;
@@ -446,7 +626,12 @@ fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actio
                         }
                         delete(actions);
                     }
-                    JobPhase::Failed { genuine: true, attempts, reason, last } => {
+                    JobPhase::Failed {
+                        genuine: true,
+                        attempts,
+                        reason,
+                        last,
+                    } => {
                         e.state = State::Erroring;
                         e.attempts = *attempts as i32;
                         e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
@@ -463,7 +648,17 @@ fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actio
                 }
             }
             Work::Interrupt { stage, kind, owner } => {
-                let at_stage: Vec<String> = state.iter().filter(|(_, e)| e.stage == *stage && matches!(e.state, State::InProgress | State::Skipped | State::Unknown)).map(|(k, _)| k.clone()).collect();
+                let at_stage: Vec<String> = state
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.stage == *stage
+                            && matches!(
+                                e.state,
+                                State::InProgress | State::Skipped | State::Unknown
+                            )
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
                 let owner_key = at_stage.iter().find(|k| state[*k].name == *owner).cloned();
                 let Some(owner_key) = owner_key else {
                     delete(actions);
@@ -472,7 +667,9 @@ fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actio
                 match &job.phase {
                     JobPhase::Active { .. } => {}
                     JobPhase::Succeeded(_) => {
-                        if *kind == InterruptType::Reboot && state[&owner_key].boot_id == node.boot_id {
+                        if *kind == InterruptType::Reboot
+                            && state[&owner_key].boot_id == node.boot_id
+                        {
                             continue; // the node has not come back with a new boot ID yet
                         }
                         if *stage == Stage::UninstallInterrupt {
@@ -486,11 +683,20 @@ fn record_jobs(cr: &Cr, node: &Node, state: &mut NodeState, jobs: &[&Job], actio
                         }
                         delete(actions);
                     }
-                    JobPhase::Failed { genuine, reason, last, .. } => {
-                        if *genuine || *kind == InterruptType::Reboot || reason == "DeadlineExceeded" {
+                    JobPhase::Failed {
+                        genuine,
+                        reason,
+                        last,
+                        ..
+                    } => {
+                        if *genuine
+                            || *kind == InterruptType::Reboot
+                            || reason == "DeadlineExceeded"
+                        {
                             let e = state.get_mut(&owner_key).expect("found above");
                             e.state = State::Erroring;
-                            e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
+                            e.message =
+                                last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
                             failures.push(format!("{owner}: {}", e.message));
                         }
                         delete(actions);
@@ -510,14 +716,19 @@ fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeStat
         let wants_uninstall = uninstall_requested(p, cr.deleting);
         // Version change: upgrade from a completed older version.
         if !state.contains_key(&key) && !wants_uninstall && !cr.deleting {
-            let older = state.values().filter(|e| e.name == *name && older_than(&e.version, &p.version)).max_by(|a, b| cmp_versions(&a.version, &b.version));
+            let older = state
+                .values()
+                .filter(|e| e.name == *name && older_than(&e.version, &p.version))
+                .max_by(|a, b| cmp_versions(&a.version, &b.version));
             if let Some(old) = older.filter(|o| terminal(p, o) || o.state == State::Complete) {
                 let mut e = PackageStatus::new(name, &p.version, Stage::Upgrade, generation);
                 e.previous_version = Some(old.version.clone());
                 state.insert(key.clone(), e);
             }
         }
-        let Some(e) = state.get_mut(&key) else { continue };
+        let Some(e) = state.get_mut(&key) else {
+            continue;
+        };
         if e.state == State::Erroring && e.generation < generation {
             e.state = State::InProgress;
             e.attempts = 0;
@@ -526,21 +737,44 @@ fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeStat
         }
         // Deleting the CR uninstalls even a package whose install failed (NodeWright would
         // wait for a `complete` install that never comes, and the deletion would hang).
-        if cr.deleting && wants_uninstall && e.state == State::Erroring && !matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt) {
-            *e = PackageStatus { config: e.config.clone(), ..PackageStatus::new(name, &p.version, Stage::Uninstall, generation) };
+        if cr.deleting
+            && wants_uninstall
+            && e.state == State::Erroring
+            && !matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt)
+        {
+            *e = PackageStatus {
+                config: e.config.clone(),
+                ..PackageStatus::new(name, &p.version, Stage::Uninstall, generation)
+            };
         }
         // Cancelled uninstall: back to installing (an uninstall interrupt runs to its end).
         if e.stage == Stage::Uninstall && !wants_uninstall && e.state != State::Complete {
-            *e = PackageStatus { config: e.config.clone(), ..PackageStatus::new(name, &p.version, Stage::Apply, generation) };
+            *e = PackageStatus {
+                config: e.config.clone(),
+                ..PackageStatus::new(name, &p.version, Stage::Apply, generation)
+            };
         }
         if e.state == State::Complete {
-            if wants_uninstall && !matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt) && terminal(p, e) {
-                *e = PackageStatus { config: e.config.clone(), ..PackageStatus::new(name, &p.version, Stage::Uninstall, generation) };
+            if wants_uninstall
+                && !matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt)
+                && terminal(p, e)
+            {
+                *e = PackageStatus {
+                    config: e.config.clone(),
+                    ..PackageStatus::new(name, &p.version, Stage::Uninstall, generation)
+                };
                 continue;
             }
             if e.stage == Stage::Plan {
-                let converged = e.planned.as_ref().is_some_and(|pl| pl.changes == 0 && pl.interrupt.is_none());
-                let (stage, state_) = if converged { (Stage::Config, State::Complete) } else { (Stage::Apply, State::InProgress) };
+                let converged = e
+                    .planned
+                    .as_ref()
+                    .is_some_and(|pl| pl.changes == 0 && pl.interrupt.is_none());
+                let (stage, state_) = if converged {
+                    (Stage::Config, State::Complete)
+                } else {
+                    (Stage::Apply, State::InProgress)
+                };
                 e.stage = stage;
                 e.state = state_;
                 continue;
@@ -564,8 +798,15 @@ fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeStat
             }
         }
         // Config change at a settled point: the package complete, or parked after config.
-        let Some(e) = state.get_mut(&key) else { continue };
-        let settled = terminal(p, e) || (e.state == State::Erroring && matches!(e.stage, Stage::Config | Stage::Interrupt | Stage::PostInterrupt));
+        let Some(e) = state.get_mut(&key) else {
+            continue;
+        };
+        let settled = terminal(p, e)
+            || (e.state == State::Erroring
+                && matches!(
+                    e.stage,
+                    Stage::Config | Stage::Interrupt | Stage::PostInterrupt
+                ));
         let digests = all_digests[name].clone();
         if settled && !wants_uninstall && e.config != digests {
             let mut keys = changed_keys(&e.config, &digests);
@@ -574,11 +815,18 @@ fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeStat
                 keys.sort();
                 keys.dedup();
             }
-            *e = PackageStatus { config: digests, changed_keys: keys, digest: e.digest.clone(), ..PackageStatus::new(name, &p.version, Stage::Config, generation) };
+            *e = PackageStatus {
+                config: digests,
+                changed_keys: keys,
+                digest: e.digest.clone(),
+                ..PackageStatus::new(name, &p.version, Stage::Config, generation)
+            };
         }
         // Upgrade done: drop the older versions' entries.
         if state.get(&key).is_some_and(|e| terminal(p, e)) {
-            state.retain(|_, o| o.name != *name || o.version == p.version || !older_than(&o.version, &p.version));
+            state.retain(|_, o| {
+                o.name != *name || o.version == p.version || !older_than(&o.version, &p.version)
+            });
         }
     }
 }
@@ -596,14 +844,29 @@ fn older_than(a: &str, b: &str) -> bool {
 
 fn planned(result: Option<&StageResult>) -> Planned {
     match result {
-        Some(r) => Planned { changes: r.change_count.max(r.changes.len() as u32), interrupt: r.reported_interrupt().unwrap_or(Some(Interrupt { kind: InterruptType::Reboot, services: vec![] })) },
+        Some(r) => Planned {
+            changes: r.change_count.max(r.changes.len() as u32),
+            interrupt: r.reported_interrupt().unwrap_or(Some(Interrupt {
+                kind: InterruptType::Reboot,
+                services: vec![],
+            })),
+        },
         // No readable result: assume the worst (the spec caps it).
-        None => Planned { changes: 1, interrupt: Some(Interrupt { kind: InterruptType::Reboot, services: vec![] }) },
+        None => Planned {
+            changes: 1,
+            interrupt: Some(Interrupt {
+                kind: InterruptType::Reboot,
+                services: vec![],
+            }),
+        },
     }
 }
 
 fn summary(r: &StageResult) -> String {
-    let blame = serde_json::to_value(r.blame).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+    let blame = serde_json::to_value(r.blame)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
     format!("[{blame}] {}", r.message)
 }
 

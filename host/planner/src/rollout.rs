@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use nodewright_api::v1alpha1::{BatchParams, BatchState, Budget, CompartmentStatus, DeploymentPolicySpec, Strategy};
+use nodewright_api::v1alpha1::{
+    BatchParams, BatchState, Budget, CompartmentStatus, DeploymentPolicySpec, Strategy,
+};
 
 use crate::batches::{Kind, ceiling, evaluate, next_batch_size};
 use crate::select;
@@ -21,18 +23,42 @@ pub struct Rules {
 }
 
 /// Compartment rules of a CR: its policy's, or `interruptionBudget` as the default one.
-pub fn rules(policy: Option<&DeploymentPolicySpec>, budget: Option<&Budget>) -> BTreeMap<String, Rules> {
+pub fn rules(
+    policy: Option<&DeploymentPolicySpec>,
+    budget: Option<&Budget>,
+) -> BTreeMap<String, Rules> {
     let mut out = BTreeMap::new();
     match policy {
         Some(p) => {
-            out.insert(DEFAULT.to_string(), Rules { budget: p.default.budget.clone(), strategy: p.default.strategy.clone() });
+            out.insert(
+                DEFAULT.to_string(),
+                Rules {
+                    budget: p.default.budget.clone(),
+                    strategy: p.default.strategy.clone(),
+                },
+            );
             for c in &p.compartments {
-                out.insert(c.name.clone(), Rules { budget: c.budget.clone(), strategy: c.strategy.clone().or(p.default.strategy.clone()) });
+                out.insert(
+                    c.name.clone(),
+                    Rules {
+                        budget: c.budget.clone(),
+                        strategy: c.strategy.clone().or(p.default.strategy.clone()),
+                    },
+                );
             }
         }
         None => {
-            let budget = budget.cloned().unwrap_or(Budget { percent: Some(100), count: None });
-            out.insert(DEFAULT.to_string(), Rules { budget, strategy: None });
+            let budget = budget.cloned().unwrap_or(Budget {
+                percent: Some(100),
+                count: None,
+            });
+            out.insert(
+                DEFAULT.to_string(),
+                Rules {
+                    budget,
+                    strategy: None,
+                },
+            );
         }
     }
     out
@@ -60,22 +86,42 @@ fn safety(s: Option<&Strategy>) -> u8 {
 /// Assigns each node to a compartment: among the matching ones the safest strategy
 /// (fixed < linear < exponential < none), then the smaller ceiling (on the CR's nodes that
 /// compartment's selector matches), then the name; no match: [`DEFAULT`].
-pub fn assign<'a>(policy: Option<&DeploymentPolicySpec>, nodes: &[&'a Node]) -> BTreeMap<String, Vec<&'a Node>> {
+pub fn assign<'a>(
+    policy: Option<&DeploymentPolicySpec>,
+    nodes: &[&'a Node],
+) -> BTreeMap<String, Vec<&'a Node>> {
     let mut out: BTreeMap<String, Vec<&Node>> = BTreeMap::new();
     out.insert(DEFAULT.into(), Vec::new());
     let Some(policy) = policy else {
         out.insert(DEFAULT.into(), nodes.to_vec());
         return out;
     };
-    let matched: Vec<u32> = policy.compartments.iter().map(|c| nodes.iter().filter(|n| select::matches(Some(&c.selector), &n.labels)).count() as u32).collect();
+    let matched: Vec<u32> = policy
+        .compartments
+        .iter()
+        .map(|c| {
+            nodes
+                .iter()
+                .filter(|n| select::matches(Some(&c.selector), &n.labels))
+                .count() as u32
+        })
+        .collect();
     for node in nodes {
         let best = policy
             .compartments
             .iter()
             .enumerate()
             .filter(|(_, c)| select::matches(Some(&c.selector), &node.labels))
-            .min_by_key(|(i, c)| (safety(c.strategy.as_ref().or(policy.default.strategy.as_ref())), ceiling(matched[*i], &c.budget), c.name.clone()));
-        let name = best.map(|(_, c)| c.name.clone()).unwrap_or_else(|| DEFAULT.into());
+            .min_by_key(|(i, c)| {
+                (
+                    safety(c.strategy.as_ref().or(policy.default.strategy.as_ref())),
+                    ceiling(matched[*i], &c.budget),
+                    c.name.clone(),
+                )
+            });
+        let name = best
+            .map(|(_, c)| c.name.clone())
+            .unwrap_or_else(|| DEFAULT.into());
         out.entry(name).or_default().push(node);
     }
     out
@@ -109,7 +155,12 @@ impl Era {
     /// The batch state to continue from: `previous` if it is this era's, else restarted as
     /// [`batch`] says.
     pub fn carry(&self, previous: Option<&BatchState>) -> BatchState {
-        let fresh = BatchState { current_batch: 1, generation: self.generation, versions: self.versions.clone(), ..Default::default() };
+        let fresh = BatchState {
+            current_batch: 1,
+            generation: self.generation,
+            versions: self.versions.clone(),
+            ..Default::default()
+        };
         let Some(prev) = previous else { return fresh };
         if prev.generation == self.generation && prev.versions == self.versions {
             return prev.clone();
@@ -117,7 +168,13 @@ impl Era {
         if prev.versions != self.versions && self.reset_on_version_change {
             return fresh;
         }
-        BatchState { completed_nodes: 0, failed_nodes: 0, generation: self.generation, versions: self.versions.clone(), ..prev.clone() }
+        BatchState {
+            completed_nodes: 0,
+            failed_nodes: 0,
+            generation: self.generation,
+            versions: self.versions.clone(),
+            ..prev.clone()
+        }
     }
 }
 
@@ -141,12 +198,24 @@ pub struct Batch {
 /// change), unless the CR or policy turned `resetBatchStateOnCompletion` off; a config-only
 /// edit keeps the batch position and a stop. Members already at work keep working and are
 /// counted into the new counters.
-pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str, Standing)], era: &Era) -> Batch {
+pub fn batch(
+    rules: &Rules,
+    previous: Option<&CompartmentStatus>,
+    nodes: &[(&str, Standing)],
+    era: &Era,
+) -> Batch {
     let total = nodes.len() as u32;
     let ceil = ceiling(total, &rules.budget);
-    let synthetic = Strategy { fixed: Some(BatchParams { initial_batch: Some(ceil.max(1) as i32), ..Default::default() }), ..Default::default() };
+    let synthetic = Strategy {
+        fixed: Some(BatchParams {
+            initial_batch: Some(ceil.max(1) as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     let strategy = rules.strategy.as_ref().unwrap_or(&synthetic);
-    let kind = Kind::of(strategy).unwrap_or(Kind::Fixed(synthetic.fixed.as_ref().expect("set above")));
+    let kind =
+        Kind::of(strategy).unwrap_or(Kind::Fixed(synthetic.fixed.as_ref().expect("set above")));
     let mut state = era.carry(previous.and_then(|p| p.batch_state.as_ref()));
     let standing: BTreeMap<&str, Standing> = nodes.iter().copied().collect();
     let mut members: Vec<String> = previous.map(|p| p.batch_nodes.clone()).unwrap_or_default();
@@ -154,14 +223,27 @@ pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str
     // Before this batch is folded in, the counters cover at most the done and failed
     // nodes that are not members of it.
     let in_batch: rustc_hash::FxHashSet<&str> = members.iter().map(String::as_str).collect();
-    let outside = |want: Standing| nodes.iter().filter(|(n, s)| *s == want && !in_batch.contains(n)).count() as i32;
+    let outside = |want: Standing| {
+        nodes
+            .iter()
+            .filter(|(n, s)| *s == want && !in_batch.contains(n))
+            .count() as i32
+    };
     state.completed_nodes = state.completed_nodes.min(outside(Standing::Done));
     state.failed_nodes = state.failed_nodes.min(outside(Standing::Failed));
-    let open = members.iter().any(|m| standing[m.as_str()] == Standing::Eligible);
+    let open = members
+        .iter()
+        .any(|m| standing[m.as_str()] == Standing::Eligible);
     if !open {
         if !members.is_empty() {
-            let ok = members.iter().filter(|m| standing[m.as_str()] == Standing::Done).count() as u32;
-            let failed = members.iter().filter(|m| standing[m.as_str()] == Standing::Failed).count() as u32;
+            let ok = members
+                .iter()
+                .filter(|m| standing[m.as_str()] == Standing::Done)
+                .count() as u32;
+            let failed = members
+                .iter()
+                .filter(|m| standing[m.as_str()] == Standing::Failed)
+                .count() as u32;
             if ok + failed > 0 {
                 state = evaluate(kind, &state, ok, failed, ok + failed, total);
             }
@@ -172,7 +254,12 @@ pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str
                 Some(_) => next_batch_size(kind, &state, total),
                 None => ceil,
             } as usize;
-            members = nodes.iter().filter(|(_, s)| *s == Standing::Eligible).take(size).map(|(n, _)| n.to_string()).collect();
+            members = nodes
+                .iter()
+                .filter(|(_, s)| *s == Standing::Eligible)
+                .take(size)
+                .map(|(n, _)| n.to_string())
+                .collect();
         }
     }
     let completed = nodes.iter().filter(|(_, s)| *s == Standing::Done).count() as i32;
@@ -182,13 +269,20 @@ pub fn batch(rules: &Rules, previous: Option<&CompartmentStatus>, nodes: &[(&str
     let failed_now = nodes.iter().filter(|(_, s)| *s == Standing::Failed).count() as i32;
     state.completed_nodes = state.completed_nodes.min(completed);
     state.failed_nodes = state.failed_nodes.min(failed_now);
-    let in_progress = members.iter().filter(|m| standing[m.as_str()] == Standing::Eligible).count() as i32;
+    let in_progress = members
+        .iter()
+        .filter(|m| standing[m.as_str()] == Standing::Eligible)
+        .count() as i32;
     let status = CompartmentStatus {
         matched: total as i32,
         ceiling: ceil as i32,
         in_progress,
         completed,
-        progress_percent: if total == 0 { 100 } else { completed * 100 / total as i32 },
+        progress_percent: if total == 0 {
+            100
+        } else {
+            completed * 100 / total as i32
+        },
         batch_state: Some(state),
         batch_nodes: members.clone(),
     };
@@ -200,7 +294,11 @@ mod tests {
     use super::*;
 
     fn node(name: &str, tier: &str) -> Node {
-        Node { name: name.into(), labels: [("tier".to_string(), tier.to_string())].into(), ..Default::default() }
+        Node {
+            name: name.into(),
+            labels: [("tier".to_string(), tier.to_string())].into(),
+            ..Default::default()
+        }
     }
 
     fn policy(json: serde_json::Value) -> DeploymentPolicySpec {
@@ -222,67 +320,192 @@ mod tests {
         let nodes = [node("n1", "a"), node("n2", "b"), node("n3", "c")];
         let refs: Vec<&Node> = nodes.iter().collect();
         let got = assign(Some(&p), &refs);
-        let names = |c: &str| got.get(c).map(|v| v.iter().map(|n| n.name.clone()).collect::<Vec<_>>()).unwrap_or_default();
-        assert_eq!(names("safe"), ["n1", "n2", "n3"], "fixed beats exponential and no strategy");
+        let names = |c: &str| {
+            got.get(c)
+                .map(|v| v.iter().map(|n| n.name.clone()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            names("safe"),
+            ["n1", "n2", "n3"],
+            "fixed beats exponential and no strategy"
+        );
         let mut p2 = p.clone();
         p2.compartments.retain(|c| c.name != "safe");
         let got = assign(Some(&p2), &refs);
-        let names = |c: &str| got.get(c).map(|v| v.iter().map(|n| n.name.clone()).collect::<Vec<_>>()).unwrap_or_default();
+        let names = |c: &str| {
+            got.get(c)
+                .map(|v| v.iter().map(|n| n.name.clone()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
         assert_eq!(names("fast"), ["n1"]);
-        assert_eq!(names("b-small"), ["n2"], "same safety: the smaller ceiling wins over the name");
+        assert_eq!(
+            names("b-small"),
+            ["n2"],
+            "same safety: the smaller ceiling wins over the name"
+        );
         assert_eq!(names(DEFAULT), ["n3"], "no match: the default compartment");
     }
 
     #[test]
     fn batches_are_sticky_until_each_member_is_done_or_failed() {
-        let rules = Rules { budget: Budget { count: Some(2), percent: None }, strategy: None };
-        let first = batch(&rules, None, &[("a", Standing::Eligible), ("b", Standing::Eligible), ("c", Standing::Eligible)], &era(1, "p:1"));
+        let rules = Rules {
+            budget: Budget {
+                count: Some(2),
+                percent: None,
+            },
+            strategy: None,
+        };
+        let first = batch(
+            &rules,
+            None,
+            &[
+                ("a", Standing::Eligible),
+                ("b", Standing::Eligible),
+                ("c", Standing::Eligible),
+            ],
+            &era(1, "p:1"),
+        );
         assert_eq!(first.members, ["a", "b"]);
         // a is done, b still working: the batch holds; c does not start.
-        let held = batch(&rules, Some(&first.status), &[("a", Standing::Done), ("b", Standing::Eligible), ("c", Standing::Eligible)], &era(1, "p:1"));
+        let held = batch(
+            &rules,
+            Some(&first.status),
+            &[
+                ("a", Standing::Done),
+                ("b", Standing::Eligible),
+                ("c", Standing::Eligible),
+            ],
+            &era(1, "p:1"),
+        );
         assert_eq!(held.members, ["a", "b"]);
         // b failed: the batch is evaluated and the next one picks c (failed nodes are not re-picked).
-        let next = batch(&rules, Some(&held.status), &[("a", Standing::Done), ("b", Standing::Failed), ("c", Standing::Eligible)], &era(1, "p:1"));
+        let next = batch(
+            &rules,
+            Some(&held.status),
+            &[
+                ("a", Standing::Done),
+                ("b", Standing::Failed),
+                ("c", Standing::Eligible),
+            ],
+            &era(1, "p:1"),
+        );
         assert_eq!(next.members, ["c"]);
         let state = next.status.batch_state.unwrap();
-        assert_eq!((state.current_batch, state.completed_nodes, state.failed_nodes), (2, 1, 1));
+        assert_eq!(
+            (
+                state.current_batch,
+                state.completed_nodes,
+                state.failed_nodes
+            ),
+            (2, 1, 1)
+        );
     }
 
     fn era(generation: i64, versions: &str) -> Era {
-        Era { generation, versions: versions.into(), reset_on_version_change: true }
+        Era {
+            generation,
+            versions: versions.into(),
+            reset_on_version_change: true,
+        }
     }
 
     #[test]
     fn a_version_change_restarts_the_counters_and_keeps_the_members_at_work() {
         let rules = Rules {
-            budget: Budget { count: Some(2), percent: None },
-            strategy: Some(Strategy { fixed: Some(BatchParams { initial_batch: Some(2), ..Default::default() }), ..Default::default() }),
+            budget: Budget {
+                count: Some(2),
+                percent: None,
+            },
+            strategy: Some(Strategy {
+                fixed: Some(BatchParams {
+                    initial_batch: Some(2),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
         };
         let all = |s: Standing| [("a", s), ("b", s), ("c", s), ("d", s)];
         let first = batch(&rules, None, &all(Standing::Eligible), &era(1, "p:1"));
-        let done = batch(&rules, Some(&first.status), &[("a", Standing::Done), ("b", Standing::Done), ("c", Standing::Eligible), ("d", Standing::Eligible)], &era(1, "p:1"));
+        let done = batch(
+            &rules,
+            Some(&first.status),
+            &[
+                ("a", Standing::Done),
+                ("b", Standing::Done),
+                ("c", Standing::Eligible),
+                ("d", Standing::Eligible),
+            ],
+            &era(1, "p:1"),
+        );
         assert_eq!(done.members, ["c", "d"]);
         // Version 2 while c and d work: a and b need it too.
-        let bumped = batch(&rules, Some(&done.status), &all(Standing::Eligible), &era(2, "p:2"));
+        let bumped = batch(
+            &rules,
+            Some(&done.status),
+            &all(Standing::Eligible),
+            &era(2, "p:2"),
+        );
         assert_eq!(bumped.members, ["c", "d"], "the batch at work is kept");
         let state = bumped.status.batch_state.clone().unwrap();
-        assert_eq!((state.generation, state.completed_nodes, state.current_batch), (2, 0, 1));
-        let after = batch(&rules, Some(&bumped.status), &[("a", Standing::Eligible), ("b", Standing::Eligible), ("c", Standing::Done), ("d", Standing::Done)], &era(2, "p:2"));
-        assert_eq!(after.members, ["a", "b"], "the untouched nodes get the next batch");
+        assert_eq!(
+            (state.generation, state.completed_nodes, state.current_batch),
+            (2, 0, 1)
+        );
+        let after = batch(
+            &rules,
+            Some(&bumped.status),
+            &[
+                ("a", Standing::Eligible),
+                ("b", Standing::Eligible),
+                ("c", Standing::Done),
+                ("d", Standing::Done),
+            ],
+            &era(2, "p:2"),
+        );
+        assert_eq!(
+            after.members,
+            ["a", "b"],
+            "the untouched nodes get the next batch"
+        );
         assert_eq!(after.status.batch_state.unwrap().completed_nodes, 2);
     }
 
     #[test]
     fn a_config_edit_keeps_a_stop_and_the_batch_position_but_not_the_progress() {
-        let stopped = BatchState { current_batch: 3, completed_nodes: 4, failed_nodes: 2, should_stop: true, consecutive_failures: 2, generation: 1, versions: "p:1".into(), ..Default::default() };
+        let stopped = BatchState {
+            current_batch: 3,
+            completed_nodes: 4,
+            failed_nodes: 2,
+            should_stop: true,
+            consecutive_failures: 2,
+            generation: 1,
+            versions: "p:1".into(),
+            ..Default::default()
+        };
         let carried = era(2, "p:1").carry(Some(&stopped));
         assert!(carried.should_stop);
-        assert_eq!((carried.current_batch, carried.completed_nodes, carried.failed_nodes, carried.generation), (3, 0, 0, 2));
+        assert_eq!(
+            (
+                carried.current_batch,
+                carried.completed_nodes,
+                carried.failed_nodes,
+                carried.generation
+            ),
+            (3, 0, 0, 2)
+        );
         let versioned = era(2, "p:2").carry(Some(&stopped));
         assert!(!versioned.should_stop);
         assert_eq!(versioned.current_batch, 1);
-        let kept = Era { reset_on_version_change: false, ..era(2, "p:2") }.carry(Some(&stopped));
-        assert!(kept.should_stop, "resetBatchStateOnCompletion: false keeps the stop");
+        let kept = Era {
+            reset_on_version_change: false,
+            ..era(2, "p:2")
+        }
+        .carry(Some(&stopped));
+        assert!(
+            kept.should_stop,
+            "resetBatchStateOnCompletion: false keeps the stop"
+        );
         assert_eq!(kept.completed_nodes, 0, "but never the old spec's progress");
         assert_eq!(era(1, "p:1").carry(Some(&stopped)), stopped);
     }

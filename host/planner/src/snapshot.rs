@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::result::StageResult;
-use nodewright_api::v1alpha1::{DeploymentPolicySpec, InterruptType, NodeWrightSpec, NodeWrightStatus, Stage};
+use nodewright_api::v1alpha1::{
+    DeploymentPolicySpec, InterruptType, NodeWrightSpec, NodeWrightStatus, Stage,
+};
 
 /// One observation of the cluster.
 #[derive(Clone, Debug, Default)]
@@ -126,7 +128,10 @@ pub struct Resolved {
 
 impl From<BTreeMap<String, String>> for Resolved {
     fn from(pinned: BTreeMap<String, String>) -> Self {
-        Resolved { pinned, ..Default::default() }
+        Resolved {
+            pinned,
+            ..Default::default()
+        }
     }
 }
 

@@ -54,7 +54,12 @@ pub fn check_for(stage: Stage) -> Option<&'static str> {
 pub fn is_interrupt(stage: Stage) -> bool {
     match stage {
         Stage::Interrupt | Stage::UninstallInterrupt => true,
-        Stage::Plan | Stage::Apply | Stage::Config | Stage::PostInterrupt | Stage::Upgrade | Stage::Uninstall => false,
+        Stage::Plan
+        | Stage::Apply
+        | Stage::Config
+        | Stage::PostInterrupt
+        | Stage::Upgrade
+        | Stage::Uninstall => false,
     }
 }
 
@@ -65,7 +70,9 @@ pub fn entry_stage(entry: Option<(Stage, State)>, interrupt_in_scope: bool) -> N
     match entry {
         None => Next::Stage(Stage::Apply),
         Some((stage, State::Complete)) => next_on_success(stage, interrupt_in_scope),
-        Some((stage, State::InProgress | State::Erroring | State::Unknown | State::Skipped)) => Next::Stage(stage),
+        Some((stage, State::InProgress | State::Erroring | State::Unknown | State::Skipped)) => {
+            Next::Stage(stage)
+        }
     }
 }
 
@@ -76,21 +83,43 @@ mod tests {
     #[test]
     fn install_lanes() {
         // Without an interrupt: apply → config ▪.
-        assert_eq!(next_on_success(Stage::Apply, false), Next::Stage(Stage::Config));
+        assert_eq!(
+            next_on_success(Stage::Apply, false),
+            Next::Stage(Stage::Config)
+        );
         assert_eq!(next_on_success(Stage::Config, false), Next::Done);
-        assert_eq!(next_on_success(Stage::Upgrade, false), Next::Stage(Stage::Config));
+        assert_eq!(
+            next_on_success(Stage::Upgrade, false),
+            Next::Stage(Stage::Config)
+        );
         // With one: … config → interrupt → post-interrupt ▪.
-        assert_eq!(next_on_success(Stage::Config, true), Next::Stage(Stage::Interrupt));
-        assert_eq!(next_on_success(Stage::Interrupt, true), Next::Stage(Stage::PostInterrupt));
+        assert_eq!(
+            next_on_success(Stage::Config, true),
+            Next::Stage(Stage::Interrupt)
+        );
+        assert_eq!(
+            next_on_success(Stage::Interrupt, true),
+            Next::Stage(Stage::PostInterrupt)
+        );
         assert_eq!(next_on_success(Stage::PostInterrupt, true), Next::Done);
-        assert_eq!(next_on_success(Stage::PostInterrupt, false), Next::Done, "post-interrupt is unconditionally terminal");
+        assert_eq!(
+            next_on_success(Stage::PostInterrupt, false),
+            Next::Done,
+            "post-interrupt is unconditionally terminal"
+        );
     }
 
     #[test]
     fn uninstall_lanes() {
         assert_eq!(next_on_success(Stage::Uninstall, false), Next::Remove);
-        assert_eq!(next_on_success(Stage::Uninstall, true), Next::Stage(Stage::UninstallInterrupt));
-        assert_eq!(next_on_success(Stage::UninstallInterrupt, true), Next::Remove);
+        assert_eq!(
+            next_on_success(Stage::Uninstall, true),
+            Next::Stage(Stage::UninstallInterrupt)
+        );
+        assert_eq!(
+            next_on_success(Stage::UninstallInterrupt, true),
+            Next::Remove
+        );
     }
 
     #[test]
@@ -112,10 +141,25 @@ mod tests {
     #[test]
     fn executors_restart_unfinished_stages_and_move_past_finished_ones() {
         assert_eq!(entry_stage(None, true), Next::Stage(Stage::Apply));
-        assert_eq!(entry_stage(Some((Stage::Apply, State::Erroring)), true), Next::Stage(Stage::Apply));
-        assert_eq!(entry_stage(Some((Stage::Config, State::InProgress)), false), Next::Stage(Stage::Config));
-        assert_eq!(entry_stage(Some((Stage::Apply, State::Complete)), false), Next::Stage(Stage::Config));
-        assert_eq!(entry_stage(Some((Stage::Config, State::Complete)), false), Next::Done);
-        assert_eq!(entry_stage(Some((Stage::Interrupt, State::Skipped)), true), Next::Stage(Stage::Interrupt));
+        assert_eq!(
+            entry_stage(Some((Stage::Apply, State::Erroring)), true),
+            Next::Stage(Stage::Apply)
+        );
+        assert_eq!(
+            entry_stage(Some((Stage::Config, State::InProgress)), false),
+            Next::Stage(Stage::Config)
+        );
+        assert_eq!(
+            entry_stage(Some((Stage::Apply, State::Complete)), false),
+            Next::Stage(Stage::Config)
+        );
+        assert_eq!(
+            entry_stage(Some((Stage::Config, State::Complete)), false),
+            Next::Done
+        );
+        assert_eq!(
+            entry_stage(Some((Stage::Interrupt, State::Skipped)), true),
+            Next::Stage(Stage::Interrupt)
+        );
     }
 }

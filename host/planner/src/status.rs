@@ -2,7 +2,9 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodewright_api::keys::{condition, reason};
-use nodewright_api::v1alpha1::{CompartmentStatus, NodeState, NodeWrightStatus, Stage, State, Status};
+use nodewright_api::v1alpha1::{
+    CompartmentStatus, NodeState, NodeWrightStatus, Stage, State, Status,
+};
 use nodewright_api::windows::WindowState;
 
 use crate::action::{Action, Event, Target};
@@ -41,7 +43,24 @@ impl<'a> Report<'a> {
         let mut status = cr.status.clone();
         status.node_status.clear();
         status.compartment_statuses.clear();
-        Report { cr, now, status, plugins: None, policy_missing: None, malformed: vec![], barrier: vec![], blocked_nodes: vec![], drain_blocked: vec![], failures: vec![], holds: Holds::default(), held: 0, uninstalling: vec![], uninstall_failed: vec![], compartment_nodes: vec![], era }
+        Report {
+            cr,
+            now,
+            status,
+            plugins: None,
+            policy_missing: None,
+            malformed: vec![],
+            barrier: vec![],
+            blocked_nodes: vec![],
+            drain_blocked: vec![],
+            failures: vec![],
+            holds: Holds::default(),
+            held: 0,
+            uninstalling: vec![],
+            uninstall_failed: vec![],
+            compartment_nodes: vec![],
+            era,
+        }
     }
 
     /// Outcome of the operator's resolve/pull/grant check.
@@ -51,7 +70,10 @@ impl<'a> Report<'a> {
             Plugins::Ready(r) => {
                 self.status.resolved_plugins = r.pinned.clone();
                 self.status.plugin_signers = r.signers.clone();
-                let mut message = format!("{} plugin(s) pinned and their grants cover their imports", r.pinned.len());
+                let mut message = format!(
+                    "{} plugin(s) pinned and their grants cover their imports",
+                    r.pinned.len()
+                );
                 if !r.signers.is_empty() {
                     message.push_str("; signatures verified");
                 }
@@ -59,7 +81,14 @@ impl<'a> Report<'a> {
                     Some((true, "Resolved".into(), message))
                 } else {
                     // A `warn` trust policy: rolled out, and the findings stay visible.
-                    Some((true, "ResolvedWithTrustWarnings".into(), format!("{message}; trust policy warnings: {}", r.warnings.join("; "))))
+                    Some((
+                        true,
+                        "ResolvedWithTrustWarnings".into(),
+                        format!(
+                            "{message}; trust policy warnings: {}",
+                            r.warnings.join("; ")
+                        ),
+                    ))
                 }
             }
             Plugins::NotReady { reason, message } => Some((false, reason.clone(), message.clone())),
@@ -69,7 +98,9 @@ impl<'a> Report<'a> {
     /// The windows and gates that hold new disruptive work this pass.
     pub fn holds(&mut self, holds: &Holds) {
         self.status.next_window = match &holds.window {
-            Some(WindowState::Closed { next }) => Some(next.map_or_else(|| "none within a year".to_string(), |t| t.to_string())),
+            Some(WindowState::Closed { next }) => {
+                Some(next.map_or_else(|| "none within a year".to_string(), |t| t.to_string()))
+            }
             _ => None,
         };
         self.holds = holds.clone();
@@ -77,11 +108,23 @@ impl<'a> Report<'a> {
 
     /// A node's package entries, for the uninstall conditions.
     pub fn uninstalls(&mut self, node: &str, state: &NodeState) {
-        let uninstalling = |e: &&nodewright_api::v1alpha1::PackageStatus| matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt);
-        if let Some(e) = state.values().filter(uninstalling).find(|e| e.state == State::Erroring) {
-            self.uninstall_failed.push(format!("{node} ({} {}: {})", e.name, e.version, e.message));
-        } else if let Some(e) = state.values().filter(uninstalling).find(|e| e.state != State::Complete) {
-            self.uninstalling.push(format!("{node} ({} {})", e.name, e.version));
+        let uninstalling = |e: &&nodewright_api::v1alpha1::PackageStatus| {
+            matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt)
+        };
+        if let Some(e) = state
+            .values()
+            .filter(uninstalling)
+            .find(|e| e.state == State::Erroring)
+        {
+            self.uninstall_failed
+                .push(format!("{node} ({} {}: {})", e.name, e.version, e.message));
+        } else if let Some(e) = state
+            .values()
+            .filter(uninstalling)
+            .find(|e| e.state != State::Complete)
+        {
+            self.uninstalling
+                .push(format!("{node} ({} {})", e.name, e.version));
         }
     }
 
@@ -97,7 +140,11 @@ impl<'a> Report<'a> {
 
     /// A node is ignored or has taints the CR does not tolerate.
     pub fn node_blocked(&mut self, node: &str, taints: Vec<String>) {
-        self.blocked_nodes.push(if taints.is_empty() { format!("{node} (ignored)") } else { format!("{node} (untolerated taints: {})", taints.join(", ")) });
+        self.blocked_nodes.push(if taints.is_empty() {
+            format!("{node} (ignored)")
+        } else {
+            format!("{node} (untolerated taints: {})", taints.join(", "))
+        });
     }
 
     /// A compartment's batch.
@@ -118,10 +165,12 @@ impl<'a> Report<'a> {
     /// What a node's pass reported.
     pub fn node(&mut self, node: &str, out: &NodeOutcome) {
         if !out.barrier.is_empty() {
-            self.barrier.push(format!("{node} ({})", out.barrier.join(", ")));
+            self.barrier
+                .push(format!("{node} ({})", out.barrier.join(", ")));
         }
         if let Some(d) = &out.drain_blocked {
-            self.drain_blocked.push((d.reason, format!("{node}: {}", d.message)));
+            self.drain_blocked
+                .push((d.reason, format!("{node}: {}", d.message)));
         }
         self.held += usize::from(out.held);
         for f in &out.failures {
@@ -133,7 +182,9 @@ impl<'a> Report<'a> {
     pub fn node_status(&mut self, node: &str, status: Status, boot_id: &str) {
         self.status.node_status.insert(node.into(), status);
         if !boot_id.is_empty() {
-            self.status.node_boot_ids.insert(node.into(), boot_id.into());
+            self.status
+                .node_boot_ids
+                .insert(node.into(), boot_id.into());
         }
     }
 
@@ -156,12 +207,21 @@ impl<'a> Report<'a> {
         if rest.contains(&Status::InProgress) {
             return Status::InProgress;
         }
-        for s in [Status::Erroring, Status::Blocked, Status::Unknown, Status::Waiting] {
+        for s in [
+            Status::Erroring,
+            Status::Blocked,
+            Status::Unknown,
+            Status::Waiting,
+        ] {
             if rest.iter().all(|r| *r == s) {
                 return s;
             }
         }
-        if rest.contains(&Status::Erroring) { Status::Erroring } else { Status::Unknown }
+        if rest.contains(&Status::Erroring) {
+            Status::Erroring
+        } else {
+            Status::Unknown
+        }
     }
 
     fn condition(&mut self, kind: &str, on: bool, reason: &str, message: String) {
@@ -170,10 +230,19 @@ impl<'a> Report<'a> {
         let conditions = &mut self.status.conditions;
         let time = match conditions.iter().find(|c| c.type_ == kind) {
             Some(c) if c.status == status => c.last_transition_time.clone(),
-            _ => Time(jiff::Timestamp::from_second(self.now).unwrap_or(jiff::Timestamp::UNIX_EPOCH)),
+            _ => {
+                Time(jiff::Timestamp::from_second(self.now).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
+            }
         };
         conditions.retain(|c| c.type_ != kind);
-        conditions.push(Condition { type_: kind.into(), status, reason: reason.into(), message, observed_generation: generation, last_transition_time: time });
+        conditions.push(Condition {
+            type_: kind.into(),
+            status,
+            reason: reason.into(),
+            message,
+            observed_generation: generation,
+            last_transition_time: time,
+        });
         conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
     }
 
@@ -183,16 +252,34 @@ impl<'a> Report<'a> {
         let mut actions = Vec::new();
         let rolled = self.roll_up();
         for (name, nodes) in &self.compartment_nodes {
-            let done = nodes.iter().filter(|n| self.status.node_status.get(n.as_str()) == Some(&Status::Complete)).count() as i32;
+            let done = nodes
+                .iter()
+                .filter(|n| self.status.node_status.get(n.as_str()) == Some(&Status::Complete))
+                .count() as i32;
             if let Some(c) = self.status.compartment_statuses.get_mut(name) {
                 c.completed = done;
-                c.progress_percent = if c.matched == 0 { 100 } else { done * 100 / c.matched };
+                c.progress_percent = if c.matched == 0 {
+                    100
+                } else {
+                    done * 100 / c.matched
+                };
             }
         }
         let total = self.status.node_status.len();
-        let complete = self.status.node_status.values().filter(|s| **s == Status::Complete).count();
+        let complete = self
+            .status
+            .node_status
+            .values()
+            .filter(|s| **s == Status::Complete)
+            .count();
         self.status.complete_nodes = Some(format!("{complete}/{total}"));
-        self.status.nodes_in_progress = Some(self.status.node_status.values().filter(|s| matches!(s, Status::InProgress | Status::Erroring)).count() as i32);
+        self.status.nodes_in_progress = Some(
+            self.status
+                .node_status
+                .values()
+                .filter(|s| matches!(s, Status::InProgress | Status::Erroring))
+                .count() as i32,
+        );
         self.status.package_list = Some(self.era.versions.clone());
         if rolled == Status::Complete {
             self.status.observed_generation = Some(cr.generation);
@@ -200,7 +287,16 @@ impl<'a> Report<'a> {
         let old = cr.status.status.unwrap_or_default();
         self.status.status = Some(rolled);
         if old != rolled {
-            actions.push(Action::Event(Event { target: Target::Cr(cr.name.clone()), warning: rolled == Status::Erroring, reason: "State", message: format!("NodeWright transitioned [{}] -> [{}]", old.as_str(), rolled.as_str()) }));
+            actions.push(Action::Event(Event {
+                target: Target::Cr(cr.name.clone()),
+                warning: rolled == Status::Erroring,
+                reason: "State",
+                message: format!(
+                    "NodeWright transitioned [{}] -> [{}]",
+                    old.as_str(),
+                    rolled.as_str()
+                ),
+            }));
             if rolled == Status::Complete {
                 self.reset_batches();
             }
@@ -208,7 +304,10 @@ impl<'a> Report<'a> {
 
         let ready_msg = match rolled {
             Status::Complete => format!("all {total} node(s) complete"),
-            Status::Erroring => format!("{complete}/{total} node(s) complete; failing: {}", self.failures.join("; ")),
+            Status::Erroring => format!(
+                "{complete}/{total} node(s) complete; failing: {}",
+                self.failures.join("; ")
+            ),
             s => format!("{complete}/{total} node(s) complete; {}", s.as_str()),
         };
         let mut ready_reason = match rolled {
@@ -220,29 +319,70 @@ impl<'a> Report<'a> {
             Status::Waiting | Status::Unknown | Status::InProgress => reason::PROGRESSING,
         };
         let mut ready_msg = ready_msg;
-        let waiting = if self.held == 0 { String::new() } else { format!(" ({} node(s) wait)", self.held) };
-        if matches!(rolled, Status::Waiting | Status::InProgress | Status::Unknown) {
+        let waiting = if self.held == 0 {
+            String::new()
+        } else {
+            format!(" ({} node(s) wait)", self.held)
+        };
+        if matches!(
+            rolled,
+            Status::Waiting | Status::InProgress | Status::Unknown
+        ) {
             if let Some(WindowState::Closed { .. }) = &self.holds.window {
                 ready_reason = reason::OUTSIDE_MAINTENANCE_WINDOW;
                 let next = self.status.next_window.clone().unwrap_or_default();
-                ready_msg = format!("{ready_msg}; every maintenance window is closed, the next opens at {next}{waiting}");
+                ready_msg = format!(
+                    "{ready_msg}; every maintenance window is closed, the next opens at {next}{waiting}"
+                );
             } else if !self.holds.gates.is_empty() {
                 ready_reason = reason::HEALTH_GATE_FAILING;
                 ready_msg = format!("{ready_msg}; held by health gates{waiting}");
             }
         }
-        self.condition(condition::READY, rolled == Status::Complete, ready_reason, ready_msg);
-        if cr.spec.health_gates.as_ref().is_some_and(|g| g.prometheus.is_some()) {
+        self.condition(
+            condition::READY,
+            rolled == Status::Complete,
+            ready_reason,
+            ready_msg,
+        );
+        if cr
+            .spec
+            .health_gates
+            .as_ref()
+            .is_some_and(|g| g.prometheus.is_some())
+        {
             match self.holds.gates.first() {
-                None => self.condition(condition::HEALTH_GATES_PASSING, true, "Passing", String::new()),
+                None => self.condition(
+                    condition::HEALTH_GATES_PASSING,
+                    true,
+                    "Passing",
+                    String::new(),
+                ),
                 Some(first) => {
-                    let msg = self.holds.gates.iter().map(|g| format!("{}: {}", g.gate, g.message)).collect::<Vec<_>>().join("; ");
+                    let msg = self
+                        .holds
+                        .gates
+                        .iter()
+                        .map(|g| format!("{}: {}", g.gate, g.message))
+                        .collect::<Vec<_>>()
+                        .join("; ");
                     let why = first.reason.clone();
                     self.condition(condition::HEALTH_GATES_PASSING, false, &why, msg);
                 }
             }
         }
-        for (kind, nodes, why) in [(condition::UNINSTALL_IN_PROGRESS, self.uninstalling.clone(), "UninstallInProgress"), (condition::UNINSTALL_FAILED, self.uninstall_failed.clone(), "UninstallPodFailing")] {
+        for (kind, nodes, why) in [
+            (
+                condition::UNINSTALL_IN_PROGRESS,
+                self.uninstalling.clone(),
+                "UninstallInProgress",
+            ),
+            (
+                condition::UNINSTALL_FAILED,
+                self.uninstall_failed.clone(),
+                "UninstallPodFailing",
+            ),
+        ] {
             if !nodes.is_empty() {
                 self.condition(kind, true, why, nodes.join("; "));
             } else if self.status.conditions.iter().any(|c| c.type_ == kind) {
@@ -250,18 +390,37 @@ impl<'a> Report<'a> {
             }
         }
         let (blocked, why, msg) = if let Some(p) = &self.policy_missing {
-            (true, "DeploymentPolicyNotFound", format!("spec.deploymentPolicy: DeploymentPolicy {p:?} does not exist"))
-        } else if let Some(m) = (rolled != Status::Complete).then(|| dependency_uninstalled(cr)).flatten() {
+            (
+                true,
+                "DeploymentPolicyNotFound",
+                format!("spec.deploymentPolicy: DeploymentPolicy {p:?} does not exist"),
+            )
+        } else if let Some(m) = (rolled != Status::Complete)
+            .then(|| dependency_uninstalled(cr))
+            .flatten()
+        {
             (true, reason::DEPENDENCY_UNINSTALLED, m)
         } else if !self.barrier.is_empty() {
-            (true, reason::NON_INTERRUPT_PODS_RUNNING, format!("pods matching podNonInterruptLabels hold the drain on: {}", self.barrier.join("; ")))
+            (
+                true,
+                reason::NON_INTERRUPT_PODS_RUNNING,
+                format!(
+                    "pods matching podNonInterruptLabels hold the drain on: {}",
+                    self.barrier.join("; ")
+                ),
+            )
         } else if !self.blocked_nodes.is_empty() {
             (true, "NodesBlocked", self.blocked_nodes.join("; "))
         } else {
             (false, "NotBlocked", String::new())
         };
         self.condition(condition::BLOCKED, blocked, why, msg);
-        let drain = self.drain_blocked.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join("; ");
+        let drain = self
+            .drain_blocked
+            .iter()
+            .map(|(_, m)| m.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
         let mut reasons: Vec<&str> = self.drain_blocked.iter().map(|(r, _)| *r).collect();
         reasons.sort();
         reasons.dedup();
@@ -270,18 +429,39 @@ impl<'a> Report<'a> {
             [one] => one,
             _ => reason::MULTIPLE_CAUSES,
         };
-        self.condition(condition::DRAIN_BLOCKED, !drain.is_empty(), drain_reason, drain);
+        self.condition(
+            condition::DRAIN_BLOCKED,
+            !drain.is_empty(),
+            drain_reason,
+            drain,
+        );
         if let Some((ok, why, msg)) = self.plugins.clone() {
             self.condition(condition::PLUGINS_READY, ok, &why, msg);
         }
         if !self.malformed.is_empty() {
             let m = self.malformed.join("; ");
             self.condition(condition::NODE_STATE_MALFORMED, true, "ParseError", m);
-        } else if self.status.conditions.iter().any(|c| c.type_ == condition::NODE_STATE_MALFORMED) {
-            self.condition(condition::NODE_STATE_MALFORMED, false, "Parsed", String::new());
+        } else if self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == condition::NODE_STATE_MALFORMED)
+        {
+            self.condition(
+                condition::NODE_STATE_MALFORMED,
+                false,
+                "Parsed",
+                String::new(),
+            );
         }
         if self.status != cr.status {
-            actions.insert(0, Action::SetStatus { cr: cr.name.clone(), status: Box::new(self.status) });
+            actions.insert(
+                0,
+                Action::SetStatus {
+                    cr: cr.name.clone(),
+                    status: Box::new(self.status),
+                },
+            );
         }
         actions
     }
@@ -303,7 +483,16 @@ fn dependency_uninstalled(cr: &Cr) -> Option<String> {
         .packages
         .iter()
         .filter(|(_, p)| !crate::packages::uninstall_requested(p, cr.deleting))
-        .flat_map(|(name, p)| p.depends_on.keys().filter(|d| spec.packages.get(*d).is_none_or(|dp| crate::packages::uninstall_requested(dp, cr.deleting))).map(move |d| format!("{name} depends on {d}, which is uninstalled")))
+        .flat_map(|(name, p)| {
+            p.depends_on
+                .keys()
+                .filter(|d| {
+                    spec.packages
+                        .get(*d)
+                        .is_none_or(|dp| crate::packages::uninstall_requested(dp, cr.deleting))
+                })
+                .map(move |d| format!("{name} depends on {d}, which is uninstalled"))
+        })
         .collect();
     (!found.is_empty()).then(|| found.join("; "))
 }

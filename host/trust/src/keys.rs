@@ -4,8 +4,8 @@
 //! generate-key-pair` writes the same, and each side reads the other's).
 
 use base64::engine::general_purpose::STANDARD as B64;
-use crypto_secretbox::aead::{Aead, KeyInit};
 use crypto_secretbox::XSalsa20Poly1305;
+use crypto_secretbox::aead::{Aead, KeyInit};
 use p256::ecdsa::signature::{Signer as _, Verifier as _};
 use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
 use p256::pkcs8::der::pem::{self, LineEnding};
@@ -31,7 +31,9 @@ pub struct KeyPair {
 
 impl std::fmt::Debug for KeyPair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyPair").field("public", &self.public()).finish_non_exhaustive()
+        f.debug_struct("KeyPair")
+            .field("public", &self.public())
+            .finish_non_exhaustive()
     }
 }
 
@@ -84,21 +86,27 @@ mod b64 {
 }
 
 fn derive(password: &[u8], salt: &[u8], log_n: u8, r: u32, p: u32) -> Result<[u8; 32], Error> {
-    let params = scrypt::Params::new(log_n, r, p, 32).map_err(|e| Error::Key(format!("scrypt parameters: {e}")))?;
+    let params = scrypt::Params::new(log_n, r, p, 32)
+        .map_err(|e| Error::Key(format!("scrypt parameters: {e}")))?;
     let mut key = [0u8; 32];
-    scrypt::scrypt(password, salt, &params, &mut key).map_err(|e| Error::Key(format!("scrypt: {e}")))?;
+    scrypt::scrypt(password, salt, &params, &mut key)
+        .map_err(|e| Error::Key(format!("scrypt: {e}")))?;
     Ok(key)
 }
 
 impl KeyPair {
     /// A fresh key pair from the operating system's randomness.
     pub fn generate() -> KeyPair {
-        KeyPair { key: SigningKey::random(&mut OsRng) }
+        KeyPair {
+            key: SigningKey::random(&mut OsRng),
+        }
     }
 
     /// Its public half.
     pub fn public(&self) -> PublicKey {
-        PublicKey { key: *self.key.verifying_key() }
+        PublicKey {
+            key: *self.key.verifying_key(),
+        }
     }
 
     /// An ASN.1 DER ECDSA-SHA256 signature of `payload`, as cosign writes them.
@@ -109,7 +117,10 @@ impl KeyPair {
 
     /// The private key sealed with `password`, as cosign's PEM.
     pub fn to_encrypted_pem(&self, password: &[u8]) -> Result<String, Error> {
-        let der = self.key.to_pkcs8_der().map_err(|e| Error::Key(format!("encoding the private key: {e}")))?;
+        let der = self
+            .key
+            .to_pkcs8_der()
+            .map_err(|e| Error::Key(format!("encoding the private key: {e}")))?;
         let mut salt = vec![0u8; 32];
         OsRng.fill_bytes(&mut salt);
         let mut nonce = vec![0u8; 24];
@@ -119,36 +130,65 @@ impl KeyPair {
             .encrypt(nonce.as_slice().into(), der.as_bytes())
             .map_err(|_| Error::Key("sealing the private key failed".into()))?;
         let sealed = Sealed {
-            kdf: Kdf { name: "scrypt".into(), params: KdfParams { n: 1 << SCRYPT_LOG_N, r: 8, p: 1 }, salt },
-            cipher: Cipher { name: "nacl/secretbox".into(), nonce },
+            kdf: Kdf {
+                name: "scrypt".into(),
+                params: KdfParams {
+                    n: 1 << SCRYPT_LOG_N,
+                    r: 8,
+                    p: 1,
+                },
+                salt,
+            },
+            cipher: Cipher {
+                name: "nacl/secretbox".into(),
+                nonce,
+            },
             ciphertext,
         };
         let json = serde_json::to_vec(&sealed).expect("JSON");
-        pem::encode_string(PRIVATE_KEY_LABEL, LineEnding::LF, &json).map_err(|e| Error::Key(format!("PEM: {e}")))
+        pem::encode_string(PRIVATE_KEY_LABEL, LineEnding::LF, &json)
+            .map_err(|e| Error::Key(format!("PEM: {e}")))
     }
 
     /// Opens cosign's encrypted private key PEM with `password`.
     pub fn from_encrypted_pem(text: &str, password: &[u8]) -> Result<KeyPair, Error> {
-        let (label, json) = pem::decode_vec(text.trim().as_bytes()).map_err(|e| Error::Key(format!("not a PEM private key: {e}")))?;
+        let (label, json) = pem::decode_vec(text.trim().as_bytes())
+            .map_err(|e| Error::Key(format!("not a PEM private key: {e}")))?;
         if label != PRIVATE_KEY_LABEL && label != LEGACY_LABEL {
-            return Err(Error::Key(format!("a PEM {label:?}, not an encrypted cosign private key ({PRIVATE_KEY_LABEL})")));
+            return Err(Error::Key(format!(
+                "a PEM {label:?}, not an encrypted cosign private key ({PRIVATE_KEY_LABEL})"
+            )));
         }
-        let sealed: Sealed = serde_json::from_slice(&json).map_err(|e| Error::Key(format!("the sealed key: {e}")))?;
+        let sealed: Sealed = serde_json::from_slice(&json)
+            .map_err(|e| Error::Key(format!("the sealed key: {e}")))?;
         if sealed.kdf.name != "scrypt" || sealed.cipher.name != "nacl/secretbox" {
-            return Err(Error::Key(format!("unsupported key sealing {} + {}", sealed.kdf.name, sealed.cipher.name)));
+            return Err(Error::Key(format!(
+                "unsupported key sealing {} + {}",
+                sealed.kdf.name, sealed.cipher.name
+            )));
         }
         let n = sealed.kdf.params.n;
         if !n.is_power_of_two() || n < 2 {
             return Err(Error::Key(format!("scrypt N {n} is not a power of two")));
         }
-        let key = derive(password, &sealed.kdf.salt, n.trailing_zeros() as u8, sealed.kdf.params.r, sealed.kdf.params.p)?;
+        let key = derive(
+            password,
+            &sealed.kdf.salt,
+            n.trailing_zeros() as u8,
+            sealed.kdf.params.r,
+            sealed.kdf.params.p,
+        )?;
         if sealed.cipher.nonce.len() != 24 {
             return Err(Error::Key("the secretbox nonce is not 24 bytes".into()));
         }
         let der = XSalsa20Poly1305::new(&key.into())
-            .decrypt(sealed.cipher.nonce.as_slice().into(), sealed.ciphertext.as_slice())
+            .decrypt(
+                sealed.cipher.nonce.as_slice().into(),
+                sealed.ciphertext.as_slice(),
+            )
             .map_err(|_| Error::Key("wrong password (or a damaged key)".into()))?;
-        let key = SigningKey::from_pkcs8_der(&der).map_err(|e| Error::Key(format!("not an ECDSA P-256 key: {e}")))?;
+        let key = SigningKey::from_pkcs8_der(&der)
+            .map_err(|e| Error::Key(format!("not an ECDSA P-256 key: {e}")))?;
         Ok(KeyPair { key })
     }
 }
@@ -156,13 +196,16 @@ impl KeyPair {
 impl PublicKey {
     /// Reads a PEM `PUBLIC KEY` (what `cosign generate-key-pair` writes as `cosign.pub`).
     pub fn from_pem(text: &str) -> Result<PublicKey, Error> {
-        let key = VerifyingKey::from_public_key_pem(text.trim()).map_err(|e| Error::Key(format!("not an ECDSA P-256 public key PEM: {e}")))?;
+        let key = VerifyingKey::from_public_key_pem(text.trim())
+            .map_err(|e| Error::Key(format!("not an ECDSA P-256 public key PEM: {e}")))?;
         Ok(PublicKey { key })
     }
 
     /// As a PEM `PUBLIC KEY`.
     pub fn to_pem(&self) -> String {
-        self.key.to_public_key_pem(LineEnding::LF).expect("a P-256 key encodes")
+        self.key
+            .to_public_key_pem(LineEnding::LF)
+            .expect("a P-256 key encodes")
     }
 
     /// Whether `signature` (ASN.1 DER, or the raw 64-byte form) signs `payload`.
@@ -180,10 +223,18 @@ mod tests {
     fn keys_round_trip_and_sign() {
         let pair = KeyPair::generate();
         let pem = pair.to_encrypted_pem(b"secret").unwrap();
-        assert!(pem.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----"), "{pem}");
+        assert!(
+            pem.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----"),
+            "{pem}"
+        );
         let back = KeyPair::from_encrypted_pem(&pem, b"secret").unwrap();
         assert_eq!(back.public(), pair.public());
-        assert!(KeyPair::from_encrypted_pem(&pem, b"wrong").unwrap_err().to_string().contains("wrong password"));
+        assert!(
+            KeyPair::from_encrypted_pem(&pem, b"wrong")
+                .unwrap_err()
+                .to_string()
+                .contains("wrong password")
+        );
         let public = PublicKey::from_pem(&pair.public().to_pem()).unwrap();
         let sig = back.sign(b"payload");
         assert!(public.verifies(b"payload", &sig));

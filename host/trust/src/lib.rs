@@ -61,14 +61,19 @@ pub struct Verifier {
 
 impl std::fmt::Debug for Verifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Verifier").field("capacity", &self.capacity).finish_non_exhaustive()
+        f.debug_struct("Verifier")
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
     }
 }
 
 impl Verifier {
     /// A verifier remembering `capacity` answers.
     pub fn new(capacity: usize) -> Self {
-        Verifier { capacity, cache: Mutex::default() }
+        Verifier {
+            capacity,
+            cache: Mutex::default(),
+        }
     }
 
     fn key(pinned: &str, key: &PublicKey) -> String {
@@ -76,17 +81,32 @@ impl Verifier {
     }
 
     /// The names of `keys` (in their order) whose signatures of `pinned` verify.
-    pub async fn signers(&self, registry: &Registry, pinned: &str, keys: &[(String, PublicKey)]) -> Result<Vec<String>, Error> {
-        let digest = pinned.split('@').nth(1).ok_or_else(|| Error::Signature(format!("{pinned} is not pinned")))?;
+    pub async fn signers(
+        &self,
+        registry: &Registry,
+        pinned: &str,
+        keys: &[(String, PublicKey)],
+    ) -> Result<Vec<String>, Error> {
+        let digest = pinned
+            .split('@')
+            .nth(1)
+            .ok_or_else(|| Error::Signature(format!("{pinned} is not pinned")))?;
         let known: Vec<bool> = {
             let cache = self.cache.lock().expect("verifier lock");
-            keys.iter().map(|(_, k)| cache.0.contains(&Self::key(pinned, k))).collect()
+            keys.iter()
+                .map(|(_, k)| cache.0.contains(&Self::key(pinned, k)))
+                .collect()
         };
         if known.iter().all(|k| *k) {
             return Ok(keys.iter().map(|(n, _)| n.clone()).collect());
         }
         let found = signatures::signatures(registry, pinned).await?;
-        let unknown: Vec<(String, PublicKey)> = keys.iter().zip(&known).filter(|(_, k)| !**k).map(|(p, _)| p.clone()).collect();
+        let unknown: Vec<(String, PublicKey)> = keys
+            .iter()
+            .zip(&known)
+            .filter(|(_, k)| !**k)
+            .map(|(p, _)| p.clone())
+            .collect();
         let verified = signatures::verified_by(&found, digest, &unknown);
         let mut cache = self.cache.lock().expect("verifier lock");
         let (set, order) = &mut *cache;
@@ -100,7 +120,12 @@ impl Verifier {
                 set.remove(&old);
             }
         }
-        Ok(keys.iter().zip(&known).filter(|((n, _), k)| **k || verified.contains(n)).map(|((n, _), _)| n.clone()).collect())
+        Ok(keys
+            .iter()
+            .zip(&known)
+            .filter(|((n, _), k)| **k || verified.contains(n))
+            .map(|((n, _), _)| n.clone())
+            .collect())
     }
 
     /// How many answers are remembered.

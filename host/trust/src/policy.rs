@@ -18,7 +18,7 @@
 use std::path::Path;
 
 use globset::Glob;
-use nodewright_api::grants::{normalize_abs_path, FileAccess};
+use nodewright_api::grants::{FileAccess, normalize_abs_path};
 use nodewright_api::trust::{Allowance, PluginTrustPolicySpec, Signer};
 use nodewright_api::v1alpha1::{InterruptType, Package};
 
@@ -26,7 +26,9 @@ use nodewright_api::v1alpha1::{InterruptType, Package};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Finding {
     /// No trusted signer signed the plugin.
-    #[error("package {package}: {plugin} is not signed by a trusted signer ({trusted}); sign it with `nodewright plugin sign` or `cosign sign --key`")]
+    #[error(
+        "package {package}: {plugin} is not signed by a trusted signer ({trusted}); sign it with `nodewright plugin sign` or `cosign sign --key`"
+    )]
     Unsigned {
         /// Package.
         package: String,
@@ -36,7 +38,9 @@ pub enum Finding {
         trusted: String,
     },
     /// Signed, but not by whom the policy requires.
-    #[error("package {package}: {plugin} is signed by {signed}, and the trust policy requires {required}")]
+    #[error(
+        "package {package}: {plugin} is signed by {signed}, and the trust policy requires {required}"
+    )]
     Requirement {
         /// Package.
         package: String,
@@ -48,7 +52,9 @@ pub enum Finding {
         required: String,
     },
     /// A grant beyond what the verified signers may be granted.
-    #[error("package {package}: grant {grant} is beyond what its signers ({signers}) may be granted")]
+    #[error(
+        "package {package}: grant {grant} is beyond what its signers ({signers}) may be granted"
+    )]
     Grant {
         /// Package.
         package: String,
@@ -89,7 +95,9 @@ pub fn covers(allowed: &str, asked: &str) -> bool {
 }
 
 fn file_covered(a: &Allowance, path: &str, access: FileAccess, special: bool) -> bool {
-    let Ok(asked) = normalize_abs_path(path) else { return false };
+    let Ok(asked) = normalize_abs_path(path) else {
+        return false;
+    };
     a.files.iter().any(|f| {
         normalize_abs_path(&f.path).is_ok_and(|base| asked.starts_with(Path::new(&base)))
             && f.access >= access
@@ -105,12 +113,20 @@ pub fn excess_grants(p: &Package, signers: &[&Signer]) -> Vec<String> {
     let caps = &p.capabilities;
     for f in &caps.files {
         if !any(&|a| file_covered(a, &f.path, f.access, f.special_modes)) {
-            let access = if f.access == FileAccess::ReadWrite { "readWrite" } else { "read" };
+            let access = if f.access == FileAccess::ReadWrite {
+                "readWrite"
+            } else {
+                "read"
+            };
             out.push(format!("files {{path: {:?}, access: {access}}}", f.path));
         }
     }
     for (field, asked, pick) in [
-        ("kernelModules", &caps.kernel_modules, (|a: &Allowance| &a.kernel_modules) as fn(&Allowance) -> &Vec<String>),
+        (
+            "kernelModules",
+            &caps.kernel_modules,
+            (|a: &Allowance| &a.kernel_modules) as fn(&Allowance) -> &Vec<String>,
+        ),
         ("services", &caps.services, |a| &a.services),
         ("sysctl", &caps.sysctl, |a| &a.sysctl),
     ] {
@@ -121,11 +137,19 @@ pub fn excess_grants(p: &Package, signers: &[&Signer]) -> Vec<String> {
         }
     }
     for c in &caps.commands {
-        if !any(&|a| a.commands.iter().any(|allowed| allowed == "*" || *allowed == c.path)) {
+        if !any(&|a| {
+            a.commands
+                .iter()
+                .any(|allowed| allowed == "*" || *allowed == c.path)
+        }) {
             out.push(format!("commands {:?}", c.path));
         }
     }
-    if p.interrupt.as_ref().is_some_and(|i| i.kind == InterruptType::Reboot) && !any(&|a| a.power) {
+    if p.interrupt
+        .as_ref()
+        .is_some_and(|i| i.kind == InterruptType::Reboot)
+        && !any(&|a| a.power)
+    {
         out.push("power (interrupt.type: reboot)".into());
     }
     out
@@ -140,22 +164,49 @@ pub fn key_errors(policy: &PluginTrustPolicySpec) -> Vec<(String, String)> {
         .enumerate()
         .filter_map(|(i, s)| {
             let pem = s.public_key.as_deref()?;
-            crate::keys::PublicKey::from_pem(pem).err().map(|e| (format!("spec.signers[{i}].publicKey"), e.to_string()))
+            crate::keys::PublicKey::from_pem(pem)
+                .err()
+                .map(|e| (format!("spec.signers[{i}].publicKey"), e.to_string()))
         })
         .collect()
 }
 
 /// Checks package `name` (plugin `pinned`, verified by `verified`) against `policy`.
-pub fn check(policy: &PluginTrustPolicySpec, name: &str, pinned: &str, p: &Package, verified: &[String]) -> Vec<Finding> {
-    let trusted = policy.signers.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
-    let signed: Vec<&Signer> = policy.signers.iter().filter(|s| verified.contains(&s.name)).collect();
+pub fn check(
+    policy: &PluginTrustPolicySpec,
+    name: &str,
+    pinned: &str,
+    p: &Package,
+    verified: &[String],
+) -> Vec<Finding> {
+    let trusted = policy
+        .signers
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let signed: Vec<&Signer> = policy
+        .signers
+        .iter()
+        .filter(|s| verified.contains(&s.name))
+        .collect();
     if signed.is_empty() {
-        return vec![Finding::Unsigned { package: name.into(), plugin: pinned.into(), trusted }];
+        return vec![Finding::Unsigned {
+            package: name.into(),
+            plugin: pinned.into(),
+            trusted,
+        }];
     }
-    let names = signed.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
+    let names = signed
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
     if let Some(r) = &policy.require {
         let missing: Vec<&String> = r.all_of.iter().filter(|n| !verified.contains(n)).collect();
-        let any_short = r.any_of.as_ref().filter(|a| (a.signers.iter().filter(|n| verified.contains(n)).count() as u32) < a.minimum);
+        let any_short = r.any_of.as_ref().filter(|a| {
+            (a.signers.iter().filter(|n| verified.contains(n)).count() as u32) < a.minimum
+        });
         if !missing.is_empty() || any_short.is_some() {
             let mut required = Vec::new();
             if !r.all_of.is_empty() {
@@ -164,10 +215,22 @@ pub fn check(policy: &PluginTrustPolicySpec, name: &str, pinned: &str, p: &Packa
             if let Some(a) = &r.any_of {
                 required.push(format!("{} of {}", a.minimum, a.signers.join(", ")));
             }
-            return vec![Finding::Requirement { package: name.into(), plugin: pinned.into(), signed: names, required: required.join(" and ") }];
+            return vec![Finding::Requirement {
+                package: name.into(),
+                plugin: pinned.into(),
+                signed: names,
+                required: required.join(" and "),
+            }];
         }
     }
-    excess_grants(p, &signed).into_iter().map(|grant| Finding::Grant { package: name.into(), grant, signers: names.clone() }).collect()
+    excess_grants(p, &signed)
+        .into_iter()
+        .map(|grant| Finding::Grant {
+            package: name.into(),
+            grant,
+            signers: names.clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -178,18 +241,46 @@ mod tests {
     use nodewright_api::v1alpha1::Interrupt;
 
     fn signer(name: &str, may: Allowance) -> Signer {
-        Signer { name: name.into(), public_key: Some("pem".into()), keyless: None, may_grant: may }
+        Signer {
+            name: name.into(),
+            public_key: Some("pem".into()),
+            keyless: None,
+            may_grant: may,
+        }
     }
 
     fn file(path: &str, rw: bool) -> FileGrant {
-        FileGrant { path: path.into(), access: if rw { FileAccess::ReadWrite } else { FileAccess::Read }, special_modes: false }
+        FileGrant {
+            path: path.into(),
+            access: if rw {
+                FileAccess::ReadWrite
+            } else {
+                FileAccess::Read
+            },
+            special_modes: false,
+        }
     }
 
     fn policy() -> PluginTrustPolicySpec {
         PluginTrustPolicySpec {
             signers: vec![
-                signer("platform", Allowance { files: vec![file("/etc", true)], kernel_modules: vec!["*".into()], power: true, ..Default::default() }),
-                signer("app", Allowance { files: vec![file("/etc/app", true)], services: vec!["app-*".into()], ..Default::default() }),
+                signer(
+                    "platform",
+                    Allowance {
+                        files: vec![file("/etc", true)],
+                        kernel_modules: vec!["*".into()],
+                        power: true,
+                        ..Default::default()
+                    },
+                ),
+                signer(
+                    "app",
+                    Allowance {
+                        files: vec![file("/etc/app", true)],
+                        services: vec!["app-*".into()],
+                        ..Default::default()
+                    },
+                ),
             ],
             ..Default::default()
         }
@@ -200,7 +291,10 @@ mod tests {
             version: "1.0.0".into(),
             plugin: "r/p:1".into(),
             capabilities: caps,
-            interrupt: reboot.then(|| Interrupt { kind: InterruptType::Reboot, services: vec![] }),
+            interrupt: reboot.then(|| Interrupt {
+                kind: InterruptType::Reboot,
+                services: vec![],
+            }),
             ..Default::default()
         }
     }
@@ -212,7 +306,10 @@ mod tests {
         assert!(covers("nvidia*", "nvidia-uvm*"));
         assert!(covers("*", "anything*"));
         assert!(!covers("nvidia*", "*"));
-        assert!(!covers("a?c", "a*c"), "a glob matching the pattern's text is not containment");
+        assert!(
+            !covers("a?c", "a*c"),
+            "a glob matching the pattern's text is not containment"
+        );
         assert!(!covers("app-*", "kubelet.service"));
     }
 
@@ -220,29 +317,90 @@ mod tests {
     fn grants_stay_within_the_signers_allowances() {
         let p = policy();
         let app_only = vec!["app".to_string()];
-        let ok = package(Capabilities { files: vec![file("/etc/app/x.conf", true)], services: vec!["app-web.service".into()], ..Default::default() }, false);
+        let ok = package(
+            Capabilities {
+                files: vec![file("/etc/app/x.conf", true)],
+                services: vec!["app-web.service".into()],
+                ..Default::default()
+            },
+            false,
+        );
         assert_eq!(check(&p, "web", "r/p@x", &ok, &app_only), vec![]);
-        let wide = package(Capabilities { files: vec![file("/etc/shadow", false)], kernel_modules: vec!["evil".into()], ..Default::default() }, true);
-        let grants: Vec<String> = check(&p, "web", "r/p@x", &wide, &app_only).iter().map(|f| f.to_string()).collect();
+        let wide = package(
+            Capabilities {
+                files: vec![file("/etc/shadow", false)],
+                kernel_modules: vec!["evil".into()],
+                ..Default::default()
+            },
+            true,
+        );
+        let grants: Vec<String> = check(&p, "web", "r/p@x", &wide, &app_only)
+            .iter()
+            .map(|f| f.to_string())
+            .collect();
         assert_eq!(grants.len(), 3, "{grants:?}");
-        assert!(grants[0].contains("files {path: \"/etc/shadow\", access: read}") && grants[0].contains("its signers (app)"), "{grants:?}");
+        assert!(
+            grants[0].contains("files {path: \"/etc/shadow\", access: read}")
+                && grants[0].contains("its signers (app)"),
+            "{grants:?}"
+        );
         assert!(grants[1].contains("kernelModules \"evil\""));
         assert!(grants[2].contains("power"));
         // The same package, also signed by platform: within.
-        assert_eq!(check(&p, "web", "r/p@x", &wide, &["app".into(), "platform".into()]), vec![]);
-        let cmd = package(Capabilities { commands: vec![CommandGrant { path: "/bin/sh".into(), args: None, read_only: false }], ..Default::default() }, false);
-        assert!(matches!(&check(&p, "x", "r/p@x", &cmd, &["platform".into()])[0], Finding::Grant { grant, .. } if grant.contains("/bin/sh")));
+        assert_eq!(
+            check(
+                &p,
+                "web",
+                "r/p@x",
+                &wide,
+                &["app".into(), "platform".into()]
+            ),
+            vec![]
+        );
+        let cmd = package(
+            Capabilities {
+                commands: vec![CommandGrant {
+                    path: "/bin/sh".into(),
+                    args: None,
+                    read_only: false,
+                }],
+                ..Default::default()
+            },
+            false,
+        );
+        assert!(
+            matches!(&check(&p, "x", "r/p@x", &cmd, &["platform".into()])[0], Finding::Grant { grant, .. } if grant.contains("/bin/sh"))
+        );
     }
 
     #[test]
     fn unsigned_and_requirements() {
         let mut p = policy();
         let pkg = package(Capabilities::default(), false);
-        assert!(matches!(&check(&p, "x", "r/p@d", &pkg, &[])[0], Finding::Unsigned { trusted, .. } if trusted == "platform, app"));
-        p.require = Some(Requirement { all_of: vec![], any_of: Some(AnyOf { signers: vec!["platform".into(), "app".into()], minimum: 2 }) });
-        assert!(matches!(&check(&p, "x", "r/p@d", &pkg, &["app".into()])[0], Finding::Requirement { required, .. } if required == "2 of platform, app"));
-        assert_eq!(check(&p, "x", "r/p@d", &pkg, &["app".into(), "platform".into()]), vec![]);
-        p.require = Some(Requirement { all_of: vec!["platform".into()], any_of: None });
-        assert!(matches!(&check(&p, "x", "r/p@d", &pkg, &["app".into()])[0], Finding::Requirement { .. }));
+        assert!(
+            matches!(&check(&p, "x", "r/p@d", &pkg, &[])[0], Finding::Unsigned { trusted, .. } if trusted == "platform, app")
+        );
+        p.require = Some(Requirement {
+            all_of: vec![],
+            any_of: Some(AnyOf {
+                signers: vec!["platform".into(), "app".into()],
+                minimum: 2,
+            }),
+        });
+        assert!(
+            matches!(&check(&p, "x", "r/p@d", &pkg, &["app".into()])[0], Finding::Requirement { required, .. } if required == "2 of platform, app")
+        );
+        assert_eq!(
+            check(&p, "x", "r/p@d", &pkg, &["app".into(), "platform".into()]),
+            vec![]
+        );
+        p.require = Some(Requirement {
+            all_of: vec!["platform".into()],
+            any_of: None,
+        });
+        assert!(matches!(
+            &check(&p, "x", "r/p@d", &pkg, &["app".into()])[0],
+            Finding::Requirement { .. }
+        ));
     }
 }

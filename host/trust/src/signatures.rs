@@ -4,16 +4,16 @@
 //! annotation `dev.cosignproject.cosign/signature`. `cosign sign --key` writes the same, and
 //! `cosign verify --key` reads what [`attach`] writes.
 
-use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use nodewright_oci::artifact::Descriptor;
+use base64::engine::general_purpose::STANDARD as B64;
 use nodewright_oci::Registry;
-use serde_json::{json, Value};
+use nodewright_oci::artifact::Descriptor;
+use serde_json::{Value, json};
 
+use crate::Error;
 #[cfg(feature = "sign")]
 use crate::keys::KeyPair;
 use crate::keys::PublicKey;
-use crate::Error;
 
 /// The payload media type.
 pub const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
@@ -36,9 +36,13 @@ pub struct Signature {
 
 /// `(registry/repo, sha256:<hex>)` of a pinned reference.
 fn split(pinned: &str) -> Result<(&str, &str), Error> {
-    let (repo, digest) = pinned.split_once('@').ok_or_else(|| Error::Signature(format!("{pinned} is not pinned (repo@sha256:...)")))?;
+    let (repo, digest) = pinned
+        .split_once('@')
+        .ok_or_else(|| Error::Signature(format!("{pinned} is not pinned (repo@sha256:...)")))?;
     if nodewright_oci::parse_digest(digest).is_none() {
-        return Err(Error::Signature(format!("{pinned}: {digest} is not a sha256 digest")));
+        return Err(Error::Signature(format!(
+            "{pinned}: {digest} is not a sha256 digest"
+        )));
     }
     Ok((repo, digest))
 }
@@ -65,39 +69,68 @@ pub fn payload(repository: &str, digest: &str) -> Vec<u8> {
 /// The digest a payload signs, when it is a cosign image-signature payload.
 pub fn signed_digest(payload: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(payload).ok()?;
-    (v["critical"]["type"] == PAYLOAD_TYPE).then(|| v["critical"]["image"]["docker-manifest-digest"].as_str().map(String::from))?
+    (v["critical"]["type"] == PAYLOAD_TYPE).then(|| {
+        v["critical"]["image"]["docker-manifest-digest"]
+            .as_str()
+            .map(String::from)
+    })?
 }
 
 /// The signature manifest of `pinned`, when there is one.
 async fn signature_manifest(registry: &Registry, pinned: &str) -> Result<Option<Value>, Error> {
     let reference = signature_reference(pinned)?;
-    let Some(raw) = registry.fetch_tagged(&reference, &[OCI_MANIFEST]).await? else { return Ok(None) };
-    let v = serde_json::from_slice(&raw).map_err(|e| Error::Signature(format!("{reference}: not a manifest: {e}")))?;
+    let Some(raw) = registry.fetch_tagged(&reference, &[OCI_MANIFEST]).await? else {
+        return Ok(None);
+    };
+    let v = serde_json::from_slice(&raw)
+        .map_err(|e| Error::Signature(format!("{reference}: not a manifest: {e}")))?;
     Ok(Some(v))
 }
 
 /// Every signature stored beside `pinned` (none when it was never signed).
 pub async fn signatures(registry: &Registry, pinned: &str) -> Result<Vec<Signature>, Error> {
-    let Some(manifest) = signature_manifest(registry, pinned).await? else { return Ok(Vec::new()) };
+    let Some(manifest) = signature_manifest(registry, pinned).await? else {
+        return Ok(Vec::new());
+    };
     let mut out = Vec::new();
     for layer in manifest["layers"].as_array().into_iter().flatten() {
         if layer["mediaType"] != SIMPLE_SIGNING {
             continue;
         }
-        let Some(sig) = layer["annotations"][SIGNATURE_ANNOTATION].as_str().and_then(|s| B64.decode(s).ok()) else { continue };
-        let descriptor: Descriptor = serde_json::from_value(layer.clone()).map_err(|e| Error::Signature(format!("a signature layer: {e}")))?;
+        let Some(sig) = layer["annotations"][SIGNATURE_ANNOTATION]
+            .as_str()
+            .and_then(|s| B64.decode(s).ok())
+        else {
+            continue;
+        };
+        let descriptor: Descriptor = serde_json::from_value(layer.clone())
+            .map_err(|e| Error::Signature(format!("a signature layer: {e}")))?;
         let payload = registry.fetch_blob(pinned, &descriptor).await?;
-        out.push(Signature { payload, signature: sig });
+        out.push(Signature {
+            payload,
+            signature: sig,
+        });
     }
     Ok(out)
 }
 
 /// The names of the `keys` (in their order) that signed exactly `digest` among
 /// `signatures`.
-pub fn verified_by(signatures: &[Signature], digest: &str, keys: &[(String, PublicKey)]) -> Vec<String> {
-    let over_digest: Vec<&Signature> = signatures.iter().filter(|s| signed_digest(&s.payload).as_deref() == Some(digest)).collect();
+pub fn verified_by(
+    signatures: &[Signature],
+    digest: &str,
+    keys: &[(String, PublicKey)],
+) -> Vec<String> {
+    let over_digest: Vec<&Signature> = signatures
+        .iter()
+        .filter(|s| signed_digest(&s.payload).as_deref() == Some(digest))
+        .collect();
     keys.iter()
-        .filter(|(_, key)| over_digest.iter().any(|s| key.verifies(&s.payload, &s.signature)))
+        .filter(|(_, key)| {
+            over_digest
+                .iter()
+                .any(|s| key.verifies(&s.payload, &s.signature))
+        })
         .map(|(name, _)| name.clone())
         .collect()
 }
@@ -113,7 +146,10 @@ pub async fn attach(registry: &Registry, pinned: &str, key: &KeyPair) -> Result<
         None => Vec::new(),
     };
     let payload_digest = nodewright_oci::sha256_digest(&payload);
-    layers.retain(|l| l["digest"] != payload_digest.as_str() || l["annotations"][SIGNATURE_ANNOTATION] != B64.encode(&signature).as_str());
+    layers.retain(|l| {
+        l["digest"] != payload_digest.as_str()
+            || l["annotations"][SIGNATURE_ANNOTATION] != B64.encode(&signature).as_str()
+    });
     layers.push(json!({
         "mediaType": SIMPLE_SIGNING,
         "size": payload.len(),
@@ -135,8 +171,25 @@ pub async fn attach(registry: &Registry, pinned: &str, key: &KeyPair) -> Result<
         "layers": layers,
     });
     use nodewright_oci::Blob;
-    let blobs = [Blob { what: "signature", bytes: payload }, Blob { what: "config", bytes: config }];
-    registry.push_manifest(&signature_reference(pinned)?, &blobs, serde_json::to_vec(&manifest).expect("JSON"), OCI_MANIFEST, &|_| {}).await?;
+    let blobs = [
+        Blob {
+            what: "signature",
+            bytes: payload,
+        },
+        Blob {
+            what: "config",
+            bytes: config,
+        },
+    ];
+    registry
+        .push_manifest(
+            &signature_reference(pinned)?,
+            &blobs,
+            serde_json::to_vec(&manifest).expect("JSON"),
+            OCI_MANIFEST,
+            &|_| {},
+        )
+        .await?;
     Ok(())
 }
 
@@ -148,10 +201,22 @@ mod tests {
     #[test]
     fn references_and_payloads_are_cosigns() {
         let pinned = format!("r.example/plugins/sysctl@sha256:{}", "a".repeat(64));
-        assert_eq!(signature_reference(&pinned).unwrap(), format!("r.example/plugins/sysctl:sha256-{}.sig", "a".repeat(64)));
-        let p = payload("r.example/plugins/sysctl", &format!("sha256:{}", "a".repeat(64)));
-        assert_eq!(signed_digest(&p).as_deref(), Some(format!("sha256:{}", "a".repeat(64)).as_str()));
-        assert_eq!(signed_digest(br#"{"critical":{"type":"something else"}}"#), None);
+        assert_eq!(
+            signature_reference(&pinned).unwrap(),
+            format!("r.example/plugins/sysctl:sha256-{}.sig", "a".repeat(64))
+        );
+        let p = payload(
+            "r.example/plugins/sysctl",
+            &format!("sha256:{}", "a".repeat(64)),
+        );
+        assert_eq!(
+            signed_digest(&p).as_deref(),
+            Some(format!("sha256:{}", "a".repeat(64)).as_str())
+        );
+        assert_eq!(
+            signed_digest(br#"{"critical":{"type":"something else"}}"#),
+            None
+        );
         assert!(signature_reference("r.example/plugins/sysctl:1").is_err());
     }
 
@@ -160,9 +225,18 @@ mod tests {
         let (a, b) = (KeyPair::generate(), KeyPair::generate());
         let digest = format!("sha256:{}", "b".repeat(64));
         let p = payload("r/p", &digest);
-        let sigs = [Signature { payload: p.clone(), signature: a.sign(&p) }];
-        let keys = [("team-a".to_string(), a.public()), ("team-b".to_string(), b.public())];
+        let sigs = [Signature {
+            payload: p.clone(),
+            signature: a.sign(&p),
+        }];
+        let keys = [
+            ("team-a".to_string(), a.public()),
+            ("team-b".to_string(), b.public()),
+        ];
         assert_eq!(verified_by(&sigs, &digest, &keys), ["team-a"]);
-        assert!(verified_by(&sigs, &format!("sha256:{}", "c".repeat(64)), &keys).is_empty(), "a signature for another digest");
+        assert!(
+            verified_by(&sigs, &format!("sha256:{}", "c".repeat(64)), &keys).is_empty(),
+            "a signature for another digest"
+        );
     }
 }

@@ -21,14 +21,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 
 mod release;
 
 const SHARED_TARGET: &str = "/var/cache/nodewright/target";
 
 pub(crate) fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 fn target_dir() -> PathBuf {
@@ -52,7 +56,9 @@ fn tempfile_probe(dir: &Path) -> bool {
 
 pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("+ {cmd:?}");
-    let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
     }
@@ -84,8 +90,14 @@ const APT_PACKAGES: &[(&str, &str)] = &[
 
 /// The wasm32-wasip2 target (all the demo needs).
 pub(crate) fn setup_wasm_target() -> Result<()> {
-    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output().context("rustup is needed")?;
-    if !String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.trim() == "wasm32-wasip2") {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("rustup is needed")?;
+    if !String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == "wasm32-wasip2")
+    {
         run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
     }
     Ok(())
@@ -93,16 +105,31 @@ pub(crate) fn setup_wasm_target() -> Result<()> {
 
 /// Installs the Debian packages whose marker binaries are missing (as root), or says how.
 pub(crate) fn apt(packages: &[(&str, &str)]) -> Result<()> {
-    let missing: Vec<&str> = packages.iter().filter(|(bin, _)| !Path::new(bin).exists()).map(|(_, pkg)| *pkg).collect();
+    let missing: Vec<&str> = packages
+        .iter()
+        .filter(|(bin, _)| !Path::new(bin).exists())
+        .map(|(_, pkg)| *pkg)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
-    let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
     if !root {
-        bail!("missing Debian packages {}: run `sudo apt-get install -y {}`", missing.join(", "), missing.join(" "));
+        bail!(
+            "missing Debian packages {}: run `sudo apt-get install -y {}`",
+            missing.join(", "),
+            missing.join(" ")
+        );
     }
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 fn setup() -> Result<()> {
@@ -110,29 +137,46 @@ fn setup() -> Result<()> {
     apt(APT_PACKAGES)?;
     release::setup_musl()?;
     // The test control plane: built once per source change, cached machine-wide.
-    run(Command::new("bash").arg(workspace().join("tests/cluster/build.sh")).stdout(std::process::Stdio::null()))?;
+    run(Command::new("bash")
+        .arg(workspace().join("tests/cluster/build.sh"))
+        .stdout(std::process::Stdio::null()))?;
     // helm, for the chart tests (no Debian package has it).
-    run(Command::new("bash").arg(workspace().join("tests/cluster/build-helm.sh")).stdout(std::process::Stdio::null()))?;
+    run(Command::new("bash")
+        .arg(workspace().join("tests/cluster/build-helm.sh"))
+        .stdout(std::process::Stdio::null()))?;
     // cosign, for the signature interop tests (from its Go module, like helm).
-    run(Command::new("bash").arg(workspace().join("tests/cluster/build-cosign.sh")).stdout(std::process::Stdio::null()))?;
+    run(Command::new("bash")
+        .arg(workspace().join("tests/cluster/build-cosign.sh"))
+        .stdout(std::process::Stdio::null()))?;
     Ok(())
 }
 
 fn plugin_sizes(target: &Path) -> Result<()> {
     let dir = target.join("wasm-artifacts/wasm32-wasip2/plugin");
     let mut rows = Vec::new();
-    for entry in std::fs::read_dir(&dir).with_context(|| format!("{} (were the plugins built?)", dir.display()))? {
+    for entry in std::fs::read_dir(&dir)
+        .with_context(|| format!("{} (were the plugins built?)", dir.display()))?
+    {
         let path = entry?.path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if let Some(plugin) = name.strip_prefix("nodewright_plugin_").and_then(|n| n.strip_suffix(".wasm")) {
+        if let Some(plugin) = name
+            .strip_prefix("nodewright_plugin_")
+            .and_then(|n| n.strip_suffix(".wasm"))
+        {
             rows.push((plugin.replace('_', "-"), std::fs::metadata(&path)?.len()));
         }
     }
     rows.sort();
-    println!("\nfirst-party plugins (wasm32-wasip2, profile `plugin`: opt-level s, LTO, stripped; target <= 200 KB):");
+    println!(
+        "\nfirst-party plugins (wasm32-wasip2, profile `plugin`: opt-level s, LTO, stripped; target <= 200 KB):"
+    );
     let mut over = Vec::new();
     for (name, size) in &rows {
-        println!("  {name:<16} {:>8} bytes  {:>6.1} KB", size, *size as f64 / 1024.0);
+        println!(
+            "  {name:<16} {:>8} bytes  {:>6.1} KB",
+            size,
+            *size as f64 / 1024.0
+        );
         if *size > 200 * 1024 {
             over.push(name.clone());
         }
@@ -144,33 +188,81 @@ fn plugin_sizes(target: &Path) -> Result<()> {
 }
 
 fn cluster_demo(target: &Path, args: &[String]) -> Result<()> {
-    run(cargo(target).args(["build", "--release", "--locked", "-p", "nodewright-operator", "-p", "nodewright-agent", "-p", "nodewright-demo", "-p", "nodewright-cli"]))?;
+    run(cargo(target).args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "nodewright-operator",
+        "-p",
+        "nodewright-agent",
+        "-p",
+        "nodewright-demo",
+        "-p",
+        "nodewright-cli",
+    ]))?;
     run(Command::new(target.join("release/nodewright-demo")).args(args))
 }
 
 fn author_demo(target: &Path) -> Result<()> {
-    run(cargo(target).args(["build", "--release", "-p", "nodewright-cli", "-p", "nodewright-artifacts"]))?;
+    run(cargo(target).args([
+        "build",
+        "--release",
+        "-p",
+        "nodewright-cli",
+        "-p",
+        "nodewright-artifacts",
+    ]))?;
     let bin = target.join("release/nodewright");
     let wasm = target.join("wasm-artifacts/wasm32-wasip2/plugin/nodewright_plugin_sysctl.wasm");
     let root = std::env::temp_dir().join(format!("nodewright-demo-{}", std::process::id()));
     std::fs::create_dir_all(root.join("proc/sys/net/ipv4"))?;
     std::fs::write(root.join("proc/sys/net/ipv4/ip_forward"), "0\n")?;
-    println!("\nA simulated node at {}; the sysctl plugin planned, applied, planned again:\n", root.display());
+    println!(
+        "\nA simulated node at {}; the sysctl plugin planned, applied, planned again:\n",
+        root.display()
+    );
     for stage in ["plan", "apply", "plan"] {
         println!("$ nodewright plugin run sysctl.wasm --stage {stage} ...");
         run(Command::new(&bin).args([
-            "plugin", "run", wasm.to_str().unwrap(), "--stage", stage, "--root", root.to_str().unwrap(),
-            "--grant", "files=/etc/sysctl.d:rw", "--grant", "sysctl=net.ipv4.ip_forward",
-            "--config", "net.ipv4.ip_forward=1", "--package", "tuning", "--node", "demo-node",
+            "plugin",
+            "run",
+            wasm.to_str().unwrap(),
+            "--stage",
+            stage,
+            "--root",
+            root.to_str().unwrap(),
+            "--grant",
+            "files=/etc/sysctl.d:rw",
+            "--grant",
+            "sysctl=net.ipv4.ip_forward",
+            "--config",
+            "net.ipv4.ip_forward=1",
+            "--package",
+            "tuning",
+            "--node",
+            "demo-node",
         ]))?;
         println!();
     }
     println!("The denied path: the same plugin asked for a key it was not granted:\n");
     let denied = Command::new(&bin)
         .args([
-            "plugin", "run", wasm.to_str().unwrap(), "--stage", "apply", "--root", root.to_str().unwrap(),
-            "--grant", "files=/etc/sysctl.d:rw", "--grant", "sysctl=net.ipv4.ip_forward",
-            "--config", "kernel.panic=1", "--package", "tuning",
+            "plugin",
+            "run",
+            wasm.to_str().unwrap(),
+            "--stage",
+            "apply",
+            "--root",
+            root.to_str().unwrap(),
+            "--grant",
+            "files=/etc/sysctl.d:rw",
+            "--grant",
+            "sysctl=net.ipv4.ip_forward",
+            "--config",
+            "kernel.panic=1",
+            "--package",
+            "tuning",
         ])
         .status()?;
     if denied.success() {
@@ -188,9 +280,26 @@ fn main() -> Result<()> {
             setup()?;
             // The images' static binaries, which the real-node tests publish and install.
             release::build_binaries(&target)?;
-            run(cargo(&target).args(["test", "--workspace", "--release", "--locked", "--no-fail-fast"]).env("NODEWRIGHT_REQUIRE_REAL_NODE", "1"))?;
+            run(cargo(&target)
+                .args([
+                    "test",
+                    "--workspace",
+                    "--release",
+                    "--locked",
+                    "--no-fail-fast",
+                ])
+                .env("NODEWRIGHT_REQUIRE_REAL_NODE", "1"))?;
             // Lints gate too (same release profile, so dependencies are shared with the tests).
-            run(cargo(&target).args(["clippy", "--workspace", "--release", "--all-targets", "--locked", "--", "-D", "warnings"]))?;
+            run(cargo(&target).args([
+                "clippy",
+                "--workspace",
+                "--release",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
             plugin_sizes(&target)
         }
         "demo" => {
@@ -223,6 +332,8 @@ fn main() -> Result<()> {
             setup()?;
             run(cargo(&target).args(["bench", "-p", "nodewright-cli", "--bench", "plugin"]))
         }
-        other => bail!("unknown task {other:?}; tasks: setup, test, demo, author-demo, images, publish, bench, crds"),
+        other => bail!(
+            "unknown task {other:?}; tasks: setup, test, demo, author-demo, images, publish, bench, crds"
+        ),
     }
 }

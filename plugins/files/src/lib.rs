@@ -12,7 +12,9 @@
 //!
 //! Grants: `files: [{path: <each file or its directory>, access: readWrite}]`.
 
-use nodewright_sdk::{describe_file_change, export_package, Change, Context, Interrupt, Outcome, Package, StepError};
+use nodewright_sdk::{
+    Change, Context, Interrupt, Outcome, Package, StepError, describe_file_change, export_package,
+};
 
 /// One managed file.
 #[derive(Debug, PartialEq, Eq)]
@@ -28,34 +30,55 @@ pub struct Managed {
 }
 
 /// Parses `file:`, `mode:` and `owner:` keys.
-pub fn managed(config: &std::collections::BTreeMap<String, String>) -> Result<Vec<Managed>, StepError> {
+pub fn managed(
+    config: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<Managed>, StepError> {
     let mut out = Vec::new();
     for (key, content) in config {
-        let Some(path) = key.strip_prefix("file:") else { continue };
+        let Some(path) = key.strip_prefix("file:") else {
+            continue;
+        };
         if !path.starts_with('/') || path.split('/').any(|p| p == "..") {
-            return Err(StepError::invalid_config(format!("{key:?}: the path must be absolute, without '..'")));
+            return Err(StepError::invalid_config(format!(
+                "{key:?}: the path must be absolute, without '..'"
+            )));
         }
         let mode = match config.get(&format!("mode:{path}")) {
             Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
                 .ok()
                 .filter(|m| *m <= 0o7777)
-                .ok_or_else(|| StepError::invalid_config(format!("mode:{path} = {m:?} is not an octal mode")))?,
+                .ok_or_else(|| {
+                    StepError::invalid_config(format!("mode:{path} = {m:?} is not an octal mode"))
+                })?,
             None => 0o644,
         };
         let owner = match config.get(&format!("owner:{path}")) {
             Some(o) => {
-                let parsed = o.split_once(':').and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
-                Some(parsed.ok_or_else(|| StepError::invalid_config(format!("owner:{path} = {o:?} is not uid:gid")))?)
+                let parsed = o
+                    .split_once(':')
+                    .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
+                Some(parsed.ok_or_else(|| {
+                    StepError::invalid_config(format!("owner:{path} = {o:?} is not uid:gid"))
+                })?)
             }
             None => None,
         };
-        out.push(Managed { path: path.to_string(), content: content.clone(), mode, owner });
+        out.push(Managed {
+            path: path.to_string(),
+            content: content.clone(),
+            mode,
+            owner,
+        });
     }
     for key in config.keys() {
-        if let Some(path) = key.strip_prefix("mode:").or_else(|| key.strip_prefix("owner:"))
+        if let Some(path) = key
+            .strip_prefix("mode:")
+            .or_else(|| key.strip_prefix("owner:"))
             && !config.contains_key(&format!("file:{path}"))
         {
-            return Err(StepError::invalid_config(format!("{key:?} has no matching file:{path}")));
+            return Err(StepError::invalid_config(format!(
+                "{key:?} has no matching file:{path}"
+            )));
         }
     }
     if out.is_empty() {
@@ -94,9 +117,13 @@ fn drift(ctx: &Context, files: &[Managed]) -> Result<Vec<Change>, StepError> {
 
 fn interrupt_for(ctx: &Context, changes: &[Change]) -> Interrupt {
     match ctx.config("restart") {
-        Some(units) if !changes.is_empty() => {
-            Interrupt::Services(units.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect())
-        }
+        Some(units) if !changes.is_empty() => Interrupt::Services(
+            units
+                .split(',')
+                .map(|u| u.trim().to_string())
+                .filter(|u| !u.is_empty())
+                .collect(),
+        ),
         _ => Interrupt::None,
     }
 }
@@ -114,7 +141,10 @@ impl Package for Files {
         let files = managed(&ctx.config)?;
         let changes = drift(ctx, &files)?;
         let fs = ctx.files();
-        for f in files.iter().filter(|f| changes.iter().any(|c| c.target == f.path)) {
+        for f in files
+            .iter()
+            .filter(|f| changes.iter().any(|c| c.target == f.path))
+        {
             fs.write(&f.path, f.content.as_bytes(), Some(f.mode))?;
             fs.set_mode(&f.path, f.mode)?;
             if let Some((uid, gid)) = f.owner {
@@ -145,13 +175,29 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn parses_files_with_mode_and_owner() {
-        let m = managed(&cfg(&[("file:/etc/a.conf", "x"), ("mode:/etc/a.conf", "0600"), ("owner:/etc/a.conf", "0:10")])).unwrap();
-        assert_eq!(m, [Managed { path: "/etc/a.conf".into(), content: "x".into(), mode: 0o600, owner: Some((0, 10)) }]);
+        let m = managed(&cfg(&[
+            ("file:/etc/a.conf", "x"),
+            ("mode:/etc/a.conf", "0600"),
+            ("owner:/etc/a.conf", "0:10"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            m,
+            [Managed {
+                path: "/etc/a.conf".into(),
+                content: "x".into(),
+                mode: 0o600,
+                owner: Some((0, 10))
+            }]
+        );
     }
 
     #[test]

@@ -14,7 +14,10 @@
 //! Grants: `files: [{path: /etc/modules-load.d, access: readWrite}, {path: /etc/modprobe.d,
 //! access: readWrite}]`, `kernelModules: [<each module>]`.
 
-use nodewright_sdk::{describe_file_change, export_package, log, Change, Context, Interrupt, Outcome, Package, StepError};
+use nodewright_sdk::{
+    Change, Context, Interrupt, Outcome, Package, StepError, describe_file_change, export_package,
+    log,
+};
 
 /// Parsed configuration.
 #[derive(Debug, PartialEq, Eq)]
@@ -27,22 +30,39 @@ pub struct Wanted {
 
 /// Parses `modules` and `options.*` keys.
 pub fn wanted(config: &std::collections::BTreeMap<String, String>) -> Result<Wanted, StepError> {
-    let raw = config.get("modules").ok_or_else(|| StepError::invalid_config("config key \"modules\" is required"))?;
-    let modules: Vec<String> = raw.split(',').map(|m| m.trim().to_string()).filter(|m| !m.is_empty()).collect();
+    let raw = config
+        .get("modules")
+        .ok_or_else(|| StepError::invalid_config("config key \"modules\" is required"))?;
+    let modules: Vec<String> = raw
+        .split(',')
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .collect();
     if modules.is_empty() {
-        return Err(StepError::invalid_config("config key \"modules\" lists no module"));
+        return Err(StepError::invalid_config(
+            "config key \"modules\" lists no module",
+        ));
     }
-    if let Some(bad) = modules.iter().find(|m| !m.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')) {
-        return Err(StepError::invalid_config(format!("{bad:?} is not a kernel module name")));
+    if let Some(bad) = modules.iter().find(|m| {
+        !m.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }) {
+        return Err(StepError::invalid_config(format!(
+            "{bad:?} is not a kernel module name"
+        )));
     }
     let mut options = Vec::new();
     for (key, value) in config {
         if let Some(module) = key.strip_prefix("options.") {
             if !modules.iter().any(|m| m == module) {
-                return Err(StepError::invalid_config(format!("{key:?} sets options for a module not in \"modules\"")));
+                return Err(StepError::invalid_config(format!(
+                    "{key:?} sets options for a module not in \"modules\""
+                )));
             }
             if value.contains('\n') {
-                return Err(StepError::invalid_config(format!("{key:?} contains a newline")));
+                return Err(StepError::invalid_config(format!(
+                    "{key:?} contains a newline"
+                )));
             }
             options.push((module.to_string(), value.clone()));
         }
@@ -68,7 +88,10 @@ fn options_conf(w: &Wanted) -> String {
 }
 
 fn paths(package: &str) -> (String, String) {
-    (format!("/etc/modules-load.d/nodewright-{package}.conf"), format!("/etc/modprobe.d/nodewright-{package}.conf"))
+    (
+        format!("/etc/modules-load.d/nodewright-{package}.conf"),
+        format!("/etc/modprobe.d/nodewright-{package}.conf"),
+    )
 }
 
 struct Plan {
@@ -97,7 +120,9 @@ fn plan(ctx: &Context) -> Result<Plan, StepError> {
         None
     } else {
         let text = options_conf(&w);
-        if let Some(d) = describe_file_change(files.read_opt(&options_path)?.as_deref(), text.as_bytes()) {
+        if let Some(d) =
+            describe_file_change(files.read_opt(&options_path)?.as_deref(), text.as_bytes())
+        {
             changes.push(Change::new("file", &options_path, d));
             options_changed = true;
         }
@@ -109,7 +134,11 @@ fn plan(ctx: &Context) -> Result<Plan, StepError> {
         if ctx.kmod().is_loaded(m)? {
             let has_options = w.options.iter().any(|(om, _)| om == m);
             if options_changed && has_options {
-                changes.push(Change::new("kernel-module", m, "loaded with old options: reboot to reload"));
+                changes.push(Change::new(
+                    "kernel-module",
+                    m,
+                    "loaded with old options: reboot to reload",
+                ));
                 interrupt = Interrupt::Reboot;
             }
         } else {
@@ -117,7 +146,13 @@ fn plan(ctx: &Context) -> Result<Plan, StepError> {
             to_load.push(m.clone());
         }
     }
-    Ok(Plan { changes, interrupt, load_file: (load_path, load), options_file, to_load })
+    Ok(Plan {
+        changes,
+        interrupt,
+        load_file: (load_path, load),
+        options_file,
+        to_load,
+    })
 }
 
 struct KernelModule;
@@ -146,11 +181,19 @@ impl Package for KernelModule {
     fn check(ctx: &Context) -> Result<Outcome, StepError> {
         // A pending reboot for new options is not a failed apply.
         let p = plan(ctx)?;
-        let pending: Vec<String> = p.changes.iter().filter(|c| c.kind != "kernel-module" || c.detail == "load").map(|c| c.target.clone()).collect();
+        let pending: Vec<String> = p
+            .changes
+            .iter()
+            .filter(|c| c.kind != "kernel-module" || c.detail == "load")
+            .map(|c| c.target.clone())
+            .collect();
         if pending.is_empty() {
             Ok(Outcome::changed(Vec::new(), p.interrupt))
         } else {
-            Err(StepError::failed(format!("not converged: {}", pending.join(", "))))
+            Err(StepError::failed(format!(
+                "not converged: {}",
+                pending.join(", ")
+            )))
         }
     }
 
@@ -184,14 +227,24 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn parses_modules_and_options() {
-        let w = wanted(&cfg(&[("modules", "br_netfilter, nvidia"), ("options.nvidia", "NVreg_EnableMSI=1")])).unwrap();
+        let w = wanted(&cfg(&[
+            ("modules", "br_netfilter, nvidia"),
+            ("options.nvidia", "NVreg_EnableMSI=1"),
+        ]))
+        .unwrap();
         assert_eq!(w.modules, ["br_netfilter", "nvidia"]);
-        assert_eq!(options_conf(&w), "# Managed by nodewright.\noptions nvidia NVreg_EnableMSI=1\n");
+        assert_eq!(
+            options_conf(&w),
+            "# Managed by nodewright.\noptions nvidia NVreg_EnableMSI=1\n"
+        );
     }
 
     #[test]

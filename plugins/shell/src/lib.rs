@@ -17,14 +17,20 @@
 //! - `interrupt`: what the changes need — `none` (default), `reboot`,
 //!   `restart-all-services`, or `services:<unit>,<unit>`.
 
-use nodewright_sdk::{export_package, log, Change, Context, Interrupt, Outcome, Package, Stage, StepError};
+use nodewright_sdk::{
+    Change, Context, Interrupt, Outcome, Package, Stage, StepError, export_package, log,
+};
 
 /// Splits a command line into (path, args).
 pub fn parse_command(key: &str, line: &str) -> Result<(String, Vec<String>), StepError> {
     let mut parts = line.split_whitespace().map(str::to_string);
-    let path = parts.next().ok_or_else(|| StepError::invalid_config(format!("{key:?} is empty")))?;
+    let path = parts
+        .next()
+        .ok_or_else(|| StepError::invalid_config(format!("{key:?} is empty")))?;
     if !path.starts_with('/') {
-        return Err(StepError::invalid_config(format!("{key:?}: {path:?} must be an absolute path")));
+        return Err(StepError::invalid_config(format!(
+            "{key:?}: {path:?} must be an absolute path"
+        )));
     }
     Ok((path, parts.collect()))
 }
@@ -36,15 +42,24 @@ pub fn parse_interrupt(value: Option<&str>) -> Result<Interrupt, StepError> {
         "reboot" => Ok(Interrupt::Reboot),
         "restart-all-services" => Ok(Interrupt::RestartAllServices),
         other => match other.strip_prefix("services:") {
-            Some(list) => Ok(Interrupt::Services(list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())),
-            None => Err(StepError::invalid_config(format!("interrupt {other:?}: expected none, reboot, restart-all-services or services:<units>"))),
+            Some(list) => Ok(Interrupt::Services(
+                list.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
+            )),
+            None => Err(StepError::invalid_config(format!(
+                "interrupt {other:?}: expected none, reboot, restart-all-services or services:<units>"
+            ))),
         },
     }
 }
 
 /// Runs the command under `key`; returns its exit code.
 fn run(ctx: &Context, key: &str) -> Result<Option<i32>, StepError> {
-    let Some(line) = ctx.config(key) else { return Ok(None) };
+    let Some(line) = ctx.config(key) else {
+        return Ok(None);
+    };
     let (path, args) = parse_command(key, line)?;
     let out = ctx.exec().run(&path, &args)?;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -59,8 +74,13 @@ fn run(ctx: &Context, key: &str) -> Result<Option<i32>, StepError> {
 fn run_required(ctx: &Context, key: &str) -> Result<Outcome, StepError> {
     match run(ctx, key)? {
         None => Ok(Outcome::converged()),
-        Some(0) => Ok(Outcome::changed(vec![Change::new("command", ctx.config(key).unwrap_or(""), "ran")], Interrupt::None)),
-        Some(code) => Err(StepError::failed(format!("{key} command exited with {code}"))),
+        Some(0) => Ok(Outcome::changed(
+            vec![Change::new("command", ctx.config(key).unwrap_or(""), "ran")],
+            Interrupt::None,
+        )),
+        Some(code) => Err(StepError::failed(format!(
+            "{key} command exited with {code}"
+        ))),
     }
 }
 
@@ -74,8 +94,17 @@ impl Package for Shell {
         // the admin's promise, as with any check script.
         match run(ctx, "plan")? {
             Some(0) => Ok(Outcome::converged()),
-            Some(1) | None => Ok(Outcome::changed(vec![Change::new("command", ctx.config("apply").unwrap_or(""), "apply will run")], interrupt)),
-            Some(code) => Err(StepError::failed(format!("plan command exited with {code}"))),
+            Some(1) | None => Ok(Outcome::changed(
+                vec![Change::new(
+                    "command",
+                    ctx.config("apply").unwrap_or(""),
+                    "apply will run",
+                )],
+                interrupt,
+            )),
+            Some(code) => Err(StepError::failed(format!(
+                "plan command exited with {code}"
+            ))),
         }
     }
 
@@ -87,7 +116,11 @@ impl Package for Shell {
     }
 
     fn config(ctx: &Context) -> Result<Outcome, StepError> {
-        if ctx.config("config").is_some() { run_required(ctx, "config") } else { Ok(Outcome::converged()) }
+        if ctx.config("config").is_some() {
+            run_required(ctx, "config")
+        } else {
+            Ok(Outcome::converged())
+        }
     }
 
     fn post_interrupt(ctx: &Context) -> Result<Outcome, StepError> {
@@ -102,7 +135,9 @@ impl Package for Shell {
         match ctx.stage {
             Stage::Apply | Stage::Config | Stage::Upgrade => match run(ctx, "check")? {
                 None | Some(0) => Ok(Outcome::converged()),
-                Some(code) => Err(StepError::failed(format!("check command exited with {code}"))),
+                Some(code) => Err(StepError::failed(format!(
+                    "check command exited with {code}"
+                ))),
             },
             _ => Ok(Outcome::converged()),
         }
@@ -117,7 +152,13 @@ mod tests {
 
     #[test]
     fn commands_split_and_must_be_absolute() {
-        assert_eq!(parse_command("apply", "/usr/bin/x -a b").unwrap(), ("/usr/bin/x".to_string(), vec!["-a".to_string(), "b".to_string()]));
+        assert_eq!(
+            parse_command("apply", "/usr/bin/x -a b").unwrap(),
+            (
+                "/usr/bin/x".to_string(),
+                vec!["-a".to_string(), "b".to_string()]
+            )
+        );
         assert!(parse_command("apply", "x -a").is_err());
         assert!(parse_command("apply", "  ").is_err());
     }
@@ -125,7 +166,10 @@ mod tests {
     #[test]
     fn interrupts_parse() {
         assert_eq!(parse_interrupt(None).unwrap(), Interrupt::None);
-        assert_eq!(parse_interrupt(Some("services:a.service, b.service")).unwrap(), Interrupt::Services(vec!["a.service".into(), "b.service".into()]));
+        assert_eq!(
+            parse_interrupt(Some("services:a.service, b.service")).unwrap(),
+            Interrupt::Services(vec!["a.service".into(), "b.service".into()])
+        );
         assert!(parse_interrupt(Some("explode")).is_err());
     }
 }

@@ -9,7 +9,10 @@
 //!
 //! Grants: `files: [{path: /etc/sysctl.d, access: readWrite}]`, `sysctl: [<each key>]`.
 
-use nodewright_sdk::{describe_file_change, export_package, log, Change, Context, Interrupt, Outcome, Package, StepError};
+use nodewright_sdk::{
+    Change, Context, Interrupt, Outcome, Package, StepError, describe_file_change, export_package,
+    log,
+};
 
 /// The drop-in path for a package.
 pub fn dropin_path(package: &str) -> String {
@@ -27,17 +30,27 @@ pub fn render(settings: &[(&str, &str)]) -> String {
 
 fn settings(ctx: &Context) -> Result<Vec<(&str, &str)>, StepError> {
     if ctx.config.is_empty() {
-        return Err(StepError::invalid_config("no sysctl keys configured: add `<key>: <value>` entries to the package config"));
+        return Err(StepError::invalid_config(
+            "no sysctl keys configured: add `<key>: <value>` entries to the package config",
+        ));
     }
     for (k, v) in &ctx.config {
         if k.contains('/') || k.contains(' ') || k.starts_with('.') || k.ends_with('.') {
-            return Err(StepError::invalid_config(format!("config key {k:?} is not a dotted sysctl key")));
+            return Err(StepError::invalid_config(format!(
+                "config key {k:?} is not a dotted sysctl key"
+            )));
         }
         if v.contains('\n') {
-            return Err(StepError::invalid_config(format!("value of {k:?} contains a newline")));
+            return Err(StepError::invalid_config(format!(
+                "value of {k:?} contains a newline"
+            )));
         }
     }
-    Ok(ctx.config.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
+    Ok(ctx
+        .config
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect())
 }
 
 /// Live values compare after whitespace normalisation (`"4096 87380"` vs tabs in /proc).
@@ -75,7 +88,9 @@ impl Package for Sysctl {
         let (changes, wanted) = drift(ctx)?;
         for change in &changes {
             match change.kind.as_str() {
-                "file" => ctx.files().write(&change.target, wanted.as_bytes(), Some(0o644))?,
+                "file" => ctx
+                    .files()
+                    .write(&change.target, wanted.as_bytes(), Some(0o644))?,
                 _ => {
                     let value = ctx.config(&change.target).unwrap_or_default();
                     ctx.sysctl().set(&change.target, value)?;
@@ -92,7 +107,10 @@ impl Package for Sysctl {
             return Ok(Outcome::converged());
         }
         ctx.files().remove(&path)?;
-        Ok(Outcome::changed(vec![Change::new("file", &path, "removed")], Interrupt::None))
+        Ok(Outcome::changed(
+            vec![Change::new("file", &path, "removed")],
+            Interrupt::None,
+        ))
     }
 }
 
@@ -105,7 +123,10 @@ mod tests {
     #[test]
     fn renders_sorted_settings() {
         let text = render(&[("net.ipv4.ip_forward", "1"), ("vm.swappiness", "10")]);
-        assert!(text.ends_with("net.ipv4.ip_forward = 1\nvm.swappiness = 10\n"), "{text}");
+        assert!(
+            text.ends_with("net.ipv4.ip_forward = 1\nvm.swappiness = 10\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! Each is a valid component, so only nodewright's own bounds stop it.
 
 use wasm_encoder::{
-    CodeSection, Component, InstanceSection, Function, FunctionSection, Instruction, MemorySection, MemoryType,
-    Module, ModuleSection, TypeSection, ValType,
+    CodeSection, Component, Function, FunctionSection, InstanceSection, Instruction, MemorySection,
+    MemoryType, Module, ModuleSection, TypeSection, ValType,
 };
 use wasmparser::{Parser, Payload};
 
@@ -16,7 +16,13 @@ pub fn with_extra_memories(component: &[u8], memories: u32, pages: u64) -> Vec<u
     let mut extra = Component::new();
     for _ in 0..memories {
         let mut mem = MemorySection::new();
-        mem.memory(MemoryType { minimum: pages, maximum: None, memory64: false, shared: false, page_size_log2: None });
+        mem.memory(MemoryType {
+            minimum: pages,
+            maximum: None,
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
         let mut module = Module::new();
         module.section(&mem);
         extra.section(&ModuleSection(&module));
@@ -38,7 +44,9 @@ pub fn with_extra_memories(component: &[u8], memories: u32, pages: u64) -> Vec<u
 /// very expensive to compile.
 pub fn many_functions(functions: u32) -> Vec<u8> {
     let mut types = TypeSection::new();
-    types.ty().function(Vec::<ValType>::new(), Vec::<ValType>::new());
+    types
+        .ty()
+        .function(Vec::<ValType>::new(), Vec::<ValType>::new());
     let mut funcs = FunctionSection::new();
     let mut code = CodeSection::new();
     for _ in 0..functions {
@@ -71,7 +79,11 @@ pub fn renamed(component: &[u8], from: &str, to: &str) -> Vec<u8> {
             i += 1;
         }
     }
-    assert!(replaced > 0, "{} does not occur", String::from_utf8_lossy(from));
+    assert!(
+        replaced > 0,
+        "{} does not occur",
+        String::from_utf8_lossy(from)
+    );
     out
 }
 

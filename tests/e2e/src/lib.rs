@@ -40,7 +40,10 @@ pub struct Cluster {
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster").field("nodes", &self.nodes).field("registry", &self.registry.host()).finish_non_exhaustive()
+        f.debug_struct("Cluster")
+            .field("nodes", &self.nodes)
+            .field("registry", &self.registry.host())
+            .finish_non_exhaustive()
     }
 }
 
@@ -52,20 +55,43 @@ impl Cluster {
         let client = cp.client().await?;
         install_crds(&client).await?;
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.context("creating the operator namespace")?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .context("creating the operator namespace")?;
         let specs: Vec<NodeSpec> = nodes
             .iter()
-            .map(|(name, labels)| labels.iter().fold(NodeSpec::new(name, &work.join("nodes")), |s, (k, v)| s.label(k, v)))
+            .map(|(name, labels)| {
+                labels
+                    .iter()
+                    .fold(NodeSpec::new(name, &work.join("nodes")), |s, (k, v)| {
+                        s.label(k, v)
+                    })
+            })
             .collect();
         let sim = SimKubelet::start(client.clone(), specs).await?;
         let registry = tokio::task::spawn_blocking(TestRegistry::start).await?;
-        let reg = Registry::new(RegistryConfig { insecure: vec![registry.host().into()], ..Default::default() });
+        let reg = Registry::new(RegistryConfig {
+            insecure: vec![registry.host().into()],
+            ..Default::default()
+        });
         for (name, path) in nodewright_artifacts::PLUGINS {
-            reg.push(&format!("{}/plugins/{name}:1.0.0", registry.host()), &nodewright_artifacts::read(path), Default::default(), &|_| {})
-                .await
-                .with_context(|| format!("pushing plugin {name}"))?;
+            reg.push(
+                &format!("{}/plugins/{name}:1.0.0", registry.host()),
+                &nodewright_artifacts::read(path),
+                Default::default(),
+                &|_| {},
+            )
+            .await
+            .with_context(|| format!("pushing plugin {name}"))?;
         }
-        Ok(Cluster { cp, client, sim, registry, nodes: nodes.iter().map(|(n, _)| n.clone()).collect() })
+        Ok(Cluster {
+            cp,
+            client,
+            sim,
+            registry,
+            nodes: nodes.iter().map(|(n, _)| n.clone()).collect(),
+        })
     }
 
     /// `<registry>/plugins/<name>:1.0.0`.
@@ -90,7 +116,8 @@ impl Cluster {
     /// ReplicaSet controller runs here) so the garbage collector leaves it alone and drains
     /// treat it as a managed pod.
     pub async fn workload_pod(&self, node: &str, name: &str, labels: Value) -> Result<()> {
-        let sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(self.client.clone(), "default");
+        let sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+            Api::namespaced(self.client.clone(), "default");
         let owner = match sets.get_opt("workload").await? {
             Some(rs) => rs,
             None => {
@@ -107,23 +134,38 @@ impl Cluster {
             "metadata": {"name": name, "labels": labels, "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "workload", "uid": uid, "controller": true}]},
             "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "sleeper"}]}
         }))?;
-        Api::<Pod>::namespaced(self.client.clone(), "default").create(&PostParams::default(), &pod).await?;
+        Api::<Pod>::namespaced(self.client.clone(), "default")
+            .create(&PostParams::default(), &pod)
+            .await?;
         Ok(())
     }
 
     /// Server-side applies a manifest (any kind) given as JSON.
     pub async fn apply(&self, manifest: &Value) -> Result<()> {
         let obj: kube::core::DynamicObject = serde_json::from_value(manifest.clone())?;
-        let types = obj.types.clone().context("manifest without apiVersion/kind")?;
+        let types = obj
+            .types
+            .clone()
+            .context("manifest without apiVersion/kind")?;
         let gvk = kube::core::GroupVersionKind::try_from(&types)?;
         let (ar, caps) = kube::discovery::pinned_kind(&self.client, &gvk).await?;
-        let api: Api<kube::core::DynamicObject> = match (&caps.scope, obj.metadata.namespace.as_deref()) {
-            (kube::discovery::Scope::Cluster, _) => Api::all_with(self.client.clone(), &ar),
-            (_, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &ar),
-            (_, None) => Api::default_namespaced_with(self.client.clone(), &ar),
-        };
-        let name = obj.metadata.name.clone().context("manifest without metadata.name")?;
-        api.patch(&name, &PatchParams::apply("nodewright-e2e").force(), &Patch::Apply(&obj)).await?;
+        let api: Api<kube::core::DynamicObject> =
+            match (&caps.scope, obj.metadata.namespace.as_deref()) {
+                (kube::discovery::Scope::Cluster, _) => Api::all_with(self.client.clone(), &ar),
+                (_, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &ar),
+                (_, None) => Api::default_namespaced_with(self.client.clone(), &ar),
+            };
+        let name = obj
+            .metadata
+            .name
+            .clone()
+            .context("manifest without metadata.name")?;
+        api.patch(
+            &name,
+            &PatchParams::apply("nodewright-e2e").force(),
+            &Patch::Apply(&obj),
+        )
+        .await?;
         Ok(())
     }
 }
@@ -133,13 +175,23 @@ pub async fn install_crds(client: &Client) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (_, yaml) in nodewright_api::crdgen::generated() {
         let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&yaml)?;
-        crds.patch(crd.metadata.name.as_deref().context("CRD name")?, &PatchParams::apply("nodewright-e2e").force(), &Patch::Apply(&crd)).await?;
+        crds.patch(
+            crd.metadata.name.as_deref().context("CRD name")?,
+            &PatchParams::apply("nodewright-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
     }
     for name in nodewright_api::crdgen::CRD_NAMES {
         let start = Instant::now();
         loop {
             let c = crds.get(name).await?;
-            if c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True") {
+            if c.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+            {
                 break;
             }
             if start.elapsed() > Duration::from_secs(30) {
@@ -164,9 +216,22 @@ pub struct Binaries {
 
 /// The crates whose sources make up the operator and the agent (relative to the workspace).
 const BINARY_SOURCES: &[&str] = &[
-    "host/api/src", "host/planner/src", "host/engine/src", "host/hostops/src", "host/oci/src", "host/agent/src", "host/operator/src",
-    "host/api/Cargo.toml", "host/planner/Cargo.toml", "host/engine/Cargo.toml", "host/hostops/Cargo.toml", "host/oci/Cargo.toml",
-    "host/agent/Cargo.toml", "host/operator/Cargo.toml", "wit", "Cargo.lock",
+    "host/api/src",
+    "host/planner/src",
+    "host/engine/src",
+    "host/hostops/src",
+    "host/oci/src",
+    "host/agent/src",
+    "host/operator/src",
+    "host/api/Cargo.toml",
+    "host/planner/Cargo.toml",
+    "host/engine/Cargo.toml",
+    "host/hostops/Cargo.toml",
+    "host/oci/Cargo.toml",
+    "host/agent/Cargo.toml",
+    "host/operator/Cargo.toml",
+    "wit",
+    "Cargo.lock",
 ];
 
 /// The newest modification time of any file under `path`.
@@ -175,7 +240,11 @@ fn newest(path: &Path) -> Option<std::time::SystemTime> {
     if meta.is_file() {
         return meta.modified().ok();
     }
-    std::fs::read_dir(path).ok()?.flatten().filter_map(|e| newest(&e.path())).max()
+    std::fs::read_dir(path)
+        .ok()?
+        .flatten()
+        .filter_map(|e| newest(&e.path()))
+        .max()
 }
 
 impl Binaries {
@@ -185,9 +254,15 @@ impl Binaries {
     /// (all of them, so the features match a workspace test build and nothing churns), and
     /// when that fails the test stops saying so.
     pub fn in_dir(dir: &Path) -> Result<Binaries> {
-        let bins = Binaries { operator: dir.join("nodewright-operator"), agent: dir.join("nodewright-agent") };
+        let bins = Binaries {
+            operator: dir.join("nodewright-operator"),
+            agent: dir.join("nodewright-agent"),
+        };
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let sources = BINARY_SOURCES.iter().filter_map(|rel| newest(&workspace.join(rel))).max();
+        let sources = BINARY_SOURCES
+            .iter()
+            .filter_map(|rel| newest(&workspace.join(rel)))
+            .max();
         let stale = [&bins.operator, &bins.agent].iter().any(|bin| {
             let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok();
             match (built, sources) {
@@ -198,12 +273,16 @@ impl Binaries {
         });
         if stale {
             let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-            cmd.current_dir(&workspace).args(["build", "--workspace", "--bins"]);
+            cmd.current_dir(&workspace)
+                .args(["build", "--workspace", "--bins"]);
             if dir.file_name().is_some_and(|p| p == "release") {
                 cmd.arg("--release");
             }
             if !cmd.status().context("running cargo")?.success() {
-                bail!("the operator or agent binary in {} is older than its sources and rebuilding it failed", dir.display());
+                bail!(
+                    "the operator or agent binary in {} is older than its sources and rebuilding it failed",
+                    dir.display()
+                );
             }
         }
         Ok(bins)
@@ -219,18 +298,52 @@ pub struct Operator {
 impl Operator {
     /// Starts the operator against `cluster` for simulated nodes, logging to `log` (appended),
     /// with `extra` flags after the defaults.
-    pub fn start(cluster: &Cluster, bins: &Binaries, cache: &Path, log: &Path, rust_log: &str, extra: &[&str]) -> Result<Operator> {
-        let mut args: Vec<String> = ["--namespace", NS, "--agent-backend", "sim", "--agent-image", "nodewright/agent:local", "--resync-seconds", "5"].map(String::from).to_vec();
+    pub fn start(
+        cluster: &Cluster,
+        bins: &Binaries,
+        cache: &Path,
+        log: &Path,
+        rust_log: &str,
+        extra: &[&str],
+    ) -> Result<Operator> {
+        let mut args: Vec<String> = [
+            "--namespace",
+            NS,
+            "--agent-backend",
+            "sim",
+            "--agent-image",
+            "nodewright/agent:local",
+            "--resync-seconds",
+            "5",
+        ]
+        .map(String::from)
+        .to_vec();
         args.push(format!("--agent-command={}", bins.agent.display()));
         args.push(format!("--insecure-registry={}", cluster.registry.host()));
         args.push(format!("--plugin-cache-dir={}", cache.display()));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Operator::start_with(&bins.operator, cluster.cp.kubeconfig(), &args, log, rust_log)
+        Operator::start_with(
+            &bins.operator,
+            cluster.cp.kubeconfig(),
+            &args,
+            log,
+            rust_log,
+        )
     }
 
     /// Starts `operator` with exactly `args`, as `kubeconfig` authenticates it.
-    pub fn start_with(operator: &Path, kubeconfig: &Path, args: &[String], log: &Path, rust_log: &str) -> Result<Operator> {
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("opening {}", log.display()))?;
+    pub fn start_with(
+        operator: &Path,
+        kubeconfig: &Path,
+        args: &[String],
+        log: &Path,
+        rust_log: &str,
+    ) -> Result<Operator> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
         let child = Command::new(operator)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", rust_log)
@@ -271,7 +384,14 @@ impl Cluster {
     /// plane routes Services to their endpoints (aggregator routing), so a webhook behind
     /// the Service is reached at `ip:port` and verified against the Service's DNS name.
     /// `ip` must not be loopback (the API refuses it): see [`host_ip`].
-    pub async fn route_service(&self, namespace: &str, service: &str, port_name: &str, ip: std::net::Ipv4Addr, port: u16) -> Result<()> {
+    pub async fn route_service(
+        &self,
+        namespace: &str,
+        service: &str,
+        port_name: &str,
+        ip: std::net::Ipv4Addr,
+        port: u16,
+    ) -> Result<()> {
         let slice = json!({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": format!("{service}-e2e"), "namespace": namespace,
@@ -280,7 +400,9 @@ impl Cluster {
             "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}],
             "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
         });
-        self.apply(&slice).await.with_context(|| format!("routing Service {namespace}/{service}"))
+        self.apply(&slice)
+            .await
+            .with_context(|| format!("routing Service {namespace}/{service}"))
     }
 }
 
@@ -311,8 +433,14 @@ impl Cluster {
     /// returns the operator flags that serve it. Admission fails closed until the operator
     /// serves and has injected its CA.
     pub async fn admission(&self, port: u16) -> Result<Vec<String>> {
-        self.apply(&webhook_config("nodewright", port)).await.context("registering the admission webhook")?;
-        Ok(vec![format!("--webhook-addr=127.0.0.1:{port}"), "--webhook-host=127.0.0.1".into(), "--webhook-config=nodewright".into()])
+        self.apply(&webhook_config("nodewright", port))
+            .await
+            .context("registering the admission webhook")?;
+        Ok(vec![
+            format!("--webhook-addr=127.0.0.1:{port}"),
+            "--webhook-host=127.0.0.1".into(),
+            "--webhook-config=nodewright".into(),
+        ])
     }
 }
 
@@ -349,10 +477,17 @@ where
 pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut out = String::new();
     s.read_to_string(&mut out).await?;
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((out.as_str(), ""));
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     Ok((status, body.to_string()))
 }

@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use kube::Client;
 use nodewright_oci::{Registry, RegistryConfig};
 pub use nodewright_testcluster::realnode::real_node_available;
-use nodewright_testcluster::realnode::{pause_image, RealNodeConfig};
+use nodewright_testcluster::realnode::{RealNodeConfig, pause_image};
 use nodewright_testcluster::{ControlPlane, NodeSpec, Options, RealNode, SimKubelet};
 use nodewright_testsupport::TestRegistry;
 
@@ -33,7 +33,10 @@ pub struct RealCluster {
 
 impl std::fmt::Debug for RealCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RealCluster").field("node", &self.node).field("registry", &self.node_registry).finish_non_exhaustive()
+        f.debug_struct("RealCluster")
+            .field("node", &self.node)
+            .field("registry", &self.node_registry)
+            .finish_non_exhaustive()
     }
 }
 
@@ -49,31 +52,70 @@ pub struct Published {
 impl Published {
     /// The pinned reference of `repository` (`operator`, `agent`, `plugins/sysctl`).
     pub fn pinned(&self, repository: &str) -> Option<&str> {
-        self.pinned.iter().map(String::as_str).find(|p| p.split('@').next().is_some_and(|r| r.ends_with(&format!("/{repository}"))))
+        self.pinned.iter().map(String::as_str).find(|p| {
+            p.split('@')
+                .next()
+                .is_some_and(|r| r.ends_with(&format!("/{repository}")))
+        })
     }
 }
 
 impl RealCluster {
     /// Starts everything under `work`; the real node is named `name`, its link
     /// `10.222.<index>`; `sim_nodes` are simulated nodes in the same cluster.
-    pub async fn start(work: &Path, name: &str, index: u8, sim_nodes: &[&str]) -> Result<RealCluster> {
+    pub async fn start(
+        work: &Path,
+        name: &str,
+        index: u8,
+        sim_nodes: &[&str],
+    ) -> Result<RealCluster> {
         let host_ip = RealNodeConfig::host_ip(index);
         let dir = work.join("control-plane");
-        let options = Options { extra_addresses: vec![host_ip.clone()], workloads: true };
-        let cp = tokio::task::spawn_blocking(move || ControlPlane::start_with(&dir, &options)).await??;
+        let options = Options {
+            extra_addresses: vec![host_ip.clone()],
+            workloads: true,
+        };
+        let cp =
+            tokio::task::spawn_blocking(move || ControlPlane::start_with(&dir, &options)).await??;
         let client = cp.client().await?;
         crate::install_crds(&client).await?;
         let registry = tokio::task::spawn_blocking(TestRegistry::start_on_all_interfaces).await?;
-        let port = registry.host().rsplit(':').next().context("registry port")?.to_string();
+        let port = registry
+            .host()
+            .rsplit(':')
+            .next()
+            .context("registry port")?
+            .to_string();
         let node_registry = format!("{host_ip}:{port}");
-        let oci = Registry::new(RegistryConfig { insecure: vec![registry.host().into()], ..Default::default() });
+        let oci = Registry::new(RegistryConfig {
+            insecure: vec![registry.host().into()],
+            ..Default::default()
+        });
         let pause = pause_image(&work.join("pause"))?;
-        let pinned = pause.push(&oci, &format!("{}/pause:3.10", registry.host()), &|_| {}).await?;
-        let config = RealNodeConfig { name: name.into(), index, registry: node_registry.clone(), pause_image: pinned.replace(registry.host(), &node_registry) };
+        let pinned = pause
+            .push(&oci, &format!("{}/pause:3.10", registry.host()), &|_| {})
+            .await?;
+        let config = RealNodeConfig {
+            name: name.into(),
+            index,
+            registry: node_registry.clone(),
+            pause_image: pinned.replace(registry.host(), &node_registry),
+        };
         let node = RealNode::start(&cp, client.clone(), config, &work.join("node")).await?;
-        let specs = sim_nodes.iter().map(|n| NodeSpec::new(n, &work.join("sim-nodes"))).collect();
+        let specs = sim_nodes
+            .iter()
+            .map(|n| NodeSpec::new(n, &work.join("sim-nodes")))
+            .collect();
         let sim = SimKubelet::start(client.clone(), specs).await?;
-        Ok(RealCluster { cp, client, registry, node, node_registry, sim, work: work.to_path_buf() })
+        Ok(RealCluster {
+            cp,
+            client,
+            registry,
+            node,
+            node_registry,
+            sim,
+            work: work.to_path_buf(),
+        })
     }
 
     /// Runs `cargo xtask publish --registry <node registry>/nodewright --insecure [--tag T]`
@@ -81,18 +123,40 @@ impl RealCluster {
     pub fn publish(&self, tag: Option<&str>) -> Result<Published> {
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.current_dir(&workspace).args(["xtask", "publish", "--registry", &format!("{}/nodewright", self.node_registry), "--insecure"]);
+        cmd.current_dir(&workspace).args([
+            "xtask",
+            "publish",
+            "--registry",
+            &format!("{}/nodewright", self.node_registry),
+            "--insecure",
+        ]);
         if let Some(t) = tag {
             cmd.args(["--tag", t]);
         }
         let out = cmd.output().context("running cargo xtask publish")?;
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         if !out.status.success() {
-            bail!("cargo xtask publish failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "cargo xtask publish failed:\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
-        let helm_install = stdout.lines().map(str::trim).find(|l| l.starts_with("helm install")).context("publish printed no helm install")?.to_string();
-        let pinned = stdout.lines().map(str::trim).filter(|l| l.contains("@sha256:") && !l.contains(' ')).map(String::from).collect();
-        Ok(Published { helm_install, pinned })
+        let helm_install = stdout
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("helm install"))
+            .context("publish printed no helm install")?
+            .to_string();
+        let pinned = stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.contains("@sha256:") && !l.contains(' '))
+            .map(String::from)
+            .collect();
+        Ok(Published {
+            helm_install,
+            pinned,
+        })
     }
 
     /// Runs a `helm ...` command line (as printed, split on whitespace) with the real helm
@@ -110,7 +174,11 @@ impl RealCluster {
             .env("HELM_DATA_HOME", self.work.join("helm/data"))
             .output()
             .context("running helm")?;
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         if !out.status.success() {
             bail!("{line}\n{text}");
         }

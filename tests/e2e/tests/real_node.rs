@@ -15,9 +15,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_e2e::real::{real_node_available, Published, RealCluster};
 use nodewright_e2e::poll;
-use serde_json::{json, Value};
+use nodewright_e2e::real::{Published, RealCluster, real_node_available};
+use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(300);
 const NODE: &str = "real-1";
@@ -31,7 +31,13 @@ fn cr(name: &str, mut spec: Value) -> Value {
 async fn apply(c: &RealCluster, nw: Value) -> Result<(), kube::Error> {
     let nw: NodeWright = serde_json::from_value(nw).unwrap();
     let api: Api<NodeWright> = Api::all(c.client.clone());
-    api.patch(nw.metadata.name.as_deref().unwrap(), &PatchParams::apply("e2e").force(), &Patch::Apply(&nw)).await.map(drop)
+    api.patch(
+        nw.metadata.name.as_deref().unwrap(),
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&nw),
+    )
+    .await
+    .map(drop)
 }
 
 async fn wait<T, F, Fut>(c: &RealCluster, what: &str, check: F) -> T
@@ -42,56 +48,130 @@ where
     match poll(LIMIT, check).await {
         Some(v) => v,
         None => {
-            let crs = Api::<NodeWright>::all(c.client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
-            let status: Vec<String> = crs.iter().map(|n| format!("{}: {}", n.metadata.name.clone().unwrap_or_default(), serde_json::to_string(&n.status).unwrap_or_default())).collect();
-            let pods = Api::<Pod>::all(c.client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+            let crs = Api::<NodeWright>::all(c.client.clone())
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            let status: Vec<String> = crs
+                .iter()
+                .map(|n| {
+                    format!(
+                        "{}: {}",
+                        n.metadata.name.clone().unwrap_or_default(),
+                        serde_json::to_string(&n.status).unwrap_or_default()
+                    )
+                })
+                .collect();
+            let pods = Api::<Pod>::all(c.client.clone())
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
             let pods: Vec<String> = pods
                 .iter()
-                .map(|p| format!("{}/{} {:?}", p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default(), p.status.as_ref().and_then(|s| s.phase.clone())))
+                .map(|p| {
+                    format!(
+                        "{}/{} {:?}",
+                        p.metadata.namespace.clone().unwrap_or_default(),
+                        p.metadata.name.clone().unwrap_or_default(),
+                        p.status.as_ref().and_then(|s| s.phase.clone())
+                    )
+                })
                 .collect();
             let mut logs = String::new();
             let ops = Api::<Pod>::namespaced(c.client.clone(), "nodewright");
-            for p in ops.list(&ListParams::default().labels("app.kubernetes.io/name=nodewright")).await.map(|l| l.items).unwrap_or_default() {
+            for p in ops
+                .list(&ListParams::default().labels("app.kubernetes.io/name=nodewright"))
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
                 let name = p.metadata.name.unwrap_or_default();
-                let text = ops.logs(&name, &kube::api::LogParams { tail_lines: Some(40), ..Default::default() }).await.unwrap_or_else(|e| e.to_string());
+                let text = ops
+                    .logs(
+                        &name,
+                        &kube::api::LogParams {
+                            tail_lines: Some(40),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .unwrap_or_else(|e| e.to_string());
                 logs.push_str(&format!("--- {name}\n{text}\n"));
             }
-            panic!("timed out waiting for {what}\n{}\n{}\n{logs}\n{}\n{}", status.join("\n"), pods.join("\n"), c.node.logs(), c.cp.logs());
+            panic!(
+                "timed out waiting for {what}\n{}\n{}\n{logs}\n{}\n{}",
+                status.join("\n"),
+                pods.join("\n"),
+                c.node.logs(),
+                c.cp.logs()
+            );
         }
     }
 }
 
 async fn wait_complete(c: &RealCluster, name: &str) {
     wait(c, &format!("{name} complete"), || async {
-        let nw = Api::<NodeWright>::all(c.client.clone()).get(name).await.ok()?;
+        let nw = Api::<NodeWright>::all(c.client.clone())
+            .get(name)
+            .await
+            .ok()?;
         let s = nw.status?;
-        (s.status? == Status::Complete && s.observed_generation >= nw.metadata.generation).then_some(())
+        (s.status? == Status::Complete && s.observed_generation >= nw.metadata.generation)
+            .then_some(())
     })
     .await
 }
 
 /// The operator's pods, Running and Ready, all on `digest` when given.
 async fn operator_ready(c: &RealCluster, digest: Option<&str>) -> bool {
-    let pods = Api::<Pod>::namespaced(c.client.clone(), "nodewright").list(&ListParams::default().labels("app.kubernetes.io/name=nodewright")).await;
-    let pods: Vec<Pod> = pods.map(|l| l.items).unwrap_or_default().into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+    let pods = Api::<Pod>::namespaced(c.client.clone(), "nodewright")
+        .list(&ListParams::default().labels("app.kubernetes.io/name=nodewright"))
+        .await;
+    let pods: Vec<Pod> = pods
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
     !pods.is_empty()
         && pods.iter().all(|p| {
             let status = p.status.clone().unwrap_or_default();
-            let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
-            let image = p.spec.as_ref().map(|s| s.containers[0].image.clone().unwrap_or_default()).unwrap_or_default();
+            let ready = status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let image = p
+                .spec
+                .as_ref()
+                .map(|s| s.containers[0].image.clone().unwrap_or_default())
+                .unwrap_or_default();
             ready && digest.is_none_or(|d| image.ends_with(d))
         })
 }
 
 fn digest(p: &Published, repository: &str) -> String {
-    p.pinned(repository).and_then(|r| r.split('@').nth(1)).unwrap_or_else(|| panic!("{repository} not published: {p:?}")).to_string()
+    p.pinned(repository)
+        .and_then(|r| r.split('@').nth(1))
+        .unwrap_or_else(|| panic!("{repository} not published: {p:?}"))
+        .to_string()
 }
 
 /// The webhook of the installed chart refuses what validation refuses.
 async fn webhook_refuses(c: &RealCluster) {
-    let bad = cr("bad", json!({"interruptionBudget": {"percent": 250}, "packages": {}}));
-    let err = apply(c, bad).await.expect_err("the webhook admitted a budget of 250%");
-    assert!(err.to_string().contains("spec.interruptionBudget.percent"), "{err}");
+    let bad = cr(
+        "bad",
+        json!({"interruptionBudget": {"percent": 250}, "packages": {}}),
+    );
+    let err = apply(c, bad)
+        .await
+        .expect_err("the webhook admitted a budget of 250%");
+    assert!(
+        err.to_string().contains("spec.interruptionBudget.percent"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -101,19 +181,33 @@ async fn nodewright_as_installed_on_a_real_node() {
     }
     // E2E_KEEP=DIR keeps the cluster's files (node logs, pod logs) there.
     let tmp = tempfile::tempdir().unwrap();
-    let work = std::env::var_os("E2E_KEEP").map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().to_path_buf());
+    let work = std::env::var_os("E2E_KEEP")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| tmp.path().to_path_buf());
     // A simulated node beside the real one: the NodeWrights below select only the real
     // node, and the simulated one must end with nothing of theirs.
-    let c = RealCluster::start(&work, NODE, 11, &["sim-1"]).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let c = RealCluster::start(&work, NODE, 11, &["sim-1"])
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
 
     // 1. Publish, then exactly the printed helm install: a working operator.
     let v1 = c.publish(None).unwrap_or_else(|e| panic!("{e:#}"));
     c.helm(&v1.helm_install).unwrap_or_else(|e| panic!("{e:#}"));
     let operator_v1 = digest(&v1, "operator");
-    wait(&c, "the operator pods ready", || async { operator_ready(&c, Some(&operator_v1)).await.then_some(()) }).await;
+    wait(&c, "the operator pods ready", || async {
+        operator_ready(&c, Some(&operator_v1)).await.then_some(())
+    })
+    .await;
     wait(&c, "the webhook serving", || async {
-        let bad = cr("bad", json!({"interruptionBudget": {"percent": 250}, "packages": {}}));
-        apply(&c, bad).await.err().filter(|e| e.to_string().contains("spec.interruptionBudget.percent")).map(drop)
+        let bad = cr(
+            "bad",
+            json!({"interruptionBudget": {"percent": 250}, "packages": {}}),
+        );
+        apply(&c, bad)
+            .await
+            .err()
+            .filter(|e| e.to_string().contains("spec.interruptionBudget.percent"))
+            .map(drop)
     })
     .await;
 
@@ -126,15 +220,40 @@ async fn nodewright_as_installed_on_a_real_node() {
         "configMap": {"net.ipv4.tcp_keepalive_time": "611"},
         "capabilities": {"sysctl": ["net.ipv4.tcp_keepalive_time"], "files": [{"path": "/etc/sysctl.d", "access": "readWrite"}]}
     });
-    apply(&c, cr("tune", json!({"packages": {"tuning": tuning}}))).await.unwrap();
+    apply(&c, cr("tune", json!({"packages": {"tuning": tuning}})))
+        .await
+        .unwrap();
     wait_complete(&c, "tune").await;
-    assert_eq!(c.node.in_netns(&["cat", key]).unwrap(), "611", "read back from the node's network namespace");
-    assert_eq!(std::fs::read_to_string(key).unwrap(), machine_before, "the CI machine's own value is unchanged");
+    assert_eq!(
+        c.node.in_netns(&["cat", key]).unwrap(),
+        "611",
+        "read back from the node's network namespace"
+    );
+    assert_eq!(
+        std::fs::read_to_string(key).unwrap(),
+        machine_before,
+        "the CI machine's own value is unchanged"
+    );
     let dropin = c.node.host_path("/etc/sysctl.d/60-nodewright-tuning.conf");
-    assert!(std::fs::read_to_string(&dropin).unwrap().contains("net.ipv4.tcp_keepalive_time = 611"), "{}", dropin.display());
-    let node = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone()).get(NODE).await.unwrap();
+    assert!(
+        std::fs::read_to_string(&dropin)
+            .unwrap()
+            .contains("net.ipv4.tcp_keepalive_time = 611"),
+        "{}",
+        dropin.display()
+    );
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone())
+        .get(NODE)
+        .await
+        .unwrap();
     assert!(!node.spec.and_then(|s| s.unschedulable).unwrap_or(false));
-    assert!(!node.metadata.annotations.unwrap_or_default().contains_key(&keys::cordon("tune")));
+    assert!(
+        !node
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(&keys::cordon("tune"))
+    );
 
     // 3. A host command in the node's namespaces, killed with its whole tree at the stage's
     //    deadline (the image has no `kill` binary and no nsenter).
@@ -145,33 +264,72 @@ async fn nodewright_as_installed_on_a_real_node() {
         "#!/bin/sh\n{ readlink /proc/self/ns/mnt; hostname; } > /etc/nodewright-e2e/where\nsleep 1234 &\necho $! >> /etc/nodewright-e2e/pids\necho $$ >> /etc/nodewright-e2e/pids\nexec sleep 1234\n",
     )
     .unwrap();
-    std::fs::set_permissions(held.join("hold.sh"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        held.join("hold.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let stuck = json!({
         "version": "1.0.0", "plugin": v1.pinned("plugins/shell").unwrap(), "stageTimeout": "20s",
         "capabilities": {"commands": [{"path": "/etc/nodewright-e2e/hold.sh"}]},
         "configMap": {"apply": "/etc/nodewright-e2e/hold.sh"}
     });
-    apply(&c, cr("stuck", json!({"packages": {"stuck": stuck}}))).await.unwrap();
+    apply(&c, cr("stuck", json!({"packages": {"stuck": stuck}})))
+        .await
+        .unwrap();
     let pids = wait(&c, "the first attempt to end", || async {
-        let pods = Api::<Pod>::namespaced(c.client.clone(), "nodewright").list(&ListParams::default().labels(&format!("{}=stuck", keys::job::CR))).await.ok()?;
-        pods.items.iter().any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")).then_some(())?;
+        let pods = Api::<Pod>::namespaced(c.client.clone(), "nodewright")
+            .list(&ListParams::default().labels(&format!("{}=stuck", keys::job::CR)))
+            .await
+            .ok()?;
+        pods.items
+            .iter()
+            .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+            .then_some(())?;
         let pids = std::fs::read_to_string(held.join("pids")).ok()?;
         Some(pids.lines().take(2).map(String::from).collect::<Vec<_>>()).filter(|p| p.len() == 2)
     })
     .await;
     let where_ = std::fs::read_to_string(held.join("where")).unwrap();
     let node_mnt = std::fs::read_link(format!("/proc/{}/ns/mnt", c.node.pid1().unwrap())).unwrap();
-    assert_eq!(where_.lines().collect::<Vec<_>>(), [node_mnt.display().to_string().as_str(), NODE], "the command ran in the node's namespaces");
-    let gone = poll(Duration::from_secs(20), || async { pids.iter().all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()).then_some(()) }).await;
-    assert!(gone.is_some(), "the command tree {pids:?} outlived its stage");
-    Api::<NodeWright>::all(c.client.clone()).delete("stuck", &Default::default()).await.unwrap();
+    assert_eq!(
+        where_.lines().collect::<Vec<_>>(),
+        [node_mnt.display().to_string().as_str(), NODE],
+        "the command ran in the node's namespaces"
+    );
+    let gone = poll(Duration::from_secs(20), || async {
+        pids.iter()
+            .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+            .then_some(())
+    })
+    .await;
+    assert!(
+        gone.is_some(),
+        "the command tree {pids:?} outlived its stage"
+    );
+    Api::<NodeWright>::all(c.client.clone())
+        .delete("stuck", &Default::default())
+        .await
+        .unwrap();
 
     // 4. A reboot: the agent's request is carried out as a restart of the node (new boot
     //    ID), and the rollout completes with post-interrupt, the node uncordoned.
-    std::fs::write(held.join("install.sh"), "#!/bin/sh\necho installed > /etc/nodewright-e2e/driver\n").unwrap();
-    std::fs::write(held.join("verify.sh"), "#!/bin/sh\ntest -f /etc/nodewright-e2e/driver\n").unwrap();
+    std::fs::write(
+        held.join("install.sh"),
+        "#!/bin/sh\necho installed > /etc/nodewright-e2e/driver\n",
+    )
+    .unwrap();
+    std::fs::write(
+        held.join("verify.sh"),
+        "#!/bin/sh\ntest -f /etc/nodewright-e2e/driver\n",
+    )
+    .unwrap();
     for f in ["install.sh", "verify.sh"] {
-        std::fs::set_permissions(held.join(f), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            held.join(f),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
     }
     let boots = c.node.boots();
     let driver = json!({
@@ -179,12 +337,27 @@ async fn nodewright_as_installed_on_a_real_node() {
         "capabilities": {"commands": [{"path": "/etc/nodewright-e2e/install.sh"}, {"path": "/etc/nodewright-e2e/verify.sh"}]},
         "configMap": {"apply": "/etc/nodewright-e2e/install.sh", "post-interrupt": "/etc/nodewright-e2e/verify.sh", "interrupt": "reboot"}
     });
-    apply(&c, cr("driver", json!({"packages": {"driver": driver}}))).await.unwrap();
+    apply(&c, cr("driver", json!({"packages": {"driver": driver}})))
+        .await
+        .unwrap();
     wait_complete(&c, "driver").await;
     assert_eq!(c.node.boots(), boots + 1, "exactly one reboot");
-    assert!(c.node.systemctl_calls().iter().any(|l| l.starts_with("reboot")), "{:?}", c.node.systemctl_calls());
-    let node = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone()).get(NODE).await.unwrap();
-    assert!(!node.spec.and_then(|s| s.unschedulable).unwrap_or(false), "uncordoned after post-interrupt");
+    assert!(
+        c.node
+            .systemctl_calls()
+            .iter()
+            .any(|l| l.starts_with("reboot")),
+        "{:?}",
+        c.node.systemctl_calls()
+    );
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone())
+        .get(NODE)
+        .await
+        .unwrap();
+    assert!(
+        !node.spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        "uncordoned after post-interrupt"
+    );
 
     // 5. Helm upgrade to a second built version, then a rollback, in the middle of a
     //    rollout: the CRDs, the webhook and the rollout carry through both.
@@ -192,13 +365,19 @@ async fn nodewright_as_installed_on_a_real_node() {
     let operator_v2 = digest(&v2, "operator");
     assert_ne!(operator_v2, operator_v1, "two built versions");
     std::fs::write(held.join("slow.sh"), "#!/bin/sh\nwhile [ ! -f /etc/nodewright-e2e/go ]; do sleep 0.2; done\necho done > /etc/nodewright-e2e/slow-done\n").unwrap();
-    std::fs::set_permissions(held.join("slow.sh"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        held.join("slow.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let slow = json!({
         "version": "1.0.0", "plugin": v1.pinned("plugins/shell").unwrap(),
         "capabilities": {"commands": [{"path": "/etc/nodewright-e2e/slow.sh"}]},
         "configMap": {"apply": "/etc/nodewright-e2e/slow.sh"}
     });
-    apply(&c, cr("slow", json!({"packages": {"slow": slow}}))).await.unwrap();
+    apply(&c, cr("slow", json!({"packages": {"slow": slow}})))
+        .await
+        .unwrap();
     let chart = nodewright_testcluster::chart_dir();
     c.helm(&format!(
         "helm upgrade nodewright {} --namespace nodewright --reuse-values --set image.digest={operator_v2} --set agent.image.digest={}",
@@ -206,18 +385,35 @@ async fn nodewright_as_installed_on_a_real_node() {
         digest(&v2, "agent")
     ))
     .unwrap_or_else(|e| panic!("{e:#}"));
-    wait(&c, "the operator on the second version", || async { operator_ready(&c, Some(&operator_v2)).await.then_some(()) }).await;
+    wait(&c, "the operator on the second version", || async {
+        operator_ready(&c, Some(&operator_v2)).await.then_some(())
+    })
+    .await;
     webhook_refuses(&c).await;
     std::fs::write(held.join("go"), "").unwrap();
     wait_complete(&c, "slow").await;
-    c.helm("helm rollback nodewright 1 --namespace nodewright").unwrap_or_else(|e| panic!("{e:#}"));
-    wait(&c, "the operator back on the first version", || async { operator_ready(&c, Some(&operator_v1)).await.then_some(()) }).await;
+    c.helm("helm rollback nodewright 1 --namespace nodewright")
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    wait(&c, "the operator back on the first version", || async {
+        operator_ready(&c, Some(&operator_v1)).await.then_some(())
+    })
+    .await;
     webhook_refuses(&c).await;
-    let d = Api::<Deployment>::namespaced(c.client.clone(), "nodewright").list(&ListParams::default()).await.unwrap();
+    let d = Api::<Deployment>::namespaced(c.client.clone(), "nodewright")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
     assert_eq!(d.items.len(), 1);
     for name in nodewright_api::crdgen::CRD_NAMES {
         let crd = Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(c.client.clone()).get(name).await.unwrap();
-        assert!(crd.status.unwrap().conditions.unwrap().iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        assert!(
+            crd.status
+                .unwrap()
+                .conditions
+                .unwrap()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        );
     }
     // A change after the rollback rolls out under the first version again.
     apply(&c, cr("tune", json!({"packages": {"tuning": {
@@ -227,7 +423,19 @@ async fn nodewright_as_installed_on_a_real_node() {
     }}}))).await.unwrap();
     wait_complete(&c, "tune").await;
     assert_eq!(c.node.in_netns(&["cat", key]).unwrap(), "622");
-    let sim = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone()).get("sim-1").await.unwrap();
-    let ours: Vec<String> = sim.metadata.annotations.unwrap_or_default().into_keys().filter(|k| k.starts_with("nodewright.io/")).collect();
-    assert!(ours.is_empty(), "the simulated node was never targeted: {ours:?}");
+    let sim = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone())
+        .get("sim-1")
+        .await
+        .unwrap();
+    let ours: Vec<String> = sim
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .into_keys()
+        .filter(|k| k.starts_with("nodewright.io/"))
+        .collect();
+    assert!(
+        ours.is_empty(),
+        "the simulated node was never targeted: {ours:?}"
+    );
 }

@@ -28,7 +28,12 @@ pub fn ensure_registry_installed() -> PathBuf {
     if bin.exists() {
         return bin;
     }
-    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open("/tmp/nodewright-apt.lock").expect("apt lock file");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/nodewright-apt.lock")
+        .expect("apt lock file");
     lock.lock().expect("apt lock");
     if !bin.exists() {
         eprintln!("installing docker-registry with apt (test harness)");
@@ -37,7 +42,10 @@ pub fn ensure_registry_installed() -> PathBuf {
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
-        assert!(ok && bin.exists(), "could not install docker-registry; as root run: apt-get install -y docker-registry");
+        assert!(
+            ok && bin.exists(),
+            "could not install docker-registry; as root run: apt-get install -y docker-registry"
+        );
     }
     bin
 }
@@ -61,14 +69,23 @@ pub fn free_port() -> u16 {
         for attempt in 0u64..200 {
             let mut h = seed.build_hasher();
             h.write_u64(attempt);
-            h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos(),
+            );
             let port = 10_000 + (h.finish() % span) as u16;
             if TcpListener::bind(("127.0.0.1", port)).is_ok() {
                 return port;
             }
         }
     }
-    TcpListener::bind("127.0.0.1:0").expect("bind loopback").local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind loopback")
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// `GET /v2/` status code, or `None` when nothing listens.
@@ -117,13 +134,65 @@ impl TestRegistry {
 
     fn make_certs(dir: &Path) {
         let run = |args: &[&str]| {
-            let ok = Command::new("openssl").args(args).current_dir(dir).stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
+            let ok = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
             assert!(ok, "openssl {args:?} failed");
         };
-        run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=nodewright-test-ca"]);
-        run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=127.0.0.1"]);
-        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n").unwrap();
-        run(&["x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "ext.cnf"]);
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=nodewright-test-ca",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "tls.key",
+            "-out",
+            "tls.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        std::fs::write(
+            dir.join("ext.cnf"),
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "tls.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "tls.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]);
     }
 
     fn launch_with(auth: Option<(&str, &str)>, tls: bool) -> Self {
@@ -135,22 +204,38 @@ impl TestRegistry {
         let dir = tempfile::tempdir().expect("registry dir");
         let port = free_port();
         let host = format!("127.0.0.1:{port}");
-        let listen = if all_interfaces { format!("0.0.0.0:{port}") } else { host.clone() };
+        let listen = if all_interfaces {
+            format!("0.0.0.0:{port}")
+        } else {
+            host.clone()
+        };
         let mut config = format!(
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {listen}\n  secret: nodewright-test\n",
             dir.path().join("data").display()
         );
         if tls {
             Self::make_certs(dir.path());
-            config.push_str(&format!("  tls:\n    certificate: {}\n    key: {}\n", dir.path().join("tls.crt").display(), dir.path().join("tls.key").display()));
+            config.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.path().join("tls.crt").display(),
+                dir.path().join("tls.key").display()
+            ));
         }
         if let Some((user, password)) = auth {
             let hash = bcrypt::hash(password, 5).expect("bcrypt");
             std::fs::write(dir.path().join("htpasswd"), format!("{user}:{hash}\n")).unwrap();
-            config.push_str(&format!("auth:\n  htpasswd:\n    realm: nodewright-test\n    path: {}\n", dir.path().join("htpasswd").display()));
+            config.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: nodewright-test\n    path: {}\n",
+                dir.path().join("htpasswd").display()
+            ));
         }
         std::fs::write(dir.path().join("config.yml"), config).unwrap();
-        let mut reg = TestRegistry { child: None, host, dir, tls };
+        let mut reg = TestRegistry {
+            child: None,
+            host,
+            dir,
+            tls,
+        };
         reg.serve();
         reg
     }
@@ -158,7 +243,11 @@ impl TestRegistry {
     /// Starts the registry process on this registry's address and storage, and waits until
     /// it answers.
     fn serve(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("registry.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("registry.log"))
+            .unwrap();
         let child = Command::new(ensure_registry_installed())
             .arg("serve")
             .arg(self.dir.path().join("config.yml"))
@@ -170,7 +259,11 @@ impl TestRegistry {
         self.child = Some(child);
         let started = Instant::now();
         loop {
-            let up = if self.tls { TcpStream::connect(&self.host).is_ok().then_some(200) } else { v2_status(&self.host) };
+            let up = if self.tls {
+                TcpStream::connect(&self.host).is_ok().then_some(200)
+            } else {
+                v2_status(&self.host)
+            };
             match up {
                 Some(200 | 401) => break,
                 _ if started.elapsed() > Duration::from_secs(20) => {
@@ -216,7 +309,10 @@ impl TestRegistry {
     /// Path of a blob in the registry's filesystem storage.
     pub fn blob_path(&self, digest: &str) -> PathBuf {
         let hex = digest.trim_start_matches("sha256:");
-        self.storage().join(format!("docker/registry/v2/blobs/sha256/{}/{hex}/data", &hex[..2]))
+        self.storage().join(format!(
+            "docker/registry/v2/blobs/sha256/{}/{hex}/data",
+            &hex[..2]
+        ))
     }
 }
 
@@ -229,7 +325,11 @@ impl Drop for TestRegistry {
 /// Builds (once, cached) the `cosign` CLI from its Go module and returns its path.
 pub fn cosign_binary() -> Result<PathBuf, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cluster/build-cosign.sh");
-    let out = Command::new("bash").arg(&script).stderr(Stdio::inherit()).output().map_err(|e| format!("run {}: {e}", script.display()))?;
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("run {}: {e}", script.display()))?;
     if !out.status.success() {
         return Err(format!("building cosign failed ({})", script.display()));
     }

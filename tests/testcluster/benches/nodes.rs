@@ -11,13 +11,20 @@ use nodewright_testcluster::{ControlPlane, NodeSpec, SimKubelet};
 fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
         .unwrap_or(0.0)
         / 1024.0
 }
 
 fn component_rss() -> String {
-    let out = std::process::Command::new("sh").args(["-c", "ps -eo pid,args | grep '[k]test '"]).output().unwrap();
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ps -eo pid,args | grep '[k]test '"])
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
@@ -34,14 +41,25 @@ fn component_rss() -> String {
 async fn main() {
     let t = Instant::now();
     let cp = ControlPlane::start().unwrap();
-    println!("control plane start: {:.1}s; {}", t.elapsed().as_secs_f64(), component_rss());
+    println!(
+        "control plane start: {:.1}s; {}",
+        t.elapsed().as_secs_f64(),
+        component_rss()
+    );
     let client = cp.client().await.unwrap();
     let roots = tempfile::tempdir().unwrap();
     for n in [100usize, 1000] {
-        let specs: Vec<NodeSpec> = (0..n).map(|i| NodeSpec::new(&format!("scale{n}-{i:04}"), roots.path())).collect();
+        let specs: Vec<NodeSpec> = (0..n)
+            .map(|i| NodeSpec::new(&format!("scale{n}-{i:04}"), roots.path()))
+            .collect();
         let t = Instant::now();
         let sim = SimKubelet::start(client.clone(), specs).await.unwrap();
-        println!("{n} nodes registered in {:.1}s; test process {:.0} MiB; {}", t.elapsed().as_secs_f64(), rss_mib(std::process::id()), component_rss());
+        println!(
+            "{n} nodes registered in {:.1}s; test process {:.0} MiB; {}",
+            t.elapsed().as_secs_f64(),
+            rss_mib(std::process::id()),
+            component_rss()
+        );
         if n == 100 {
             let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
             let t = Instant::now();
@@ -54,7 +72,16 @@ async fn main() {
                 pods.create(&PostParams::default(), &pod).await.unwrap();
             }
             loop {
-                let running = pods.list(&ListParams::default().labels("bench=scale")).await.unwrap().items.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).count();
+                let running = pods
+                    .list(&ListParams::default().labels("bench=scale"))
+                    .await
+                    .unwrap()
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .count();
                 if running == n {
                     break;
                 }
@@ -63,7 +90,11 @@ async fn main() {
             println!("{n} pods running in {:.1}s", t.elapsed().as_secs_f64());
         }
         tokio::time::sleep(Duration::from_secs(12)).await;
-        println!("{n} nodes after one heartbeat round: test process {:.0} MiB; {}", rss_mib(std::process::id()), component_rss());
+        println!(
+            "{n} nodes after one heartbeat round: test process {:.0} MiB; {}",
+            rss_mib(std::process::id()),
+            component_rss()
+        );
         drop(sim);
     }
 }

@@ -31,26 +31,37 @@ pub type LogDirs = Arc<Mutex<HashMap<String, PathBuf>>>;
 /// when the simulated kubelet goes.
 pub async fn start(dirs: LogDirs) -> Result<(u16, tokio::task::JoinHandle<()>)> {
     let key = rcgen::KeyPair::generate()?;
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?.self_signed(&key)?;
+    let cert =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?
+            .self_signed(&key)?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
-        .with_single_cert(vec![CertificateDer::from(cert.der().to_vec())], PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())))?;
+        .with_single_cert(
+            vec![CertificateDer::from(cert.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.context("bind the simulated kubelet endpoint")?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .context("bind the simulated kubelet endpoint")?;
     let port = listener.local_addr()?.port();
     let task = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let (acceptor, dirs) = (acceptor.clone(), dirs.clone());
             tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(stream).await else { return };
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
                 let service = service_fn(move |req: Request<Incoming>| {
                     let dirs = dirs.clone();
                     async move { Ok::<_, std::convert::Infallible>(answer(&dirs, &req)) }
                 });
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
             });
         }
     });
@@ -65,19 +76,43 @@ fn answer(dirs: &LogDirs, req: &Request<Incoming>) -> Response<Body> {
         *r.status_mut() = status;
         r
     };
-    let parts: Vec<&str> = req.uri().path().trim_start_matches('/').split('/').collect();
+    let parts: Vec<&str> = req
+        .uri()
+        .path()
+        .trim_start_matches('/')
+        .split('/')
+        .collect();
     let ["containerLogs", ns, pod, container] = parts.as_slice() else {
-        return reply(StatusCode::NOT_FOUND, format!("the simulated kubelet serves only /containerLogs, not {}", req.uri().path()));
+        return reply(
+            StatusCode::NOT_FOUND,
+            format!(
+                "the simulated kubelet serves only /containerLogs, not {}",
+                req.uri().path()
+            ),
+        );
     };
-    let Some(dir) = dirs.lock().expect("log dirs lock").get(&format!("{ns}/{pod}")).cloned() else {
-        return reply(StatusCode::NOT_FOUND, format!("pod {ns}/{pod} is not on this simulated kubelet"));
+    let Some(dir) = dirs
+        .lock()
+        .expect("log dirs lock")
+        .get(&format!("{ns}/{pod}"))
+        .cloned()
+    else {
+        return reply(
+            StatusCode::NOT_FOUND,
+            format!("pod {ns}/{pod} is not on this simulated kubelet"),
+        );
     };
     let log = dir.join(format!("{container}.log"));
     let Ok(text) = std::fs::read_to_string(&log) else {
-        return reply(StatusCode::NOT_FOUND, format!("container {container} of {ns}/{pod} has not started"));
+        return reply(
+            StatusCode::NOT_FOUND,
+            format!("container {container} of {ns}/{pod} has not started"),
+        );
     };
     let query = req.uri().query().unwrap_or_default();
-    let tail = query.split('&').find_map(|kv| kv.strip_prefix("tailLines=")?.parse::<usize>().ok());
+    let tail = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("tailLines=")?.parse::<usize>().ok());
     let first = tail_lines(&text, tail);
     if !query.split('&').any(|kv| kv == "follow=true") {
         return reply(StatusCode::OK, first);
@@ -104,7 +139,9 @@ fn answer(dirs: &LogDirs, req: &Request<Incoming>) -> Response<Body> {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
     });
-    let frames = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok(Frame::data(b)), rx)) });
+    let frames = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
+    });
     Response::new(BodyExt::boxed(StreamBody::new(frames)))
 }
 

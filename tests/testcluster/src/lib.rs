@@ -24,9 +24,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use anyhow::{Context, Result, bail};
 use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use nodewright_testsupport::free_port;
 
 pub use realnode::RealNode;
@@ -60,7 +60,11 @@ pub struct ControlPlane {
 }
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 /// Builds (once, cached by source hash) the `ktest` binary and returns its path.
@@ -70,9 +74,16 @@ pub fn ktest_binary() -> Result<PathBuf> {
         return Ok(p.clone());
     }
     let script = workspace().join("tests/cluster/build.sh");
-    let out = Command::new("bash").arg(&script).stderr(Stdio::inherit()).output().with_context(|| format!("run {}", script.display()))?;
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("run {}", script.display()))?;
     if !out.status.success() {
-        bail!("building the test control plane failed ({})", script.display());
+        bail!(
+            "building the test control plane failed ({})",
+            script.display()
+        );
     }
     let path = PathBuf::from(String::from_utf8(out.stdout)?.trim());
     Ok(PATH.get_or_init(|| path).clone())
@@ -81,7 +92,11 @@ pub fn ktest_binary() -> Result<PathBuf> {
 /// Builds (once) helm from its Go module and returns its path.
 pub fn helm_binary() -> Result<PathBuf> {
     let script = workspace().join("tests/cluster/build-helm.sh");
-    let out = Command::new("bash").arg(&script).stderr(Stdio::inherit()).output().with_context(|| format!("run {}", script.display()))?;
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("run {}", script.display()))?;
     if !out.status.success() {
         bail!("building helm failed ({})", script.display());
     }
@@ -99,16 +114,26 @@ pub fn render_chart(namespace: &str, extra: &[&str]) -> Result<Vec<serde_json::V
     let out = Command::new(helm_binary()?)
         .args(["template", "nw"])
         .arg(chart_dir())
-        .args(["--namespace", namespace, "--include-crds", "--kube-version", KUBERNETES_VERSION.trim_start_matches('v')])
+        .args([
+            "--namespace",
+            namespace,
+            "--include-crds",
+            "--kube-version",
+            KUBERNETES_VERSION.trim_start_matches('v'),
+        ])
         .args(extra)
         .output()
         .context("run helm template")?;
     if !out.status.success() {
-        bail!("helm template failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "helm template failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let mut docs = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(&String::from_utf8(out.stdout)?) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc).context("a rendered document")?;
+        let v: serde_json::Value =
+            serde::Deserialize::deserialize(doc).context("a rendered document")?;
         if !v.is_null() {
             docs.push(v);
         }
@@ -134,9 +159,16 @@ fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Child> {
 /// panics, is killed or simply ends never leaves a control plane behind).
 fn spawn_reaper(watch: u32, pgids: &[u32]) -> Result<()> {
     use std::os::unix::process::CommandExt;
-    let kills: String = pgids.iter().map(|p| format!("/bin/kill -TERM -- -{p} 2>/dev/null; ")).collect();
-    let hard: String = pgids.iter().map(|p| format!("/bin/kill -KILL -- -{p} 2>/dev/null; ")).collect();
-    let script = format!("while kill -0 {watch} 2>/dev/null; do sleep 0.5; done; {kills} sleep 2; {hard}");
+    let kills: String = pgids
+        .iter()
+        .map(|p| format!("/bin/kill -TERM -- -{p} 2>/dev/null; "))
+        .collect();
+    let hard: String = pgids
+        .iter()
+        .map(|p| format!("/bin/kill -KILL -- -{p} 2>/dev/null; "))
+        .collect();
+    let script =
+        format!("while kill -0 {watch} 2>/dev/null; do sleep 0.5; done; {kills} sleep 2; {hard}");
     Command::new("sh")
         .args(["-c", &script])
         .stdin(Stdio::null())
@@ -152,12 +184,16 @@ impl ControlPlane {
     /// One control plane per test binary.
     pub fn shared() -> &'static ControlPlane {
         static SHARED: OnceLock<ControlPlane> = OnceLock::new();
-        SHARED.get_or_init(|| ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e:#}")))
+        SHARED.get_or_init(|| {
+            ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e:#}"))
+        })
     }
 
     /// Starts a control plane in a temporary directory.
     pub fn start() -> Result<Self> {
-        let tmp = tempfile::Builder::new().prefix("nodewright-cp-").tempdir()?;
+        let tmp = tempfile::Builder::new()
+            .prefix("nodewright-cp-")
+            .tempdir()?;
         let dir = tmp.path().to_path_buf();
         let mut cp = Self::start_in(&dir)?;
         cp._tmp = Some(tmp);
@@ -179,7 +215,9 @@ impl ControlPlane {
         loop {
             match Self::start_once(dir, options) {
                 Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
-                    eprintln!("control plane: a port was taken before its component bound it; starting again on fresh ports");
+                    eprintln!(
+                        "control plane: a port was taken before its component bound it; starting again on fresh ports"
+                    );
                     let _ = std::fs::remove_dir_all(dir.join("etcd"));
                     attempt += 1;
                 }
@@ -193,8 +231,14 @@ impl ControlPlane {
         std::fs::create_dir_all(dir)?;
         let started = Instant::now();
         let pki = dir.join("pki");
-        let hosts = std::iter::once("127.0.0.1".to_string()).chain(options.extra_addresses.iter().cloned()).collect::<Vec<_>>().join(",");
-        let status = Command::new(&bin).args(["certs", "--host", &hosts, "--dir"]).arg(&pki).status()?;
+        let hosts = std::iter::once("127.0.0.1".to_string())
+            .chain(options.extra_addresses.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(",");
+        let status = Command::new(&bin)
+            .args(["certs", "--host", &hosts, "--dir"])
+            .arg(&pki)
+            .status()?;
         if !status.success() {
             bail!("ktest certs failed");
         }
@@ -212,17 +256,30 @@ impl ControlPlane {
             ),
         )?;
 
-        let mut cp = ControlPlane { dir: dir.to_path_buf(), server: server.clone(), kubeconfig: kubeconfig.clone(), children: Vec::new(), _tmp: None };
+        let mut cp = ControlPlane {
+            dir: dir.to_path_buf(),
+            server: server.clone(),
+            kubeconfig: kubeconfig.clone(),
+            children: Vec::new(),
+            _tmp: None,
+        };
         let etcd_args: Vec<String> = vec![
             "etcd".into(),
             format!("--data-dir={}", dir.join("etcd").display()),
             format!("--client-url=http://127.0.0.1:{etcd_port}"),
             format!("--peer-url=http://127.0.0.1:{etcd_peer}"),
         ];
-        cp.children.push(("etcd".into(), spawn(dir, "etcd", &bin, &etcd_args)?));
-        cp.wait_for("etcd", Duration::from_secs(60), |cp| cp.log_contains("etcd", "etcd ready"))?;
+        cp.children
+            .push(("etcd".into(), spawn(dir, "etcd", &bin, &etcd_args)?));
+        cp.wait_for("etcd", Duration::from_secs(60), |cp| {
+            cp.log_contains("etcd", "etcd ready")
+        })?;
 
-        let bind = if options.extra_addresses.is_empty() { "127.0.0.1" } else { "0.0.0.0" };
+        let bind = if options.extra_addresses.is_empty() {
+            "127.0.0.1"
+        } else {
+            "0.0.0.0"
+        };
         let mut api_args: Vec<String> = [
             "kube-apiserver".to_string(),
             format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
@@ -242,7 +299,14 @@ impl ControlPlane {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", p("sa.key")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
-            format!("--disable-admission-plugins={}", if options.workloads { "" } else { "ServiceAccount" }),
+            format!(
+                "--disable-admission-plugins={}",
+                if options.workloads {
+                    ""
+                } else {
+                    "ServiceAccount"
+                }
+            ),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
             "--enable-priority-and-fairness=false".into(),
@@ -251,12 +315,20 @@ impl ControlPlane {
         ]
         .into();
         api_args.retain(|a| a != "--disable-admission-plugins=");
-        cp.children.push(("kube-apiserver".into(), spawn(dir, "kube-apiserver", &bin, &api_args)?));
-        cp.wait_for("kube-apiserver /readyz", Duration::from_secs(90), |cp| cp.readyz())?;
+        cp.children.push((
+            "kube-apiserver".into(),
+            spawn(dir, "kube-apiserver", &bin, &api_args)?,
+        ));
+        cp.wait_for("kube-apiserver /readyz", Duration::from_secs(90), |cp| {
+            cp.readyz()
+        })?;
 
-        let mut controllers = "job,garbagecollector,ttl-after-finished,disruption,namespace".to_string();
+        let mut controllers =
+            "job,garbagecollector,ttl-after-finished,disruption,namespace".to_string();
         if options.workloads {
-            controllers.push_str(",deployment,replicaset,serviceaccount,endpointslice,root-ca-cert-publisher");
+            controllers.push_str(
+                ",deployment,replicaset,serviceaccount,endpointslice,root-ca-cert-publisher",
+            );
         }
         let kcm_args: Vec<String> = vec![
             "kube-controller-manager".into(),
@@ -270,16 +342,26 @@ impl ControlPlane {
             "--concurrent-job-syncs=10".into(),
             "--v=1".into(),
         ];
-        cp.children.push(("kube-controller-manager".into(), spawn(dir, "kube-controller-manager", &bin, &kcm_args)?));
+        cp.children.push((
+            "kube-controller-manager".into(),
+            spawn(dir, "kube-controller-manager", &bin, &kcm_args)?,
+        ));
         let pgids: Vec<u32> = cp.children.iter().map(|(_, c)| c.id()).collect();
         spawn_reaper(std::process::id(), &pgids)?;
-        cp.wait_for("kube-controller-manager", Duration::from_secs(60), |cp| cp.log_contains("kube-controller-manager", "Caches are synced"))?;
-        eprintln!("control plane {KUBERNETES_VERSION} ready at {server} in {:.1}s (kubeconfig {})", started.elapsed().as_secs_f64(), kubeconfig.display());
+        cp.wait_for("kube-controller-manager", Duration::from_secs(60), |cp| {
+            cp.log_contains("kube-controller-manager", "Caches are synced")
+        })?;
+        eprintln!(
+            "control plane {KUBERNETES_VERSION} ready at {server} in {:.1}s (kubeconfig {})",
+            started.elapsed().as_secs_f64(),
+            kubeconfig.display()
+        );
         Ok(cp)
     }
 
     fn log_contains(&self, name: &str, needle: &str) -> bool {
-        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).is_ok_and(|t| t.contains(needle))
+        std::fs::read_to_string(self.dir.join(format!("{name}.log")))
+            .is_ok_and(|t| t.contains(needle))
     }
 
     fn readyz(&self) -> bool {
@@ -296,7 +378,12 @@ impl ControlPlane {
             .is_ok_and(|s| s.success())
     }
 
-    fn wait_for(&mut self, what: &str, timeout: Duration, ready: impl Fn(&Self) -> bool) -> Result<()> {
+    fn wait_for(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        ready: impl Fn(&Self) -> bool,
+    ) -> Result<()> {
         let started = Instant::now();
         loop {
             if ready(self) {
@@ -334,7 +421,8 @@ impl ControlPlane {
     /// 429, and tests (like the operator) want that answer at once, so retries are off.
     pub async fn client(&self) -> Result<Client> {
         let kc = Kubeconfig::read_from(&self.kubeconfig)?;
-        let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
         config.default_retry = false;
         Ok(Client::try_from(config)?)
     }
@@ -343,15 +431,32 @@ impl ControlPlane {
     /// CA): what RBAC lets that user do, and what a webhook sees in its requests.
     pub async fn user_client(&self, user: &str, groups: &[&str]) -> Result<Client> {
         let pki = self.dir.join("pki");
-        let status = Command::new(ktest_binary()?).args(["certs", "--user", user, "--groups", &groups.join(","), "--dir"]).arg(&pki).status()?;
+        let status = Command::new(ktest_binary()?)
+            .args([
+                "certs",
+                "--user",
+                user,
+                "--groups",
+                &groups.join(","),
+                "--dir",
+            ])
+            .arg(&pki)
+            .status()?;
         if !status.success() {
             bail!("ktest certs --user {user} failed");
         }
         let text = std::fs::read_to_string(&self.kubeconfig)?
-            .replace(&pki.join("admin.crt").display().to_string(), &pki.join(format!("user-{user}.crt")).display().to_string())
-            .replace(&pki.join("admin.key").display().to_string(), &pki.join(format!("user-{user}.key")).display().to_string());
+            .replace(
+                &pki.join("admin.crt").display().to_string(),
+                &pki.join(format!("user-{user}.crt")).display().to_string(),
+            )
+            .replace(
+                &pki.join("admin.key").display().to_string(),
+                &pki.join(format!("user-{user}.key")).display().to_string(),
+            );
         let kc = Kubeconfig::from_yaml(&text)?;
-        let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
         config.default_retry = false;
         Ok(Client::try_from(config)?)
     }
@@ -360,7 +465,8 @@ impl ControlPlane {
     pub fn logs(&self) -> String {
         let mut out = String::new();
         for name in ["etcd", "kube-apiserver", "kube-controller-manager"] {
-            let text = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+            let text =
+                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(30).collect();
             out.push_str(&format!("--- {name} (last {} lines)\n", tail.len()));
             for l in tail.into_iter().rev() {
@@ -374,14 +480,20 @@ impl ControlPlane {
     /// Stops every component (SIGTERM to each process group, then SIGKILL).
     pub fn stop(&mut self) {
         for (_, child) in self.children.iter().rev() {
-            let _ = Command::new("kill").args(["-TERM", "--", &format!("-{}", child.id())]).stderr(Stdio::null()).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{}", child.id())])
+                .stderr(Stdio::null())
+                .status();
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         for (_, child) in self.children.iter_mut().rev() {
             while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).stderr(Stdio::null()).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stderr(Stdio::null())
+                .status();
             let _ = child.wait();
         }
         self.children.clear();

@@ -8,10 +8,23 @@ use std::collections::{BTreeSet, HashMap};
 pub fn descendants(root: u32) -> BTreeSet<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
         // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        let Some(ppid) = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+        else {
+            continue;
+        };
         children.entry(ppid).or_default().push(pid);
     }
     let mut found = BTreeSet::new();
@@ -28,7 +41,10 @@ pub fn descendants(root: u32) -> BTreeSet<u32> {
 
 /// Sends `signal` (e.g. `-TERM`) to the process group `pgid`.
 pub fn kill_group(pgid: u32, signal: &str) {
-    let _ = std::process::Command::new("kill").args([signal, "--", &format!("-{pgid}")]).stderr(std::process::Stdio::null()).status();
+    let _ = std::process::Command::new("kill")
+        .args([signal, "--", &format!("-{pgid}")])
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 /// SIGKILLs the process group `pgid` and every process in `tree` with the process group
@@ -37,7 +53,10 @@ pub fn kill_all(pgid: u32, tree: &BTreeSet<u32>) {
     kill_group(pgid, "-KILL");
     for pid in tree {
         kill_group(*pid, "-KILL");
-        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(std::process::Stdio::null()).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .stderr(std::process::Stdio::null())
+            .status();
     }
 }
 
@@ -68,8 +87,16 @@ mod tests {
         assert!(!tree.is_empty(), "the sleeper is a descendant of the shell");
         kill_group(root, "-KILL");
         let _ = sh.wait();
-        let alive = |p: &u32| std::path::Path::new(&format!("/proc/{p}")).exists() && !std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default().contains(") Z ");
-        assert!(tree.iter().any(alive), "a group kill alone leaves the sleeper running");
+        let alive = |p: &u32| {
+            std::path::Path::new(&format!("/proc/{p}")).exists()
+                && !std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .unwrap_or_default()
+                    .contains(") Z ")
+        };
+        assert!(
+            tree.iter().any(alive),
+            "a group kill alone leaves the sleeper running"
+        );
         kill_all(root, &tree);
         let deadline = Instant::now() + Duration::from_secs(5);
         while tree.iter().any(alive) && Instant::now() < deadline {

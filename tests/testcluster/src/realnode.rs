@@ -21,15 +21,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
-use kube::Client;
 use serde_json::json;
 
-use crate::{ktest_binary, ControlPlane};
+use crate::{ControlPlane, ktest_binary};
 
 const NODE_SCRIPT: &str = include_str!("realnode/node.sh");
 
@@ -45,8 +45,16 @@ pub const PREREQUISITES: &[(&str, &str)] = &[
 
 /// Missing prerequisites (Debian package names), empty when the node can run here.
 pub fn missing_prerequisites() -> Vec<&'static str> {
-    let mut missing: Vec<&str> = PREREQUISITES.iter().filter(|(f, _)| !Path::new(f).exists()).map(|(_, p)| *p).collect();
-    let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
+    let mut missing: Vec<&str> = PREREQUISITES
+        .iter()
+        .filter(|(f, _)| !Path::new(f).exists())
+        .map(|(_, p)| *p)
+        .collect();
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
     if !root {
         missing.push("(root)");
     }
@@ -62,9 +70,15 @@ pub fn real_node_available() -> bool {
         return true;
     }
     if std::env::var_os("NODEWRIGHT_REQUIRE_REAL_NODE").is_some() {
-        panic!("a real node needs {} (cargo xtask setup installs them)", missing.join(", "));
+        panic!(
+            "a real node needs {} (cargo xtask setup installs them)",
+            missing.join(", ")
+        );
     }
-    eprintln!("skipped: a real node needs {} (run `cargo xtask setup`)", missing.join(", "));
+    eprintln!(
+        "skipped: a real node needs {} (run `cargo xtask setup`)",
+        missing.join(", ")
+    );
     false
 }
 
@@ -121,12 +135,18 @@ pub struct RealNode {
 
 impl std::fmt::Debug for RealNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RealNode").field("name", &self.inner.config.name).field("dir", &self.inner.dir).finish_non_exhaustive()
+        f.debug_struct("RealNode")
+            .field("name", &self.inner.config.name)
+            .field("dir", &self.inner.dir)
+            .finish_non_exhaustive()
     }
 }
 
 fn sh(cmd: &str) -> Result<()> {
-    let out = Command::new("sh").args(["-c", cmd]).output().with_context(|| format!("run {cmd}"))?;
+    let out = Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .with_context(|| format!("run {cmd}"))?;
     if !out.status.success() {
         bail!("`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -149,14 +169,30 @@ impl Inner {
     fn prepare(&self, cp: &ControlPlane) -> Result<()> {
         let n = &self.dir;
         let c = &self.config;
-        for d in ["var-lib", "var-log", "bin", "fake", "state", "containerd/root", "kubelet/root", "kubelet/pki", "cni", "cni-ipam", "pod-logs"] {
+        for d in [
+            "var-lib",
+            "var-log",
+            "bin",
+            "fake",
+            "state",
+            "containerd/root",
+            "kubelet/root",
+            "kubelet/pki",
+            "cni",
+            "cni-ipam",
+            "pod-logs",
+        ] {
             std::fs::create_dir_all(n.join(d))?;
         }
         if !n.join("etc").exists() {
             // The node's /etc starts as a copy of the machine's and lives on by itself.
             sh(&format!("cp -a /etc {}", n.join("etc").display()))?;
         }
-        for (f, v) in [("overcommit_memory", "1"), ("panic", "10"), ("panic_on_oops", "1")] {
+        for (f, v) in [
+            ("overcommit_memory", "1"),
+            ("panic", "10"),
+            ("panic_on_oops", "1"),
+        ] {
             std::fs::write(n.join("fake").join(f), format!("{v}\n"))?;
         }
         let state = n.join("state");
@@ -212,7 +248,10 @@ state = "/run/containerd"
                 {"type": "loopback"}
             ]
         });
-        std::fs::write(n.join("cni/10-nodewright-e2e.conflist"), serde_json::to_vec_pretty(&cni)?)?;
+        std::fs::write(
+            n.join("cni/10-nodewright-e2e.conflist"),
+            serde_json::to_vec_pretty(&cni)?,
+        )?;
         let pki = cp.dir().join("pki");
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://{}:{}\n    certificate-authority: {}\nusers:\n- name: node\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: node}}\ncurrent-context: e2e\n",
@@ -244,10 +283,23 @@ state = "/run/containerd"
             let _ = std::fs::remove_file(n.join("state").join(f));
         }
         std::fs::write(n.join("node.sh"), NODE_SCRIPT)?;
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(n.join("node.log"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(n.join("node.log"))?;
         use std::os::unix::process::CommandExt;
         let unshare = Command::new("unshare")
-            .args(["--pid", "--fork", "--mount-proc", "--mount", "--net", "--uts", "--propagation", "private", "bash"])
+            .args([
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--mount",
+                "--net",
+                "--uts",
+                "--propagation",
+                "private",
+                "bash",
+            ])
             .arg(n.join("node.sh"))
             .env("NODE", n)
             .env("NAME", &c.name)
@@ -264,20 +316,44 @@ state = "/run/containerd"
         // The node's init is unshare's child.
         let started = Instant::now();
         let pid1 = loop {
-            let children = std::fs::read_to_string(format!("/proc/{}/task/{}/children", unshare.id(), unshare.id())).unwrap_or_default();
-            if let Some(p) = children.split_whitespace().next().and_then(|p| p.parse().ok()) {
+            let children = std::fs::read_to_string(format!(
+                "/proc/{}/task/{}/children",
+                unshare.id(),
+                unshare.id()
+            ))
+            .unwrap_or_default();
+            if let Some(p) = children
+                .split_whitespace()
+                .next()
+                .and_then(|p| p.parse().ok())
+            {
                 break p;
             }
             if started.elapsed() > Duration::from_secs(10) {
-                bail!("the node's init did not start: {}", std::fs::read_to_string(n.join("node.log")).unwrap_or_default());
+                bail!(
+                    "the node's init did not start: {}",
+                    std::fs::read_to_string(n.join("node.log")).unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         };
         let link = c.host_link();
-        let _ = Command::new("ip").args(["link", "del", &link]).stderr(Stdio::null()).status();
-        sh(&format!("ip link add {link} type veth peer name nwn0 netns {pid1}"))?;
-        sh(&format!("ip addr add {}/30 dev {link} && ip link set {link} up", RealNodeConfig::host_ip(c.index)))?;
-        sh(&format!("ip route replace {} via {} dev {link} onlink", c.pod_cidr(), c.node_ip()))?;
+        let _ = Command::new("ip")
+            .args(["link", "del", &link])
+            .stderr(Stdio::null())
+            .status();
+        sh(&format!(
+            "ip link add {link} type veth peer name nwn0 netns {pid1}"
+        ))?;
+        sh(&format!(
+            "ip addr add {}/30 dev {link} && ip link set {link} up",
+            RealNodeConfig::host_ip(c.index)
+        ))?;
+        sh(&format!(
+            "ip route replace {} via {} dev {link} onlink",
+            c.pod_cidr(),
+            c.node_ip()
+        ))?;
         *self.running.lock().expect("node lock") = Some(Running { unshare, pid1 });
         *self.boots.lock().expect("node lock") += 1;
         Ok(boot_id)
@@ -295,24 +371,44 @@ state = "/run/containerd"
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let _ = Command::new("ip").args(["link", "del", &self.config.host_link()]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.config.host_link()])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
 fn kill_now(pid: u32) -> std::io::Result<()> {
-    let status = Command::new("/bin/kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status()?;
-    if status.success() { Ok(()) } else { Err(std::io::Error::other("kill failed")) }
+    let status = Command::new("/bin/kill")
+        .args(["-KILL", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("kill failed"))
+    }
 }
 
 /// Removes the cgroups the kubelet and containerd made (cgroup v1: one tree per
 /// controller), deepest first; only empty ones can go, which is all of them once the
 /// node's processes are gone.
 fn remove_cgroups() {
-    let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") else { return };
+    let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
     for c in controllers.flatten() {
         let root = c.path().join("kubepods");
         if root.exists() {
-            let _ = Command::new("sh").args(["-c", &format!("find {} -depth -type d -exec rmdir {{}} + 2>/dev/null", root.display())]).status();
+            let _ = Command::new("sh")
+                .args([
+                    "-c",
+                    &format!(
+                        "find {} -depth -type d -exec rmdir {{}} + 2>/dev/null",
+                        root.display()
+                    ),
+                ])
+                .status();
         }
     }
 }
@@ -321,13 +417,32 @@ impl RealNode {
     /// Boots the node `config` in `dir` against `cp` (which must serve on
     /// [`RealNodeConfig::host_ip`]), and waits until it is Ready. Pods created without a
     /// node (a Deployment's) are bound to it: there is no scheduler.
-    pub async fn start(cp: &ControlPlane, client: Client, config: RealNodeConfig, dir: &Path) -> Result<RealNode> {
+    pub async fn start(
+        cp: &ControlPlane,
+        client: Client,
+        config: RealNodeConfig,
+        dir: &Path,
+    ) -> Result<RealNode> {
         let missing = missing_prerequisites();
         if !missing.is_empty() {
-            bail!("a real node needs {} (cargo xtask setup installs them)", missing.join(", "));
+            bail!(
+                "a real node needs {} (cargo xtask setup installs them)",
+                missing.join(", ")
+            );
         }
-        let api_port: u16 = cp.server.rsplit(':').next().and_then(|p| p.parse().ok()).context("the apiserver's port")?;
-        let inner = Arc::new(Inner { config, dir: dir.to_path_buf(), api_port, running: Mutex::new(None), boots: Mutex::new(0) });
+        let api_port: u16 = cp
+            .server
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .context("the apiserver's port")?;
+        let inner = Arc::new(Inner {
+            config,
+            dir: dir.to_path_buf(),
+            api_port,
+            running: Mutex::new(None),
+            boots: Mutex::new(0),
+        });
         inner.prepare(cp)?;
         let boot_inner = inner.clone();
         tokio::task::spawn_blocking(move || boot_inner.boot()).await??;
@@ -359,14 +474,23 @@ impl RealNode {
 
     /// The node's init as the machine sees it (to enter its namespaces).
     pub fn pid1(&self) -> Option<u32> {
-        self.inner.running.lock().expect("node lock").as_ref().map(|r| r.pid1)
+        self.inner
+            .running
+            .lock()
+            .expect("node lock")
+            .as_ref()
+            .map(|r| r.pid1)
     }
 
     /// A path of the node's filesystem as the machine sees it (/etc, /var/lib and /var/log
     /// are the node's own).
     pub fn host_path(&self, path: &str) -> PathBuf {
         let rel = path.trim_start_matches('/');
-        for (prefix, dir) in [("etc", "etc"), ("var/lib", "var-lib"), ("var/log", "var-log")] {
+        for (prefix, dir) in [
+            ("etc", "etc"),
+            ("var/lib", "var-lib"),
+            ("var/log", "var-log"),
+        ] {
             if let Some(rest) = rel.strip_prefix(prefix) {
                 return self.inner.dir.join(dir).join(rest.trim_start_matches('/'));
             }
@@ -377,16 +501,27 @@ impl RealNode {
     /// Runs `argv` inside the node's network namespace (to read its sysctls).
     pub fn in_netns(&self, argv: &[&str]) -> Result<String> {
         let pid = self.pid1().context("the node is not running")?;
-        let out = Command::new("nsenter").arg(format!("--net=/proc/{pid}/ns/net")).arg("--").args(argv).output()?;
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/proc/{pid}/ns/net"))
+            .arg("--")
+            .args(argv)
+            .output()?;
         if !out.status.success() {
-            bail!("{argv:?} in the node's network namespace: {}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "{argv:?} in the node's network namespace: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
     /// What the node's `systemctl` was asked, one call per line.
     pub fn systemctl_calls(&self) -> Vec<String> {
-        std::fs::read_to_string(self.inner.dir.join("state/systemctl.log")).unwrap_or_default().lines().map(String::from).collect()
+        std::fs::read_to_string(self.inner.dir.join("state/systemctl.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
     }
 
     /// The tails of the node's own logs (node script, containerd, kubelet).
@@ -395,7 +530,10 @@ impl RealNode {
         for name in ["node.log", "containerd.log", "kubelet.log"] {
             let text = std::fs::read_to_string(self.inner.dir.join(name)).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(25).collect();
-            out.push_str(&format!("--- real node {name} (last {} lines)\n", tail.len()));
+            out.push_str(&format!(
+                "--- real node {name} (last {} lines)\n",
+                tail.len()
+            ));
             for l in tail.into_iter().rev() {
                 out.push_str(l);
                 out.push('\n');
@@ -414,23 +552,55 @@ impl RealNode {
 async fn wait_ready(client: &Client, inner: &Inner, timeout: Duration) -> Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     let name = &inner.config.name;
-    let boot = std::fs::read_to_string(inner.dir.join("boot_id")).unwrap_or_default().trim().to_string();
+    let boot = std::fs::read_to_string(inner.dir.join("boot_id"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
     let started = Instant::now();
     loop {
         if let Some(n) = api.get_opt(name).await? {
             let status = n.status.clone().unwrap_or_default();
-            let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+            let ready = status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
             let booted = status.node_info.as_ref().is_some_and(|i| i.boot_id == boot);
             if ready && booted {
-                let taints: Vec<_> = n.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().filter(|t| t.key != "node.kubernetes.io/not-ready").collect();
-                api.patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}}))).await?;
+                let taints: Vec<_> = n
+                    .spec
+                    .and_then(|s| s.taints)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|t| t.key != "node.kubernetes.io/not-ready")
+                    .collect();
+                api.patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"taints": taints}})),
+                )
+                .await?;
                 return Ok(());
             }
         }
         if started.elapsed() > timeout {
             let text = |f: &str| std::fs::read_to_string(inner.dir.join(f)).unwrap_or_default();
-            let tail = |t: String| t.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-            bail!("real node {name} not Ready after {timeout:?}\n--- node.log\n{}\n--- kubelet.log\n{}\n--- containerd.log\n{}", tail(text("node.log")), tail(text("kubelet.log")), tail(text("containerd.log")));
+            let tail = |t: String| {
+                t.lines()
+                    .rev()
+                    .take(30)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            bail!(
+                "real node {name} not Ready after {timeout:?}\n--- node.log\n{}\n--- kubelet.log\n{}\n--- containerd.log\n{}",
+                tail(text("node.log")),
+                tail(text("kubelet.log")),
+                tail(text("containerd.log"))
+            );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -478,14 +648,25 @@ async fn bind_pods(client: Client, node: String) {
         if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let (Some(ns), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone()) else { continue };
+        let (Some(ns), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone())
+        else {
+            continue;
+        };
         let binding = json!({
             "apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": ns},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}
         });
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        if let Err(e) = pods.create_subresource::<serde_json::Value, serde_json::Value>("binding", &name, &PostParams::default(), &binding).await {
+        if let Err(e) = pods
+            .create_subresource::<serde_json::Value, serde_json::Value>(
+                "binding",
+                &name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
             eprintln!("binding {ns}/{name} to {node}: {e}");
         }
     }
@@ -506,9 +687,17 @@ impl Drop for RealNode {
 pub fn pause_image(work: &Path) -> Result<nodewright_images::Image> {
     std::fs::create_dir_all(work)?;
     let source = work.join("pause.c");
-    std::fs::write(&source, "#include <signal.h>\n#include <unistd.h>\nstatic void done(int s) { (void)s; _exit(0); }\nint main(void) { signal(SIGTERM, done); signal(SIGINT, done); for (;;) pause(); }\n")?;
+    std::fs::write(
+        &source,
+        "#include <signal.h>\n#include <unistd.h>\nstatic void done(int s) { (void)s; _exit(0); }\nint main(void) { signal(SIGTERM, done); signal(SIGINT, done); for (;;) pause(); }\n",
+    )?;
     let binary = work.join("pause");
-    let status = Command::new("musl-gcc").args(["-static", "-O2", "-o"]).arg(&binary).arg(&source).status().context("musl-gcc (musl-tools) builds the pause binary")?;
+    let status = Command::new("musl-gcc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+        .context("musl-gcc (musl-tools) builds the pause binary")?;
     if !status.success() {
         bail!("compiling the pause binary failed");
     }

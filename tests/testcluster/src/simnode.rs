@@ -32,11 +32,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher;
-use kube::Client;
 use nodewright_hostops::{HostOps, NodeIdentity, SimHost};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::kubelet_api::{self, LogDirs};
@@ -56,7 +56,11 @@ pub struct NodeSpec {
 impl NodeSpec {
     /// A node named `name` rooted at `base/name`.
     pub fn new(name: &str, base: &Path) -> Self {
-        NodeSpec { name: name.into(), labels: BTreeMap::new(), root: base.join(name) }
+        NodeSpec {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            root: base.join(name),
+        }
     }
 
     /// Adds a label.
@@ -104,7 +108,9 @@ pub struct SimKubelet {
 
 impl std::fmt::Debug for SimKubelet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimKubelet").field("nodes", &self.inner.names()).finish()
+        f.debug_struct("SimKubelet")
+            .field("nodes", &self.inner.names())
+            .finish()
     }
 }
 
@@ -114,7 +120,13 @@ impl Inner {
     }
 
     fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.nodes.read().expect("nodes lock").keys().cloned().collect();
+        let mut names: Vec<String> = self
+            .nodes
+            .read()
+            .expect("nodes lock")
+            .keys()
+            .cloned()
+            .collect();
         names.sort();
         names
     }
@@ -124,30 +136,60 @@ impl Inner {
 async fn register(client: &Client, spec: NodeSpec, kubelet_port: u16) -> Result<SimNode> {
     let api: Api<Node> = Api::all(client.clone());
     std::fs::create_dir_all(&spec.root)?;
-    let host = SimHost::new(&spec.root, NodeIdentity { name: spec.name.clone(), labels: spec.labels.clone().into_iter().collect() })?;
+    let host = SimHost::new(
+        &spec.root,
+        NodeIdentity {
+            name: spec.name.clone(),
+            labels: spec.labels.clone().into_iter().collect(),
+        },
+    )?;
     let node = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": spec.name, "labels": spec.labels},
         "spec": {}
     });
-    api.patch(&spec.name, &PatchParams::apply("nodewright-sim-kubelet").force(), &Patch::Apply(&node))
-        .await
-        .with_context(|| format!("register node {}", spec.name))?;
+    api.patch(
+        &spec.name,
+        &PatchParams::apply("nodewright-sim-kubelet").force(),
+        &Patch::Apply(&node),
+    )
+    .await
+    .with_context(|| format!("register node {}", spec.name))?;
     let boot = host.node_info().boot_id;
     let mut status = node_status(&spec, &boot, true);
     status["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": kubelet_port}});
-    api.patch_status(&spec.name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+    api.patch_status(&spec.name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
     // The apiserver taints a new node not-ready; with no node-lifecycle controller in
     // the test control plane, the kubelet side lifts it once the node reports Ready.
     let registered = api.get(&spec.name).await?;
-    let taints: Vec<_> = registered.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().filter(|t| t.key != "node.kubernetes.io/not-ready").collect();
-    api.patch(&spec.name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}}))).await.with_context(|| format!("untaint node {}", spec.name))?;
+    let taints: Vec<_> = registered
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != "node.kubernetes.io/not-ready")
+        .collect();
+    api.patch(
+        &spec.name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"taints": taints}})),
+    )
+    .await
+    .with_context(|| format!("untaint node {}", spec.name))?;
     let (control, _) = watch::channel(Control::Run);
-    Ok(SimNode { spec, host, control })
+    Ok(SimNode {
+        spec,
+        host,
+        control,
+    })
 }
 
 fn now() -> String {
-    k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default()
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
 }
 
 fn node_status(spec: &NodeSpec, boot_id: &str, ready: bool) -> Value {
@@ -178,12 +220,17 @@ fn node_status(spec: &NodeSpec, boot_id: &str, ready: bool) -> Value {
 impl SimKubelet {
     /// Registers `nodes` and starts running their pods.
     pub async fn start(client: Client, nodes: Vec<NodeSpec>) -> Result<Self> {
-        let work = tempfile::Builder::new().prefix("nodewright-simkubelet-").tempdir()?;
+        let work = tempfile::Builder::new()
+            .prefix("nodewright-simkubelet-")
+            .tempdir()?;
         let logs = LogDirs::default();
         let (kubelet_port, endpoint) = kubelet_api::start(logs.clone()).await?;
         let mut sims = HashMap::new();
         for spec in nodes {
-            sims.insert(spec.name.clone(), Arc::new(register(&client, spec, kubelet_port).await?));
+            sims.insert(
+                spec.name.clone(),
+                Arc::new(register(&client, spec, kubelet_port).await?),
+            );
         }
         let inner = Arc::new(Inner {
             client,
@@ -193,19 +240,36 @@ impl SimKubelet {
             logs,
             work: work.path().to_path_buf(),
         });
-        let mut tasks = HashMap::from([("".to_string(), vec![endpoint, tokio::spawn(watch_pods(inner.clone()))])]);
+        let mut tasks = HashMap::from([(
+            "".to_string(),
+            vec![endpoint, tokio::spawn(watch_pods(inner.clone()))],
+        )]);
         for name in inner.names() {
-            tasks.insert(name.clone(), vec![tokio::spawn(node_loop(inner.clone(), name))]);
+            tasks.insert(
+                name.clone(),
+                vec![tokio::spawn(node_loop(inner.clone(), name))],
+            );
         }
-        Ok(SimKubelet { inner, tasks, _work: work })
+        Ok(SimKubelet {
+            inner,
+            tasks,
+            _work: work,
+        })
     }
 
     /// Registers another node while the kubelet runs; its pods start like the others'.
     pub async fn add_node(&mut self, spec: NodeSpec) -> Result<()> {
         let name = spec.name.clone();
         let node = register(&self.inner.client, spec, self.inner.kubelet_port).await?;
-        self.inner.nodes.write().expect("nodes lock").insert(name.clone(), Arc::new(node));
-        self.tasks.insert(name.clone(), vec![tokio::spawn(node_loop(self.inner.clone(), name))]);
+        self.inner
+            .nodes
+            .write()
+            .expect("nodes lock")
+            .insert(name.clone(), Arc::new(node));
+        self.tasks.insert(
+            name.clone(),
+            vec![tokio::spawn(node_loop(self.inner.clone(), name))],
+        );
         Ok(())
     }
 
@@ -218,15 +282,23 @@ impl SimKubelet {
         }
         let stopped: Vec<watch::Sender<Control>> = {
             let mut pods = self.inner.pods.lock().expect("pods lock");
-            let uids: Vec<String> = pods.iter().filter(|(_, (n, _))| n == name).map(|(u, _)| u.clone()).collect();
-            uids.into_iter().filter_map(|u| pods.remove(&u).map(|(_, tx)| tx)).collect()
+            let uids: Vec<String> = pods
+                .iter()
+                .filter(|(_, (n, _))| n == name)
+                .map(|(u, _)| u.clone())
+                .collect();
+            uids.into_iter()
+                .filter_map(|u| pods.remove(&u).map(|(_, tx)| tx))
+                .collect()
         };
         for tx in stopped {
             let _ = tx.send(Control::Delete(0));
         }
         self.inner.nodes.write().expect("nodes lock").remove(name);
         let api: Api<Node> = Api::all(self.inner.client.clone());
-        api.delete(name, &DeleteParams::default()).await.with_context(|| format!("delete node {name}"))?;
+        api.delete(name, &DeleteParams::default())
+            .await
+            .with_context(|| format!("delete node {name}"))?;
         Ok(())
     }
 
@@ -237,12 +309,18 @@ impl SimKubelet {
 
     /// The scratch root of `node`.
     pub fn root(&self, node: &str) -> PathBuf {
-        self.inner.node(node).map(|n| n.spec.root.clone()).unwrap_or_else(|| panic!("no simulated node {node}"))
+        self.inner
+            .node(node)
+            .map(|n| n.spec.root.clone())
+            .unwrap_or_else(|| panic!("no simulated node {node}"))
     }
 
     /// Current boot ID of `node`.
     pub fn boot_id(&self, node: &str) -> String {
-        self.inner.node(node).map(|n| n.host.node_info().boot_id).unwrap_or_default()
+        self.inner
+            .node(node)
+            .map(|n| n.host.node_info().boot_id)
+            .unwrap_or_default()
     }
 
     /// Reboots `node` now (as if its host asked to).
@@ -288,14 +366,26 @@ async fn node_loop(inner: Arc<Inner>, name: String) {
 }
 
 async fn reboot(inner: &Arc<Inner>, name: &str) -> Result<String> {
-    let node = inner.node(name).with_context(|| format!("no simulated node {name}"))?;
+    let node = inner
+        .node(name)
+        .with_context(|| format!("no simulated node {name}"))?;
     let api: Api<Node> = Api::all(inner.client.clone());
     let old = node.host.node_info().boot_id;
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&node_status(&node.spec, &old, false))).await?;
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&node_status(&node.spec, &old, false)),
+    )
+    .await?;
     node.control.send_replace(Control::Reboot);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let boot = node.host.reboot()?;
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&node_status(&node.spec, &boot, true))).await?;
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&node_status(&node.spec, &boot, true)),
+    )
+    .await?;
     node.control.send_replace(Control::Run);
     Ok(boot)
 }
@@ -307,7 +397,12 @@ async fn watch_pods(inner: Arc<Inner>) {
         let pod = match event {
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
             Ok(watcher::Event::Delete(p)) => {
-                if let Some((_, tx)) = p.metadata.uid.as_ref().and_then(|u| inner.pods.lock().expect("pods lock").remove(u)) {
+                if let Some((_, tx)) = p
+                    .metadata
+                    .uid
+                    .as_ref()
+                    .and_then(|u| inner.pods.lock().expect("pods lock").remove(u))
+                {
                     let _ = tx.send(Control::Delete(0));
                 }
                 continue;
@@ -319,21 +414,36 @@ async fn watch_pods(inner: Arc<Inner>) {
                 continue;
             }
         };
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { continue };
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
         if inner.node(&node).is_none() {
             continue;
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let deleting = pod.metadata.deletion_timestamp.is_some();
-        let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64;
-        let known = inner.pods.lock().expect("pods lock").get(&uid).map(|(_, tx)| tx.clone());
+        let grace = pod
+            .metadata
+            .deletion_grace_period_seconds
+            .unwrap_or(30)
+            .max(0) as u64;
+        let known = inner
+            .pods
+            .lock()
+            .expect("pods lock")
+            .get(&uid)
+            .map(|(_, tx)| tx.clone());
         match known {
             Some(tx) if deleting => {
                 let _ = tx.send(Control::Delete(grace));
             }
             Some(_) => {}
             None => {
-                let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+                let phase = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_default();
                 if deleting || phase == "Succeeded" || phase == "Failed" {
                     if deleting {
                         finish_delete(&inner.client, &pod).await;
@@ -341,7 +451,11 @@ async fn watch_pods(inner: Arc<Inner>) {
                     continue;
                 }
                 let (tx, rx) = watch::channel(Control::Run);
-                inner.pods.lock().expect("pods lock").insert(uid, (node.clone(), tx));
+                inner
+                    .pods
+                    .lock()
+                    .expect("pods lock")
+                    .insert(uid, (node.clone(), tx));
                 tokio::spawn(run_pod(inner.clone(), pod, node, rx));
             }
         }
@@ -349,9 +463,21 @@ async fn watch_pods(inner: Arc<Inner>) {
 }
 
 async fn finish_delete(client: &Client, pod: &Pod) {
-    let api: Api<Pod> = Api::namespaced(client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
-    let dp = DeleteParams { grace_period_seconds: Some(0), preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }), ..Default::default() };
-    let _ = api.delete(pod.metadata.name.as_deref().unwrap_or_default(), &dp).await;
+    let api: Api<Pod> = Api::namespaced(
+        client.clone(),
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+    );
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: pod.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let _ = api
+        .delete(pod.metadata.name.as_deref().unwrap_or_default(), &dp)
+        .await;
 }
 
 /// One container's observed state.
@@ -422,27 +548,52 @@ fn rewrite(value: &str, mounts: &[(String, PathBuf)]) -> String {
 }
 
 async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Receiver<Control>) {
-    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(inner.client.clone(), &ns);
     let started = now();
-    let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
+    let policy = spec
+        .restart_policy
+        .clone()
+        .unwrap_or_else(|| "Always".into());
     let pod_dir = inner.work.join(&uid);
     let _ = std::fs::create_dir_all(&pod_dir);
-    inner.logs.lock().expect("log dirs lock").insert(format!("{ns}/{name}"), pod_dir.clone());
+    inner
+        .logs
+        .lock()
+        .expect("log dirs lock")
+        .insert(format!("{ns}/{name}"), pod_dir.clone());
     let Some(sim) = inner.node(&node) else { return };
     let node_root = sim.spec.root.clone();
     let host_mounts: HashMap<String, PathBuf> = spec
         .volumes
         .iter()
         .flatten()
-        .filter_map(|v| v.host_path.as_ref().map(|h| (v.name.clone(), node_root.join(h.path.trim_start_matches('/')))))
+        .filter_map(|v| {
+            v.host_path.as_ref().map(|h| {
+                (
+                    v.name.clone(),
+                    node_root.join(h.path.trim_start_matches('/')),
+                )
+            })
+        })
         .collect();
 
     let runs = Arc::new(Mutex::new(
-        spec.containers.iter().map(|c| ContainerRun { name: c.name.clone(), image: c.image.clone().unwrap_or_default(), ..Default::default() }).collect::<Vec<_>>(),
+        spec.containers
+            .iter()
+            .map(|c| ContainerRun {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                ..Default::default()
+            })
+            .collect::<Vec<_>>(),
     ));
     let (changed_tx, mut changed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut handles = Vec::new();
@@ -451,9 +602,16 @@ async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Rece
             .volume_mounts
             .iter()
             .flatten()
-            .filter_map(|m| host_mounts.get(&m.name).map(|p| (m.mount_path.trim_end_matches('/').to_string(), p.clone())))
+            .filter_map(|m| {
+                host_mounts
+                    .get(&m.name)
+                    .map(|p| (m.mount_path.trim_end_matches('/').to_string(), p.clone()))
+            })
             .collect();
-        let term_path = container.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
+        let term_path = container
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| "/dev/termination-log".into());
         let term_file = pod_dir.join(format!("{}.termination-log", container.name));
         mounts.push((term_path, term_file.clone()));
         let ctx = ContainerCtx {
@@ -465,15 +623,25 @@ async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Rece
             log_file: pod_dir.join(format!("{}.log", container.name)),
             env: pod_env(&pod, &node, &node_root),
             cwd: pod_dir.clone(),
-            fallback_to_logs: container.termination_message_policy.as_deref() == Some("FallbackToLogsOnError"),
+            fallback_to_logs: container.termination_message_policy.as_deref()
+                == Some("FallbackToLogsOnError"),
         };
-        handles.push(tokio::spawn(run_container(ctx, runs.clone(), changed_tx.clone(), control.clone(), sim.control.subscribe())));
+        handles.push(tokio::spawn(run_container(
+            ctx,
+            runs.clone(),
+            changed_tx.clone(),
+            control.clone(),
+            sim.control.subscribe(),
+        )));
     }
     drop(changed_tx);
     // Write status whenever a container changes; stop when all container loops end.
     while changed_rx.recv().await.is_some() {
         let status = pod_status(&runs.lock().expect("runs lock"), &started);
-        if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
+        if let Err(e) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
             tracing::debug!(pod = %name, error = %e, "status update failed");
         }
     }
@@ -491,8 +659,14 @@ fn pod_env(pod: &Pod, node: &str, root: &Path) -> Vec<(String, String)> {
     vec![
         ("NODEWRIGHT_SIM_ROOT".into(), root.display().to_string()),
         ("NODEWRIGHT_SIM_NODE".into(), node.into()),
-        ("POD_NAME".into(), pod.metadata.name.clone().unwrap_or_default()),
-        ("POD_NAMESPACE".into(), pod.metadata.namespace.clone().unwrap_or_default()),
+        (
+            "POD_NAME".into(),
+            pod.metadata.name.clone().unwrap_or_default(),
+        ),
+        (
+            "POD_NAMESPACE".into(),
+            pod.metadata.namespace.clone().unwrap_or_default(),
+        ),
     ]
 }
 
@@ -517,7 +691,12 @@ impl ContainerCtx {
 
 impl ContainerCtx {
     fn field_ref(&self, path: &str) -> Option<String> {
-        let find = |k: &str| self.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let find = |k: &str| {
+            self.env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
         match path {
             "metadata.name" => find("POD_NAME"),
             "metadata.namespace" => find("POD_NAMESPACE"),
@@ -533,21 +712,29 @@ impl ContainerCtx {
         let (program, args) = argv.split_first()?;
         let mut cmd = tokio::process::Command::new(rewrite(program, &self.mounts));
         cmd.args(args.iter().map(|a| rewrite(a, &self.mounts)));
-        cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        cmd.env_clear().env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        );
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
         for e in self.container.env.iter().flatten() {
             let value = match (&e.value, &e.value_from) {
                 (Some(v), _) => Some(v.clone()),
-                (None, Some(from)) => from.field_ref.as_ref().and_then(|f| self.field_ref(&f.field_path)),
+                (None, Some(from)) => from
+                    .field_ref
+                    .as_ref()
+                    .and_then(|f| self.field_ref(&f.field_path)),
                 (None, None) => Some(String::new()),
             };
             if let Some(v) = value {
                 cmd.env(&e.name, rewrite(&v, &self.mounts));
             }
         }
-        cmd.current_dir(&self.cwd).stdin(Stdio::null()).process_group(0);
+        cmd.current_dir(&self.cwd)
+            .stdin(Stdio::null())
+            .process_group(0);
         Some(cmd)
     }
 }
@@ -555,7 +742,9 @@ impl ContainerCtx {
 /// A container's exit code as Kubernetes reports it: the code, or 128 + the signal.
 fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(9))
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(9))
 }
 
 fn terminated(code: i32, message: String, started: &str) -> Value {
@@ -593,9 +782,14 @@ async fn run_container(
         let child = match ctx.command() {
             None => None,
             Some(mut cmd) => {
-                let log = std::fs::OpenOptions::new().create(true).append(true).open(&ctx.log_file).ok();
+                let log = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&ctx.log_file)
+                    .ok();
                 if let Some(log) = log {
-                    cmd.stdout(log.try_clone().map(Stdio::from).unwrap_or(Stdio::null())).stderr(Stdio::from(log));
+                    cmd.stdout(log.try_clone().map(Stdio::from).unwrap_or(Stdio::null()))
+                        .stderr(Stdio::from(log));
                 }
                 match cmd.spawn() {
                     Ok(c) => Some(c),
@@ -681,7 +875,9 @@ async fn run_container(
         let _ = std::fs::write(ctx.ended_file(), "");
         let restart = match why {
             Control::Delete(_) => false,
-            Control::Run | Control::Reboot => ctx.policy == "Always" || (ctx.policy == "OnFailure" && code != 0),
+            Control::Run | Control::Reboot => {
+                ctx.policy == "Always" || (ctx.policy == "OnFailure" && code != 0)
+            }
         };
         set(&|c| {
             c.running = false;
@@ -707,12 +903,24 @@ mod tests {
 
     #[test]
     fn mount_paths_are_rewritten_in_arguments() {
-        let mounts = vec![("/host".to_string(), PathBuf::from("/tmp/n1")), ("/dev/termination-log".to_string(), PathBuf::from("/tmp/p/t"))];
+        let mounts = vec![
+            ("/host".to_string(), PathBuf::from("/tmp/n1")),
+            (
+                "/dev/termination-log".to_string(),
+                PathBuf::from("/tmp/p/t"),
+            ),
+        ];
         assert_eq!(rewrite("/host", &mounts), "/tmp/n1");
         assert_eq!(rewrite("/host/etc/x", &mounts), "/tmp/n1/etc/x");
         assert_eq!(rewrite("/hostile", &mounts), "/hostile");
         assert_eq!(rewrite("--root=/host/var", &mounts), "--root=/tmp/n1/var");
-        assert_eq!(rewrite("--termination-log=/dev/termination-log", &mounts), "--termination-log=/tmp/p/t");
-        assert_eq!(rewrite("echo x > /dev/termination-log", &mounts), "echo x > /tmp/p/t");
+        assert_eq!(
+            rewrite("--termination-log=/dev/termination-log", &mounts),
+            "--termination-log=/tmp/p/t"
+        );
+        assert_eq!(
+            rewrite("echo x > /dev/termination-log", &mounts),
+            "echo x > /tmp/p/t"
+        );
     }
 }

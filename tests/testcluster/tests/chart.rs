@@ -7,7 +7,7 @@ use std::process::Command;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
-use nodewright_testcluster::{chart_dir, helm_binary, render_chart, ControlPlane};
+use nodewright_testcluster::{ControlPlane, chart_dir, helm_binary, render_chart};
 use serde_json::Value;
 
 fn chart() -> String {
@@ -16,48 +16,110 @@ fn chart() -> String {
 
 /// Renders with the registry set (the chart names no default images) plus `extra`.
 fn render(extra: &[&str]) -> Vec<Value> {
-    let args: Vec<&str> = ["--set", "registry=registry.example.com/nodewright"].into_iter().chain(extra.iter().copied()).collect();
+    let args: Vec<&str> = ["--set", "registry=registry.example.com/nodewright"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
     render_chart("nodewright-system", &args).unwrap()
 }
 
 fn by_kind(docs: &[Value]) -> BTreeMap<String, Vec<&Value>> {
     let mut m: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
     for d in docs {
-        m.entry(d["kind"].as_str().unwrap().to_string()).or_default().push(d);
+        m.entry(d["kind"].as_str().unwrap().to_string())
+            .or_default()
+            .push(d);
     }
     m
 }
 
 #[test]
 fn helm_lint_passes() {
-    let out = Command::new(helm_binary().unwrap()).args(["lint", &chart(), "--set", "registry=registry.example.com/nodewright"]).output().unwrap();
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(helm_binary().unwrap())
+        .args([
+            "lint",
+            &chart(),
+            "--set",
+            "registry=registry.example.com/nodewright",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn images_come_from_the_registry_the_admin_names_and_never_from_a_default() {
-    let err = render_chart("nodewright-system", &[]).unwrap_err().to_string();
-    assert!(err.contains("set registry") && err.contains("cargo xtask publish"), "{err}");
+    let err = render_chart("nodewright-system", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("set registry") && err.contains("cargo xtask publish"),
+        "{err}"
+    );
     let image = |docs: &[Value]| {
         let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
         let c = &d["spec"]["template"]["spec"]["containers"][0];
-        let agent = c["args"].as_array().unwrap().iter().filter_map(|a| a.as_str()?.strip_prefix("--agent-image=")).next().unwrap().to_string();
+        let agent = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a.as_str()?.strip_prefix("--agent-image="))
+            .next()
+            .unwrap()
+            .to_string();
         (c["image"].as_str().unwrap().to_string(), agent)
     };
-    assert_eq!(image(&render(&[])), ("registry.example.com/nodewright/operator:0.1.0".into(), "registry.example.com/nodewright/agent:0.1.0".into()));
+    assert_eq!(
+        image(&render(&[])),
+        (
+            "registry.example.com/nodewright/operator:0.1.0".into(),
+            "registry.example.com/nodewright/agent:0.1.0".into()
+        )
+    );
     let digest = format!("sha256:{}", "a".repeat(64));
-    let pinned = render(&["--set", &format!("image.digest={digest}"), "--set", "agent.image.repository=other.example/agent", "--set", "agent.image.tag=9"]);
-    assert_eq!(image(&pinned), (format!("registry.example.com/nodewright/operator@{digest}"), "other.example/agent:9".into()));
+    let pinned = render(&[
+        "--set",
+        &format!("image.digest={digest}"),
+        "--set",
+        "agent.image.repository=other.example/agent",
+        "--set",
+        "agent.image.tag=9",
+    ]);
+    assert_eq!(
+        image(&pinned),
+        (
+            format!("registry.example.com/nodewright/operator@{digest}"),
+            "other.example/agent:9".into()
+        )
+    );
 }
 
 #[test]
 fn rendered_objects_are_what_the_operator_needs() {
     let docs = render(&[]);
     let kinds = by_kind(&docs);
-    for k in ["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "ValidatingWebhookConfiguration"] {
+    for k in [
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "ValidatingWebhookConfiguration",
+    ] {
         assert!(kinds.contains_key(k), "chart renders no {k}");
     }
-    let mut crds: Vec<&str> = kinds["CustomResourceDefinition"].iter().map(|c| c["metadata"]["name"].as_str().unwrap()).collect();
+    let mut crds: Vec<&str> = kinds["CustomResourceDefinition"]
+        .iter()
+        .map(|c| c["metadata"]["name"].as_str().unwrap())
+        .collect();
     let mut want = nodewright_api::crdgen::CRD_NAMES.to_vec();
     crds.sort();
     want.sort();
@@ -67,28 +129,63 @@ fn rendered_objects_are_what_the_operator_needs() {
     let spec = &deploy["spec"]["template"]["spec"];
     assert_eq!(deploy["spec"]["replicas"], 2);
     assert_eq!(spec["serviceAccountName"], "nw-operator");
-    let args: Vec<&str> = spec["containers"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-    for want in ["--leader-elect=true", "--job-backoff-limit=3", "--job-stage-timeout=1h", "--job-ttl-seconds-after-finished=3600", "--webhook-config=nw-operator-validation"] {
+    let args: Vec<&str> = spec["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for want in [
+        "--leader-elect=true",
+        "--job-backoff-limit=3",
+        "--job-stage-timeout=1h",
+        "--job-ttl-seconds-after-finished=3600",
+        "--webhook-config=nw-operator-validation",
+    ] {
         assert!(args.contains(&want), "missing {want} in {args:?}");
     }
-    assert_eq!(spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
     // Its own drains leave it in place (they leave pods that tolerate the cordon).
-    assert!(spec["tolerations"].as_array().unwrap().iter().any(|t| t["key"] == "node.kubernetes.io/unschedulable"), "{spec}");
+    assert!(
+        spec["tolerations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["key"] == "node.kubernetes.io/unschedulable"),
+        "{spec}"
+    );
 
     let webhook = kinds["ValidatingWebhookConfiguration"][0];
     for hook in webhook["webhooks"].as_array().unwrap() {
         assert_eq!(hook["failurePolicy"], "Fail", "the webhook fails closed");
-        assert_eq!(hook["clientConfig"]["service"]["namespace"], "nodewright-system");
+        assert_eq!(
+            hook["clientConfig"]["service"]["namespace"],
+            "nodewright-system"
+        );
     }
     let ops = &webhook["webhooks"][1]["rules"][0]["operations"];
-    assert!(ops.as_array().unwrap().contains(&Value::from("DELETE")), "policy deletion is checked");
+    assert!(
+        ops.as_array().unwrap().contains(&Value::from("DELETE")),
+        "policy deletion is checked"
+    );
 
     // Least privilege: exactly these cluster-wide grants, nothing with a wildcard.
-    let role = kinds["ClusterRole"].iter().find(|r| r["metadata"]["name"] == "nw-operator").unwrap();
+    let role = kinds["ClusterRole"]
+        .iter()
+        .find(|r| r["metadata"]["name"] == "nw-operator")
+        .unwrap();
     let mut grants: Vec<String> = Vec::new();
     for rule in role["rules"].as_array().unwrap() {
         for res in rule["resources"].as_array().unwrap() {
-            let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+            let verbs: Vec<&str> = rule["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
             assert!(!verbs.contains(&"*") && res != "*", "wildcard in {rule}");
             grants.push(format!("{}:{}", res.as_str().unwrap(), verbs.join(",")));
         }
@@ -112,25 +209,59 @@ fn rendered_objects_are_what_the_operator_needs() {
     );
     // The grant roles an admin binds to NodeWright authors: the verb the webhook asks about, nothing more.
     for name in ["nodewright-grant-all", "nodewright-grant-files"] {
-        let r = kinds["ClusterRole"].iter().find(|r| r["metadata"]["name"] == name).unwrap_or_else(|| panic!("no ClusterRole {name}"));
+        let r = kinds["ClusterRole"]
+            .iter()
+            .find(|r| r["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no ClusterRole {name}"));
         for rule in r["rules"].as_array().unwrap() {
-            assert_eq!(rule["verbs"], serde_json::json!(["grant"]), "{name}: {rule}");
-            assert_eq!(rule["resources"], serde_json::json!(["capabilities"]), "{name}: {rule}");
+            assert_eq!(
+                rule["verbs"],
+                serde_json::json!(["grant"]),
+                "{name}: {rule}"
+            );
+            assert_eq!(
+                rule["resources"],
+                serde_json::json!(["capabilities"]),
+                "{name}: {rule}"
+            );
         }
     }
-    assert!(!docs.iter().any(|d| d["kind"] == "ClusterRole" && d.to_string().contains("secrets")), "secrets are namespaced only");
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "ClusterRole" && d.to_string().contains("secrets")),
+        "secrets are namespaced only"
+    );
 }
 
 #[test]
 fn values_switch_the_webhook_and_set_job_defaults() {
-    let docs = render(&["--set", "webhook.enabled=false", "--set", "jobs.backoffLimit=5", "--set", "insecureRegistries={registry.local:5000}", "--set", "healthGates.secrets={prom-token}"]);
+    let docs = render(&[
+        "--set",
+        "webhook.enabled=false",
+        "--set",
+        "jobs.backoffLimit=5",
+        "--set",
+        "insecureRegistries={registry.local:5000}",
+        "--set",
+        "healthGates.secrets={prom-token}",
+    ]);
     let kinds = by_kind(&docs);
     // The gate Secrets named, read-only.
     let role = kinds["Role"][0]["rules"].to_string();
-    assert!(role.contains(r#""resourceNames":["prom-token"],"resources":["secrets"],"verbs":["get"]"#), "{role}");
+    assert!(
+        role.contains(r#""resourceNames":["prom-token"],"resources":["secrets"],"verbs":["get"]"#),
+        "{role}"
+    );
     assert!(!kinds.contains_key("ValidatingWebhookConfiguration"));
-    let args = kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
-    assert!(args.contains("--job-backoff-limit=5") && args.contains("--insecure-registry=registry.local:5000") && !args.contains("--webhook-addr"), "{args}");
+    let args =
+        kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--job-backoff-limit=5")
+            && args.contains("--insecure-registry=registry.local:5000")
+            && !args.contains("--webhook-addr"),
+        "{args}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -138,20 +269,39 @@ async fn rendered_objects_are_accepted_by_the_apiserver() {
     let docs = render(&[]);
     let client = ControlPlane::shared().client().await.unwrap();
     let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let _ = ns.create(&Default::default(), &serde_json::from_value(serde_json::json!({"metadata": {"name": "nodewright-system"}})).unwrap()).await;
+    let _ = ns
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "nodewright-system"}}))
+                .unwrap(),
+        )
+        .await;
     // CRDs first, for real, so later objects' kinds resolve.
     let discovery = Discovery::new(client.clone()).run().await.unwrap();
     for doc in &docs {
         let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
         let t = obj.types.clone().unwrap();
-        let (group, version) = t.api_version.split_once('/').unwrap_or(("", &t.api_version));
+        let (group, version) = t
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &t.api_version));
         let gvk = kube::core::GroupVersionKind::gvk(group, version, &t.kind);
-        let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap_or_else(|| panic!("apiserver does not serve {gvk:?}"));
-        let api: Api<DynamicObject> = if caps.scope == Scope::Cluster { Api::all_with(client.clone(), &ar) } else { Api::namespaced_with(client.clone(), "nodewright-system", &ar) };
+        let (ar, caps) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("apiserver does not serve {gvk:?}"));
+        let api: Api<DynamicObject> = if caps.scope == Scope::Cluster {
+            Api::all_with(client.clone(), &ar)
+        } else {
+            Api::namespaced_with(client.clone(), "nodewright-system", &ar)
+        };
         let mut pp = PatchParams::apply("nodewright-chart-test").force();
         pp.dry_run = t.kind != "CustomResourceDefinition";
-        api.patch(obj.metadata.name.as_deref().unwrap(), &pp, &Patch::Apply(&obj))
-            .await
-            .unwrap_or_else(|e| panic!("{} {:?} rejected: {e}", t.kind, obj.metadata.name));
+        api.patch(
+            obj.metadata.name.as_deref().unwrap(),
+            &pp,
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{} {:?} rejected: {e}", t.kind, obj.metadata.name));
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use nodewright_oci::{Registry, RegistryConfig};
-use nodewright_testcluster::realnode::{pause_image, real_node_available, RealNodeConfig};
+use nodewright_testcluster::realnode::{RealNodeConfig, pause_image, real_node_available};
 use nodewright_testcluster::{ControlPlane, Options, RealNode};
 use nodewright_testsupport::TestRegistry;
 use serde_json::json;
@@ -23,20 +23,49 @@ async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {
     let index = 7;
     let host_ip = RealNodeConfig::host_ip(index);
     let dir = work.path().join("cp");
-    let options = Options { extra_addresses: vec![host_ip.clone()], workloads: true };
-    let cp = tokio::task::spawn_blocking(move || ControlPlane::start_with(&dir, &options)).await.unwrap().unwrap();
+    let options = Options {
+        extra_addresses: vec![host_ip.clone()],
+        workloads: true,
+    };
+    let cp = tokio::task::spawn_blocking(move || ControlPlane::start_with(&dir, &options))
+        .await
+        .unwrap()
+        .unwrap();
     let client = cp.client().await.unwrap();
-    let registry = tokio::task::spawn_blocking(TestRegistry::start_on_all_interfaces).await.unwrap();
+    let registry = tokio::task::spawn_blocking(TestRegistry::start_on_all_interfaces)
+        .await
+        .unwrap();
     let port = registry.host().rsplit(':').next().unwrap().to_string();
-    let oci = Registry::new(RegistryConfig { insecure: vec![registry.host().into()], ..Default::default() });
+    let oci = Registry::new(RegistryConfig {
+        insecure: vec![registry.host().into()],
+        ..Default::default()
+    });
     let pause = pause_image(&work.path().join("pause")).unwrap();
-    let pinned = pause.push(&oci, &format!("{}/pause:3.10", registry.host()), &|_| {}).await.unwrap();
+    let pinned = pause
+        .push(&oci, &format!("{}/pause:3.10", registry.host()), &|_| {})
+        .await
+        .unwrap();
     let pause_ref = pinned.replace(registry.host(), &format!("{host_ip}:{port}"));
-    let config = RealNodeConfig { name: "real-1".into(), index, registry: format!("{host_ip}:{port}"), pause_image: pause_ref.clone() };
-    let node = RealNode::start(&cp, client.clone(), config, &work.path().join("node")).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let config = RealNodeConfig {
+        name: "real-1".into(),
+        index,
+        registry: format!("{host_ip}:{port}"),
+        pause_image: pause_ref.clone(),
+    };
+    let node = RealNode::start(&cp, client.clone(), config, &work.path().join("node"))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
 
     let nodes: Api<Node> = Api::all(client.clone());
-    let boot = nodes.get("real-1").await.unwrap().status.unwrap().node_info.unwrap().boot_id;
+    let boot = nodes
+        .get("real-1")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .node_info
+        .unwrap()
+        .boot_id;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod = serde_json::from_value(json!({
         "metadata": {"name": "sleeper"},
@@ -63,7 +92,11 @@ async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {
     assert_ne!(node.pid1(), Some(pid1), "the node's init is a new one");
     assert_eq!(node.boots(), 2);
     // The node's network namespace is the node's: its ip_forward is its own.
-    assert_eq!(node.in_netns(&["cat", "/proc/sys/net/ipv4/ip_forward"]).unwrap(), "1");
+    assert_eq!(
+        node.in_netns(&["cat", "/proc/sys/net/ipv4/ip_forward"])
+            .unwrap(),
+        "1"
+    );
     drop(node);
 }
 

@@ -27,34 +27,82 @@ pub struct LogsOf<'a> {
 
 /// `package logs`: each agent pod of the package on the node (and the node's merged
 /// interrupt), oldest first — its result and its log; `-f` streams the newest running one.
-pub async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &str, of: LogsOf<'_>) -> Result<ExitCode> {
-    let LogsOf { stage, tail, follow } = of;
+pub async fn logs(
+    c: &Client,
+    namespace: &str,
+    cr: &str,
+    package: &str,
+    node: &str,
+    of: LogsOf<'_>,
+) -> Result<ExitCode> {
+    let LogsOf {
+        stage,
+        tail,
+        follow,
+    } = of;
     let api = Api::<Pod>::namespaced(c.clone(), namespace);
-    let mut pods = api.list(&ListParams::default().labels(&format!("{}={cr},{}={node}", keys::job::CR, keys::job::NODE))).await?.items;
+    let mut pods = api
+        .list(&ListParams::default().labels(&format!(
+            "{}={cr},{}={node}",
+            keys::job::CR,
+            keys::job::NODE
+        )))
+        .await?
+        .items;
     pods.retain(|p| {
         let labels = p.metadata.labels.clone().unwrap_or_default();
-        let ours = labels.get(keys::job::PACKAGE).is_some_and(|v| v == package) || labels.contains_key(keys::job::INTERRUPT);
+        let ours = labels.get(keys::job::PACKAGE).is_some_and(|v| v == package)
+            || labels.contains_key(keys::job::INTERRUPT);
         ours && stage.is_none_or(|s| labels.get(keys::job::STAGE).is_some_and(|v| v == s))
     });
     pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
     let mut followed = false;
     for (i, p) in pods.iter().enumerate() {
         let pod = p.metadata.name.clone().unwrap_or_default();
-        let terminated = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|cs| cs.first()).and_then(|c| c.state.as_ref()?.terminated.clone());
-        let result = terminated.as_ref().and_then(|t| serde_json::from_str::<StageResult>(t.message.as_deref()?).ok());
+        let terminated = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.first())
+            .and_then(|c| c.state.as_ref()?.terminated.clone());
+        let result = terminated
+            .as_ref()
+            .and_then(|t| serde_json::from_str::<StageResult>(t.message.as_deref()?).ok());
         match (&terminated, &result) {
             (None, _) => println!("== {pod}: running"),
             (Some(t), Some(r)) => {
-                println!("== {pod}: {} {} ({}), exit {}: {}", r.stage, r.outcome, serde_json::to_value(r.blame)?.as_str().unwrap_or_default(), t.exit_code, printable(&r.message));
+                println!(
+                    "== {pod}: {} {} ({}), exit {}: {}",
+                    r.stage,
+                    r.outcome,
+                    serde_json::to_value(r.blame)?.as_str().unwrap_or_default(),
+                    t.exit_code,
+                    printable(&r.message)
+                );
                 for ch in &r.changes {
                     println!("   change: {}", printable(ch));
                 }
             }
-            (Some(t), None) => println!("== {pod}: exit {}, no agent result: {}", t.exit_code, printable(t.message.as_deref().unwrap_or_default())),
+            (Some(t), None) => println!(
+                "== {pod}: exit {}, no agent result: {}",
+                t.exit_code,
+                printable(t.message.as_deref().unwrap_or_default())
+            ),
         }
         if follow && terminated.is_none() && i + 1 == pods.len() {
             // The newest pod, still running: its log as it grows, until it ends.
-            let mut lines = api.log_stream(&pod, &LogParams { tail_lines: Some(tail), follow: true, ..LogParams::default() }).await.with_context(|| format!("following {pod}'s log"))?.lines();
+            let mut lines = api
+                .log_stream(
+                    &pod,
+                    &LogParams {
+                        tail_lines: Some(tail),
+                        follow: true,
+                        ..LogParams::default()
+                    },
+                )
+                .await
+                .with_context(|| format!("following {pod}'s log"))?
+                .lines();
             while let Some(line) = futures::TryStreamExt::try_next(&mut lines).await? {
                 println!("   | {}", printable(&line));
             }
@@ -64,7 +112,16 @@ pub async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &s
         }
         // The pod's own log, as `kubectl logs` shows it; if the node cannot serve it, the
         // last lines the agent put in its result.
-        match api.logs(&pod, &LogParams { tail_lines: Some(tail), ..LogParams::default() }).await {
+        match api
+            .logs(
+                &pod,
+                &LogParams {
+                    tail_lines: Some(tail),
+                    ..LogParams::default()
+                },
+            )
+            .await
+        {
             Ok(text) => text.lines().for_each(|l| println!("   | {}", printable(l))),
             Err(e) => {
                 println!("   (the pod's log is unavailable: {e})");
@@ -79,11 +136,20 @@ pub async fn logs(c: &Client, namespace: &str, cr: &str, package: &str, node: &s
     }
     if pods.is_empty() {
         // Finished Jobs are deleted once recorded: the node state keeps the last message.
-        let n = Api::<Node>::all(c.clone()).get_opt(node).await?.with_context(|| format!("node {node:?} not found"))?;
+        let n = Api::<Node>::all(c.clone())
+            .get_opt(node)
+            .await?
+            .with_context(|| format!("node {node:?} not found"))?;
         let st = view::node_state(&n, cr).unwrap_or_default();
-        let entry = st.values().find(|p| p.name == package).with_context(|| format!("{cr}/{package} has no Job pods and no state on {node}"))?;
+        let entry = st
+            .values()
+            .find(|p| p.name == package)
+            .with_context(|| format!("{cr}/{package} has no Job pods and no state on {node}"))?;
         let which = stage.map_or_else(String::new, |s| format!(" of the {s} stage"));
-        println!("no agent pods{which} for {cr}/{package} on {node} (a Job is deleted once recorded); its state: {}", view::stage_state(entry));
+        println!(
+            "no agent pods{which} for {cr}/{package} on {node} (a Job is deleted once recorded); its state: {}",
+            view::stage_state(entry)
+        );
         if !entry.message.is_empty() {
             println!("last message: {}", printable(&entry.message));
         }
@@ -98,35 +164,76 @@ pub async fn version(ctx: &Ctx, client_only: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let c = client().await?;
-    let server = c.apiserver_version().await.context("reading the apiserver's version")?;
+    let server = c
+        .apiserver_version()
+        .await
+        .context("reading the apiserver's version")?;
     println!("server:   Kubernetes {}", server.git_version);
     let crds = Api::<CustomResourceDefinition>::all(c.clone());
     for name in nodewright_api::crdgen::CRD_NAMES {
         match crds.get_opt(name).await? {
             Some(crd) => {
-                let versions: Vec<String> = crd.spec.versions.iter().map(|v| format!("{}{}", v.name, if v.storage { " (storage)" } else { "" })).collect();
+                let versions: Vec<String> = crd
+                    .spec
+                    .versions
+                    .iter()
+                    .map(|v| format!("{}{}", v.name, if v.storage { " (storage)" } else { "" }))
+                    .collect();
                 println!("api:      {name} {}", versions.join(", "));
             }
-            None => println!("api:      {name} not installed (install the chart, or `kubectl apply -f deploy/crds`)"),
+            None => println!(
+                "api:      {name} not installed (install the chart, or `kubectl apply -f deploy/crds`)"
+            ),
         }
     }
-    let deployments = Api::<Deployment>::namespaced(c.clone(), &ctx.namespace).list(&ListParams::default().labels("app.kubernetes.io/name=nodewright")).await?.items;
+    let deployments = Api::<Deployment>::namespaced(c.clone(), &ctx.namespace)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=nodewright"))
+        .await?
+        .items;
     if deployments.is_empty() {
-        println!("operator: no Deployment labelled app.kubernetes.io/name=nodewright in namespace {}", ctx.namespace);
+        println!(
+            "operator: no Deployment labelled app.kubernetes.io/name=nodewright in namespace {}",
+            ctx.namespace
+        );
     }
     for d in &deployments {
-        let image = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).and_then(|s| s.containers.first()).and_then(|c| c.image.clone()).unwrap_or_default();
-        let ready = d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+        let image = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
+        let ready = d
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
         let wanted = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-        println!("operator: {} {image} ({ready}/{wanted} ready)", d.metadata.name.clone().unwrap_or_default());
+        println!(
+            "operator: {} {image} ({ready}/{wanted} ready)",
+            d.metadata.name.clone().unwrap_or_default()
+        );
     }
-    match Api::<Lease>::namespaced(c, &ctx.namespace).get_opt("nodewright-operator").await? {
+    match Api::<Lease>::namespaced(c, &ctx.namespace)
+        .get_opt("nodewright-operator")
+        .await?
+    {
         Some(l) => {
             let spec = l.spec.unwrap_or_default();
-            let renewed = spec.renew_time.map(|t| t.0.to_string()).unwrap_or_else(|| "never".into());
-            println!("leader:   {} (renewed {renewed})", spec.holder_identity.unwrap_or_else(|| "none".into()));
+            let renewed = spec
+                .renew_time
+                .map(|t| t.0.to_string())
+                .unwrap_or_else(|| "never".into());
+            println!(
+                "leader:   {} (renewed {renewed})",
+                spec.holder_identity.unwrap_or_else(|| "none".into())
+            );
         }
-        None => println!("leader:   no Lease nodewright-operator in namespace {} (leader election off, or no operator has run)", ctx.namespace),
+        None => println!(
+            "leader:   no Lease nodewright-operator in namespace {} (leader election off, or no operator has run)",
+            ctx.namespace
+        ),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -38,7 +38,11 @@ pub enum Output {
 
 impl Output {
     /// Prints `data` as asked; `table(wide)` renders the two table forms.
-    fn emit<T: serde::Serialize>(self, data: &T, table: impl FnOnce(bool) -> String) -> Result<ExitCode> {
+    fn emit<T: serde::Serialize>(
+        self,
+        data: &T,
+        table: impl FnOnce(bool) -> String,
+    ) -> Result<ExitCode> {
         match self {
             Output::Table => print!("{}", table(false)),
             Output::Wide => print!("{}", table(true)),
@@ -230,7 +234,10 @@ pub struct Ctx {
 
 impl Ctx {
     fn params(&self) -> PatchParams {
-        PatchParams { dry_run: self.dry_run, ..PatchParams::default() }
+        PatchParams {
+            dry_run: self.dry_run,
+            ..PatchParams::default()
+        }
     }
 
     /// Prints what a write did (or, in a dry run, would do).
@@ -240,15 +247,24 @@ impl Ctx {
 }
 
 async fn client() -> Result<Client> {
-    Client::try_default().await.context("connecting to the cluster (KUBECONFIG or in-cluster config)")
+    Client::try_default()
+        .await
+        .context("connecting to the cluster (KUBECONFIG or in-cluster config)")
 }
 
 async fn nodes(c: &Client) -> Result<Vec<Node>> {
-    Ok(Api::<Node>::all(c.clone()).list(&ListParams::default()).await.context("listing nodes")?.items)
+    Ok(Api::<Node>::all(c.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing nodes")?
+        .items)
 }
 
 async fn nodewright(c: &Client, name: &str) -> Result<NodeWright> {
-    Api::<NodeWright>::all(c.clone()).get_opt(name).await?.with_context(|| format!("NodeWright {name:?} not found"))
+    Api::<NodeWright>::all(c.clone())
+        .get_opt(name)
+        .await?
+        .with_context(|| format!("NodeWright {name:?} not found"))
 }
 
 /// Asks unless `--confirm` was given (or nothing will be written); refuses when nobody can
@@ -264,12 +280,18 @@ fn confirm(ctx: &Ctx, what: &str, arg: &ConfirmArg) -> Result<()> {
     std::io::stderr().flush()?;
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
-    if matches!(answer.trim(), "y" | "Y" | "yes") { Ok(()) } else { bail!("not confirmed") }
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        bail!("not confirmed")
+    }
 }
 
 /// Refuses when an agent Job of `cr` is still running on one of `on` (all nodes if empty).
 async fn refuse_if_running(c: &Client, namespace: &str, cr: &str, on: &[String]) -> Result<()> {
-    let jobs = Api::<Job>::namespaced(c.clone(), namespace).list(&ListParams::default().labels(&format!("{}={cr}", keys::job::CR))).await?;
+    let jobs = Api::<Job>::namespaced(c.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("{}={cr}", keys::job::CR)))
+        .await?;
     for j in jobs.items {
         let labels = j.metadata.labels.clone().unwrap_or_default();
         let node = labels.get(keys::job::NODE).cloned().unwrap_or_default();
@@ -287,7 +309,13 @@ async fn refuse_if_running(c: &Client, namespace: &str, cr: &str, on: &[String])
 
 /// Replaces (or removes, with `None`) a NodeWright's state on a node, against the node's
 /// resourceVersion.
-async fn write_state(c: &Client, ctx: &Ctx, node: &Node, cr: &str, state: Option<&NodeState>) -> Result<()> {
+async fn write_state(
+    c: &Client,
+    ctx: &Ctx,
+    node: &Node,
+    cr: &str,
+    state: Option<&NodeState>,
+) -> Result<()> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let value = match state {
         Some(s) if !s.is_empty() => Value::String(serde_json::to_string(s)?),
@@ -300,11 +328,14 @@ async fn write_state(c: &Client, ctx: &Ctx, node: &Node, cr: &str, state: Option
         ann.insert(keys::node_status(cr), Value::Null);
         ann.insert(keys::drain_start(cr), Value::Null);
     }
-    let patch = json!({"metadata": {"resourceVersion": node.meta().resource_version, "annotations": ann}});
+    let patch =
+        json!({"metadata": {"resourceVersion": node.meta().resource_version, "annotations": ann}});
     Api::<Node>::all(c.clone())
         .patch(&name, &ctx.params(), &Patch::Merge(&patch))
         .await
-        .with_context(|| format!("updating node {name} (if it changed meanwhile, run the verb again)"))?;
+        .with_context(|| {
+            format!("updating node {name} (if it changed meanwhile, run the verb again)")
+        })?;
     Ok(())
 }
 
@@ -313,17 +344,29 @@ pub async fn status(cr: Option<String>, output: OutputArg) -> Result<ExitCode> {
     let c = client().await?;
     match cr {
         None => {
-            let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
+            let crs = Api::<NodeWright>::all(c.clone())
+                .list(&ListParams::default())
+                .await?
+                .items;
             let s = view::summaries(&crs);
-            output.output.emit(&s, |wide| view::summaries_table(&s, wide))
+            output
+                .output
+                .emit(&s, |wide| view::summaries_table(&s, wide))
         }
         Some(name) => {
             let cr = nodewright(&c, &name).await?;
             let rows = view::node_rows(&cr, &nodes(&c).await?);
             let summary = view::summaries(std::slice::from_ref(&cr));
-            output.output.emit(&json!({"summary": summary.first(), "nodes": rows}), |wide| {
-                format!("{}\n{}", view::summaries_table(&summary, wide), view::node_rows_table(&cr, &rows, wide))
-            })
+            output.output.emit(
+                &json!({"summary": summary.first(), "nodes": rows}),
+                |wide| {
+                    format!(
+                        "{}\n{}",
+                        view::summaries_table(&summary, wide),
+                        view::node_rows_table(&cr, &rows, wide)
+                    )
+                },
+            )
         }
     }
 }
@@ -341,10 +384,34 @@ impl Flag {
     /// (verb, annotation, set or cleared, the state it leads to, what that means).
     fn meaning(self) -> (&'static str, &'static str, bool, &'static str, &'static str) {
         match self {
-            Flag::Pause => ("pause", keys::PAUSE, true, "paused", "no new stage starts (running ones finish)"),
-            Flag::Resume => ("resume", keys::PAUSE, false, "resumed", "its rollout goes on"),
-            Flag::Disable => ("disable", keys::DISABLE, true, "disabled", "nothing runs for it and its cordons are released"),
-            Flag::Enable => ("enable", keys::DISABLE, false, "enabled", "its rollout goes on"),
+            Flag::Pause => (
+                "pause",
+                keys::PAUSE,
+                true,
+                "paused",
+                "no new stage starts (running ones finish)",
+            ),
+            Flag::Resume => (
+                "resume",
+                keys::PAUSE,
+                false,
+                "resumed",
+                "its rollout goes on",
+            ),
+            Flag::Disable => (
+                "disable",
+                keys::DISABLE,
+                true,
+                "disabled",
+                "nothing runs for it and its cordons are released",
+            ),
+            Flag::Enable => (
+                "enable",
+                keys::DISABLE,
+                false,
+                "enabled",
+                "its rollout goes on",
+            ),
         }
     }
 }
@@ -354,7 +421,12 @@ pub async fn flag(ctx: &Ctx, cr: &str, flag: Flag, yes: &ConfirmArg) -> Result<E
     let (verb, key, on, state, effect) = flag.meaning();
     let c = client().await?;
     let current = nodewright(&c, cr).await?;
-    let is_on = current.metadata.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
+    let is_on = current
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .is_some_and(|v| v == "true");
     if is_on == on {
         println!("{cr}: already {state}");
         return Ok(ExitCode::SUCCESS);
@@ -363,7 +435,10 @@ pub async fn flag(ctx: &Ctx, cr: &str, flag: Flag, yes: &ConfirmArg) -> Result<E
     // One annotation key, merged server-side: nothing else to lose, so no resourceVersion
     // (the operator's status writes move it several times a second).
     let patch = json!({"metadata": {"annotations": {key: if on { Value::from("true") } else { Value::Null }}}});
-    Api::<NodeWright>::all(c).patch(cr, &ctx.params(), &Patch::Merge(&patch)).await.with_context(|| format!("updating {cr}'s annotations"))?;
+    Api::<NodeWright>::all(c)
+        .patch(cr, &ctx.params(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("updating {cr}'s annotations"))?;
     ctx.done(&format!("{cr}: {state}: {effect}"));
     Ok(ExitCode::SUCCESS)
 }
@@ -373,44 +448,114 @@ pub async fn node(cmd: NodeCommand, ctx: &Ctx) -> Result<ExitCode> {
     let c = client().await?;
     match cmd {
         NodeCommand::List(output) => {
-            let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
+            let crs = Api::<NodeWright>::all(c.clone())
+                .list(&ListParams::default())
+                .await?
+                .items;
             let rows = view::node_list(&crs, &nodes(&c).await?);
-            output.output.emit(&rows, |wide| view::node_list_table(&rows, wide))
+            output
+                .output
+                .emit(&rows, |wide| view::node_list_table(&rows, wide))
         }
-        NodeCommand::Status { nodes: patterns, output } => {
+        NodeCommand::Status {
+            nodes: patterns,
+            output,
+        } => {
             let all = nodes(&c).await?;
-            let picked: Vec<Node> = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?.into_iter().cloned().collect();
-            let crs = Api::<NodeWright>::all(c.clone()).list(&ListParams::default()).await?.items;
-            let mut rows: Vec<view::PackageRow> = crs.iter().filter_map(|cr| cr.metadata.name.clone()).flat_map(|cr| view::package_rows(&cr, None, &picked)).collect();
-            rows.sort_by(|a, b| (&a.node, &a.nodewright, &a.package).cmp(&(&b.node, &b.nodewright, &b.package)));
-            output.output.emit(&rows, |wide| view::package_table(&rows, wide))
+            let picked: Vec<Node> = select::nodes(&all, &patterns)
+                .map_err(anyhow::Error::msg)?
+                .into_iter()
+                .cloned()
+                .collect();
+            let crs = Api::<NodeWright>::all(c.clone())
+                .list(&ListParams::default())
+                .await?
+                .items;
+            let mut rows: Vec<view::PackageRow> = crs
+                .iter()
+                .filter_map(|cr| cr.metadata.name.clone())
+                .flat_map(|cr| view::package_rows(&cr, None, &picked))
+                .collect();
+            rows.sort_by(|a, b| {
+                (&a.node, &a.nodewright, &a.package).cmp(&(&b.node, &b.nodewright, &b.package))
+            });
+            output
+                .output
+                .emit(&rows, |wide| view::package_table(&rows, wide))
         }
         NodeCommand::Ignore { nodes: patterns } => label_ignore(&c, ctx, &patterns, true).await,
         NodeCommand::Unignore { nodes: patterns } => label_ignore(&c, ctx, &patterns, false).await,
-        NodeCommand::Reset { nodes: patterns, cr, confirm: yes } => {
+        NodeCommand::Reset {
+            nodes: patterns,
+            cr,
+            confirm: yes,
+        } => {
             nodewright(&c, &cr).await?;
             let all = nodes(&c).await?;
             let picked = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?;
-            let (with, without): (Vec<&Node>, Vec<&Node>) = picked.into_iter().partition(|n| view::node_state(n, &cr).is_some());
-            let names = |ns: &[&Node]| ns.iter().filter_map(|n| n.metadata.name.clone()).collect::<Vec<_>>();
+            let (with, without): (Vec<&Node>, Vec<&Node>) = picked
+                .into_iter()
+                .partition(|n| view::node_state(n, &cr).is_some());
+            let names = |ns: &[&Node]| {
+                ns.iter()
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect::<Vec<_>>()
+            };
             if with.is_empty() {
-                bail!("{cr} has no state on {}: nothing to reset", names(&without).join(", "));
+                bail!(
+                    "{cr} has no state on {}: nothing to reset",
+                    names(&without).join(", ")
+                );
             }
             if !without.is_empty() {
-                eprintln!("{cr} has no state on {} (skipped)", names(&without).join(", "));
+                eprintln!(
+                    "{cr} has no state on {} (skipped)",
+                    names(&without).join(", ")
+                );
             }
             refuse_if_running(&c, &ctx.namespace, &cr, &names(&with)).await?;
-            confirm(ctx, &format!("forget {cr}'s state on {} (every package runs there again, interrupts included)", names(&with).join(", ")), &yes)?;
+            confirm(
+                ctx,
+                &format!(
+                    "forget {cr}'s state on {} (every package runs there again, interrupts included)",
+                    names(&with).join(", ")
+                ),
+                &yes,
+            )?;
             for n in with {
                 write_state(&c, ctx, n, &cr, None).await?;
-                ctx.done(&format!("{}: {cr}'s state removed; its packages run again from the start", n.metadata.name.clone().unwrap_or_default()));
+                ctx.done(&format!(
+                    "{}: {cr}'s state removed; its packages run again from the start",
+                    n.metadata.name.clone().unwrap_or_default()
+                ));
             }
             Ok(ExitCode::SUCCESS)
         }
-        NodeCommand::UpdateState { nodes: patterns, cr, package, version, stage, state, add, confirm: yes } => {
-            let generation = nodewright(&c, &cr).await?.metadata.generation.unwrap_or_default();
-            let stage: Stage = api_name("stage", &stage, "plan, uninstall, upgrade, apply, config, interrupt, post-interrupt, uninstall-interrupt")?;
-            let state: State = api_name("state", &state, "unknown, in_progress, complete, erroring, skipped")?;
+        NodeCommand::UpdateState {
+            nodes: patterns,
+            cr,
+            package,
+            version,
+            stage,
+            state,
+            add,
+            confirm: yes,
+        } => {
+            let generation = nodewright(&c, &cr)
+                .await?
+                .metadata
+                .generation
+                .unwrap_or_default();
+            let stage: Stage = api_name(
+                "stage",
+                &stage,
+                "plan, uninstall, upgrade, apply, config, interrupt, post-interrupt, uninstall-interrupt",
+            )?;
+            let state: State = api_name(
+                "state",
+                &state,
+                "unknown, in_progress, complete, erroring, skipped",
+            )?;
             let all = nodes(&c).await?;
             let picked = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?;
             let key = state_key(&package, &version);
@@ -428,16 +573,31 @@ pub async fn node(cmd: NodeCommand, ctx: &Ctx) -> Result<ExitCode> {
                         e.state = state;
                         st.insert(key.clone(), e);
                     }
-                    None => bail!("{cr} has no {package} {version} entry on {name} (--add creates it)"),
+                    None => {
+                        bail!("{cr} has no {package} {version} entry on {name} (--add creates it)")
+                    }
                 }
                 edits.push((n, name, st));
             }
             let names: Vec<String> = edits.iter().map(|(_, name, _)| name.clone()).collect();
             refuse_if_running(&c, &ctx.namespace, &cr, &names).await?;
-            confirm(ctx, &format!("set {cr}'s {package} {version} to {}/{} on {}", stage.as_str(), state.as_str(), names.join(", ")), &yes)?;
+            confirm(
+                ctx,
+                &format!(
+                    "set {cr}'s {package} {version} to {}/{} on {}",
+                    stage.as_str(),
+                    state.as_str(),
+                    names.join(", ")
+                ),
+                &yes,
+            )?;
             for (n, name, st) in edits {
                 write_state(&c, ctx, n, &cr, Some(&st)).await?;
-                ctx.done(&format!("{name}: {cr}'s {package} {version} set to {}/{}", stage.as_str(), state.as_str()));
+                ctx.done(&format!(
+                    "{name}: {cr}'s {package} {version} set to {}/{}",
+                    stage.as_str(),
+                    state.as_str()
+                ));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -446,7 +606,8 @@ pub async fn node(cmd: NodeCommand, ctx: &Ctx) -> Result<ExitCode> {
 
 /// A value as the API spells it (`post-interrupt`, `in_progress`), from flag `--what`.
 fn api_name<T: serde::de::DeserializeOwned>(what: &str, raw: &str, valid: &str) -> Result<T> {
-    serde_json::from_value(Value::String(raw.into())).map_err(|_| anyhow::anyhow!("--{what} {raw:?} is not one of {valid}"))
+    serde_json::from_value(Value::String(raw.into()))
+        .map_err(|_| anyhow::anyhow!("--{what} {raw:?} is not one of {valid}"))
 }
 
 async fn label_ignore(c: &Client, ctx: &Ctx, patterns: &[String], on: bool) -> Result<ExitCode> {
@@ -454,8 +615,18 @@ async fn label_ignore(c: &Client, ctx: &Ctx, patterns: &[String], on: bool) -> R
     let picked = select::nodes(&all, patterns).map_err(anyhow::Error::msg)?;
     for n in picked.iter().filter_map(|n| n.metadata.name.as_deref()) {
         let patch = json!({"metadata": {"labels": {keys::IGNORE: if on { Value::from("true") } else { Value::Null }}}});
-        Api::<Node>::all(c.clone()).patch(n, &ctx.params(), &Patch::Merge(&patch)).await.with_context(|| format!("labelling node {n}"))?;
-        ctx.done(&format!("{n}: {}", if on { "ignored by every NodeWright" } else { "no longer ignored" }));
+        Api::<Node>::all(c.clone())
+            .patch(n, &ctx.params(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("labelling node {n}"))?;
+        ctx.done(&format!(
+            "{n}: {}",
+            if on {
+                "ignored by every NodeWright"
+            } else {
+                "no longer ignored"
+            }
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -464,30 +635,83 @@ async fn label_ignore(c: &Client, ctx: &Ctx, patterns: &[String], on: bool) -> R
 pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
     let c = client().await?;
     match cmd {
-        PackageCommand::Status { cr, package, output } => {
+        PackageCommand::Status {
+            cr,
+            package,
+            output,
+        } => {
             let spec = nodewright(&c, &cr).await?.spec;
             if let Some(p) = &package
                 && !spec.packages.contains_key(p)
             {
-                bail!("{cr} has no package {p:?} (it has: {})", spec.packages.keys().cloned().collect::<Vec<_>>().join(", "));
+                bail!(
+                    "{cr} has no package {p:?} (it has: {})",
+                    spec.packages.keys().cloned().collect::<Vec<_>>().join(", ")
+                );
             }
             let rows = view::package_rows(&cr, package.as_deref(), &nodes(&c).await?);
-            output.output.emit(&rows, |wide| view::package_table(&rows, wide))
+            output
+                .output
+                .emit(&rows, |wide| view::package_table(&rows, wide))
         }
-        PackageCommand::Logs { cr, package, node, stage, tail, follow } => inspect::logs(&c, &ctx.namespace, &cr, &package, &node, inspect::LogsOf { stage: stage.as_deref(), tail, follow }).await,
-        PackageCommand::Rerun { cr, package, nodes: wanted, all, stage, confirm: yes } => {
+        PackageCommand::Logs {
+            cr,
+            package,
+            node,
+            stage,
+            tail,
+            follow,
+        } => {
+            inspect::logs(
+                &c,
+                &ctx.namespace,
+                &cr,
+                &package,
+                &node,
+                inspect::LogsOf {
+                    stage: stage.as_deref(),
+                    tail,
+                    follow,
+                },
+            )
+            .await
+        }
+        PackageCommand::Rerun {
+            cr,
+            package,
+            nodes: wanted,
+            all,
+            stage,
+            confirm: yes,
+        } => {
             let spec = nodewright(&c, &cr).await?.spec;
-            let Some(p) = spec.packages.get(&package) else { bail!("{cr} has no package {package:?}") };
-            if matches!(stage, Some(RerunStage::Interrupt | RerunStage::PostInterrupt)) && p.interrupt.is_none() && p.config_interrupts.is_empty() {
-                bail!("{cr}/{package} has no interrupt (spec.packages.{package}.interrupt is unset): there is no interrupt stage to rerun");
+            let Some(p) = spec.packages.get(&package) else {
+                bail!("{cr} has no package {package:?}")
+            };
+            if matches!(
+                stage,
+                Some(RerunStage::Interrupt | RerunStage::PostInterrupt)
+            ) && p.interrupt.is_none()
+                && p.config_interrupts.is_empty()
+            {
+                bail!(
+                    "{cr}/{package} has no interrupt (spec.packages.{package}.interrupt is unset): there is no interrupt stage to rerun"
+                );
             }
             let with: Vec<Node> = nodes(&c)
                 .await?
                 .into_iter()
-                .filter(|n| view::node_state(n, &cr).is_some_and(|s| s.values().any(|p| p.name == package)))
-                .filter(|n| all || wanted.contains(n.metadata.name.as_ref().unwrap_or(&String::new())))
+                .filter(|n| {
+                    view::node_state(n, &cr).is_some_and(|s| s.values().any(|p| p.name == package))
+                })
+                .filter(|n| {
+                    all || wanted.contains(n.metadata.name.as_ref().unwrap_or(&String::new()))
+                })
                 .collect();
-            let names: Vec<String> = with.iter().filter_map(|n| n.metadata.name.clone()).collect();
+            let names: Vec<String> = with
+                .iter()
+                .filter_map(|n| n.metadata.name.clone())
+                .collect();
             if let Some(missing) = wanted.iter().find(|w| !names.contains(w)) {
                 bail!("{missing} has no state for {cr}/{package}: nothing to rerun there");
             }
@@ -495,18 +719,36 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
                 bail!("no node has state for {cr}/{package}");
             }
             refuse_if_running(&c, &ctx.namespace, &cr, &names).await?;
-            let from = stage.map_or_else(|| "its first stage".to_string(), |s| format!("its {} stage", Stage::from(s).as_str()));
-            confirm(ctx, &format!("run {package} of {cr} again from {from} on {}", names.join(", ")), &yes)?;
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+            let from = stage.map_or_else(
+                || "its first stage".to_string(),
+                |s| format!("its {} stage", Stage::from(s).as_str()),
+            );
+            confirm(
+                ctx,
+                &format!(
+                    "run {package} of {cr} again from {from} on {}",
+                    names.join(", ")
+                ),
+                &yes,
+            )?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
             for n in &with {
                 let mut st = view::node_state(n, &cr).unwrap_or_default();
                 match stage {
                     // Without an entry the operator starts the package afresh.
                     None => st.retain(|_, p| p.name != package),
-                    Some(s) => st.values_mut().filter(|p| p.name == package).for_each(|p| p.restart_at(s.into(), now)),
+                    Some(s) => st
+                        .values_mut()
+                        .filter(|p| p.name == package)
+                        .for_each(|p| p.restart_at(s.into(), now)),
                 }
                 write_state(&c, ctx, n, &cr, Some(&st)).await?;
-                ctx.done(&format!("{}: {package} will run again from {from}", n.metadata.name.clone().unwrap_or_default()));
+                ctx.done(&format!(
+                    "{}: {package} will run again from {from}",
+                    n.metadata.name.clone().unwrap_or_default()
+                ));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -520,15 +762,40 @@ pub async fn reset(ctx: &Ctx, cr: &str, scope: &ResetScope, yes: &ConfirmArg) ->
     if let Some(p) = &scope.package
         && !spec.packages.contains_key(p)
     {
-        bail!("{cr} has no package {p:?} (it has: {})", spec.packages.keys().cloned().collect::<Vec<_>>().join(", "));
+        bail!(
+            "{cr} has no package {p:?} (it has: {})",
+            spec.packages.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
     }
-    let has = |n: &Node| view::node_state(n, cr).is_some_and(|st| scope.package.as_ref().is_none_or(|p| st.values().any(|e| &e.name == p)));
+    let has = |n: &Node| {
+        view::node_state(n, cr).is_some_and(|st| {
+            scope
+                .package
+                .as_ref()
+                .is_none_or(|p| st.values().any(|e| &e.name == p))
+        })
+    };
     let with: Vec<Node> = nodes(&c).await?.into_iter().filter(has).collect();
     refuse_if_running(&c, &ctx.namespace, cr, &[]).await?;
     // One package: only its entries, and the batches go on (as NodeWright's `--package`).
     let batches = scope.package.is_none() && !scope.skip_batch_reset;
-    let what = scope.package.as_ref().map_or_else(|| format!("{cr}'s state"), |p| format!("{cr}/{p}'s state"));
-    confirm(ctx, &format!("forget {what} on {} node(s){}", with.len(), if batches { " and restart its batches" } else { "" }), yes)?;
+    let what = scope
+        .package
+        .as_ref()
+        .map_or_else(|| format!("{cr}'s state"), |p| format!("{cr}/{p}'s state"));
+    confirm(
+        ctx,
+        &format!(
+            "forget {what} on {} node(s){}",
+            with.len(),
+            if batches {
+                " and restart its batches"
+            } else {
+                ""
+            }
+        ),
+        yes,
+    )?;
     for n in &with {
         let mut st = view::node_state(n, cr).unwrap_or_default();
         st.retain(|_, e| scope.package.as_ref().is_some_and(|p| &e.name != p));
@@ -537,13 +804,24 @@ pub async fn reset(ctx: &Ctx, cr: &str, scope: &ResetScope, yes: &ConfirmArg) ->
     if batches {
         clear_batches(&c, ctx, cr).await?;
     }
-    ctx.done(&format!("{what} removed from {} node(s){}", with.len(), if batches { ", batches restarted" } else { ", batches kept" }));
+    ctx.done(&format!(
+        "{what} removed from {} node(s){}",
+        with.len(),
+        if batches {
+            ", batches restarted"
+        } else {
+            ", batches kept"
+        }
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
 async fn clear_batches(c: &Client, ctx: &Ctx, cr: &str) -> Result<()> {
     let patch = json!({"status": {"compartmentStatuses": null}});
-    Api::<NodeWright>::all(c.clone()).patch_status(cr, &ctx.params(), &Patch::Merge(&patch)).await.context("clearing status.compartmentStatuses")?;
+    Api::<NodeWright>::all(c.clone())
+        .patch_status(cr, &ctx.params(), &Patch::Merge(&patch))
+        .await
+        .context("clearing status.compartmentStatuses")?;
     Ok(())
 }
 
@@ -552,9 +830,29 @@ pub async fn policy(cmd: PolicyCommand, ctx: &Ctx) -> Result<ExitCode> {
     let PolicyCommand::Reset { cr, confirm: yes } = cmd;
     let c = client().await?;
     let current = nodewright(&c, &cr).await?;
-    let stopped: Vec<String> = current.status.map(|s| s.compartment_statuses).unwrap_or_default().into_iter().filter(|(_, s)| s.batch_state.as_ref().is_some_and(|b| b.should_stop)).map(|(n, _)| n).collect();
-    confirm(ctx, &format!("restart {cr}'s batches from a first batch{}", if stopped.is_empty() { String::new() } else { format!(" (stopped: {})", stopped.join(", ")) }), &yes)?;
+    let stopped: Vec<String> = current
+        .status
+        .map(|s| s.compartment_statuses)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, s)| s.batch_state.as_ref().is_some_and(|b| b.should_stop))
+        .map(|(n, _)| n)
+        .collect();
+    confirm(
+        ctx,
+        &format!(
+            "restart {cr}'s batches from a first batch{}",
+            if stopped.is_empty() {
+                String::new()
+            } else {
+                format!(" (stopped: {})", stopped.join(", "))
+            }
+        ),
+        &yes,
+    )?;
     clear_batches(&c, ctx, &cr).await?;
-    ctx.done(&format!("{cr}: batch state cleared; compartments start again from a first batch"));
+    ctx.done(&format!(
+        "{cr}: batch state cleared; compartments start again from a first batch"
+    ));
     Ok(ExitCode::SUCCESS)
 }

@@ -11,10 +11,20 @@ use serde::Serialize;
 /// Lays out rows under a header, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let widths: Vec<usize> = (0..header.len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).chain([header[i].len()]).max().unwrap_or(0))
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count()))).collect();
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
+            .collect();
         format!("{}\n", padded.join("  ").trim_end())
     };
     let mut out = line(header.to_vec());
@@ -31,7 +41,11 @@ pub fn stage_state(p: &PackageStatus) -> String {
 
 /// A node's state for `cr`, if it has a readable one.
 pub fn node_state(node: &Node, cr: &str) -> Option<NodeState> {
-    let raw = node.metadata.annotations.as_ref()?.get(&keys::node_state(cr))?;
+    let raw = node
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(&keys::node_state(cr))?;
     serde_json::from_str(raw).ok()
 }
 
@@ -40,7 +54,10 @@ fn name(n: &Node) -> String {
 }
 
 fn cordoned(n: &Node) -> bool {
-    n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 /// One NodeWright in the overview.
@@ -72,20 +89,30 @@ pub fn summaries(crs: &[NodeWright]) -> Vec<Summary> {
             let problems = st
                 .conditions
                 .iter()
-                .filter(|c| (c.type_ == "Ready" || c.type_ == "PluginsReady") != (c.status == "True"))
+                .filter(|c| {
+                    (c.type_ == "Ready" || c.type_ == "PluginsReady") != (c.status == "True")
+                })
                 .filter(|c| !(c.type_ == "Ready" && c.reason == "Progressing"))
                 .map(|c| format!("{}={}: {}", c.type_, c.status, c.message))
                 .collect();
             Summary {
                 name: cr.metadata.name.clone().unwrap_or_default(),
-                status: st.status.map(|s| s.as_str().to_string()).unwrap_or_else(|| "unknown".into()),
+                status: st
+                    .status
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|| "unknown".into()),
                 complete_nodes: st.complete_nodes.unwrap_or_else(|| "-".into()),
                 paused: flag(keys::PAUSE),
                 disabled: flag(keys::DISABLE),
                 problems,
                 generation: cr.metadata.generation.unwrap_or_default(),
                 observed_generation: st.observed_generation,
-                packages: cr.spec.packages.iter().map(|(n, p)| format!("{n}:{}", p.version)).collect(),
+                packages: cr
+                    .spec
+                    .packages
+                    .iter()
+                    .map(|(n, p)| format!("{n}:{}", p.version))
+                    .collect(),
                 next_window: st.next_window,
             }
         })
@@ -107,16 +134,35 @@ pub fn summaries_table(s: &[Summary], wide: bool) -> String {
             if let Some(next) = &s.next_window {
                 flags.push(format!("next-window={next}"));
             }
-            let mut row = vec![s.name.clone(), s.status.clone(), s.complete_nodes.clone(), flags.join(",")];
+            let mut row = vec![
+                s.name.clone(),
+                s.status.clone(),
+                s.complete_nodes.clone(),
+                flags.join(","),
+            ];
             if wide {
-                let observed = s.observed_generation.map_or_else(|| "-".into(), |g| g.to_string());
+                let observed = s
+                    .observed_generation
+                    .map_or_else(|| "-".into(), |g| g.to_string());
                 row.extend([format!("{observed}/{}", s.generation), s.packages.join(",")]);
             }
             row.push(s.problems.join("; "));
             row
         })
         .collect();
-    let header: &[&str] = if wide { &["NODEWRIGHT", "STATUS", "COMPLETE", "FLAGS", "OBSERVED/GEN", "PACKAGES", "PROBLEMS"] } else { &["NODEWRIGHT", "STATUS", "COMPLETE", "FLAGS", "PROBLEMS"] };
+    let header: &[&str] = if wide {
+        &[
+            "NODEWRIGHT",
+            "STATUS",
+            "COMPLETE",
+            "FLAGS",
+            "OBSERVED/GEN",
+            "PACKAGES",
+            "PROBLEMS",
+        ]
+    } else {
+        &["NODEWRIGHT", "STATUS", "COMPLETE", "FLAGS", "PROBLEMS"]
+    };
     table(header, &rows)
 }
 
@@ -144,10 +190,21 @@ pub fn node_rows(cr: &NodeWright, nodes: &[Node]) -> Vec<NodeRow> {
             let state = node_state(n, &name_).unwrap_or_default();
             NodeRow {
                 node: name(n),
-                status: st.node_status.get(&name(n)).map(|s| s.as_str().to_string()).unwrap_or_else(|| "-".into()),
+                status: st
+                    .node_status
+                    .get(&name(n))
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|| "-".into()),
                 cordoned: cordoned(n),
-                packages: state.values().map(|p| (p.name.clone(), stage_state(p))).collect(),
-                messages: state.values().filter(|p| !p.message.is_empty()).map(|p| (p.name.clone(), p.message.clone())).collect(),
+                packages: state
+                    .values()
+                    .map(|p| (p.name.clone(), stage_state(p)))
+                    .collect(),
+                messages: state
+                    .values()
+                    .filter(|p| !p.message.is_empty())
+                    .map(|p| (p.name.clone(), p.message.clone()))
+                    .collect(),
             }
         })
         .collect();
@@ -168,9 +225,19 @@ pub fn node_rows_table(cr: &NodeWright, rows: &[NodeRow], wide: bool) -> String 
         .iter()
         .map(|r| {
             let mut c = vec![r.node.clone(), r.status.clone(), yes(r.cordoned)];
-            c.extend(packages.iter().map(|p| r.packages.get(*p).cloned().unwrap_or_else(|| "-".into())));
+            c.extend(
+                packages
+                    .iter()
+                    .map(|p| r.packages.get(*p).cloned().unwrap_or_else(|| "-".into())),
+            );
             if wide {
-                c.push(r.messages.iter().map(|(p, m)| format!("{p}: {m}")).collect::<Vec<_>>().join("; "));
+                c.push(
+                    r.messages
+                        .iter()
+                        .map(|(p, m)| format!("{p}: {m}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                );
             }
             c
         })
@@ -203,14 +270,28 @@ pub fn node_list(crs: &[NodeWright], nodes: &[Node]) -> Vec<NodeListRow> {
             let status = n.status.as_ref();
             NodeListRow {
                 node: name(n),
-                ignored: n.metadata.labels.as_ref().and_then(|l| l.get(keys::IGNORE)).is_some_and(|v| v == "true"),
+                ignored: n
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(keys::IGNORE))
+                    .is_some_and(|v| v == "true"),
                 cordoned: cordoned(n),
-                ready: status.and_then(|s| s.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")).map_or_else(|| "Unknown".into(), |c| c.status.clone()),
-                boot_id: status.and_then(|s| s.node_info.as_ref()).map(|i| i.boot_id.clone()).unwrap_or_default(),
+                ready: status
+                    .and_then(|s| s.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready"))
+                    .map_or_else(|| "Unknown".into(), |c| c.status.clone()),
+                boot_id: status
+                    .and_then(|s| s.node_info.as_ref())
+                    .map(|i| i.boot_id.clone())
+                    .unwrap_or_default(),
                 nodewrights: crs
                     .iter()
                     .map(|cr| {
-                        let st = cr.status.as_ref().and_then(|s| s.node_status.get(&name(n))).map_or_else(|| "-".into(), |s| s.as_str().to_string());
+                        let st = cr
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.node_status.get(&name(n)))
+                            .map_or_else(|| "-".into(), |s| s.as_str().to_string());
                         (cr.metadata.name.clone().unwrap_or_default(), st)
                     })
                     .collect(),
@@ -223,7 +304,10 @@ pub fn node_list(crs: &[NodeWright], nodes: &[Node]) -> Vec<NodeListRow> {
 
 /// `node list` as a table: a column per NodeWright; `wide` adds readiness and boot ID.
 pub fn node_list_table(rows: &[NodeListRow], wide: bool) -> String {
-    let crs: Vec<&String> = rows.first().map(|r| r.nodewrights.keys().collect()).unwrap_or_default();
+    let crs: Vec<&String> = rows
+        .first()
+        .map(|r| r.nodewrights.keys().collect())
+        .unwrap_or_default();
     let mut header = vec!["NODE", "IGNORED", "CORDONED"];
     if wide {
         header.extend(["READY", "BOOT-ID"]);
@@ -262,7 +346,11 @@ pub struct PackageRow {
 pub fn package_rows(cr: &str, package: Option<&str>, nodes: &[Node]) -> Vec<PackageRow> {
     let mut rows = Vec::new();
     for n in nodes {
-        for p in node_state(n, cr).unwrap_or_default().values().filter(|p| package.is_none_or(|want| p.name == want)) {
+        for p in node_state(n, cr)
+            .unwrap_or_default()
+            .values()
+            .filter(|p| package.is_none_or(|want| p.name == want))
+        {
             rows.push(PackageRow {
                 nodewright: cr.into(),
                 node: name(n),
@@ -276,7 +364,9 @@ pub fn package_rows(cr: &str, package: Option<&str>, nodes: &[Node]) -> Vec<Pack
             });
         }
     }
-    rows.sort_by(|a, b| (&a.nodewright, &a.node, &a.package).cmp(&(&b.nodewright, &b.node, &b.package)));
+    rows.sort_by(|a, b| {
+        (&a.nodewright, &a.node, &a.package).cmp(&(&b.nodewright, &b.node, &b.package))
+    });
     rows
 }
 
@@ -286,7 +376,15 @@ pub fn package_table(rows: &[PackageRow], wide: bool) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let mut c = vec![r.nodewright.clone(), r.node.clone(), r.package.clone(), r.version.clone(), r.stage.clone(), r.state.clone(), r.attempts.to_string()];
+            let mut c = vec![
+                r.nodewright.clone(),
+                r.node.clone(),
+                r.package.clone(),
+                r.version.clone(),
+                r.stage.clone(),
+                r.state.clone(),
+                r.attempts.to_string(),
+            ];
             if wide {
                 c.extend([r.digest.clone(), r.message.clone()]);
             } else {
@@ -296,9 +394,28 @@ pub fn package_table(rows: &[PackageRow], wide: bool) -> String {
         })
         .collect();
     let header: &[&str] = if wide {
-        &["NODEWRIGHT", "NODE", "PACKAGE", "VERSION", "STAGE", "STATE", "ATTEMPTS", "PLUGIN", "MESSAGE"]
+        &[
+            "NODEWRIGHT",
+            "NODE",
+            "PACKAGE",
+            "VERSION",
+            "STAGE",
+            "STATE",
+            "ATTEMPTS",
+            "PLUGIN",
+            "MESSAGE",
+        ]
     } else {
-        &["NODEWRIGHT", "NODE", "PACKAGE", "VERSION", "STAGE", "STATE", "ATTEMPTS", "MESSAGE"]
+        &[
+            "NODEWRIGHT",
+            "NODE",
+            "PACKAGE",
+            "VERSION",
+            "STAGE",
+            "STATE",
+            "ATTEMPTS",
+            "MESSAGE",
+        ]
     };
     table(header, &cells)
 }
@@ -324,7 +441,10 @@ mod tests {
     fn node(name: &str, cordoned: bool, state: Option<&NodeState>) -> Node {
         let mut ann = serde_json::Map::new();
         if let Some(s) = state {
-            ann.insert(keys::node_state("gpu"), json!(serde_json::to_string(s).unwrap()));
+            ann.insert(
+                keys::node_state("gpu"),
+                json!(serde_json::to_string(s).unwrap()),
+            );
         }
         serde_json::from_value(json!({"metadata": {"name": name, "annotations": ann}, "spec": {"unschedulable": cordoned}})).unwrap()
     }
@@ -352,12 +472,30 @@ mod tests {
     fn the_overview_shows_flags_and_what_is_wrong() {
         let s = summaries(&[cr()]);
         assert!(s[0].paused && !s[0].disabled);
-        assert_eq!(s[0].problems, vec!["Ready=False: driver: exited with 1".to_string()]);
+        assert_eq!(
+            s[0].problems,
+            vec!["Ready=False: driver: exited with 1".to_string()]
+        );
         let t = summaries_table(&s, false);
-        assert!(t.lines().nth(1).unwrap().starts_with("gpu         in_progress  1/2       paused"), "{t}");
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("gpu         in_progress  1/2       paused"),
+            "{t}"
+        );
         let w = summaries_table(&s, true);
-        assert!(w.lines().next().unwrap().contains("OBSERVED/GEN  PACKAGES"), "{w}");
-        assert!(w.lines().nth(1).unwrap().contains("-/0           driver:1.0.0"), "{w}");
+        assert!(
+            w.lines().next().unwrap().contains("OBSERVED/GEN  PACKAGES"),
+            "{w}"
+        );
+        assert!(
+            w.lines()
+                .nth(1)
+                .unwrap()
+                .contains("-/0           driver:1.0.0"),
+            "{w}"
+        );
 
         // Outside its windows: when the next opens, and why it waits.
         let mut held = cr();
@@ -366,22 +504,40 @@ mod tests {
         st.conditions[0].reason = "OutsideMaintenanceWindow".into();
         st.conditions[0].message = "0/2 node(s) complete; every maintenance window is closed, the next opens at 2026-12-01T21:00:00Z".into();
         let t = summaries_table(&summaries(&[held]), false);
-        assert!(t.contains("paused,next-window=2026-12-01T21:00:00Z") && t.contains("every maintenance window is closed"), "{t}");
+        assert!(
+            t.contains("paused,next-window=2026-12-01T21:00:00Z")
+                && t.contains("every maintenance window is closed"),
+            "{t}"
+        );
     }
 
     #[test]
     fn node_rows_have_a_column_per_package() {
-        let nodes = [node("b", true, Some(&state(Stage::Apply, State::Erroring))), node("a", false, Some(&state(Stage::Config, State::Complete))), node("c", false, None)];
+        let nodes = [
+            node("b", true, Some(&state(Stage::Apply, State::Erroring))),
+            node("a", false, Some(&state(Stage::Config, State::Complete))),
+            node("c", false, None),
+        ];
         let rows = node_rows(&cr(), &nodes);
-        assert_eq!(rows.iter().map(|r| r.node.as_str()).collect::<Vec<_>>(), ["a", "b"], "sorted; the unrelated node left out");
+        assert_eq!(
+            rows.iter().map(|r| r.node.as_str()).collect::<Vec<_>>(),
+            ["a", "b"],
+            "sorted; the unrelated node left out"
+        );
         let t = node_rows_table(&cr(), &rows, false);
-        assert!(t.contains("b     erroring  yes       apply/erroring"), "{t}");
+        assert!(
+            t.contains("b     erroring  yes       apply/erroring"),
+            "{t}"
+        );
         assert!(!t.contains("MESSAGES"));
         let w = node_rows_table(&cr(), &rows, true);
         assert!(w.contains("apply/erroring   driver: exited with 1"), "{w}");
         let p = package_rows("gpu", Some("driver"), &nodes);
         assert_eq!(p.len(), 2);
-        assert_eq!((p[1].node.as_str(), p[1].stage.as_str(), p[1].state.as_str()), ("b", "apply", "erroring"));
+        assert_eq!(
+            (p[1].node.as_str(), p[1].stage.as_str(), p[1].state.as_str()),
+            ("b", "apply", "erroring")
+        );
         assert!(package_rows("gpu", Some("other"), &nodes).is_empty());
     }
 
@@ -391,12 +547,23 @@ mod tests {
         assert_eq!(short(&long), format!("{}…", "x".repeat(60)));
         assert_eq!(short("one line\nmore"), "one line…");
         assert_eq!(short("fits"), "fits");
-        let mut rows = package_rows("gpu", None, &[node("a", false, Some(&state(Stage::Apply, State::Erroring)))]);
+        let mut rows = package_rows(
+            "gpu",
+            None,
+            &[node(
+                "a",
+                false,
+                Some(&state(Stage::Apply, State::Erroring)),
+            )],
+        );
         rows[0].message = long.clone();
         rows[0].digest = "r.example/p@sha256:abc".into();
         assert!(!package_table(&rows, false).contains("second line"));
         let w = package_table(&rows, true);
-        assert!(w.contains("r.example/p@sha256:abc") && w.contains(&"x".repeat(80)), "{w}");
+        assert!(
+            w.contains("r.example/p@sha256:abc") && w.contains(&"x".repeat(80)),
+            "{w}"
+        );
     }
 
     #[test]
@@ -405,11 +572,28 @@ mod tests {
         a.metadata.labels = Some([(keys::IGNORE.to_string(), "true".to_string())].into());
         a.status = serde_json::from_value(json!({"nodeInfo": {"bootID": "boot-1", "machineID": "", "systemUUID": "", "kernelVersion": "", "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "", "operatingSystem": "", "architecture": ""}, "conditions": [{"type": "Ready", "status": "True"}]})).unwrap();
         let rows = node_list(&[cr()], &[node("b", false, None), a]);
-        assert_eq!(rows.iter().map(|r| (r.node.as_str(), r.nodewrights["gpu"].as_str())).collect::<Vec<_>>(), [("a", "complete"), ("b", "erroring")]);
+        assert_eq!(
+            rows.iter()
+                .map(|r| (r.node.as_str(), r.nodewrights["gpu"].as_str()))
+                .collect::<Vec<_>>(),
+            [("a", "complete"), ("b", "erroring")]
+        );
         let t = node_list_table(&rows, false);
-        assert_eq!(t.lines().nth(1).unwrap(), "a     yes      yes       complete", "{t}");
+        assert_eq!(
+            t.lines().nth(1).unwrap(),
+            "a     yes      yes       complete",
+            "{t}"
+        );
         let w = node_list_table(&rows, true);
-        assert_eq!(w.lines().nth(1).unwrap(), "a     yes      yes       True     boot-1   complete", "{w}");
-        assert_eq!(w.lines().nth(2).unwrap(), "b     -        -         Unknown           erroring", "{w}");
+        assert_eq!(
+            w.lines().nth(1).unwrap(),
+            "a     yes      yes       True     boot-1   complete",
+            "{w}"
+        );
+        assert_eq!(
+            w.lines().nth(2).unwrap(),
+            "b     -        -         Unknown           erroring",
+            "{w}"
+        );
     }
 }

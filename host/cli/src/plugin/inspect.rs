@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
-use nodewright_engine::{check_grants, ImportKind, EXPECTED_EXPORT, STAGE_FUNCTIONS};
+use nodewright_engine::{EXPECTED_EXPORT, ImportKind, STAGE_FUNCTIONS, check_grants};
 use serde_json::json;
 
 /// Arguments of `plugin inspect`.
@@ -30,11 +30,21 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         None
     } else {
         let (caps, power) = Capabilities::from_flags(&args.grants)?;
-        let set = GrantSet::parse(&caps, power, GrantSource::Flags)
-            .map_err(|errs| anyhow::anyhow!(errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
+        let set = GrantSet::parse(&caps, power, GrantSource::Flags).map_err(|errs| {
+            anyhow::anyhow!(
+                errs.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        })?;
         Some(check_grants(&plugin, &set))
     };
-    let required: Vec<&str> = plugin.required_capabilities().iter().map(|c| c.interface()).collect();
+    let required: Vec<&str> = plugin
+        .required_capabilities()
+        .iter()
+        .map(|c| c.interface())
+        .collect();
     match args.output {
         super::run::Format::Json => {
             let imports: Vec<_> = plugin
@@ -70,10 +80,24 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         super::run::Format::Text => {
             println!("source        {}", source.display);
             println!("digest        {}", plugin.digest);
-            println!("size          {} ({} bytes)", super::human_size(plugin.size), plugin.size);
+            println!(
+                "size          {} ({} bytes)",
+                super::human_size(plugin.size),
+                plugin.size
+            );
             println!("world         nodewright:plugin/plugin@0.1.0");
-            println!("exports       {EXPECTED_EXPORT}: {}", STAGE_FUNCTIONS.join(", "));
-            println!("capabilities  {}", if required.is_empty() { "none".to_string() } else { required.join(", ") });
+            println!(
+                "exports       {EXPECTED_EXPORT}: {}",
+                STAGE_FUNCTIONS.join(", ")
+            );
+            println!(
+                "capabilities  {}",
+                if required.is_empty() {
+                    "none".to_string()
+                } else {
+                    required.join(", ")
+                }
+            );
             println!("imports");
             for i in &plugin.imports {
                 let kind = match i.kind {
@@ -91,7 +115,10 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
                 }
                 if !check.excess.is_empty() {
                     let excess: Vec<&str> = check.excess.iter().map(|c| c.interface()).collect();
-                    println!("              granted but not imported: {}", excess.join(", "));
+                    println!(
+                        "              granted but not imported: {}",
+                        excess.join(", ")
+                    );
                 }
             }
         }

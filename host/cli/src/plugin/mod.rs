@@ -73,14 +73,22 @@ fn cache_root() -> anyhow::Result<PathBuf> {
 
 /// The engine with the user's code cache.
 fn engine() -> anyhow::Result<Engine> {
-    Ok(Engine::new(EngineConfig { cache_dir: Some(cache_root()?.join("code")), ..Default::default() })?)
+    Ok(Engine::new(EngineConfig {
+        cache_dir: Some(cache_root()?.join("code")),
+        ..Default::default()
+    })?)
 }
 
 /// Reads and loads a plugin file, naming the file in every error.
-fn load(engine: &Engine, file: &std::path::Path) -> anyhow::Result<(LoadedPlugin, std::time::Duration)> {
+fn load(
+    engine: &Engine,
+    file: &std::path::Path,
+) -> anyhow::Result<(LoadedPlugin, std::time::Duration)> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let started = std::time::Instant::now();
-    let plugin = engine.load(&bytes).with_context(|| format!("{}", file.display()))?;
+    let plugin = engine
+        .load(&bytes)
+        .with_context(|| format!("{}", file.display()))?;
     Ok((plugin, started.elapsed()))
 }
 

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _};
+use anyhow::{Context as _, bail};
 use clap::Args;
 
 /// Arguments of `plugin new`.
@@ -77,18 +77,27 @@ fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-')
 }
 
 fn default_sdk() -> Option<PathBuf> {
     let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk");
-    built_from.join("Cargo.toml").exists().then(|| built_from.canonicalize().ok()).flatten()
+    built_from
+        .join("Cargo.toml")
+        .exists()
+        .then(|| built_from.canonicalize().ok())
+        .flatten()
 }
 
 pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
     if !valid_name(&args.name) {
-        bail!("plugin name {:?} must be lowercase letters, digits and dashes, starting with a letter", args.name);
+        bail!(
+            "plugin name {:?} must be lowercase letters, digits and dashes, starting with a letter",
+            args.name
+        );
     }
     let dir = args.dir.join(&args.name);
     if dir.exists() {
@@ -96,8 +105,13 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
     }
     let sdk = match args.sdk_path.or_else(default_sdk) {
         Some(p) => {
-            let p = p.canonicalize().with_context(|| format!("SDK path {}", p.display()))?;
-            format!("nodewright-sdk = {{ path = {:?} }}", p.display().to_string())
+            let p = p
+                .canonicalize()
+                .with_context(|| format!("SDK path {}", p.display()))?;
+            format!(
+                "nodewright-sdk = {{ path = {:?} }}",
+                p.display().to_string()
+            )
         }
         None => format!("nodewright-sdk = \"{}\"", env!("CARGO_PKG_VERSION")),
     };
@@ -129,9 +143,15 @@ strip = true
 "#,
         name = args.name
     );
-    std::fs::create_dir_all(dir.join("src")).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::create_dir_all(dir.join("src"))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::write(dir.join("Cargo.toml"), manifest)?;
-    std::fs::write(dir.join("src/lib.rs"), TEMPLATE_LIB.replace("__NAME__", &args.name).replace("__SNAKE__", &snake))?;
+    std::fs::write(
+        dir.join("src/lib.rs"),
+        TEMPLATE_LIB
+            .replace("__NAME__", &args.name)
+            .replace("__SNAKE__", &snake),
+    )?;
     std::fs::write(dir.join(".gitignore"), "/target\n")?;
     println!("created {} (plugin {})", dir.display(), args.name);
     println!("next:   cd {} && nodewright plugin build", dir.display());

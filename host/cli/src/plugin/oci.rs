@@ -5,10 +5,10 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
-use nodewright_oci::artifact::ComponentInfo;
 use nodewright_oci::Registry;
+use nodewright_oci::artifact::ComponentInfo;
 
-use super::source::{print_progress, RegistryArgs};
+use super::source::{RegistryArgs, print_progress};
 
 /// Arguments of `plugin push`.
 #[derive(Debug, Args)]
@@ -45,15 +45,23 @@ pub struct ResolveArgs {
 pub async fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
     let engine = super::engine()?;
     let (plugin, _) = super::load(&engine, &args.file)?;
-    let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    let bytes = std::fs::read(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
     let info = ComponentInfo {
         imports: plugin.imports.iter().map(|i| i.name.clone()).collect(),
         exports: plugin.exports.clone(),
         target: Some("nodewright:plugin/plugin@0.1.0".into()),
     };
-    eprintln!("pushing {} ({}) to {}", args.file.display(), super::human_size(bytes.len()), args.reference);
+    eprintln!(
+        "pushing {} ({}) to {}",
+        args.file.display(),
+        super::human_size(bytes.len()),
+        args.reference
+    );
     let registry = Registry::new(args.registry.config()?);
-    let pushed = registry.push(&args.reference, &bytes, info, &print_progress).await?;
+    let pushed = registry
+        .push(&args.reference, &bytes, info, &print_progress)
+        .await?;
     println!("{}", pushed.pinned);
     Ok(ExitCode::SUCCESS)
 }
@@ -61,18 +69,33 @@ pub async fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
 pub async fn pull(args: PullArgs) -> anyhow::Result<ExitCode> {
     let pulled = super::source::pull(&args.reference, &args.registry).await?;
     let engine = super::engine()?;
-    let plugin = engine.load(&pulled.bytes).with_context(|| pulled.reference.clone())?;
+    let plugin = engine
+        .load(&pulled.bytes)
+        .with_context(|| pulled.reference.clone())?;
     if let Some(out) = &args.output {
-        std::fs::write(out, &pulled.bytes).with_context(|| format!("cannot write {}", out.display()))?;
+        std::fs::write(out, &pulled.bytes)
+            .with_context(|| format!("cannot write {}", out.display()))?;
     }
-    let caps: Vec<&str> = plugin.required_capabilities().iter().map(|c| c.interface()).collect();
+    let caps: Vec<&str> = plugin
+        .required_capabilities()
+        .iter()
+        .map(|c| c.interface())
+        .collect();
     println!("{}", pulled.reference);
     eprintln!(
         "{} {}, layer {}, needs {}",
-        if pulled.from_cache { "cached" } else { "pulled" },
+        if pulled.from_cache {
+            "cached"
+        } else {
+            "pulled"
+        },
         super::human_size(pulled.bytes.len()),
         pulled.layer_digest,
-        if caps.is_empty() { "no capabilities".to_string() } else { caps.join(", ") }
+        if caps.is_empty() {
+            "no capabilities".to_string()
+        } else {
+            caps.join(", ")
+        }
     );
     Ok(ExitCode::SUCCESS)
 }

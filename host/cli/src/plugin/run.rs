@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
 use nodewright_engine::{Interrupt, RunStage, SandboxLimits, StageContext};
@@ -89,15 +89,23 @@ pub struct RunArgs {
 }
 
 fn read_map(path: &PathBuf) -> anyhow::Result<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_yaml_ng::from_str(&text).with_context(|| format!("{}: expected a map of string keys to string values", path.display()))
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_yaml_ng::from_str(&text).with_context(|| {
+        format!(
+            "{}: expected a map of string keys to string values",
+            path.display()
+        )
+    })
 }
 
 fn grants(args: &RunArgs) -> anyhow::Result<(GrantSet, String)> {
     let (mut caps, power) = Capabilities::from_flags(&args.grants)?;
     if let Some(file) = &args.grants_file {
-        let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-        let from_file: Capabilities = serde_yaml_ng::from_str(&text).with_context(|| format!("{}: not a capabilities object", file.display()))?;
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let from_file: Capabilities = serde_yaml_ng::from_str(&text)
+            .with_context(|| format!("{}: not a capabilities object", file.display()))?;
         caps.files.extend(from_file.files);
         caps.kernel_modules.extend(from_file.kernel_modules);
         caps.services.extend(from_file.services);
@@ -105,14 +113,24 @@ fn grants(args: &RunArgs) -> anyhow::Result<(GrantSet, String)> {
         caps.commands.extend(from_file.commands);
     }
     let set = GrantSet::parse(&caps, power, GrantSource::Flags).map_err(|errs| {
-        anyhow::anyhow!("invalid grants: {}", errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+        anyhow::anyhow!(
+            "invalid grants: {}",
+            errs.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
     })?;
     let summary = {
         let mut parts: Vec<String> = args.grants.clone();
         if args.grants_file.is_some() {
             parts.push("(+ grants file)".into());
         }
-        if parts.is_empty() { "none".into() } else { parts.join(" ") }
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(" ")
+        }
     };
     Ok((set, summary))
 }
@@ -123,12 +141,20 @@ fn package_name(source: &str) -> String {
     let stem = last.split(['@', ':']).next().unwrap_or(last);
     let stem = stem.strip_suffix(".wasm").unwrap_or(stem);
     let stem = stem.strip_prefix("nodewright_plugin_").unwrap_or(stem);
-    if stem.is_empty() { "plugin".into() } else { stem.replace('_', "-") }
+    if stem.is_empty() {
+        "plugin".into()
+    } else {
+        stem.replace('_', "-")
+    }
 }
 
 fn print_logs(lines: &[nodewright_engine::LogLine]) {
     for line in lines {
-        println!("  {:<5} {}", format!("{:?}", line.level).to_lowercase(), printable(&line.message));
+        println!(
+            "  {:<5} {}",
+            format!("{:?}", line.level).to_lowercase(),
+            printable(&line.message)
+        );
     }
 }
 
@@ -147,7 +173,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => BTreeMap::new(),
     };
     for entry in &args.config {
-        let Some((k, v)) = entry.split_once('=') else { bail!("--config {entry:?} is not KEY=VALUE") };
+        let Some((k, v)) = entry.split_once('=') else {
+            bail!("--config {entry:?} is not KEY=VALUE")
+        };
         config.insert(k.to_string(), v.to_string());
     }
     let (grants, grant_summary) = grants(&args)?;
@@ -159,9 +187,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let engine = super::engine()?;
     let source = super::source::load(&engine, &args.file, &args.registry).await?;
     let plugin = &source.plugin;
-    let prepared = engine.prepare(plugin, &grants).with_context(|| source.display.clone())?;
-    std::fs::create_dir_all(&args.root).with_context(|| format!("cannot create {}", args.root.display()))?;
-    let host = Arc::new(SimHost::new(&args.root, NodeIdentity { name: args.node.clone(), labels: vec![] })?);
+    let prepared = engine
+        .prepare(plugin, &grants)
+        .with_context(|| source.display.clone())?;
+    std::fs::create_dir_all(&args.root)
+        .with_context(|| format!("cannot create {}", args.root.display()))?;
+    let host = Arc::new(SimHost::new(
+        &args.root,
+        NodeIdentity {
+            name: args.node.clone(),
+            labels: vec![],
+        },
+    )?);
     let ctx = StageContext {
         node: args.node.clone(),
         package: package.clone(),
@@ -179,7 +216,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let text = matches!(args.output, Format::Text);
-    let code = if plugin.from_cache { "code loaded from cache" } else { "compiled" };
+    let code = if plugin.from_cache {
+        "code loaded from cache"
+    } else {
+        "compiled"
+    };
     let artifact = match source.pulled_from_cache {
         Some(true) => "artifact from the local cache, ",
         Some(false) => "artifact pulled, ",
@@ -193,10 +234,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             super::human_size(plugin.size),
             source.load_time.as_secs_f64() * 1000.0
         );
-        println!("stage    {} of {package} {} on {} (simulated node at {})", args.stage, args.version, args.node, args.root.display());
+        println!(
+            "stage    {} of {package} {} on {} (simulated node at {})",
+            args.stage,
+            args.version,
+            args.node,
+            args.root.display()
+        );
         println!("grants   {grant_summary}");
     }
-    let result = prepared.run(args.stage, ctx, host.clone(), Arc::new(grants), &limits).await;
+    let result = prepared
+        .run(args.stage, ctx, host.clone(), Arc::new(grants), &limits)
+        .await;
     let actions = host.recorded();
     let report = match result {
         Ok(r) => r,
@@ -206,9 +255,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     println!("logs");
                     print_logs(e.logs());
                 }
-                println!("result   sandbox stopped the plugin: {}", printable(&e.to_string()));
+                println!(
+                    "result   sandbox stopped the plugin: {}",
+                    printable(&e.to_string())
+                );
             } else {
-                println!("{}", serde_json::to_string_pretty(&json!({"error": e.to_string(), "hostActions": actions}))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &json!({"error": e.to_string(), "hostActions": actions})
+                    )?
+                );
             }
             return Ok(ExitCode::from(2));
         }
@@ -221,10 +278,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             "hostActions": actions,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(if report.result.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        return Ok(if report.result.is_ok() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
     }
     if !report.logs.is_empty() {
-        println!("logs{}", if report.logs_dropped > 0 { format!(" ({} older lines dropped)", report.logs_dropped) } else { String::new() });
+        println!(
+            "logs{}",
+            if report.logs_dropped > 0 {
+                format!(" ({} older lines dropped)", report.logs_dropped)
+            } else {
+                String::new()
+            }
+        );
         print_logs(&report.logs);
     }
     let code = match &report.result {
@@ -232,11 +300,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             let summary = if outcome.is_converged() {
                 "converged (no changes, no interrupt)".to_string()
             } else {
-                format!("{} change(s), interrupt: {}", outcome.changes.len(), interrupt_text(&outcome.interrupt))
+                format!(
+                    "{} change(s), interrupt: {}",
+                    outcome.changes.len(),
+                    interrupt_text(&outcome.interrupt)
+                )
             };
-            println!("outcome  ok in {:.1} ms: {summary}", report.duration.as_secs_f64() * 1000.0);
+            println!(
+                "outcome  ok in {:.1} ms: {summary}",
+                report.duration.as_secs_f64() * 1000.0
+            );
             for c in &outcome.changes {
-                println!("  {:<14} {:<48} {}", printable(&c.kind), printable(&c.target), printable(&c.detail));
+                println!(
+                    "  {:<14} {:<48} {}",
+                    printable(&c.kind),
+                    printable(&c.target),
+                    printable(&c.detail)
+                );
             }
             if let Some(m) = &outcome.message {
                 println!("  {}", printable(m));
@@ -248,7 +328,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             ExitCode::from(1)
         }
     };
-    println!("host actions (simulated node){}", if actions.is_empty() { ": none" } else { "" });
+    println!(
+        "host actions (simulated node){}",
+        if actions.is_empty() { ": none" } else { "" }
+    );
     for a in &actions {
         println!("  {}", printable(&a.to_string()));
     }

@@ -5,9 +5,9 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _};
+use anyhow::{Context as _, bail};
 use clap::Args;
-use nodewright_oci::{pin, Registry};
+use nodewright_oci::{Registry, pin};
 use nodewright_trust::keys::{KeyPair, PublicKey};
 use nodewright_trust::signatures;
 
@@ -80,9 +80,15 @@ pub fn keygen(args: KeygenArgs) -> anyhow::Result<ExitCode> {
         .mode(0o600)
         .open(&private)
         .with_context(|| format!("creating {}", private.display()))?;
-    file.write_all(pem.as_bytes()).with_context(|| format!("writing {}", private.display()))?;
-    std::fs::write(&public, pair.public().to_pem()).with_context(|| format!("writing {}", public.display()))?;
-    println!("wrote {} (encrypted private key) and {} (public key)", private.display(), public.display());
+    file.write_all(pem.as_bytes())
+        .with_context(|| format!("writing {}", private.display()))?;
+    std::fs::write(&public, pair.public().to_pem())
+        .with_context(|| format!("writing {}", public.display()))?;
+    println!(
+        "wrote {} (encrypted private key) and {} (public key)",
+        private.display(),
+        public.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -95,8 +101,10 @@ async fn pinned(registry: &Registry, reference: &str) -> anyhow::Result<String> 
 }
 
 pub async fn sign(args: SignArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.key).with_context(|| format!("reading {}", args.key.display()))?;
-    let pair = KeyPair::from_encrypted_pem(&text, password(false)?.as_bytes()).with_context(|| args.key.display().to_string())?;
+    let text = std::fs::read_to_string(&args.key)
+        .with_context(|| format!("reading {}", args.key.display()))?;
+    let pair = KeyPair::from_encrypted_pem(&text, password(false)?.as_bytes())
+        .with_context(|| args.key.display().to_string())?;
     let registry = Registry::new(args.registry.config()?);
     let pinned = pinned(&registry, &args.reference).await?;
     signatures::attach(&registry, &pinned, &pair).await?;
@@ -110,10 +118,21 @@ pub async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     for (i, k) in args.key.iter().enumerate() {
         let (name, path) = match k.split_once('=') {
             Some((n, p)) => (n.to_string(), PathBuf::from(p)),
-            None => (if args.key.len() == 1 { "key".into() } else { format!("key{}", i + 1) }, PathBuf::from(k)),
+            None => (
+                if args.key.len() == 1 {
+                    "key".into()
+                } else {
+                    format!("key{}", i + 1)
+                },
+                PathBuf::from(k),
+            ),
         };
-        let pem = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        keys.push((name, PublicKey::from_pem(&pem).with_context(|| path.display().to_string())?));
+        let pem = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        keys.push((
+            name,
+            PublicKey::from_pem(&pem).with_context(|| path.display().to_string())?,
+        ));
     }
     let registry = Registry::new(args.registry.config()?);
     let pinned = pinned(&registry, &args.reference).await?;
@@ -121,7 +140,10 @@ pub async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let found = signatures::signatures(&registry, &pinned).await?;
     let signers = signatures::verified_by(&found, &digest, &keys);
     if signers.is_empty() {
-        eprintln!("{pinned}: {} signature(s) found, none by the given key(s)", found.len());
+        eprintln!(
+            "{pinned}: {} signature(s) found, none by the given key(s)",
+            found.len()
+        );
         return Ok(ExitCode::from(1));
     }
     println!("{pinned}");

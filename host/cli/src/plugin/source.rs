@@ -29,15 +29,27 @@ impl RegistryArgs {
     pub fn config(&self) -> anyhow::Result<RegistryConfig> {
         let mut ca_bundles = std::collections::BTreeMap::new();
         for entry in &self.ca {
-            let (host, path) = entry.split_once('=').with_context(|| format!("--registry-ca {entry:?} is not HOST=PEM-FILE"))?;
+            let (host, path) = entry
+                .split_once('=')
+                .with_context(|| format!("--registry-ca {entry:?} is not HOST=PEM-FILE"))?;
             ca_bundles.insert(host.to_string(), PathBuf::from(path));
         }
         let credentials = match (&self.username, &self.password) {
-            (Some(u), Some(p)) => Credentials::Basic { username: u.clone(), password: p.clone() },
-            (Some(_), None) | (None, Some(_)) => anyhow::bail!("--username and --password go together"),
+            (Some(u), Some(p)) => Credentials::Basic {
+                username: u.clone(),
+                password: p.clone(),
+            },
+            (Some(_), None) | (None, Some(_)) => {
+                anyhow::bail!("--username and --password go together")
+            }
             (None, None) => Credentials::from_environment(),
         };
-        Ok(RegistryConfig { insecure: self.insecure.clone(), ca_bundles, credentials, ..Default::default() })
+        Ok(RegistryConfig {
+            insecure: self.insecure.clone(),
+            ca_bundles,
+            credentials,
+            ..Default::default()
+        })
     }
 }
 
@@ -45,12 +57,30 @@ impl RegistryArgs {
 pub fn print_progress(p: Progress) {
     match p {
         Progress::Cached { what, digest } => eprintln!("  {what:<8} {} from cache", short(&digest)),
-        Progress::Downloading { what, digest, bytes } if bytes > 0 => {
-            eprintln!("  {what:<8} {} downloading {}", short(&digest), super::human_size(bytes as usize))
+        Progress::Downloading {
+            what,
+            digest,
+            bytes,
+        } if bytes > 0 => {
+            eprintln!(
+                "  {what:<8} {} downloading {}",
+                short(&digest),
+                super::human_size(bytes as usize)
+            )
         }
-        Progress::Downloading { what, digest, .. } => eprintln!("  {what:<8} {} downloading", short(&digest)),
-        Progress::Uploading { what, digest, bytes } => {
-            eprintln!("  {what:<8} {} uploading {}", short(&digest), super::human_size(bytes as usize))
+        Progress::Downloading { what, digest, .. } => {
+            eprintln!("  {what:<8} {} downloading", short(&digest))
+        }
+        Progress::Uploading {
+            what,
+            digest,
+            bytes,
+        } => {
+            eprintln!(
+                "  {what:<8} {} uploading {}",
+                short(&digest),
+                super::human_size(bytes as usize)
+            )
         }
     }
 }
@@ -72,11 +102,18 @@ pub struct Source {
 
 /// Whether `s` names an OCI reference rather than a file.
 pub fn is_reference(s: &str) -> bool {
-    !Path::new(s).exists() && s.contains('/') && (s.contains(':') || s.contains('@')) && !s.starts_with('.') && !s.starts_with('/')
+    !Path::new(s).exists()
+        && s.contains('/')
+        && (s.contains(':') || s.contains('@'))
+        && !s.starts_with('.')
+        && !s.starts_with('/')
 }
 
 /// Resolves (if needed) and pulls `reference` through the CLI's node cache.
-pub async fn pull(reference: &str, registry: &RegistryArgs) -> anyhow::Result<nodewright_oci::Pulled> {
+pub async fn pull(
+    reference: &str,
+    registry: &RegistryArgs,
+) -> anyhow::Result<nodewright_oci::Pulled> {
     let reg = Registry::new(registry.config()?);
     let pinned = if reference.contains("@sha256:") {
         reference.to_string()
@@ -92,13 +129,29 @@ pub async fn pull(reference: &str, registry: &RegistryArgs) -> anyhow::Result<no
 }
 
 /// Loads a plugin from a file or a reference.
-pub async fn load(engine: &Engine, source: &str, registry: &RegistryArgs) -> anyhow::Result<Source> {
+pub async fn load(
+    engine: &Engine,
+    source: &str,
+    registry: &RegistryArgs,
+) -> anyhow::Result<Source> {
     if !is_reference(source) {
         let (plugin, load_time) = super::load(engine, Path::new(source))?;
-        return Ok(Source { plugin, load_time, display: source.to_string(), pulled_from_cache: None });
+        return Ok(Source {
+            plugin,
+            load_time,
+            display: source.to_string(),
+            pulled_from_cache: None,
+        });
     }
     let pulled = pull(source, registry).await?;
     let started = Instant::now();
-    let plugin = engine.load(&pulled.bytes).with_context(|| pulled.reference.clone())?;
-    Ok(Source { plugin, load_time: started.elapsed(), display: pulled.reference, pulled_from_cache: Some(pulled.from_cache) })
+    let plugin = engine
+        .load(&pulled.bytes)
+        .with_context(|| pulled.reference.clone())?;
+    Ok(Source {
+        plugin,
+        load_time: started.elapsed(),
+        display: pulled.reference,
+        pulled_from_cache: Some(pulled.from_cache),
+    })
 }

@@ -6,28 +6,55 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
-use nodewright_engine::{Engine, EngineConfig, LoadedPlugin, RunError, RunReport, RunStage, SandboxLimits, StageContext};
+use nodewright_engine::{
+    Engine, EngineConfig, LoadedPlugin, RunError, RunReport, RunStage, SandboxLimits, StageContext,
+};
 use nodewright_hostops::{NodeIdentity, SimHost};
 
 pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("nodewright-engine-tests-{}", std::process::id()));
-        Engine::new(EngineConfig { cache_dir: Some(dir), ..Default::default() }).expect("engine")
+        let dir =
+            std::env::temp_dir().join(format!("nodewright-engine-tests-{}", std::process::id()));
+        Engine::new(EngineConfig {
+            cache_dir: Some(dir),
+            ..Default::default()
+        })
+        .expect("engine")
     })
 }
 
 pub fn load(path: &str) -> LoadedPlugin {
-    engine().load(&nodewright_artifacts::read(path)).expect("load plugin")
+    engine()
+        .load(&nodewright_artifacts::read(path))
+        .expect("load plugin")
 }
 
 pub fn grants(flags: &[&str], package: &str) -> Arc<GrantSet> {
     let (caps, power) = Capabilities::from_flags(flags).expect("grant flags");
-    Arc::new(GrantSet::parse(&caps, power, GrantSource::Spec { package: package.into() }).expect("grants"))
+    Arc::new(
+        GrantSet::parse(
+            &caps,
+            power,
+            GrantSource::Spec {
+                package: package.into(),
+            },
+        )
+        .expect("grants"),
+    )
 }
 
 pub fn sim(root: &Path) -> Arc<SimHost> {
-    Arc::new(SimHost::new(root, NodeIdentity { name: "node-1".into(), labels: vec![] }).expect("sim host"))
+    Arc::new(
+        SimHost::new(
+            root,
+            NodeIdentity {
+                name: "node-1".into(),
+                labels: vec![],
+            },
+        )
+        .expect("sim host"),
+    )
 }
 
 pub struct Run<'a> {
@@ -40,7 +67,16 @@ pub struct Run<'a> {
 
 impl<'a> Run<'a> {
     pub fn new(plugin: &'a LoadedPlugin, package: &'a str, grants: &'a [&'a str]) -> Self {
-        Run { plugin, package, grants, config: &[], limits: SandboxLimits { timeout: Duration::from_secs(30), ..Default::default() } }
+        Run {
+            plugin,
+            package,
+            grants,
+            config: &[],
+            limits: SandboxLimits {
+                timeout: Duration::from_secs(30),
+                ..Default::default()
+            },
+        }
     }
 
     pub fn config(mut self, config: &'a [(&'a str, &'a str)]) -> Self {
@@ -55,7 +91,9 @@ impl<'a> Run<'a> {
         for (k, v) in self.config {
             ctx = ctx.with_config(k, v);
         }
-        prepared.run(stage, ctx, host.clone(), grants, &self.limits).await
+        prepared
+            .run(stage, ctx, host.clone(), grants, &self.limits)
+            .await
     }
 }
 
@@ -74,12 +112,19 @@ impl<'a> Attack<'a> {
             name,
             stage: RunStage::Apply,
             grants,
-            limits: SandboxLimits { timeout: Duration::from_secs(20), memory: 32 << 20, ..Default::default() },
+            limits: SandboxLimits {
+                timeout: Duration::from_secs(20),
+                memory: 32 << 20,
+                ..Default::default()
+            },
         }
     }
 
     /// Runs the attack on a fresh node; `setup` prepares the node's root first.
-    pub async fn run(&self, setup: impl FnOnce(&Path)) -> (Result<RunReport, RunError>, tempfile::TempDir) {
+    pub async fn run(
+        &self,
+        setup: impl FnOnce(&Path),
+    ) -> (Result<RunReport, RunError>, tempfile::TempDir) {
         let plugin = load(nodewright_artifacts::HOSTILE);
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
@@ -99,7 +144,11 @@ impl<'a> Attack<'a> {
         ];
         let key = |g: &str| g.split('=').next().unwrap_or(g).to_string();
         let mut grants: Vec<&str> = self.grants.to_vec();
-        grants.extend(DEFAULTS.iter().filter(|d| !self.grants.iter().any(|g| key(g) == key(d))));
+        grants.extend(
+            DEFAULTS
+                .iter()
+                .filter(|d| !self.grants.iter().any(|g| key(g) == key(d))),
+        );
         let mut run = Run::new(&plugin, "hostile", &grants).config(&config);
         run.limits = self.limits.clone();
         (run.stage(&host, self.stage).await, tmp)
@@ -109,7 +158,10 @@ impl<'a> Attack<'a> {
 /// The denial a report ended with, or a panic saying what it was instead.
 pub fn denial(name: &str, result: &Result<RunReport, RunError>) -> nodewright_engine::Denial {
     match result {
-        Ok(RunReport { result: Err(nodewright_engine::StepFailure::Denied(d)), .. }) => d.clone(),
+        Ok(RunReport {
+            result: Err(nodewright_engine::StepFailure::Denied(d)),
+            ..
+        }) => d.clone(),
         Ok(r) => panic!("{name}: expected a denial, got {:?}", r.result),
         Err(e) => panic!("{name}: sandbox error {e}"),
     }

@@ -82,15 +82,54 @@ impl Metrics {
         let admissions = Family::<AdmissionLabels, Counter>::default();
         let events = Family::<EventLabels, Counter>::default();
         let rollout = rollout::Rollout::default();
-        registry.register("nodewright_reconcile_duration_seconds", "Duration of one planner pass: snapshot, plan and execute", pass_duration.clone());
-        registry.register("nodewright_actions", "Planner actions executed, by action", actions.clone());
-        registry.register("nodewright_api_writes", "Writes sent to the Kubernetes API", api_writes.clone());
-        registry.register("nodewright_api_write_failures", "Writes the Kubernetes API refused or that failed", api_write_failures.clone());
-        registry.register("nodewright_leader", "1 while this replica plans (holds the leader lease)", leader.clone());
-        registry.register("nodewright_admission_reviews", "Admission reviews answered by the webhook", admissions.clone());
-        registry.register("nodewright_events", "Events emitted, by reason (DrainTimeout, StageFailed, Interrupt, ...)", events.clone());
+        registry.register(
+            "nodewright_reconcile_duration_seconds",
+            "Duration of one planner pass: snapshot, plan and execute",
+            pass_duration.clone(),
+        );
+        registry.register(
+            "nodewright_actions",
+            "Planner actions executed, by action",
+            actions.clone(),
+        );
+        registry.register(
+            "nodewright_api_writes",
+            "Writes sent to the Kubernetes API",
+            api_writes.clone(),
+        );
+        registry.register(
+            "nodewright_api_write_failures",
+            "Writes the Kubernetes API refused or that failed",
+            api_write_failures.clone(),
+        );
+        registry.register(
+            "nodewright_leader",
+            "1 while this replica plans (holds the leader lease)",
+            leader.clone(),
+        );
+        registry.register(
+            "nodewright_admission_reviews",
+            "Admission reviews answered by the webhook",
+            admissions.clone(),
+        );
+        registry.register(
+            "nodewright_events",
+            "Events emitted, by reason (DrainTimeout, StageFailed, Interrupt, ...)",
+            events.clone(),
+        );
         rollout.register(&mut registry);
-        Metrics { registry, pass_duration, actions, api_writes, api_write_failures, leader, admissions, events, rollout, ready: AtomicBool::new(false) }
+        Metrics {
+            registry,
+            pass_duration,
+            actions,
+            api_writes,
+            api_write_failures,
+            leader,
+            admissions,
+            events,
+            rollout,
+            ready: AtomicBool::new(false),
+        }
     }
 
     /// Counts one executed action.
@@ -102,7 +141,9 @@ impl Metrics {
             Action::Evict { .. } => "evict",
             Action::SetStatus { .. } => "set_status",
             Action::Event(e) => {
-                self.events.get_or_create(&EventLabels { reason: e.reason }).inc();
+                self.events
+                    .get_or_create(&EventLabels { reason: e.reason })
+                    .inc();
                 "event"
             }
             Action::AddFinalizer { .. } => "add_finalizer",

@@ -101,25 +101,76 @@ pub struct Rollout {
 
 /// A blame's serialized name (`package`, `denied`, ...).
 fn blame_name(b: &nodewright_api::result::Blame) -> String {
-    serde_json::to_value(b).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+    serde_json::to_value(b)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
 }
 
 impl Rollout {
     /// Registers the families in `r`.
     pub fn register(&self, r: &mut Registry) {
-        r.register("nodewright_status", "1 for each NodeWright's current status", self.cr_status.clone());
-        r.register("nodewright_nodes", "Nodes a NodeWright selects, by their status for it", self.nodes.clone());
-        r.register("nodewright_node_status", "1 for each node's current status under a NodeWright", self.node_status.clone());
-        r.register("nodewright_packages", "Nodes at each stage and state of each package", self.packages.clone());
-        r.register("nodewright_compartment_nodes_matched", "Nodes in a rollout compartment", self.compartment_matched.clone());
-        r.register("nodewright_compartment_nodes_completed", "Nodes of a compartment that are complete", self.compartment_completed.clone());
-        r.register("nodewright_compartment_nodes_in_progress", "Nodes of a compartment's current batch still at work", self.compartment_in_progress.clone());
-        r.register("nodewright_compartment_batch", "A compartment's current batch number", self.compartment_batch.clone());
-        r.register("nodewright_compartment_stopped", "1 when a compartment stopped on failures", self.compartment_stopped.clone());
+        r.register(
+            "nodewright_status",
+            "1 for each NodeWright's current status",
+            self.cr_status.clone(),
+        );
+        r.register(
+            "nodewright_nodes",
+            "Nodes a NodeWright selects, by their status for it",
+            self.nodes.clone(),
+        );
+        r.register(
+            "nodewright_node_status",
+            "1 for each node's current status under a NodeWright",
+            self.node_status.clone(),
+        );
+        r.register(
+            "nodewright_packages",
+            "Nodes at each stage and state of each package",
+            self.packages.clone(),
+        );
+        r.register(
+            "nodewright_compartment_nodes_matched",
+            "Nodes in a rollout compartment",
+            self.compartment_matched.clone(),
+        );
+        r.register(
+            "nodewright_compartment_nodes_completed",
+            "Nodes of a compartment that are complete",
+            self.compartment_completed.clone(),
+        );
+        r.register(
+            "nodewright_compartment_nodes_in_progress",
+            "Nodes of a compartment's current batch still at work",
+            self.compartment_in_progress.clone(),
+        );
+        r.register(
+            "nodewright_compartment_batch",
+            "A compartment's current batch number",
+            self.compartment_batch.clone(),
+        );
+        r.register(
+            "nodewright_compartment_stopped",
+            "1 when a compartment stopped on failures",
+            self.compartment_stopped.clone(),
+        );
         r.register("nodewright_condition", "1 for each NodeWright condition's current status (Ready, Blocked, DrainBlocked, PluginsReady, ...)", self.conditions.clone());
-        r.register("nodewright_plugin_errors", "1 while a NodeWright's plugins cannot be used, by reason", self.plugin_errors.clone());
-        r.register("nodewright_jobs", "The operator's stage Jobs, by phase (active, succeeded, failed)", self.jobs.clone());
-        r.register("nodewright_job_attempts_failed", "Failed attempts counted so far by the Jobs still running", self.job_attempts_failed.clone());
+        r.register(
+            "nodewright_plugin_errors",
+            "1 while a NodeWright's plugins cannot be used, by reason",
+            self.plugin_errors.clone(),
+        );
+        r.register(
+            "nodewright_jobs",
+            "The operator's stage Jobs, by phase (active, succeeded, failed)",
+            self.jobs.clone(),
+        );
+        r.register(
+            "nodewright_job_attempts_failed",
+            "Failed attempts counted so far by the Jobs still running",
+            self.job_attempts_failed.clone(),
+        );
         r.register("nodewright_stage_failures", "Stage Jobs that failed for good, by package, stage and blame (package, denied, config, host, disruption)", self.stage_failures.clone());
     }
 
@@ -130,40 +181,103 @@ impl Rollout {
         }
         self.node_status.clear();
         self.packages.clear();
-        for f in [&self.compartment_matched, &self.compartment_completed, &self.compartment_in_progress, &self.compartment_batch, &self.compartment_stopped] {
+        for f in [
+            &self.compartment_matched,
+            &self.compartment_completed,
+            &self.compartment_in_progress,
+            &self.compartment_batch,
+            &self.compartment_stopped,
+        ] {
             f.clear();
         }
         self.conditions.clear();
         self.plugin_errors.clear();
         for cr in &s.nodewrights {
             let nw = cr.name.clone();
-            let status = cr.status.status.unwrap_or(Status::Unknown).as_str().to_string();
-            self.cr_status.get_or_create(&CrStatus { nodewright: nw.clone(), status }).set(1);
+            let status = cr
+                .status
+                .status
+                .unwrap_or(Status::Unknown)
+                .as_str()
+                .to_string();
+            self.cr_status
+                .get_or_create(&CrStatus {
+                    nodewright: nw.clone(),
+                    status,
+                })
+                .set(1);
             for (node, st) in &cr.status.node_status {
-                self.nodes.get_or_create(&CrStatus { nodewright: nw.clone(), status: st.as_str().into() }).inc();
-                self.node_status.get_or_create(&NodeStatus { nodewright: nw.clone(), node: node.clone(), status: st.as_str().into() }).set(1);
+                self.nodes
+                    .get_or_create(&CrStatus {
+                        nodewright: nw.clone(),
+                        status: st.as_str().into(),
+                    })
+                    .inc();
+                self.node_status
+                    .get_or_create(&NodeStatus {
+                        nodewright: nw.clone(),
+                        node: node.clone(),
+                        status: st.as_str().into(),
+                    })
+                    .set(1);
             }
             for (name, c) in &cr.status.compartment_statuses {
-                let l = Compartment { nodewright: nw.clone(), compartment: name.clone() };
-                self.compartment_matched.get_or_create(&l).set(c.matched.into());
-                self.compartment_completed.get_or_create(&l).set(c.completed.into());
-                self.compartment_in_progress.get_or_create(&l).set(c.in_progress.into());
+                let l = Compartment {
+                    nodewright: nw.clone(),
+                    compartment: name.clone(),
+                };
+                self.compartment_matched
+                    .get_or_create(&l)
+                    .set(c.matched.into());
+                self.compartment_completed
+                    .get_or_create(&l)
+                    .set(c.completed.into());
+                self.compartment_in_progress
+                    .get_or_create(&l)
+                    .set(c.in_progress.into());
                 let batch = c.batch_state.as_ref();
-                self.compartment_batch.get_or_create(&l).set(batch.map_or(0, |b| b.current_batch).into());
-                self.compartment_stopped.get_or_create(&l).set(i64::from(batch.is_some_and(|b| b.should_stop)));
+                self.compartment_batch
+                    .get_or_create(&l)
+                    .set(batch.map_or(0, |b| b.current_batch).into());
+                self.compartment_stopped
+                    .get_or_create(&l)
+                    .set(i64::from(batch.is_some_and(|b| b.should_stop)));
             }
             for c in &cr.status.conditions {
-                self.conditions.get_or_create(&Condition { nodewright: nw.clone(), condition: c.type_.clone(), status: c.status.clone() }).set(1);
+                self.conditions
+                    .get_or_create(&Condition {
+                        nodewright: nw.clone(),
+                        condition: c.type_.clone(),
+                        status: c.status.clone(),
+                    })
+                    .set(1);
             }
             if let Plugins::NotReady { reason, .. } = &cr.plugins {
-                self.plugin_errors.get_or_create(&PluginError { nodewright: nw.clone(), reason: reason.clone() }).set(1);
+                self.plugin_errors
+                    .get_or_create(&PluginError {
+                        nodewright: nw.clone(),
+                        reason: reason.clone(),
+                    })
+                    .set(1);
             }
             let key = keys::node_state(&cr.name);
             let mut counts: HashMap<PackageStage, i64> = HashMap::new();
             for n in &s.nodes {
-                let Some(st) = n.annotations.get(&key).and_then(|raw| serde_json::from_str::<NodeState>(raw).ok()) else { continue };
+                let Some(st) = n
+                    .annotations
+                    .get(&key)
+                    .and_then(|raw| serde_json::from_str::<NodeState>(raw).ok())
+                else {
+                    continue;
+                };
                 for e in st.values() {
-                    let l = PackageStage { nodewright: nw.clone(), package: e.name.clone(), version: e.version.clone(), stage: e.stage.as_str().into(), state: e.state.as_str().into() };
+                    let l = PackageStage {
+                        nodewright: nw.clone(),
+                        package: e.name.clone(),
+                        version: e.version.clone(),
+                        stage: e.stage.as_str().into(),
+                        state: e.state.as_str().into(),
+                    };
                     *counts.entry(l).or_default() += 1;
                 }
             }
@@ -181,9 +295,19 @@ impl Rollout {
         // Zero series for every CR, so "no Jobs" is 0 rather than absent.
         for cr in &s.nodewrights {
             for phase in ["active", "succeeded", "failed"] {
-                self.jobs.get_or_create(&JobLabels { nodewright: cr.name.clone(), phase }).set(0);
+                self.jobs
+                    .get_or_create(&JobLabels {
+                        nodewright: cr.name.clone(),
+                        phase,
+                    })
+                    .set(0);
             }
-            self.job_attempts_failed.get_or_create(&JobLabels { nodewright: cr.name.clone(), phase: "active" }).set(0);
+            self.job_attempts_failed
+                .get_or_create(&JobLabels {
+                    nodewright: cr.name.clone(),
+                    phase: "active",
+                })
+                .set(0);
         }
         let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
         let live: HashSet<&str> = s.jobs.iter().map(|j| j.name.as_str()).collect();
@@ -194,7 +318,10 @@ impl Rollout {
                 JobPhase::Succeeded(_) => ("succeeded", 0),
                 JobPhase::Failed { .. } => ("failed", 0),
             };
-            let l = JobLabels { nodewright: j.cr.clone(), phase };
+            let l = JobLabels {
+                nodewright: j.cr.clone(),
+                phase,
+            };
             self.jobs.get_or_create(&l).inc();
             if failed > 0 {
                 self.job_attempts_failed.get_or_create(&l).inc_by(failed);
@@ -203,11 +330,25 @@ impl Rollout {
                 && counted.insert(j.name.clone())
             {
                 let (package, stage) = match &j.work {
-                    Work::Package { package, stage, .. } => (package.clone(), stage.as_str().to_string()),
-                    Work::Interrupt { owner, stage, .. } => (owner.clone(), stage.as_str().to_string()),
+                    Work::Package { package, stage, .. } => {
+                        (package.clone(), stage.as_str().to_string())
+                    }
+                    Work::Interrupt { owner, stage, .. } => {
+                        (owner.clone(), stage.as_str().to_string())
+                    }
                 };
-                let blame = last.as_ref().map(|r| blame_name(&r.blame)).unwrap_or_else(|| reason.clone());
-                self.stage_failures.get_or_create(&Failure { nodewright: j.cr.clone(), package, stage, blame }).inc();
+                let blame = last
+                    .as_ref()
+                    .map(|r| blame_name(&r.blame))
+                    .unwrap_or_else(|| reason.clone());
+                self.stage_failures
+                    .get_or_create(&Failure {
+                        nodewright: j.cr.clone(),
+                        package,
+                        stage,
+                        blame,
+                    })
+                    .inc();
             }
         }
     }

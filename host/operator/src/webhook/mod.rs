@@ -18,10 +18,10 @@ pub mod cert;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::Client;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeState, NodeWright, NodeWrightSpec};
 use nodewright_api::validate::{self, FieldError};
 use nodewright_oci::Registry;
@@ -63,7 +63,9 @@ fn op_name(op: &Operation) -> &'static str {
 }
 
 fn spec_of(obj: &DynamicObject) -> Result<NodeWrightSpec, String> {
-    let mut spec: NodeWrightSpec = serde_json::from_value(obj.data.get("spec").cloned().unwrap_or_default()).map_err(|e| format!("spec: {e}"))?;
+    let mut spec: NodeWrightSpec =
+        serde_json::from_value(obj.data.get("spec").cloned().unwrap_or_default())
+            .map_err(|e| format!("spec: {e}"))?;
     validate::default_nodewright(&mut spec);
     Ok(spec)
 }
@@ -71,19 +73,37 @@ fn spec_of(obj: &DynamicObject) -> Result<NodeWrightSpec, String> {
 impl Admission {
     /// An admission handler reading through `client` and the operator's caches, verifying
     /// plugins' signatures through `registry`.
-    pub fn new(client: Client, world: World, metrics: Arc<Metrics>, trust: Trust, registry: Registry) -> Self {
-        Admission { client, world, metrics, trust, registry: Arc::new(registry) }
+    pub fn new(
+        client: Client,
+        world: World,
+        metrics: Arc<Metrics>,
+        trust: Trust,
+        registry: Registry,
+    ) -> Self {
+        Admission {
+            client,
+            world,
+            metrics,
+            trust,
+            registry: Arc::new(registry),
+        }
     }
 
     /// Answers one `AdmissionReview` body with the review to send back.
     pub async fn review(&self, body: &[u8]) -> AdmissionReview<DynamicObject> {
         let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
             Ok(r) => r,
-            Err(e) => return AdmissionResponse::invalid(format!("not an AdmissionReview: {e}")).into_review(),
+            Err(e) => {
+                return AdmissionResponse::invalid(format!("not an AdmissionReview: {e}"))
+                    .into_review();
+            }
         };
         let req: AdmissionRequest<DynamicObject> = match review.try_into() {
             Ok(r) => r,
-            Err(e) => return AdmissionResponse::invalid(format!("not an AdmissionReview request: {e}")).into_review(),
+            Err(e) => {
+                return AdmissionResponse::invalid(format!("not an AdmissionReview request: {e}"))
+                    .into_review();
+            }
         };
         let mut resp = AdmissionResponse::from(&req);
         let (verdict, resp) = match self.decide(&req).await {
@@ -95,18 +115,32 @@ impl Admission {
             }
             Ok(v) => {
                 resp.warnings = (!v.warnings.is_empty()).then_some(v.warnings);
-                let msg = v.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                let msg = v
+                    .errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
                 tracing::info!(kind = %req.kind.kind, name = %req.name, "admission denied: {msg}");
                 ("denied", resp.deny(msg))
             }
             Err(why) => {
                 tracing::warn!(kind = %req.kind.kind, name = %req.name, "admission could not be checked (denied): {why}");
-                ("error", resp.deny(format!("nodewright could not check this request, so it is refused: {why}")))
+                (
+                    "error",
+                    resp.deny(format!(
+                        "nodewright could not check this request, so it is refused: {why}"
+                    )),
+                )
             }
         };
         self.metrics
             .admissions
-            .get_or_create(&AdmissionLabels { kind: req.kind.kind.clone(), operation: op_name(&req.operation).into(), verdict })
+            .get_or_create(&AdmissionLabels {
+                kind: req.kind.kind.clone(),
+                operation: op_name(&req.operation).into(),
+                verdict,
+            })
             .inc();
         resp.into_review()
     }
@@ -116,10 +150,14 @@ impl Admission {
         match (req.kind.kind.as_str(), &req.operation) {
             ("DeploymentPolicy", Operation::Delete) => {
                 let users = self.policy_users(&req.name).await?;
-                v.errors.extend(validate::validate_policy_delete(&req.name, &users));
+                v.errors
+                    .extend(validate::validate_policy_delete(&req.name, &users));
             }
             (_, Operation::Delete) => {}
-            (kind @ ("NodeWright" | "DeploymentPolicy" | "PluginTrustPolicy"), Operation::Create | Operation::Update) => {
+            (
+                kind @ ("NodeWright" | "DeploymentPolicy" | "PluginTrustPolicy"),
+                Operation::Create | Operation::Update,
+            ) => {
                 let obj = req.object.as_ref().ok_or("the request carries no object")?;
                 let doc = serde_json::to_value(obj).map_err(|e| e.to_string())?;
                 if let Err(errors) = validate::validate_manifest(&doc) {
@@ -127,27 +165,38 @@ impl Admission {
                     return Ok(v);
                 }
                 if kind == "PluginTrustPolicy" {
-                    let spec = serde_json::from_value(doc["spec"].clone()).map_err(|e| format!("spec: {e}"))?;
-                    v.errors.extend(nodewright_trust::policy::key_errors(&spec).into_iter().map(|(path, message)| FieldError { path, message }));
+                    let spec = serde_json::from_value(doc["spec"].clone())
+                        .map_err(|e| format!("spec: {e}"))?;
+                    v.errors.extend(
+                        nodewright_trust::policy::key_errors(&spec)
+                            .into_iter()
+                            .map(|(path, message)| FieldError { path, message }),
+                    );
                 }
                 if kind == "NodeWright" {
                     let spec = spec_of(obj)?;
                     if let Some(policy) = spec.deployment_policy.as_deref() {
                         let exists = self.policy_exists(policy).await?;
-                        v.errors.extend(validate::validate_policy_reference(&spec, |_| exists));
+                        v.errors
+                            .extend(validate::validate_policy_reference(&spec, |_| exists));
                     }
                     let old = match (&req.operation, &req.old_object) {
                         (Operation::Update, Some(old)) => Some(spec_of(old)?),
                         _ => None,
                     };
                     if let Some(old) = &old {
-                        let (errors, warnings) = validate::validate_nodewright_update(old, &spec, &self.node_states(&req.name));
+                        let (errors, warnings) = validate::validate_nodewright_update(
+                            old,
+                            &spec,
+                            &self.node_states(&req.name),
+                        );
                         v.errors.extend(errors);
                         v.warnings.extend(warnings);
                     }
                     let needed = authority::to_authorize(old.as_ref(), &spec);
                     if !needed.is_empty() {
-                        v.errors.extend(authority::check(&self.client, &req.user_info, &needed).await?);
+                        v.errors
+                            .extend(authority::check(&self.client, &req.user_info, &needed).await?);
                     }
                     if v.errors.is_empty() && self.trust.in_force() {
                         self.judge(&spec, &mut v).await?;
@@ -162,9 +211,15 @@ impl Admission {
     /// Trust findings: `enforce` ones refuse (at the package's plugin field), `warn` ones
     /// warn. A registry that cannot be reached refuses (fail closed).
     async fn judge(&self, spec: &NodeWrightSpec, v: &mut Verdict) -> Result<(), String> {
-        for (name, _pinned, judgement) in self.trust.judge_all(&self.registry, &spec.packages).await? {
+        for (name, _pinned, judgement) in
+            self.trust.judge_all(&self.registry, &spec.packages).await?
+        {
             let path = format!("spec.packages.{name}.plugin");
-            v.errors.extend(judgement.refusals.iter().map(|f| FieldError { path: path.clone(), message: f.to_string() }));
+            v.errors
+                .extend(judgement.refusals.iter().map(|f| FieldError {
+                    path: path.clone(),
+                    message: f.to_string(),
+                }));
             v.warnings.extend(judgement.warnings);
         }
         Ok(())
@@ -172,12 +227,18 @@ impl Admission {
 
     async fn policy_exists(&self, name: &str) -> Result<bool, String> {
         let api: Api<DeploymentPolicy> = Api::all(self.client.clone());
-        api.get_opt(name).await.map(|p| p.is_some()).map_err(|e| format!("reading DeploymentPolicy {name:?}: {e}"))
+        api.get_opt(name)
+            .await
+            .map(|p| p.is_some())
+            .map_err(|e| format!("reading DeploymentPolicy {name:?}: {e}"))
     }
 
     async fn policy_users(&self, policy: &str) -> Result<Vec<String>, String> {
         let api: Api<NodeWright> = Api::all(self.client.clone());
-        let list = api.list(&ListParams::default()).await.map_err(|e| format!("listing NodeWrights: {e}"))?;
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing NodeWrights: {e}"))?;
         Ok(list
             .items
             .into_iter()
@@ -189,6 +250,10 @@ impl Admission {
     /// `node → state` of NodeWright `cr`, from the node cache (unparseable entries skipped:
     /// the planner reports those).
     fn node_states(&self, cr: &str) -> BTreeMap<String, NodeState> {
-        self.world.node_annotations(&nodewright_api::keys::node_state(cr)).into_iter().filter_map(|(n, v)| Some((n, serde_json::from_str(&v).ok()?))).collect()
+        self.world
+            .node_annotations(&nodewright_api::keys::node_state(cr))
+            .into_iter()
+            .filter_map(|(n, v)| Some((n, serde_json::from_str(&v).ok()?)))
+            .collect()
     }
 }

@@ -41,20 +41,58 @@ impl E2e {
     /// A control plane with `nodes` (name, labels), CRDs installed, plugins pushed.
     pub async fn start(nodes: &[(&str, &[(&str, &str)])]) -> E2e {
         let work = tempfile::tempdir().unwrap();
-        let defs: Vec<(String, Vec<(String, String)>)> =
-            nodes.iter().map(|(n, labels)| (n.to_string(), labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())).collect();
-        let cluster = Cluster::start(work.path(), &defs).await.expect("local cluster");
+        let defs: Vec<(String, Vec<(String, String)>)> = nodes
+            .iter()
+            .map(|(n, labels)| {
+                (
+                    n.to_string(),
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                )
+            })
+            .collect();
+        let cluster = Cluster::start(work.path(), &defs)
+            .await
+            .expect("local cluster");
         static BINS: OnceLock<Binaries> = OnceLock::new();
-        let bins = BINS.get_or_init(|| Binaries::in_dir(Path::new(env!("CARGO_BIN_EXE_nodewright-operator")).parent().expect("a profile directory")).expect("operator and agent binaries")).clone();
+        let bins = BINS
+            .get_or_init(|| {
+                Binaries::in_dir(
+                    Path::new(env!("CARGO_BIN_EXE_nodewright-operator"))
+                        .parent()
+                        .expect("a profile directory"),
+                )
+                .expect("operator and agent binaries")
+            })
+            .clone();
         let operator_log = work.path().join("operator.log");
-        E2e { cluster, bins, operator: None, operator_log, work }
+        E2e {
+            cluster,
+            bins,
+            operator: None,
+            operator_log,
+            work,
+        }
     }
 
     /// Starts the operator binary (again) with the harness's flags plus `extra`.
     pub fn start_operator(&mut self, extra: &[&str]) {
-        let rust_log = std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| "info,nodewright_operator=debug,kube=warn".into());
+        let rust_log = std::env::var("E2E_OPERATOR_LOG")
+            .unwrap_or_else(|_| "info,nodewright_operator=debug,kube=warn".into());
         let cache = self.work.path().join("operator-cache");
-        self.operator = Some(Operator::start(&self.cluster, &self.bins, &cache, &self.operator_log, &rust_log, extra).expect("start the operator"));
+        self.operator = Some(
+            Operator::start(
+                &self.cluster,
+                &self.bins,
+                &cache,
+                &self.operator_log,
+                &rust_log,
+                extra,
+            )
+            .expect("start the operator"),
+        );
     }
 
     /// Kills the operator (SIGKILL: no chance to tidy up).
@@ -75,22 +113,59 @@ impl E2e {
         if let Ok(keep) = std::env::var("E2E_KEEP_LOG") {
             let _ = std::fs::write(keep, &log);
         }
-        let tail: Vec<&str> = log.lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect();
-        format!("--- operator log (tail) ---\n{}\n--- control plane ---\n{}", tail.join("\n"), self.cp.logs())
+        let tail: Vec<&str> = log
+            .lines()
+            .rev()
+            .take(60)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!(
+            "--- operator log (tail) ---\n{}\n--- control plane ---\n{}",
+            tail.join("\n"),
+            self.cp.logs()
+        )
     }
 
     /// NodeWright statuses, node annotations and Jobs, for failure messages.
     pub async fn cluster_state(&self) -> String {
         let mut out = String::from("--- cluster state ---\n");
-        for nw in Api::<NodeWright>::all(self.client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
-            out.push_str(&format!("NodeWright {}: {}\n", nw.metadata.name.unwrap_or_default(), serde_json::to_string(&nw.status).unwrap_or_default()));
+        for nw in Api::<NodeWright>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            out.push_str(&format!(
+                "NodeWright {}: {}\n",
+                nw.metadata.name.unwrap_or_default(),
+                serde_json::to_string(&nw.status).unwrap_or_default()
+            ));
         }
-        for n in Api::<Node>::all(self.client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
-            let unsched = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
-            out.push_str(&format!("Node {} unschedulable={unsched} annotations={:?}\n", n.metadata.name.unwrap_or_default(), n.metadata.annotations.unwrap_or_default()));
+        for n in Api::<Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let unsched = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+            out.push_str(&format!(
+                "Node {} unschedulable={unsched} annotations={:?}\n",
+                n.metadata.name.unwrap_or_default(),
+                n.metadata.annotations.unwrap_or_default()
+            ));
         }
         for j in self.jobs().await {
-            out.push_str(&format!("Job {} status={}\n", j.metadata.name.unwrap_or_default(), serde_json::to_string(&j.status).unwrap_or_default()));
+            out.push_str(&format!(
+                "Job {} status={}\n",
+                j.metadata.name.unwrap_or_default(),
+                serde_json::to_string(&j.status).unwrap_or_default()
+            ));
         }
         out
     }
@@ -99,34 +174,63 @@ impl E2e {
     pub async fn apply(&self, nw: Value) {
         let nw: NodeWright = serde_json::from_value(nw).expect("a NodeWright");
         let api: Api<NodeWright> = Api::all(self.client.clone());
-        api.patch(nw.metadata.name.as_deref().unwrap(), &PatchParams::apply("e2e").force(), &Patch::Apply(&nw)).await.unwrap();
+        api.patch(
+            nw.metadata.name.as_deref().unwrap(),
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&nw),
+        )
+        .await
+        .unwrap();
     }
 
     /// Merge-patches a NodeWright.
     pub async fn patch(&self, name: &str, patch: Value) {
-        Api::<NodeWright>::all(self.client.clone()).patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        Api::<NodeWright>::all(self.client.clone())
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
     }
 
     pub async fn nodewright(&self, name: &str) -> NodeWright {
-        Api::<NodeWright>::all(self.client.clone()).get(name).await.unwrap()
+        Api::<NodeWright>::all(self.client.clone())
+            .get(name)
+            .await
+            .unwrap()
     }
 
     pub async fn node(&self, name: &str) -> Node {
-        Api::<Node>::all(self.client.clone()).get(name).await.unwrap()
+        Api::<Node>::all(self.client.clone())
+            .get(name)
+            .await
+            .unwrap()
     }
 
     pub async fn state(&self, cr: &str, node: &str) -> NodeState {
         let n = self.node(node).await;
-        n.metadata.annotations.unwrap_or_default().get(&keys::node_state(cr)).map(|s| serde_json::from_str(s).unwrap()).unwrap_or_default()
+        n.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(&keys::node_state(cr))
+            .map(|s| serde_json::from_str(s).unwrap())
+            .unwrap_or_default()
     }
 
     pub async fn node_status(&self, cr: &str, node: &str) -> Option<Status> {
-        self.nodewright(cr).await.status.and_then(|s| s.node_status.get(node).copied())
+        self.nodewright(cr)
+            .await
+            .status
+            .and_then(|s| s.node_status.get(node).copied())
     }
 
     /// A condition of a CR: (status, reason, message).
     pub async fn condition(&self, cr: &str, kind: &str) -> Option<(String, String, String)> {
-        let c = self.nodewright(cr).await.status?.conditions.into_iter().find(|c| c.type_ == kind)?;
+        let c = self
+            .nodewright(cr)
+            .await
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == kind)?;
         Some((c.status, c.reason, c.message))
     }
 
@@ -134,7 +238,10 @@ impl E2e {
     pub async fn events(&self, name: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for ns in ["default", NS] {
-            let evs = Api::<Event>::namespaced(self.client.clone(), ns).list(&ListParams::default()).await.unwrap();
+            let evs = Api::<Event>::namespaced(self.client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap();
             for e in evs.items {
                 if e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name) {
                     out.push((e.reason.unwrap_or_default(), e.note.unwrap_or_default()));
@@ -155,7 +262,8 @@ impl E2e {
             let local = self.host_path(n, path);
             std::fs::create_dir_all(local.parent().unwrap()).unwrap();
             std::fs::write(&local, format!("#!/bin/sh\n{body}\n")).unwrap();
-            std::fs::set_permissions(&local, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            std::fs::set_permissions(&local, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
         }
     }
 
@@ -176,7 +284,11 @@ impl E2e {
     {
         match nodewright_e2e::poll(timeout, check).await {
             Some(v) => v,
-            None => panic!("timed out after {timeout:?} waiting for {what}\n{}\n{}", self.cluster_state().await, self.diagnostics()),
+            None => panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}\n{}",
+                self.cluster_state().await,
+                self.diagnostics()
+            ),
         }
     }
 
@@ -185,7 +297,9 @@ impl E2e {
         self.wait(&format!("{cr} complete"), timeout, || async {
             let nw = self.nodewright(cr).await;
             let status = nw.status?;
-            (status.status? == Status::Complete && status.observed_generation >= nw.metadata.generation).then_some(())
+            (status.status? == Status::Complete
+                && status.observed_generation >= nw.metadata.generation)
+                .then_some(())
         })
         .await
     }
@@ -194,28 +308,46 @@ impl E2e {
     pub async fn pdb(&self, name: &str, selector: Value) {
         let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget =
             serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}})).unwrap();
-        Api::namespaced(self.client.clone(), "default").create(&PostParams::default(), &pdb).await.unwrap();
+        Api::namespaced(self.client.clone(), "default")
+            .create(&PostParams::default(), &pdb)
+            .await
+            .unwrap();
     }
 
     /// Deletes a pod in `default` at once.
     pub async fn delete_pod(&self, name: &str) {
-        let dp = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
-        let _ = Api::<Pod>::namespaced(self.client.clone(), "default").delete(name, &dp).await;
+        let dp = kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        let _ = Api::<Pod>::namespaced(self.client.clone(), "default")
+            .delete(name, &dp)
+            .await;
     }
 
     /// Merge-patches a node.
     pub async fn patch_node(&self, name: &str, patch: Value) {
-        Api::<Node>::all(self.client.clone()).patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        Api::<Node>::all(self.client.clone())
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
     }
 
     /// Reboots the simulated host recorded.
     pub fn reboots(&self, node: &str) -> usize {
-        self.journal(node).iter().filter(|a| matches!(a, HostAction::RebootRequested { .. })).count()
+        self.journal(node)
+            .iter()
+            .filter(|a| matches!(a, HostAction::RebootRequested { .. }))
+            .count()
     }
 
     /// Our Jobs.
     pub async fn jobs(&self) -> Vec<Job> {
-        Api::<Job>::namespaced(self.client.clone(), NS).list(&ListParams::default()).await.unwrap().items
+        Api::<Job>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
     }
 
     /// Creates a workload pod on `node` (owned by an inert ReplicaSet).
@@ -225,14 +357,25 @@ impl E2e {
 
     /// Adds a simulated node while the cluster runs.
     pub async fn add_node(&mut self, name: &str, labels: &[(&str, &str)]) {
-        let spec = labels.iter().fold(nodewright_testcluster::NodeSpec::new(name, &self.work.path().join("nodes")), |s, (k, v)| s.label(k, v));
-        self.cluster.sim.add_node(spec).await.expect("add a simulated node");
+        let spec = labels.iter().fold(
+            nodewright_testcluster::NodeSpec::new(name, &self.work.path().join("nodes")),
+            |s, (k, v)| s.label(k, v),
+        );
+        self.cluster
+            .sim
+            .add_node(spec)
+            .await
+            .expect("add a simulated node");
         self.cluster.nodes.push(name.to_string());
     }
 
     /// Removes a simulated node from the cluster (processes stopped, Node deleted).
     pub async fn remove_node(&mut self, name: &str) {
-        self.cluster.sim.remove_node(name).await.expect("remove a simulated node");
+        self.cluster
+            .sim
+            .remove_node(name)
+            .await
+            .expect("remove a simulated node");
         self.cluster.nodes.retain(|n| n != name);
     }
 
@@ -257,38 +400,63 @@ impl E2e {
     /// Pauses (or resumes) a NodeWright as `nodewright pause` does.
     pub async fn pause(&self, cr: &str, paused: bool) {
         let value = if paused { json!("true") } else { Value::Null };
-        self.patch(cr, json!({"metadata": {"annotations": {keys::PAUSE: value}}})).await;
+        self.patch(
+            cr,
+            json!({"metadata": {"annotations": {keys::PAUSE: value}}}),
+        )
+        .await;
     }
 
     /// Deletes a NodeWright (its finalizer decides when it is gone).
     pub async fn delete(&self, cr: &str) {
-        Api::<NodeWright>::all(self.client.clone()).delete(cr, &kube::api::DeleteParams::default()).await.unwrap();
+        Api::<NodeWright>::all(self.client.clone())
+            .delete(cr, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
     }
 
     /// Whether a NodeWright still exists.
     pub async fn exists(&self, cr: &str) -> bool {
-        Api::<NodeWright>::all(self.client.clone()).get_opt(cr).await.unwrap().is_some()
+        Api::<NodeWright>::all(self.client.clone())
+            .get_opt(cr)
+            .await
+            .unwrap()
+            .is_some()
     }
 
     /// A NodeWright's Jobs (by label), and the pods they made.
     pub async fn cr_jobs(&self, cr: &str) -> (Vec<Job>, Vec<Pod>) {
         let lp = ListParams::default().labels(&format!("{}={cr}", keys::job::CR));
-        let jobs = Api::<Job>::namespaced(self.client.clone(), NS).list(&lp).await.unwrap().items;
-        let pods = Api::<Pod>::namespaced(self.client.clone(), NS).list(&lp).await.unwrap().items;
+        let jobs = Api::<Job>::namespaced(self.client.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items;
+        let pods = Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items;
         (jobs, pods)
     }
 
     pub async fn pod_exists(&self, name: &str) -> bool {
-        Api::<Pod>::namespaced(self.client.clone(), "default").get_opt(name).await.unwrap().is_some()
+        Api::<Pod>::namespaced(self.client.clone(), "default")
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_some()
     }
 }
-
 
 /// A reboot package whose apply waits for `release-apply` under the node's root and whose
 /// post-interrupt waits for `release-post`; each writes a mark when it gets through.
 pub fn held_reboot_package(e: &E2e, version: &str) -> Value {
     e.script("/usr/local/bin/hold-apply", "while [ ! -f release-apply ]; do sleep 0.1; done; mkdir -p etc && echo installed > etc/driver");
-    e.script("/usr/local/bin/hold-post", "while [ ! -f release-post ]; do sleep 0.1; done; echo verified > etc/driver-verified");
+    e.script(
+        "/usr/local/bin/hold-post",
+        "while [ ! -f release-post ]; do sleep 0.1; done; echo verified > etc/driver-verified",
+    );
     json!({
         "version": version, "plugin": e.plugin("shell"), "interrupt": {"type": "reboot"},
         "capabilities": {"commands": [{"path": "/usr/local/bin/hold-apply"}, {"path": "/usr/local/bin/hold-post"}]},
@@ -302,11 +470,24 @@ pub fn release(e: &E2e, node: &str, what: &str) {
 
 /// GET over plain HTTP/1.1 from a local listener (the operator's metrics port); the body.
 pub async fn http_get(port: u16, path: &str) -> String {
-    nodewright_e2e::http_get(port, path).await.expect("GET from the operator").1
+    nodewright_e2e::http_get(port, path)
+        .await
+        .expect("GET from the operator")
+        .1
 }
 
 /// The metric names documented in docs/operator.md's tables (first column, backquoted).
 pub fn documented_metrics() -> Vec<String> {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operator.md")).unwrap();
-    doc.lines().filter_map(|l| l.strip_prefix("| `nodewright_")?.split('`').next().map(|n| format!("nodewright_{n}"))).collect()
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operator.md"),
+    )
+    .unwrap();
+    doc.lines()
+        .filter_map(|l| {
+            l.strip_prefix("| `nodewright_")?
+                .split('`')
+                .next()
+                .map(|n| format!("nodewright_{n}"))
+        })
+        .collect()
 }

@@ -1,12 +1,17 @@
 //! A tiny in-memory cluster that applies the planner's actions, so tests can drive a
 //! rollout pass by pass and decide each Job's outcome.
 
-#![allow(dead_code, reason = "each test binary uses a different part of the world")]
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the world"
+)]
 
 use nodewright_api::keys;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeState, NodeWrightSpec, Status};
-use nodewright_planner::{Action, Cr, Job, JobPhase, Node, Plugins, Pod, Refusal, Snapshot, Work, plan};
+use nodewright_planner::{
+    Action, Cr, Job, JobPhase, Node, Plugins, Pod, Refusal, Snapshot, Work, plan,
+};
 
 pub struct World {
     pub snap: Snapshot,
@@ -44,24 +49,45 @@ pub fn stages_on(w: &World, node: &str) -> Vec<String> {
         .filter(|(_, _, n)| *n == node)
         .map(|(_, work, _)| match work {
             Work::Package { package, stage, .. } => format!("{package}:{}", stage.as_str()),
-            Work::Interrupt { kind, owner, .. } => format!("interrupt:{}:{owner}", nodewright_planner::jobs::interrupt_name(*kind)),
+            Work::Interrupt { kind, owner, .. } => format!(
+                "interrupt:{}:{owner}",
+                nodewright_planner::jobs::interrupt_name(*kind)
+            ),
         })
         .collect()
 }
 
 /// A condition of a CR: (status, reason, message).
 pub fn condition(w: &World, cr: &str, kind: &str) -> (String, String, String) {
-    let c = w.cr(cr).status.conditions.iter().find(|c| c.type_ == kind).unwrap_or_else(|| panic!("no {kind} condition"));
+    let c = w
+        .cr(cr)
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind)
+        .unwrap_or_else(|| panic!("no {kind} condition"));
     (c.status.clone(), c.reason.clone(), c.message.clone())
 }
 
 pub fn ok(interrupt: &str, changes: u32) -> StageResult {
-    StageResult { outcome: "ok".into(), interrupt: Some(interrupt.into()), change_count: changes, ..StageResult::failed("x", "p", Blame::None, "") }
+    StageResult {
+        outcome: "ok".into(),
+        interrupt: Some(interrupt.into()),
+        change_count: changes,
+        ..StageResult::failed("x", "p", Blame::None, "")
+    }
 }
 
 impl World {
     pub fn new(nodes: usize) -> Self {
-        let mut w = World { snap: Snapshot::default(), now: 1_000_000, history: vec![], passes: 0, pdb_protected: vec![], boot: 0 };
+        let mut w = World {
+            snap: Snapshot::default(),
+            now: 1_000_000,
+            history: vec![],
+            passes: 0,
+            pdb_protected: vec![],
+            boot: 0,
+        };
         for i in 0..nodes {
             w.add_node(&format!("node-{i}"), &[]);
         }
@@ -74,7 +100,10 @@ impl World {
         self.snap.nodes.push(Node {
             name: name.into(),
             created,
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             boot_id: format!("boot-{}", self.boot),
             resource_version: "1".into(),
             ..Default::default()
@@ -88,16 +117,44 @@ impl World {
     }
 
     pub fn add_cr(&mut self, name: &str, spec: NodeWrightSpec) {
-        let pinned: std::collections::BTreeMap<String, String> = spec.packages.iter().map(|(n, p)| (n.clone(), format!("{}@sha256:{}", p.plugin.split(':').next().unwrap_or_default(), "0".repeat(64)))).collect();
-        self.snap.nodewrights.push(Cr { name: name.into(), uid: format!("uid-{name}"), generation: 1, spec, plugins: Plugins::Ready(pinned.into()), ..Default::default() });
+        let pinned: std::collections::BTreeMap<String, String> = spec
+            .packages
+            .iter()
+            .map(|(n, p)| {
+                (
+                    n.clone(),
+                    format!(
+                        "{}@sha256:{}",
+                        p.plugin.split(':').next().unwrap_or_default(),
+                        "0".repeat(64)
+                    ),
+                )
+            })
+            .collect();
+        self.snap.nodewrights.push(Cr {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            generation: 1,
+            spec,
+            plugins: Plugins::Ready(pinned.into()),
+            ..Default::default()
+        });
     }
 
     pub fn cr(&self, name: &str) -> &Cr {
-        self.snap.nodewrights.iter().find(|c| c.name == name).expect("cr exists")
+        self.snap
+            .nodewrights
+            .iter()
+            .find(|c| c.name == name)
+            .expect("cr exists")
     }
 
     pub fn cr_mut(&mut self, name: &str) -> &mut Cr {
-        self.snap.nodewrights.iter_mut().find(|c| c.name == name).expect("cr exists")
+        self.snap
+            .nodewrights
+            .iter_mut()
+            .find(|c| c.name == name)
+            .expect("cr exists")
     }
 
     /// Changes the spec like an admin: the generation goes up.
@@ -108,27 +165,48 @@ impl World {
     }
 
     pub fn node(&self, name: &str) -> &Node {
-        self.snap.nodes.iter().find(|n| n.name == name).expect("node exists")
+        self.snap
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .expect("node exists")
     }
 
     pub fn node_mut(&mut self, name: &str) -> &mut Node {
-        self.snap.nodes.iter_mut().find(|n| n.name == name).expect("node exists")
+        self.snap
+            .nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .expect("node exists")
     }
 
     pub fn state(&self, cr: &str, node: &str) -> NodeState {
-        self.node(node).annotations.get(&keys::node_state(cr)).map(|s| serde_json::from_str(s).unwrap()).unwrap_or_default()
+        self.node(node)
+            .annotations
+            .get(&keys::node_state(cr))
+            .map(|s| serde_json::from_str(s).unwrap())
+            .unwrap_or_default()
     }
 
     pub fn node_status(&self, cr: &str, node: &str) -> Option<Status> {
         self.cr(cr).status.node_status.get(node).copied()
     }
 
-    pub fn add_pod(&mut self, node: &str, name: &str, labels: &[(&str, &str)], controller: Option<&str>) {
+    pub fn add_pod(
+        &mut self,
+        node: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        controller: Option<&str>,
+    ) {
         self.snap.pods.push(Pod {
             namespace: "default".into(),
             name: name.into(),
             node: node.into(),
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             active: true,
             controller: controller.map(String::from),
             ..Default::default()
@@ -157,7 +235,18 @@ impl World {
         match a {
             Action::CreateJob(req) => {
                 if !self.snap.jobs.iter().any(|j| j.name == req.name) {
-                    self.snap.jobs.push(Job { name: req.name.clone(), cr: req.cr.clone(), node: req.node.clone(), generation: req.generation, work: req.work.clone(), phase: JobPhase::Active { failed: 0, last: None }, stopping: false });
+                    self.snap.jobs.push(Job {
+                        name: req.name.clone(),
+                        cr: req.cr.clone(),
+                        node: req.node.clone(),
+                        generation: req.generation,
+                        work: req.work.clone(),
+                        phase: JobPhase::Active {
+                            failed: 0,
+                            last: None,
+                        },
+                        stopping: false,
+                    });
                 }
             }
             // A finished Job goes at once; a running one is stopped and stays until its pods
@@ -182,10 +271,23 @@ impl World {
                 n.taints.retain(|t| !p.remove_taints.contains(&t.key));
                 n.taints.extend(p.add_taints.iter().cloned());
             }
-            Action::Evict { namespace, pod, delete, .. } => {
+            Action::Evict {
+                namespace,
+                pod,
+                delete,
+                ..
+            } => {
                 let key = format!("{namespace}/{pod}");
                 if !delete && self.pdb_protected.contains(&key) {
-                    self.snap.refusals.insert(key, Refusal { at: self.now, message: "Cannot evict pod as it would violate the pod's disruption budget.".into() });
+                    self.snap.refusals.insert(
+                        key,
+                        Refusal {
+                            at: self.now,
+                            message:
+                                "Cannot evict pod as it would violate the pod's disruption budget."
+                                    .into(),
+                        },
+                    );
                 } else {
                     self.snap.pods.retain(|p| p.key() != key);
                 }
@@ -207,7 +309,16 @@ impl World {
                 continue;
             }
             if let Some(phase) = outcome(j) {
-                if matches!((&j.work, &phase), (Work::Interrupt { kind: nodewright_api::v1alpha1::InterruptType::Reboot, .. }, JobPhase::Succeeded(_))) {
+                if matches!(
+                    (&j.work, &phase),
+                    (
+                        Work::Interrupt {
+                            kind: nodewright_api::v1alpha1::InterruptType::Reboot,
+                            ..
+                        },
+                        JobPhase::Succeeded(_)
+                    )
+                ) {
                     rebooted.push(j.node.clone());
                 }
                 j.phase = phase;
@@ -224,7 +335,10 @@ impl World {
     pub fn succeed_all(&mut self, plan_says: (&str, u32)) {
         self.finish_jobs(|j| {
             Some(JobPhase::Succeeded(Some(match &j.work {
-                Work::Package { stage: nodewright_api::v1alpha1::Stage::Plan, .. } => ok(plan_says.0, plan_says.1),
+                Work::Package {
+                    stage: nodewright_api::v1alpha1::Stage::Plan,
+                    ..
+                } => ok(plan_says.0, plan_says.1),
                 _ => ok("none", 1),
             })))
         });
@@ -235,19 +349,41 @@ impl World {
         for i in 0..max {
             let acted = self.step();
             self.succeed_all(plan_says);
-            let quiet = acted.iter().all(|a| matches!(a, Action::Event(_))) && self.snap.jobs.is_empty();
+            let quiet =
+                acted.iter().all(|a| matches!(a, Action::Event(_))) && self.snap.jobs.is_empty();
             if quiet {
                 return i;
             }
         }
-        panic!("no convergence in {max} passes; jobs: {:?}", self.snap.jobs.iter().map(|j| &j.name).collect::<Vec<_>>());
+        panic!(
+            "no convergence in {max} passes; jobs: {:?}",
+            self.snap.jobs.iter().map(|j| &j.name).collect::<Vec<_>>()
+        );
     }
 
     pub fn created(&self) -> Vec<(usize, &Work, &str)> {
-        self.history.iter().filter_map(|(i, a)| if let Action::CreateJob(r) = a { Some((*i, &r.work, r.node.as_str())) } else { None }).collect()
+        self.history
+            .iter()
+            .filter_map(|(i, a)| {
+                if let Action::CreateJob(r) = a {
+                    Some((*i, &r.work, r.node.as_str()))
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 
     pub fn events(&self, reason: &str) -> Vec<String> {
-        self.history.iter().filter_map(|(_, a)| if let Action::Event(e) = a { (e.reason == reason).then(|| e.message.clone()) } else { None }).collect()
+        self.history
+            .iter()
+            .filter_map(|(_, a)| {
+                if let Action::Event(e) = a {
+                    (e.reason == reason).then(|| e.message.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 }

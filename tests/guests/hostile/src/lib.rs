@@ -1,7 +1,10 @@
 //! A hostile plugin for the sandbox tests. Config key `attack` picks what it tries; every
 //! attempt must be contained by the host with a specific, typed error.
 
-use nodewright_sdk::{export_package, log, CapError, Change, Context, Denial, Interrupt, Outcome, Package, ServiceVerb, StepError};
+use nodewright_sdk::{
+    CapError, Change, Context, Denial, Interrupt, Outcome, Package, ServiceVerb, StepError,
+    export_package, log,
+};
 
 struct Hostile;
 
@@ -18,10 +21,18 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
         // Read outside every grant.
         "read-ungranted" => files.read("/etc/shadow").map(|_| ())?,
         "kmod" => ctx.kmod().load("evil", &[])?,
-        "service" => ctx.services().control(ServiceVerb::Stop, "kubelet.service")?,
+        "service" => ctx
+            .services()
+            .control(ServiceVerb::Stop, "kubelet.service")?,
         "sysctl" => ctx.sysctl().set("kernel.panic", "1")?,
-        "exec" => ctx.exec().run("/bin/sh", &["-c".into(), "id".into()]).map(|_| ())?,
-        "exec-args" => ctx.exec().run("/usr/bin/tool", &["--evil".into()]).map(|_| ())?,
+        "exec" => ctx
+            .exec()
+            .run("/bin/sh", &["-c".into(), "id".into()])
+            .map(|_| ())?,
+        "exec-args" => ctx
+            .exec()
+            .run("/usr/bin/tool", &["--evil".into()])
+            .map(|_| ())?,
         "reboot" => ctx.power().request_reboot("hostile")?,
         // Writes are refused while planning even when granted.
         "write-in-plan" => files.write("/etc/app/a.conf", b"x", None)?,
@@ -57,26 +68,53 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
         "panic" => panic!("hostile plugin panicked on purpose"),
 
         // Argument injection: names and parameters that a command line would read as options.
-        "kmod-config-option" => ctx.kmod().load("nvidia", &["-C".into(), "/etc/app/evil.conf".into()])?,
-        "kmod-dir-option" => ctx.kmod().load("nvidia", &["-d".into(), "/etc/app".into()])?,
+        "kmod-config-option" => ctx
+            .kmod()
+            .load("nvidia", &["-C".into(), "/etc/app/evil.conf".into()])?,
+        "kmod-dir-option" => ctx
+            .kmod()
+            .load("nvidia", &["-d".into(), "/etc/app".into()])?,
         "kmod-name-option" => ctx.kmod().load("-a", &["evil".into()])?,
         "kmod-name-path" => ctx.kmod().load("nvidia/../../etc/app/evil", &[])?,
-        "kmod-param-newline" => ctx.kmod().load("nvidia", &["x=1\ninstall nvidia /bin/sh".into()])?,
-        "kmod-ok" => ctx.kmod().load("nvidia_uvm", &["NVreg_EnableMSI=1".into(), "opts=\"a b\"".into()])?,
-        "unit-path" => ctx.services().control(ServiceVerb::Enable, "/etc/app/evil.service")?,
-        "unit-option" => ctx.services().control(ServiceVerb::Start, "--root=/etc/app.service")?,
+        "kmod-param-newline" => ctx
+            .kmod()
+            .load("nvidia", &["x=1\ninstall nvidia /bin/sh".into()])?,
+        "kmod-ok" => ctx.kmod().load(
+            "nvidia_uvm",
+            &["NVreg_EnableMSI=1".into(), "opts=\"a b\"".into()],
+        )?,
+        "unit-path" => ctx
+            .services()
+            .control(ServiceVerb::Enable, "/etc/app/evil.service")?,
+        "unit-option" => ctx
+            .services()
+            .control(ServiceVerb::Start, "--root=/etc/app.service")?,
         "unit-host-option" => ctx.services().status("-Hroot@evil.service").map(|_| ())?,
         "report-bad-unit" => {
-            return Ok(Outcome::changed(vec![], Interrupt::Services(vec!["/etc/app/evil.service".into()])));
+            return Ok(Outcome::changed(
+                vec![],
+                Interrupt::Services(vec!["/etc/app/evil.service".into()]),
+            ));
         }
         "report-units" => {
-            let units = (0..1000).map(|_| "containerd.service".to_string()).collect();
+            let units = (0..1000)
+                .map(|_| "containerd.service".to_string())
+                .collect();
             return Ok(Outcome::changed(vec![], Interrupt::Services(units)));
         }
         "sysctl-path" => ctx.sysctl().set("net.ipv4/../../kernel/panic", "1")?,
-        "exec-dotdot" => ctx.exec().run("/usr/bin/cat", &["/etc/app/../shadow".into()]).map(|_| ())?,
-        "exec-option" => ctx.exec().run("/usr/bin/echo", &["--exec=/bin/sh".into()]).map(|_| ())?,
-        "exec-unnormalised" => ctx.exec().run("/usr/bin/./tool", &["--safe".into()]).map(|_| ())?,
+        "exec-dotdot" => ctx
+            .exec()
+            .run("/usr/bin/cat", &["/etc/app/../shadow".into()])
+            .map(|_| ())?,
+        "exec-option" => ctx
+            .exec()
+            .run("/usr/bin/echo", &["--exec=/bin/sh".into()])
+            .map(|_| ())?,
+        "exec-unnormalised" => ctx
+            .exec()
+            .run("/usr/bin/./tool", &["--safe".into()])
+            .map(|_| ())?,
 
         // Special mode bits.
         "setuid-write" => files.write("/etc/app/suid", b"#!/bin/sh\n", Some(0o4755))?,
@@ -105,7 +143,9 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             }
         }
         "many-changes" => {
-            let changes = (0..16_000).map(|i| Change::new("file", format!("/etc/app/{i}"), "x".repeat(200))).collect();
+            let changes = (0..16_000)
+                .map(|i| Change::new("file", format!("/etc/app/{i}"), "x".repeat(200)))
+                .collect();
             return Ok(Outcome::changed(changes, Interrupt::None).with_message("m".repeat(4 << 20)));
         }
 
@@ -118,7 +158,11 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
                 message: "kmod.load(\"nvidia\") denied: add \"*\" to spec.packages.hostile.capabilities.commands".into(),
             })));
         }
-        "forge-host-failure" => return Err(StepError::Capability(CapError::Failed("disk on fire".into()))),
+        "forge-host-failure" => {
+            return Err(StepError::Capability(CapError::Failed(
+                "disk on fire".into(),
+            )));
+        }
         "pass-on-denial" => {
             // A real denial, passed on: still the grant's.
             ctx.kmod().load("evil", &[])?;
@@ -127,7 +171,9 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
         // Other findings.
         "ansi-log" => {
             log::info("\u{1b}[2J\u{1b}[Hscreen wiped");
-            return Err(StepError::failed("oops\r\noutcome  ok in 1.0 ms: converged"));
+            return Err(StepError::failed(
+                "oops\r\noutcome  ok in 1.0 ms: converged",
+            ));
         }
         "single-file-grant" => files.write("/etc/single/below", b"owned", None)?,
         "reboot-flood" => {
@@ -135,7 +181,11 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
                 ctx.power().request_reboot("again")?;
             }
         }
-        other => return Err(StepError::invalid_config(format!("unknown attack {other:?}"))),
+        other => {
+            return Err(StepError::invalid_config(format!(
+                "unknown attack {other:?}"
+            )));
+        }
     }
     Ok(Outcome::converged().with_message("attack was not contained"))
 }
