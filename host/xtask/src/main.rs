@@ -151,6 +151,22 @@ fn setup() -> Result<()> {
     Ok(())
 }
 
+/// `cargo fmt --check` over the workspace (rustfmt is installed with the toolchain's
+/// component when missing).
+fn fmt_check() -> Result<()> {
+    let has_rustfmt = Command::new("cargo")
+        .args(["fmt", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_rustfmt {
+        run(Command::new("rustup").args(["component", "add", "rustfmt"]))?;
+    }
+    run(Command::new("cargo")
+        .current_dir(workspace())
+        .args(["fmt", "--all", "--check"]))
+    .context("the tree is not rustfmt-clean: run `cargo fmt --all`")
+}
+
 fn plugin_sizes(target: &Path) -> Result<()> {
     let dir = target.join("wasm-artifacts/wasm32-wasip2/plugin");
     let mut rows = Vec::new();
@@ -278,6 +294,8 @@ fn main() -> Result<()> {
         "setup" => setup(),
         "test" => {
             setup()?;
+            // Formatting gates first: unformatted code is refused before the long suite runs.
+            fmt_check()?;
             // The images' static binaries, which the real-node tests publish and install.
             release::build_binaries(&target)?;
             run(cargo(&target)
