@@ -253,6 +253,11 @@ export function exportPackage(cls) {
   return cls;
 }
 
+/** @internal The generated entry calls this at build time: no package is a build error. */
+export function requireExported() {
+  if (!registered) throw new TypeError('no package exported: call exportPackage(YourPackage) once');
+}
+
 function toWitOutcome(out) {
   if (!(out instanceof Outcome)) {
     throw new PackageFailed(`a stage returned ${out === null ? 'null' : typeof out}, not an Outcome`);

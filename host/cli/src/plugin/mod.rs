@@ -19,13 +19,15 @@ use nodewright_engine::{Engine, EngineConfig, LoadedPlugin};
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 pub enum PluginCommand {
-    /// Create a new plugin crate from a template that builds as is.
+    /// Create a new plugin (Rust, Python or JavaScript) from a template that builds as is.
     New(new::NewArgs),
-    /// Build a plugin crate for wasm32-wasip2 and check it is a nodewright plugin.
+    /// Build a plugin (cargo, componentize-py or componentize-js) and check it is a nodewright plugin.
     Build(build::BuildArgs),
     /// Show a plugin's world, exports, required capabilities, size and digest.
     Inspect(inspect::InspectArgs),
     /// Run one stage of a plugin against a simulated node rooted at a scratch directory.
+    // `--version` is the package version here, not the CLI's (propagated from the root).
+    #[command(disable_version_flag = true)]
     Run(run::RunArgs),
     /// Push a plugin to an OCI registry; prints the pinned reference (repo@sha256:...).
     Push(oci::PushArgs),
