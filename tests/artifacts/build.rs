@@ -28,7 +28,13 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
     let target_dir = outer.join("wasm-artifacts");
 
-    for dir in ["wit", "sdk", "plugins", "tests/guests"] {
+    for dir in [
+        "wit",
+        "sdk",
+        "plugins",
+        "tests/guests",
+        "host/authoring/src",
+    ] {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
 
@@ -88,5 +94,57 @@ fn main() {
         }
     }
     all.push_str("];\n");
-    std::fs::write(out.join("artifacts.rs"), consts + &all).unwrap();
+    let ports = build_ports(&workspace, &outer.join("wasm-artifacts/ports"));
+    std::fs::write(out.join("artifacts.rs"), consts + &all + &ports).unwrap();
+}
+
+/// (constant name, project directory) of the plugins in Python and JavaScript.
+const PORTS: &[(&str, &str)] = &[
+    ("SYSCTL_PY", "plugins/python/sysctl"),
+    ("FILES_JS", "plugins/js/files"),
+    ("HOSTILE_PY", "tests/guests/python/hostile"),
+    ("HOSTILE_JS", "tests/guests/js/hostile"),
+];
+
+/// Builds the Python and JavaScript plugins with the tools `cargo xtask setup` installs
+/// (`NODEWRIGHT_COMPONENTIZE_PY`, `NODEWRIGHT_JS_TOOLS`). Without them the constants are
+/// `None` and the tests that need them say how to get them; the build never installs
+/// into the source tree.
+fn build_ports(workspace: &Path, out: &Path) -> String {
+    println!("cargo:rerun-if-env-changed=NODEWRIGHT_COMPONENTIZE_PY");
+    println!("cargo:rerun-if-env-changed=NODEWRIGHT_JS_TOOLS");
+    let mut tools = nodewright_authoring::Toolchain::from_env();
+    tools.install = false;
+    let mut consts = String::new();
+    for (name, rel) in PORTS {
+        let dir = workspace.join(rel);
+        let language = nodewright_authoring::Language::detect(&dir).expect("a port's manifest");
+        let configured = match language {
+            nodewright_authoring::Language::Python => tools.componentize_py.is_some(),
+            _ => tools.js_tools.is_some(),
+        };
+        let path = if configured {
+            let opts = nodewright_authoring::BuildOptions {
+                out_dir: Some(
+                    out.join(rel.rsplit('/').next().unwrap())
+                        .join(language.as_str()),
+                ),
+                tools: tools.clone(),
+                quiet: true,
+                ..Default::default()
+            };
+            let built = nodewright_authoring::build(&dir, &opts)
+                .unwrap_or_else(|e| panic!("building {rel}: {e}"));
+            format!("Some({:?})", built.wasm.display().to_string())
+        } else {
+            println!(
+                "cargo:warning={rel} not built: its tools are not set up (run `cargo xtask setup`, which sets NODEWRIGHT_COMPONENTIZE_PY and NODEWRIGHT_JS_TOOLS for `cargo xtask test`)"
+            );
+            "None".to_string()
+        };
+        consts.push_str(&format!(
+            "/// `{rel}` built with nodewright-authoring, when its tools are set up.\npub const {name}: Option<&str> = {path};\n"
+        ));
+    }
+    consts
 }

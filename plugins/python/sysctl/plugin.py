@@ -32,9 +32,9 @@ def settings(ctx: Context) -> list[tuple[str, str]]:
         )
     for key, value in ctx.config.items():
         if "/" in key or " " in key or key.startswith(".") or key.endswith("."):
-            raise InvalidConfig(f"config key {key!r} is not a dotted sysctl key")
+            raise InvalidConfig(f"config key \"{key}\" is not a dotted sysctl key")
         if "\n" in value:
-            raise InvalidConfig(f"value of {key!r} contains a newline")
+            raise InvalidConfig(f"value of \"{key}\" contains a newline")
     return sorted(ctx.config.items())
 
 
