@@ -310,6 +310,112 @@ fn new_build_run() {
     assert!(text(&again).contains("already exists"));
 }
 
+/// The author loop in Python and JavaScript as on a clean machine: `plugin new --lang`, then
+/// `plugin build` in the new directory with no tools set up (it installs them into the
+/// project), then `plugin run`; and the errors an author meets first.
+#[test]
+fn new_build_run_in_python_and_javascript() {
+    if nodewright_artifacts::port(nodewright_artifacts::SYSCTL_PY, "the Python tools").is_none() {
+        return;
+    }
+    for (lang, source, unexport, unexported) in [
+        (
+            "python",
+            "plugin.py",
+            "@nodewright.export\n",
+            "decorate one nodewright.Package subclass with @nodewright.export",
+        ),
+        (
+            "js",
+            "plugin.js",
+            "exportPackage(Plugin);\n",
+            "call exportPackage(YourPackage) once",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let new = nodewright(
+            &cache,
+            &[
+                "plugin",
+                "new",
+                "demo",
+                "--lang",
+                lang,
+                "--dir",
+                tmp.path().to_str().unwrap(),
+            ],
+        );
+        assert!(new.status.success(), "{lang}: {}", text(&new));
+        let dir = tmp.path().join("demo");
+        let build_in = |dir: &Path, extra: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_nodewright"))
+                .current_dir(dir)
+                .args(["plugin", "build"])
+                .args(extra)
+                .env("NODEWRIGHT_CACHE_DIR", &cache)
+                .env_remove("NODEWRIGHT_COMPONENTIZE_PY")
+                .env_remove("NODEWRIGHT_JS_TOOLS")
+                .output()
+                .expect("run nodewright")
+        };
+        // Refusing to install names what to install.
+        let refused = build_in(&dir, &["--no-install"]);
+        let out = text(&refused);
+        if lang == "js" {
+            assert!(!refused.status.success(), "{out}");
+            assert!(
+                out.contains("npm install --save-dev @bytecodealliance/componentize-js@"),
+                "{out}"
+            );
+        }
+        let build = build_in(&dir, &[]);
+        let out = text(&build);
+        assert!(build.status.success(), "{lang}: {out}");
+        assert!(
+            out.contains("needs    files") && out.contains(&format!("language {lang}")),
+            "{out}"
+        );
+        let wasm = out
+            .lines()
+            .find_map(|l| l.strip_prefix("built    "))
+            .expect("built line")
+            .trim()
+            .to_string();
+        assert_eq!(wasm, dir.join("build/demo.wasm").display().to_string());
+        let root = tmp.path().join("root");
+        let run = nodewright(
+            &cache,
+            &[
+                "plugin",
+                "run",
+                &wasm,
+                "--stage",
+                "apply",
+                "--root",
+                root.to_str().unwrap(),
+                "--grant",
+                "files=/etc/demo.conf:rw",
+                "--config",
+                "message=hi",
+            ],
+        );
+        assert!(run.status.success(), "{lang}: {}", text(&run));
+        assert_eq!(
+            std::fs::read_to_string(root.join("etc/demo.conf")).unwrap(),
+            "hi\n"
+        );
+        // A source that exports no package does not build, and says what to add.
+        let file = dir.join(source);
+        let code = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, code.replace(unexport, "")).unwrap();
+        let broken = build_in(&dir, &[]);
+        let out = text(&broken);
+        assert!(!broken.status.success(), "{lang}: {out}");
+        assert!(out.contains(unexported), "{lang}: {out}");
+    }
+}
+
 /// `plugin push` + `plugin run <ref>` against a real registry, the second run from cache.
 #[test]
 fn push_then_run_by_reference() {

@@ -23,6 +23,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+mod polyglot;
 mod release;
 
 const SHARED_TARGET: &str = "/var/cache/nodewright/target";
@@ -291,11 +292,16 @@ fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     let target = target_dir();
     match task.as_str() {
-        "setup" => setup(),
+        "setup" => {
+            setup()?;
+            polyglot::setup(&target).map(drop)
+        }
         "test" => {
             setup()?;
             // Formatting gates first: unformatted code is refused before the long suite runs.
             fmt_check()?;
+            // The Python and JavaScript plugin tools, which the ports' builds need.
+            let tools = polyglot::setup(&target)?;
             // The images' static binaries, which the real-node tests publish and install.
             release::build_binaries(&target)?;
             run(cargo(&target)
@@ -306,18 +312,23 @@ fn main() -> Result<()> {
                     "--locked",
                     "--no-fail-fast",
                 ])
+                .envs(tools.env())
+                .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1")
                 .env("NODEWRIGHT_REQUIRE_REAL_NODE", "1"))?;
-            // Lints gate too (same release profile, so dependencies are shared with the tests).
-            run(cargo(&target).args([
-                "clippy",
-                "--workspace",
-                "--release",
-                "--all-targets",
-                "--locked",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
+            // Lints gate too (same release profile and build-script environment, so
+            // dependencies and the built plugins are shared with the tests).
+            run(cargo(&target)
+                .args([
+                    "clippy",
+                    "--workspace",
+                    "--release",
+                    "--all-targets",
+                    "--locked",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+                .envs(tools.env()))?;
             plugin_sizes(&target)
         }
         "demo" => {

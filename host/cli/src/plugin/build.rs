@@ -45,7 +45,8 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|c| c.interface())
         .collect();
-    println!("built    {} ({})", built.wasm.display(), built.language);
+    println!("built    {}", built.wasm.display());
+    println!("language {}", built.language);
     println!(
         "size     {} ({} bytes)",
         super::human_size(plugin.size),
