@@ -357,6 +357,10 @@ pub struct RunReport {
     pub denials_total: u64,
     /// Wall time of instantiate + call.
     pub duration: Duration,
+    /// Linear memory the stage's instances held at its end, in bytes: also its peak, since
+    /// a wasm memory never shrinks. What counts against `sandbox.memory`.
+    #[serde(default)]
+    pub memory_peak: u64,
 }
 
 /// Store data for one run.
@@ -667,6 +671,7 @@ impl PreparedPlugin {
             Ok(Err(trap)) => return Err(classify_trap(stage, trap, limits, &log)),
             Ok(Ok(result)) => result,
         };
+        let memory_peak = store.data().limiter.memory_used();
         let caps = &mut store.data_mut().caps;
         let result = match raw {
             Ok(o) => check_outcome(o),
@@ -682,6 +687,7 @@ impl PreparedPlugin {
             denials,
             denials_total: caps.denials_total,
             duration,
+            memory_peak,
         })
     }
 }

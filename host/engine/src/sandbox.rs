@@ -91,6 +91,11 @@ impl Limiter {
             table_elements: 0,
         }
     }
+
+    /// Bytes of linear memory granted so far (the peak: memories only grow).
+    pub(crate) fn memory_used(&self) -> u64 {
+        self.memory_used
+    }
 }
 
 impl wasmtime::ResourceLimiter for Limiter {

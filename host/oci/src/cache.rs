@@ -216,10 +216,12 @@ impl NodeCache {
                 // Precompiled code is keyed by layer hex under an engine-specific directory.
                 if let Ok(engines) = std::fs::read_dir(self.code_dir()) {
                     for engine in engines.flatten() {
-                        let _ = std::fs::remove_file(engine.path().join(format!("{name}.cwasm")));
-                        let _ = std::fs::remove_file(
-                            engine.path().join(format!("{name}.cwasm.sha256")),
-                        );
+                        // The code and its integrity sidecar (BLAKE3; SHA-256 before).
+                        for suffix in ["cwasm", "cwasm.blake3", "cwasm.sha256"] {
+                            let _ = std::fs::remove_file(
+                                engine.path().join(format!("{name}.{suffix}")),
+                            );
+                        }
                     }
                 }
                 report.removed.push(digest);

@@ -25,6 +25,44 @@ fn tuning(e: &E2e, name: &str, value: &str) -> serde_json::Value {
     })
 }
 
+/// The Python port of `sysctl` rolls out through the same operator, agent and sandbox
+/// defaults as the Rust plugin, and leaves the same host behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_plugin_rolls_out_like_the_rust_one() {
+    if nodewright_artifacts::port(nodewright_artifacts::SYSCTL_PY, "SYSCTL_PY").is_none() {
+        return;
+    }
+    let mut e = E2e::start(&[("n1", &[]), ("n2", &[])]).await;
+    for n in ["n1", "n2"] {
+        e.host_file(n, "/proc/sys/vm/swappiness", "60");
+    }
+    e.start_operator(&[]);
+    let mut spec = tuning(&e, "tuning-py", "10");
+    spec["spec"]["packages"]["tuning"]["plugin"] = json!(e.plugin("sysctl-py"));
+    e.apply(spec).await;
+    e.wait_complete("tuning-py", MINUTES).await;
+    for n in ["n1", "n2"] {
+        assert_eq!(
+            e.read_host_file(n, "/proc/sys/vm/swappiness").as_deref(),
+            Some("10"),
+            "{n}"
+        );
+        assert_eq!(
+            e.read_host_file(n, "/etc/sysctl.d/60-nodewright-tuning.conf")
+                .as_deref(),
+            Some("# Managed by nodewright. Local edits are overwritten.\nvm.swappiness = 10\n"),
+            "{n}"
+        );
+        let st = e.state("tuning-py", n).await;
+        let entry = &st["tuning|1.0.0"];
+        assert_eq!((entry.stage, entry.state), (Stage::Config, State::Complete));
+        assert!(
+            entry.digest.contains("plugins/sysctl-py@sha256:"),
+            "{entry:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_simple_apply_reaches_every_node_without_disruption() {
     let mut e = E2e::start(&[("n1", &[]), ("n2", &[]), ("n3", &[])]).await;

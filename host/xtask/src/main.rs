@@ -359,7 +359,12 @@ fn main() -> Result<()> {
         }
         "bench" => {
             setup()?;
-            run(cargo(&target).args(["bench", "-p", "nodewright-cli", "--bench", "plugin"]))
+            let tools = polyglot::setup(&target)?;
+            run(cargo(&target).args(["bench", "-p", "nodewright-cli", "--bench", "plugin"]))?;
+            run(cargo(&target)
+                .args(["bench", "-p", "nodewright-cli", "--bench", "languages"])
+                .envs(tools.env())
+                .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1"))
         }
         other => bail!(
             "unknown task {other:?}; tasks: setup, test, demo, author-demo, images, publish, bench, crds"

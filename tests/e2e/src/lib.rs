@@ -85,6 +85,22 @@ impl Cluster {
             .await
             .with_context(|| format!("pushing plugin {name}"))?;
         }
+        // The Python and JavaScript ports, when their tools were set up.
+        for (name, built) in [
+            ("sysctl-py", nodewright_artifacts::SYSCTL_PY),
+            ("files-js", nodewright_artifacts::FILES_JS),
+        ] {
+            if let Some(path) = built {
+                reg.push(
+                    &format!("{}/plugins/{name}:1.0.0", registry.host()),
+                    &nodewright_artifacts::read(path),
+                    Default::default(),
+                    &|_| {},
+                )
+                .await
+                .with_context(|| format!("pushing plugin {name}"))?;
+            }
+        }
         Ok(Cluster {
             cp,
             client,
