@@ -215,9 +215,12 @@ impl Engine {
     /// [`LoadLimits::compile_timeout`]); async callers run it on a blocking thread.
     pub fn load(&self, bytes: &[u8]) -> Result<LoadedPlugin> {
         inspect::check_is_component(bytes)?;
-        load::prescan(bytes, &self.load_limits)?;
+        load::check_size(bytes, &self.load_limits)?;
         let digest = cache::digest(bytes);
-        let compile = || load::compile(&self.inner, bytes, self.load_limits.compile_timeout);
+        let compile = || {
+            load::check_functions(bytes, &self.load_limits)?;
+            load::compile(&self.inner, bytes, self.load_limits.compile_timeout)
+        };
         let (component, from_cache) = match &self.cache {
             Some(cache) => cache.load_or_compile(&self.inner, &digest, compile)?,
             None => (compile()?, false),

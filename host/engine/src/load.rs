@@ -38,9 +38,8 @@ impl Default for LoadLimits {
     }
 }
 
-/// Measures `bytes` without compiling them. Malformed sections are left to wasmtime's
-/// validation; only the counts are checked here.
-pub(crate) fn prescan(bytes: &[u8], limits: &LoadLimits) -> Result<()> {
+/// Refuses a component over the size limit, before anything reads it.
+pub(crate) fn check_size(bytes: &[u8], limits: &LoadLimits) -> Result<()> {
     if bytes.len() > limits.max_bytes {
         return Err(Error::TooLarge(format!(
             "the component is {} bytes; the limit is {}",
@@ -48,6 +47,14 @@ pub(crate) fn prescan(bytes: &[u8], limits: &LoadLimits) -> Result<()> {
             limits.max_bytes
         )));
     }
+    Ok(())
+}
+
+/// Counts functions without compiling, before a compilation: a component whose code is
+/// already cached passed this when it was compiled (the cache is keyed by its digest), so
+/// loading from the cache skips the walk over every section. Malformed sections are left
+/// to wasmtime's validation; only the counts are checked here.
+pub(crate) fn check_functions(bytes: &[u8], limits: &LoadLimits) -> Result<()> {
     let mut functions: u64 = 0;
     for payload in Parser::new(0).parse_all(bytes) {
         let Ok(payload) = payload else { break };
@@ -101,6 +108,9 @@ mod tests {
             max_bytes: 8,
             ..Default::default()
         };
-        assert!(matches!(prescan(&[0; 9], &limits), Err(Error::TooLarge(_))));
+        assert!(matches!(
+            check_size(&[0; 9], &limits),
+            Err(Error::TooLarge(_))
+        ));
     }
 }
