@@ -19,6 +19,13 @@ export function bindInterfaces(bound) {
 }
 
 function iface(name) {
+  if (!interfaces.log) {
+    throw new Error(
+      `the '${name}' capability exists only inside a component built by \`nodewright plugin build\`; ` +
+        'outside one (a native unit test), test the logic that does not call the host, or run the ' +
+        'component with `nodewright plugin run`',
+    );
+  }
   const m = interfaces[name];
   if (!m) {
     throw new CapabilityNotDeclared(

@@ -9,6 +9,7 @@ refuses raises :class:`Denied` naming the grant to add.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
@@ -27,6 +28,13 @@ T = TypeVar("T")
 
 
 def _interface(name: str):
+    # The generated entry module imports the bindings before anything runs.
+    if "wit_world" not in sys.modules:
+        raise RuntimeError(
+            f"the {name!r} capability exists only inside a component built by "
+            "`nodewright plugin build`; outside one (a native unit test), test the logic "
+            "that does not call the host, or run the component with `nodewright plugin run`"
+        )
     try:
         return importlib.import_module(f"wit_world.imports.{name}")
     except ImportError:
