@@ -25,3 +25,24 @@ pub(crate) fn write(path: &Path, contents: &str) -> Result<(), BuildError> {
 pub(crate) fn read(path: &Path) -> Result<String, BuildError> {
     std::fs::read_to_string(path).map_err(err(path))
 }
+
+/// Copies the files under `from` to `to`, skipping hidden entries and the named directories.
+pub(crate) fn copy_tree(from: &Path, to: &Path, skip: &[&str]) -> Result<(), BuildError> {
+    create_dir(to)?;
+    for entry in std::fs::read_dir(from).map_err(err(from))? {
+        let entry = entry.map_err(err(from))?;
+        let name = entry.file_name();
+        let name_str = name.to_string_lossy();
+        if name_str.starts_with('.') || skip.contains(&name_str.as_ref()) {
+            continue;
+        }
+        let path = entry.path();
+        let kind = entry.file_type().map_err(err(&path))?;
+        if kind.is_dir() {
+            copy_tree(&path, &to.join(&name), skip)?;
+        } else if kind.is_file() {
+            std::fs::copy(&path, to.join(&name)).map_err(err(&path))?;
+        }
+    }
+    Ok(())
+}

@@ -59,6 +59,15 @@ pub(crate) fn build(dir: &Path, out: &Path, opts: &BuildOptions) -> Result<PathB
     }
     let entry = out.join("entry");
     io::write(&entry.join("nodewright_entry.py"), &entry_module(&m))?;
+    // componentize-py writes `__pycache__` next to every module it bundles: give it a copy
+    // of the sources, so building never writes into the project (or a watched tree).
+    let src = out.join("src");
+    let _ = std::fs::remove_dir_all(&src);
+    io::copy_tree(
+        dir,
+        &src,
+        &[".venv", "build", "__pycache__", "node_modules", "target"],
+    )?;
     let wasm = out.join(format!("{}.wasm", m.name));
     let _ = std::fs::remove_file(&wasm);
     progress(
@@ -74,7 +83,7 @@ pub(crate) fn build(dir: &Path, out: &Path, opts: &BuildOptions) -> Result<PathB
         .arg("-d")
         .arg(&wit)
         .args(["-w", world::WORLD, "componentize", "-p"])
-        .arg(dir)
+        .arg(&src)
         .arg("-p")
         .arg(&sdk)
         .arg("-p")
