@@ -656,6 +656,74 @@ impl Stage {
             Stage::UninstallInterrupt => "uninstall-interrupt",
         }
     }
+
+    /// Every stage, in lifecycle order.
+    pub const ALL: [Stage; 8] = [
+        Stage::Plan,
+        Stage::Apply,
+        Stage::Config,
+        Stage::Interrupt,
+        Stage::PostInterrupt,
+        Stage::Upgrade,
+        Stage::Uninstall,
+        Stage::UninstallInterrupt,
+    ];
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Stage {
+    type Err = String;
+
+    /// Parses [`Stage::as_str`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Stage::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| format!("unknown stage {s:?}"))
+    }
+}
+
+impl InterruptType {
+    /// As the spec spells it (`restartAllServices`, ...): Job labels, agent flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterruptType::Noop => "noop",
+            InterruptType::Service => "service",
+            InterruptType::RestartAllServices => "restartAllServices",
+            InterruptType::Reboot => "reboot",
+        }
+    }
+
+    /// Every interrupt type, weakest first.
+    pub const ALL: [InterruptType; 4] = [
+        InterruptType::Noop,
+        InterruptType::Service,
+        InterruptType::RestartAllServices,
+        InterruptType::Reboot,
+    ];
+}
+
+impl std::fmt::Display for InterruptType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for InterruptType {
+    type Err = String;
+
+    /// Parses [`InterruptType::as_str`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        InterruptType::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown interrupt type {s:?}"))
+    }
 }
 
 impl State {
@@ -696,6 +764,27 @@ impl NodeWrightSpec {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn stages_and_interrupt_types_parse_what_they_print() {
+        for st in Stage::ALL {
+            assert_eq!(st.as_str().parse::<Stage>(), Ok(st));
+            assert_eq!(st.to_string(), st.as_str());
+        }
+        for k in InterruptType::ALL {
+            assert_eq!(k.as_str().parse::<InterruptType>(), Ok(k));
+            // The spelling is the spec's (serde's), so labels and specs agree.
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+        assert!(
+            "reboots"
+                .parse::<InterruptType>()
+                .unwrap_err()
+                .contains("\"reboots\"")
+        );
+        assert!("apply-check".parse::<Stage>().is_err());
+    }
+
     use super::*;
 
     fn done_entry() -> PackageStatus {

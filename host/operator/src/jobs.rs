@@ -8,7 +8,6 @@ use nodewright_api::keys::job as label;
 use nodewright_api::limits::StageLimits;
 use nodewright_api::result::StageResult;
 use nodewright_api::validate::parse_duration;
-use nodewright_planner::jobs::{interrupt_name, parse_interrupt, parse_stage};
 use nodewright_planner::{JobPhase, JobRequest, Work};
 use serde_json::{Value, json};
 
@@ -115,10 +114,10 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
             interrupt_job = true;
             labels.insert(label::PACKAGE.into(), owner.clone());
             labels.insert(label::STAGE.into(), stage.as_str().into());
-            labels.insert(label::INTERRUPT.into(), interrupt_name(*kind).into());
+            labels.insert(label::INTERRUPT.into(), kind.as_str().into());
             args.extend([
                 "interrupt".into(),
-                format!("--type={}", interrupt_name(*kind)),
+                format!("--type={}", kind.as_str()),
                 format!("--package={owner}"),
             ]);
             args.extend(req.services.iter().map(|s| format!("--service={s}")));
@@ -219,11 +218,11 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
 pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::Job> {
     let labels = job.metadata.labels.as_ref()?;
     let get = |k: &str| labels.get(k).cloned();
-    let stage = parse_stage(&get(label::STAGE)?)?;
+    let stage: nodewright_api::v1alpha1::Stage = get(label::STAGE)?.parse().ok()?;
     let work = match get(label::INTERRUPT) {
         Some(kind) => Work::Interrupt {
             stage,
-            kind: parse_interrupt(&kind)?,
+            kind: kind.parse().ok()?,
             owner: get(label::PACKAGE)?,
         },
         None => Work::Package {

@@ -3,51 +3,13 @@
 
 use k8s_openapi::api::core::v1::Toleration;
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package, PackageStatus, Stage};
+use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package, PackageStatus};
 use nodewright_api::validate::parse_duration;
 use sha2::{Digest, Sha256};
 
 use crate::action::JobRequest;
 use crate::node::Env;
 use crate::snapshot::{Cr, Work};
-
-/// Parses [`Stage::as_str`].
-pub fn parse_stage(s: &str) -> Option<Stage> {
-    [
-        Stage::Plan,
-        Stage::Apply,
-        Stage::Config,
-        Stage::Interrupt,
-        Stage::PostInterrupt,
-        Stage::Upgrade,
-        Stage::Uninstall,
-        Stage::UninstallInterrupt,
-    ]
-    .into_iter()
-    .find(|st| st.as_str() == s)
-}
-
-/// The interrupt type as the spec spells it.
-pub fn interrupt_name(kind: InterruptType) -> &'static str {
-    match kind {
-        InterruptType::Noop => "noop",
-        InterruptType::Service => "service",
-        InterruptType::RestartAllServices => "restartAllServices",
-        InterruptType::Reboot => "reboot",
-    }
-}
-
-/// Parses [`interrupt_name`].
-pub fn parse_interrupt(s: &str) -> Option<InterruptType> {
-    [
-        InterruptType::Noop,
-        InterruptType::Service,
-        InterruptType::RestartAllServices,
-        InterruptType::Reboot,
-    ]
-    .into_iter()
-    .find(|k| interrupt_name(*k) == s)
-}
 
 /// `nw-<readable prefix>-<10 hex of the full key>`, at most 63 characters, a DNS label.
 /// Package Jobs are keyed by (CR, package, version, stage, node); interrupt Jobs by
@@ -59,11 +21,9 @@ pub fn job_name(cr: &str, node: &str, work: &Work) -> String {
             version,
             stage,
         } => format!("{cr}\0{package}\0{version}\0{}\0{node}", stage.as_str()),
-        Work::Interrupt { stage, kind, .. } => format!(
-            "{cr}\0{}\0{}\0{node}",
-            stage.as_str(),
-            interrupt_name(*kind)
-        ),
+        Work::Interrupt { stage, kind, .. } => {
+            format!("{cr}\0{}\0{}\0{node}", stage.as_str(), kind.as_str())
+        }
     };
     let hash = Sha256::digest(key.as_bytes());
     let hex: String = hash.iter().take(5).map(|b| format!("{b:02x}")).collect();
@@ -180,6 +140,7 @@ pub(crate) fn interrupt_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodewright_api::v1alpha1::Stage;
 
     #[test]
     fn names_are_deterministic_bounded_dns_labels() {
@@ -220,17 +181,5 @@ mod tests {
             },
         );
         assert_eq!(i1, i2, "one merged interrupt per node, whoever owns it");
-        for s in [
-            "plan",
-            "apply",
-            "config",
-            "interrupt",
-            "post-interrupt",
-            "upgrade",
-            "uninstall",
-            "uninstall-interrupt",
-        ] {
-            assert_eq!(parse_stage(s).unwrap().as_str(), s);
-        }
     }
 }

@@ -873,6 +873,6 @@ fn summary(r: &StageResult) -> String {
 fn describe(i: &Interrupt) -> String {
     match i.kind {
         InterruptType::Service => format!("restart {}", i.services.join(", ")),
-        k => crate::jobs::interrupt_name(k).to_string(),
+        k => k.as_str().to_string(),
     }
 }

@@ -49,10 +49,7 @@ pub fn stages_on(w: &World, node: &str) -> Vec<String> {
         .filter(|(_, _, n)| *n == node)
         .map(|(_, work, _)| match work {
             Work::Package { package, stage, .. } => format!("{package}:{}", stage.as_str()),
-            Work::Interrupt { kind, owner, .. } => format!(
-                "interrupt:{}:{owner}",
-                nodewright_planner::jobs::interrupt_name(*kind)
-            ),
+            Work::Interrupt { kind, owner, .. } => format!("interrupt:{}:{owner}", kind.as_str()),
         })
         .collect()
 }
