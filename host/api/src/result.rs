@@ -30,6 +30,41 @@ pub enum Blame {
 }
 
 impl Blame {
+    /// Every blame, `none` first.
+    pub const ALL: [Blame; 6] = [
+        Blame::None,
+        Blame::Package,
+        Blame::Denied,
+        Blame::Config,
+        Blame::Host,
+        Blame::Disruption,
+    ];
+
+    /// As the result spells it (`package`, `denied`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Blame::None => "none",
+            Blame::Package => "package",
+            Blame::Denied => "denied",
+            Blame::Config => "config",
+            Blame::Host => "host",
+            Blame::Disruption => "disruption",
+        }
+    }
+
+    /// The blame an agent exit code stands for ([`Blame::exit_code`] read back).
+    pub fn from_exit_code(code: i32) -> Option<Blame> {
+        Blame::ALL
+            .into_iter()
+            .find(|b| i32::from(b.exit_code()) == code)
+    }
+
+    /// Whether a failure with this blame counts against the package's retry budget
+    /// (`package`, `denied`, `config`); `host` and `disruption` are retried freely.
+    pub fn counts_against_budget(self) -> bool {
+        matches!(self, Blame::Package | Blame::Denied | Blame::Config)
+    }
+
     /// The agent's exit code for this blame.
     pub fn exit_code(self) -> u8 {
         match self {
@@ -210,6 +245,21 @@ fn largest(max: usize, ok: impl Fn(usize) -> bool) -> usize {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn blames_read_back_from_exit_codes_and_spell_as_serialized() {
+        for b in Blame::ALL {
+            assert_eq!(Blame::from_exit_code(i32::from(b.exit_code())), Some(b));
+            assert_eq!(serde_json::to_value(b).unwrap(), b.as_str());
+        }
+        assert_eq!(Blame::from_exit_code(137), None);
+        let counted: Vec<Blame> = Blame::ALL
+            .into_iter()
+            .filter(|b| b.counts_against_budget())
+            .collect();
+        assert_eq!(counted, [Blame::Package, Blame::Denied, Blame::Config]);
+    }
+
     use super::*;
 
     #[test]

@@ -6,7 +6,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use nodewright_api::keys::job as label;
 use nodewright_api::limits::StageLimits;
-use nodewright_api::result::StageResult;
+use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::validate::parse_duration;
 use nodewright_planner::{JobPhase, JobRequest, Work};
 use serde_json::{Value, json};
@@ -181,11 +181,16 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     } else {
         spec["backoffLimit"] = json!(req.backoff_limit);
         spec["podReplacementPolicy"] = json!("Failed");
-        // Disruptions and the agent's host (4) / disruption (5) verdicts are not the
-        // package's fault: they do not count against backoffLimit.
+        // Disruptions and the agent's verdicts that are not the package's fault (host,
+        // disruption) do not count against backoffLimit.
+        let free: Vec<u8> = Blame::ALL
+            .into_iter()
+            .filter(|b| *b != Blame::None && !b.counts_against_budget())
+            .map(Blame::exit_code)
+            .collect();
         spec["podFailurePolicy"] = json!({"rules": [
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-            {"action": "Ignore", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": [4, 5]}}
+            {"action": "Ignore", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": free}}
         ]});
         if req.deadline_seconds > 0 {
             spec["template"]["spec"]["activeDeadlineSeconds"] = json!(req.deadline_seconds);
@@ -319,7 +324,7 @@ fn genuine_failure(p: &Pod) -> bool {
         .flatten()
         .filter(|c| c.name == CONTAINER)
         .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
-        .any(|t| (1..=3).contains(&t.exit_code))
+        .any(|t| Blame::from_exit_code(t.exit_code).is_some_and(Blame::counts_against_budget))
 }
 
 #[cfg(test)]

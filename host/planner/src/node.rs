@@ -863,11 +863,7 @@ fn planned(result: Option<&StageResult>) -> Planned {
 }
 
 fn summary(r: &StageResult) -> String {
-    let blame = serde_json::to_value(r.blame)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default();
-    format!("[{blame}] {}", r.message)
+    format!("[{}] {}", r.blame.as_str(), r.message)
 }
 
 fn describe(i: &Interrupt) -> String {

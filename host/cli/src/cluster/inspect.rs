@@ -75,7 +75,7 @@ pub async fn logs(
                     "== {pod}: {} {} ({}), exit {}: {}",
                     r.stage,
                     r.outcome,
-                    serde_json::to_value(r.blame)?.as_str().unwrap_or_default(),
+                    r.blame.as_str(),
                     t.exit_code,
                     printable(&r.message)
                 );
