@@ -214,7 +214,7 @@ fn the_reboot_protocol_completes_only_on_a_new_boot_id() {
     let tmp = tempfile::tempdir().unwrap();
     let host = node(tmp.path());
     let boot = host.node_info().boot_id;
-    let args = ["interrupt", "--type", "reboot", "--reboot-wait", "0.2"];
+    let args = ["interrupt", "--type", "reboot", "--reboot-wait", "200ms"];
 
     // First run: marker with the current boot ID, reboot requested, node not down: fail.
     let (out, r) = agent(tmp.path(), &args);

@@ -154,7 +154,7 @@ async fn the_agent_runs_in_a_job_pod_and_reboots_the_node() {
             "node-reboot",
             node,
             "OnFailure",
-            common(&["interrupt", "--type=reboot", "--reboot-wait=20"]),
+            common(&["interrupt", "--type=reboot", "--reboot-wait=20s"]),
         ),
     )
     .await

@@ -70,7 +70,7 @@ impl PrometheusGate {
         let secs = self
             .timeout
             .as_deref()
-            .and_then(|t| crate::validate::parse_duration(t).ok())
+            .and_then(|t| crate::units::parse_duration(t).ok())
             .unwrap_or(DEFAULT_TIMEOUT_SECS as f64);
         std::time::Duration::from_secs_f64(secs.clamp(1.0, MAX_TIMEOUT_SECS as f64))
     }
@@ -124,7 +124,7 @@ impl HealthGates {
                 ));
             }
             if let Some(t) = &p.timeout {
-                match crate::validate::parse_duration(t) {
+                match crate::units::parse_duration(t) {
                     Ok(s) if (1.0..=MAX_TIMEOUT_SECS as f64).contains(&s) => {}
                     Ok(_) => errs.push((
                         "prometheus.timeout".into(),

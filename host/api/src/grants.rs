@@ -412,7 +412,29 @@ fn arg_char(c: char) -> bool {
     !c.is_control()
 }
 
+/// Whether package `p` is granted power (may request a reboot): exactly when its interrupt
+/// is a reboot. Validation, the operator's checks, the Jobs and the RBAC rules all ask this.
+pub fn grants_power(p: &crate::v1alpha1::Package) -> bool {
+    p.interrupt
+        .as_ref()
+        .is_some_and(|i| i.kind == crate::v1alpha1::InterruptType::Reboot)
+}
+
 impl GrantSet {
+    /// The grants package `name` gets: its `capabilities`, and power per [`grants_power`].
+    pub fn of_package(
+        name: &str,
+        p: &crate::v1alpha1::Package,
+    ) -> Result<GrantSet, Vec<GrantError>> {
+        GrantSet::parse(
+            &p.capabilities,
+            grants_power(p),
+            GrantSource::Spec {
+                package: name.into(),
+            },
+        )
+    }
+
     /// Parses `caps` into allowlists. `power` says whether the package may request a reboot.
     /// Returns every problem found, each with its field path.
     pub fn parse(

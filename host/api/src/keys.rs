@@ -23,7 +23,7 @@ pub const KARPENTER_DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
 /// Node annotation: which Karpenter annotations nodewright added (so only those are removed).
 pub const KARPENTER_OWNED: &str = "nodewright.io/karpenter-owned";
 
-/// Node annotation holding the JSON [`crate::v1alpha1::NodeState`] of `cr`: the source of truth.
+/// Node annotation holding the JSON [`crate::node_state::NodeState`] of `cr`: the source of truth.
 pub fn node_state(cr: &str) -> String {
     format!("nodewright.io/state.{cr}")
 }
@@ -96,18 +96,6 @@ pub mod reason {
 /// Node annotation: why the drain of `cr` is blocked (cleared once it proceeds).
 pub fn drain_blocked(cr: &str) -> String {
     format!("nodewright.io/drain-blocked.{cr}")
-}
-
-/// Every per-CR annotation nodewright writes on a node: state, status, cordon mark, drain
-/// start and drain-blocked. A node the CR no longer targets carries none of them.
-pub fn per_cr(cr: &str) -> [String; 5] {
-    [
-        node_state(cr),
-        node_status(cr),
-        cordon(cr),
-        drain_start(cr),
-        drain_blocked(cr),
-    ]
 }
 
 /// Labels on agent Jobs and their pods (what the operator reads back into the planner).

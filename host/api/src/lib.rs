@@ -3,13 +3,16 @@
 //! This crate is shared by the operator, the agent, the engine and the CLI. It holds the
 //! capability grants a NodeWright gives each package ([`grants`]) and the rules that
 //! validate them, the `NodeWright` and `DeploymentPolicy` CRD types ([`v1alpha1`]), the
+//! per-node record each NodeWright keeps in node annotations ([`node_state`]), the
 //! annotation, label and condition names ([`keys`]), the agent's structured stage result
 //! that the operator reads back ([`result`]), validation and defaulting as pure
 //! functions ([`validate`]), the grammar of host names a plugin may pass ([`hostargs`]),
 //! the sandbox bounds of a stage ([`limits`]), plugin trust policies ([`trust`]),
-//! maintenance windows ([`windows`]) and health gates ([`gates`]).
-//! It depends on serde, schemars, globset, regex, url and jiff (time zones) only: never on
-//! a client, a runtime or tokio.
+//! maintenance windows ([`windows`]), health gates ([`gates`]), the one grammar of
+//! durations and sizes ([`units`]) and the operator → agent call ([`agent`]).
+//! It depends on serde, schemars, globset, regex, url and jiff (time zones) only (and, with
+//! the `cli` feature, clap's derive for the agent's arguments): never on a client, a
+//! runtime or tokio.
 //!
 //! ```
 //! use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
@@ -20,14 +23,17 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod crdgen;
 pub mod gates;
 pub mod grants;
 pub mod hostargs;
 pub mod keys;
 pub mod limits;
+pub mod node_state;
 pub mod result;
 pub mod trust;
+pub mod units;
 pub mod v1alpha1;
 pub mod validate;
 pub mod windows;

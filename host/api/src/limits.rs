@@ -6,7 +6,6 @@
 //! the agent container's memory limit leaves room for the agent beside the sandbox.
 
 use crate::v1alpha1::Package;
-use crate::validate::parse_quantity;
 
 /// Default cap on a plugin's linear memory (all memories together).
 pub const DEFAULT_MEMORY: u64 = 128 << 20;
@@ -71,14 +70,7 @@ impl Default for Ceilings {
 }
 
 fn bytes(field: &str, raw: &str) -> Result<u64, (String, String)> {
-    match parse_quantity(raw) {
-        Ok(q) if q >= 1.0 && q.fract() == 0.0 && q < u64::MAX as f64 => Ok(q as u64),
-        Ok(_) => Err((
-            field.to_string(),
-            format!("{raw:?} must be a whole, positive number of bytes"),
-        )),
-        Err(e) => Err((field.to_string(), e)),
-    }
+    crate::units::bytes(raw).map_err(|e| (field.to_string(), e))
 }
 
 impl StageLimits {

@@ -126,6 +126,18 @@ impl StageResult {
         }
     }
 
+    /// Records the interrupt the stage reported (`None`: it needs none), in the text
+    /// [`StageResult::reported_interrupt`] reads back.
+    pub fn report_interrupt(&mut self, interrupt: Option<&Interrupt>) {
+        self.interrupt = Some(match interrupt {
+            None => "none".into(),
+            Some(i) => match i.kind {
+                InterruptType::Service => format!("service:{}", i.services.join(",")),
+                kind => kind.as_str().into(),
+            },
+        });
+    }
+
     /// The interrupt the stage reported, parsed (`Some(None)`: it needs none; `None`: it
     /// did not say, or said something unreadable).
     pub fn reported_interrupt(&self) -> Option<Option<Interrupt>> {
@@ -307,6 +319,28 @@ mod tests {
     fn a_long_multibyte_message_is_cut_on_a_character_boundary() {
         let r = StageResult::failed("apply", "p", Blame::Package, "é".repeat(5000));
         assert!(r.to_termination_message().len() <= TERMINATION_MESSAGE_LIMIT);
+    }
+
+    #[test]
+    fn reported_interrupts_read_back_what_was_recorded() {
+        let mut r = StageResult::failed("plan", "p", Blame::None, "");
+        let service = Interrupt {
+            kind: InterruptType::Service,
+            services: vec!["a.service".into(), "b.service".into()],
+        };
+        let bare = |kind| Interrupt {
+            kind,
+            services: vec![],
+        };
+        for i in [
+            None,
+            Some(service),
+            Some(bare(InterruptType::Reboot)),
+            Some(bare(InterruptType::RestartAllServices)),
+        ] {
+            r.report_interrupt(i.as_ref());
+            assert_eq!(r.reported_interrupt(), Some(i));
+        }
     }
 
     #[test]

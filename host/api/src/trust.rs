@@ -244,7 +244,7 @@ pub fn granted_capabilities(p: &crate::v1alpha1::Package) -> Vec<(&'static str, 
     add(!caps.sysctl.is_empty(), "sysctl", "capabilities.sysctl");
     add(!caps.commands.is_empty(), "exec", "capabilities.commands");
     add(
-        interrupt == Some(InterruptType::Reboot),
+        crate::grants::grants_power(p),
         "power",
         "interrupt.type: reboot",
     );

@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::grants::Capabilities;
+use crate::node_state::is_zero;
 
 /// Default `spec.priority`.
 pub const DEFAULT_PRIORITY: i32 = 200;
@@ -482,212 +483,6 @@ pub struct BatchParams {
     pub safety_limit: Option<i32>,
 }
 
-/// Per-node package state, stored as JSON in the node annotation
-/// [`crate::keys::node_state`]: `"name|version"` → [`PackageStatus`].
-pub type NodeState = BTreeMap<String, PackageStatus>;
-
-/// One package on one node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PackageStatus {
-    /// Package name.
-    pub name: String,
-    /// Version.
-    pub version: String,
-    /// Pinned plugin reference the node ran.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub digest: String,
-    /// Current stage.
-    pub stage: Stage,
-    /// State within the stage.
-    pub state: State,
-    /// Counted attempts of the current stage.
-    #[serde(default)]
-    pub attempts: i32,
-    /// CR generation this entry was last written for (a parked stage re-runs on a newer one).
-    #[serde(default)]
-    pub generation: i64,
-    /// Digests (12 hex) of the config values the last config cycle applied, by key.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub config: BTreeMap<String, String>,
-    /// Keys changed by the config cycle in progress (empty: an install or upgrade cycle).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub changed_keys: Vec<String>,
-    /// What `plan` reported: the interrupt the changes need (`None`: no plan ran, the spec's
-    /// interrupt applies). Never stronger than the spec's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub planned: Option<Planned>,
-    /// Boot ID when a reboot interrupt started; the interrupt completes on a different one.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub boot_id: String,
-    /// Version being upgraded from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_version: Option<String>,
-    /// Last failure, for erroring entries.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-    /// When the planner created this entry (unix seconds). Agents key their idempotence
-    /// markers on it beside the generation, so an entry made again — a node reset, a
-    /// package rerun, a reapply after reboot — runs its stages again rather than finding
-    /// them done.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub run: i64,
-}
-
-/// The outcome of a `plan` stage, as recorded on the node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Planned {
-    /// Changes the plugin would make.
-    pub changes: u32,
-    /// The interrupt those changes need (`None`: no interrupt).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupt: Option<Interrupt>,
-}
-
-impl PackageStatus {
-    /// A fresh entry at `stage`, `in_progress`.
-    pub fn new(name: &str, version: &str, stage: Stage, generation: i64) -> Self {
-        PackageStatus {
-            name: name.into(),
-            version: version.into(),
-            digest: String::new(),
-            stage,
-            state: State::InProgress,
-            attempts: 0,
-            generation,
-            config: BTreeMap::new(),
-            changed_keys: Vec::new(),
-            planned: None,
-            boot_id: String::new(),
-            previous_version: None,
-            message: String::new(),
-            run: 0,
-        }
-    }
-
-    /// Makes the entry run again from `stage` (an admin's "rerun from here"): in progress,
-    /// no counted attempts, and a run epoch later than the old one, so the agent's markers
-    /// of the earlier run do not answer for the new one. What the earlier cycle decided is
-    /// cleared where the new cycle must decide again: from `apply` or `upgrade` the plan's
-    /// verdict and a config cycle's keys (a whole install cycle, the spec's interrupt in
-    /// scope); at an interrupt the plan's verdict and the recorded boot ID (the reboot to
-    /// come records its own).
-    pub fn restart_at(&mut self, stage: Stage, now: i64) {
-        self.stage = stage;
-        self.state = State::InProgress;
-        self.attempts = 0;
-        self.message.clear();
-        self.run = now.max(self.run + 1);
-        match stage {
-            Stage::Plan | Stage::Apply | Stage::Upgrade => {
-                self.planned = None;
-                self.changed_keys.clear();
-            }
-            Stage::Interrupt | Stage::UninstallInterrupt => {
-                self.planned = None;
-                self.boot_id.clear();
-            }
-            Stage::Config | Stage::PostInterrupt | Stage::Uninstall => {}
-        }
-    }
-}
-
-fn is_zero(v: &i64) -> bool {
-    *v == 0
-}
-
-/// Key of a package in a [`NodeState`]: `name|version`.
-pub fn state_key(name: &str, version: &str) -> String {
-    format!("{name}|{version}")
-}
-
-/// Package stages as tracked on nodes.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Stage {
-    /// Read-only dry run before a disruptive install: a converged node needs no cordon.
-    Plan,
-    /// Install.
-    Apply,
-    /// Configure.
-    Config,
-    /// The coalesced interrupt.
-    Interrupt,
-    /// After the interrupt.
-    PostInterrupt,
-    /// Version change.
-    Upgrade,
-    /// Removal.
-    Uninstall,
-    /// The interrupt after removal.
-    UninstallInterrupt,
-}
-
-/// State of a package stage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum State {
-    /// Done.
-    Complete,
-    /// Running.
-    InProgress,
-    /// Covered by another package's merged interrupt.
-    Skipped,
-    /// Failed terminally.
-    Erroring,
-    /// Unknown.
-    Unknown,
-}
-
-impl Stage {
-    /// As the API spells it (`post-interrupt`, ...): node state, Job labels, agent flags.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Plan => "plan",
-            Stage::Apply => "apply",
-            Stage::Config => "config",
-            Stage::Interrupt => "interrupt",
-            Stage::PostInterrupt => "post-interrupt",
-            Stage::Upgrade => "upgrade",
-            Stage::Uninstall => "uninstall",
-            Stage::UninstallInterrupt => "uninstall-interrupt",
-        }
-    }
-
-    /// Every stage, in lifecycle order.
-    pub const ALL: [Stage; 8] = [
-        Stage::Plan,
-        Stage::Apply,
-        Stage::Config,
-        Stage::Interrupt,
-        Stage::PostInterrupt,
-        Stage::Upgrade,
-        Stage::Uninstall,
-        Stage::UninstallInterrupt,
-    ];
-}
-
-impl std::fmt::Display for Stage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Stage {
-    type Err = String;
-
-    /// Parses [`Stage::as_str`].
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Stage::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| format!("unknown stage {s:?}"))
-    }
-}
-
 impl InterruptType {
     /// As the spec spells it (`restartAllServices`, ...): Job labels, agent flags.
     pub fn as_str(self) -> &'static str {
@@ -708,6 +503,16 @@ impl InterruptType {
     ];
 }
 
+impl std::fmt::Display for Interrupt {
+    /// For people: `reboot`, `restart a.service, b.service`, `restartAllServices`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            InterruptType::Service => write!(f, "restart {}", self.services.join(", ")),
+            kind => f.write_str(kind.as_str()),
+        }
+    }
+}
+
 impl std::fmt::Display for InterruptType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -723,19 +528,6 @@ impl std::str::FromStr for InterruptType {
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown interrupt type {s:?}"))
-    }
-}
-
-impl State {
-    /// As the API spells it (`in_progress`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Complete => "complete",
-            State::InProgress => "in_progress",
-            State::Skipped => "skipped",
-            State::Erroring => "erroring",
-            State::Unknown => "unknown",
-        }
     }
 }
 
@@ -764,13 +556,10 @@ impl NodeWrightSpec {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
-    fn stages_and_interrupt_types_parse_what_they_print() {
-        for st in Stage::ALL {
-            assert_eq!(st.as_str().parse::<Stage>(), Ok(st));
-            assert_eq!(st.to_string(), st.as_str());
-        }
+    fn interrupt_types_parse_what_they_print() {
         for k in InterruptType::ALL {
             assert_eq!(k.as_str().parse::<InterruptType>(), Ok(k));
             // The spelling is the spec's (serde's), so labels and specs agree.
@@ -781,90 +570,6 @@ mod tests {
                 .parse::<InterruptType>()
                 .unwrap_err()
                 .contains("\"reboots\"")
-        );
-        assert!("apply-check".parse::<Stage>().is_err());
-    }
-
-    use super::*;
-
-    fn done_entry() -> PackageStatus {
-        let mut e = PackageStatus::new("driver", "1.0.0", Stage::PostInterrupt, 3);
-        e.state = State::Complete;
-        e.attempts = 2;
-        e.message = "earlier failure".into();
-        e.run = 1_700_000_000;
-        e.boot_id = "boot-2".into();
-        e.changed_keys = vec!["a.conf".into()];
-        e.planned = Some(Planned {
-            changes: 0,
-            interrupt: None,
-        });
-        e
-    }
-
-    #[test]
-    fn names_are_the_serialized_ones() {
-        let all = [
-            Stage::Plan,
-            Stage::Apply,
-            Stage::Config,
-            Stage::Interrupt,
-            Stage::PostInterrupt,
-            Stage::Upgrade,
-            Stage::Uninstall,
-            Stage::UninstallInterrupt,
-        ];
-        for st in all {
-            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
-        }
-        for st in [
-            State::Complete,
-            State::InProgress,
-            State::Skipped,
-            State::Erroring,
-            State::Unknown,
-        ] {
-            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
-        }
-    }
-
-    #[test]
-    fn a_restart_is_a_new_run_of_the_stage() {
-        let mut e = done_entry();
-        // The clock may be behind the entry's epoch (another machine's clock): still later.
-        e.restart_at(Stage::Config, 1_600_000_000);
-        assert_eq!(
-            (e.stage, e.state, e.attempts, e.message.as_str()),
-            (Stage::Config, State::InProgress, 0, "")
-        );
-        assert_eq!(e.run, 1_700_000_001);
-        assert_eq!(
-            (e.boot_id.as_str(), e.changed_keys.len()),
-            ("boot-2", 1),
-            "a config rerun keeps its cycle"
-        );
-        assert!(e.planned.is_some());
-    }
-
-    #[test]
-    fn a_restart_clears_what_the_new_cycle_decides_again() {
-        let mut e = done_entry();
-        e.restart_at(Stage::Apply, 1_800_000_000);
-        assert_eq!(e.run, 1_800_000_000);
-        assert!(
-            e.planned.is_none() && e.changed_keys.is_empty(),
-            "a whole install cycle: the spec's interrupt is in scope"
-        );
-        let mut e = done_entry();
-        e.restart_at(Stage::Interrupt, 0);
-        assert!(
-            e.boot_id.is_empty() && e.planned.is_none(),
-            "the interrupt records the boot it starts from"
-        );
-        assert_eq!(
-            e.changed_keys,
-            ["a.conf"],
-            "a config cycle's interrupt stays the config cycle's"
         );
     }
 }

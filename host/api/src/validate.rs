@@ -9,7 +9,8 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::grants::{GrantSet, GrantSource};
+use crate::grants::GrantSet;
+use crate::units::{parse_duration, parse_quantity};
 use crate::v1alpha1::{
     BatchParams, Budget, DeploymentPolicySpec, Interrupt, InterruptType, NodeWrightSpec, Package,
     Strategy,
@@ -65,70 +66,6 @@ pub fn is_package_name(s: &str) -> bool {
         && b[b.len() - 1].is_ascii_lowercase()
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-}
-
-/// Parses a Go-style duration (`1h30m`, `45s`, `500ms`, `0s`) into seconds.
-pub fn parse_duration(s: &str) -> Result<f64, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(0.0);
-    }
-    if s.is_empty() {
-        return Err("empty duration".into());
-    }
-    let (mut total, mut rest) = (0.0, s);
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_len == 0 {
-            return Err(format!("{s:?} is not a duration like 30s, 5m or 1h30m"));
-        }
-        let n: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("{s:?} is not a duration like 30s, 5m or 1h30m"))?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let mult = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 0.001,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            u => return Err(format!("{s:?}: unknown unit {u:?} (use h, m, s, ms)")),
-        };
-        rest = &rest[unit_len..];
-        total += n * mult;
-    }
-    Ok(total)
-}
-
-/// Parses a Kubernetes quantity (`100m`, `0.5`, `64Mi`, `1G`) into base units.
-pub fn parse_quantity(s: &str) -> Result<f64, String> {
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, suffix) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a quantity like 100m, 1, 64Mi"))?;
-    let mult = match suffix {
-        "" => 1.0,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0 * 1024.0,
-        "Gi" => 1024.0 * 1024.0 * 1024.0,
-        "Ti" => 1024f64.powi(4),
-        u => return Err(format!("{s:?}: unknown suffix {u:?}")),
-    };
-    Ok(n * mult)
 }
 
 /// Checks a plugin reference: `registry/repo[:tag]` or `registry/repo@sha256:<64 hex>`.
@@ -298,17 +235,7 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
     if let Err(e) = check_plugin_reference(&p.plugin) {
         errs.add(format!("{base}.plugin"), e);
     }
-    let power = p
-        .interrupt
-        .as_ref()
-        .is_some_and(|i| i.kind == InterruptType::Reboot);
-    if let Err(grant_errors) = GrantSet::parse(
-        &p.capabilities,
-        power,
-        GrantSource::Spec {
-            package: name.into(),
-        },
-    ) {
+    if let Err(grant_errors) = GrantSet::of_package(name, p) {
         for e in grant_errors {
             errs.add(format!("{base}.capabilities.{}", e.field), e.message);
         }
@@ -797,7 +724,7 @@ pub fn validate_policy_delete(policy: &str, users: &[String]) -> Option<FieldErr
 pub fn validate_nodewright_update(
     old: &NodeWrightSpec,
     new: &NodeWrightSpec,
-    node_states: &BTreeMap<String, crate::v1alpha1::NodeState>,
+    node_states: &BTreeMap<String, crate::node_state::NodeState>,
 ) -> (Vec<FieldError>, Vec<String>) {
     let mut errs = Errors(Vec::new());
     let mut warnings = Vec::new();

@@ -113,7 +113,7 @@ impl Window {
                     .ok_or_else(|| ("end".to_string(), format!("{end:?} is not a time HH:MM")))?,
             ),
             (None, Some(d)) => {
-                let secs = crate::validate::parse_duration(d)
+                let secs = crate::units::parse_duration(d)
                     .map_err(|e| ("duration".to_string(), e))? as i64;
                 if secs == 0 || secs > MAX_DURATION_SECS {
                     return Err((

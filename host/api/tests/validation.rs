@@ -492,7 +492,7 @@ mod fuzz {
 
 #[test]
 fn update_rules_protect_uninstallable_packages() {
-    use nodewright_api::v1alpha1::{NodeState, PackageStatus, Stage, State};
+    use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State};
     use nodewright_api::validate::validate_nodewright_update;
     use std::collections::BTreeMap;
     let spec = |version: &str, apply: bool| -> NodeWrightSpec {
@@ -502,7 +502,7 @@ fn update_rules_protect_uninstallable_packages() {
         .unwrap()
     };
     let empty: NodeWrightSpec = serde_json::from_value(json!({"packages": {}})).unwrap();
-    let mut on_node: NodeState = BTreeMap::new();
+    let mut on_node: NodeState = NodeState::new();
     on_node.insert(
         "driver|2.0.0".into(),
         PackageStatus {

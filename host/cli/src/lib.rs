@@ -7,7 +7,6 @@
 mod cluster;
 mod plugin;
 mod printable;
-mod units;
 mod validate;
 
 use std::process::ExitCode;

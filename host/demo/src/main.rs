@@ -17,6 +17,7 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use nodewright_api::keys;
+use nodewright_api::node_state::NodeState;
 use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_e2e::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
@@ -152,10 +153,10 @@ async fn frame(
         let states = crs
             .iter()
             .filter_map(|(cr, _)| {
-                Some((
-                    cr.clone(),
-                    serde_json::from_str(annotations.get(&keys::node_state(cr))?).ok()?,
-                ))
+                annotations
+                    .contains_key(&keys::node_state(cr))
+                    .then_some(())?;
+                Some((cr.clone(), NodeState::read(&name, &annotations, cr).ok()?))
             })
             .collect();
         out.nodes.push(NodeRow {

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use nodewright_api::v1alpha1::{NodeState, NodeWrightStatus, PackageStatus, State, Status};
+use nodewright_api::node_state::{NodeState, PackageStatus, State};
+use nodewright_api::v1alpha1::{NodeWrightStatus, Status};
 use nodewright_api::validate::DEFAULT_COMPARTMENT;
 
 /// One node as the view shows it.
@@ -197,7 +198,7 @@ pub fn changes(before: &Frame, after: &Frame) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use nodewright_api::v1alpha1::Stage;
+    use nodewright_api::node_state::Stage;
 
     use super::*;
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// `sha256:<hex>` of bytes.
 pub(crate) fn digest(bytes: &[u8]) -> String {

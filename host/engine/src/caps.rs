@@ -17,8 +17,9 @@ use wasmtime::component::{HasSelf, Linker};
 use crate::bindings::nodewright::plugin::{
     exec, files, kmod, log, node, power, services, sysctl, types,
 };
-use crate::run::{CapState, Denial, HostState, LogLevel, LogSource};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
+use crate::report::{Denial, LogLevel, LogSource};
+use crate::state::{CapState, HostState};
 
 use types::CapError;
 

@@ -1,6 +1,8 @@
 //! Engine errors.
 
-use crate::inspect::GrantCheck;
+use nodewright_api::grants::Capability;
+
+use crate::report::LogLine;
 
 /// Loading, checking or linking a plugin failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +75,7 @@ pub enum RunError {
         /// Deadline in seconds.
         seconds: f64,
         /// What the plugin logged before it was stopped.
-        logs: Vec<crate::LogLine>,
+        logs: Vec<LogLine>,
     },
     /// The guest tried to grow memory past the limit.
     #[error("stage {stage} exceeded its memory limit of {limit_mib} MiB")]
@@ -83,7 +85,7 @@ pub enum RunError {
         /// Limit in MiB.
         limit_mib: u64,
         /// What the plugin logged before it was stopped.
-        logs: Vec<crate::LogLine>,
+        logs: Vec<LogLine>,
     },
     /// The guest trapped (including a Rust panic in the plugin).
     #[error("stage {stage} trapped: {message}")]
@@ -93,7 +95,7 @@ pub enum RunError {
         /// Trap description (with the panic message when the guest printed one).
         message: String,
         /// What the plugin logged before it trapped.
-        logs: Vec<crate::LogLine>,
+        logs: Vec<LogLine>,
     },
     /// Instantiation failed (a linking bug or resource limits at start).
     #[error("cannot instantiate plugin for stage {stage}: {message}")]
@@ -107,7 +109,7 @@ pub enum RunError {
 
 impl RunError {
     /// The plugin's log up to the failure (empty for instantiation failures).
-    pub fn logs(&self) -> &[crate::LogLine] {
+    pub fn logs(&self) -> &[LogLine] {
         match self {
             RunError::Timeout { logs, .. }
             | RunError::MemoryLimit { logs, .. }
@@ -122,5 +124,28 @@ impl RunError {
             RunError::Timeout { .. } | RunError::MemoryLimit { .. } | RunError::Trap { .. } => true,
             RunError::Instantiate { .. } => false,
         }
+    }
+}
+
+/// The comparison of a component's imports with a grant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrantCheck {
+    /// Capabilities imported but not granted: the plugin cannot run.
+    pub missing: Vec<Capability>,
+    /// Capabilities granted but not imported: harmless, but worth removing from the spec.
+    pub excess: Vec<Capability>,
+    /// One hint per missing capability, naming where to grant it.
+    pub hints: Vec<String>,
+}
+
+impl GrantCheck {
+    /// One line listing the missing capabilities and how to grant them.
+    pub fn missing_summary(&self) -> String {
+        self.missing
+            .iter()
+            .zip(&self.hints)
+            .map(|(c, h)| format!("{c} ({h})"))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }

@@ -2,7 +2,9 @@
 
 use wasmtime::component::types::ComponentItem;
 
-use crate::{Capability, Error, GrantSet, LoadedPlugin, Result};
+use nodewright_api::grants::Capability;
+
+use crate::error::{Error, Result};
 
 /// The export every nodewright plugin must have.
 pub const EXPECTED_EXPORT: &str = "nodewright:plugin/stages@0.1.0";
@@ -55,29 +57,6 @@ pub struct PluginImport {
     pub name: String,
     /// How it is satisfied.
     pub kind: ImportKind,
-}
-
-/// The comparison of a component's imports with a grant.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GrantCheck {
-    /// Capabilities imported but not granted: the plugin cannot run.
-    pub missing: Vec<Capability>,
-    /// Capabilities granted but not imported: harmless, but worth removing from the spec.
-    pub excess: Vec<Capability>,
-    /// One hint per missing capability, naming where to grant it.
-    pub hints: Vec<String>,
-}
-
-impl GrantCheck {
-    /// One line listing the missing capabilities and how to grant them.
-    pub fn missing_summary(&self) -> String {
-        self.missing
-            .iter()
-            .zip(&self.hints)
-            .map(|(c, h)| format!("{c} ({h})"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
 }
 
 /// Rejects anything that is not a component before wasmtime sees it, with a clear reason.
@@ -156,25 +135,6 @@ pub(crate) fn describe(
         )));
     }
     Ok((imports, exports))
-}
-
-/// Compares the capabilities a plugin imports with what `grants` allows.
-pub fn check_grants(plugin: &LoadedPlugin, grants: &GrantSet) -> GrantCheck {
-    let required = plugin.required_capabilities();
-    let mut check = GrantCheck::default();
-    for cap in Capability::ALL {
-        match (required.contains(&cap), grants.grants(cap)) {
-            (true, false) => {
-                check.missing.push(cap);
-                check
-                    .hints
-                    .push(format!("grant it with {}", grants.source.field(cap)));
-            }
-            (false, true) => check.excess.push(cap),
-            (true, true) | (false, false) => {}
-        }
-    }
-    check
 }
 
 #[cfg(test)]

@@ -52,33 +52,33 @@ mod caps;
 mod error;
 mod inspect;
 mod load;
+mod plugin;
+mod report;
 mod run;
 mod sandbox;
+mod stage;
+mod state;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-pub use error::{Error, Result, RunError};
-pub use inspect::{
-    EXPECTED_EXPORT, GrantCheck, ImportKind, PluginImport, STAGE_FUNCTIONS, check_grants,
-};
+pub use error::{Error, GrantCheck, Result, RunError};
+pub use inspect::{EXPECTED_EXPORT, ImportKind, PluginImport, STAGE_FUNCTIONS};
 pub use load::LoadLimits;
 pub use nodewright_api::grants::{Capability, GrantSet};
-pub use run::{
-    Change, Denial, Interrupt, LogLevel, LogLine, LogSource, MAX_DENIALS_KEPT, NODE_ORDER_ENV,
-    Outcome, RunReport, RunStage, StageContext, StepFailure,
+pub use plugin::{LoadedPlugin, PreparedPlugin, check_grants};
+pub use report::{
+    Change, Denial, LogLevel, LogLine, LogSource, MAX_DENIALS_KEPT, RequestedInterrupt, RunReport,
+    StageOutcome, StepFailure,
 };
-pub use sandbox::SandboxLimits;
+pub use sandbox::{EPOCH_TICK, SandboxLimits};
+pub use stage::{NODE_ORDER_ENV, RunStage, StageContext};
 /// The wasmtime version this engine is built on, re-exported so embedders never mismatch it.
 pub use wasmtime;
 
 use bindings::PluginPre;
-use run::HostState;
-
-/// How often the epoch advances. Wall-clock deadlines are rounded up to this.
-pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+use state::HostState;
 
 /// Engine settings.
 #[derive(Clone, Debug, Default)]
@@ -103,62 +103,6 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("cache", &self.cache)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A component that passed the world check, with its compiled code.
-#[derive(Clone)]
-pub struct LoadedPlugin {
-    /// `sha256:<hex>` of the component bytes.
-    pub digest: String,
-    /// Size of the component in bytes.
-    pub size: usize,
-    /// Whether the native code came from the on-disk cache.
-    pub from_cache: bool,
-    /// The component's imports, classified.
-    pub imports: Vec<PluginImport>,
-    /// The component's top-level export names.
-    pub exports: Vec<String>,
-    component: wasmtime::component::Component,
-}
-
-impl std::fmt::Debug for LoadedPlugin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedPlugin")
-            .field("digest", &self.digest)
-            .field("size", &self.size)
-            .field("from_cache", &self.from_cache)
-            .field("imports", &self.imports)
-            .finish_non_exhaustive()
-    }
-}
-
-impl LoadedPlugin {
-    /// The capabilities this component imports (its request).
-    pub fn required_capabilities(&self) -> Vec<Capability> {
-        self.imports
-            .iter()
-            .filter_map(|i| match i.kind {
-                ImportKind::Capability(c) => Some(c),
-                ImportKind::AlwaysLinked | ImportKind::Wasi => None,
-            })
-            .collect()
-    }
-}
-
-/// A plugin linked for one capability set, ready to run stages.
-#[derive(Clone)]
-pub struct PreparedPlugin {
-    pre: PluginPre<HostState>,
-    engine: wasmtime::Engine,
-    digest: String,
-}
-
-impl std::fmt::Debug for PreparedPlugin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreparedPlugin")
-            .field("digest", &self.digest)
             .finish_non_exhaustive()
     }
 }
@@ -285,12 +229,5 @@ impl Engine {
         let linker = Arc::new(caps::linker(&self.inner, &caps)?);
         linkers.insert(mask, linker.clone());
         Ok(linker)
-    }
-}
-
-impl PreparedPlugin {
-    /// Digest of the component.
-    pub fn digest(&self) -> &str {
-        &self.digest
     }
 }

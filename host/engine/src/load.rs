@@ -13,7 +13,7 @@ use std::time::Duration;
 use wasmparser::{Parser, Payload};
 use wasmtime::component::Component;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Limits applied to every component before and while it is compiled.
 #[derive(Clone, Debug, PartialEq, Eq)]

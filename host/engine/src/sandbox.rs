@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use nodewright_api::limits;
 
-use crate::run::{LogLevel, LogLine, LogSource};
+use crate::report::{LogLevel, LogLine, LogSource};
+
+/// How often the epoch advances. Wall-clock deadlines are rounded up to this.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Limits applied to every stage run.
 #[derive(Clone, Debug, PartialEq, Eq)]

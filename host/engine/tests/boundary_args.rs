@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use common::{Attack, denial};
-use nodewright_engine::{Interrupt, RunStage, StepFailure};
+use nodewright_engine::{RequestedInterrupt, RunStage, StepFailure};
 use nodewright_hostops::SimHost;
 
 /// A kmod glob, a unit glob, a sysctl glob and wildcard command patterns, with a writable
@@ -121,7 +121,7 @@ async fn reported_units_are_deduplicated() {
     let outcome = result.unwrap().result.unwrap();
     assert_eq!(
         outcome.interrupt,
-        Interrupt::Service(vec!["containerd.service".into()])
+        RequestedInterrupt::Service(vec!["containerd.service".into()])
     );
 }
 

@@ -7,10 +7,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::{Run, grants, load, sim};
-use nodewright_engine::{Capability, Interrupt, Outcome, RunStage, StepFailure, check_grants};
+use nodewright_engine::{
+    Capability, RequestedInterrupt, RunStage, StageOutcome, StepFailure, check_grants,
+};
 use nodewright_hostops::{HostAction, ServiceVerb};
 
-fn ok(report: nodewright_engine::RunReport) -> Outcome {
+fn ok(report: nodewright_engine::RunReport) -> StageOutcome {
     report
         .result
         .unwrap_or_else(|e| panic!("{} failed: {e}; logs: {:?}", report.stage, report.logs))
@@ -54,7 +56,7 @@ async fn sysctl_applies_persists_and_converges() {
     assert!(host.recorded().is_empty(), "plan changed the host");
 
     let applied = ok(run.stage(&host, RunStage::Apply).await.unwrap());
-    assert_eq!(applied.interrupt, Interrupt::None);
+    assert_eq!(applied.interrupt, RequestedInterrupt::None);
     assert_eq!(
         host.recorded(),
         [
@@ -159,9 +161,9 @@ async fn kernel_module_loads_persists_and_asks_for_reboot_on_new_options() {
     ];
     let run = Run::new(&plugin, "mods", &g).config(&config);
     let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
-    assert_eq!(plan.interrupt, Interrupt::Reboot, "{plan:?}");
+    assert_eq!(plan.interrupt, RequestedInterrupt::Reboot, "{plan:?}");
     let applied = ok(run.stage(&host, RunStage::Apply).await.unwrap());
-    assert_eq!(applied.interrupt, Interrupt::Reboot);
+    assert_eq!(applied.interrupt, RequestedInterrupt::Reboot);
     // The check passes: only the reboot is pending.
     ok(run.stage(&host, RunStage::ApplyCheck).await.unwrap());
     // After a reboot the modules come back from modules-load.d and nothing is pending.
@@ -198,7 +200,7 @@ async fn files_plugin_writes_modes_and_reports_restarts() {
     assert_eq!(plan.changes[0].detail, "create, 19 bytes");
     assert_eq!(
         plan.interrupt,
-        Interrupt::Service(vec!["containerd.service".into()])
+        RequestedInterrupt::Service(vec!["containerd.service".into()])
     );
     ok(run.stage(&host, RunStage::Apply).await.unwrap());
     let written = tmp.path().join("etc/containerd/conf.d/mirror.toml");
@@ -234,7 +236,7 @@ async fn systemd_plugin_reloads_enables_and_reports_restart_of_active_units() {
     let first = ok(run.stage(&host, RunStage::Apply).await.unwrap());
     assert_eq!(
         first.interrupt,
-        Interrupt::None,
+        RequestedInterrupt::None,
         "an inactive unit needs no restart"
     );
     assert_eq!(
@@ -265,7 +267,7 @@ async fn systemd_plugin_reloads_enables_and_reports_restart_of_active_units() {
     let second = ok(run.stage(&host, RunStage::Apply).await.unwrap());
     assert_eq!(
         second.interrupt,
-        Interrupt::Service(vec!["containerd.service".into()])
+        RequestedInterrupt::Service(vec!["containerd.service".into()])
     );
     ok(run.stage(&host, RunStage::Uninstall).await.unwrap());
     assert!(
@@ -309,7 +311,7 @@ async fn shell_plugin_runs_granted_commands_and_plans_with_exit_codes() {
     ];
     let run = Run::new(&plugin, "setup", &g).config(&config);
     let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
-    assert_eq!(plan.interrupt, Interrupt::Reboot);
+    assert_eq!(plan.interrupt, RequestedInterrupt::Reboot);
     assert!(
         run.stage(&host, RunStage::ApplyCheck)
             .await

@@ -1,13 +1,15 @@
 //! Agent Jobs: built from the planner's requests, and read back into the planner's view.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use nodewright_api::agent::{AgentCall, Backend, Common, InterruptCall, RunStage, StageCall};
 use nodewright_api::keys::job as label;
 use nodewright_api::limits::StageLimits;
 use nodewright_api::result::{Blame, StageResult};
-use nodewright_api::validate::parse_duration;
+use nodewright_api::units::duration;
 use nodewright_planner::{JobPhase, JobRequest, Work};
 use serde_json::{Value, json};
 
@@ -21,7 +23,7 @@ pub struct JobConfig {
     /// The agent's command in that image.
     pub command: String,
     /// Host-ops backend: `linux` on real nodes, `sim` on simulated ones.
-    pub backend: String,
+    pub backend: Backend,
     /// `ttlSecondsAfterFinished`.
     pub ttl_seconds: i32,
     /// Registries the agents may reach over plain HTTP.
@@ -46,91 +48,24 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
         (label::NODE.into(), req.node.clone()),
         (label::GENERATION.into(), req.generation.to_string()),
     ]);
-    let mut args: Vec<String> = Vec::new();
-    let interrupt_job;
+    let interrupt_job = matches!(req.work, Work::Interrupt { .. });
     match &req.work {
         Work::Package {
             package,
             version,
             stage,
         } => {
-            interrupt_job = false;
             labels.insert(label::PACKAGE.into(), package.clone());
             labels.insert(label::VERSION.into(), version.clone());
             labels.insert(label::STAGE.into(), stage.as_str().into());
-            let p = req.package.clone().unwrap_or_default();
-            args.extend([
-                "run".into(),
-                format!("--stage={}", stage.as_str()),
-                format!("--package={package}"),
-                format!("--version={version}"),
-            ]);
-            args.push(format!("--plugin={}", req.plugin));
-            args.push(format!(
-                "--capabilities={}",
-                serde_json::to_string(&p.capabilities).unwrap_or_else(|_| "{}".into())
-            ));
-            args.push(format!(
-                "--config={}",
-                serde_json::to_string(&p.config_map).unwrap_or_else(|_| "{}".into())
-            ));
-            args.extend(
-                req.changed_keys
-                    .iter()
-                    .map(|k| format!("--changed-key={k}")),
-            );
-            if let Some(prev) = &req.previous_version {
-                args.push(format!("--previous-version={prev}"));
-            }
-            if let Some(order) = req.node_order {
-                args.push(format!("--node-order={order}"));
-            }
-            if req.reboot_allowed {
-                args.push("--reboot-allowed".into());
-            }
-            if req.deadline_seconds > 0 {
-                args.push(format!("--timeout={}", req.deadline_seconds));
-            }
-            // Validated at admission and checked against the ceilings before any Job.
-            let limits = StageLimits::of(&p).unwrap_or_default();
-            args.push(format!("--memory={}", limits.memory));
-            args.push(format!("--write-bytes={}", limits.write_bytes));
-            args.push(format!("--write-files={}", limits.write_files));
-            args.push(format!("--min-free-bytes={}", cfg.min_free_bytes));
-            if let Some(g) = p
-                .graceful_shutdown
-                .as_deref()
-                .and_then(|g| parse_duration(g).ok())
-            {
-                args.push(format!("--graceful-shutdown={g}"));
-            }
-            args.extend(
-                cfg.insecure_registries
-                    .iter()
-                    .map(|r| format!("--insecure-registry={r}")),
-            );
         }
         Work::Interrupt { stage, kind, owner } => {
-            interrupt_job = true;
             labels.insert(label::PACKAGE.into(), owner.clone());
             labels.insert(label::STAGE.into(), stage.as_str().into());
             labels.insert(label::INTERRUPT.into(), kind.as_str().into());
-            args.extend([
-                "interrupt".into(),
-                format!("--type={}", kind.as_str()),
-                format!("--package={owner}"),
-            ]);
-            args.extend(req.services.iter().map(|s| format!("--service={s}")));
         }
     }
-    args.extend([
-        format!("--cr-uid={}", req.cr_uid),
-        format!("--generation={}", req.generation),
-        format!("--run={}", req.run),
-        "--host-root=/host".into(),
-        format!("--backend={}", cfg.backend),
-        format!("--termination-log={TERMINATION_LOG}"),
-    ]);
+    let args = call(req, cfg).to_args();
     let tolerations = serde_json::to_value(&req.tolerations).unwrap_or(Value::Null);
     let mut pod_spec = json!({
         "nodeName": req.node,
@@ -219,11 +154,65 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     .expect("the Job we build is a valid Job")
 }
 
+/// What the Job's agent is asked to do: the planner's request in the agent contract.
+pub fn call(req: &JobRequest, cfg: &JobConfig) -> AgentCall {
+    let common = Common {
+        host_root: "/host".into(),
+        backend: cfg.backend,
+        node: req.node.clone(),
+        cr_uid: req.cr_uid.clone(),
+        generation: req.generation,
+        run: req.run,
+        termination_log: TERMINATION_LOG.into(),
+    };
+    match &req.work {
+        Work::Package {
+            package,
+            version,
+            stage,
+        } => {
+            let p = req.package.clone().unwrap_or_default();
+            // The planner creates package Jobs only for stages a plugin runs.
+            let run_stage = RunStage::of(*stage).unwrap_or(RunStage::Apply);
+            let mut c = StageCall::new(common, run_stage, package, version, &req.plugin);
+            c.capabilities = p.capabilities.clone();
+            c.reboot_allowed = req.reboot_allowed;
+            c.config = p.config_map.clone();
+            c.changed_keys = req.changed_keys.clone();
+            c.previous_version = req.previous_version.clone();
+            c.node_order = req.node_order;
+            if req.deadline_seconds > 0 {
+                c.timeout = Duration::from_secs(req.deadline_seconds);
+            }
+            // Validated at admission and checked against the ceilings before any Job.
+            let limits = StageLimits::of(&p).unwrap_or_default();
+            c.memory = limits.memory;
+            c.write_bytes = limits.write_bytes;
+            c.write_files = limits.write_files;
+            c.min_free_bytes = cfg.min_free_bytes;
+            if let Some(g) = p
+                .graceful_shutdown
+                .as_deref()
+                .and_then(|g| duration(g).ok())
+            {
+                c.graceful_shutdown = g;
+            }
+            c.insecure_registries = cfg.insecure_registries.clone();
+            AgentCall::Run(c)
+        }
+        Work::Interrupt { kind, owner, .. } => {
+            let mut c = InterruptCall::new(common, *kind, owner);
+            c.services = req.services.clone();
+            AgentCall::Interrupt(c)
+        }
+    }
+}
+
 /// The planner's view of one of our Jobs, from its labels, status and pods.
 pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::Job> {
     let labels = job.metadata.labels.as_ref()?;
     let get = |k: &str| labels.get(k).cloned();
-    let stage: nodewright_api::v1alpha1::Stage = get(label::STAGE)?.parse().ok()?;
+    let stage: nodewright_api::node_state::Stage = get(label::STAGE)?.parse().ok()?;
     let work = match get(label::INTERRUPT) {
         Some(kind) => Work::Interrupt {
             stage,
@@ -330,14 +319,15 @@ fn genuine_failure(p: &Pod) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodewright_api::v1alpha1::{Package, SandboxSpec, Stage};
+    use nodewright_api::node_state::Stage;
+    use nodewright_api::v1alpha1::{Package, SandboxSpec};
 
     fn cfg() -> JobConfig {
         JobConfig {
             namespace: "nodewright".into(),
             image: "registry.example/nodewright/agent@sha256:0".into(),
             command: "/usr/local/bin/nodewright-agent".into(),
-            backend: "linux".into(),
+            backend: Backend::Linux,
             ttl_seconds: 60,
             insecure_registries: vec![],
             service_account: None,

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 use kube::Client;
+use nodewright_api::agent::Backend;
 use nodewright_planner::{Settings, plan};
 use tokio::sync::Notify;
 
@@ -54,8 +55,13 @@ struct Flags {
     )]
     agent_command: String,
     /// Host-ops backend the agents use: `linux` (real nodes) or `sim` (simulated nodes).
-    #[arg(long, env = "NODEWRIGHT_AGENT_BACKEND", default_value = "linux")]
-    agent_backend: String,
+    #[arg(
+        long,
+        env = "NODEWRIGHT_AGENT_BACKEND",
+        value_enum,
+        default_value = "linux"
+    )]
+    agent_backend: Backend,
     /// Service account of the agent pods.
     #[arg(long, env = "NODEWRIGHT_AGENT_SERVICE_ACCOUNT")]
     agent_service_account: Option<String>,
@@ -163,11 +169,11 @@ struct Flags {
 }
 
 fn seconds(s: &str) -> Result<u64, String> {
-    nodewright_api::validate::parse_duration(s).map(|d| d.round() as u64)
+    nodewright_api::units::parse_duration(s).map(|d| d.round() as u64)
 }
 
 fn bytes(s: &str) -> Result<u64, String> {
-    nodewright_api::validate::parse_quantity(s).map(|q| q.round() as u64)
+    nodewright_api::units::parse_quantity(s).map(|q| q.round() as u64)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -269,7 +275,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         namespace: flags.namespace.clone(),
         image: flags.agent_image.clone(),
         command: flags.agent_command.clone(),
-        backend: flags.agent_backend.clone(),
+        backend: flags.agent_backend,
         ttl_seconds: flags.job_ttl_seconds_after_finished,
         insecure_registries: flags.insecure_registries.clone(),
         service_account: flags.agent_service_account.clone(),

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nodewright_api::grants::{GrantSet, GrantSource};
+use nodewright_api::grants::GrantSet;
 use nodewright_api::limits::{Ceilings, StageLimits};
-use nodewright_api::v1alpha1::{InterruptType, NodeWrightSpec};
+use nodewright_api::v1alpha1::NodeWrightSpec;
 use nodewright_engine::{Engine, EngineConfig};
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig, pin};
 use nodewright_planner::{Plugins as Verdict, Resolved};
@@ -245,17 +245,7 @@ impl Plugins {
                     false,
                 );
             }
-            let reboot = p
-                .interrupt
-                .as_ref()
-                .is_some_and(|i| i.kind == InterruptType::Reboot);
-            let grants = match GrantSet::parse(
-                &p.capabilities,
-                reboot,
-                GrantSource::Spec {
-                    package: name.clone(),
-                },
-            ) {
+            let grants = match GrantSet::of_package(name, p) {
                 Ok(g) => g,
                 Err(errs) => {
                     return not_ready(

@@ -79,8 +79,8 @@ async fn outside_its_window_nothing_disrupts_and_moving_the_window_to_now_comple
         for n in ["w1", "w2"] {
             let st = e.state("win", n).await;
             st.get("driver|1.0.0").filter(|p| {
-                p.stage != nodewright_api::v1alpha1::Stage::Plan
-                    || p.state == nodewright_api::v1alpha1::State::Complete
+                p.stage != nodewright_api::node_state::Stage::Plan
+                    || p.state == nodewright_api::node_state::State::Complete
             })?;
         }
         Some(())

@@ -43,11 +43,15 @@ async fn running_at(e: &E2e, cr: &str, stage: &str) -> Vec<String> {
 async fn holds_nothing(e: &E2e, cr: &str, node: &str) -> Result<(), String> {
     let n = e.node(node).await;
     let annotations = n.metadata.annotations.unwrap_or_default();
-    for key in keys::per_cr(cr).iter().map(String::as_str).chain([
-        keys::KARPENTER_DO_NOT_DISRUPT,
-        keys::KARPENTER_DO_NOT_REPAIR,
-        keys::KARPENTER_OWNED,
-    ]) {
+    for key in nodewright_api::node_state::keys(cr)
+        .iter()
+        .map(String::as_str)
+        .chain([
+            keys::KARPENTER_DO_NOT_DISRUPT,
+            keys::KARPENTER_DO_NOT_REPAIR,
+            keys::KARPENTER_OWNED,
+        ])
+    {
         if annotations.contains_key(key) {
             return Err(format!("{node} carries {key}"));
         }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::E2e;
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{Stage, State, Status};
+use nodewright_api::node_state::{Stage, State};
+use nodewright_api::v1alpha1::Status;
 use nodewright_hostops::{HostAction, ServiceVerb};
 use serde_json::{Value, json};
 

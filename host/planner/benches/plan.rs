@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{NodeState, NodeWrightSpec, PackageStatus, Stage, State, state_key};
+use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_key};
+use nodewright_api::v1alpha1::NodeWrightSpec;
 use nodewright_planner::{Cr, Job, JobPhase, Node, Plugins, Pod, Snapshot, Work, plan};
 
 struct Counting;
@@ -206,8 +207,11 @@ fn main() {
         let parsed: usize = snap
             .nodes
             .iter()
-            .filter_map(|n| n.annotations.get(&keys::node_state("fleet")))
-            .map(|raw| serde_json::from_str::<NodeState>(raw).unwrap().len())
+            .map(|n| {
+                NodeState::read(&n.name, &n.annotations, "fleet")
+                    .unwrap()
+                    .len()
+            })
             .sum();
         let parse = t.elapsed();
         assert!(parsed > 0);

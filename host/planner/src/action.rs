@@ -72,7 +72,7 @@ pub struct JobRequest {
     pub cr_uid: String,
     /// CR generation.
     pub generation: i64,
-    /// The state entry's run epoch ([`nodewright_api::v1alpha1::PackageStatus::run`]; for
+    /// The state entry's run epoch ([`nodewright_api::node_state::PackageStatus::run`]; for
     /// an interrupt, its owner's): part of the agent's idempotence key.
     pub run: i64,
     /// Node.

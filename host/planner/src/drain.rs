@@ -1,13 +1,13 @@
 //! Drain decisions: the non-interrupt barrier, which pods go, how, and when to give up.
 
 use nodewright_api::keys::reason;
+use nodewright_api::units::parse_duration;
 use nodewright_api::v1alpha1::DrainConfig;
-use nodewright_api::validate::parse_duration;
 
 use crate::action::Action;
-use crate::node::Env;
 use crate::select;
 use crate::snapshot::{Cr, Pod};
+use crate::work::Env;
 
 /// Where a node's drain stands.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,14 +2,16 @@
 //! `AlreadyExists`, never a second Job), deadlines and tolerations.
 
 use k8s_openapi::api::core::v1::Toleration;
+use nodewright_api::grants::grants_power;
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package, PackageStatus};
-use nodewright_api::validate::parse_duration;
+use nodewright_api::node_state::PackageStatus;
+use nodewright_api::units::parse_duration;
+use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package};
 use sha2::{Digest, Sha256};
 
 use crate::action::JobRequest;
-use crate::node::Env;
 use crate::snapshot::{Cr, Work};
+use crate::work::Env;
 
 /// `nw-<readable prefix>-<10 hex of the full key>`, at most 63 characters, a DNS label.
 /// Package Jobs are keyed by (CR, package, version, stage, node); interrupt Jobs by
@@ -88,10 +90,7 @@ pub(crate) fn package_job(
         node_order: env.orders.get(node).copied(),
         interrupt: None,
         services: Vec::new(),
-        reboot_allowed: p
-            .interrupt
-            .as_ref()
-            .is_some_and(|i| i.kind == InterruptType::Reboot),
+        reboot_allowed: grants_power(p),
         deadline_seconds: deadline(env, Some(p)),
         backoff_limit: env.settings.backoff_limit,
         tolerations: tolerations(cr),
@@ -140,7 +139,7 @@ pub(crate) fn interrupt_job(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodewright_api::v1alpha1::Stage;
+    use nodewright_api::node_state::Stage;
 
     #[test]
     fn names_are_deterministic_bounded_dns_labels() {

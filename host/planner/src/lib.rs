@@ -31,6 +31,7 @@ pub mod select;
 pub mod snapshot;
 pub mod stages;
 mod status;
+pub mod work;
 
 pub use action::{Action, Event, JobRequest, NodePatch, Target};
 pub use plan::plan;

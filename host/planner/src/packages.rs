@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use nodewright_api::v1alpha1::{
-    Interrupt, InterruptType, NodeState, NodeWrightSpec, Package, PackageStatus, Stage, State,
-};
+use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State};
+use nodewright_api::v1alpha1::{Interrupt, InterruptType, NodeWrightSpec, Package};
 use sha2::{Digest, Sha256};
 
 use crate::interrupts::{in_scope, rank};

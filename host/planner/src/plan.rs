@@ -6,16 +6,18 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{NodeState, Status};
+use nodewright_api::node_state::{Malformed, NodeState};
+use nodewright_api::v1alpha1::Status;
 
 use crate::action::{Action, Event, Target};
 use crate::hold;
-use crate::node::{self, Env, NodeOutcome, NodeWork};
+use crate::node::{self, NodeOutcome};
 use crate::packages::node_done;
 use crate::rollout::{self, Standing};
 use crate::select;
 use crate::snapshot::{Cr, Job, Node, Plugins, Pod, Snapshot};
 use crate::status;
+use crate::work::{Env, NodeWork};
 
 /// Decides what to do next. Pure: the same snapshot and clock give the same actions.
 pub fn plan(s: &Snapshot, now: i64) -> Vec<Action> {
@@ -45,7 +47,7 @@ struct Pass<'a> {
     /// CRs done on every node they select, in the snapshot.
     done_everywhere: HashSet<&'a str>,
     /// Node states parsed for [`Pass::completion`], reused by the CR's pass.
-    parsed: HashMap<(&'a str, &'a str), Result<NodeState, String>>,
+    parsed: HashMap<(&'a str, &'a str), Result<NodeState, Malformed>>,
     actions: Vec<Action>,
 }
 
@@ -85,12 +87,9 @@ impl<'a> Pass<'a> {
         pass
     }
 
-    /// The node state under annotation `key` (`keys::node_state(cr)`).
-    fn state_of(&self, key: &str, node: &str) -> Result<NodeState, String> {
-        match self.work[node].get(key) {
-            None => Ok(NodeState::new()),
-            Some(raw) => serde_json::from_str(raw).map_err(|e| format!("{node}: {key}: {e}")),
-        }
+    /// `cr`'s state on `node` as this pass has left it.
+    fn state_of(&self, cr: &str, node: &str) -> Result<NodeState, Malformed> {
+        NodeState::from_annotation(node, cr, self.work[node].get(&keys::node_state(cr)))
     }
 
     fn selects(cr: &Cr, node: &Node) -> bool {
@@ -102,10 +101,9 @@ impl<'a> Pass<'a> {
     fn completion(&mut self) {
         for cr in &self.s.nodewrights {
             let digests = crate::packages::digests(&cr.spec);
-            let key = keys::node_state(&cr.name);
             let mut everywhere = true;
             for n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
-                let st = self.state_of(&key, &n.name);
+                let st = self.state_of(&cr.name, &n.name);
                 let done = st
                     .as_ref()
                     .is_ok_and(|st| node_done(&cr.spec, &digests, st, cr.deleting));
@@ -246,18 +244,18 @@ impl<'a> Pass<'a> {
             let reset = self.reboot_reset(cr, n);
             let parsed = match self.parsed.remove(&(cr.name.as_str(), n.name.as_str())) {
                 Some(p) if !reset => p,
-                _ => self.state_of(&state_key, &n.name),
+                _ => self.state_of(&cr.name, &n.name),
             };
             let st = match parsed {
                 Ok(st) => st,
                 Err(e) => {
-                    report.malformed(e);
+                    report.malformed(e.to_string());
                     standing.insert(n.name.as_str(), (Standing::Ineligible, Status::Unknown));
                     continue;
                 }
             };
             let parked = st.values().any(|e| {
-                e.state == nodewright_api::v1alpha1::State::Erroring
+                e.state == nodewright_api::node_state::State::Erroring
                     && e.generation >= cr.generation
             }) || crate::drain::timed_out(
                 cr,
@@ -394,9 +392,7 @@ impl<'a> Pass<'a> {
                     &mut self.actions,
                 );
                 if st != before_state {
-                    let value = (!st.is_empty())
-                        .then(|| serde_json::to_string(&st).expect("node state serializes"));
-                    work.set(&state_key, value);
+                    work.set(&state_key, st.annotation());
                 }
                 report.uninstalls(&n.name, &st);
                 node_status = if members.contains(&n.name) || out.status != Status::InProgress {
@@ -471,13 +467,11 @@ impl<'a> Pass<'a> {
         if seen.is_empty() || *seen == n.boot_id {
             return false;
         }
-        let ours = self
-            .state_of(&keys::node_state(&cr.name), &n.name)
-            .is_ok_and(|st| {
-                st.values().any(|e| {
-                    !e.boot_id.is_empty() && e.state != nodewright_api::v1alpha1::State::Complete
-                })
-            });
+        let ours = self.state_of(&cr.name, &n.name).is_ok_and(|st| {
+            st.values().any(|e| {
+                !e.boot_id.is_empty() && e.state != nodewright_api::node_state::State::Complete
+            })
+        });
         if ours {
             return false;
         }
@@ -510,7 +504,9 @@ impl<'a> Pass<'a> {
     fn holds_any(&self, cr: &Cr, n: &Node) -> bool {
         let work = &self.work[n.name.as_str()];
         self.jobs.contains_key(&(cr.name.as_str(), n.name.as_str()))
-            || keys::per_cr(&cr.name).iter().any(|k| work.get(k).is_some())
+            || nodewright_api::node_state::keys(&cr.name)
+                .iter()
+                .any(|k| work.get(k).is_some())
     }
 
     /// Lets go of `n`: stops the CR's Jobs there (a running stage gets its graceful
@@ -545,7 +541,7 @@ impl<'a> Pass<'a> {
         work.set(&keys::node_status(&cr.name), None);
         let empty = work
             .get(&keys::node_state(&cr.name))
-            .is_none_or(|raw| serde_json::from_str::<NodeState>(raw).is_ok_and(|st| st.is_empty()));
+            .is_none_or(|raw| NodeState::parse(raw).is_ok_and(|st| st.is_empty()));
         if forget || empty {
             work.set(&keys::node_state(&cr.name), None);
         }

@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Taint;
+use nodewright_api::node_state::Stage;
 use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::{
-    DeploymentPolicySpec, InterruptType, NodeWrightSpec, NodeWrightStatus, Stage,
+    DeploymentPolicySpec, InterruptType, NodeWrightSpec, NodeWrightStatus,
 };
 
 /// One observation of the cluster.

@@ -9,7 +9,7 @@
 //! Transitions happen only from state `complete`. `post-interrupt` is always terminal;
 //! `config` is terminal only without an interrupt in scope.
 
-use nodewright_api::v1alpha1::{Stage, State};
+use nodewright_api::node_state::{Stage, State};
 
 /// Where a package goes after a stage completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,20 +33,6 @@ pub fn next_on_success(stage: Stage, interrupt_in_scope: bool) -> Next {
         (Stage::PostInterrupt, _) => Next::Done,
         (Stage::Uninstall, true) => Next::Stage(Stage::UninstallInterrupt),
         (Stage::Uninstall, false) | (Stage::UninstallInterrupt, _) => Next::Remove,
-    }
-}
-
-/// The agent stage that verifies `stage` (NodeWright's `<stage>-check`). The interrupt has
-/// no check of its own: `post-interrupt` verifies it (and the reboot protocol checks the
-/// boot ID).
-pub fn check_for(stage: Stage) -> Option<&'static str> {
-    match stage {
-        Stage::Apply => Some("apply-check"),
-        Stage::Config => Some("config-check"),
-        Stage::PostInterrupt => Some("post-interrupt-check"),
-        Stage::Upgrade => Some("upgrade-check"),
-        Stage::Uninstall => Some("uninstall-check"),
-        Stage::Plan | Stage::Interrupt | Stage::UninstallInterrupt => None,
     }
 }
 
@@ -79,6 +65,7 @@ pub fn entry_stage(entry: Option<(Stage, State)>, interrupt_in_scope: bool) -> N
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodewright_api::agent::RunStage;
 
     #[test]
     fn install_lanes() {
@@ -124,17 +111,11 @@ mod tests {
 
     #[test]
     fn every_stage_but_the_interrupts_has_a_check() {
-        for (stage, check) in [
-            (Stage::Apply, Some("apply-check")),
-            (Stage::Config, Some("config-check")),
-            (Stage::Interrupt, None),
-            (Stage::PostInterrupt, Some("post-interrupt-check")),
-            (Stage::Upgrade, Some("upgrade-check")),
-            (Stage::Uninstall, Some("uninstall-check")),
-            (Stage::UninstallInterrupt, None),
-        ] {
-            assert_eq!(check_for(stage), check, "{stage:?}");
-            assert_eq!(is_interrupt(stage), check.is_none());
+        // The interrupt has no check of its own: `post-interrupt` verifies it (and the
+        // reboot protocol checks the boot ID). A plan changes nothing, so nothing to verify.
+        for stage in Stage::ALL.into_iter().filter(|s| *s != Stage::Plan) {
+            let check = RunStage::of(stage).and_then(RunStage::check);
+            assert_eq!(is_interrupt(stage), check.is_none(), "{stage:?}");
         }
     }
 

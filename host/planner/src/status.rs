@@ -2,9 +2,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodewright_api::keys::{condition, reason};
-use nodewright_api::v1alpha1::{
-    CompartmentStatus, NodeState, NodeWrightStatus, Stage, State, Status,
-};
+use nodewright_api::node_state::{NodeState, Stage, State};
+use nodewright_api::v1alpha1::{CompartmentStatus, NodeWrightStatus, Status};
 use nodewright_api::windows::WindowState;
 
 use crate::action::{Action, Event, Target};
@@ -108,7 +107,7 @@ impl<'a> Report<'a> {
 
     /// A node's package entries, for the uninstall conditions.
     pub fn uninstalls(&mut self, node: &str, state: &NodeState) {
-        let uninstalling = |e: &&nodewright_api::v1alpha1::PackageStatus| {
+        let uninstalling = |e: &&nodewright_api::node_state::PackageStatus| {
             matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt)
         };
         if let Some(e) = state

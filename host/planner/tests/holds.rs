@@ -4,7 +4,8 @@
 mod world;
 
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{Stage, State, Status};
+use nodewright_api::node_state::{Stage, State};
+use nodewright_api::v1alpha1::Status;
 use nodewright_planner::{Action, GateFinding, JobPhase, Work};
 use serde_json::json;
 use world::{World, condition, plain_pkg, reboot_pkg, spec, stages_on};

@@ -6,7 +6,8 @@
 mod world;
 
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{Stage, Status};
+use nodewright_api::node_state::Stage;
+use nodewright_api::v1alpha1::Status;
 use nodewright_planner::{Action, JobPhase, Work};
 use serde_json::json;
 use world::{World, ok, policy, spec};
@@ -40,7 +41,7 @@ fn at_work(w: &World) -> Vec<String> {
 /// Nothing of `cr` on `node`: no per-CR annotation, no Karpenter mark of ours, no Job.
 fn holds_nothing(w: &World, cr: &str, node: &str) -> Result<(), String> {
     let n = w.node(node);
-    for key in keys::per_cr(cr) {
+    for key in nodewright_api::node_state::keys(cr) {
         if n.annotations.contains_key(&key) {
             return Err(format!("{node} still carries {key}"));
         }

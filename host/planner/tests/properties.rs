@@ -6,7 +6,8 @@ mod world;
 use std::collections::{BTreeMap, BTreeSet};
 
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{Stage, Status, state_key};
+use nodewright_api::node_state::{Stage, state_key};
+use nodewright_api::v1alpha1::Status;
 use nodewright_planner::packages::effective;
 use nodewright_planner::{Action, GateFinding, JobPhase, Work};
 use proptest::prelude::*;

@@ -4,8 +4,9 @@
 mod world;
 
 use nodewright_api::keys;
+use nodewright_api::node_state::{Stage, State};
 use nodewright_api::result::{Blame, StageResult};
-use nodewright_api::v1alpha1::{InterruptType, Stage, State, Status};
+use nodewright_api::v1alpha1::{InterruptType, Status};
 use nodewright_planner::{Action, Job, JobPhase, Plugins, Work};
 use serde_json::json;
 use world::{World, condition, ok, plain_pkg, policy, reboot_pkg, spec, stages_on};

@@ -9,6 +9,7 @@ pub mod inspect;
 mod select;
 mod view;
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
@@ -19,7 +20,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{NodeState, NodeWright, PackageStatus, Stage, State, state_key};
+use nodewright_api::node_state::{self, NodeState, PackageStatus, Stage, State, state_key};
+use nodewright_api::v1alpha1::NodeWright;
 use serde_json::{Value, json};
 
 /// Output format.
@@ -317,16 +319,11 @@ async fn write_state(
     state: Option<&NodeState>,
 ) -> Result<()> {
     let name = node.metadata.name.clone().unwrap_or_default();
-    let value = match state {
-        Some(s) if !s.is_empty() => Value::String(serde_json::to_string(s)?),
-        _ => Value::Null,
-    };
-    let mut ann = serde_json::Map::new();
-    ann.insert(keys::node_state(cr), value.clone());
-    if value.is_null() {
+    let mut ann = BTreeMap::new();
+    match state {
+        Some(s) if !s.is_empty() => s.write(cr, &mut ann),
         // Starting over also restarts a drain that timed out.
-        ann.insert(keys::node_status(cr), Value::Null);
-        ann.insert(keys::drain_start(cr), Value::Null);
+        _ => ann = node_state::reset(cr),
     }
     let patch =
         json!({"metadata": {"resourceVersion": node.meta().resource_version, "annotations": ann}});

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{NodeState, NodeWright, PackageStatus};
+use nodewright_api::node_state::{NodeState, PackageStatus};
+use nodewright_api::v1alpha1::NodeWright;
 use serde::Serialize;
 
 /// Lays out rows under a header, columns padded to their widest cell.
@@ -41,12 +42,11 @@ pub fn stage_state(p: &PackageStatus) -> String {
 
 /// A node's state for `cr`, if it has a readable one.
 pub fn node_state(node: &Node, cr: &str) -> Option<NodeState> {
-    let raw = node
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(&keys::node_state(cr))?;
-    serde_json::from_str(raw).ok()
+    let annotations = node.metadata.annotations.as_ref()?;
+    annotations
+        .contains_key(&keys::node_state(cr))
+        .then_some(())?;
+    NodeState::read(&name(node), annotations, cr).ok()
 }
 
 fn name(n: &Node) -> String {
@@ -433,7 +433,7 @@ fn short(m: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use nodewright_api::v1alpha1::{Stage, State};
+    use nodewright_api::node_state::{Stage, State};
     use serde_json::json;
 
     use super::*;

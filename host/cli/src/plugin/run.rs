@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
+use nodewright_agent::{Ran, Shutdown};
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
-use nodewright_engine::{Interrupt, RunStage, SandboxLimits, StageContext};
+use nodewright_api::result::Blame;
+use nodewright_engine::{RunStage, SandboxLimits, StageContext};
 use nodewright_hostops::{NodeIdentity, SimHost};
 use serde_json::json;
 
@@ -71,18 +73,21 @@ pub struct RunArgs {
     #[arg(long, default_value = "local")]
     node: String,
     /// Wall-clock limit for the stage.
-    #[arg(long, default_value = "5m", value_parser = crate::units::duration)]
+    #[arg(long, default_value = "5m", value_parser = nodewright_api::units::duration)]
     timeout: Duration,
     /// Memory limit for the sandbox (all the plugin's memories together); reads are
     /// capped at half of it.
-    #[arg(long, default_value = "128Mi", value_parser = crate::units::bytes)]
+    #[arg(long, default_value = "128Mi", value_parser = nodewright_api::units::bytes)]
     memory: u64,
     /// Bytes the stage may write through `files`.
-    #[arg(long, default_value = "256Mi", value_parser = crate::units::bytes)]
+    #[arg(long, default_value = "256Mi", value_parser = nodewright_api::units::bytes)]
     write_bytes: u64,
     /// Files and directories the stage may write or create.
     #[arg(long, default_value_t = nodewright_api::limits::DEFAULT_WRITE_FILES)]
     write_files: u32,
+    /// Run only the stage, not the check that verifies it (the agent runs both).
+    #[arg(long)]
+    no_check: bool,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "text")]
     output: Format,
@@ -155,15 +160,6 @@ fn print_logs(lines: &[nodewright_engine::LogLine]) {
             format!("{:?}", line.level).to_lowercase(),
             printable(&line.message)
         );
-    }
-}
-
-fn interrupt_text(i: &Interrupt) -> String {
-    match i {
-        Interrupt::None => "none".into(),
-        Interrupt::Service(units) => format!("restart {}", units.join(", ")),
-        Interrupt::RestartAllServices => "restart all services".into(),
-        Interrupt::Reboot => "reboot".into(),
     }
 }
 
@@ -243,47 +239,95 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
         println!("grants   {grant_summary}");
     }
-    let result = prepared
-        .run(args.stage, ctx, host.clone(), Arc::new(grants), &limits)
-        .await;
+    let run = nodewright_agent::run_checked(
+        &prepared,
+        args.stage,
+        ctx,
+        host.clone(),
+        Arc::new(grants),
+        &limits,
+        !args.no_check,
+        &mut Shutdown::never(),
+    )
+    .await;
     let actions = host.recorded();
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => {
-            if text {
-                if !e.logs().is_empty() {
-                    println!("logs");
-                    print_logs(e.logs());
-                }
-                println!(
-                    "result   sandbox stopped the plugin: {}",
-                    printable(&e.to_string())
-                );
-            } else {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &json!({"error": e.to_string(), "hostActions": actions})
-                    )?
-                );
-            }
-            return Ok(ExitCode::from(2));
-        }
+    // 2: the sandbox stopped the plugin; 1: the plugin (or its check) failed.
+    let code = if run.runs.iter().any(|r| r.outcome.is_err()) {
+        ExitCode::from(2)
+    } else if run.result.blame != Blame::None {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     };
     if !text {
+        let report = |r: Option<&Ran>| match r.map(|r| &r.outcome) {
+            Some(Ok(report)) => json!(report),
+            Some(Err(e)) => json!({"error": e.to_string()}),
+            None => serde_json::Value::Null,
+        };
         let out = json!({
             "digest": plugin.digest,
             "fromCache": plugin.from_cache,
-            "report": report,
+            "report": report(run.runs.first()),
+            "check": report(run.runs.get(1)),
+            "result": run.result,
             "hostActions": actions,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(if report.result.is_ok() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        });
+        return Ok(code);
     }
+    for (i, ran) in run.runs.iter().enumerate() {
+        print_run(ran, i > 0);
+    }
+    println!(
+        "blame    {}{}",
+        run.result.blame.as_str(),
+        match run.result.blame {
+            Blame::None => " (the agent would report success)".to_string(),
+            b => format!(
+                " (the agent would exit {} on a node{})",
+                b.exit_code(),
+                if b.counts_against_budget() {
+                    ", counted against the retry budget"
+                } else {
+                    ", retried without counting"
+                }
+            ),
+        }
+    );
+    println!(
+        "host actions (simulated node){}",
+        if actions.is_empty() { ": none" } else { "" }
+    );
+    for a in &actions {
+        println!("  {}", printable(&a.to_string()));
+    }
+    Ok(code)
+}
+
+/// One sandbox run, for people: its logs, then its outcome (a check after the stage is
+/// labelled as one).
+fn print_run(ran: &Ran, is_check: bool) {
+    let label = if is_check { "check  " } else { "outcome" };
+    let report = match &ran.outcome {
+        Ok(r) => r,
+        Err(e) => {
+            if !e.logs().is_empty() {
+                println!("logs");
+                print_logs(e.logs());
+            }
+            println!(
+                "result   sandbox stopped the plugin{}: {}",
+                if is_check {
+                    format!(" in {}", ran.stage)
+                } else {
+                    String::new()
+                },
+                printable(&e.to_string())
+            );
+            return;
+        }
+    };
     if !report.logs.is_empty() {
         println!(
             "logs{}",
@@ -295,19 +339,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
         print_logs(&report.logs);
     }
-    let code = match &report.result {
+    let check = if is_check {
+        format!("{} ", ran.stage)
+    } else {
+        String::new()
+    };
+    match &report.result {
         Ok(outcome) => {
-            let summary = if outcome.is_converged() {
-                "converged (no changes, no interrupt)".to_string()
-            } else {
-                format!(
-                    "{} change(s), interrupt: {}",
-                    outcome.changes.len(),
-                    interrupt_text(&outcome.interrupt)
-                )
+            let summary = match outcome.interrupt.to_api() {
+                _ if outcome.is_converged() => "converged (no changes, no interrupt)".to_string(),
+                None => format!("{} change(s), interrupt: none", outcome.changes.len()),
+                Some(i) => format!("{} change(s), interrupt: {i}", outcome.changes.len()),
             };
             println!(
-                "outcome  ok in {:.1} ms: {summary}",
+                "{label}  {check}ok in {:.1} ms: {summary}",
                 report.duration.as_secs_f64() * 1000.0
             );
             for c in &outcome.changes {
@@ -321,19 +366,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             if let Some(m) = &outcome.message {
                 println!("  {}", printable(m));
             }
-            ExitCode::SUCCESS
         }
-        Err(e) => {
-            println!("outcome  failed: {}", printable(&e.to_string()));
-            ExitCode::from(1)
-        }
-    };
-    println!(
-        "host actions (simulated node){}",
-        if actions.is_empty() { ": none" } else { "" }
-    );
-    for a in &actions {
-        println!("  {}", printable(&a.to_string()));
+        Err(e) => println!("{label}  {check}failed: {}", printable(&e.to_string())),
     }
-    Ok(code)
 }

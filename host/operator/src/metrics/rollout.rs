@@ -6,8 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use nodewright_api::keys;
-use nodewright_api::v1alpha1::{NodeState, Status};
+use nodewright_api::node_state::NodeState;
+use nodewright_api::v1alpha1::Status;
 use nodewright_planner::{JobPhase, Plugins, Snapshot, Work};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -260,14 +260,9 @@ impl Rollout {
                     })
                     .set(1);
             }
-            let key = keys::node_state(&cr.name);
             let mut counts: HashMap<PackageStage, i64> = HashMap::new();
             for n in &s.nodes {
-                let Some(st) = n
-                    .annotations
-                    .get(&key)
-                    .and_then(|raw| serde_json::from_str::<NodeState>(raw).ok())
-                else {
+                let Ok(st) = NodeState::read(&n.name, &n.annotations, &cr.name) else {
                     continue;
                 };
                 for e in st.values() {

@@ -22,7 +22,8 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use nodewright_api::v1alpha1::{DeploymentPolicy, NodeState, NodeWright, NodeWrightSpec};
+use nodewright_api::node_state::NodeState;
+use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightSpec};
 use nodewright_api::validate::{self, FieldError};
 use nodewright_oci::Registry;
 
@@ -253,7 +254,7 @@ impl Admission {
         self.world
             .node_annotations(&nodewright_api::keys::node_state(cr))
             .into_iter()
-            .filter_map(|(n, v)| Some((n, serde_json::from_str(&v).ok()?)))
+            .filter_map(|(n, v)| Some((n, NodeState::parse(&v).ok()?)))
             .collect()
     }
 }

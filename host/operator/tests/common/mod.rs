@@ -14,7 +14,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::{NodeState, NodeWright, Status};
+use nodewright_api::node_state::NodeState;
+use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_e2e::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
 use serde_json::{Value, json};
@@ -207,12 +208,7 @@ impl E2e {
 
     pub async fn state(&self, cr: &str, node: &str) -> NodeState {
         let n = self.node(node).await;
-        n.metadata
-            .annotations
-            .unwrap_or_default()
-            .get(&keys::node_state(cr))
-            .map(|s| serde_json::from_str(s).unwrap())
-            .unwrap_or_default()
+        NodeState::read(node, &n.metadata.annotations.unwrap_or_default(), cr).unwrap()
     }
 
     pub async fn node_status(&self, cr: &str, node: &str) -> Option<Status> {

@@ -7,8 +7,9 @@
 )]
 
 use nodewright_api::keys;
+use nodewright_api::node_state::NodeState;
 use nodewright_api::result::{Blame, StageResult};
-use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeState, NodeWrightSpec, Status};
+use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeWrightSpec, Status};
 use nodewright_planner::{
     Action, Cr, Job, JobPhase, Node, Plugins, Pod, Refusal, Snapshot, Work, plan,
 };
@@ -333,7 +334,7 @@ impl World {
         self.finish_jobs(|j| {
             Some(JobPhase::Succeeded(Some(match &j.work {
                 Work::Package {
-                    stage: nodewright_api::v1alpha1::Stage::Plan,
+                    stage: nodewright_api::node_state::Stage::Plan,
                     ..
                 } => ok(plan_says.0, plan_says.1),
                 _ => ok("none", 1),

@@ -1,0 +1,97 @@
+//! The node's merged interrupt: the reboot protocol (see [`crate::markers`]) or service
+//! restarts.
+
+use nodewright_api::agent::InterruptCall;
+use nodewright_api::hostargs;
+use nodewright_api::result::{Blame, StageResult};
+use nodewright_api::v1alpha1::{Interrupt, InterruptType};
+use nodewright_hostops::ServiceVerb;
+
+use crate::host::host;
+use crate::markers::{self, RebootPending};
+
+/// Carries out `call` on the host.
+pub(crate) async fn interrupt(call: &InterruptCall) -> StageResult {
+    let fail = |blame, msg: String| StageResult::failed("interrupt", "node", blame, msg);
+    let host = match host(&call.common) {
+        Ok(h) => h,
+        Err(e) => return fail(Blame::Host, format!("host: {e:#}")),
+    };
+    let state = markers::state_dir(&call.common.host_root);
+    let ok = |message: String| {
+        let mut r = StageResult {
+            outcome: "ok".into(),
+            message,
+            ..fail(Blame::None, String::new())
+        };
+        r.report_interrupt(Some(&Interrupt {
+            kind: call.kind,
+            services: call.services.clone(),
+        }));
+        r
+    };
+    match call.kind {
+        InterruptType::Reboot => {
+            let boot = host.node_info().boot_id;
+            if let Some(pending) = markers::read_pending(&state) {
+                let _ = std::fs::remove_file(markers::reboot_marker(&state));
+                if pending.boot_id != boot {
+                    return ok(format!("rebooted: boot ID {} -> {boot}", pending.boot_id));
+                }
+                eprintln!("stale reboot marker (boot ID unchanged): requesting the reboot again");
+            }
+            if let Err(e) = markers::write_pending(
+                &state,
+                &RebootPending {
+                    boot_id: boot.clone(),
+                    cr_uid: call.common.cr_uid.clone(),
+                },
+            ) {
+                return fail(
+                    Blame::Host,
+                    format!("cannot record the pending reboot: {e}"),
+                );
+            }
+            if let Err(e) =
+                host.request_reboot(&format!("nodewright interrupt for {}", call.common.cr_uid))
+            {
+                return fail(Blame::Host, format!("reboot request failed: {e}"));
+            }
+            eprintln!(
+                "reboot requested (boot ID {boot}); waiting up to {:?} for shutdown",
+                call.reboot_wait
+            );
+            tokio::time::sleep(call.reboot_wait).await;
+            fail(
+                Blame::Host,
+                format!(
+                    "the node did not go down within {:?} of the reboot request",
+                    call.reboot_wait
+                ),
+            )
+        }
+        InterruptType::Service | InterruptType::RestartAllServices => {
+            // For restartAllServices the operator passes its configured list.
+            let units = &call.services;
+            if units.is_empty() {
+                return fail(
+                    Blame::Config,
+                    format!("{} interrupt without units", call.kind),
+                );
+            }
+            if let Some(reason) = units.iter().find_map(|u| hostargs::unit_name(u).err()) {
+                return fail(Blame::Config, format!("--service: {reason}"));
+            }
+            for unit in units {
+                if let Err(e) = host.service(ServiceVerb::Restart, unit) {
+                    return fail(Blame::Host, format!("restart {unit}: {e}"));
+                }
+            }
+            ok(format!("restarted {}", units.join(", ")))
+        }
+        InterruptType::Noop => fail(
+            Blame::Config,
+            "a noop interrupt has nothing to carry out".into(),
+        ),
+    }
+}

@@ -1,0 +1,200 @@
+//! `nodewright-agent`: runs one stage of one package, or a node's merged interrupt, inside
+//! a stage Job's pod.
+//!
+//! It resolves nothing: it pulls only the pinned digest it is given, verifies it through the
+//! node cache, checks the grants against the component's imports, runs the stage (then its
+//! check) in the sandbox against the host root, and writes a structured
+//! [`StageResult`] to the termination message. Exit codes follow the failure's blame (see
+//! [`Blame`]): 0 ok, 1 package, 2 denied, 3 config, 4 host (retryable), 5 disruption. What
+//! it is asked is one [`AgentCall`] (`nodewright_api::agent`), the arguments the operator
+//! wrote. As a library it also gives `nodewright plugin run` the same stage-then-check step
+//! and failure → blame mapping ([`run_checked`], [`judge`], [`blame_of`]).
+
+mod host;
+mod interrupt;
+pub mod markers;
+mod stage;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use nodewright_api::agent::{AgentCall, Common};
+use nodewright_api::result::{Blame, StageResult};
+
+pub use host::host;
+pub use stage::{Ran, Shutdown, StageRun, blame_of, judge, run_checked};
+
+use markers::MarkerKey;
+
+/// The agent's command line: one [`AgentCall`], as [`AgentCall::to_args`] writes it.
+#[derive(Debug, clap::Parser)]
+#[command(name = "nodewright-agent", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub call: AgentCall,
+}
+
+/// Carries out `call`: skips work an idempotence marker says is done, runs it, records
+/// the marker, writes the result to the termination log and returns the blame's exit code.
+pub fn run(call: &AgentCall) -> ExitCode {
+    let common = call.common();
+    let state = markers::state_dir(&common.host_root);
+    // Before any thread: an image without CA certificates still reaches plain-HTTP
+    // registries, and HTTPS ones fail saying what is missing (instead of a panic).
+    if let Err(e) = nodewright_oci::prepare_roots(&state.join("tls")) {
+        eprintln!("cannot prepare the TLS roots: {e}");
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::from(Blame::Host.exit_code());
+        }
+    };
+    let (key, remembered) = match call {
+        AgentCall::Run(c) => (
+            MarkerKey {
+                cr_uid: common.cr_uid.clone(),
+                generation: common.generation,
+                run: common.run,
+                package: c.package.clone(),
+                version: c.version.clone(),
+                stage: c.stage.as_str().into(),
+            },
+            !c.stage.read_only(),
+        ),
+        AgentCall::Interrupt(c) => (
+            MarkerKey {
+                cr_uid: common.cr_uid.clone(),
+                generation: common.generation,
+                run: common.run,
+                package: c.package.clone(),
+                version: String::new(),
+                stage: format!("interrupt-{}", c.kind),
+            },
+            true,
+        ),
+    };
+    if remembered && let Some(done) = key.done(&state) {
+        match call {
+            AgentCall::Run(c) => eprintln!(
+                "{} of {} {} already succeeded for this generation; not running it again",
+                c.stage, c.package, c.version
+            ),
+            AgentCall::Interrupt(_) => {
+                eprintln!("the interrupt already completed for this generation")
+            }
+        }
+        return finish(common, &done);
+    }
+    let result = rt.block_on(async {
+        match call {
+            AgentCall::Run(c) => stage::run_stage(c).await,
+            AgentCall::Interrupt(c) => interrupt::interrupt(c).await,
+        }
+    });
+    // A host call still blocked past the stage deadline must not keep the pod alive: give
+    // blocking threads a moment, then leave them.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    if remembered
+        && result.blame == Blame::None
+        && let Err(e) = key.record(&state, &result)
+    {
+        eprintln!("cannot record the idempotence marker: {e}");
+    }
+    finish(common, &result)
+}
+
+fn finish(common: &Common, result: &StageResult) -> ExitCode {
+    let message = result.to_termination_message();
+    if let Err(e) = std::fs::write(&common.termination_log, &message) {
+        eprintln!("cannot write {}: {e}", common.termination_log.display());
+    }
+    println!("{message}");
+    ExitCode::from(result.blame.exit_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use clap::Parser;
+    use nodewright_api::agent::{Backend, InterruptCall, RunStage, StageCall};
+    use nodewright_api::grants::Capabilities;
+    use nodewright_api::v1alpha1::InterruptType;
+
+    use super::*;
+
+    fn common() -> Common {
+        Common {
+            host_root: PathBuf::from("/host"),
+            backend: Backend::Sim,
+            node: "gpu-7".into(),
+            cr_uid: "0b5c".into(),
+            generation: 4,
+            run: 1_700_000_000,
+            termination_log: PathBuf::from("/dev/termination-log"),
+        }
+    }
+
+    fn parsed(call: &AgentCall) -> AgentCall {
+        let argv = std::iter::once("nodewright-agent".to_string()).chain(call.to_args());
+        Cli::try_parse_from(argv)
+            .unwrap_or_else(|e| panic!("{:?}: {e}", call.to_args()))
+            .call
+    }
+
+    #[test]
+    fn the_agent_parses_back_every_field_the_operator_writes() {
+        let caps: Capabilities = serde_json::from_str(
+            r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}],
+                "sysctl": ["vm.swappiness"], "commands": [{"path": "/bin/true", "args": ["a b", "--x=y"]}]}"#,
+        )
+        .unwrap();
+        let mut stage = StageCall::new(
+            common(),
+            RunStage::Upgrade,
+            "driver",
+            "2.0.0",
+            "reg.example/plugins/driver@sha256:00",
+        );
+        stage.previous_version = Some("1.9.0".into());
+        stage.node_order = Some(3);
+        stage.capabilities = caps;
+        stage.reboot_allowed = true;
+        stage.config = BTreeMap::from([
+            ("a.conf".into(), "x=1\ny=\"2\"".into()),
+            ("--looks-like-a-flag".into(), "=".into()),
+        ]);
+        stage.changed_keys = vec!["a.conf".into(), "b conf".into()];
+        stage.timeout = Duration::from_millis(1500);
+        stage.memory = 300 << 20;
+        stage.write_bytes = 7;
+        stage.write_files = 9;
+        stage.min_free_bytes = 1 << 30;
+        stage.graceful_shutdown = Duration::from_secs(45);
+        stage.insecure_registries = vec!["localhost:5000".into()];
+        let call = AgentCall::Run(stage);
+        assert_eq!(parsed(&call), call);
+        // The defaults survive too (nothing optional is lost or invented).
+        let bare = AgentCall::Run(StageCall::new(
+            common(),
+            RunStage::Plan,
+            "p",
+            "1.0.0",
+            "r@sha256:1",
+        ));
+        assert_eq!(parsed(&bare), bare);
+
+        let mut interrupt = InterruptCall::new(common(), InterruptType::Service, "driver");
+        interrupt.services = vec!["a.service".into(), "b@1.service".into()];
+        interrupt.reboot_wait = Duration::from_millis(200);
+        let call = AgentCall::Interrupt(interrupt);
+        assert_eq!(parsed(&call), call);
+    }
+}

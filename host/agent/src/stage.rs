@@ -1,0 +1,353 @@
+//! One stage of one package: pull the pinned plugin, check its grants, run the stage and
+//! then its check in the sandbox, and judge the outcome into a [`StageResult`] with its
+//! blame. [`run_checked`] and [`judge`] are what `nodewright plugin run` shares with the
+//! agent, so a local run reports the blame a node would.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodewright_api::agent::{RunStage, StageCall};
+use nodewright_api::grants::{GrantSet, GrantSource};
+use nodewright_api::result::{self, Blame, StageResult};
+use nodewright_engine::{
+    Engine, EngineConfig, PreparedPlugin, RunError, RunReport, SandboxLimits, StageContext,
+    StepFailure,
+};
+use nodewright_hostops::HostOps;
+use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
+
+use crate::host::host;
+use crate::markers;
+
+/// Log lines a result carries (the most recent).
+const RESULT_LOG_LINES: usize = 20;
+
+/// What stops a running stage early: SIGTERM (the pod is being deleted), after which the
+/// stage has `grace` to finish.
+#[derive(Debug)]
+pub struct Shutdown {
+    signal: Option<tokio::signal::unix::Signal>,
+    grace: Duration,
+}
+
+impl Shutdown {
+    /// Stops on SIGTERM, `grace` after it.
+    pub fn on_sigterm(grace: Duration) -> std::io::Result<Self> {
+        let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        Ok(Shutdown {
+            signal: Some(signal),
+            grace,
+        })
+    }
+
+    /// Never stops a stage (a local run: Ctrl-C ends the process).
+    pub fn never() -> Self {
+        Shutdown {
+            signal: None,
+            grace: Duration::ZERO,
+        }
+    }
+
+    async fn requested(&mut self) {
+        match &mut self.signal {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// One sandbox run of a stage or its check, as the engine returned it.
+#[derive(Debug)]
+pub struct Ran {
+    /// What ran.
+    pub stage: RunStage,
+    /// The report, or why the sandbox stopped the plugin.
+    pub outcome: Result<RunReport, RunError>,
+}
+
+/// A stage and (when it succeeded) its check.
+#[derive(Debug)]
+pub struct StageRun {
+    /// What the agent reports: the verdict, its blame, changes and the last log lines.
+    pub result: StageResult,
+    /// Each sandbox run (none stopped midway by SIGTERM is listed).
+    pub runs: Vec<Ran>,
+}
+
+/// Which party a plugin's reported failure blames.
+pub fn blame_of(failure: &StepFailure) -> Blame {
+    match failure {
+        StepFailure::Denied(_) => Blame::Denied,
+        StepFailure::InvalidConfig(_) => Blame::Config,
+        StepFailure::HostFailed(_) => Blame::Host,
+        StepFailure::WrongStage(_) | StepFailure::NotFound(_) | StepFailure::Failed(_) => {
+            Blame::Package
+        }
+    }
+}
+
+/// The result the agent reports for one sandbox run of `stage` of `package`.
+pub fn judge(stage: RunStage, package: &str, outcome: &Result<RunReport, RunError>) -> StageResult {
+    let name = stage.as_str();
+    let last_lines = |lines: &[nodewright_engine::LogLine]| -> Vec<String> {
+        let skip = lines.len().saturating_sub(RESULT_LOG_LINES);
+        lines[skip..].iter().map(|l| l.message.clone()).collect()
+    };
+    let report = match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            // The sandbox stopped it: a trap, its memory limit or its deadline is the
+            // package's; anything else (instantiation) the host's.
+            let blame = if e.is_package_fault() {
+                Blame::Package
+            } else {
+                Blame::Host
+            };
+            let mut r = StageResult::failed(name, package, blame, e.to_string());
+            r.logs = last_lines(e.logs());
+            return r.bounded();
+        }
+    };
+    let mut result = match &report.result {
+        Ok(o) => {
+            let mut ok = StageResult {
+                outcome: "ok".into(),
+                blame: Blame::None,
+                message: o
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| format!("{} change(s)", o.changes.len())),
+                change_count: o.changes.len() as u32,
+                changes: o
+                    .changes
+                    .iter()
+                    .take(result::MAX_CHANGES)
+                    .map(|c| format!("{} {}: {}", c.kind, c.target, c.detail))
+                    .collect(),
+                ..StageResult::failed(name, package, Blame::None, "")
+            };
+            ok.report_interrupt(o.interrupt.to_api().as_ref());
+            ok
+        }
+        Err(f) => StageResult::failed(name, package, blame_of(f), f.to_string()),
+    };
+    result.logs = last_lines(&report.logs);
+    result.bounded()
+}
+
+/// Runs `stage`, then (when it succeeded and `check` is set) the check that verifies it: a
+/// stage counts as done only when its check passes.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one stage's inputs, shared by the stage and its check"
+)]
+pub async fn run_checked(
+    prepared: &PreparedPlugin,
+    stage: RunStage,
+    ctx: StageContext,
+    host: Arc<dyn HostOps>,
+    grants: Arc<GrantSet>,
+    limits: &SandboxLimits,
+    check: bool,
+    shutdown: &mut Shutdown,
+) -> StageRun {
+    let mut runs = Vec::new();
+    let mut result = match sandboxed(prepared, stage, &ctx, &host, &grants, limits, shutdown).await
+    {
+        Ok(ran) => {
+            let r = judge(stage, &ctx.package, &ran.outcome);
+            runs.push(ran);
+            r
+        }
+        Err(stopped) => {
+            return StageRun {
+                result: stopped,
+                runs,
+            };
+        }
+    };
+    let Some(verifier) = stage
+        .check()
+        .filter(|_| check && result.blame == Blame::None)
+    else {
+        return StageRun { result, runs };
+    };
+    let verdict = match sandboxed(prepared, verifier, &ctx, &host, &grants, limits, shutdown).await
+    {
+        Ok(ran) => {
+            let v = judge(verifier, &ctx.package, &ran.outcome);
+            runs.push(ran);
+            v
+        }
+        Err(stopped) => stopped,
+    };
+    if verdict.blame != Blame::None {
+        let mut failed = StageResult::failed(
+            stage.as_str(),
+            &ctx.package,
+            verdict.blame,
+            format!(
+                "{verifier} failed after {stage} succeeded: {}",
+                verdict.message
+            ),
+        );
+        failed.logs = result.logs.iter().chain(&verdict.logs).cloned().collect();
+        failed.changes = std::mem::take(&mut result.changes);
+        failed.change_count = result.change_count;
+        result = failed;
+    } else {
+        result.logs.extend(verdict.logs);
+    }
+    StageRun { result, runs }
+}
+
+/// One sandbox run; `Err` is the result when SIGTERM stopped it past its grace period.
+async fn sandboxed(
+    prepared: &PreparedPlugin,
+    stage: RunStage,
+    ctx: &StageContext,
+    host: &Arc<dyn HostOps>,
+    grants: &Arc<GrantSet>,
+    limits: &SandboxLimits,
+    shutdown: &mut Shutdown,
+) -> Result<Ran, StageResult> {
+    let run = prepared.run(stage, ctx.clone(), host.clone(), grants.clone(), limits);
+    tokio::pin!(run);
+    let outcome = tokio::select! {
+        r = &mut run => r,
+        () = shutdown.requested() => match tokio::time::timeout(shutdown.grace, &mut run).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(StageResult::failed(
+                    stage.as_str(),
+                    &ctx.package,
+                    Blame::Disruption,
+                    format!(
+                        "stopped by SIGTERM; {stage} did not finish within {:?}",
+                        shutdown.grace
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(Ran { stage, outcome })
+}
+
+/// The whole `run` call: pull the pinned plugin through the node cache, check the grants,
+/// run the stage (and its check) against the host.
+pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
+    let stage = call.stage.as_str();
+    let fail = |blame, msg: String| StageResult::failed(stage, &call.package, blame, msg);
+    // The first line of the pod's log says what this pod is for.
+    eprintln!(
+        "nodewright-agent: {stage} of {} {} on {} ({})",
+        call.package, call.version, call.common.node, call.plugin
+    );
+    if !call.plugin.contains("@sha256:") {
+        return fail(
+            Blame::Config,
+            format!(
+                "{}: agents pull only pinned references (repo@sha256:...)",
+                call.plugin
+            ),
+        );
+    }
+    let grants = match GrantSet::parse(
+        &call.capabilities,
+        call.reboot_allowed,
+        GrantSource::Spec {
+            package: call.package.clone(),
+        },
+    ) {
+        Ok(g) => Arc::new(g),
+        Err(errs) => {
+            return fail(
+                Blame::Config,
+                errs.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+        }
+    };
+    let host = match host(&call.common) {
+        Ok(h) => h,
+        Err(e) => return fail(Blame::Host, format!("host: {e:#}")),
+    };
+    let cache_dir = call
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| markers::state_dir(&call.common.host_root).join("plugins"));
+    let cache = match NodeCache::open(&cache_dir) {
+        Ok(c) => c,
+        Err(e) => return fail(Blame::Host, e.to_string()),
+    };
+    let registry = Registry::new(RegistryConfig {
+        insecure: call.insecure_registries.clone(),
+        ..Default::default()
+    });
+    let puller = Puller::new(registry, cache);
+    let pulled = match puller
+        .pull_pinned(&call.plugin, &|p| eprintln!("{p:?}"))
+        .await
+    {
+        Ok(p) => p,
+        Err(e) if e.is_retryable() => return fail(Blame::Host, e.to_string()),
+        Err(e) => return fail(Blame::Config, e.to_string()),
+    };
+    let engine = match Engine::new(EngineConfig {
+        cache_dir: Some(puller.cache().code_dir()),
+        ..Default::default()
+    }) {
+        Ok(e) => e,
+        Err(e) => return fail(Blame::Host, e.to_string()),
+    };
+    let plugin = match engine.load(&pulled.bytes) {
+        Ok(p) => p,
+        Err(e) => return fail(Blame::Config, format!("{}: {e}", call.plugin)),
+    };
+    let prepared = match engine.prepare(&plugin, &grants) {
+        Ok(p) => p,
+        Err(e @ nodewright_engine::Error::MissingGrants { .. }) => {
+            return fail(Blame::Denied, e.to_string());
+        }
+        Err(e) => return fail(Blame::Host, e.to_string()),
+    };
+    let ctx = StageContext {
+        node: call.common.node.clone(),
+        package: call.package.clone(),
+        version: call.version.clone(),
+        previous_version: call.previous_version.clone(),
+        config: call.config.clone(),
+        changed_keys: call.changed_keys.clone(),
+        node_order: call.node_order,
+    };
+    let limits = SandboxLimits {
+        timeout: call.timeout,
+        memory: call.memory,
+        write_bytes: call.write_bytes,
+        write_files: call.write_files,
+        min_free_bytes: call.min_free_bytes,
+        ..Default::default()
+    };
+    // SIGTERM: let the running stage finish within the graceful-shutdown period, else abort.
+    let mut shutdown = match Shutdown::on_sigterm(call.graceful_shutdown) {
+        Ok(s) => s,
+        Err(e) => return fail(Blame::Host, format!("signal handler: {e}")),
+    };
+    let mut run = run_checked(
+        &prepared,
+        call.stage,
+        ctx,
+        host,
+        grants,
+        &limits,
+        !call.no_check,
+        &mut shutdown,
+    )
+    .await;
+    run.result.plugin = pulled.reference;
+    run.result
+}

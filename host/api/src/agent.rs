@@ -1,0 +1,501 @@
+//! The operator → agent contract: what a stage Job's container is asked to do.
+//!
+//! The operator builds an [`AgentCall`] and turns it into the container's arguments with
+//! [`AgentCall::to_args`]; the agent parses those arguments back into the same structs (with
+//! this crate's `cli` feature they are its clap arguments). Nothing else spells a flag, so
+//! the two sides cannot drift apart; a round-trip test holds them together. The stages the
+//! agent can run ([`RunStage`]: the node-state stages plus their checks) live here too.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::grants::Capabilities;
+use crate::limits;
+use crate::node_state::Stage;
+use crate::units;
+use crate::v1alpha1::InterruptType;
+
+/// Which plugin export to call. Checks verify a stage, as NodeWright's `<stage>-check` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStage {
+    /// Read-only dry run.
+    Plan,
+    /// Install.
+    Apply,
+    /// Verify `apply`.
+    ApplyCheck,
+    /// Configure.
+    Config,
+    /// Verify `config`.
+    ConfigCheck,
+    /// Interrupt work (reboot requests are honoured only here).
+    Interrupt,
+    /// After the interrupt.
+    PostInterrupt,
+    /// Verify `post-interrupt`.
+    PostInterruptCheck,
+    /// Version change.
+    Upgrade,
+    /// Verify `upgrade`.
+    UpgradeCheck,
+    /// Removal.
+    Uninstall,
+    /// Verify `uninstall`.
+    UninstallCheck,
+}
+
+impl RunStage {
+    /// Every stage, in lifecycle order.
+    pub const ALL: [RunStage; 12] = [
+        RunStage::Plan,
+        RunStage::Apply,
+        RunStage::ApplyCheck,
+        RunStage::Config,
+        RunStage::ConfigCheck,
+        RunStage::Interrupt,
+        RunStage::PostInterrupt,
+        RunStage::PostInterruptCheck,
+        RunStage::Upgrade,
+        RunStage::UpgradeCheck,
+        RunStage::Uninstall,
+        RunStage::UninstallCheck,
+    ];
+
+    /// The name used on the command line and in results.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStage::Plan => "plan",
+            RunStage::Apply => "apply",
+            RunStage::ApplyCheck => "apply-check",
+            RunStage::Config => "config",
+            RunStage::ConfigCheck => "config-check",
+            RunStage::Interrupt => "interrupt",
+            RunStage::PostInterrupt => "post-interrupt",
+            RunStage::PostInterruptCheck => "post-interrupt-check",
+            RunStage::Upgrade => "upgrade",
+            RunStage::UpgradeCheck => "upgrade-check",
+            RunStage::Uninstall => "uninstall",
+            RunStage::UninstallCheck => "uninstall-check",
+        }
+    }
+
+    /// The node-state stage this one runs or verifies (a check verifies its stage).
+    pub fn stage(self) -> Stage {
+        match self {
+            RunStage::Plan => Stage::Plan,
+            RunStage::Apply | RunStage::ApplyCheck => Stage::Apply,
+            RunStage::Config | RunStage::ConfigCheck => Stage::Config,
+            RunStage::Interrupt => Stage::Interrupt,
+            RunStage::PostInterrupt | RunStage::PostInterruptCheck => Stage::PostInterrupt,
+            RunStage::Upgrade | RunStage::UpgradeCheck => Stage::Upgrade,
+            RunStage::Uninstall | RunStage::UninstallCheck => Stage::Uninstall,
+        }
+    }
+
+    /// The plugin export a package Job at `stage` runs (`None` for the uninstall
+    /// interrupt, which is the node's, not a plugin's).
+    pub fn of(stage: Stage) -> Option<RunStage> {
+        RunStage::ALL
+            .into_iter()
+            .find(|r| !r.is_check() && r.stage() == stage)
+    }
+
+    /// A check (`apply-check`, ...).
+    pub fn is_check(self) -> bool {
+        matches!(
+            self,
+            RunStage::ApplyCheck
+                | RunStage::ConfigCheck
+                | RunStage::PostInterruptCheck
+                | RunStage::UpgradeCheck
+                | RunStage::UninstallCheck
+        )
+    }
+
+    /// Whether the stage may change the host. Plans and checks may not.
+    pub fn read_only(self) -> bool {
+        self == RunStage::Plan || self.is_check()
+    }
+
+    /// The check that verifies this stage (`None` for plans, checks and the interrupt,
+    /// whose verifier is `post-interrupt`).
+    pub fn check(self) -> Option<RunStage> {
+        match self {
+            RunStage::Apply => Some(RunStage::ApplyCheck),
+            RunStage::Config => Some(RunStage::ConfigCheck),
+            RunStage::PostInterrupt => Some(RunStage::PostInterruptCheck),
+            RunStage::Upgrade => Some(RunStage::UpgradeCheck),
+            RunStage::Uninstall => Some(RunStage::UninstallCheck),
+            RunStage::Plan
+            | RunStage::ApplyCheck
+            | RunStage::ConfigCheck
+            | RunStage::Interrupt
+            | RunStage::PostInterruptCheck
+            | RunStage::UpgradeCheck
+            | RunStage::UninstallCheck => None,
+        }
+    }
+
+    /// Whether a reboot request is honoured.
+    pub fn allows_reboot(self) -> bool {
+        self == RunStage::Interrupt
+    }
+}
+
+impl fmt::Display for RunStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunStage {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunStage::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown stage {s:?}; expected one of {}",
+                    RunStage::ALL.map(RunStage::as_str).join(", ")
+                )
+            })
+    }
+}
+
+/// How the agent reaches the host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum Backend {
+    /// A real node: the host's `/` at `--host-root`, commands in PID 1's namespaces.
+    #[default]
+    Linux,
+    /// A simulated node (tests): `--host-root` is the node's scratch root.
+    Sim,
+}
+
+impl Backend {
+    /// As the flag spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Linux => "linux",
+            Backend::Sim => "sim",
+        }
+    }
+}
+
+/// What every agent invocation is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct Common {
+    /// Where the host's `/` is mounted.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "/host"))]
+    pub host_root: PathBuf,
+    /// Host-ops backend.
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value = "linux"))]
+    pub backend: Backend,
+    /// Node name.
+    #[cfg_attr(feature = "cli", arg(long, env = "NODE_NAME"))]
+    pub node: String,
+    /// NodeWright uid (idempotence markers are keyed by it).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub cr_uid: String,
+    /// NodeWright generation.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 0))]
+    pub generation: i64,
+    /// The node state entry's run epoch: a re-created entry (node reset, package rerun,
+    /// reapply after reboot) has a new one, so its stages run again.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 0))]
+    pub run: i64,
+    /// Where the result goes.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "/dev/termination-log"))]
+    pub termination_log: PathBuf,
+}
+
+impl Common {
+    fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("--host-root={}", self.host_root.display()),
+            format!("--backend={}", self.backend.as_str()),
+            format!("--node={}", self.node),
+            format!("--cr-uid={}", self.cr_uid),
+            format!("--generation={}", self.generation),
+            format!("--run={}", self.run),
+            format!("--termination-log={}", self.termination_log.display()),
+        ]
+    }
+}
+
+/// One stage of one package (then its check, unless `no_check`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct StageCall {
+    /// What every invocation is told.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub common: Common,
+    /// Stage (plan, apply, apply-check, config, ...).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub stage: RunStage,
+    /// Package name.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub package: String,
+    /// Package version.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub version: String,
+    /// Previous version (upgrade).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub previous_version: Option<String>,
+    /// The node's place in the rollout order; the plugin sees it as `NODEWRIGHT_NODE_ORDER`.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub node_order: Option<u32>,
+    /// Pinned plugin reference: repo@sha256:...
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub plugin: String,
+    /// The package's `capabilities`, as JSON.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "{}", value_parser = json::<Capabilities>))]
+    pub capabilities: Capabilities,
+    /// The package is granted power (see [`crate::grants::grants_power`]).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub reboot_allowed: bool,
+    /// Configuration, as a JSON object of strings.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "{}", value_parser = json::<BTreeMap<String, String>>))]
+    pub config: BTreeMap<String, String>,
+    /// Config keys changed since the last successful config.
+    #[cfg_attr(feature = "cli", arg(long = "changed-key"))]
+    pub changed_keys: Vec<String>,
+    /// Stage wall-clock limit (a duration: `90s`, `1h`).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "1h", value_parser = units::duration))]
+    pub timeout: Duration,
+    /// Sandbox memory limit (all the plugin's memories together; a size: `128Mi`).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "128Mi", value_parser = units::bytes))]
+    pub memory: u64,
+    /// Bytes the stage may write through `files`.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "256Mi", value_parser = units::bytes))]
+    pub write_bytes: u64,
+    /// Files and directories the stage may write or create.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = limits::DEFAULT_WRITE_FILES))]
+    pub write_files: u32,
+    /// Free space every write must leave on its filesystem.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "256Mi", value_parser = units::bytes))]
+    pub min_free_bytes: u64,
+    /// How long to let a running stage finish after SIGTERM.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = units::duration))]
+    pub graceful_shutdown: Duration,
+    /// Registries reachable over plain HTTP.
+    #[cfg_attr(feature = "cli", arg(long = "insecure-registry"))]
+    pub insecure_registries: Vec<String>,
+    /// Plugin cache (default: `<host-root>/var/lib/nodewright/plugins`).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub cache_dir: Option<PathBuf>,
+    /// Run only the stage, not its check afterwards.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_check: bool,
+}
+
+impl StageCall {
+    /// A call with the sandbox defaults; the caller fills in what it knows.
+    pub fn new(
+        common: Common,
+        stage: RunStage,
+        package: &str,
+        version: &str,
+        plugin: &str,
+    ) -> Self {
+        StageCall {
+            common,
+            stage,
+            package: package.into(),
+            version: version.into(),
+            previous_version: None,
+            node_order: None,
+            plugin: plugin.into(),
+            capabilities: Capabilities::default(),
+            reboot_allowed: false,
+            config: BTreeMap::new(),
+            changed_keys: Vec::new(),
+            timeout: Duration::from_secs(3600),
+            memory: limits::DEFAULT_MEMORY,
+            write_bytes: limits::DEFAULT_WRITE_BYTES,
+            write_files: limits::DEFAULT_WRITE_FILES,
+            min_free_bytes: limits::DEFAULT_MIN_FREE_BYTES,
+            graceful_shutdown: Duration::from_secs(30),
+            insecure_registries: Vec::new(),
+            cache_dir: None,
+            no_check: false,
+        }
+    }
+
+    fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "run".to_string(),
+            format!("--stage={}", self.stage),
+            format!("--package={}", self.package),
+            format!("--version={}", self.version),
+            format!("--plugin={}", self.plugin),
+            format!("--capabilities={}", to_json(&self.capabilities)),
+            format!("--config={}", to_json(&self.config)),
+        ];
+        args.extend(
+            self.changed_keys
+                .iter()
+                .map(|k| format!("--changed-key={k}")),
+        );
+        if let Some(prev) = &self.previous_version {
+            args.push(format!("--previous-version={prev}"));
+        }
+        if let Some(order) = self.node_order {
+            args.push(format!("--node-order={order}"));
+        }
+        if self.reboot_allowed {
+            args.push("--reboot-allowed".into());
+        }
+        args.extend([
+            format!("--timeout={}", units::format_duration(self.timeout)),
+            format!("--memory={}", self.memory),
+            format!("--write-bytes={}", self.write_bytes),
+            format!("--write-files={}", self.write_files),
+            format!("--min-free-bytes={}", self.min_free_bytes),
+            format!(
+                "--graceful-shutdown={}",
+                units::format_duration(self.graceful_shutdown)
+            ),
+        ]);
+        args.extend(
+            self.insecure_registries
+                .iter()
+                .map(|r| format!("--insecure-registry={r}")),
+        );
+        if let Some(dir) = &self.cache_dir {
+            args.push(format!("--cache-dir={}", dir.display()));
+        }
+        if self.no_check {
+            args.push("--no-check".into());
+        }
+        args.extend(self.common.to_args());
+        args
+    }
+}
+
+/// The node's merged interrupt (or a package's uninstall interrupt).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct InterruptCall {
+    /// What every invocation is told.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub common: Common,
+    /// `reboot`, `service` or `restartAllServices`.
+    #[cfg_attr(feature = "cli", arg(long = "type"))]
+    pub kind: InterruptType,
+    /// The package that owns the merged interrupt (part of its idempotence key).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "node"))]
+    pub package: String,
+    /// Units to restart (for `service`; for `restartAllServices`, the operator's list).
+    #[cfg_attr(feature = "cli", arg(long = "service"))]
+    pub services: Vec<String>,
+    /// How long to wait for the node to go down after requesting a reboot.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = units::duration))]
+    pub reboot_wait: Duration,
+}
+
+impl InterruptCall {
+    /// An interrupt of `kind` owned by `package`, with the default reboot wait.
+    pub fn new(common: Common, kind: InterruptType, package: &str) -> Self {
+        InterruptCall {
+            common,
+            kind,
+            package: package.into(),
+            services: Vec::new(),
+            reboot_wait: Duration::from_secs(10),
+        }
+    }
+
+    fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "interrupt".to_string(),
+            format!("--type={}", self.kind),
+            format!("--package={}", self.package),
+        ];
+        args.extend(self.services.iter().map(|s| format!("--service={s}")));
+        args.push(format!(
+            "--reboot-wait={}",
+            units::format_duration(self.reboot_wait)
+        ));
+        args.extend(self.common.to_args());
+        args
+    }
+}
+
+/// What one agent invocation does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Subcommand))]
+pub enum AgentCall {
+    /// Run one stage of one package.
+    Run(StageCall),
+    /// Perform the node's merged interrupt (reboot protocol or service restarts).
+    Interrupt(InterruptCall),
+}
+
+impl AgentCall {
+    /// The container arguments that ask for this call (the agent parses them back).
+    pub fn to_args(&self) -> Vec<String> {
+        match self {
+            AgentCall::Run(c) => c.to_args(),
+            AgentCall::Interrupt(c) => c.to_args(),
+        }
+    }
+
+    /// What every invocation is told.
+    pub fn common(&self) -> &Common {
+        match self {
+            AgentCall::Run(c) => &c.common,
+            AgentCall::Interrupt(c) => &c.common,
+        }
+    }
+}
+
+fn to_json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("capabilities and config serialize")
+}
+
+#[cfg(feature = "cli")]
+fn json<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_str(s).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node_state::Stage;
+
+    #[test]
+    fn run_stages_parse_what_they_print_and_map_to_node_stages() {
+        for st in RunStage::ALL {
+            assert_eq!(st.as_str().parse::<RunStage>(), Ok(st));
+            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
+            if let Some(check) = st.check() {
+                assert!(check.is_check() && check.read_only());
+                assert_eq!(check.stage(), st.stage());
+                assert_eq!(check.as_str(), format!("{st}-check"));
+            }
+        }
+        for st in Stage::ALL {
+            match RunStage::of(st) {
+                Some(r) => assert_eq!((r.as_str(), r.is_check()), (st.as_str(), false)),
+                None => assert_eq!(st, Stage::UninstallInterrupt),
+            }
+        }
+        assert!(
+            "apply-chek"
+                .parse::<RunStage>()
+                .unwrap_err()
+                .contains("apply-check")
+        );
+    }
+}

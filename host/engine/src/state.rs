@@ -1,0 +1,120 @@
+//! The store's data for one run: the WASI context, the memory limiter, and what the
+//! capability implementations see (grants, host, budgets, denials, the errors the host
+//! raised).
+
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use nodewright_api::grants::GrantSet;
+use nodewright_hostops::{ExecLimits, HostOps};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::bindings::types as wit;
+use crate::report::{Denial, MAX_DENIALS_KEPT};
+use crate::sandbox::{Limiter, LogBuffer, SandboxLimits};
+use crate::stage::RunStage;
+
+/// Store data for one run.
+pub(crate) struct HostState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limiter: Limiter,
+    pub(crate) caps: CapState,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Errors the host remembers having raised in one run, to tell them from forgeries.
+const MAX_ISSUED: usize = 4096;
+
+/// What one stage may still read and write.
+#[derive(Clone, Debug)]
+pub(crate) struct Budget {
+    pub(crate) max_read: u64,
+    pub(crate) bytes: u64,
+    pub(crate) bytes_left: u64,
+    pub(crate) files: u32,
+    pub(crate) files_left: u32,
+    pub(crate) min_free: u64,
+}
+
+impl Budget {
+    pub(crate) fn new(limits: &SandboxLimits) -> Self {
+        Budget {
+            max_read: limits.max_read_bytes(),
+            bytes: limits.write_bytes,
+            bytes_left: limits.write_bytes,
+            files: limits.write_files,
+            files_left: limits.write_files,
+            min_free: limits.min_free_bytes,
+        }
+    }
+}
+
+/// What capability implementations see.
+pub(crate) struct CapState {
+    pub(crate) grants: Arc<GrantSet>,
+    pub(crate) host: Arc<dyn HostOps>,
+    pub(crate) stage: RunStage,
+    pub(crate) log: Arc<Mutex<LogBuffer>>,
+    pub(crate) denials: Vec<Denial>,
+    pub(crate) denials_total: u64,
+    /// Fingerprints of the capability errors this run raised: a plugin may pass one on,
+    /// but not invent one (which would shift the blame to the grant or the host).
+    pub(crate) issued: HashSet<u64>,
+    pub(crate) exec_limits: ExecLimits,
+    pub(crate) budget: Budget,
+    pub(crate) reboot_requested: bool,
+    /// Set when the run's store is dropped: a granted command still running then (the
+    /// stage's deadline passed while it ran) is killed.
+    #[expect(dead_code, reason = "held for its Drop")]
+    pub(crate) ended: EndOfRun,
+}
+
+/// Raises its flag when dropped.
+pub(crate) struct EndOfRun(pub(crate) Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for EndOfRun {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl CapState {
+    /// Remembers `e` as raised by the host and returns it.
+    pub(crate) fn issue(&mut self, e: wit::CapError) -> wit::CapError {
+        if self.issued.len() < MAX_ISSUED {
+            self.issued.insert(fingerprint(&e));
+        }
+        e
+    }
+
+    pub(crate) fn record_denial(&mut self, denial: Denial) {
+        self.denials_total += 1;
+        if self.denials.len() < MAX_DENIALS_KEPT {
+            self.denials.push(denial);
+        }
+    }
+}
+
+pub(crate) fn fingerprint(e: &wit::CapError) -> u64 {
+    let mut h = DefaultHasher::new();
+    match e {
+        wit::CapError::Denied(d) => {
+            ("denied", &d.capability, &d.operation, &d.target, &d.message).hash(&mut h)
+        }
+        wit::CapError::WrongStage(m) => ("wrong-stage", m).hash(&mut h),
+        wit::CapError::NotFound(m) => ("not-found", m).hash(&mut h),
+        wit::CapError::Failed(m) => ("failed", m).hash(&mut h),
+    }
+    h.finish()
+}

@@ -1,0 +1,352 @@
+//! One CR on one node in one pass: record finished Jobs, move entries along the stage
+//! graph, cordon and drain when an interrupt is in scope, coalesce interrupts, start Jobs.
+//!
+//! [`pass`] runs the steps in that order; each is a function of its own here or in
+//! [`record`] (finished Jobs), [`advance`] (the stage graph) and [`start`] (new Jobs).
+
+mod advance;
+mod record;
+mod start;
+
+use nodewright_api::keys;
+use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_key};
+use nodewright_api::v1alpha1::{Interrupt, Package, Status};
+
+use crate::action::{Action, Event, Target};
+use crate::drain::{self, Blocked, Drain};
+use crate::hold::{self, Hold};
+use crate::packages::{done, effective, uninstall_requested};
+use crate::snapshot::{Cr, Job, Node, Pod};
+use crate::work::{Env, NodeWork};
+
+/// How the node ended the pass, for the roll-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeOutcome {
+    /// Node status for this CR.
+    pub status: Status,
+    /// Pods holding the drain (`podNonInterruptLabels`).
+    pub barrier: Vec<String>,
+    /// Why the drain cannot proceed (PDB refusals, blockers).
+    pub drain_blocked: Option<Blocked>,
+    /// Failure messages of parked packages.
+    pub failures: Vec<String>,
+    /// A window or gate kept this node from starting.
+    pub held: bool,
+}
+
+/// What a runnable package does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    Run(Stage),
+    Interrupt,
+    UninstallInterrupt,
+}
+
+/// A package that may move this pass, with the interrupts its current cycle has in scope.
+#[derive(Debug)]
+struct Runnable<'s> {
+    name: &'s String,
+    package: &'s Package,
+    step: Step,
+    /// The interrupts in scope for the package's cycle (empty: it disrupts nothing).
+    scope: Vec<Interrupt>,
+    /// The node already has an entry for it.
+    tracked: bool,
+}
+
+impl Runnable<'_> {
+    /// Needs the cordon and the drain first.
+    fn disruptive(&self) -> bool {
+        disrupts(&self.step, !self.scope.is_empty())
+    }
+}
+
+/// Where the cordon and drain stand for this pass's disruptive steps.
+#[derive(Debug, Default)]
+struct Preparation {
+    /// Cordoned and drained: disruptive steps may start.
+    ready: bool,
+    /// Protected pods the node waits for.
+    barrier: Vec<String>,
+    /// Why the drain cannot proceed.
+    drain_blocked: Option<Blocked>,
+    /// The drain ran out of time.
+    timed_out: bool,
+}
+
+/// One CR visiting one node: what every step reads.
+struct Visit<'v, 'a> {
+    env: &'v Env<'a>,
+    cr: &'v Cr,
+    node: &'v Node,
+    jobs: &'v [&'v Job],
+    pods: &'v [&'v Pod],
+}
+
+/// One CR on one node. Without `may_start` (the node is not in a batch) only finished Jobs
+/// are recorded and a done node's cordon released: no new Jobs, cordons or evictions.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the pass's inputs; grouping them would only rename them"
+)]
+pub fn pass(
+    env: &Env<'_>,
+    cr: &Cr,
+    node: &Node,
+    work: &mut NodeWork<'_>,
+    state: &mut NodeState,
+    jobs: &[&Job],
+    pods: &[&Pod],
+    may_start: bool,
+    actions: &mut Vec<Action>,
+) -> NodeOutcome {
+    let v = Visit {
+        env,
+        cr,
+        node,
+        jobs,
+        pods,
+    };
+    let first_action = actions.len();
+    let mut failures = Vec::new();
+    record::record_jobs(cr, node, state, jobs, actions, &mut failures);
+    advance::advance(cr, env.digests, state);
+    v.failures(work, state, actions, &mut failures);
+    let mut runnable = v.runnable(state);
+    if !may_start || !failures.is_empty() {
+        // Not in a batch, or failed: a failed node gets no more work (and no more
+        // disruption) until a new generation or a reset re-arms it.
+        runnable.clear();
+    }
+    let held = v.hold(work, &mut runnable);
+    let prep = v.prepare(work, &runnable, actions);
+    if !prep.timed_out {
+        start::start(&v, state, &runnable, prep.ready, actions);
+    }
+    let started = actions[first_action..]
+        .iter()
+        .any(|a| matches!(a, Action::CreateJob(_)));
+    v.conclude(work, state, failures, prep, held, started)
+}
+
+/// Whether a step disrupts the node (needs the cordon and drain first): a stage with an
+/// interrupt in scope, other than `plan` and `post-interrupt`, or an interrupt.
+fn disrupts(step: &Step, interrupting: bool) -> bool {
+    match step {
+        Step::Run(Stage::Plan | Stage::PostInterrupt) => false,
+        Step::Run(_) | Step::Interrupt => interrupting,
+        Step::UninstallInterrupt => true,
+    }
+}
+
+/// A terminal failure at this generation: the entry waits for a new one (or a reset).
+fn parked(cr: &Cr, e: &PackageStatus) -> bool {
+    e.state == State::Erroring && e.generation >= cr.generation
+}
+
+impl Visit<'_, '_> {
+    /// Adds what holds the node failed: parked stages, a drain past its timeout.
+    fn failures(
+        &self,
+        work: &NodeWork<'_>,
+        state: &NodeState,
+        actions: &mut Vec<Action>,
+        failures: &mut Vec<String>,
+    ) {
+        let cr = self.cr;
+        for e in state.values().filter(|e| parked(cr, e)) {
+            failures.push(format!("{}: {}", e.name, e.message));
+        }
+        let started = drain::started(work.get(&keys::drain_start(&cr.name)));
+        if let Some(why) = drain::timed_out(cr, started, self.env.now) {
+            if work.get(&keys::node_status(&cr.name)) != Some("erroring") {
+                actions.push(Action::Event(Event {
+                    target: Target::Node(self.node.name.clone()),
+                    warning: true,
+                    reason: "DrainTimeout",
+                    message: format!("{why} ({}); the node stays cordoned", cr.name),
+                }));
+            }
+            failures.push(why);
+        }
+        failures.sort();
+        failures.dedup();
+    }
+
+    /// Which packages may move: uninstalls first, then installs whose dependencies are
+    /// done; one at a time for a `serial` CR.
+    fn runnable<'s>(&'s self, state: &NodeState) -> Vec<Runnable<'s>> {
+        let (cr, spec) = (self.cr, &self.cr.spec);
+        let digests = self.env.digests;
+        let mut runnable = Vec::new();
+        for (name, p) in &spec.packages {
+            let entry = state.get(&state_key(name, &p.version));
+            if entry.is_some_and(|e| parked(cr, e))
+                || done(name, p, &digests[name], state, cr.deleting)
+            {
+                continue;
+            }
+            let uninstalling = entry
+                .is_some_and(|e| matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt));
+            let deps_done = p.depends_on.iter().all(|(d, v)| {
+                spec.packages
+                    .get(d)
+                    .is_some_and(|dp| dp.version == *v && done(d, dp, &digests[d], state, false))
+            });
+            if !uninstalling && !uninstall_requested(p, cr.deleting) && !deps_done {
+                continue;
+            }
+            let step = match entry {
+                None if uninstall_requested(p, cr.deleting) => continue,
+                None if effective(p, None).is_empty() => Step::Run(Stage::Apply),
+                None => Step::Run(Stage::Plan),
+                Some(e) => match e.stage {
+                    Stage::Interrupt => Step::Interrupt,
+                    Stage::UninstallInterrupt => Step::UninstallInterrupt,
+                    s => Step::Run(s),
+                },
+            };
+            runnable.push((
+                !uninstalling,
+                Runnable {
+                    name,
+                    package: p,
+                    step,
+                    scope: effective(p, entry),
+                    tracked: entry.is_some(),
+                },
+            ));
+        }
+        runnable.sort_by(|(a_installs, a), (b_installs, b)| {
+            (a_installs, a.name).cmp(&(b_installs, b.name))
+        });
+        let mut runnable: Vec<Runnable<'s>> = runnable.into_iter().map(|(_, r)| r).collect();
+        if spec.serial {
+            runnable.truncate(1);
+        }
+        runnable
+    }
+
+    /// A window or a gate: a node that has not started begins only what the hold allows.
+    /// One past its cordon finishes its whole chain; one with a Job of ours, the
+    /// non-disruptive part of it. True when the hold kept something back.
+    fn hold(&self, work: &NodeWork<'_>, runnable: &mut Vec<Runnable<'_>>) -> bool {
+        let cordoned = work.get(&keys::cordon(&self.cr.name)).is_some();
+        if cordoned || self.env.hold == Hold::Open {
+            return false;
+        }
+        let before = runnable.len();
+        runnable.retain(|r| {
+            let disruptive = r.disruptive();
+            self.env.hold.allows(disruptive) || (!disruptive && !self.jobs.is_empty())
+        });
+        runnable.len() < before
+    }
+
+    /// Cordon → (next pass) barrier → drain, when any runnable step disrupts. With
+    /// `cordonAfterBarrier` the barrier is waited for before the cordon too.
+    fn prepare(
+        &self,
+        work: &mut NodeWork<'_>,
+        runnable: &[Runnable<'_>],
+        actions: &mut Vec<Action>,
+    ) -> Preparation {
+        let cr = self.cr;
+        let mut prep = Preparation::default();
+        if !runnable.iter().any(Runnable::disruptive) {
+            if runnable.iter().any(|r| {
+                r.tracked && !r.scope.is_empty() && r.step == Step::Run(Stage::PostInterrupt)
+            }) {
+                // Mid-interrupt-cycle (post-interrupt): keep the cordon, re-cordon if it was
+                // lifted. (A plan still running is not mid-cycle: it disrupts nothing.)
+                work.acquire(&cr.name);
+            }
+            return prep;
+        }
+        let cordoned = work.get(&keys::cordon(&cr.name)).is_some();
+        if cr.spec.cordon_after_barrier && !cordoned {
+            prep.barrier = drain::barrier(cr, self.pods);
+            if !prep.barrier.is_empty() {
+                return prep;
+            }
+        }
+        if !work.acquire(&cr.name) {
+            return prep;
+        }
+        let start = drain::started(work.get(&keys::drain_start(&cr.name)));
+        match drain::drain(self.env, cr, &self.node.name, self.pods, start, actions) {
+            Drain::Drained => {
+                prep.ready = true;
+                work.set(&keys::drain_start(&cr.name), None);
+                work.set(&keys::drain_blocked(&cr.name), None);
+            }
+            Drain::Barrier(held) => prep.barrier = held,
+            Drain::InProgress(blocked) => {
+                if start.is_none() {
+                    work.set(&keys::drain_start(&cr.name), Some(self.env.now.to_string()));
+                }
+                work.set(
+                    &keys::drain_blocked(&cr.name),
+                    blocked.as_ref().map(|b| b.message.clone()),
+                );
+                prep.drain_blocked = blocked;
+            }
+            // Found by `failures` on the next pass (the start time is persisted by now).
+            Drain::TimedOut => prep.timed_out = true,
+        }
+        prep
+    }
+
+    /// The node's status for this CR once the pass's work is decided; a node done with its
+    /// disruption is released (or kept, unhealthy).
+    fn conclude(
+        &self,
+        work: &mut NodeWork<'_>,
+        state: &NodeState,
+        mut failures: Vec<String>,
+        prep: Preparation,
+        held: bool,
+        started: bool,
+    ) -> NodeOutcome {
+        let cr = self.cr;
+        let done = crate::packages::node_done(&cr.spec, self.env.digests, state, cr.deleting);
+        if done && work.get(&keys::cordon(&cr.name)).is_some() {
+            // Finishing a disruption: the node shows the conditions `nodeHealth` asks for
+            // before the rollout lets go of it (it stays cordoned, erroring, until it does).
+            let unmet = hold::unhealthy(cr, self.node);
+            if !unmet.is_empty() {
+                failures.push(format!(
+                    "node health after its interrupt: {}",
+                    unmet.join(", ")
+                ));
+            }
+        }
+        let running = self.jobs.iter().any(|j| j.running());
+        let status = if prep.timed_out || !failures.is_empty() {
+            Status::Erroring
+        } else if done {
+            // The cordon goes only once nothing of this CR runs on the node (a Job being
+            // stopped keeps it until its pods are gone).
+            if !running {
+                work.release(&cr.name);
+            }
+            Status::Complete
+        } else if !prep.barrier.is_empty() {
+            Status::Blocked
+        } else if held && !running && !started {
+            Status::Waiting
+        } else {
+            Status::InProgress
+        };
+        if prep.timed_out && failures.is_empty() {
+            failures.push("drain timed out".into());
+        }
+        NodeOutcome {
+            status,
+            barrier: prep.barrier,
+            drain_blocked: prep.drain_blocked,
+            failures,
+            held,
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Folding finished Jobs into a node's state.
+
+use nodewright_api::node_state::{NodeState, Planned, Stage, State, state_key};
+use nodewright_api::result::StageResult;
+use nodewright_api::v1alpha1::{Interrupt, InterruptType};
+
+use crate::action::{Action, Event, Target};
+use crate::snapshot::{Cr, Job, JobPhase, Node, Work};
+
+/// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match
+/// (stopping the ones still running). Jobs already stopping are left to finish stopping.
+pub(super) fn record_jobs(
+    cr: &Cr,
+    node: &Node,
+    state: &mut NodeState,
+    jobs: &[&Job],
+    actions: &mut Vec<Action>,
+    failures: &mut Vec<String>,
+) {
+    for job in jobs.iter().filter(|j| !j.stopping) {
+        let delete = |actions: &mut Vec<Action>| {
+            actions.push(Action::DeleteJob {
+                name: job.name.clone(),
+                node: node.name.clone(),
+                running: job.running(),
+            })
+        };
+        match &job.work {
+            Work::Package {
+                package,
+                version,
+                stage,
+            } => {
+                let current = cr
+                    .spec
+                    .packages
+                    .get(package)
+                    .is_some_and(|p| p.version == *version);
+                let key = state_key(package, version);
+                let Some(e) = state.get_mut(&key).filter(|e| {
+                    current
+                        && e.stage == *stage
+                        && matches!(e.state, State::InProgress | State::Unknown)
+                }) else {
+                    // Stale: recorded already, superseded, or the package left the spec.
+                    delete(actions);
+                    continue;
+                };
+                match &job.phase {
+                    JobPhase::Active { failed, last } => {
+                        e.attempts = *failed as i32;
+                        if let Some(r) = last {
+                            e.message = summary(r);
+                        }
+                    }
+                    JobPhase::Succeeded(result) => {
+                        e.state = State::Complete;
+                        e.message.clear();
+                        if *stage == Stage::Plan {
+                            e.planned = Some(planned(result.as_ref()));
+                        }
+                        delete(actions);
+                    }
+                    JobPhase::Failed {
+                        genuine: true,
+                        attempts,
+                        reason,
+                        last,
+                    } => {
+                        e.state = State::Erroring;
+                        e.attempts = *attempts as i32;
+                        e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
+                        failures.push(format!("{package}: {}", e.message));
+                        actions.push(Action::Event(Event {
+                            target: Target::Cr(cr.name.clone()),
+                            warning: true,
+                            reason: "StageFailed",
+                            message: format!("{} of {package} {version} failed on {} after {attempts} attempt(s): {}", stage.as_str(), node.name, e.message),
+                        }));
+                        delete(actions);
+                    }
+                    JobPhase::Failed { genuine: false, .. } => delete(actions), // disruptions only: run again
+                }
+            }
+            Work::Interrupt { stage, kind, owner } => {
+                let at_stage: Vec<String> = state
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.stage == *stage
+                            && matches!(
+                                e.state,
+                                State::InProgress | State::Skipped | State::Unknown
+                            )
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                let owner_key = at_stage.iter().find(|k| state[*k].name == *owner).cloned();
+                let Some(owner_key) = owner_key else {
+                    delete(actions);
+                    continue;
+                };
+                match &job.phase {
+                    JobPhase::Active { .. } => {}
+                    JobPhase::Succeeded(_) => {
+                        if *kind == InterruptType::Reboot
+                            && state[&owner_key].boot_id == node.boot_id
+                        {
+                            continue; // the node has not come back with a new boot ID yet
+                        }
+                        if *stage == Stage::UninstallInterrupt {
+                            state.remove(&owner_key);
+                        } else {
+                            for k in at_stage {
+                                if let Some(e) = state.get_mut(&k) {
+                                    e.state = State::Complete;
+                                }
+                            }
+                        }
+                        delete(actions);
+                    }
+                    JobPhase::Failed {
+                        genuine,
+                        reason,
+                        last,
+                        ..
+                    } => {
+                        if *genuine
+                            || *kind == InterruptType::Reboot
+                            || reason == "DeadlineExceeded"
+                        {
+                            let e = state.get_mut(&owner_key).expect("found above");
+                            e.state = State::Erroring;
+                            e.message =
+                                last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
+                            failures.push(format!("{owner}: {}", e.message));
+                        }
+                        delete(actions);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn planned(result: Option<&StageResult>) -> Planned {
+    match result {
+        Some(r) => Planned {
+            changes: r.change_count.max(r.changes.len() as u32),
+            interrupt: r.reported_interrupt().unwrap_or(Some(Interrupt {
+                kind: InterruptType::Reboot,
+                services: vec![],
+            })),
+        },
+        // No readable result: assume the worst (the spec caps it).
+        None => Planned {
+            changes: 1,
+            interrupt: Some(Interrupt {
+                kind: InterruptType::Reboot,
+                services: vec![],
+            }),
+        },
+    }
+}
+
+fn summary(r: &StageResult) -> String {
+    format!("[{}] {}", r.blame.as_str(), r.message)
+}

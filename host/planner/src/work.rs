@@ -1,0 +1,175 @@
+//! What a pass works with besides the CR and the node: the node's annotations and cordon as
+//! the pass has left them ([`NodeWork`]), and the CR-wide inputs of a node's pass ([`Env`]).
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
+
+use nodewright_api::keys;
+
+use crate::action::NodePatch;
+use crate::cordon::{self, Mark, NodeCordon};
+use crate::hold::Hold;
+use crate::snapshot::{Node, Refusal, Settings};
+
+/// A node's annotations and cordon as this pass has left them: the snapshot's, overlaid
+/// with the write that gets there (nothing is copied until it changes).
+#[derive(Clone, Debug)]
+pub struct NodeWork<'a> {
+    base: &'a BTreeMap<String, String>,
+    /// Current `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// The write.
+    pub patch: NodePatch,
+}
+
+impl<'a> NodeWork<'a> {
+    /// Starts from the snapshot.
+    pub fn new(node: &'a Node) -> Self {
+        NodeWork {
+            base: &node.annotations,
+            unschedulable: node.unschedulable,
+            patch: NodePatch {
+                node: node.name.clone(),
+                resource_version: node.resource_version.clone(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// An annotation's current value.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        match self.patch.annotations.get(key) {
+            Some(v) => v.as_deref(),
+            None => self.base.get(key).map(String::as_str),
+        }
+    }
+
+    /// Sets (`Some`) or removes (`None`) an annotation, recording the change if it is one.
+    pub fn set(&mut self, key: &str, value: Option<String>) {
+        if self.get(key) == value.as_deref() {
+            return;
+        }
+        if self.base.get(key) == value.as_ref() {
+            self.patch.annotations.remove(key);
+        } else {
+            self.patch.annotations.insert(key.into(), value);
+        }
+    }
+
+    /// Sets `spec.unschedulable`.
+    pub fn cordon(&mut self, on: bool) {
+        if self.unschedulable != on {
+            self.unschedulable = on;
+            self.patch.unschedulable = Some(on);
+        }
+    }
+
+    /// The cordon marks every CR holds on this node.
+    pub fn cordons(&self) -> NodeCordon {
+        const PREFIX: &str = "nodewright.io/cordon.";
+        let keys = self
+            .base
+            .range::<str, _>((
+                std::ops::Bound::Included(PREFIX),
+                std::ops::Bound::Unbounded,
+            ))
+            .map(|(k, _)| k)
+            .take_while(|k| k.starts_with(PREFIX))
+            .chain(
+                self.patch
+                    .annotations
+                    .keys()
+                    .filter(|k| k.starts_with(PREFIX)),
+            );
+        let owners = keys
+            .filter_map(|k| {
+                Some((
+                    k.strip_prefix(PREFIX)?.to_string(),
+                    Mark::parse(self.get(k)?),
+                ))
+            })
+            .collect();
+        NodeCordon {
+            unschedulable: self.unschedulable,
+            owners,
+        }
+    }
+
+    fn apply(&mut self, actions: Vec<cordon::Action>) {
+        for a in actions {
+            match a {
+                cordon::Action::Cordon => self.cordon(true),
+                cordon::Action::Uncordon => self.cordon(false),
+                cordon::Action::Mark(cr, m) => {
+                    self.set(&keys::cordon(&cr), Some(m.as_str().into()))
+                }
+                cordon::Action::Unmark(cr) => self.set(&keys::cordon(&cr), None),
+            }
+        }
+    }
+
+    /// Takes (or shares) the cordon for `cr`, with Karpenter told to leave the node alone.
+    /// True when the cordon was already persisted, so the drain may begin.
+    pub fn acquire(&mut self, cr: &str) -> bool {
+        let acquired = self.cordons().acquire(cr);
+        self.apply(acquired.actions);
+        let mut owned: Vec<String> = self
+            .get(keys::KARPENTER_OWNED)
+            .map(|v| v.split(',').map(String::from).collect())
+            .unwrap_or_default();
+        for key in [
+            keys::KARPENTER_DO_NOT_DISRUPT,
+            keys::KARPENTER_DO_NOT_REPAIR,
+        ] {
+            if self.get(key).is_none() {
+                self.set(key, Some("true".into()));
+                owned.push(key.into());
+            }
+        }
+        if !owned.is_empty() {
+            self.set(keys::KARPENTER_OWNED, Some(owned.join(",")));
+        }
+        acquired.ready_to_drain
+    }
+
+    /// Drops `cr`'s cordon; uncordons when it was the last one and ours; removes the
+    /// Karpenter annotations we added once no CR holds the node.
+    pub fn release(&mut self, cr: &str) {
+        let mut actions = self.cordons().release(cr);
+        if self.get(keys::RUNTIME_REQUIRED_CORDON).is_some() {
+            // The runtime-required cordon outlives every rollout; only an admin lifts it.
+            actions.retain(|a| *a != cordon::Action::Uncordon);
+        }
+        self.apply(actions);
+        self.set(&keys::drain_start(cr), None);
+        self.set(&keys::drain_blocked(cr), None);
+        if self.cordons().owners.is_empty()
+            && let Some(owned) = self.get(keys::KARPENTER_OWNED).map(String::from)
+        {
+            for key in owned.split(',') {
+                self.set(key, None);
+            }
+            self.set(keys::KARPENTER_OWNED, None);
+        }
+    }
+}
+
+/// What the planner needs besides the CR and node.
+#[derive(Debug)]
+pub struct Env<'a> {
+    /// Settings.
+    pub settings: &'a Settings,
+    /// Clock (unix seconds).
+    pub now: i64,
+    /// Refused evictions.
+    pub refusals: &'a BTreeMap<String, Refusal>,
+    /// Pinned plugin per package.
+    pub pinned: &'a BTreeMap<String, String>,
+    /// Config digests per package.
+    pub digests: &'a crate::packages::Digests,
+    /// What a node that has not started may begin (windows, gates).
+    pub hold: Hold,
+    /// Each batch member's rollout order (see [`crate::JobRequest::node_order`]).
+    pub orders: &'a HashMap<String, u32>,
+}
