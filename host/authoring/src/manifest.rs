@@ -9,7 +9,7 @@ use crate::{BuildError, world};
 
 /// The fields the build needs, from `pyproject.toml` or `package.json`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Manifest {
+pub(crate) struct SourceManifest {
     /// The plugin's name (the component is `<name>.wasm`).
     pub name: String,
     /// Python: the module with the exported package; JavaScript: the entry file.
@@ -62,7 +62,7 @@ fn finish(
     entry: String,
     declared: Option<Declared>,
     section: &str,
-) -> Result<Manifest, BuildError> {
+) -> Result<SourceManifest, BuildError> {
     let name = name.ok_or_else(|| invalid(&file, "no package name (the `name` field)"))?;
     let name = name.rsplit('/').next().unwrap_or(&name).to_string();
     if !crate::valid_name(&name) {
@@ -79,7 +79,7 @@ fn finish(
             )
         })?;
     world::check_capabilities(&file, &capabilities)?;
-    Ok(Manifest {
+    Ok(SourceManifest {
         name,
         entry,
         capabilities,
@@ -88,7 +88,7 @@ fn finish(
 
 /// Reads `pyproject.toml`: `[project] name`, `[tool.nodewright] capabilities` and
 /// `module` (default `plugin`).
-pub(crate) fn python(dir: &Path) -> Result<Manifest, BuildError> {
+pub(crate) fn python(dir: &Path) -> Result<SourceManifest, BuildError> {
     let file = dir.join("pyproject.toml");
     let text = crate::io::read(&file)?;
     let doc: PyProject = toml::from_str(&text).map_err(|e| invalid(&file, e.to_string()))?;
@@ -118,7 +118,7 @@ pub(crate) fn python(dir: &Path) -> Result<Manifest, BuildError> {
 
 /// Reads `package.json`: `name`, `main` (default `plugin.js`) and
 /// `nodewright.capabilities`.
-pub(crate) fn javascript(dir: &Path) -> Result<Manifest, BuildError> {
+pub(crate) fn javascript(dir: &Path) -> Result<SourceManifest, BuildError> {
     let file = dir.join("package.json");
     let text = crate::io::read(&file)?;
     let doc: PackageJson =
@@ -161,7 +161,7 @@ mod tests {
         );
         assert_eq!(
             python(dir.path()).unwrap(),
-            Manifest {
+            SourceManifest {
                 name: "tuning".into(),
                 entry: "plugin".into(),
                 capabilities: vec!["sysctl".into(), "files".into()]

@@ -23,7 +23,7 @@ use nodewright_e2e::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
 use serde_json::Value;
 
-use crate::view::{Frame, NodeRow};
+use crate::view::{Frame, NodeLine};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -159,7 +159,7 @@ async fn frame(
                 Some((cr.clone(), NodeState::read(&name, &annotations, cr).ok()?))
             })
             .collect();
-        out.nodes.push(NodeRow {
+        out.nodes.push(NodeLine {
             tier: labels
                 .get("nodewright.io/tier")
                 .cloned()

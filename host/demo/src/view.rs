@@ -10,7 +10,7 @@ use nodewright_api::validate::DEFAULT_COMPARTMENT;
 
 /// One node as the view shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeRow {
+pub struct NodeLine {
     /// Node name.
     pub name: String,
     /// Its `nodewright.io/tier` label (the policy compartment it falls in), or `-`.
@@ -31,7 +31,7 @@ pub struct Frame {
     /// `cr → (packages in column order, status)`.
     pub crs: Vec<(String, Vec<String>, Option<NodeWrightStatus>)>,
     /// The nodes.
-    pub nodes: Vec<NodeRow>,
+    pub nodes: Vec<NodeLine>,
 }
 
 /// `apply …`, `config ✓`, `interrupt ↷`, `apply ✗ (2)`.
@@ -176,7 +176,7 @@ pub fn changes(before: &Frame, after: &Frame) -> Vec<String> {
         }
         for (cr, packages, _) in &after.crs {
             for p in packages {
-                let find = |row: &NodeRow| {
+                let find = |row: &NodeLine| {
                     row.states
                         .get(cr)
                         .and_then(|s| s.values().find(|e| &e.name == p))
@@ -213,7 +213,7 @@ mod tests {
         Frame {
             elapsed: 3.0,
             crs: vec![("gpu".into(), vec!["driver".into()], None)],
-            nodes: vec![NodeRow {
+            nodes: vec![NodeLine {
                 name: "n1".into(),
                 tier: "canary".into(),
                 cordoned,

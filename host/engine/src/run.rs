@@ -19,7 +19,7 @@ use crate::sandbox::{
     CapturedStream, EPOCH_TICK, Limiter, LogBuffer, MemoryLimitExceeded, SandboxLimits,
 };
 use crate::stage::{NODE_ORDER_ENV, RunStage, StageContext};
-use crate::state::{Budget, CapState, EndOfRun, HostState, fingerprint};
+use crate::state::{CapState, EndOfRun, HostState, IoBudget, fingerprint};
 
 /// The plugin's error as the host will judge it. A capability error counts as the
 /// grant's (`denied`) or the host's (`failed`) only if the host raised exactly that error
@@ -93,7 +93,7 @@ impl PreparedPlugin {
                     max_output: limits.exec_max_output,
                     cancel: Some(ended.clone()),
                 },
-                budget: Budget::new(limits),
+                budget: IoBudget::new(limits),
                 reboot_requested: false,
                 ended: EndOfRun(ended),
             },

@@ -38,7 +38,7 @@ const MAX_ISSUED: usize = 4096;
 
 /// What one stage may still read and write.
 #[derive(Clone, Debug)]
-pub(crate) struct Budget {
+pub(crate) struct IoBudget {
     pub(crate) max_read: u64,
     pub(crate) bytes: u64,
     pub(crate) bytes_left: u64,
@@ -47,9 +47,9 @@ pub(crate) struct Budget {
     pub(crate) min_free: u64,
 }
 
-impl Budget {
+impl IoBudget {
     pub(crate) fn new(limits: &SandboxLimits) -> Self {
-        Budget {
+        IoBudget {
             max_read: limits.max_read_bytes(),
             bytes: limits.write_bytes,
             bytes_left: limits.write_bytes,
@@ -72,7 +72,7 @@ pub(crate) struct CapState {
     /// but not invent one (which would shift the blame to the grant or the host).
     pub(crate) issued: HashSet<u64>,
     pub(crate) exec_limits: ExecLimits,
-    pub(crate) budget: Budget,
+    pub(crate) budget: IoBudget,
     pub(crate) reboot_requested: bool,
     /// Set when the run's store is dropped: a granted command still running then (the
     /// stage's deadline passed while it ran) is killed.

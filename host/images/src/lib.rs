@@ -60,46 +60,46 @@ pub enum Error {
 
 /// One of nodewright's images.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum ImageKind {
     /// `nodewright-agent`: privileged, root.
     Agent,
     /// `nodewright-operator`: non-root, read-only root filesystem.
     Operator,
 }
 
-impl Kind {
+impl ImageKind {
     /// Both, in publishing order.
-    pub const ALL: [Kind; 2] = [Kind::Operator, Kind::Agent];
+    pub const ALL: [ImageKind; 2] = [ImageKind::Operator, ImageKind::Agent];
 
     /// The binary's name (and the repository's last segment without the prefix).
     pub fn binary(self) -> &'static str {
         match self {
-            Kind::Agent => "nodewright-agent",
-            Kind::Operator => "nodewright-operator",
+            ImageKind::Agent => "nodewright-agent",
+            ImageKind::Operator => "nodewright-operator",
         }
     }
 
     /// The repository name under a registry prefix: `agent`, `operator`.
     pub fn repository(self) -> &'static str {
         match self {
-            Kind::Agent => "agent",
-            Kind::Operator => "operator",
+            ImageKind::Agent => "agent",
+            ImageKind::Operator => "operator",
         }
     }
 
     fn user(self) -> &'static str {
         match self {
-            Kind::Agent => "0:0",
-            Kind::Operator => NONROOT,
+            ImageKind::Agent => "0:0",
+            ImageKind::Operator => NONROOT,
         }
     }
 
     fn title(self) -> &'static str {
         match self {
-            Kind::Agent => {
+            ImageKind::Agent => {
                 "nodewright agent: runs one stage of a package in the wasm sandbox on a node"
             }
-            Kind::Operator => "nodewright operator: rolls host packages out to nodes",
+            ImageKind::Operator => "nodewright operator: rolls host packages out to nodes",
         }
     }
 }
@@ -241,7 +241,7 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 
 impl Image {
     /// Assembles `kind` from `inputs`. Refuses a binary that is not static.
-    pub fn build(kind: Kind, inputs: &Inputs) -> Result<Image, Error> {
+    pub fn build(kind: ImageKind, inputs: &Inputs) -> Result<Image, Error> {
         let binary = read(&inputs.binary)?;
         if !is_static(&binary) {
             return Err(Error::NotStatic(inputs.binary.display().to_string()));
@@ -388,15 +388,15 @@ mod tests {
     #[test]
     fn the_same_inputs_give_the_same_digest() {
         let tmp = tempfile::tempdir().unwrap();
-        let a = Image::build(Kind::Operator, &inputs(tmp.path(), false)).unwrap();
+        let a = Image::build(ImageKind::Operator, &inputs(tmp.path(), false)).unwrap();
         // Touch the input: its mtime must not matter.
         std::thread::sleep(std::time::Duration::from_millis(10));
-        let b = Image::build(Kind::Operator, &inputs(tmp.path(), false)).unwrap();
+        let b = Image::build(ImageKind::Operator, &inputs(tmp.path(), false)).unwrap();
         assert_eq!(a.digest(), b.digest());
         let mut other = inputs(tmp.path(), false);
         other.revision = "def".into();
         assert_ne!(
-            Image::build(Kind::Operator, &other).unwrap().digest(),
+            Image::build(ImageKind::Operator, &other).unwrap().digest(),
             a.digest()
         );
     }
@@ -405,7 +405,7 @@ mod tests {
     fn configs_say_who_runs_it_and_from_where() {
         let tmp = tempfile::tempdir().unwrap();
         let op: Value = serde_json::from_slice(
-            &Image::build(Kind::Operator, &inputs(tmp.path(), false))
+            &Image::build(ImageKind::Operator, &inputs(tmp.path(), false))
                 .unwrap()
                 .config,
         )
@@ -420,7 +420,7 @@ mod tests {
             "abc"
         );
         let agent: Value = serde_json::from_slice(
-            &Image::build(Kind::Agent, &inputs(tmp.path(), false))
+            &Image::build(ImageKind::Agent, &inputs(tmp.path(), false))
                 .unwrap()
                 .config,
         )
@@ -432,7 +432,7 @@ mod tests {
     fn a_dynamically_linked_binary_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
         assert!(matches!(
-            Image::build(Kind::Agent, &inputs(tmp.path(), true)),
+            Image::build(ImageKind::Agent, &inputs(tmp.path(), true)),
             Err(Error::NotStatic(_))
         ));
     }

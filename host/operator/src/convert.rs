@@ -48,9 +48,9 @@ pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_plann
 }
 
 /// A node.
-pub fn node(n: &Node) -> nodewright_planner::Node {
+pub fn node(n: &Node) -> nodewright_planner::ObservedNode {
     let meta = &n.metadata;
-    nodewright_planner::Node {
+    nodewright_planner::ObservedNode {
         name: meta.name.clone().unwrap_or_default(),
         created: meta
             .creation_timestamp
@@ -90,7 +90,7 @@ pub fn node(n: &Node) -> nodewright_planner::Node {
 }
 
 /// A pod bound to a node.
-pub fn pod(p: &Pod) -> Option<nodewright_planner::Pod> {
+pub fn pod(p: &Pod) -> Option<nodewright_planner::ObservedPod> {
     let spec = p.spec.as_ref()?;
     let node = spec.node_name.clone()?;
     let meta = &p.metadata;
@@ -104,7 +104,7 @@ pub fn pod(p: &Pod) -> Option<nodewright_planner::Pod> {
         effect: "NoSchedule".into(),
         ..Default::default()
     };
-    Some(nodewright_planner::Pod {
+    Some(nodewright_planner::ObservedPod {
         namespace: meta.namespace.clone().unwrap_or_default(),
         name: meta.name.clone().unwrap_or_default(),
         node,

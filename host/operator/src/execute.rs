@@ -40,7 +40,7 @@ impl std::fmt::Debug for Executor {
 
 /// What a pass wrote, for the loop's pacing.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub struct PassWrites {
     /// Writes made (not counting events).
     pub writes: usize,
     /// Writes that failed (conflicts, transient errors): run another pass soon.
@@ -63,8 +63,8 @@ impl Executor {
     /// then Job deletes; then everything else. A node whose patch failed (a conflict: the
     /// pass saw an old node) gets none of its other actions this pass. Within a wave the
     /// writes are independent (different nodes, Jobs, CRs), so their order does not matter.
-    pub async fn run(&self, actions: Vec<Action>) -> Outcome {
-        let mut out = Outcome::default();
+    pub async fn run(&self, actions: Vec<Action>) -> PassWrites {
+        let mut out = PassWrites::default();
         let patches = actions.iter().filter_map(|a| {
             if let Action::PatchNode(p) = a {
                 Some(p)

@@ -209,7 +209,7 @@ pub fn call(req: &JobRequest, cfg: &JobConfig) -> AgentCall {
 }
 
 /// The planner's view of one of our Jobs, from its labels, status and pods.
-pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::Job> {
+pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::ObservedJob> {
     let labels = job.metadata.labels.as_ref()?;
     let get = |k: &str| labels.get(k).cloned();
     let stage: nodewright_api::node_state::Stage = get(label::STAGE)?.parse().ok()?;
@@ -265,7 +265,7 @@ pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::Job> {
         .and_then(|g| g.parse().ok())
         .unwrap_or(0);
     let stopping = job.metadata.deletion_timestamp.is_some();
-    Some(nodewright_planner::Job {
+    Some(nodewright_planner::ObservedJob {
         name: job.metadata.name.clone()?,
         cr: get(label::CR)?,
         node: get(label::NODE)?,

@@ -14,7 +14,7 @@ use nodewright_api::limits::{Ceilings, StageLimits};
 use nodewright_api::v1alpha1::NodeWrightSpec;
 use nodewright_engine::{Engine, EngineConfig};
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig, pin};
-use nodewright_planner::{Plugins as Verdict, Resolved};
+use nodewright_planner::{PluginCheck as Verdict, Resolved};
 use tokio::sync::Notify;
 
 use crate::trust::Trust;

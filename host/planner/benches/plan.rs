@@ -13,7 +13,9 @@ use std::time::Instant;
 use nodewright_api::keys;
 use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_key};
 use nodewright_api::v1alpha1::NodeWrightSpec;
-use nodewright_planner::{Cr, Job, JobPhase, Node, Plugins, Pod, Snapshot, Work, plan};
+use nodewright_planner::{
+    Cr, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Snapshot, Work, plan,
+};
 
 struct Counting;
 
@@ -72,7 +74,7 @@ fn snapshot(nodes: usize) -> Snapshot {
         generation: 1,
         spec: spec.clone(),
         has_finalizer: true,
-        plugins: Plugins::Ready(pinned.into()),
+        plugins: PluginCheck::Ready(pinned.into()),
         ..Default::default()
     };
     let mut snap = Snapshot {
@@ -105,7 +107,7 @@ fn snapshot(nodes: usize) -> Snapshot {
                     state_key(pn, &p.version),
                     PackageStatus::new(pn, &p.version, Stage::Apply, 1),
                 );
-                snap.jobs.push(Job {
+                snap.jobs.push(ObservedJob {
                     name: format!("{name}-{pn}"),
                     cr: "fleet".into(),
                     node: name.clone(),
@@ -131,7 +133,7 @@ fn snapshot(nodes: usize) -> Snapshot {
             );
         }
         for p in 0..5 {
-            snap.pods.push(Pod {
+            snap.pods.push(ObservedPod {
                 namespace: "apps".into(),
                 name: format!("{name}-pod{p}"),
                 node: name.clone(),
@@ -140,7 +142,7 @@ fn snapshot(nodes: usize) -> Snapshot {
                 ..Default::default()
             });
         }
-        snap.nodes.push(Node {
+        snap.nodes.push(ObservedNode {
             name,
             created: i as i64,
             annotations,

@@ -16,7 +16,7 @@ pub fn ceiling(matched: u32, budget: &Budget) -> u32 {
 
 /// Which strategy is set, with its parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind<'a> {
+pub enum Growth<'a> {
     /// Constant batches.
     Fixed(&'a BatchParams),
     /// Grow (or shrink after a failure) by `delta`.
@@ -25,19 +25,19 @@ pub enum Kind<'a> {
     Exponential(&'a BatchParams),
 }
 
-impl<'a> Kind<'a> {
+impl<'a> Growth<'a> {
     /// The strategy set in `s` (fixed, then linear, then exponential; validation allows one).
-    pub fn of(s: &'a Strategy) -> Option<Kind<'a>> {
+    pub fn of(s: &'a Strategy) -> Option<Growth<'a>> {
         s.fixed
             .as_ref()
-            .map(Kind::Fixed)
-            .or(s.linear.as_ref().map(Kind::Linear))
-            .or(s.exponential.as_ref().map(Kind::Exponential))
+            .map(Growth::Fixed)
+            .or(s.linear.as_ref().map(Growth::Linear))
+            .or(s.exponential.as_ref().map(Growth::Exponential))
     }
 
     fn params(self) -> &'a BatchParams {
         match self {
-            Kind::Fixed(p) | Kind::Linear(p) | Kind::Exponential(p) => p,
+            Growth::Fixed(p) | Growth::Linear(p) | Growth::Exponential(p) => p,
         }
     }
 }
@@ -52,7 +52,7 @@ fn progress_percent(state: &BatchState, total: u32) -> u32 {
 /// exponential multiplies by `growthFactor` — or, after a failed batch while progress is
 /// below `safetyLimit`, shrinks (min 1). Clamped to `[1, remaining]` (0 when nothing
 /// remains). A strategy's batch is not capped by the budget.
-pub fn next_batch_size(kind: Kind<'_>, state: &BatchState, total: u32) -> u32 {
+pub fn next_batch_size(kind: Growth<'_>, state: &BatchState, total: u32) -> u32 {
     let p = kind.params();
     let remaining =
         total.saturating_sub((state.completed_nodes + state.failed_nodes).max(0) as u32);
@@ -67,8 +67,8 @@ pub fn next_batch_size(kind: Kind<'_>, state: &BatchState, total: u32) -> u32 {
         initial
     } else {
         match kind {
-            Kind::Fixed(_) => initial,
-            Kind::Linear(_) => {
+            Growth::Fixed(_) => initial,
+            Growth::Linear(_) => {
                 let delta = p.delta.unwrap_or(1).max(1) as u32;
                 if shrink {
                     last.saturating_sub(delta).max(1)
@@ -76,7 +76,7 @@ pub fn next_batch_size(kind: Kind<'_>, state: &BatchState, total: u32) -> u32 {
                     last + delta
                 }
             }
-            Kind::Exponential(_) => {
+            Growth::Exponential(_) => {
                 let g = p.growth_factor.unwrap_or(2).max(2) as u32;
                 if shrink {
                     (last / g).max(1)
@@ -94,7 +94,7 @@ pub fn next_batch_size(kind: Kind<'_>, state: &BatchState, total: u32) -> u32 {
 /// below `batchThreshold`; consecutive failures reaching `failureThreshold` stop the
 /// compartment while progress is below `safetyLimit` (so the last batch never stops it).
 pub fn evaluate(
-    kind: Kind<'_>,
+    kind: Growth<'_>,
     state: &BatchState,
     succeeded: u32,
     failed: u32,
@@ -201,18 +201,18 @@ mod tests {
     fn growth_and_shrink() {
         let lin = params(1, Some(2), None, None, 50);
         let mut s = start();
-        assert_eq!(next_batch_size(Kind::Linear(&lin), &s, 20), 1);
-        s = evaluate(Kind::Linear(&lin), &s, 1, 0, 1, 20);
-        assert_eq!(next_batch_size(Kind::Linear(&lin), &s, 20), 3);
+        assert_eq!(next_batch_size(Growth::Linear(&lin), &s, 20), 1);
+        s = evaluate(Growth::Linear(&lin), &s, 1, 0, 1, 20);
+        assert_eq!(next_batch_size(Growth::Linear(&lin), &s, 20), 3);
         let exp = params(2, None, Some(3), None, 50);
         let mut s = start();
-        assert_eq!(next_batch_size(Kind::Exponential(&exp), &s, 100), 2);
-        s = evaluate(Kind::Exponential(&exp), &s, 2, 0, 2, 100);
-        assert_eq!(next_batch_size(Kind::Exponential(&exp), &s, 100), 6);
+        assert_eq!(next_batch_size(Growth::Exponential(&exp), &s, 100), 2);
+        s = evaluate(Growth::Exponential(&exp), &s, 2, 0, 2, 100);
+        assert_eq!(next_batch_size(Growth::Exponential(&exp), &s, 100), 6);
         // A failed batch early on shrinks the next one.
-        s = evaluate(Kind::Exponential(&exp), &s, 3, 3, 6, 100);
+        s = evaluate(Growth::Exponential(&exp), &s, 3, 3, 6, 100);
         assert!(s.last_batch_failed);
-        assert_eq!(next_batch_size(Kind::Exponential(&exp), &s, 100), 2);
+        assert_eq!(next_batch_size(Growth::Exponential(&exp), &s, 100), 2);
         // Never more than what remains.
         let fixed = params(5, None, None, None, 50);
         let s = BatchState {
@@ -221,10 +221,10 @@ mod tests {
             last_batch_size: 5,
             ..Default::default()
         };
-        assert_eq!(next_batch_size(Kind::Fixed(&fixed), &s, 10), 2);
+        assert_eq!(next_batch_size(Growth::Fixed(&fixed), &s, 10), 2);
         assert_eq!(
             next_batch_size(
-                Kind::Fixed(&fixed),
+                Growth::Fixed(&fixed),
                 &BatchState {
                     completed_nodes: 10,
                     ..s
@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn canary_stops_on_its_first_failed_batch() {
         let canary = params(1, None, None, Some(1), 100);
-        let s = evaluate(Kind::Fixed(&canary), &start(), 0, 1, 1, 2);
+        let s = evaluate(Growth::Fixed(&canary), &start(), 0, 1, 1, 2);
         assert!(s.should_stop, "1 of 2 processed = 50% < safetyLimit 100");
     }
 
@@ -249,14 +249,14 @@ mod tests {
     #[test]
     fn production_stops_after_two_failed_batches_in_a_row() {
         let prod = params(1, Some(1), None, Some(2), 100);
-        let s1 = evaluate(Kind::Linear(&prod), &start(), 0, 1, 1, 3);
+        let s1 = evaluate(Growth::Linear(&prod), &start(), 0, 1, 1, 3);
         assert!(!s1.should_stop);
         assert_eq!(
-            next_batch_size(Kind::Linear(&prod), &s1, 3),
+            next_batch_size(Growth::Linear(&prod), &s1, 3),
             1,
             "shrinks after a failure"
         );
-        let s2 = evaluate(Kind::Linear(&prod), &s1, 0, 1, 1, 3);
+        let s2 = evaluate(Growth::Linear(&prod), &s1, 0, 1, 1, 3);
         assert!(s2.should_stop);
         assert_eq!(
             (s2.completed_nodes + s2.failed_nodes),
@@ -268,10 +268,10 @@ mod tests {
     #[test]
     fn the_last_batch_never_stops_a_compartment() {
         let one = params(1, None, None, Some(1), 100);
-        let s = evaluate(Kind::Fixed(&one), &start(), 0, 1, 1, 1);
+        let s = evaluate(Growth::Fixed(&one), &start(), 0, 1, 1, 1);
         assert!(!s.should_stop, "progress reached 100%");
         let ok = evaluate(
-            Kind::Fixed(&one),
+            Growth::Fixed(&one),
             &BatchState {
                 consecutive_failures: 3,
                 ..start()

@@ -6,7 +6,7 @@ use nodewright_api::v1alpha1::DrainConfig;
 
 use crate::action::Action;
 use crate::select;
-use crate::snapshot::{Cr, Pod};
+use crate::snapshot::{Cr, ObservedPod};
 use crate::work::Env;
 
 /// Where a node's drain stands.
@@ -33,7 +33,7 @@ pub struct Blocked {
 }
 
 /// Pods matching `podNonInterruptLabels` that are running or pending on the node.
-pub fn barrier(cr: &Cr, pods: &[&Pod]) -> Vec<String> {
+pub fn barrier(cr: &Cr, pods: &[&ObservedPod]) -> Vec<String> {
     let sel = cr.spec.pod_non_interrupt_labels.as_ref();
     if select::is_empty(sel) {
         return Vec::new();
@@ -51,7 +51,7 @@ pub fn drain(
     env: &Env<'_>,
     cr: &Cr,
     node: &str,
-    pods: &[&Pod],
+    pods: &[&ObservedPod],
     start: Option<i64>,
     actions: &mut Vec<Action>,
 ) -> Drain {
@@ -61,7 +61,7 @@ pub fn drain(
         return Drain::Barrier(held);
     }
     let config = cr.spec.drain_config.clone().unwrap_or_default();
-    let going: Vec<&&Pod> = pods.iter().filter(|p| must_go(p, &config)).collect();
+    let going: Vec<&&ObservedPod> = pods.iter().filter(|p| must_go(p, &config)).collect();
     if going.is_empty() {
         return Drain::Drained;
     }
@@ -122,13 +122,13 @@ fn timeout(config: &DrainConfig) -> Option<i64> {
 /// Pods a drain removes: like `kubectl drain`, not mirror pods, pods that tolerate the
 /// cordon, our own agent pods, or DaemonSet pods (unless `ignoreDaemonSets: false`).
 /// Finished pods are already gone; terminating ones still count until they are.
-fn must_go(p: &Pod, config: &DrainConfig) -> bool {
+fn must_go(p: &ObservedPod, config: &DrainConfig) -> bool {
     let daemon =
         p.controller.as_deref() == Some("DaemonSet") && config.ignore_daemon_sets != Some(false);
     (p.active || p.terminating) && !p.mirror && !p.ours && !p.tolerates_unschedulable && !daemon
 }
 
-fn blocker(p: &Pod, config: &DrainConfig) -> Option<(&'static str, &'static str)> {
+fn blocker(p: &ObservedPod, config: &DrainConfig) -> Option<(&'static str, &'static str)> {
     if p.controller.is_none() && !config.force {
         return Some((
             reason::UNMANAGED_POD,

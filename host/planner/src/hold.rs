@@ -12,7 +12,7 @@ use nodewright_api::gates::NodeHealthGate;
 use nodewright_api::v1alpha1::DeploymentPolicySpec;
 use nodewright_api::windows::{MaintenanceWindows, WindowState};
 
-use crate::snapshot::{Cr, GateFinding, Node};
+use crate::snapshot::{Cr, GateFinding, ObservedNode};
 
 /// How much new work a node that has not started may begin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -86,7 +86,7 @@ pub fn evaluate(cr: &Cr, policy: Option<&DeploymentPolicySpec>, now: i64) -> Hol
 /// The `nodeHealth` conditions a node that finished an interrupt cycle for `cr` does not
 /// show (empty when it has no such gate, or the CR is being deleted: a deletion never
 /// waits on a node's health).
-pub fn unhealthy(cr: &Cr, node: &Node) -> Vec<String> {
+pub fn unhealthy(cr: &Cr, node: &ObservedNode) -> Vec<String> {
     if cr.deleting {
         return Vec::new();
     }

@@ -36,5 +36,6 @@ pub mod work;
 pub use action::{Action, Event, JobRequest, NodePatch, Target};
 pub use plan::plan;
 pub use snapshot::{
-    Cr, GateFinding, Job, JobPhase, Node, Plugins, Pod, Refusal, Resolved, Settings, Snapshot, Work,
+    Cr, GateFinding, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Refusal,
+    Resolved, Settings, Snapshot, Work,
 };

@@ -15,7 +15,7 @@ use crate::node::{self, NodeOutcome};
 use crate::packages::node_done;
 use crate::rollout::{self, Standing};
 use crate::select;
-use crate::snapshot::{Cr, Job, Node, Plugins, Pod, Snapshot};
+use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Snapshot};
 use crate::status;
 use crate::work::{Env, NodeWork};
 
@@ -36,10 +36,10 @@ pub fn plan(s: &Snapshot, now: i64) -> Vec<Action> {
 struct Pass<'a> {
     s: &'a Snapshot,
     now: i64,
-    nodes: Vec<&'a Node>,
+    nodes: Vec<&'a ObservedNode>,
     work: HashMap<&'a str, NodeWork<'a>>,
-    jobs: HashMap<(&'a str, &'a str), Vec<&'a Job>>,
-    pods: HashMap<&'a str, Vec<&'a Pod>>,
+    jobs: HashMap<(&'a str, &'a str), Vec<&'a ObservedJob>>,
+    pods: HashMap<&'a str, Vec<&'a ObservedPod>>,
     /// (CR, node) → node status this pass.
     outcome: BTreeMap<(String, String), Status>,
     /// (CR, node) pairs done in the snapshot.
@@ -53,15 +53,15 @@ struct Pass<'a> {
 
 impl<'a> Pass<'a> {
     fn new(s: &'a Snapshot, now: i64) -> Self {
-        let mut nodes: Vec<&Node> = s.nodes.iter().collect();
+        let mut nodes: Vec<&ObservedNode> = s.nodes.iter().collect();
         nodes.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
-        let mut jobs: HashMap<(&str, &str), Vec<&Job>> = HashMap::default();
+        let mut jobs: HashMap<(&str, &str), Vec<&ObservedJob>> = HashMap::default();
         for j in &s.jobs {
             jobs.entry((j.cr.as_str(), j.node.as_str()))
                 .or_default()
                 .push(j);
         }
-        let mut pods: HashMap<&str, Vec<&Pod>> = HashMap::default();
+        let mut pods: HashMap<&str, Vec<&ObservedPod>> = HashMap::default();
         for p in &s.pods {
             pods.entry(p.node.as_str()).or_default().push(p);
         }
@@ -92,7 +92,7 @@ impl<'a> Pass<'a> {
         NodeState::from_annotation(node, cr, self.work[node].get(&keys::node_state(cr)))
     }
 
-    fn selects(cr: &Cr, node: &Node) -> bool {
+    fn selects(cr: &Cr, node: &ObservedNode) -> bool {
         select::matches(cr.spec.node_selectors.as_ref(), &node.labels)
     }
 
@@ -120,7 +120,7 @@ impl<'a> Pass<'a> {
     }
 
     /// A predecessor (lower priority value, or same and earlier name) holds this node.
-    fn gated(&self, before: &[&Cr], node: &Node) -> bool {
+    fn gated(&self, before: &[&Cr], node: &ObservedNode) -> bool {
         before
             .iter()
             .filter(|p| !p.disabled && Self::selects(p, node))
@@ -138,14 +138,14 @@ impl<'a> Pass<'a> {
     }
 
     /// A done node still has something of this CR's to clean up: Jobs, a cordon, a drain.
-    fn holds_anything(&self, cr: &Cr, n: &Node, cordon_key: &str, drain_key: &str) -> bool {
+    fn holds_anything(&self, cr: &Cr, n: &ObservedNode, cordon_key: &str, drain_key: &str) -> bool {
         let work = &self.work[n.name.as_str()];
         self.jobs.contains_key(&(cr.name.as_str(), n.name.as_str()))
             || work.get(cordon_key).is_some()
             || work.get(drain_key).is_some()
     }
 
-    fn busy(&self, cr: &Cr, n: &Node) -> bool {
+    fn busy(&self, cr: &Cr, n: &ObservedNode) -> bool {
         self.jobs
             .get(&(cr.name.as_str(), n.name.as_str()))
             .is_some_and(|js| {
@@ -175,7 +175,7 @@ impl<'a> Pass<'a> {
         if cr.deleting && !cr.has_finalizer {
             return;
         }
-        let selected: Vec<&Node> = self
+        let selected: Vec<&ObservedNode> = self
             .nodes
             .iter()
             .copied()
@@ -189,7 +189,7 @@ impl<'a> Pass<'a> {
             .collect();
         // Nodes that left the selector: the CR lets go of them, whatever it was doing there.
         let chosen: HashSet<&str> = selected.iter().map(|n| n.name.as_str()).collect();
-        let withdrawn: Vec<&Node> = self
+        let withdrawn: Vec<&ObservedNode> = self
             .nodes
             .iter()
             .copied()
@@ -216,8 +216,8 @@ impl<'a> Pass<'a> {
             report.policy_missing(name);
         }
         let pinned = match &cr.plugins {
-            Plugins::Ready(r) => Some(&r.pinned),
-            Plugins::Pending | Plugins::NotReady { .. } => None,
+            PluginCheck::Ready(r) => Some(&r.pinned),
+            PluginCheck::Pending | PluginCheck::NotReady { .. } => None,
         };
         let unusable = pinned.is_none() || matches!(policy, Some((_, None)));
         let blocked_cr = unusable || (cr.paused && !cr.deleting) || cr.disabled;
@@ -434,7 +434,7 @@ impl<'a> Pass<'a> {
         self.actions.extend(report.finish());
     }
 
-    fn set_node_status(&mut self, cr: &Cr, n: &Node, key: &str, status: Status) {
+    fn set_node_status(&mut self, cr: &Cr, n: &ObservedNode, key: &str, status: Status) {
         let text = status.as_str();
         let work = self
             .work
@@ -457,7 +457,7 @@ impl<'a> Pass<'a> {
     }
 
     /// `reapplyOnReboot`: a boot ID change that is not our own reboot resets the node for this CR.
-    fn reboot_reset(&mut self, cr: &'a Cr, n: &'a Node) -> bool {
+    fn reboot_reset(&mut self, cr: &'a Cr, n: &'a ObservedNode) -> bool {
         if !self.s.settings.reapply_on_reboot {
             return false;
         }
@@ -501,7 +501,7 @@ impl<'a> Pass<'a> {
     }
 
     /// Whether the CR has anything on `n`: a Job or one of its per-CR annotations.
-    fn holds_any(&self, cr: &Cr, n: &Node) -> bool {
+    fn holds_any(&self, cr: &Cr, n: &ObservedNode) -> bool {
         let work = &self.work[n.name.as_str()];
         self.jobs.contains_key(&(cr.name.as_str(), n.name.as_str()))
             || nodewright_api::node_state::keys(&cr.name)
@@ -515,7 +515,7 @@ impl<'a> Pass<'a> {
     /// that left the selector (`forget`) loses its state too; on deletion a state that still
     /// lists packages is kept as the record of what is installed, as NodeWright does. True
     /// when nothing of the CR's is left to wait for.
-    fn withdraw(&mut self, cr: &Cr, n: &Node, forget: bool) -> bool {
+    fn withdraw(&mut self, cr: &Cr, n: &ObservedNode, forget: bool) -> bool {
         let jobs = self
             .jobs
             .get(&(cr.name.as_str(), n.name.as_str()))

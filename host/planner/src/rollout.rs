@@ -6,9 +6,9 @@ use nodewright_api::v1alpha1::{
     BatchParams, BatchState, Budget, CompartmentStatus, DeploymentPolicySpec, Strategy,
 };
 
-use crate::batches::{Kind, ceiling, evaluate, next_batch_size};
+use crate::batches::{Growth, ceiling, evaluate, next_batch_size};
 use crate::select;
-use crate::snapshot::Node;
+use crate::snapshot::ObservedNode;
 
 /// The synthetic compartment of nodes no compartment selects (and of CRs without a policy).
 pub const DEFAULT: &str = "__default__";
@@ -75,10 +75,10 @@ pub fn resets_batch_state(cr: &crate::snapshot::Cr, policy: Option<&DeploymentPo
 }
 
 fn safety(s: Option<&Strategy>) -> u8 {
-    match s.and_then(Kind::of) {
-        Some(Kind::Fixed(_)) => 0,
-        Some(Kind::Linear(_)) => 1,
-        Some(Kind::Exponential(_)) => 2,
+    match s.and_then(Growth::of) {
+        Some(Growth::Fixed(_)) => 0,
+        Some(Growth::Linear(_)) => 1,
+        Some(Growth::Exponential(_)) => 2,
         None => 3,
     }
 }
@@ -88,9 +88,9 @@ fn safety(s: Option<&Strategy>) -> u8 {
 /// compartment's selector matches), then the name; no match: [`DEFAULT`].
 pub fn assign<'a>(
     policy: Option<&DeploymentPolicySpec>,
-    nodes: &[&'a Node],
-) -> BTreeMap<String, Vec<&'a Node>> {
-    let mut out: BTreeMap<String, Vec<&Node>> = BTreeMap::new();
+    nodes: &[&'a ObservedNode],
+) -> BTreeMap<String, Vec<&'a ObservedNode>> {
+    let mut out: BTreeMap<String, Vec<&ObservedNode>> = BTreeMap::new();
     out.insert(DEFAULT.into(), Vec::new());
     let Some(policy) = policy else {
         out.insert(DEFAULT.into(), nodes.to_vec());
@@ -215,7 +215,7 @@ pub fn batch(
     };
     let strategy = rules.strategy.as_ref().unwrap_or(&synthetic);
     let kind =
-        Kind::of(strategy).unwrap_or(Kind::Fixed(synthetic.fixed.as_ref().expect("set above")));
+        Growth::of(strategy).unwrap_or(Growth::Fixed(synthetic.fixed.as_ref().expect("set above")));
     let mut state = era.carry(previous.and_then(|p| p.batch_state.as_ref()));
     let standing: BTreeMap<&str, Standing> = nodes.iter().copied().collect();
     let mut members: Vec<String> = previous.map(|p| p.batch_nodes.clone()).unwrap_or_default();
@@ -293,8 +293,8 @@ pub fn batch(
 mod tests {
     use super::*;
 
-    fn node(name: &str, tier: &str) -> Node {
-        Node {
+    fn node(name: &str, tier: &str) -> ObservedNode {
+        ObservedNode {
             name: name.into(),
             labels: [("tier".to_string(), tier.to_string())].into(),
             ..Default::default()
@@ -318,7 +318,7 @@ mod tests {
         }));
         // Drop "safe" for the tie-break checks: b-small and a-big (no strategy) differ by ceiling.
         let nodes = [node("n1", "a"), node("n2", "b"), node("n3", "c")];
-        let refs: Vec<&Node> = nodes.iter().collect();
+        let refs: Vec<&ObservedNode> = nodes.iter().collect();
         let got = assign(Some(&p), &refs);
         let names = |c: &str| {
             got.get(c)

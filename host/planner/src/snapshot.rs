@@ -17,11 +17,11 @@ pub struct Snapshot {
     /// DeploymentPolicies by name.
     pub policies: BTreeMap<String, DeploymentPolicySpec>,
     /// Every node.
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<ObservedNode>,
     /// The operator's Jobs.
-    pub jobs: Vec<Job>,
+    pub jobs: Vec<ObservedJob>,
     /// Pods bound to nodes.
-    pub pods: Vec<Pod>,
+    pub pods: Vec<ObservedPod>,
     /// Evictions a PodDisruptionBudget refused, by `namespace/name`.
     pub refusals: BTreeMap<String, Refusal>,
     /// Operator settings.
@@ -82,7 +82,7 @@ pub struct Cr {
     pub has_finalizer: bool,
     /// Outcome of resolving, pulling and grant-checking the plugins (done by the operator
     /// before any node is touched).
-    pub plugins: Plugins,
+    pub plugins: PluginCheck,
     /// Health gates the operator evaluated that fail now (empty: none fails, or none set).
     pub failing_gates: Vec<GateFinding>,
 }
@@ -100,7 +100,7 @@ pub struct GateFinding {
 
 /// The plugins of a CR, resolved and checked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Plugins {
+pub enum PluginCheck {
     /// Not checked yet.
     #[default]
     Pending,
@@ -138,7 +138,7 @@ impl From<BTreeMap<String, String>> for Resolved {
 
 /// A node as observed.
 #[derive(Clone, Debug, Default)]
-pub struct Node {
+pub struct ObservedNode {
     /// Name.
     pub name: String,
     /// Creation time (unix seconds); nodes are ordered by it, then name.
@@ -184,7 +184,7 @@ pub enum Work {
 
 /// One of the operator's Jobs.
 #[derive(Clone, Debug)]
-pub struct Job {
+pub struct ObservedJob {
     /// Name.
     pub name: String,
     /// CR it belongs to.
@@ -202,7 +202,7 @@ pub struct Job {
     pub stopping: bool,
 }
 
-impl Job {
+impl ObservedJob {
     /// Not finished.
     pub fn running(&self) -> bool {
         matches!(self.phase, JobPhase::Active { .. })
@@ -237,7 +237,7 @@ pub enum JobPhase {
 
 /// A pod bound to a node.
 #[derive(Clone, Debug, Default)]
-pub struct Pod {
+pub struct ObservedPod {
     /// Namespace.
     pub namespace: String,
     /// Name.
@@ -262,7 +262,7 @@ pub struct Pod {
     pub ours: bool,
 }
 
-impl Pod {
+impl ObservedPod {
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

@@ -9,7 +9,7 @@ use nodewright_api::windows::WindowState;
 use crate::action::{Action, Event, Target};
 use crate::hold::Holds;
 use crate::node::NodeOutcome;
-use crate::snapshot::{Cr, Plugins};
+use crate::snapshot::{Cr, PluginCheck};
 
 /// Collects what a CR's pass found and turns it into a status write and events.
 pub struct Report<'a> {
@@ -63,10 +63,10 @@ impl<'a> Report<'a> {
     }
 
     /// Outcome of the operator's resolve/pull/grant check.
-    pub fn plugins(&mut self, p: &Plugins) {
+    pub fn plugins(&mut self, p: &PluginCheck) {
         self.plugins = match p {
-            Plugins::Pending => None,
-            Plugins::Ready(r) => {
+            PluginCheck::Pending => None,
+            PluginCheck::Ready(r) => {
                 self.status.resolved_plugins = r.pinned.clone();
                 self.status.plugin_signers = r.signers.clone();
                 let mut message = format!(
@@ -90,7 +90,9 @@ impl<'a> Report<'a> {
                     ))
                 }
             }
-            Plugins::NotReady { reason, message } => Some((false, reason.clone(), message.clone())),
+            PluginCheck::NotReady { reason, message } => {
+                Some((false, reason.clone(), message.clone()))
+            }
         };
     }
 

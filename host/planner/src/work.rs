@@ -10,7 +10,7 @@ use nodewright_api::keys;
 use crate::action::NodePatch;
 use crate::cordon::{self, Mark, NodeCordon};
 use crate::hold::Hold;
-use crate::snapshot::{Node, Refusal, Settings};
+use crate::snapshot::{ObservedNode, Refusal, Settings};
 
 /// A node's annotations and cordon as this pass has left them: the snapshot's, overlaid
 /// with the write that gets there (nothing is copied until it changes).
@@ -25,7 +25,7 @@ pub struct NodeWork<'a> {
 
 impl<'a> NodeWork<'a> {
     /// Starts from the snapshot.
-    pub fn new(node: &'a Node) -> Self {
+    pub fn new(node: &'a ObservedNode) -> Self {
         NodeWork {
             base: &node.annotations,
             unschedulable: node.unschedulable,

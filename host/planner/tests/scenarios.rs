@@ -7,7 +7,7 @@ use nodewright_api::keys;
 use nodewright_api::node_state::{Stage, State};
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{InterruptType, Status};
-use nodewright_planner::{Action, Job, JobPhase, Plugins, Work};
+use nodewright_planner::{Action, JobPhase, ObservedJob, PluginCheck, Work};
 use serde_json::json;
 use world::{World, condition, ok, plain_pkg, policy, reboot_pkg, spec, stages_on};
 
@@ -148,7 +148,7 @@ fn seed_000_reboot_flow_cordons_persists_then_drains_applies_reboots_once_and_un
 fn a_lost_interrupt_result_does_not_strand_the_node() {
     let mut w = World::new(1);
     w.add_cr("gpu", spec(json!({"packages": {"driver": reboot_pkg()}})));
-    let is_interrupt = |j: &Job| matches!(j.work, Work::Interrupt { .. });
+    let is_interrupt = |j: &ObservedJob| matches!(j.work, Work::Interrupt { .. });
     for _ in 0..20 {
         w.step();
         if w.snap.jobs.iter().any(is_interrupt) {
@@ -351,7 +351,7 @@ fn an_external_cordon_is_kept_and_drained_under_in_the_same_pass() {
 fn two_nodewrights_share_a_cordon_and_the_node_stays_cordoned_until_both_finish() {
     let mut w = World::new(1);
     w.add_cr("a", spec(json!({"packages": {"driver": reboot_pkg()}})));
-    let plan_says = |j: &Job| match &j.work {
+    let plan_says = |j: &ObservedJob| match &j.work {
         Work::Package {
             stage: Stage::Plan, ..
         } => ok("reboot", 1),
@@ -1015,7 +1015,7 @@ fn a_missing_policy_blocks_the_rollout_before_any_node_is_touched() {
 fn unready_plugins_block_before_any_node_is_touched_and_name_the_grant() {
     let mut w = World::new(1);
     w.add_cr("r", spec(json!({"packages": {"tuning": plain_pkg()}})));
-    w.cr_mut("r").plugins = Plugins::NotReady {
+    w.cr_mut("r").plugins = PluginCheck::NotReady {
         reason: "GrantMissing".into(),
         message: "tuning imports sysctl: add spec.packages.tuning.capabilities.sysctl".into(),
     };
@@ -1425,7 +1425,7 @@ fn a_stopped_compartment_stays_stopped_across_a_new_generation() {
         .find(|c| c.name == "flaky")
         .unwrap();
     cr.generation += 1;
-    let ready = std::mem::replace(&mut cr.plugins, Plugins::Pending);
+    let ready = std::mem::replace(&mut cr.plugins, PluginCheck::Pending);
     w.step();
     assert!(
         stopped(&w),

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use nodewright_images::{Image, Inputs, Kind};
+use nodewright_images::{Image, ImageKind, Inputs};
 use nodewright_oci::{Registry, RegistryConfig};
 
 use crate::{cargo, run, workspace};
@@ -79,7 +79,7 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 /// What goes into an image besides its binary: the version, the commit and its time.
-pub fn inputs(bin_dir: &Path, kind: Kind, version: &str) -> Inputs {
+pub fn inputs(bin_dir: &Path, kind: ImageKind, version: &str) -> Inputs {
     Inputs {
         binary: bin_dir.join(kind.binary()),
         ca_bundle: nodewright_images::system_ca_bundle(),
@@ -120,7 +120,7 @@ pub fn images(target: &Path, version: &str) -> Result<Vec<Image>> {
         target.join("images").display()
     );
     let mut out = Vec::new();
-    for kind in Kind::ALL {
+    for kind in ImageKind::ALL {
         let inputs = inputs(&bin_dir, kind, version);
         let image = Image::build(kind, &inputs)?;
         let again = Image::build(kind, &inputs)?;
@@ -235,7 +235,7 @@ pub fn publish(target: &Path, args: &[String]) -> Result<()> {
         .enable_all()
         .build()?;
     let mut pinned = Vec::new();
-    for (kind, image) in Kind::ALL.into_iter().zip(&images) {
+    for (kind, image) in ImageKind::ALL.into_iter().zip(&images) {
         let reference = format!("{}/{}:{}", args.registry, kind.repository(), args.tag);
         let p = rt
             .block_on(image.push(&registry, &reference, &|_| {}))
@@ -268,7 +268,7 @@ pub fn publish(target: &Path, args: &[String]) -> Result<()> {
         println!("pushed {reference}\n  {p}");
         plugin_refs.push(p);
     }
-    let digest = |k: Kind| {
+    let digest = |k: ImageKind| {
         pinned
             .iter()
             .find(|(kind, _)| *kind == k)
@@ -279,8 +279,8 @@ pub fn publish(target: &Path, args: &[String]) -> Result<()> {
         "helm install nodewright {} --namespace nodewright --create-namespace --set registry={} --set image.digest={} --set agent.image.digest={}",
         workspace().join("deploy/chart/nodewright").display(),
         args.registry,
-        digest(Kind::Operator),
-        digest(Kind::Agent)
+        digest(ImageKind::Operator),
+        digest(ImageKind::Agent)
     );
     if args.insecure {
         helm.push_str(&format!(" --set insecureRegistries[0]={host}"));

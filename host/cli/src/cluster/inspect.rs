@@ -16,7 +16,8 @@ use nodewright_api::keys;
 use crate::printable::printable;
 use nodewright_api::result::StageResult;
 
-use super::{Ctx, client, view};
+use super::kube::{Ctx, client};
+use super::view;
 
 /// Which pods' logs, and how much of them.
 pub struct LogsOf<'a> {

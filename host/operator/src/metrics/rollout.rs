@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use nodewright_api::node_state::NodeState;
 use nodewright_api::v1alpha1::Status;
-use nodewright_planner::{JobPhase, Plugins, Snapshot, Work};
+use nodewright_planner::{JobPhase, PluginCheck, Snapshot, Work};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -42,7 +42,7 @@ pub struct PackageStage {
 
 /// `nodewright`, `compartment`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Compartment {
+pub struct CompartmentLabels {
     pub nodewright: String,
     pub compartment: String,
 }
@@ -85,11 +85,11 @@ pub struct Rollout {
     nodes: Family<CrStatus, Gauge>,
     node_status: Family<NodeStatus, Gauge>,
     packages: Family<PackageStage, Gauge>,
-    compartment_matched: Family<Compartment, Gauge>,
-    compartment_completed: Family<Compartment, Gauge>,
-    compartment_in_progress: Family<Compartment, Gauge>,
-    compartment_batch: Family<Compartment, Gauge>,
-    compartment_stopped: Family<Compartment, Gauge>,
+    compartment_matched: Family<CompartmentLabels, Gauge>,
+    compartment_completed: Family<CompartmentLabels, Gauge>,
+    compartment_in_progress: Family<CompartmentLabels, Gauge>,
+    compartment_batch: Family<CompartmentLabels, Gauge>,
+    compartment_stopped: Family<CompartmentLabels, Gauge>,
     conditions: Family<Condition, Gauge>,
     plugin_errors: Family<PluginError, Gauge>,
     jobs: Family<JobLabels, Gauge>,
@@ -222,7 +222,7 @@ impl Rollout {
                     .set(1);
             }
             for (name, c) in &cr.status.compartment_statuses {
-                let l = Compartment {
+                let l = CompartmentLabels {
                     nodewright: nw.clone(),
                     compartment: name.clone(),
                 };
@@ -252,7 +252,7 @@ impl Rollout {
                     })
                     .set(1);
             }
-            if let Plugins::NotReady { reason, .. } = &cr.plugins {
+            if let PluginCheck::NotReady { reason, .. } = &cr.plugins {
                 self.plugin_errors
                     .get_or_create(&PluginError {
                         nodewright: nw.clone(),

@@ -16,7 +16,7 @@ use crate::action::{Action, Event, Target};
 use crate::drain::{self, Blocked, Drain};
 use crate::hold::{self, Hold};
 use crate::packages::{done, effective, uninstall_requested};
-use crate::snapshot::{Cr, Job, Node, Pod};
+use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod};
 use crate::work::{Env, NodeWork};
 
 /// How the node ended the pass, for the roll-up.
@@ -78,9 +78,9 @@ struct Preparation {
 struct Visit<'v, 'a> {
     env: &'v Env<'a>,
     cr: &'v Cr,
-    node: &'v Node,
-    jobs: &'v [&'v Job],
-    pods: &'v [&'v Pod],
+    node: &'v ObservedNode,
+    jobs: &'v [&'v ObservedJob],
+    pods: &'v [&'v ObservedPod],
 }
 
 /// One CR on one node. Without `may_start` (the node is not in a batch) only finished Jobs
@@ -92,11 +92,11 @@ struct Visit<'v, 'a> {
 pub fn pass(
     env: &Env<'_>,
     cr: &Cr,
-    node: &Node,
+    node: &ObservedNode,
     work: &mut NodeWork<'_>,
     state: &mut NodeState,
-    jobs: &[&Job],
-    pods: &[&Pod],
+    jobs: &[&ObservedJob],
+    pods: &[&ObservedPod],
     may_start: bool,
     actions: &mut Vec<Action>,
 ) -> NodeOutcome {

@@ -5,15 +5,15 @@ use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::{Interrupt, InterruptType};
 
 use crate::action::{Action, Event, Target};
-use crate::snapshot::{Cr, Job, JobPhase, Node, Work};
+use crate::snapshot::{Cr, JobPhase, ObservedJob, ObservedNode, Work};
 
 /// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match
 /// (stopping the ones still running). Jobs already stopping are left to finish stopping.
 pub(super) fn record_jobs(
     cr: &Cr,
-    node: &Node,
+    node: &ObservedNode,
     state: &mut NodeState,
-    jobs: &[&Job],
+    jobs: &[&ObservedJob],
     actions: &mut Vec<Action>,
     failures: &mut Vec<String>,
 ) {

@@ -11,7 +11,8 @@ use nodewright_api::node_state::NodeState;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeWrightSpec, Status};
 use nodewright_planner::{
-    Action, Cr, Job, JobPhase, Node, Plugins, Pod, Refusal, Snapshot, Work, plan,
+    Action, Cr, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Refusal, Snapshot,
+    Work, plan,
 };
 
 pub struct World {
@@ -95,7 +96,7 @@ impl World {
     pub fn add_node(&mut self, name: &str, labels: &[(&str, &str)]) {
         self.boot += 1;
         let created = self.snap.nodes.len() as i64;
-        self.snap.nodes.push(Node {
+        self.snap.nodes.push(ObservedNode {
             name: name.into(),
             created,
             labels: labels
@@ -134,7 +135,7 @@ impl World {
             uid: format!("uid-{name}"),
             generation: 1,
             spec,
-            plugins: Plugins::Ready(pinned.into()),
+            plugins: PluginCheck::Ready(pinned.into()),
             ..Default::default()
         });
     }
@@ -162,7 +163,7 @@ impl World {
         cr.generation += 1;
     }
 
-    pub fn node(&self, name: &str) -> &Node {
+    pub fn node(&self, name: &str) -> &ObservedNode {
         self.snap
             .nodes
             .iter()
@@ -170,7 +171,7 @@ impl World {
             .expect("node exists")
     }
 
-    pub fn node_mut(&mut self, name: &str) -> &mut Node {
+    pub fn node_mut(&mut self, name: &str) -> &mut ObservedNode {
         self.snap
             .nodes
             .iter_mut()
@@ -197,7 +198,7 @@ impl World {
         labels: &[(&str, &str)],
         controller: Option<&str>,
     ) {
-        self.snap.pods.push(Pod {
+        self.snap.pods.push(ObservedPod {
             namespace: "default".into(),
             name: name.into(),
             node: node.into(),
@@ -233,7 +234,7 @@ impl World {
         match a {
             Action::CreateJob(req) => {
                 if !self.snap.jobs.iter().any(|j| j.name == req.name) {
-                    self.snap.jobs.push(Job {
+                    self.snap.jobs.push(ObservedJob {
                         name: req.name.clone(),
                         cr: req.cr.clone(),
                         node: req.node.clone(),
@@ -298,7 +299,7 @@ impl World {
     }
 
     /// Finishes every active Job with `outcome(job)`; a finished reboot changes the boot ID.
-    pub fn finish_jobs(&mut self, mut outcome: impl FnMut(&Job) -> Option<JobPhase>) {
+    pub fn finish_jobs(&mut self, mut outcome: impl FnMut(&ObservedJob) -> Option<JobPhase>) {
         // Stopped Jobs' pods are gone by now.
         self.snap.jobs.retain(|j| !j.stopping);
         let mut rebooted = Vec::new();
