@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 use nodewright_hostops::{HostOps, NodeIdentity, SimHost};
 use nodewright_oci::{Registry, RegistryConfig};
-use nodewright_testsupport::TestRegistry;
+use nodewright_testregistry::TestRegistry;
 use serde_json::Value;
 
 const CAPS: &str =

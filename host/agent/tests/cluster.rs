@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_testcluster::{ControlPlane, NodeSpec, SimKubelet};
-use nodewright_testsupport::TestRegistry;
+use nodewright_testregistry::TestRegistry;
 use serde_json::{Value, json};
 
 fn job(name: &str, node: &str, restart: &str, args: Vec<String>) -> Job {

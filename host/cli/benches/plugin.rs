@@ -134,7 +134,7 @@ fn main() {
     println!("`nodewright plugin run` process, warm  {}", stats(procs));
 
     // From a registry on loopback (Debian docker-registry).
-    let reg = nodewright_testsupport::TestRegistry::start();
+    let reg = nodewright_testregistry::TestRegistry::start();
     let registry_config = || nodewright_oci::RegistryConfig {
         insecure: vec![reg.host().to_string()],
         ..Default::default()

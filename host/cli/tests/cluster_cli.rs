@@ -10,7 +10,7 @@ use kube::api::{Api, Patch, PatchParams};
 use nodewright_api::keys;
 use nodewright_api::node_state::NodeState;
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_e2e::{Binaries, Cluster, Operator};
+use nodewright_localcluster::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
 use serde_json::{Value, json};
 
@@ -58,7 +58,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    nodewright_e2e::poll(Duration::from_secs(180), check)
+    nodewright_localcluster::poll(Duration::from_secs(180), check)
         .await
         .unwrap_or_else(|| panic!("timed out waiting for {what}"))
 }

@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams};
 use nodewright_api::keys;
 use nodewright_api::node_state::NodeState;
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_e2e::{Binaries, Cluster, Operator};
+use nodewright_localcluster::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
 use serde_json::Value;
 
@@ -231,7 +231,7 @@ async fn main() -> Result<()> {
     let t = step("starting the operator with its admission webhook, as the chart installs it");
     let log = work.path().join("operator.log");
     let flags = cluster
-        .admission(nodewright_testsupport::free_port())
+        .admission(nodewright_testregistry::free_port())
         .await?;
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let op = Operator::start(

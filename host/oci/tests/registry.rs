@@ -8,7 +8,7 @@ use nodewright_engine::{Engine, EngineConfig, RunStage, SandboxLimits, StageCont
 use nodewright_hostops::{NodeIdentity, SimHost};
 use nodewright_oci::artifact::ComponentInfo;
 use nodewright_oci::{Credentials, Error, NodeCache, Puller, Registry, RegistryConfig};
-use nodewright_testsupport::TestRegistry;
+use nodewright_testregistry::TestRegistry;
 
 fn config(reg: &TestRegistry) -> RegistryConfig {
     RegistryConfig {

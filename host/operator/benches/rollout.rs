@@ -28,7 +28,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_e2e::{Binaries, Cluster, NS, Operator};
+use nodewright_localcluster::{Binaries, Cluster, NS, Operator};
 use serde_json::{Value, json};
 
 #[derive(Debug, Default, Clone)]
@@ -57,7 +57,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 async fn scrape(port: u16, metric: &str) -> f64 {
-    let Ok((_, body)) = nodewright_e2e::http_get(port, "/metrics").await else {
+    let Ok((_, body)) = nodewright_localcluster::http_get(port, "/metrics").await else {
         return f64::NAN;
     };
     body.lines()
@@ -91,7 +91,7 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
         cluster.host_file(n, "/proc/sys/vm/swappiness", "60")?;
         cluster.host_file(n, "/proc/modules", "nvidia 0 0 - Live 0x0\n")?;
     }
-    let port = nodewright_testsupport::free_port();
+    let port = nodewright_testregistry::free_port();
     let op = Operator::start(
         &cluster,
         bins,
@@ -138,7 +138,7 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
                     "spec": {"interruptionBudget": {"percent": 25}, "packages": package(&cluster, reboot)}});
     // Idle: caches synced, nothing to do yet.
     let ready = Instant::now();
-    while !nodewright_e2e::http_get(port, "/readyz")
+    while !nodewright_localcluster::http_get(port, "/readyz")
         .await
         .is_ok_and(|(status, _)| status == 200)
     {

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_e2e::{Binaries, Cluster, Operator};
+use nodewright_localcluster::{Binaries, Cluster, Operator};
 use serde_json::{Value, json};
 
 fn render(registry: &str) -> Vec<Value> {
@@ -78,8 +78,8 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
         .host_file("n1", "/proc/sys/vm/swappiness", "60")
         .unwrap();
     let (webhook, metrics) = (
-        nodewright_testsupport::free_port(),
-        nodewright_testsupport::free_port(),
+        nodewright_testregistry::free_port(),
+        nodewright_testregistry::free_port(),
     );
     let docs = render(cluster.registry.host());
 
@@ -122,7 +122,7 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
     let deployment = deployment.expect("the chart renders a Deployment");
     // The Service's endpoint: the operator process, listening on this machine's address.
     let (service, namespace) = webhook_service.expect("the chart renders a webhook configuration");
-    let ip = nodewright_e2e::host_ip().unwrap();
+    let ip = nodewright_localcluster::host_ip().unwrap();
     cluster
         .route_service(&namespace, &service, "webhook", ip, webhook)
         .await

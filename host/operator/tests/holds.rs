@@ -129,7 +129,7 @@ impl Prometheus {
         let mut p = Prometheus {
             child: None,
             dir: dir.to_path_buf(),
-            port: nodewright_testsupport::free_port(),
+            port: nodewright_testregistry::free_port(),
         };
         p.rules(firing);
         p.up();
@@ -141,7 +141,7 @@ impl Prometheus {
     fn rules(&self, firing: bool) {
         let expr = if firing { "vector(1)" } else { "vector(1) < 0" };
         let rules = format!(
-            "groups:\n- name: nodewright-e2e\n  interval: 1s\n  rules:\n  - alert: NodeDown\n    expr: {expr}\n    labels: {{severity: critical}}\n  - alert: Noise\n    expr: vector(1)\n    labels: {{severity: info}}\n"
+            "groups:\n- name: nodewright-localcluster\n  interval: 1s\n  rules:\n  - alert: NodeDown\n    expr: {expr}\n    labels: {{severity: critical}}\n  - alert: Noise\n    expr: vector(1)\n    labels: {{severity: info}}\n"
         );
         std::fs::write(self.dir.join("rules.yml"), rules).unwrap();
     }

@@ -70,7 +70,7 @@ async fn a_simple_apply_reaches_every_node_without_disruption() {
     for n in ["n1", "n2", "n3"] {
         e.host_file(n, "/proc/sys/vm/swappiness", "60");
     }
-    let metrics = nodewright_testsupport::free_port();
+    let metrics = nodewright_testregistry::free_port();
     e.start_operator(&[&format!("--metrics-addr=127.0.0.1:{metrics}")]);
     e.apply(tuning(&e, "tuning", "10")).await;
     e.wait_complete("tuning", MINUTES).await;

@@ -275,7 +275,7 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
         "echo attempt >> etc/attempts; echo 'no driver for this card' >&2; exit 1",
     );
     e.host_file("f2", "/proc/sys/vm/swappiness", "60");
-    let metrics = nodewright_testsupport::free_port();
+    let metrics = nodewright_testregistry::free_port();
     e.start_operator(&[
         "--job-backoff-limit=1",
         &format!("--metrics-addr=127.0.0.1:{metrics}"),
@@ -367,7 +367,7 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_grant_is_a_condition_before_any_node_is_touched() {
     let mut e = E2e::start(&[("g1", &[])]).await;
-    let metrics = nodewright_testsupport::free_port();
+    let metrics = nodewright_testregistry::free_port();
     e.start_operator(&[
         &format!("--metrics-addr=127.0.0.1:{metrics}"),
         "--sandbox-max-memory=256Mi",

@@ -91,7 +91,7 @@ async fn refusal(client: &Client, nw: &Value) -> Option<String> {
 }
 
 async fn start_with_webhook(e: &mut E2e) {
-    let port = nodewright_testsupport::free_port();
+    let port = nodewright_testregistry::free_port();
     let flags = e.cluster.admission(port).await.unwrap();
     e.start_operator(&flags.iter().map(String::as_str).collect::<Vec<_>>());
     e.wait("the operator injects its CA", WAIT, || async {

@@ -76,13 +76,13 @@ async fn the_webhook_validates_with_cluster_rules_and_fails_closed() {
     let mut e = E2e::start(&[("n1", &[])]).await;
     e.host_file("n1", "/proc/sys/vm/swappiness", "60");
     let (port, metrics) = (
-        nodewright_testsupport::free_port(),
-        nodewright_testsupport::free_port(),
+        nodewright_testregistry::free_port(),
+        nodewright_testregistry::free_port(),
     );
     let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(e.client.clone());
     vwcs.create(
         &PostParams::default(),
-        &serde_json::from_value(nodewright_e2e::webhook_config("nodewright", port)).unwrap(),
+        &serde_json::from_value(nodewright_localcluster::webhook_config("nodewright", port)).unwrap(),
     )
     .await
     .unwrap();

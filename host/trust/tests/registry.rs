@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
-use nodewright_testsupport::TestRegistry;
+use nodewright_testregistry::TestRegistry;
 use nodewright_trust::keys::{KeyPair, PublicKey};
 use nodewright_trust::{Verifier, signatures};
 
@@ -260,7 +260,7 @@ async fn a_tampered_layer_is_caught_after_the_signature_checks_out() {
 }
 
 fn cosign() -> Option<std::path::PathBuf> {
-    match nodewright_testsupport::cosign_binary() {
+    match nodewright_testregistry::cosign_binary() {
         Ok(p) => Some(p),
         Err(e) if std::env::var_os("NODEWRIGHT_REQUIRE_REAL_NODE").is_some() => {
             panic!("cosign: {e:#}")

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use nodewright_testsupport::free_port;
+use nodewright_testregistry::free_port;
 
 pub use realnode::RealNode;
 pub use simnode::{NodeSpec, SimKubelet};

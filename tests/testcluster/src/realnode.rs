@@ -241,7 +241,7 @@ state = "/run/containerd"
         std::fs::write(n.join("containerd/config.toml"), containerd)?;
         let cni = json!({
             "cniVersion": "0.4.0",
-            "name": "nodewright-e2e",
+            "name": "nodewright-localcluster",
             "plugins": [
                 {"type": "bridge", "bridge": "nwbr0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
                  "ipam": {"type": "host-local", "ranges": [[{"subnet": c.pod_cidr()}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": n.join("cni-ipam")}},
@@ -249,7 +249,7 @@ state = "/run/containerd"
             ]
         });
         std::fs::write(
-            n.join("cni/10-nodewright-e2e.conflist"),
+            n.join("cni/10-nodewright-localcluster.conflist"),
             serde_json::to_vec_pretty(&cni)?,
         )?;
         let pki = cp.dir().join("pki");
@@ -266,7 +266,7 @@ state = "/run/containerd"
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailCgroupV1: false\ncgroupDriver: cgroupfs\ncgroupRoot: /\ncontainerRuntimeEndpoint: unix:///run/containerd/containerd.sock\nprotectKernelDefaults: true\nmakeIPTablesUtilChains: false\nfailSwapOn: false\npodLogsDir: {logs}\nstaticPodPath: {root}/manifests\naddress: 0.0.0.0\nport: {port}\nreadOnlyPort: 0\nserializeImagePulls: false\nevictionHard: {{}}\nimageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\nsyncFrequency: 5s\nnodeStatusUpdateFrequency: 5s\nauthentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
             logs = n.join("pod-logs").display(),
             root = n.join("kubelet").display(),
-            port = nodewright_testsupport::free_port(),
+            port = nodewright_testregistry::free_port(),
         );
         std::fs::create_dir_all(n.join("kubelet/manifests"))?;
         std::fs::write(n.join("kubelet/config.yaml"), kubelet)?;

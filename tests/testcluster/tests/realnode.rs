@@ -11,7 +11,7 @@ use kube::api::{Api, PostParams};
 use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_testcluster::realnode::{RealNodeConfig, pause_image, real_node_available};
 use nodewright_testcluster::{ControlPlane, Options, RealNode};
-use nodewright_testsupport::TestRegistry;
+use nodewright_testregistry::TestRegistry;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -73,7 +73,7 @@ async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    let running = nodewright_testsupport_poll(Duration::from_secs(120), || async {
+    let running = nodewright_testregistry_poll(Duration::from_secs(120), || async {
         let p = pods.get("sleeper").await.ok()?;
         (p.status?.phase.as_deref() == Some("Running")).then_some(())
     })
@@ -83,7 +83,7 @@ async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {
     // The node's systemctl asked for a reboot: the harness restarts the node.
     let pid1 = node.pid1().unwrap();
     std::fs::write(node.dir().join("state/reboot-requested"), "test").unwrap();
-    let rebooted = nodewright_testsupport_poll(Duration::from_secs(120), || async {
+    let rebooted = nodewright_testregistry_poll(Duration::from_secs(120), || async {
         let info = nodes.get("real-1").await.ok()?.status?.node_info?;
         (info.boot_id != boot && !info.boot_id.is_empty()).then_some(())
     })
@@ -100,7 +100,7 @@ async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {
     drop(node);
 }
 
-async fn nodewright_testsupport_poll<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
+async fn nodewright_testregistry_poll<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,

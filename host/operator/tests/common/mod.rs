@@ -16,11 +16,11 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use nodewright_api::keys;
 use nodewright_api::node_state::NodeState;
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_e2e::{Binaries, Cluster, Operator};
+use nodewright_localcluster::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
 use serde_json::{Value, json};
 
-pub use nodewright_e2e::NS;
+pub use nodewright_localcluster::NS;
 
 /// One scenario's world: a fresh local cluster and, when started, the operator.
 pub struct E2e {
@@ -278,7 +278,7 @@ impl E2e {
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        match nodewright_e2e::poll(timeout, check).await {
+        match nodewright_localcluster::poll(timeout, check).await {
             Some(v) => v,
             None => panic!(
                 "timed out after {timeout:?} waiting for {what}\n{}\n{}",
@@ -466,7 +466,7 @@ pub fn release(e: &E2e, node: &str, what: &str) {
 
 /// GET over plain HTTP/1.1 from a local listener (the operator's metrics port); the body.
 pub async fn http_get(port: u16, path: &str) -> String {
-    nodewright_e2e::http_get(port, path)
+    nodewright_localcluster::http_get(port, path)
         .await
         .expect("GET from the operator")
         .1

@@ -18,7 +18,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_testcluster::{ControlPlane, NodeSpec, SimKubelet};
-use nodewright_testsupport::TestRegistry;
+use nodewright_testregistry::TestRegistry;
 use serde_json::{Value, json};
 
 /// The operator's namespace (Jobs, Lease, webhook Secret).
@@ -178,7 +178,7 @@ impl Cluster {
             .context("manifest without metadata.name")?;
         api.patch(
             &name,
-            &PatchParams::apply("nodewright-e2e").force(),
+            &PatchParams::apply("nodewright-localcluster").force(),
             &Patch::Apply(&obj),
         )
         .await?;
@@ -193,7 +193,7 @@ pub async fn install_crds(client: &Client) -> Result<()> {
         let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&yaml)?;
         crds.patch(
             crd.metadata.name.as_deref().context("CRD name")?,
-            &PatchParams::apply("nodewright-e2e").force(),
+            &PatchParams::apply("nodewright-localcluster").force(),
             &Patch::Apply(&crd),
         )
         .await?;
@@ -411,7 +411,7 @@ impl Cluster {
         let slice = json!({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": format!("{service}-e2e"), "namespace": namespace,
-                         "labels": {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "nodewright-e2e"}},
+                         "labels": {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "nodewright-localcluster"}},
             "addressType": "IPv4",
             "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}],
             "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],

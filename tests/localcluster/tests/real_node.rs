@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_e2e::poll;
-use nodewright_e2e::real::{Published, RealCluster, real_node_available};
+use nodewright_localcluster::poll;
+use nodewright_localcluster::real::{Published, RealCluster, real_node_available};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(300);
@@ -257,11 +257,11 @@ async fn nodewright_as_installed_on_a_real_node() {
 
     // 3. A host command in the node's namespaces, killed with its whole tree at the stage's
     //    deadline (the image has no `kill` binary and no nsenter).
-    let held = c.node.host_path("/etc/nodewright-e2e");
+    let held = c.node.host_path("/etc/nodewright-localcluster");
     std::fs::create_dir_all(&held).unwrap();
     std::fs::write(
         held.join("hold.sh"),
-        "#!/bin/sh\n{ readlink /proc/self/ns/mnt; hostname; } > /etc/nodewright-e2e/where\nsleep 1234 &\necho $! >> /etc/nodewright-e2e/pids\necho $$ >> /etc/nodewright-e2e/pids\nexec sleep 1234\n",
+        "#!/bin/sh\n{ readlink /proc/self/ns/mnt; hostname; } > /etc/nodewright-localcluster/where\nsleep 1234 &\necho $! >> /etc/nodewright-localcluster/pids\necho $$ >> /etc/nodewright-localcluster/pids\nexec sleep 1234\n",
     )
     .unwrap();
     std::fs::set_permissions(
@@ -271,8 +271,8 @@ async fn nodewright_as_installed_on_a_real_node() {
     .unwrap();
     let stuck = json!({
         "version": "1.0.0", "plugin": v1.pinned("plugins/shell").unwrap(), "stageTimeout": "20s",
-        "capabilities": {"commands": [{"path": "/etc/nodewright-e2e/hold.sh"}]},
-        "configMap": {"apply": "/etc/nodewright-e2e/hold.sh"}
+        "capabilities": {"commands": [{"path": "/etc/nodewright-localcluster/hold.sh"}]},
+        "configMap": {"apply": "/etc/nodewright-localcluster/hold.sh"}
     });
     apply(&c, cr("stuck", json!({"packages": {"stuck": stuck}})))
         .await
@@ -316,12 +316,12 @@ async fn nodewright_as_installed_on_a_real_node() {
     //    ID), and the rollout completes with post-interrupt, the node uncordoned.
     std::fs::write(
         held.join("install.sh"),
-        "#!/bin/sh\necho installed > /etc/nodewright-e2e/driver\n",
+        "#!/bin/sh\necho installed > /etc/nodewright-localcluster/driver\n",
     )
     .unwrap();
     std::fs::write(
         held.join("verify.sh"),
-        "#!/bin/sh\ntest -f /etc/nodewright-e2e/driver\n",
+        "#!/bin/sh\ntest -f /etc/nodewright-localcluster/driver\n",
     )
     .unwrap();
     for f in ["install.sh", "verify.sh"] {
@@ -334,8 +334,8 @@ async fn nodewright_as_installed_on_a_real_node() {
     let boots = c.node.boots();
     let driver = json!({
         "version": "1.0.0", "plugin": v1.pinned("plugins/shell").unwrap(), "interrupt": {"type": "reboot"},
-        "capabilities": {"commands": [{"path": "/etc/nodewright-e2e/install.sh"}, {"path": "/etc/nodewright-e2e/verify.sh"}]},
-        "configMap": {"apply": "/etc/nodewright-e2e/install.sh", "post-interrupt": "/etc/nodewright-e2e/verify.sh", "interrupt": "reboot"}
+        "capabilities": {"commands": [{"path": "/etc/nodewright-localcluster/install.sh"}, {"path": "/etc/nodewright-localcluster/verify.sh"}]},
+        "configMap": {"apply": "/etc/nodewright-localcluster/install.sh", "post-interrupt": "/etc/nodewright-localcluster/verify.sh", "interrupt": "reboot"}
     });
     apply(&c, cr("driver", json!({"packages": {"driver": driver}})))
         .await
@@ -364,7 +364,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     let v2 = c.publish(Some("0.1.1")).unwrap_or_else(|e| panic!("{e:#}"));
     let operator_v2 = digest(&v2, "operator");
     assert_ne!(operator_v2, operator_v1, "two built versions");
-    std::fs::write(held.join("slow.sh"), "#!/bin/sh\nwhile [ ! -f /etc/nodewright-e2e/go ]; do sleep 0.2; done\necho done > /etc/nodewright-e2e/slow-done\n").unwrap();
+    std::fs::write(held.join("slow.sh"), "#!/bin/sh\nwhile [ ! -f /etc/nodewright-localcluster/go ]; do sleep 0.2; done\necho done > /etc/nodewright-localcluster/slow-done\n").unwrap();
     std::fs::set_permissions(
         held.join("slow.sh"),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -372,8 +372,8 @@ async fn nodewright_as_installed_on_a_real_node() {
     .unwrap();
     let slow = json!({
         "version": "1.0.0", "plugin": v1.pinned("plugins/shell").unwrap(),
-        "capabilities": {"commands": [{"path": "/etc/nodewright-e2e/slow.sh"}]},
-        "configMap": {"apply": "/etc/nodewright-e2e/slow.sh"}
+        "capabilities": {"commands": [{"path": "/etc/nodewright-localcluster/slow.sh"}]},
+        "configMap": {"apply": "/etc/nodewright-localcluster/slow.sh"}
     });
     apply(&c, cr("slow", json!({"packages": {"slow": slow}})))
         .await

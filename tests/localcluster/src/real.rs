@@ -12,7 +12,7 @@ use nodewright_oci::{Registry, RegistryConfig};
 pub use nodewright_testcluster::realnode::real_node_available;
 use nodewright_testcluster::realnode::{RealNodeConfig, pause_image};
 use nodewright_testcluster::{ControlPlane, NodeSpec, Options, RealNode, SimKubelet};
-use nodewright_testsupport::TestRegistry;
+use nodewright_testregistry::TestRegistry;
 
 /// A control plane, a registry, one real node and any number of simulated ones.
 pub struct RealCluster {
