@@ -38,6 +38,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
 
+    ensure_wasm_target();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&workspace)
@@ -147,4 +148,25 @@ fn build_ports(workspace: &Path, out: &Path) -> String {
         ));
     }
     consts
+}
+
+/// The `wasm32-wasip2` target, added with rustup when it is missing (what `cargo xtask
+/// setup` does), so a plain `cargo test` on a fresh clone builds the plugins too.
+fn ensure_wasm_target() {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
+    let Ok(installed) = installed else {
+        return; // No rustup: the build below says what is missing.
+    };
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == "wasm32-wasip2")
+    {
+        return;
+    }
+    println!("cargo:warning=adding the wasm32-wasip2 target with rustup (the plugins need it)");
+    let _ = Command::new("rustup")
+        .args(["target", "add", "wasm32-wasip2"])
+        .status();
 }

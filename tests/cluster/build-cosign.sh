@@ -9,6 +9,10 @@ if [ -x "$out/cosign" ]; then
   echo "$out/cosign"
   exit 0
 fi
+# Asked only whether it is built (a test deciding to skip): it is not.
+if [ -n "${NODEWRIGHT_CHECK_ONLY:-}" ]; then
+  exit 3
+fi
 echo "building cosign $version from its Go module (once)" >&2
 mkdir -p "$out"
 (cd /tmp && GOTOOLCHAIN=local GOFLAGS=-mod=mod GOBIN="$out" go install "github.com/sigstore/cosign/v2/cmd/cosign@$version") >&2

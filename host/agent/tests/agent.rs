@@ -87,6 +87,7 @@ fn node(root: &Path) -> SimHost {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn runs_a_pinned_plugin_reports_and_is_idempotent() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let pinned = pushed(&reg).await;
     let tmp = tempfile::tempdir().unwrap();
@@ -146,6 +147,7 @@ async fn runs_a_pinned_plugin_reports_and_is_idempotent() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn blame_and_exit_codes() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let pinned = pushed(&reg).await;
     let tmp = tempfile::tempdir().unwrap();
@@ -260,6 +262,7 @@ fn the_reboot_protocol_completes_only_on_a_new_boot_id() {
 /// it is built, and an error the plugin invents cannot pick its blame.
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_results_are_bounded_and_forged_blame_is_the_packages() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let registry = Registry::new(RegistryConfig {
         insecure: vec![reg.host().into()],
@@ -341,6 +344,7 @@ async fn hostile_results_are_bounded_and_forged_blame_is_the_packages() {
 /// a clear error naming what is missing (it used to be a panic, exit 101).
 #[tokio::test(flavor = "multi_thread")]
 async fn no_system_ca_certificates_is_not_a_panic() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let pinned = pushed(&reg).await;
     let tmp = tempfile::tempdir().unwrap();

@@ -72,6 +72,7 @@ async fn termination(pods: &Api<Pod>, job: &str) -> (Value, i32) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_runs_in_a_job_pod_and_reboots_the_node() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let reg = TestRegistry::start();
     let registry = Registry::new(RegistryConfig {
         insecure: vec![reg.host().into()],

@@ -10,8 +10,8 @@ use kube::api::{Api, Patch, PatchParams};
 use nodewright_api::keys;
 use nodewright_api::node_state::NodeState;
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_localcluster::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
+use nodewright_localcluster::{Binaries, Cluster, Operator};
 use serde_json::{Value, json};
 
 struct Env {
@@ -147,6 +147,7 @@ fn shell_cr(env: &Env, name: &str, command: &str, extra: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_cluster_verb_works_against_a_live_rollout() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let work = tempfile::tempdir().unwrap();
     let nodes: Vec<(String, Vec<(String, String)>)> = ["n1", "n2"]
         .iter()

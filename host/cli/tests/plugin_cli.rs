@@ -419,6 +419,7 @@ fn new_build_run_in_python_and_javascript() {
 /// `plugin push` + `plugin run <ref>` against a real registry, the second run from cache.
 #[test]
 fn push_then_run_by_reference() {
+    nodewright_testregistry::require!(Registry);
     let reg = nodewright_testregistry::TestRegistry::start();
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
@@ -545,6 +546,7 @@ fn validate_accepts_the_examples_and_names_bad_fields() {
 /// the cache stays consistent (every file hashes to its name).
 #[test]
 fn two_processes_share_one_cache() {
+    nodewright_testregistry::require!(Registry);
     let reg = nodewright_testregistry::TestRegistry::start();
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");

@@ -19,8 +19,8 @@ use kube::api::{Api, ListParams};
 use nodewright_api::keys;
 use nodewright_api::node_state::NodeState;
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_localcluster::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
+use nodewright_localcluster::{Binaries, Cluster, Operator};
 use serde_json::Value;
 
 use crate::view::{Frame, NodeLine};

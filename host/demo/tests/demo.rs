@@ -6,6 +6,7 @@ use std::process::Command;
 
 #[test]
 fn the_demo_rolls_the_examples_out_to_every_node() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let out = Command::new(env!("CARGO_BIN_EXE_nodewright-demo"))
         .args(["--teardown", "--timeout", "300"])
         .output()

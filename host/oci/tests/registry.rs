@@ -34,6 +34,7 @@ async fn push(registry: &Registry, reference: &str, bytes: &[u8]) -> nodewright_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn push_resolve_pull_by_digest_run() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));
     let sysctl = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
@@ -104,6 +105,7 @@ async fn push_resolve_pull_by_digest_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_moved_tag_does_not_change_what_a_pinned_digest_pulls() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));
     let reference = format!("{}/plugins/thing:stable", reg.host());
@@ -140,6 +142,7 @@ async fn a_moved_tag_does_not_change_what_a_pinned_digest_pulls() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn registry_down_is_a_retryable_error() {
+    nodewright_testregistry::require!(Registry);
     let mut reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));
     reg.stop();
@@ -155,6 +158,7 @@ async fn registry_down_is_a_retryable_error() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn plain_http_is_used_only_for_registries_listed_as_insecure() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let registry = Registry::new(RegistryConfig::default());
     let err = registry
@@ -169,6 +173,7 @@ async fn plain_http_is_used_only_for_registries_listed_as_insecure() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tampered_and_corrupted_content_is_refused() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));
     let bytes = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
@@ -223,6 +228,7 @@ async fn tampered_and_corrupted_content_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_media_type_is_refused_naming_the_reference() {
+    nodewright_testregistry::require!(Registry);
     use oci_client::client::{ClientConfig, ClientProtocol};
     let reg = TestRegistry::start();
     // A container image layer pushed with the plain OCI client.
@@ -288,6 +294,7 @@ async fn wrong_media_type_is_refused_naming_the_reference() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn layers_that_are_not_plugins_fail_the_world_check() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));
     let core = b"\0asm\x01\0\0\0".to_vec();
@@ -316,6 +323,7 @@ async fn layers_that_are_not_plugins_fail_the_world_check() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn basic_auth_with_and_without_credentials() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start_with_auth("author", "s3cret");
     let reference = format!("{}/plugins/sysctl:1", reg.host());
     let bytes = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
@@ -380,6 +388,7 @@ async fn basic_auth_with_and_without_credentials() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_registries_need_their_ca_and_never_fall_back_to_http() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start_tls();
     let reference = format!("{}/plugins/sysctl:1", reg.host());
     let bytes = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
@@ -416,6 +425,7 @@ async fn tls_registries_need_their_ca_and_never_fall_back_to_http() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
+    nodewright_testregistry::require!(Registry);
     use nodewright_oci::artifact::Descriptor;
     let reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));

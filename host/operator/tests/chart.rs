@@ -70,6 +70,7 @@ fn operator_args(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
+    nodewright_testregistry::require!(ControlPlane, Registry, Helm);
     let work = tempfile::tempdir().unwrap();
     let cluster = Cluster::start(work.path(), &[("n1".to_string(), vec![])])
         .await

@@ -35,6 +35,7 @@ fn utc_clock(minutes: i64) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn outside_its_window_nothing_disrupts_and_moving_the_window_to_now_completes_it() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("w1", &[]), ("w2", &[])]).await;
     e.workload_pod("w1", "web", json!({"app": "web"})).await;
     e.start_operator(&[]);
@@ -202,6 +203,7 @@ async fn gate(e: &E2e) -> (String, String, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus_holds_it() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("p1", &[]), ("p2", &[])]).await;
     let work = tempfile::tempdir().unwrap();
     let mut prom = Prometheus::start(&work.path().join("prometheus"), true);
@@ -284,6 +286,7 @@ async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_cordon_after_barrier_a_node_stays_schedulable_until_its_protected_pod_ends() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("b1", &[])]).await;
     e.workload_pod("b1", "training", json!({"workload": "training"}))
         .await;

@@ -75,6 +75,7 @@ async fn holds_nothing(e: &E2e, cr: &str, node: &str) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_version_bump_mid_rollout_under_a_policy_reaches_every_node() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let names = ["v1", "v2", "v3", "v4", "v5", "v6"];
     let nodes: Vec<(&str, &[(&str, &str)])> = names.iter().map(|n| (*n, &[][..])).collect();
     let mut e = E2e::start(&nodes).await;
@@ -161,6 +162,7 @@ async fn a_version_bump_mid_rollout_under_a_policy_reaches_every_node() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_nodewright_mid_rollout_stops_its_jobs_then_releases_its_nodes() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("d1", &[]), ("d2", &[]), ("d3", &[])]).await;
     e.start_operator(&[]);
     // d1's drain is held by a PodDisruptionBudget.
@@ -226,6 +228,7 @@ async fn deleting_a_nodewright_mid_rollout_stops_its_jobs_then_releases_its_node
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nodes_leaving_the_selector_are_stopped_and_released() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("s1", &[("pool", "gpu")]), ("s2", &[("pool", "gpu")])]).await;
     e.start_operator(&[]);
     let pkg = held_reboot_package(&e, "1.0.0");
@@ -267,6 +270,7 @@ async fn nodes_leaving_the_selector_are_stopped_and_released() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nodes_joining_and_leaving_and_a_registry_outage_do_not_stall_a_rollout() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("j1", &[]), ("j2", &[])]).await;
     e.start_operator(&[]);
     e.host_file("j1", "/proc/sys/vm/swappiness", "60");

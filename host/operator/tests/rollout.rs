@@ -30,6 +30,7 @@ fn tuning(e: &E2e, name: &str, value: &str) -> serde_json::Value {
 /// defaults as the Rust plugin, and leaves the same host behind.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_python_plugin_rolls_out_like_the_rust_one() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     if nodewright_artifacts::port(nodewright_artifacts::SYSCTL_PY, "SYSCTL_PY").is_none() {
         return;
     }
@@ -66,6 +67,7 @@ async fn a_python_plugin_rolls_out_like_the_rust_one() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_simple_apply_reaches_every_node_without_disruption() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("n1", &[]), ("n2", &[]), ("n3", &[])]).await;
     for n in ["n1", "n2", "n3"] {
         e.host_file(n, "/proc/sys/vm/swappiness", "60");
@@ -192,6 +194,7 @@ async fn a_simple_apply_reaches_every_node_without_disruption() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_packages_coalesce_into_one_reboot_then_post_interrupt_runs() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("r1", &[])]).await;
     // `driver` needs a reboot, `tools` a service restart: one reboot covers both.
     e.script(

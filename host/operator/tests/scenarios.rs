@@ -39,6 +39,7 @@ fn reboot_package(e: &E2e) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dependencies_config_changes_upgrade_and_uninstall() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("l1", &[])]).await;
     e.script(
         "/usr/local/bin/base-install",
@@ -144,6 +145,7 @@ async fn dependencies_config_changes_upgrade_and_uninstall() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn barriers_pdbs_and_external_cordons_hold_the_drain_as_they_should() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("d1", &[]), ("d2", &[]), ("d3", &[])]).await;
     let package = reboot_package(&e);
     e.workload_pod("d1", "training", json!({"workload": "training"}))
@@ -233,6 +235,7 @@ async fn barriers_pdbs_and_external_cordons_hold_the_drain_as_they_should() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_timeout_leaves_the_node_erroring_and_cordoned() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("t1", &[])]).await;
     let package = reboot_package(&e);
     e.workload_pod("t1", "db", json!({"app": "db"})).await;
@@ -269,6 +272,7 @@ async fn a_drain_timeout_leaves_the_node_erroring_and_cordoned() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("f1", &[("pool", "f1")]), ("f2", &[("pool", "f2")])]).await;
     e.script(
         "/usr/local/bin/broken",
@@ -366,6 +370,7 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_grant_is_a_condition_before_any_node_is_touched() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("g1", &[])]).await;
     let metrics = nodewright_testregistry::free_port();
     e.start_operator(&[
@@ -419,6 +424,7 @@ async fn a_missing_grant_is_a_condition_before_any_node_is_touched() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_converged_node_completes_without_cordon_or_reboot() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("c1", &[])]).await;
     let package = reboot_package(&e);
     e.host_file("c1", "/etc/driver", "installed\n");
@@ -441,6 +447,7 @@ async fn a_converged_node_completes_without_cordon_or_reboot() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn seed_002_canary_stops_while_production_and_default_continue() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let tiers = [
         ("w0", "canary"),
         ("w1", "canary"),
@@ -524,6 +531,7 @@ async fn seed_002_canary_stops_while_production_and_default_continue() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_operator_restart_mid_reboot_finishes_with_one_reboot_and_karpenter_is_told() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("k1", &[])]).await;
     let package = reboot_package(&e);
     e.start_operator(&[]);

@@ -58,6 +58,7 @@ async fn agent_pods(e: &E2e, node: &str) -> Vec<Pod> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_nodewrights_share_a_cordon_and_the_node_stays_cordoned_until_both_finish() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("r1", &[])]).await;
     e.start_operator(&[]);
     // `slow` cordons r1 and then waits inside its apply.
@@ -106,6 +107,7 @@ async fn two_nodewrights_share_a_cordon_and_the_node_stays_cordoned_until_both_f
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_evicted_attempt_is_not_counted_against_the_backoff_limit() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("n1", &[])]).await;
     // No retries at all: one counted failure would park the node.
     e.start_operator(&["--job-backoff-limit=0"]);

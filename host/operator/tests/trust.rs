@@ -171,6 +171,7 @@ fn files_package(e: &E2e, name: &str, reboot: bool) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grants_need_rbac_and_plugins_need_trusted_signatures() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("n1", &[])]).await;
     e.host_file("n1", "/proc/sys/vm/swappiness", "60");
     start_with_webhook(&mut e).await;
@@ -279,6 +280,7 @@ async fn grants_need_rbac_and_plugins_need_trusted_signatures() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_operator_catches_a_tag_moved_to_an_unsigned_digest() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     // No webhook here: the operator is the last line (a webhook that was down, or a tag
     // moved after admission).
     let mut e = E2e::start(&[("n1", &[])]).await;

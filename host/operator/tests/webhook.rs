@@ -73,6 +73,7 @@ async fn ca_bundle(e: &E2e) -> Option<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_webhook_validates_with_cluster_rules_and_fails_closed() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("n1", &[])]).await;
     e.host_file("n1", "/proc/sys/vm/swappiness", "60");
     let (port, metrics) = (
@@ -82,7 +83,8 @@ async fn the_webhook_validates_with_cluster_rules_and_fails_closed() {
     let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(e.client.clone());
     vwcs.create(
         &PostParams::default(),
-        &serde_json::from_value(nodewright_localcluster::webhook_config("nodewright", port)).unwrap(),
+        &serde_json::from_value(nodewright_localcluster::webhook_config("nodewright", port))
+            .unwrap(),
     )
     .await
     .unwrap();

@@ -6,6 +6,7 @@ use std::process::Command;
 
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
 use nodewright_testregistry::TestRegistry;
+use nodewright_testregistry::setup::Need;
 use nodewright_trust::keys::{KeyPair, PublicKey};
 use nodewright_trust::{Verifier, signatures};
 
@@ -41,6 +42,7 @@ fn keys(pairs: &[(&str, &KeyPair)]) -> Vec<(String, PublicKey)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sign_then_verify_and_every_way_it_must_not() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let r = registry(&reg);
     let pinned = pushed(&r, &reg, "sysctl", &sysctl()).await;
@@ -169,6 +171,7 @@ async fn replay_signatures(r: &Registry, from: &str, to: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn any_of_with_a_minimum_counts_verified_signers() {
+    nodewright_testregistry::require!(Registry);
     use nodewright_api::trust::{AnyOf, PluginTrustPolicySpec, Requirement, Signer};
     use nodewright_trust::policy::{self, Finding};
     let reg = TestRegistry::start();
@@ -222,6 +225,7 @@ async fn any_of_with_a_minimum_counts_verified_signers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tampered_layer_is_caught_after_the_signature_checks_out() {
+    nodewright_testregistry::require!(Registry);
     let reg = TestRegistry::start();
     let r = registry(&reg);
     let bytes = sysctl();
@@ -260,16 +264,10 @@ async fn a_tampered_layer_is_caught_after_the_signature_checks_out() {
 }
 
 fn cosign() -> Option<std::path::PathBuf> {
-    match nodewright_testregistry::cosign_binary() {
-        Ok(p) => Some(p),
-        Err(e) if std::env::var_os("NODEWRIGHT_REQUIRE_REAL_NODE").is_some() => {
-            panic!("cosign: {e:#}")
-        }
-        Err(e) => {
-            eprintln!("skipped: cosign could not be built here: {e:#}");
-            None
-        }
+    if !nodewright_testregistry::setup::ready(&[Need::Registry, Need::Cosign]) {
+        return None;
     }
+    Some(nodewright_testregistry::cosign_binary().unwrap_or_else(|e| panic!("cosign: {e:#}")))
 }
 
 fn run_cosign(bin: &Path, dir: &Path, args: &[&str]) -> std::process::Output {
@@ -285,6 +283,7 @@ fn run_cosign(bin: &Path, dir: &Path, args: &[&str]) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cosign_and_nodewright_read_each_others_keys_and_signatures() {
+    nodewright_testregistry::require!(Registry);
     let Some(cosign) = cosign() else { return };
     let reg = TestRegistry::start();
     let r = registry(&reg);

@@ -314,7 +314,8 @@ fn main() -> Result<()> {
                 ])
                 .envs(tools.env())
                 .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1")
-                .env("NODEWRIGHT_REQUIRE_REAL_NODE", "1"))?;
+                .env("NODEWRIGHT_REQUIRE_REAL_NODE", "1")
+                .env("NODEWRIGHT_REQUIRE_SETUP", "1"))?;
             // Lints gate too (same release profile and build-script environment, so
             // dependencies and the built plugins are shared with the tests).
             run(cargo(&target)

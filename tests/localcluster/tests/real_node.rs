@@ -176,6 +176,7 @@ async fn webhook_refuses(c: &RealCluster) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nodewright_as_installed_on_a_real_node() {
+    nodewright_testregistry::require!(ControlPlane, Registry, Helm);
     if !real_node_available() {
         return;
     }

@@ -1,9 +1,13 @@
-//! Test harness pieces shared by integration tests.
+//! The registry harness, and whether a test's prerequisites are set up.
 //!
 //! [`TestRegistry`] is a real OCI registry (Debian's `docker-registry`, the CNCF
 //! distribution server) on a free loopback port with its own storage directory, started
 //! per test and killed on drop. If the binary is missing and we are root, it is installed
-//! with apt (under a lock, so parallel test binaries do not race).
+//! with apt (under a lock, so parallel test binaries do not race). [`setup`] says whether the
+//! registry, the control plane, helm and cosign are there, and [`require!`] skips a test
+//! (saying why) when they are not.
+
+pub mod setup;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -12,6 +16,23 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+
+/// The workspace root.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Whether this process runs as root (and may install Debian packages).
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
 
 /// A running registry.
 #[derive(Debug)]

@@ -35,6 +35,7 @@ fn by_kind(docs: &[Value]) -> BTreeMap<String, Vec<&Value>> {
 
 #[test]
 fn helm_lint_passes() {
+    nodewright_testregistry::require!(Helm);
     let out = Command::new(helm_binary().unwrap())
         .args([
             "lint",
@@ -54,6 +55,7 @@ fn helm_lint_passes() {
 
 #[test]
 fn images_come_from_the_registry_the_admin_names_and_never_from_a_default() {
+    nodewright_testregistry::require!(Helm);
     let err = render_chart("nodewright-system", &[])
         .unwrap_err()
         .to_string();
@@ -101,6 +103,7 @@ fn images_come_from_the_registry_the_admin_names_and_never_from_a_default() {
 
 #[test]
 fn rendered_objects_are_what_the_operator_needs() {
+    nodewright_testregistry::require!(Helm);
     let docs = render(&[]);
     let kinds = by_kind(&docs);
     for k in [
@@ -236,6 +239,7 @@ fn rendered_objects_are_what_the_operator_needs() {
 
 #[test]
 fn values_switch_the_webhook_and_set_job_defaults() {
+    nodewright_testregistry::require!(Helm);
     let docs = render(&[
         "--set",
         "webhook.enabled=false",
@@ -266,6 +270,7 @@ fn values_switch_the_webhook_and_set_job_defaults() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rendered_objects_are_accepted_by_the_apiserver() {
+    nodewright_testregistry::require!(Helm, ControlPlane, Registry);
     let docs = render(&[]);
     let client = ControlPlane::shared().client().await.unwrap();
     let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());

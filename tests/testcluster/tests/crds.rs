@@ -10,6 +10,7 @@ use nodewright_testcluster::ControlPlane;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn crds_install_and_examples_are_accepted() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let client = ControlPlane::shared().client().await.unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (name, yaml) in nodewright_api::crdgen::generated() {

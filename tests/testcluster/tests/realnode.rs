@@ -16,6 +16,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {
+    nodewright_testregistry::require!(ControlPlane, Registry, Helm);
     if !real_node_available() {
         return;
     }

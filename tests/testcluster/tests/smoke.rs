@@ -87,6 +87,7 @@ async fn job_condition(jobs: &Api<Job>, name: &str) -> Option<(String, String)> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_runs_its_command_on_the_simulated_node_and_completes() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let (client, sim, _roots) = setup("smoke-complete", &["n1"]).await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), "smoke-complete");
     let node = "smoke-complete-n1";
@@ -130,6 +131,7 @@ async fn a_job_runs_its_command_on_the_simulated_node_and_completes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pod_logs_come_through_the_apiserver() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let (client, _sim, _roots) = setup("smoke-logs", &["n1"]).await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), "smoke-logs");
     jobs.create(
@@ -215,6 +217,7 @@ async fn pod_logs_come_through_the_apiserver() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_are_retried_per_backoff_limit_and_pod_failure_policy() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let (client, _sim, _roots) = setup("smoke-retry", &["n1"]).await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), "smoke-retry");
     let pods: Api<Pod> = Api::namespaced(client, "smoke-retry");
@@ -269,6 +272,7 @@ async fn failures_are_retried_per_backoff_limit_and_pod_failure_policy() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn eviction_under_a_pdb_is_refused_with_the_apiservers_message() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let (client, _sim, _roots) = setup("smoke-pdb", &["n1"]).await;
     let ns = "smoke-pdb";
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -317,6 +321,7 @@ async fn eviction_under_a_pdb_is_refused_with_the_apiservers_message() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cordon_is_a_patch() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let (client, _sim, _roots) = setup("smoke-cordon", &["n1"]).await;
     let nodes: Api<Node> = Api::all(client);
     let name = "smoke-cordon-n1";
@@ -348,6 +353,7 @@ async fn cordon_is_a_patch() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reboot_changes_the_boot_id_and_restarts_on_failure_pods() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
     let (client, sim, _roots) = setup("smoke-reboot", &["n1"]).await;
     let node = "smoke-reboot-n1";
     let pods: Api<Pod> = Api::namespaced(client.clone(), "smoke-reboot");

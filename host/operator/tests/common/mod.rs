@@ -16,8 +16,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use nodewright_api::keys;
 use nodewright_api::node_state::NodeState;
 use nodewright_api::v1alpha1::{NodeWright, Status};
-use nodewright_localcluster::{Binaries, Cluster, Operator};
 use nodewright_hostops::{HostAction, SimHost};
+use nodewright_localcluster::{Binaries, Cluster, Operator};
 use serde_json::{Value, json};
 
 pub use nodewright_localcluster::NS;
