@@ -261,7 +261,7 @@ pub struct StageCall {
     /// The package's `capabilities`, as JSON.
     #[cfg_attr(feature = "cli", arg(long, default_value = "{}", value_parser = json::<Capabilities>))]
     pub capabilities: Capabilities,
-    /// The package is granted power (see [`crate::grants::grants_power`]).
+    /// The package is granted power (see [`crate::v1alpha1::Package::grants_power`]).
     #[cfg_attr(feature = "cli", arg(long))]
     pub reboot_allowed: bool,
     /// Configuration, as a JSON object of strings.
@@ -470,32 +470,4 @@ fn json<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::node_state::Stage;
-
-    #[test]
-    fn run_stages_parse_what_they_print_and_map_to_node_stages() {
-        for st in RunStage::ALL {
-            assert_eq!(st.as_str().parse::<RunStage>(), Ok(st));
-            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
-            if let Some(check) = st.check() {
-                assert!(check.is_check() && check.read_only());
-                assert_eq!(check.stage(), st.stage());
-                assert_eq!(check.as_str(), format!("{st}-check"));
-            }
-        }
-        for st in Stage::ALL {
-            match RunStage::of(st) {
-                Some(r) => assert_eq!((r.as_str(), r.is_check()), (st.as_str(), false)),
-                None => assert_eq!(st, Stage::UninstallInterrupt),
-            }
-        }
-        assert!(
-            "apply-chek"
-                .parse::<RunStage>()
-                .unwrap_err()
-                .contains("apply-check")
-        );
-    }
-}
+mod tests;

@@ -138,7 +138,7 @@ impl HealthGates {
                 ("caSecret", &p.ca_secret),
             ] {
                 if let Some(s) = secret
-                    && !crate::validate::is_dns_label(s, 253)
+                    && !crate::names::is_dns_label(s, 253)
                 {
                     errs.push((
                         format!("prometheus.{field}"),

@@ -30,6 +30,7 @@ pub mod grants;
 pub mod hostargs;
 pub mod keys;
 pub mod limits;
+pub mod names;
 pub mod node_state;
 pub mod result;
 pub mod trust;

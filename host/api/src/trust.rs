@@ -243,10 +243,6 @@ pub fn granted_capabilities(p: &crate::v1alpha1::Package) -> Vec<(&'static str, 
     );
     add(!caps.sysctl.is_empty(), "sysctl", "capabilities.sysctl");
     add(!caps.commands.is_empty(), "exec", "capabilities.commands");
-    add(
-        crate::grants::grants_power(p),
-        "power",
-        "interrupt.type: reboot",
-    );
+    add(p.grants_power(), "power", "interrupt.type: reboot");
     out
 }

@@ -11,8 +11,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::grants::Capabilities;
-use crate::node_state::is_zero;
+use crate::grants::{Capabilities, GrantError, GrantSet, GrantSource};
 
 /// Default `spec.priority`.
 pub const DEFAULT_PRIORITY: i32 = 200;
@@ -544,6 +543,33 @@ impl Status {
             Status::InProgress => "in_progress",
             Status::Erroring => "erroring",
         }
+    }
+}
+
+pub(crate) fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+impl Package {
+    /// Whether the package is granted power (may request a reboot): exactly when its
+    /// interrupt is a reboot. Validation, the operator's checks, the Jobs and the RBAC
+    /// rules all ask this.
+    pub fn grants_power(&self) -> bool {
+        self.interrupt
+            .as_ref()
+            .is_some_and(|i| i.kind == InterruptType::Reboot)
+    }
+
+    /// The grants package `name` gets: its `capabilities`, and power per
+    /// [`Package::grants_power`].
+    pub fn grant_set(&self, name: &str) -> Result<GrantSet, Vec<GrantError>> {
+        GrantSet::parse(
+            &self.capabilities,
+            self.grants_power(),
+            GrantSource::Spec {
+                package: name.into(),
+            },
+        )
     }
 }
 

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nodewright_api::grants::GrantSet;
 use nodewright_api::limits::{Ceilings, StageLimits};
 use nodewright_api::v1alpha1::NodeWrightSpec;
 use nodewright_engine::{Engine, EngineConfig};
@@ -245,7 +244,7 @@ impl Plugins {
                     false,
                 );
             }
-            let grants = match GrantSet::of_package(name, p) {
+            let grants = match p.grant_set(name) {
                 Ok(g) => g,
                 Err(errs) => {
                     return not_ready(

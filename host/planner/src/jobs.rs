@@ -2,7 +2,6 @@
 //! `AlreadyExists`, never a second Job), deadlines and tolerations.
 
 use k8s_openapi::api::core::v1::Toleration;
-use nodewright_api::grants::grants_power;
 use nodewright_api::keys;
 use nodewright_api::node_state::PackageStatus;
 use nodewright_api::units::parse_duration;
@@ -90,7 +89,7 @@ pub(crate) fn package_job(
         node_order: env.orders.get(node).copied(),
         interrupt: None,
         services: Vec::new(),
-        reboot_allowed: grants_power(p),
+        reboot_allowed: p.grants_power(),
         deadline_seconds: deadline(env, Some(p)),
         backoff_limit: env.settings.backoff_limit,
         tolerations: tolerations(cr),

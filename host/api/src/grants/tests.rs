@@ -1,0 +1,353 @@
+use std::path::Path;
+
+use super::*;
+
+fn parse(caps: &Capabilities) -> Result<GrantSet, Vec<GrantError>> {
+    GrantSet::parse(
+        caps,
+        false,
+        GrantSource::Spec {
+            package: "drv".into(),
+        },
+    )
+}
+
+#[test]
+fn deny_by_default() {
+    let set = parse(&Capabilities::default()).unwrap();
+    for c in Capability::ALL {
+        assert!(!set.grants(c), "{c} granted by an empty spec");
+    }
+    assert_eq!(set.file_access(Path::new("/etc/passwd")), None);
+    assert!(!set.allows_module("nvidia"));
+    assert!(!set.allows_command(Path::new("/bin/sh"), &[]));
+}
+
+#[test]
+fn file_grants_cover_subtrees_and_take_the_strongest_access() {
+    let caps = Capabilities {
+        files: vec![
+            FileGrant {
+                path: "/etc".into(),
+                access: FileAccess::Read,
+                special_modes: false,
+            },
+            FileGrant {
+                path: "/etc/sysctl.d/".into(),
+                access: FileAccess::ReadWrite,
+                special_modes: false,
+            },
+        ],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    assert_eq!(
+        set.file_access(Path::new("/etc/hosts")),
+        Some(FileAccess::Read)
+    );
+    assert_eq!(
+        set.file_access(Path::new("/etc/sysctl.d/99-x.conf")),
+        Some(FileAccess::ReadWrite)
+    );
+    assert_eq!(
+        set.file_access(Path::new("/etcetera")),
+        None,
+        "prefix match must be by component"
+    );
+    assert_eq!(set.file_access(Path::new("/var/lib")), None);
+}
+
+#[test]
+fn bad_paths_are_rejected_with_field_paths() {
+    let caps = Capabilities {
+        files: vec![
+            FileGrant {
+                path: "etc/x".into(),
+                access: FileAccess::Read,
+                special_modes: false,
+            },
+            FileGrant {
+                path: "/etc/../root".into(),
+                access: FileAccess::Read,
+                special_modes: false,
+            },
+        ],
+        commands: vec![CommandGrant {
+            path: "bin/sh".into(),
+            args: None,
+            read_only: false,
+        }],
+        ..Default::default()
+    };
+    let errs = parse(&caps).unwrap_err();
+    let fields: Vec<_> = errs.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["files[0].path", "files[1].path", "commands[0].path"]
+    );
+    assert!(errs[1].message.contains(".."), "{}", errs[1]);
+}
+
+#[test]
+fn name_globs() {
+    let caps = Capabilities {
+        kernel_modules: vec!["nvidia*".into(), "br_netfilter".into()],
+        services: vec!["containerd.service".into()],
+        sysctl: vec!["net.ipv4.*".into()],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    assert!(set.allows_module("nvidia_uvm"));
+    assert!(set.allows_module("br_netfilter"));
+    assert!(!set.allows_module("br_netfilter2"));
+    assert!(set.allows_service("containerd.service"));
+    assert!(!set.allows_service("kubelet.service"));
+    assert!(set.allows_sysctl("net.ipv4.ip_forward"));
+    assert!(!set.allows_sysctl("net.ipv6.conf.all.forwarding"));
+}
+
+#[test]
+fn bad_globs_and_characters_name_the_entry() {
+    let caps = Capabilities {
+        kernel_modules: vec!["ok".into(), "nv[idia".into()],
+        services: vec!["a b".into()],
+        sysctl: vec![String::new()],
+        ..Default::default()
+    };
+    let errs = parse(&caps).unwrap_err();
+    let fields: Vec<_> = errs.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["kernelModules[1]", "services[0]", "sysctl[0]"]);
+}
+
+#[test]
+fn command_argument_patterns() {
+    let caps = Capabilities {
+        commands: vec![
+            CommandGrant {
+                path: "/usr/bin/nvidia-smi".into(),
+                args: Some(vec!["-pm".into(), "[01]".into()]),
+                read_only: false,
+            },
+            CommandGrant {
+                path: "/usr/bin/true".into(),
+                args: None,
+                read_only: true,
+            },
+        ],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    let smi = Path::new("/usr/bin/nvidia-smi");
+    assert!(set.allows_command(smi, &["-pm".into(), "1".into()]));
+    assert!(!set.allows_command(smi, &["-pm".into(), "2".into()]));
+    assert!(
+        !set.allows_command(smi, &["-pm".into()]),
+        "argument count must match"
+    );
+    assert!(set.allows_command(Path::new("/usr/bin/true"), &["anything".into()]));
+    assert!(
+        !set.allows_command(Path::new("/usr/bin/../bin/true"), &[]),
+        "paths are exact"
+    );
+    assert!(
+        set.command_rule(Path::new("/usr/bin/true"), &[])
+            .unwrap()
+            .read_only
+    );
+    assert!(
+        !set.command_rule(smi, &["-pm".into(), "1".into()])
+            .unwrap()
+            .read_only
+    );
+}
+
+#[test]
+fn names_are_checked_against_their_grammar_before_the_glob() {
+    let caps = Capabilities {
+        kernel_modules: vec!["nvidia*".into()],
+        services: vec!["*.service".into()],
+        sysctl: vec!["net.*".into()],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    assert!(matches!(
+        set.check_module("nvidia/../../evil"),
+        Err(NameRefusal::Invalid(_))
+    ));
+    assert!(matches!(
+        set.check_module("nvidia -C"),
+        Err(NameRefusal::Invalid(_))
+    ));
+    assert_eq!(set.check_module("nvidia_uvm"), Ok(()));
+    assert_eq!(set.check_module("evil"), Err(NameRefusal::NotGranted));
+    assert!(matches!(
+        set.check_service("/tmp/evil.service"),
+        Err(NameRefusal::Invalid(_))
+    ));
+    assert!(matches!(
+        set.check_service("--root=/tmp.service"),
+        Err(NameRefusal::Invalid(_))
+    ));
+    assert_eq!(set.check_service("app.service"), Ok(()));
+    assert!(matches!(
+        set.check_sysctl("net/../kernel/panic"),
+        Err(NameRefusal::Invalid(_))
+    ));
+    assert_eq!(set.check_sysctl("net.core.somaxconn"), Ok(()));
+    let errs = parse(&Capabilities {
+        kernel_modules: vec!["-C".into()],
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert_eq!(errs[0].field, "kernelModules[0]");
+}
+
+#[test]
+fn wildcard_argument_patterns_cannot_be_widened() {
+    let caps = Capabilities {
+        commands: vec![CommandGrant {
+            path: "/usr/bin/tool".into(),
+            args: Some(vec!["--level=*".into(), "/var/lib/app/*".into()]),
+            read_only: false,
+        }],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    let tool = Path::new("/usr/bin/tool");
+    let args = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
+    assert!(set.allows_command(tool, &args("--level=3", "/var/lib/app/x.conf")));
+    assert!(
+        !set.allows_command(tool, &args("--level=3", "/var/lib/app/../../etc/shadow")),
+        "'..' widens the pattern"
+    );
+    assert!(
+        !set.allows_command(tool, &args("--level=3", "/var/lib/app/a/b")),
+        "'*' does not cross '/'"
+    );
+    assert!(!set.allows_command(tool, &args("--level=3", "-/var/lib/app/x")));
+    let rule = &set.commands[0];
+    assert!(
+        rule.check_args(&args("--level=3", "--config=/var/lib/app/x"))
+            .unwrap_err()
+            .contains("argument 1")
+    );
+    let any = Capabilities {
+        commands: vec![CommandGrant {
+            path: "/usr/bin/tool".into(),
+            args: Some(vec!["*".into()]),
+            read_only: false,
+        }],
+        ..Default::default()
+    };
+    let set = parse(&any).unwrap();
+    assert!(set.allows_command(tool, &["file".to_string()]));
+    assert!(
+        !set.allows_command(tool, &["--exec=/bin/sh".to_string()]),
+        "a leading wildcard does not match an option"
+    );
+}
+
+#[test]
+fn special_modes_need_an_explicit_readwrite_grant() {
+    let caps = Capabilities {
+        files: vec![
+            FileGrant {
+                path: "/usr/local/bin".into(),
+                access: FileAccess::ReadWrite,
+                special_modes: true,
+            },
+            FileGrant {
+                path: "/etc/app".into(),
+                access: FileAccess::ReadWrite,
+                special_modes: false,
+            },
+        ],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    assert!(set.allows_special_modes(Path::new("/usr/local/bin/tool")));
+    assert!(!set.allows_special_modes(Path::new("/etc/app/x")));
+    let bad = Capabilities {
+        files: vec![FileGrant {
+            path: "/x".into(),
+            access: FileAccess::Read,
+            special_modes: true,
+        }],
+        ..Default::default()
+    };
+    assert_eq!(parse(&bad).unwrap_err()[0].field, "files[0].specialModes");
+    let (caps, _) = Capabilities::from_flags(&["files=/opt/bin:rw+special"]).unwrap();
+    assert!(caps.files[0].special_modes);
+}
+
+#[test]
+fn unknown_keys_are_rejected() {
+    let err = serde_json::from_str::<Capabilities>(r#"{"kernelModule": ["x"]}"#).unwrap_err();
+    assert!(
+        err.to_string().contains("unknown field `kernelModule`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn flags() {
+    let (caps, power) = Capabilities::from_flags(&[
+        "files=/etc/sysctl.d:rw",
+        "files=/etc/os-release",
+        "kmod=br_netfilter",
+        "sysctl=net.*",
+        "service=containerd.service",
+        "command=/usr/bin/nvidia-smi:-pm,1",
+        "power",
+    ])
+    .unwrap();
+    assert!(power);
+    assert_eq!(
+        caps.files[0],
+        FileGrant {
+            path: "/etc/sysctl.d".into(),
+            access: FileAccess::ReadWrite,
+            special_modes: false
+        }
+    );
+    assert_eq!(caps.files[1].access, FileAccess::Read);
+    assert_eq!(
+        caps.commands[0].args.as_deref(),
+        Some(&["-pm".to_string(), "1".to_string()][..])
+    );
+    let err = Capabilities::from_flags(&["kmods=x"]).unwrap_err();
+    assert_eq!(err.field, "--grant[0]");
+    assert!(Capabilities::from_flags(&["files=/x:rx"]).is_err());
+    assert!(Capabilities::from_flags(&["kmod"]).is_err());
+}
+
+#[test]
+fn hints_name_the_grant_to_add() {
+    let spec = GrantSource::Spec {
+        package: "driver".into(),
+    };
+    assert_eq!(
+        spec.hint(Capability::Kmod, "nvidia", false),
+        r#"add "nvidia" to spec.packages.driver.capabilities.kernelModules"#
+    );
+    assert_eq!(
+        spec.hint(Capability::Files, "/etc/x", true),
+        r#"add {path: "/etc/x", access: readWrite} to spec.packages.driver.capabilities.files"#
+    );
+    assert_eq!(
+        GrantSource::Flags.hint(Capability::Services, "a.service", false),
+        "pass --grant service=a.service"
+    );
+    assert_eq!(
+        GrantSource::Flags.hint(Capability::Power, "", false),
+        "pass --grant power"
+    );
+    assert_eq!(
+        spec.field(Capability::Sysctl),
+        "spec.packages.driver.capabilities.sysctl"
+    );
+    assert_eq!(
+        GrantSource::Flags.field(Capability::Exec),
+        "--grant command=..."
+    );
+}

@@ -1,0 +1,278 @@
+use super::*;
+
+const MAX: u64 = 1 << 20;
+
+fn fixture() -> (tempfile::TempDir, RootFs) {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
+    std::fs::write(tmp.path().join("etc/shadow"), "secret").unwrap();
+    std::fs::write(tmp.path().join("etc/app/a.conf"), "a").unwrap();
+    let fs = RootFs::open(tmp.path()).unwrap();
+    (tmp, fs)
+}
+
+#[test]
+fn read_write_roundtrip_with_mode() {
+    let (tmp, fs) = fixture();
+    let base = Path::new("/etc/app");
+    fs.write(
+        base,
+        Path::new("/etc/app/sub/b.conf"),
+        b"hello",
+        &WriteOptions {
+            mode: Some(0o600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        fs.read(base, Path::new("/etc/app/sub/b.conf"), MAX)
+            .unwrap(),
+        b"hello"
+    );
+    let st = fs
+        .stat(base, Path::new("/etc/app/sub/b.conf"))
+        .unwrap()
+        .unwrap();
+    assert_eq!((st.kind, st.mode, st.size), (FileKind::File, 0o600, 5));
+    // Rewriting keeps the mode when none is given.
+    fs.write(
+        base,
+        Path::new("/etc/app/sub/b.conf"),
+        b"bye",
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        fs.stat(base, Path::new("/etc/app/sub/b.conf"))
+            .unwrap()
+            .unwrap()
+            .mode,
+        0o600
+    );
+    assert_eq!(
+        fs.list_dir(base, Path::new("/etc/app")).unwrap(),
+        ["a.conf", "sub"]
+    );
+    assert!(tmp.path().join("etc/app/sub/b.conf").exists());
+    fs.remove(base, Path::new("/etc/app/sub/b.conf")).unwrap();
+    fs.remove(base, Path::new("/etc/app/sub/b.conf")).unwrap();
+    assert_eq!(
+        fs.stat(base, Path::new("/etc/app/sub/b.conf")).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn relative_symlink_out_of_the_grant_is_refused() {
+    let (tmp, fs) = fixture();
+    std::os::unix::fs::symlink("../shadow", tmp.path().join("etc/app/link")).unwrap();
+    let err = fs
+        .read(Path::new("/etc/app"), Path::new("/etc/app/link"), MAX)
+        .unwrap_err();
+    assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
+    let err = fs
+        .write(
+            Path::new("/etc/app"),
+            Path::new("/etc/app/link"),
+            b"x",
+            &WriteOptions::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, HostError::Symlink(_)), "{err:?}");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("etc/shadow")).unwrap(),
+        "secret"
+    );
+}
+
+#[test]
+fn absolute_symlink_is_refused() {
+    let (tmp, fs) = fixture();
+    std::os::unix::fs::symlink("/etc/shadow", tmp.path().join("etc/app/abs")).unwrap();
+    let err = fs
+        .read(Path::new("/etc/app"), Path::new("/etc/app/abs"), MAX)
+        .unwrap_err();
+    assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
+}
+
+#[test]
+fn single_file_grant_refuses_a_symlinked_file() {
+    let (tmp, fs) = fixture();
+    std::os::unix::fs::symlink("shadow", tmp.path().join("etc/motd")).unwrap();
+    let err = fs
+        .read(Path::new("/etc/motd"), Path::new("/etc/motd"), MAX)
+        .unwrap_err();
+    assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
+    std::fs::write(tmp.path().join("etc/hostname"), "n1").unwrap();
+    assert_eq!(
+        fs.read(Path::new("/etc/hostname"), Path::new("/etc/hostname"), MAX)
+            .unwrap(),
+        b"n1"
+    );
+}
+
+#[test]
+fn path_outside_base_is_refused() {
+    let (_tmp, fs) = fixture();
+    let err = fs
+        .read(Path::new("/etc/app"), Path::new("/etc/shadow"), MAX)
+        .unwrap_err();
+    assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
+}
+
+#[test]
+fn a_single_file_grant_has_nothing_below_it() {
+    let (tmp, fs) = fixture();
+    std::fs::write(tmp.path().join("etc/x"), "file").unwrap();
+    let err = fs
+        .write(
+            Path::new("/etc/x"),
+            Path::new("/etc/x/y"),
+            b"owned",
+            &WriteOptions::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, HostError::NotADirectory { .. }), "{err:?}");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("etc/x")).unwrap(),
+        "file",
+        "the file itself was not written"
+    );
+    assert!(matches!(
+        fs.read(Path::new("/etc/x"), Path::new("/etc/x/y"), MAX),
+        Err(HostError::NotADirectory { .. })
+    ));
+}
+
+#[test]
+fn reads_are_bounded() {
+    let (tmp, fs) = fixture();
+    std::fs::write(tmp.path().join("etc/app/big"), vec![b'x'; 4097]).unwrap();
+    let err = fs
+        .read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4096)
+        .unwrap_err();
+    assert!(
+        matches!(err, HostError::TooLarge { limit: 4096, .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        fs.read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4097)
+            .unwrap()
+            .len(),
+        4097
+    );
+}
+
+#[test]
+fn a_fifo_is_refused_without_blocking() {
+    let (tmp, fs) = fixture();
+    let fifo = tmp.path().join("etc/app/pipe");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let base = Path::new("/etc/app");
+    let pipe = Path::new("/etc/app/pipe");
+    assert!(matches!(
+        fs.read(base, pipe, MAX),
+        Err(HostError::NotRegular { .. })
+    ));
+    assert!(matches!(
+        fs.set_mode(base, pipe, 0o600),
+        Err(HostError::NotRegular { .. })
+    ));
+    assert!(matches!(
+        fs.set_owner(base, pipe, 0, 0),
+        Err(HostError::NotRegular { .. })
+    ));
+    assert!(matches!(
+        fs.write(base, pipe, b"x", &WriteOptions::default()),
+        Err(HostError::NotRegular { .. })
+    ));
+}
+
+#[test]
+fn special_bits_are_kept_only_when_asked() {
+    let (tmp, fs) = fixture();
+    let base = Path::new("/etc/app");
+    let plain = WriteOptions {
+        mode: Some(0o4777),
+        ..Default::default()
+    };
+    fs.write(base, Path::new("/etc/app/s"), b"x", &plain)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(tmp.path().join("etc/app/s"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o777
+    );
+    let special = WriteOptions {
+        mode: Some(0o4755),
+        special_modes: true,
+        ..Default::default()
+    };
+    fs.write(base, Path::new("/etc/app/s"), b"x", &special)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(tmp.path().join("etc/app/s"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o4755
+    );
+    // Rewriting without special modes drops the bits the file had.
+    fs.write(
+        base,
+        Path::new("/etc/app/s"),
+        b"y",
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::metadata(tmp.path().join("etc/app/s"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o755
+    );
+}
+
+#[test]
+fn temporary_files_are_private_until_complete() {
+    let (tmp, _fs) = fixture();
+    let dir = Dir::open_ambient_dir(tmp.path().join("etc/app"), ambient_authority()).unwrap();
+    let f = create_private(&dir, ".x.tmp").unwrap();
+    assert_eq!(f.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(
+        create_private(&dir, ".x.tmp").is_err(),
+        "never over an existing file"
+    );
+    std::os::unix::fs::symlink("../shadow", tmp.path().join("etc/app/.l.tmp")).unwrap();
+    assert!(
+        create_private(&dir, ".l.tmp").is_err(),
+        "never through a symlink"
+    );
+}
+
+#[test]
+fn a_write_that_would_cross_the_free_space_floor_is_refused() {
+    let (tmp, fs) = fixture();
+    let floor = WriteOptions {
+        min_free_bytes: u64::MAX / 2,
+        ..Default::default()
+    };
+    let err = fs
+        .write(Path::new("/etc/app"), Path::new("/etc/app/n"), b"x", &floor)
+        .unwrap_err();
+    assert!(matches!(err, HostError::DiskFloor { .. }), "{err:?}");
+    assert!(!tmp.path().join("etc/app/n").exists());
+}

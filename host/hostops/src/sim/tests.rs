@@ -1,0 +1,103 @@
+use super::*;
+
+#[test]
+fn effects_are_recorded_and_stateful() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = SimHost::new(
+        tmp.path(),
+        NodeIdentity {
+            name: "n1".into(),
+            labels: vec![],
+        },
+    )
+    .unwrap();
+    host.sysctl_set("net.ipv4.ip_forward", "1").unwrap();
+    assert_eq!(host.sysctl_get("net.ipv4.ip_forward").unwrap(), "1");
+    assert!(!host.kmod_is_loaded("br_netfilter").unwrap());
+    host.kmod_load("br_netfilter", &[]).unwrap();
+    host.kmod_load("br_netfilter", &[]).unwrap();
+    assert!(host.kmod_is_loaded("br-netfilter").unwrap());
+    host.service(ServiceVerb::Restart, "containerd.service")
+        .unwrap();
+    assert_eq!(
+        host.service_status("containerd.service")
+            .unwrap()
+            .active_state,
+        "active"
+    );
+    host.request_reboot("driver").unwrap();
+    assert_eq!(
+        SimHost::reboot_requested(tmp.path()).as_deref(),
+        Some("driver")
+    );
+
+    // A second process sees the same state and the whole journal.
+    let again = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
+    assert!(again.kmod_is_loaded("br_netfilter").unwrap());
+    assert_eq!(SimHost::journal(tmp.path()).len(), 5);
+    assert!(again.recorded().is_empty());
+    assert_eq!(
+        SimHost::argv_log(tmp.path()),
+        [
+            vec!["/sbin/modprobe", "--", "br_netfilter"],
+            vec!["/sbin/modprobe", "--", "br_netfilter"],
+            vec!["/bin/systemctl", "restart", "--", "containerd.service"],
+            vec![
+                "/bin/systemctl",
+                "show",
+                "--property=ActiveState,UnitFileState,LoadState",
+                "--",
+                "containerd.service"
+            ],
+            vec!["/bin/systemctl", "reboot", "--no-wall"],
+        ]
+    );
+}
+
+#[test]
+fn reboot_changes_boot_id_and_resets_runtime_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
+    let before = host.node_info().boot_id;
+    std::fs::create_dir_all(tmp.path().join("etc/modules-load.d")).unwrap();
+    std::fs::write(
+        tmp.path().join("etc/modules-load.d/a.conf"),
+        "# c\nbr_netfilter\n",
+    )
+    .unwrap();
+    host.kmod_load("overlay", &[]).unwrap();
+    host.request_reboot("x").unwrap();
+    let after = host.reboot().unwrap();
+    assert_ne!(before, after);
+    assert_eq!(host.node_info().boot_id, after);
+    assert!(SimHost::reboot_requested(tmp.path()).is_none());
+    assert!(!host.kmod_is_loaded("overlay").unwrap());
+    assert!(host.kmod_is_loaded("br_netfilter").unwrap());
+}
+
+#[test]
+fn commands_run_only_from_inside_the_root() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
+    let err = host
+        .exec(Path::new("/bin/true"), &[], &ExecLimits::default())
+        .unwrap_err();
+    assert!(matches!(err, HostError::NotFound(_)), "{err:?}");
+    std::fs::create_dir_all(tmp.path().join("usr/bin")).unwrap();
+    let script = tmp.path().join("usr/bin/hello");
+    std::fs::write(&script, "#!/bin/sh\necho hi \"$1\"\n").unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut std::fs::metadata(&script).unwrap().permissions(),
+        0o755,
+    );
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = host
+        .exec(
+            Path::new("/usr/bin/hello"),
+            &["you".into()],
+            &ExecLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(out.stdout, b"hi you\n");
+    assert_eq!(host.recorded().len(), 1);
+}
