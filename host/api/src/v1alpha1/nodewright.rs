@@ -1,0 +1,291 @@
+//! The `NodeWright` kind: which nodes get which packages, and its status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::package::Package;
+
+/// Default `spec.priority`.
+pub const DEFAULT_PRIORITY: i32 = 200;
+
+/// Which nodes get which packages, and how disruptively.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "nodewright.io",
+    version = "v1alpha1",
+    kind = "NodeWright",
+    plural = "nodewrights",
+    shortname = "nw",
+    status = "NodeWrightStatus",
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
+    printcolumn = r#"{"name":"Complete","type":"string","jsonPath":".status.completeNodes"}"#,
+    printcolumn = r#"{"name":"In-Progress","type":"integer","jsonPath":".status.nodesInProgress"}"#,
+    printcolumn = r#"{"name":"Packages","type":"string","jsonPath":".status.packageList"}"#,
+    printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".spec.deploymentPolicy"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeWrightSpec {
+    /// Candidate nodes. Empty selects every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selectors: Option<LabelSelector>,
+    /// Legacy concurrency cap (exclusive with `deploymentPolicy`); unset means 100%.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption_budget: Option<Budget>,
+    /// Name of a cluster-scoped DeploymentPolicy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_policy: Option<String>,
+    /// Per-CR overrides of the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_policy_options: Option<DeploymentPolicyOptions>,
+    /// Lower runs first (≥ 1, default 200); ties broken by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// How this CR gates lower-priority CRs: `node` (default) or `all`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequencing: Option<Sequencing>,
+    /// One package per node per pass.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub serial: bool,
+    /// Pods matching this selector hold the drain until they end. Empty matches no pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_non_interrupt_labels: Option<LabelSelector>,
+    /// Wait for pods matching `podNonInterruptLabels` to end *before* cordoning, so the
+    /// node stays schedulable while it waits (default: cordon first, as NodeWright does).
+    /// A protected pod that arrives between the cordon and the drain still holds the drain.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cordon_after_barrier: bool,
+    /// Drain tuning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_config: Option<DrainConfig>,
+    /// Checks that must pass before the rollout disrupts another node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_gates: Option<crate::gates::HealthGates>,
+    /// Added to every agent pod, and to the node taint-tolerance check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_tolerations: Vec<Toleration>,
+    /// Nodes must finish this CR before the runtime-required taint is removed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_required: bool,
+    /// Keep a cordon after removing the runtime-required taint (needs `runtimeRequired`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_required_cordon_after: bool,
+    /// Taint new matching nodes with the runtime-required taint (needs `runtimeRequired`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_taint_new_nodes: bool,
+    /// When new disruptive work may start; replaces the policy's windows. Unset (and no
+    /// policy windows): any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_windows: Option<crate::windows::MaintenanceWindows>,
+    /// The packages, keyed by name.
+    #[serde(default)]
+    pub packages: BTreeMap<String, Package>,
+}
+
+/// A concurrency budget: exactly one of `percent` (1–100) or `count` (≥ 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    /// Percent of matched nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<i32>,
+    /// Absolute number of nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i32>,
+}
+
+/// Per-CR policy overrides.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentPolicyOptions {
+    /// Overrides the policy's `resetBatchStateOnCompletion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_batch_state_on_completion: Option<bool>,
+}
+
+/// How a CR gates lower-priority CRs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Sequencing {
+    /// A node may start lower-priority CRs once it finished this one.
+    #[default]
+    Node,
+    /// Lower-priority CRs wait until every node finished this one.
+    All,
+}
+
+/// Drain tuning.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainConfig {
+    /// Give up (node erroring, stays cordoned) after this long, e.g. `30m`. Unset: wait forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Grace period for evicted pods, e.g. `30s`. Unset: each pod's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<String>,
+    /// Delete pods instead of evicting them (bypasses PodDisruptionBudgets).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_eviction: bool,
+    /// Also remove pods that no controller owns.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+    /// Also remove pods with emptyDir volumes (their data is lost).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_empty_dir_data: bool,
+    /// Leave DaemonSet pods in place (default `true`); `false` drains them like other pods
+    /// (a DaemonSet pod that tolerates the cordon, as the controller makes them, stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_daemon_sets: Option<bool>,
+}
+
+/// Roll-up status of a CR or a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Not known yet.
+    #[default]
+    Unknown,
+    /// Everything complete.
+    Complete,
+    /// Held by a barrier (non-interrupt pods, taints, missing policy).
+    Blocked,
+    /// Waiting for ordering or a batch.
+    Waiting,
+    /// Disabled by annotation.
+    Disabled,
+    /// Paused by annotation.
+    Paused,
+    /// Work under way.
+    InProgress,
+    /// A stage failed terminally or a drain timed out.
+    Erroring,
+}
+
+/// Observed state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeWrightStatus {
+    /// CR roll-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// Per-node roll-up.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_status: BTreeMap<String, Status>,
+    /// Conditions (`Ready`, `Blocked`, `DrainBlocked`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Generation last seen complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Boot IDs for reboot tracking.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_boot_ids: BTreeMap<String, String>,
+    /// The next maintenance window's opening (RFC 3339), while the rollout waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
+    /// Package name → pinned plugin reference (`repo@sha256:…`) resolved from the spec.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resolved_plugins: BTreeMap<String, String>,
+    /// Package name → the trusted signers whose signatures of its resolved plugin verified
+    /// (set when a `PluginTrustPolicy` applies).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub plugin_signers: BTreeMap<String, Vec<String>>,
+    /// Per-compartment rollout state.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub compartment_statuses: BTreeMap<String, CompartmentStatus>,
+    /// Printer helper: nodes in progress or erroring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_in_progress: Option<i32>,
+    /// Printer helper: "complete/total".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complete_nodes: Option<String>,
+    /// Printer helper: "a:1.0,b:2.0".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package_list: Option<String>,
+}
+
+/// One compartment's rollout state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompartmentStatus {
+    /// Nodes matched.
+    pub matched: i32,
+    /// Budget ceiling.
+    pub ceiling: i32,
+    /// Nodes in progress.
+    pub in_progress: i32,
+    /// Nodes complete.
+    pub completed: i32,
+    /// Percent complete.
+    pub progress_percent: i32,
+    /// Batch state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_state: Option<BatchState>,
+    /// Members of the current batch (sticky until each is complete or erroring).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch_nodes: Vec<String>,
+}
+
+/// Batch bookkeeping of a compartment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchState {
+    /// Current batch number (1-based).
+    pub current_batch: i32,
+    /// Consecutive failed batches.
+    pub consecutive_failures: i32,
+    /// Nodes completed so far.
+    pub completed_nodes: i32,
+    /// Nodes failed so far.
+    pub failed_nodes: i32,
+    /// Set when failureThreshold stopped the compartment.
+    #[serde(default)]
+    pub should_stop: bool,
+    /// Size of the last batch.
+    pub last_batch_size: i32,
+    /// Whether the last batch failed.
+    #[serde(default)]
+    pub last_batch_failed: bool,
+    /// The NodeWright generation the progress counters belong to: on a new generation
+    /// `completedNodes`/`failedNodes` restart (nodes done under the old spec need the new
+    /// one), and on a version change the whole state does (see `versions`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: i64,
+    /// The package versions (`name:version,...`) the counters belong to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub versions: String,
+}
+
+impl Status {
+    /// As the API spells it (`in_progress`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Unknown => "unknown",
+            Status::Complete => "complete",
+            Status::Blocked => "blocked",
+            Status::Waiting => "waiting",
+            Status::Disabled => "disabled",
+            Status::Paused => "paused",
+            Status::InProgress => "in_progress",
+            Status::Erroring => "erroring",
+        }
+    }
+}
+
+pub(crate) fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+impl NodeWrightSpec {
+    /// `priority`, defaulted.
+    pub fn priority(&self) -> i32 {
+        self.priority.unwrap_or(DEFAULT_PRIORITY)
+    }
+}
