@@ -1,0 +1,294 @@
+//! What every capability call goes through: denials that name the grant to add, stage
+//! rules, the write budget, path and name checks against the grant.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nodewright_api::grants::{
+    Capability, FileAccess, GrantSource, NameRefusal, normalize_abs_path,
+};
+use nodewright_hostops::{HostError, HostOps, PERMISSION_BITS};
+
+use crate::bindings::nodewright::plugin::types;
+use crate::report::{Denial, LogLevel, LogSource};
+use crate::state::CapState;
+
+use types::CapError;
+
+/// Renders an error with its source chain.
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+/// Cuts a plugin-chosen string to `max` bytes (on a character boundary) for messages.
+pub(crate) fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
+}
+
+/// Longest plugin-chosen target kept in a denial.
+const MAX_TARGET: usize = 256;
+
+impl CapState {
+    pub(super) fn deny_with(
+        &mut self,
+        cap: Capability,
+        op: &str,
+        target: &str,
+        reason: String,
+    ) -> CapError {
+        let target = clip(target, MAX_TARGET);
+        let message = format!(
+            "{}.{op}({target:?}) denied: {}",
+            cap.interface(),
+            clip(&reason, 1024)
+        );
+        self.log.lock().expect("log lock").push(
+            LogSource::Plugin,
+            LogLevel::Warn,
+            format!("nodewright: {message}"),
+        );
+        let denial = Denial {
+            capability: cap.interface().into(),
+            operation: op.into(),
+            target,
+            message,
+        };
+        self.record_denial(denial.clone());
+        self.issue(CapError::Denied(types::Denial {
+            capability: denial.capability,
+            operation: denial.operation,
+            target: denial.target,
+            message: denial.message,
+        }))
+    }
+
+    pub(super) fn deny(
+        &mut self,
+        cap: Capability,
+        op: &str,
+        target: &str,
+        write: bool,
+    ) -> CapError {
+        let hint = self
+            .grants
+            .source
+            .hint(cap, &clip(target, MAX_TARGET), write);
+        self.deny_with(cap, op, target, hint)
+    }
+
+    /// A refused name: malformed names say why; well-formed ones name the grant to add.
+    pub(super) fn refuse_name(
+        &mut self,
+        cap: Capability,
+        op: &str,
+        name: &str,
+        refusal: NameRefusal,
+        write: bool,
+    ) -> CapError {
+        match refusal {
+            NameRefusal::Invalid(reason) => self.deny_with(cap, op, name, reason),
+            NameRefusal::NotGranted => self.deny(cap, op, name, write),
+        }
+    }
+
+    pub(super) fn refuse_write(&mut self, cap: Capability, op: &str) -> Option<CapError> {
+        if !self.stage.read_only() {
+            return None;
+        }
+        let message = format!(
+            "{}.{op} changes the host and is refused in the read-only {} stage",
+            cap.interface(),
+            self.stage
+        );
+        Some(self.issue(CapError::WrongStage(message)))
+    }
+
+    pub(super) fn host_error(
+        &mut self,
+        cap: Capability,
+        op: &str,
+        target: &str,
+        e: HostError,
+    ) -> CapError {
+        match e {
+            HostError::NotFound(what) => self.issue(CapError::NotFound(clip(&what, 1024))),
+            HostError::TooLarge { limit, .. } => {
+                let field = self.sandbox_field("memory", "--memory");
+                self.deny_with(
+                    cap,
+                    op,
+                    target,
+                    format!(
+                        "reads are capped at {limit} bytes (half the sandbox memory); raise {field}"
+                    ),
+                )
+            }
+            e @ (HostError::Escape { .. }
+            | HostError::Symlink(_)
+            | HostError::NotADirectory { .. }
+            | HostError::NotRegular { .. }
+            | HostError::InvalidName(_)) => self.deny_with(cap, op, target, e.to_string()),
+            e => self.issue(CapError::Failed(clip(&chain(&e), 4096))),
+        }
+    }
+
+    /// Where the package's sandbox bound `field` is set: the spec field or the CLI flag.
+    pub(super) fn sandbox_field(&self, field: &str, flag: &str) -> String {
+        match &self.grants.source {
+            GrantSource::Spec { package } => format!("spec.packages.{package}.sandbox.{field}"),
+            GrantSource::Flags => flag.to_string(),
+        }
+    }
+
+    /// Takes `bytes` and `files` from the stage's write budget, or refuses.
+    pub(super) fn spend(
+        &mut self,
+        op: &str,
+        target: &str,
+        bytes: u64,
+        files: u32,
+    ) -> Result<(), CapError> {
+        if bytes > self.budget.bytes_left {
+            let field = self.sandbox_field("writeBytes", "--write-bytes");
+            let reason = format!(
+                "the stage's write budget of {} bytes is used up; raise {field}",
+                self.budget.bytes
+            );
+            return Err(self.deny_with(Capability::Files, op, target, reason));
+        }
+        if files > self.budget.files_left {
+            let field = self.sandbox_field("writeFiles", "--write-files");
+            let reason = format!(
+                "the stage's budget of {} written files is used up; raise {field}",
+                self.budget.files
+            );
+            return Err(self.deny_with(Capability::Files, op, target, reason));
+        }
+        self.budget.bytes_left -= bytes;
+        self.budget.files_left -= files;
+        Ok(())
+    }
+
+    /// Refuses setuid/setgid/sticky bits unless a grant covering `path` allows them.
+    pub(super) fn check_mode(
+        &mut self,
+        op: &str,
+        path: &Path,
+        mode: Option<u32>,
+    ) -> Result<bool, CapError> {
+        let special = self.grants.allows_special_modes(path);
+        if let Some(mode) = mode
+            && mode & !PERMISSION_BITS != 0
+            && !special
+        {
+            let hint = match &self.grants.source {
+                GrantSource::Spec { package } => {
+                    format!(
+                        "add {{path: {:?}, access: readWrite, specialModes: true}} to spec.packages.{package}.capabilities.files",
+                        path.display()
+                    )
+                }
+                GrantSource::Flags => format!("pass --grant files={}:rw+special", path.display()),
+            };
+            let reason = format!("mode {mode:#o} sets setuid, setgid or sticky bits; {hint}");
+            return Err(self.deny_with(Capability::Files, op, &path.display().to_string(), reason));
+        }
+        Ok(special)
+    }
+
+    /// Runs a blocking host operation off the async executor.
+    pub(super) async fn host<T: Send + 'static>(
+        &mut self,
+        cap: Capability,
+        op: &str,
+        target: &str,
+        f: impl FnOnce(&dyn HostOps) -> nodewright_hostops::Result<T> + Send + 'static,
+    ) -> Result<T, CapError> {
+        let host = Arc::clone(&self.host);
+        match tokio::task::spawn_blocking(move || f(&*host)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.host_error(cap, op, target, e)),
+            Err(join) => Err(self.issue(CapError::Failed(format!(
+                "host operation {}.{op} panicked: {join}",
+                cap.interface()
+            )))),
+        }
+    }
+
+    /// Resolves a guest path to (granted base, normalised path), or a denial.
+    pub(super) fn file_scope(
+        &mut self,
+        op: &str,
+        raw: &str,
+        write: bool,
+    ) -> Result<(PathBuf, PathBuf), CapError> {
+        let path = match normalize_abs_path(raw) {
+            Ok(p) => p,
+            Err(reason) => return Err(self.deny_with(Capability::Files, op, raw, reason)),
+        };
+        let need = if write {
+            FileAccess::ReadWrite
+        } else {
+            FileAccess::Read
+        };
+        let rule = self
+            .grants
+            .files
+            .iter()
+            .rev()
+            .find(|r| path.starts_with(&r.path) && r.access >= need);
+        match rule {
+            Some(rule) => {
+                let base = rule.path.clone();
+                if write && let Some(e) = self.refuse_write(Capability::Files, op) {
+                    return Err(e);
+                }
+                Ok((base, path))
+            }
+            None => Err(self.deny(Capability::Files, op, &path.display().to_string(), write)),
+        }
+    }
+
+    pub(super) async fn file_op<T: Send + 'static>(
+        &mut self,
+        op: &'static str,
+        raw: String,
+        write: bool,
+        f: impl FnOnce(&dyn HostOps, &Path, &Path) -> nodewright_hostops::Result<T> + Send + 'static,
+    ) -> Result<T, CapError> {
+        let (base, path) = self.file_scope(op, &raw, write)?;
+        self.host(Capability::Files, op, &raw, move |h| f(h, &base, &path))
+            .await
+    }
+
+    pub(super) fn check_name(
+        &mut self,
+        cap: Capability,
+        op: &str,
+        name: &str,
+        checked: Result<(), NameRefusal>,
+        write: bool,
+    ) -> Result<(), CapError> {
+        if let Err(refusal) = checked {
+            return Err(self.refuse_name(cap, op, name, refusal, write));
+        }
+        if write && let Some(e) = self.refuse_write(cap, op) {
+            return Err(e);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,94 @@
+//! `files`: reads and writes inside granted paths.
+
+use nodewright_api::grants::Capability;
+use nodewright_hostops::WriteOptions;
+
+use crate::bindings::nodewright::plugin::{files, types};
+use crate::state::CapState;
+
+use types::CapError;
+
+impl files::Host for CapState {
+    async fn read(&mut self, path: String) -> Result<Vec<u8>, CapError> {
+        let max = self.budget.max_read;
+        self.file_op("read", path, false, move |h, base, p| {
+            h.fs().read(base, p, max)
+        })
+        .await
+    }
+
+    async fn write(
+        &mut self,
+        path: String,
+        contents: Vec<u8>,
+        mode: Option<u32>,
+    ) -> Result<(), CapError> {
+        let (base, normalized) = self.file_scope("write", &path, true)?;
+        let special_modes = self.check_mode("write", &normalized, mode)?;
+        self.spend("write", &path, contents.len() as u64, 1)?;
+        let options = WriteOptions {
+            mode,
+            special_modes,
+            min_free_bytes: self.budget.min_free,
+        };
+        self.host(Capability::Files, "write", &path, move |h| {
+            h.fs().write(&base, &normalized, &contents, &options)
+        })
+        .await
+    }
+
+    async fn stat(&mut self, path: String) -> Result<Option<files::FileStat>, CapError> {
+        let stat = self
+            .file_op("stat", path, false, |h, base, p| h.fs().stat(base, p))
+            .await?;
+        Ok(stat.map(|s| files::FileStat {
+            kind: match s.kind {
+                nodewright_hostops::FileKind::File => files::FileKind::File,
+                nodewright_hostops::FileKind::Directory => files::FileKind::Directory,
+                nodewright_hostops::FileKind::Symlink => files::FileKind::Symlink,
+                nodewright_hostops::FileKind::Other => files::FileKind::Other,
+            },
+            size: s.size,
+            mode: s.mode,
+            uid: s.uid,
+            gid: s.gid,
+        }))
+    }
+
+    async fn list_dir(&mut self, path: String) -> Result<Vec<String>, CapError> {
+        self.file_op("list-dir", path, false, |h, base, p| {
+            h.fs().list_dir(base, p)
+        })
+        .await
+    }
+
+    async fn create_dir(&mut self, path: String) -> Result<(), CapError> {
+        let (base, normalized) = self.file_scope("create-dir", &path, true)?;
+        self.spend("create-dir", &path, 0, 1)?;
+        self.host(Capability::Files, "create-dir", &path, move |h| {
+            h.fs().create_dir(&base, &normalized)
+        })
+        .await
+    }
+
+    async fn remove(&mut self, path: String) -> Result<(), CapError> {
+        self.file_op("remove", path, true, |h, base, p| h.fs().remove(base, p))
+            .await
+    }
+
+    async fn set_owner(&mut self, path: String, uid: u32, gid: u32) -> Result<(), CapError> {
+        self.file_op("set-owner", path, true, move |h, base, p| {
+            h.fs().set_owner(base, p, uid, gid)
+        })
+        .await
+    }
+
+    async fn set_mode(&mut self, path: String, mode: u32) -> Result<(), CapError> {
+        let (base, normalized) = self.file_scope("set-mode", &path, true)?;
+        self.check_mode("set-mode", &normalized, Some(mode))?;
+        self.host(Capability::Files, "set-mode", &path, move |h| {
+            h.fs().set_mode(&base, &normalized, mode)
+        })
+        .await
+    }
+}
