@@ -5,7 +5,7 @@
 //! symlink or `..` that would lead out of the grant fails instead of being followed. When
 //! the grant is a single file, its parent is opened and the file must not be a symlink.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -63,7 +63,7 @@ pub const PERMISSION_BITS: u32 = 0o777;
 /// Flags for every open of a plugin-chosen path: never block (a FIFO with no writer would
 /// hang the open), never become the controlling terminal; with `follow == false`, never
 /// follow a final symlink either. (cap-std confines any symlink it follows to the grant.)
-fn safe_open_flags(follow: bool) -> i32 {
+pub(super) fn safe_open_flags(follow: bool) -> i32 {
     let flags = OFlags::NONBLOCK | OFlags::NOCTTY;
     (if follow {
         flags
@@ -73,7 +73,7 @@ fn safe_open_flags(follow: bool) -> i32 {
     .bits() as i32
 }
 
-fn kind_of(m: &cap_std::fs::Metadata) -> FileKind {
+pub(super) fn kind_of(m: &cap_std::fs::Metadata) -> FileKind {
     if m.is_symlink() {
         FileKind::Symlink
     } else if m.is_dir() {
@@ -85,17 +85,6 @@ fn kind_of(m: &cap_std::fs::Metadata) -> FileKind {
     }
 }
 
-/// Creates `name` in `dir` for writing, mode `0600` whatever the umask, never through a
-/// symlink and never over an existing file.
-fn create_private(dir: &Dir, name: &str) -> std::io::Result<std::fs::File> {
-    let mut open = OpenOptions::new();
-    open.write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(safe_open_flags(false));
-    Ok(dir.open_with(name, &open)?.into_std())
-}
-
 /// The host filesystem below a root directory.
 #[derive(Debug)]
 pub struct RootFs {
@@ -104,9 +93,9 @@ pub struct RootFs {
 }
 
 /// A granted path opened for an operation: the directory capability and the path inside it.
-struct Scoped {
-    dir: Dir,
-    rel: PathBuf,
+pub(super) struct Scoped {
+    pub(super) dir: Dir,
+    pub(super) rel: PathBuf,
 }
 
 fn strip_root(path: &Path) -> &Path {
@@ -140,7 +129,13 @@ impl RootFs {
         self.root_path.join(strip_root(path))
     }
 
-    fn map(&self, op: &'static str, path: &Path, base: &Path, e: std::io::Error) -> HostError {
+    pub(super) fn map(
+        &self,
+        op: &'static str,
+        path: &Path,
+        base: &Path,
+        e: std::io::Error,
+    ) -> HostError {
         if is_escape(&e) {
             HostError::Escape {
                 path: path.display().to_string(),
@@ -153,7 +148,13 @@ impl RootFs {
 
     /// Opens the grant `base` and returns the capability plus `path` relative to it.
     /// `create` makes a missing granted directory (writes only).
-    fn scope(&self, op: &'static str, base: &Path, path: &Path, create: bool) -> Result<Scoped> {
+    pub(super) fn scope(
+        &self,
+        op: &'static str,
+        base: &Path,
+        path: &Path,
+        create: bool,
+    ) -> Result<Scoped> {
         let escape = || HostError::Escape {
             path: path.display().to_string(),
             base: base.display().to_string(),
@@ -235,102 +236,6 @@ impl RootFs {
             });
         }
         Ok(out)
-    }
-
-    /// Writes a whole file atomically: a temp file beside it (mode `0600` until it is
-    /// complete, so a secret is never readable half-written), then rename. Creates parents.
-    pub fn write(
-        &self,
-        base: &Path,
-        path: &Path,
-        contents: &[u8],
-        options: &WriteOptions,
-    ) -> Result<()> {
-        let s = self.scope("write", base, path, true)?;
-        let name = s
-            .rel
-            .file_name()
-            .ok_or_else(|| HostError::NotFound(path.display().to_string()))?;
-        let parent = s.rel.parent().unwrap_or(Path::new(""));
-        let dir = if parent.as_os_str().is_empty() {
-            s.dir
-        } else {
-            s.dir
-                .create_dir_all(parent)
-                .map_err(|e| self.map("create", path, base, e))?;
-            s.dir
-                .open_dir(parent)
-                .map_err(|e| self.map("write", path, base, e))?
-        };
-        let existing = dir.symlink_metadata(name).ok();
-        if existing.as_ref().is_some_and(|m| m.is_symlink()) {
-            // Replacing the link would surprise; following it could leave the grant.
-            return Err(HostError::Symlink(path.display().to_string()));
-        }
-        if existing.as_ref().is_some_and(|m| m.is_dir()) {
-            return Err(HostError::io(
-                "write",
-                path,
-                std::io::Error::other("is a directory"),
-            ));
-        }
-        if existing
-            .as_ref()
-            .is_some_and(|m| kind_of(m) == FileKind::Other)
-        {
-            return Err(HostError::NotRegular {
-                path: path.display().to_string(),
-                kind: "a device, socket or FIFO".into(),
-            });
-        }
-        if options.min_free_bytes > 0 {
-            let fd = dir
-                .open(".")
-                .map_err(|e| self.map("write", path, base, e))?;
-            let st =
-                rustix::fs::fstatvfs(&fd).map_err(|e| HostError::io("statvfs", path, e.into()))?;
-            let available = st.f_bavail.saturating_mul(st.f_frsize);
-            if available < (contents.len() as u64).saturating_add(options.min_free_bytes) {
-                return Err(HostError::DiskFloor {
-                    path: path.display().to_string(),
-                    available,
-                    needed: contents.len() as u64,
-                    floor: options.min_free_bytes,
-                });
-            }
-        }
-        let mask = if options.special_modes {
-            0o7777
-        } else {
-            PERMISSION_BITS
-        };
-        let mode = options
-            .mode
-            .or_else(|| existing.as_ref().map(|m| m.mode()))
-            .unwrap_or(0o644)
-            & mask;
-        let tmp = format!(
-            ".{}.nodewright-{}.tmp",
-            name.to_string_lossy(),
-            std::process::id()
-        );
-        let result = (|| -> std::io::Result<()> {
-            let mut file = create_private(&dir, &tmp)?;
-            file.write_all(contents)?;
-            if let Some(m) = &existing {
-                // Keep ownership of the file being replaced (before the mode: a chown
-                // clears setuid and setgid).
-                std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()))?;
-            }
-            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-            file.sync_all()?;
-            dir.rename(&tmp, &dir, name)
-        })();
-        if let Err(e) = result {
-            let _ = dir.remove_file(&tmp);
-            return Err(self.map("write", path, base, e));
-        }
-        Ok(())
     }
 
     /// `lstat`; `None` when missing.
@@ -517,6 +422,8 @@ impl RootFs {
         self.root.read_to_string(strip_root(path)).ok()
     }
 }
+
+mod write;
 
 #[cfg(test)]
 mod tests;

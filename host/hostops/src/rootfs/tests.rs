@@ -1,4 +1,5 @@
 use super::*;
+use super::write::create_private;
 
 const MAX: u64 = 1 << 20;
 
