@@ -1,5 +1,5 @@
-use super::*;
 use super::write::create_private;
+use super::*;
 
 const MAX: u64 = 1 << 20;
 

@@ -386,3 +386,38 @@ impl World {
             .collect()
     }
 }
+
+pub fn cordoned_passes(w: &World, node: &str) -> Vec<usize> {
+    w.history
+        .iter()
+        .filter_map(|(i, a)| {
+            if let Action::PatchNode(p) = a {
+                (p.node == node && p.unschedulable == Some(true)).then_some(*i)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+pub fn evicted(w: &World) -> Vec<(usize, String)> {
+    w.history
+        .iter()
+        .filter_map(|(i, a)| {
+            if let Action::Evict { pod, .. } = a {
+                Some((*i, pod.clone()))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+pub fn failed(blame: Blame, msg: &str, genuine: bool) -> JobPhase {
+    JobPhase::Failed {
+        genuine,
+        attempts: 4,
+        reason: "BackoffLimitExceeded".into(),
+        last: Some(StageResult::failed("apply", "tuning", blame, msg)),
+    }
+}
