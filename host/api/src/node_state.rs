@@ -42,6 +42,14 @@ pub fn reset(cr: &str) -> BTreeMap<String, Option<String>> {
     .collect()
 }
 
+/// Whether `key` is [`state_key`]`(name, version)`.
+fn is_key(key: &str, name: &str, version: &str) -> bool {
+    key.len() == name.len() + 1 + version.len()
+        && key.starts_with(name)
+        && key.as_bytes()[name.len()] == b'|'
+        && key.ends_with(version)
+}
+
 /// Key of a package in a [`NodeState`]: `name|version`.
 pub fn state_key(name: &str, version: &str) -> String {
     format!("{name}|{version}")
@@ -101,6 +109,23 @@ impl NodeState {
     /// Parses the annotation's value.
     pub fn parse(raw: &str) -> Result<Self, String> {
         serde_json::from_str(raw).map_err(|e| e.to_string())
+    }
+
+    /// The entry of package `name` at `version` (key `name|version`), found without
+    /// building the key: a state holds a handful of entries.
+    pub fn find(&self, name: &str, version: &str) -> Option<&PackageStatus> {
+        self.0
+            .iter()
+            .find(|(k, _)| is_key(k, name, version))
+            .map(|(_, e)| e)
+    }
+
+    /// [`NodeState::find`], to change the entry.
+    pub fn find_mut(&mut self, name: &str, version: &str) -> Option<&mut PackageStatus> {
+        self.0
+            .iter_mut()
+            .find(|(k, _)| is_key(k, name, version))
+            .map(|(_, e)| e)
     }
 
     /// The annotation's value: `None` (remove it) when no package is left.

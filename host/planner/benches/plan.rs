@@ -1,7 +1,10 @@
-//! Planner benchmark: one `plan` pass over 1k, 5k and 10k nodes × 5 packages, mid-rollout
-//! (a third of the nodes complete, a tenth at work with Jobs, five pods per node). Prints
-//! the median and p90 wall time of a pass and the peak heap the pass allocated (counted by
-//! a wrapping global allocator). Figures vary with machine load.
+//! Planner benchmark: one steady-state `plan` pass over 1k, 5k and 10k nodes × 5 packages,
+//! mid-rollout (a third of the nodes complete, a tenth at work — cordoned, drained, a Job
+//! running for each package — the rest waiting with five pods each): the world the
+//! operator sees between two changes, on which a pass must ask for nothing new. Prints the
+//! median and p90 wall time of a pass, the 1k → 10k ratio, the peak heap the pass allocated
+//! (counted by a wrapping global allocator) and the actions a pass returned. Figures vary
+//! with machine load; the ratio less so.
 //!
 //! Run: `cargo bench -p nodewright-planner --bench plan`.
 
@@ -107,16 +110,17 @@ fn snapshot(nodes: usize) -> Snapshot {
                     state_key(pn, &p.version),
                     PackageStatus::new(pn, &p.version, Stage::Apply, 1),
                 );
+                let work = Work::Package {
+                    package: pn.clone(),
+                    version: p.version.clone(),
+                    stage: Stage::Apply,
+                };
                 snap.jobs.push(ObservedJob {
-                    name: format!("{name}-{pn}"),
+                    name: nodewright_planner::jobs::job_name("fleet", &name, &work),
                     cr: "fleet".into(),
                     node: name.clone(),
                     generation: 1,
-                    work: Work::Package {
-                        package: pn.clone(),
-                        version: p.version.clone(),
-                        stage: Stage::Apply,
-                    },
+                    work,
                     phase: JobPhase::Active {
                         failed: 0,
                         last: None,
@@ -132,7 +136,8 @@ fn snapshot(nodes: usize) -> Snapshot {
                 serde_json::to_string(&state).unwrap(),
             );
         }
-        for p in 0..5 {
+        // The nodes at work are drained already: their pods are elsewhere.
+        for p in (0..5).filter(|_| !in_batch.contains(&name)) {
             snap.pods.push(ObservedPod {
                 namespace: "apps".into(),
                 name: format!("{name}-pod{p}"),
@@ -169,19 +174,33 @@ fn main() {
     println!(
         "planner: one steady-state pass, 5 packages, a third complete, a tenth at work, 5 pods per node"
     );
-    for nodes in [1_000, 5_000, 10_000] {
+    // `PLAN_BENCH_NODES=10000` runs one size (for a profiler); the default runs all three.
+    let sizes: Vec<usize> = match std::env::var("PLAN_BENCH_NODES") {
+        Ok(n) => vec![n.parse().expect("PLAN_BENCH_NODES is a number")],
+        Err(_) => vec![1_000, 5_000, 10_000],
+    };
+    let mut medians = Vec::new();
+    for nodes in sizes {
         let mut snap = snapshot(nodes);
-        // Steady state: the first pass's node statuses and CR status are written already.
+        // Steady state: the first pass's node writes and CR status have landed.
+        let index: std::collections::HashMap<String, usize> = snap
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
         for a in plan(&snap, 1_000_000) {
             match a {
                 nodewright_planner::Action::PatchNode(p) => {
-                    let n = snap.nodes.iter_mut().find(|n| n.name == p.node).unwrap();
-                    for (k, v) in p
-                        .annotations
-                        .into_iter()
-                        .filter(|(k, _)| k.starts_with("nodewright.io/status."))
-                    {
-                        n.annotations.insert(k, v.unwrap());
+                    let n = &mut snap.nodes[index[&p.node]];
+                    for (k, v) in p.annotations {
+                        match v {
+                            Some(v) => n.annotations.insert(k, v),
+                            None => n.annotations.remove(&k),
+                        };
+                    }
+                    if let Some(u) = p.unschedulable {
+                        n.unschedulable = u;
                     }
                 }
                 nodewright_planner::Action::SetStatus { status, .. } => {
@@ -193,6 +212,7 @@ fn main() {
         let mut times = Vec::new();
         let mut peak = 0;
         let mut actions = 0;
+        let mut kinds = BTreeMap::new();
         for _ in 0..15 {
             let base = CURRENT.load(Ordering::Relaxed);
             PEAK.store(base, Ordering::Relaxed);
@@ -201,6 +221,19 @@ fn main() {
             times.push(t.elapsed());
             peak = peak.max(PEAK.load(Ordering::Relaxed) - base);
             actions = out.len();
+            kinds = out.iter().fold(BTreeMap::new(), |mut m, a| {
+                let kind = match a {
+                    nodewright_planner::Action::CreateJob(_) => "create-job",
+                    nodewright_planner::Action::DeleteJob { .. } => "delete-job",
+                    nodewright_planner::Action::PatchNode(_) => "patch-node",
+                    nodewright_planner::Action::Evict { .. } => "evict",
+                    nodewright_planner::Action::SetStatus { .. } => "status",
+                    nodewright_planner::Action::Event(_) => "event",
+                    _ => "other",
+                };
+                *m.entry(kind).or_insert(0usize) += 1;
+                m
+            });
             drop(out);
         }
         times.sort();
@@ -223,6 +256,18 @@ fn main() {
             ms(times[times.len() * 9 / 10]),
             peak as f64 / (1024.0 * 1024.0),
             ms(parse)
+        );
+        println!("        actions by kind: {kinds:?}");
+        medians.push((nodes, ms(times[times.len() / 2])));
+    }
+    if let (Some((small, a)), Some((large, b))) = (medians.first(), medians.last())
+        && large > small
+    {
+        println!(
+            "{small} -> {large} nodes: time x{:.1} for nodes x{:.0} (linear: x{:.0})",
+            b / a,
+            *large as f64 / *small as f64,
+            *large as f64 / *small as f64
         );
     }
 }

@@ -138,6 +138,40 @@ pub(crate) fn interrupt_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_works_share_a_job_name_exactly_when_they_are_the_same_job() {
+        let pkg = |p: &str, v: &str, s| Work::Package {
+            package: p.into(),
+            version: v.into(),
+            stage: s,
+        };
+        let int = |s, k, o: &str| Work::Interrupt {
+            stage: s,
+            kind: k,
+            owner: o.into(),
+        };
+        use nodewright_api::v1alpha1::InterruptType::{Reboot, Service};
+        let works = [
+            pkg("a", "1.0.0", Stage::Apply),
+            pkg("a", "1.0.0", Stage::Config),
+            pkg("a", "1.0.1", Stage::Apply),
+            pkg("b", "1.0.0", Stage::Apply),
+            int(Stage::Interrupt, Reboot, "a"),
+            int(Stage::Interrupt, Reboot, "b"),
+            int(Stage::Interrupt, Service, "a"),
+            int(Stage::UninstallInterrupt, Reboot, "a"),
+        ];
+        for x in &works {
+            for y in &works {
+                assert_eq!(
+                    job_name("cr", "n1", x) == job_name("cr", "n1", y),
+                    x.same_job(y),
+                    "{x:?} vs {y:?}"
+                );
+            }
+        }
+    }
     use nodewright_api::node_state::Stage;
 
     #[test]

@@ -19,6 +19,7 @@
 pub mod action;
 pub mod batches;
 pub mod cordon;
+mod crpass;
 pub mod drain;
 pub mod hold;
 pub mod interrupts;
@@ -30,6 +31,7 @@ pub mod rollout;
 pub mod select;
 pub mod snapshot;
 pub mod stages;
+pub mod states;
 mod status;
 pub mod work;
 
@@ -39,3 +41,4 @@ pub use snapshot::{
     Cr, GateFinding, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Refusal,
     Resolved, Settings, Snapshot, Work,
 };
+pub use states::StateCache;

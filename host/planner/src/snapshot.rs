@@ -1,7 +1,9 @@
 //! What the operator observed: the planner's only input besides the clock.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use crate::states::StateCache;
 use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::node_state::Stage;
 use nodewright_api::result::StageResult;
@@ -26,6 +28,8 @@ pub struct Snapshot {
     pub refusals: BTreeMap<String, Refusal>,
     /// Operator settings.
     pub settings: Settings,
+    /// Node states parsed by earlier passes (a memo: an empty cache gives the same plan).
+    pub states: Arc<StateCache>,
 }
 
 /// Operator settings the rules depend on.
@@ -180,6 +184,37 @@ pub enum Work {
         /// The package that owns it.
         owner: String,
     },
+}
+
+impl Work {
+    /// Whether a Job doing `self` is the Job that would do `other`: the same key its name
+    /// is made from ([`crate::jobs::job_name`]) — package, version and stage for a package
+    /// stage; stage and type for an interrupt, whoever owns it (one merged interrupt per
+    /// node).
+    pub fn same_job(&self, other: &Work) -> bool {
+        match (self, other) {
+            (
+                Work::Package {
+                    package,
+                    version,
+                    stage,
+                },
+                Work::Package {
+                    package: p,
+                    version: v,
+                    stage: s,
+                },
+            ) => package == p && version == v && stage == s,
+            (
+                Work::Interrupt { stage, kind, .. },
+                Work::Interrupt {
+                    stage: s, kind: k, ..
+                },
+            ) => stage == s && kind == k,
+            (Work::Package { .. }, Work::Interrupt { .. })
+            | (Work::Interrupt { .. }, Work::Package { .. }) => false,
+        }
+    }
 }
 
 /// One of the operator's Jobs.

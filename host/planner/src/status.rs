@@ -31,7 +31,7 @@ pub struct Report<'a> {
     uninstalling: Vec<String>,
     uninstall_failed: Vec<String>,
     /// Each compartment's nodes, to count completions after the node passes.
-    compartment_nodes: Vec<(String, Vec<String>)>,
+    compartment_nodes: Vec<(String, Vec<&'a str>)>,
     /// The batch counters' era (and whether completion resets them).
     era: crate::rollout::Era,
 }
@@ -39,8 +39,9 @@ pub struct Report<'a> {
 impl<'a> Report<'a> {
     /// Starts from the CR's current status (conditions and batch state carry over).
     pub fn new(cr: &'a Cr, now: i64, era: crate::rollout::Era) -> Self {
+        // The node statuses are updated in place ([`Report::node_status`], then
+        // [`Report::keep_nodes`]): at thousands of nodes most of them do not change.
         let mut status = cr.status.clone();
-        status.node_status.clear();
         status.compartment_statuses.clear();
         Report {
             cr,
@@ -158,7 +159,7 @@ impl<'a> Report<'a> {
 
     /// A compartment's batch, over `nodes`. Its completed count is taken again at
     /// [`Report::finish`], after this pass's node work.
-    pub fn compartment(&mut self, name: &str, status: CompartmentStatus, nodes: Vec<String>) {
+    pub fn compartment(&mut self, name: &str, status: CompartmentStatus, nodes: Vec<&'a str>) {
         self.status.compartment_statuses.insert(name.into(), status);
         self.compartment_nodes.push((name.into(), nodes));
     }
@@ -181,11 +182,32 @@ impl<'a> Report<'a> {
 
     /// A node's final status.
     pub fn node_status(&mut self, node: &str, status: Status, boot_id: &str) {
-        self.status.node_status.insert(node.into(), status);
+        match self.status.node_status.get_mut(node) {
+            Some(s) => *s = status,
+            None => {
+                self.status.node_status.insert(node.into(), status);
+            }
+        }
         if !boot_id.is_empty() {
+            match self.status.node_boot_ids.get_mut(node) {
+                Some(b) if b == boot_id => {}
+                Some(b) => *b = boot_id.into(),
+                None => {
+                    self.status
+                        .node_boot_ids
+                        .insert(node.into(), boot_id.into());
+                }
+            }
+        }
+    }
+
+    /// Keeps only the statuses of the `selected` nodes (the others left the CR), once every
+    /// selected node's status is in.
+    pub fn keep_nodes(&mut self, selected: &rustc_hash::FxHashSet<&str>) {
+        if self.status.node_status.len() != selected.len() {
             self.status
-                .node_boot_ids
-                .insert(node.into(), boot_id.into());
+                .node_status
+                .retain(|n, _| selected.contains(n.as_str()));
         }
     }
 
@@ -255,7 +277,7 @@ impl<'a> Report<'a> {
         for (name, nodes) in &self.compartment_nodes {
             let done = nodes
                 .iter()
-                .filter(|n| self.status.node_status.get(n.as_str()) == Some(&Status::Complete))
+                .filter(|n| self.status.node_status.get(**n) == Some(&Status::Complete))
                 .count() as i32;
             if let Some(c) = self.status.compartment_statuses.get_mut(name) {
                 c.completed = done;

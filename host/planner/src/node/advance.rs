@@ -11,10 +11,10 @@ use crate::stages::Next;
 pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeState) {
     let generation = cr.generation;
     for (name, p) in &cr.spec.packages {
-        let key = state_key(name, &p.version);
+        let key = || state_key(name, &p.version);
         let wants_uninstall = uninstall_requested(p, cr.deleting);
         // Version change: upgrade from a completed older version.
-        if !state.contains_key(&key) && !wants_uninstall && !cr.deleting {
+        if state.find(name, &p.version).is_none() && !wants_uninstall && !cr.deleting {
             let older = state
                 .values()
                 .filter(|e| e.name == *name && older_than(&e.version, &p.version))
@@ -22,10 +22,10 @@ pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &m
             if let Some(old) = older.filter(|o| terminal(p, o) || o.state == State::Complete) {
                 let mut e = PackageStatus::new(name, &p.version, Stage::Upgrade, generation);
                 e.previous_version = Some(old.version.clone());
-                state.insert(key.clone(), e);
+                state.insert(key(), e);
             }
         }
-        let Some(e) = state.get_mut(&key) else {
+        let Some(e) = state.find_mut(name, &p.version) else {
             continue;
         };
         if e.state == State::Erroring && e.generation < generation {
@@ -90,14 +90,14 @@ pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &m
                     }
                 }
                 Next::Remove => {
-                    state.remove(&key);
+                    state.remove(&key());
                     continue;
                 }
                 Next::Done => {}
             }
         }
         // Config change at a settled point: the package complete, or parked after config.
-        let Some(e) = state.get_mut(&key) else {
+        let Some(e) = state.find_mut(name, &p.version) else {
             continue;
         };
         let settled = terminal(p, e)
@@ -106,23 +106,23 @@ pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &m
                     e.stage,
                     Stage::Config | Stage::Interrupt | Stage::PostInterrupt
                 ));
-        let digests = all_digests[name].clone();
-        if settled && !wants_uninstall && e.config != digests {
-            let mut keys = changed_keys(&e.config, &digests);
+        let digests = &all_digests[name];
+        if settled && !wants_uninstall && e.config != *digests {
+            let mut keys = changed_keys(&e.config, digests);
             if e.state == State::Erroring {
                 keys.extend(e.changed_keys.iter().cloned());
                 keys.sort();
                 keys.dedup();
             }
             *e = PackageStatus {
-                config: digests,
+                config: digests.clone(),
                 changed_keys: keys,
                 digest: e.digest.clone(),
                 ..PackageStatus::new(name, &p.version, Stage::Config, generation)
             };
         }
         // Upgrade done: drop the older versions' entries.
-        if state.get(&key).is_some_and(|e| terminal(p, e)) {
+        if state.find(name, &p.version).is_some_and(|e| terminal(p, e)) {
             state.retain(|_, o| {
                 o.name != *name || o.version == p.version || !older_than(&o.version, &p.version)
             });

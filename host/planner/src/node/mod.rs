@@ -9,7 +9,7 @@ mod record;
 mod start;
 
 use nodewright_api::keys;
-use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_key};
+use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State};
 use nodewright_api::v1alpha1::{Interrupt, Package, Status};
 
 use crate::action::{Action, Event, Target};
@@ -180,7 +180,7 @@ impl Visit<'_, '_> {
         let digests = self.env.digests;
         let mut runnable = Vec::new();
         for (name, p) in &spec.packages {
-            let entry = state.get(&state_key(name, &p.version));
+            let entry = state.find(name, &p.version);
             if entry.is_some_and(|e| parked(cr, e))
                 || done(name, p, &digests[name], state, cr.deleting)
             {

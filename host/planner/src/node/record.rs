@@ -1,6 +1,6 @@
 //! Folding finished Jobs into a node's state.
 
-use nodewright_api::node_state::{NodeState, Planned, Stage, State, state_key};
+use nodewright_api::node_state::{NodeState, Planned, Stage, State};
 use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::{Interrupt, InterruptType};
 
@@ -36,8 +36,7 @@ pub(super) fn record_jobs(
                     .packages
                     .get(package)
                     .is_some_and(|p| p.version == *version);
-                let key = state_key(package, version);
-                let Some(e) = state.get_mut(&key).filter(|e| {
+                let Some(e) = state.find_mut(package, version).filter(|e| {
                     current
                         && e.stage == *stage
                         && matches!(e.state, State::InProgress | State::Unknown)

@@ -8,7 +8,7 @@ use nodewright_api::v1alpha1::Interrupt;
 
 use crate::action::{Action, Event, Target};
 use crate::interrupts::{Merged, coalesce};
-use crate::jobs::{interrupt_job, job_name, package_job};
+use crate::jobs::{interrupt_job, package_job};
 use crate::snapshot::Work;
 
 use super::{Runnable, Step, Visit};
@@ -57,11 +57,10 @@ pub(super) fn start(
     }
 }
 
-/// A Job is the same work when it has the same name: the name already says that one merged
-/// interrupt per node exists whoever owns it.
+/// A Job is the same work when it would have the same name (one merged interrupt per node,
+/// whoever owns it); the node's Jobs are already this CR's on this node.
 fn has_job(v: &Visit<'_, '_>, w: &Work) -> bool {
-    let name = job_name(&v.cr.name, &v.node.name, w);
-    v.jobs.iter().any(|j| j.name == name)
+    v.jobs.iter().any(|j| j.work.same_job(w))
 }
 
 /// A package stage's Job, unless it has one. True when it started one.

@@ -221,6 +221,17 @@ impl World {
     /// lost, as a write the API refused).
     pub fn step_keeping(&mut self, keep: impl Fn(&Action) -> bool) -> Vec<Action> {
         let actions = plan(&self.snap, self.now);
+        // The state cache is a memo: the same snapshot with an empty one plans the same.
+        let cold = Snapshot {
+            states: Default::default(),
+            ..self.snap.clone()
+        };
+        assert_eq!(
+            plan(&cold, self.now),
+            actions,
+            "a warm state cache changed the plan at pass {}",
+            self.passes
+        );
         self.passes += 1;
         for a in actions.iter().filter(|a| keep(a)) {
             self.history.push((self.passes, a.clone()));

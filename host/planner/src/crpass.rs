@@ -1,0 +1,584 @@
+//! One NodeWright's share of a pass, in named steps: the nodes it selects (letting go of
+//! those it no longer does), each node's standing, the batches per compartment, each node's
+//! pass, and — when it is being deleted — the release that precedes its finalizer.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use k8s_openapi::api::core::v1::Toleration;
+use nodewright_api::keys;
+use nodewright_api::node_state::{self, NodeState, State};
+use nodewright_api::v1alpha1::{DeploymentPolicySpec, Status};
+
+use crate::action::{Action, Event, Target};
+use crate::hold::{self, Holds};
+use crate::node::{self, NodeOutcome};
+use crate::packages::{Digests, node_done};
+use crate::plan::{NO_PINS, Parsed, Pass};
+use crate::rollout::{self, Era, Standing};
+use crate::select;
+use crate::snapshot::{Cr, ObservedNode, PluginCheck};
+use crate::status::Report;
+use crate::work::Env;
+
+/// What one CR's pass derives once from its spec and status.
+struct CrPass<'c> {
+    cr: &'c Cr,
+    /// The policy the CR names: `(name, None)` when it does not exist.
+    policy: Option<(&'c String, Option<&'c DeploymentPolicySpec>)>,
+    era: Era,
+    holds: Holds,
+    pinned: Option<&'c BTreeMap<String, String>>,
+    /// Plugins not ready or the policy missing: nothing of the CR may run.
+    unusable: bool,
+    /// Unusable, paused or disabled: batches are kept as they are.
+    blocked: bool,
+    tolerations: Vec<Toleration>,
+    digests: Digests,
+    /// The CR's node annotations.
+    state_key: String,
+    status_key: String,
+    cordon_key: String,
+    drain_key: String,
+    /// Nodes in the CR's current batches.
+    in_batch: HashSet<&'c str>,
+}
+
+impl<'c> CrPass<'c> {
+    fn new(cr: &'c Cr, policies: &'c BTreeMap<String, DeploymentPolicySpec>, now: i64) -> Self {
+        let policy = cr
+            .spec
+            .deployment_policy
+            .as_ref()
+            .map(|name| (name, policies.get(name)));
+        let spec_policy = policy.and_then(|(_, p)| p);
+        let pinned = match &cr.plugins {
+            PluginCheck::Ready(r) => Some(&r.pinned),
+            PluginCheck::Pending | PluginCheck::NotReady { .. } => None,
+        };
+        let unusable = pinned.is_none() || matches!(policy, Some((_, None)));
+        CrPass {
+            cr,
+            policy,
+            era: Era {
+                generation: cr.generation,
+                versions: crate::packages::version_list(&cr.spec),
+                reset_on_version_change: rollout::resets_batch_state(cr, spec_policy),
+            },
+            holds: hold::evaluate(cr, spec_policy, now),
+            pinned,
+            unusable,
+            blocked: unusable || (cr.paused && !cr.deleting) || cr.disabled,
+            tolerations: tolerations(cr),
+            digests: crate::packages::digests(&cr.spec),
+            state_key: keys::node_state(&cr.name),
+            status_key: keys::node_status(&cr.name),
+            cordon_key: keys::cordon(&cr.name),
+            drain_key: keys::drain_start(&cr.name),
+            in_batch: cr
+                .status
+                .compartment_statuses
+                .values()
+                .flat_map(|c| c.batch_nodes.iter().map(String::as_str))
+                .collect(),
+        }
+    }
+
+    fn spec_policy(&self) -> Option<&'c DeploymentPolicySpec> {
+        self.policy.and_then(|(_, p)| p)
+    }
+}
+
+/// The CR's tolerations: its own, and the runtime-required taint's when it needs one.
+fn tolerations(cr: &Cr) -> Vec<Toleration> {
+    let mut t = cr.spec.additional_tolerations.clone();
+    if cr.spec.runtime_required {
+        t.push(Toleration {
+            key: Some(keys::RUNTIME_REQUIRED_TAINT_KEY.into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        });
+    }
+    t
+}
+
+/// The batches' outcome: who may work, and each member's rollout order.
+struct Batches {
+    members: HashSet<String>,
+    orders: HashMap<String, u32>,
+}
+
+impl<'a> Pass<'a> {
+    /// One CR: select, stand, batch, run each node, release on deletion, report.
+    pub(crate) fn cr(&mut self, cr: &'a Cr, before: &[&Cr]) {
+        if !cr.deleting && !cr.has_finalizer {
+            self.actions.push(Action::AddFinalizer {
+                cr: cr.name.clone(),
+            });
+        }
+        if cr.deleting && !cr.has_finalizer {
+            return;
+        }
+        let c = CrPass::new(cr, &self.s.policies, self.now);
+        let (selected, chosen) = self.select(&c);
+        let mut report = Report::new(cr, self.now, c.era.clone());
+        report.plugins(&cr.plugins);
+        report.holds(&c.holds);
+        if let Some((name, None)) = c.policy {
+            report.policy_missing(name);
+        }
+        let (standing, states) = self.standings(&c, &selected, before, &mut report);
+        let batches = self.batches(&c, &selected, &standing, &mut report);
+        self.node_passes(&c, &selected, &standing, states, &batches, &mut report);
+        report.keep_nodes(&chosen);
+        if cr.deleting && self.release_for_deletion(cr, &selected, &standing) {
+            return;
+        }
+        self.actions.extend(report.finish());
+    }
+
+    /// The nodes the CR selects (on deletion, also those that still hold its state); the
+    /// CR lets go of any other node it holds, whatever it was doing there.
+    fn select(&mut self, c: &CrPass<'a>) -> (Vec<&'a ObservedNode>, HashSet<&'a str>) {
+        let cr = c.cr;
+        let selected: Vec<&ObservedNode> = self
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| {
+                Self::selects(cr, n)
+                    || (cr.deleting && self.work[n.name.as_str()].get(&c.state_key).is_some())
+            })
+            .collect();
+        let chosen: HashSet<&str> = selected.iter().map(|n| n.name.as_str()).collect();
+        let withdrawn: Vec<&ObservedNode> = self
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| !chosen.contains(n.name.as_str()) && self.holds_any(cr, n))
+            .collect();
+        for n in withdrawn {
+            self.withdraw(cr, n, true);
+        }
+        (selected, chosen)
+    }
+
+    /// Every selected node's standing (for batching) and status, before any node's pass;
+    /// the parsed states of those that have one.
+    fn standings(
+        &mut self,
+        c: &CrPass<'a>,
+        selected: &[&'a ObservedNode],
+        before: &[&Cr],
+        report: &mut Report<'_>,
+    ) -> (
+        HashMap<&'a str, (Standing, Status)>,
+        HashMap<&'a str, Parsed>,
+    ) {
+        let cr = c.cr;
+        let mut standing = HashMap::default();
+        let mut states = HashMap::default();
+        for n in selected {
+            let reset = self.reboot_reset(cr, n);
+            // Whether it is done was found for sequencing, from the same state.
+            let (parsed, done) = match self.parsed.remove(&(cr.name.as_str(), n.name.as_str())) {
+                Some(p) if !reset => {
+                    let done = self.done_on(cr, n);
+                    (p, Some(done))
+                }
+                _ => (self.state_of(&cr.name, &n.name), None),
+            };
+            let st = match parsed.as_ref() {
+                Ok(st) => st,
+                Err(e) => {
+                    report.malformed(e.to_string());
+                    standing.insert(n.name.as_str(), (Standing::Ineligible, Status::Unknown));
+                    continue;
+                }
+            };
+            let done = done.unwrap_or_else(|| node_done(&cr.spec, &c.digests, st, cr.deleting));
+            standing.insert(
+                n.name.as_str(),
+                self.standing(c, n, st, done, before, report),
+            );
+            states.insert(n.name.as_str(), parsed);
+        }
+        (standing, states)
+    }
+
+    /// One node's standing and status for the CR, from its state and the node itself.
+    fn standing(
+        &self,
+        c: &CrPass<'a>,
+        n: &ObservedNode,
+        st: &NodeState,
+        done: bool,
+        before: &[&Cr],
+        report: &mut Report<'_>,
+    ) -> (Standing, Status) {
+        let cr = c.cr;
+        let work = &self.work[n.name.as_str()];
+        let parked = st
+            .values()
+            .any(|e| e.state == State::Erroring && e.generation >= cr.generation)
+            || crate::drain::timed_out(cr, crate::drain::started(work.get(&c.drain_key)), self.now)
+                .is_some();
+        let mut untolerated = select::untolerated(&n.taints, &c.tolerations);
+        if c.in_batch.contains(n.name.as_str()) {
+            // A node we are working on goes not-ready while it reboots; that is ours.
+            untolerated.retain(|t| {
+                !matches!(
+                    t.key.as_str(),
+                    "node.kubernetes.io/not-ready" | "node.kubernetes.io/unreachable"
+                )
+            });
+        }
+        if done {
+            if work.get(&c.cordon_key).is_some() && !hold::unhealthy(cr, n).is_empty() {
+                // Through its interrupt but not healthy: failed for the batch, kept cordoned.
+                (Standing::Failed, Status::Erroring)
+            } else {
+                (Standing::Done, Status::Complete)
+            }
+        } else if cr.disabled {
+            (Standing::Ineligible, Status::Disabled)
+        } else if cr.paused && !cr.deleting {
+            (Standing::Ineligible, Status::Paused)
+        } else if parked && self.busy(cr, n) {
+            // Failed, but other Jobs still run: the batch waits for them.
+            (Standing::Eligible, Status::Erroring)
+        } else if parked {
+            (Standing::Failed, Status::Erroring)
+        } else if n.labels.get(keys::IGNORE).is_some_and(|v| v == "true") || !untolerated.is_empty()
+        {
+            report.node_blocked(&n.name, untolerated.iter().map(|t| t.key.clone()).collect());
+            (Standing::Ineligible, Status::Blocked)
+        } else if !cr.deleting && self.gated(before, n) {
+            (Standing::Ineligible, Status::Waiting)
+        } else {
+            (Standing::Eligible, Status::Waiting)
+        }
+    }
+
+    /// Batches per compartment: their members (and done or parked nodes, to record and
+    /// release) run. The rollout order: nodes that left batches before, then the current
+    /// batches' members (compartments by name, each batch in its order).
+    fn batches(
+        &self,
+        c: &CrPass<'a>,
+        selected: &[&'a ObservedNode],
+        standing: &HashMap<&str, (Standing, Status)>,
+        report: &mut Report<'a>,
+    ) -> Batches {
+        let cr = c.cr;
+        let mut out = Batches {
+            members: HashSet::default(),
+            orders: HashMap::default(),
+        };
+        if c.blocked {
+            for (name, comp) in &cr.status.compartment_statuses {
+                report.keep_compartment(name, comp.clone());
+            }
+            return out;
+        }
+        let rules = rollout::rules(c.spec_policy(), cr.spec.interruption_budget.as_ref());
+        let mut current: Vec<String> = Vec::new();
+        let mut processed = 0u32;
+        for (name, nodes) in rollout::assign(c.spec_policy(), selected) {
+            let list: Vec<(&str, Standing)> = nodes
+                .iter()
+                .map(|n| (n.name.as_str(), standing[n.name.as_str()].0))
+                .collect();
+            let b = rollout::batch(
+                &rules[&name],
+                cr.status.compartment_statuses.get(&name),
+                &list,
+                &c.era,
+            );
+            out.members.extend(b.members.iter().cloned());
+            processed += b
+                .status
+                .batch_state
+                .as_ref()
+                .map_or(0, |s| (s.completed_nodes + s.failed_nodes).max(0) as u32);
+            current.extend(b.status.batch_nodes.iter().cloned());
+            report.compartment(
+                &name,
+                b.status,
+                nodes.iter().map(|n| n.name.as_str()).collect(),
+            );
+        }
+        for (i, n) in current.into_iter().enumerate() {
+            out.orders.insert(n, processed + i as u32);
+        }
+        out
+    }
+
+    /// Each selected node's pass (members, and done or parked nodes with something to
+    /// record or release), then its status for the CR.
+    fn node_passes(
+        &mut self,
+        c: &CrPass<'a>,
+        selected: &[&'a ObservedNode],
+        standing: &HashMap<&str, (Standing, Status)>,
+        mut states: HashMap<&str, Parsed>,
+        batches: &Batches,
+        report: &mut Report<'_>,
+    ) {
+        let cr = c.cr;
+        let env = Env {
+            settings: &self.s.settings,
+            now: self.now,
+            refusals: &self.s.refusals,
+            pinned: c.pinned.unwrap_or(&NO_PINS),
+            digests: &c.digests,
+            hold: c.holds.hold,
+            orders: &batches.orders,
+        };
+        for n in selected {
+            let Some((stand, mut node_status)) = standing.get(n.name.as_str()).copied() else {
+                continue;
+            };
+            let member = batches.members.contains(&n.name);
+            let runs = !c.blocked
+                && (member
+                    || stand == Standing::Failed
+                    || (stand == Standing::Done && self.holds_anything(cr, n, c)));
+            match states.remove(n.name.as_str()) {
+                Some(parsed) if runs => {
+                    let Ok(before) = parsed.as_ref() else {
+                        continue;
+                    };
+                    let (out, st) = self.node_pass(&env, cr, n, before, member, &c.state_key);
+                    report.uninstalls(&n.name, &st);
+                    if member || out.status != Status::InProgress {
+                        node_status = out.status;
+                    }
+                    report.node(&n.name, &out);
+                }
+                Some(parsed) => {
+                    if let Ok(st) = parsed.as_ref() {
+                        report.uninstalls(&n.name, st);
+                    }
+                }
+                None => {}
+            }
+            if !c.unusable {
+                self.set_node_status(cr, n, &c.status_key, node_status);
+            }
+            report.node_status(&n.name, node_status, &n.boot_id);
+        }
+    }
+
+    /// One node's pass, and its state written back when the pass changed it.
+    /// Only a node that runs gets its own copy of the state to change.
+    fn node_pass(
+        &mut self,
+        env: &Env<'_>,
+        cr: &'a Cr,
+        n: &'a ObservedNode,
+        before: &NodeState,
+        member: bool,
+        state_key: &str,
+    ) -> (NodeOutcome, NodeState) {
+        let mut st = before.clone();
+        let jobs = self
+            .jobs
+            .get(&(cr.name.as_str(), n.name.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        let pods = self.pods.get(n.name.as_str()).cloned().unwrap_or_default();
+        let work = self
+            .work
+            .get_mut(n.name.as_str())
+            .expect("every node has work");
+        let out = node::pass(
+            env,
+            cr,
+            n,
+            work,
+            &mut st,
+            &jobs,
+            &pods,
+            member,
+            &mut self.actions,
+        );
+        if st != *before {
+            work.set(state_key, st.annotation());
+        }
+        (out, st)
+    }
+
+    /// Deletion, in order: the CR's Jobs stopped and gone, then its cordons and marks
+    /// released, then the finalizer. True when the finalizer is removed this pass.
+    fn release_for_deletion(
+        &mut self,
+        cr: &'a Cr,
+        selected: &[&'a ObservedNode],
+        standing: &HashMap<&str, (Standing, Status)>,
+    ) -> bool {
+        let all_done = selected.iter().all(|n| {
+            standing
+                .get(n.name.as_str())
+                .is_some_and(|(s, _)| *s == Standing::Done)
+        });
+        if !all_done {
+            return false;
+        }
+        let mut released = true;
+        for n in selected {
+            released &= self.withdraw(cr, n, false);
+        }
+        // Jobs elsewhere (a node that left the selector, or left the cluster) are being let
+        // go of by the withdrawal or the orphan sweep: the finalizer waits for them too.
+        if released && !self.s.jobs.iter().any(|j| j.cr == cr.name) {
+            self.actions.push(Action::RemoveFinalizer {
+                cr: cr.name.clone(),
+            });
+            return true;
+        }
+        false
+    }
+
+    /// A done node still has something of this CR's to clean up: Jobs, a cordon, a drain.
+    fn holds_anything(&self, cr: &Cr, n: &ObservedNode, c: &CrPass<'a>) -> bool {
+        let work = &self.work[n.name.as_str()];
+        self.jobs.contains_key(&(cr.name.as_str(), n.name.as_str()))
+            || work.get(&c.cordon_key).is_some()
+            || work.get(&c.drain_key).is_some()
+    }
+
+    /// A Job of the CR still runs on the node.
+    fn busy(&self, cr: &Cr, n: &ObservedNode) -> bool {
+        self.jobs
+            .get(&(cr.name.as_str(), n.name.as_str()))
+            .is_some_and(|js| js.iter().any(|j| j.running()))
+    }
+
+    fn set_node_status(&mut self, cr: &'a Cr, n: &'a ObservedNode, key: &str, status: Status) {
+        let text = status.as_str();
+        let work = self
+            .work
+            .get_mut(n.name.as_str())
+            .expect("every node has work");
+        let old = work.get(key);
+        if old != Some(text) {
+            if status == Status::Erroring && old != Some("erroring") {
+                self.actions.push(Action::Event(Event {
+                    target: Target::Node(n.name.clone()),
+                    warning: true,
+                    reason: "Erroring",
+                    message: format!("{} is erroring on this node", cr.name),
+                }));
+            }
+            work.set(key, Some(text.into()));
+        }
+        self.outcome
+            .insert((cr.name.as_str(), n.name.as_str()), status);
+    }
+
+    /// `reapplyOnReboot`: a boot ID change that is not our own reboot resets the node for
+    /// this CR.
+    fn reboot_reset(&mut self, cr: &'a Cr, n: &'a ObservedNode) -> bool {
+        if !self.s.settings.reapply_on_reboot {
+            return false;
+        }
+        let Some(seen) = cr.status.node_boot_ids.get(&n.name) else {
+            return false;
+        };
+        if seen.is_empty() || *seen == n.boot_id {
+            return false;
+        }
+        let ours = self
+            .state_of(&cr.name, &n.name)
+            .as_ref()
+            .as_ref()
+            .is_ok_and(|st| {
+                st.values()
+                    .any(|e| !e.boot_id.is_empty() && e.state != State::Complete)
+            });
+        if ours {
+            return false;
+        }
+        let work = self
+            .work
+            .get_mut(n.name.as_str())
+            .expect("every node has work");
+        work.set(&keys::node_state(&cr.name), None);
+        for j in self
+            .jobs
+            .remove(&(cr.name.as_str(), n.name.as_str()))
+            .unwrap_or_default()
+        {
+            self.actions.push(Action::DeleteJob {
+                name: j.name.clone(),
+                node: n.name.clone(),
+                running: j.running(),
+            });
+        }
+        self.actions.push(Action::Event(Event {
+            target: Target::Node(n.name.clone()),
+            warning: false,
+            reason: "Reboot",
+            message: format!("boot ID changed; {} re-applies its packages", cr.name),
+        }));
+        true
+    }
+
+    /// Whether the CR has anything on `n`: a Job or one of its per-CR annotations.
+    fn holds_any(&self, cr: &Cr, n: &ObservedNode) -> bool {
+        let work = &self.work[n.name.as_str()];
+        self.jobs.contains_key(&(cr.name.as_str(), n.name.as_str()))
+            || node_state::keys(&cr.name)
+                .iter()
+                .any(|k| work.get(k).is_some())
+    }
+
+    /// Lets go of `n`: stops the CR's Jobs there (a running stage gets its graceful
+    /// shutdown; a requested reboot still happens), and once none is left releases the
+    /// cordon, the drain marks and the Karpenter annotations and removes the status. A node
+    /// that left the selector (`forget`) loses its state too; on deletion a state that
+    /// still lists packages is kept as the record of what is installed, as NodeWright does.
+    /// True when nothing of the CR's is left to wait for.
+    fn withdraw(&mut self, cr: &Cr, n: &ObservedNode, forget: bool) -> bool {
+        let jobs = self
+            .jobs
+            .get(&(cr.name.as_str(), n.name.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        for j in jobs.iter().filter(|j| !j.stopping) {
+            self.actions.push(Action::DeleteJob {
+                name: j.name.clone(),
+                node: n.name.clone(),
+                running: j.running(),
+            });
+        }
+        if !jobs.is_empty() {
+            return false;
+        }
+        let work = self
+            .work
+            .get_mut(n.name.as_str())
+            .expect("every node has work");
+        let held = work.get(&keys::cordon(&cr.name)).is_some()
+            || work.get(&keys::node_status(&cr.name)).is_some();
+        work.release(&cr.name);
+        work.set(&keys::node_status(&cr.name), None);
+        let empty = work
+            .get(&keys::node_state(&cr.name))
+            .is_none_or(|raw| NodeState::parse(raw).is_ok_and(|st| st.is_empty()));
+        if forget || empty {
+            work.set(&keys::node_state(&cr.name), None);
+        }
+        if forget && held {
+            self.actions.push(Action::Event(Event {
+                target: Target::Node(n.name.clone()),
+                warning: false,
+                reason: "Released",
+                message: format!("{} no longer selects this node; released it", cr.name),
+            }));
+        }
+        true
+    }
+}
