@@ -182,7 +182,9 @@ fn main() {
     let mut medians = Vec::new();
     for nodes in sizes {
         let mut snap = snapshot(nodes);
-        // Steady state: the first pass's node writes and CR status have landed.
+        // Steady state: the first pass's node writes and CR status have landed. What the
+        // state cache keeps between passes is measured across that first pass.
+        let before_first = CURRENT.load(Ordering::Relaxed);
         let index: std::collections::HashMap<String, usize> = snap
             .nodes
             .iter()
@@ -209,6 +211,7 @@ fn main() {
                 _ => {}
             }
         }
+        let cache_heap = CURRENT.load(Ordering::Relaxed).saturating_sub(before_first);
         let mut times = Vec::new();
         let mut peak = 0;
         let mut actions = 0;
@@ -257,7 +260,11 @@ fn main() {
             peak as f64 / (1024.0 * 1024.0),
             ms(parse)
         );
-        println!("        actions by kind: {kinds:?}");
+        println!(
+            "        actions by kind: {kinds:?}; kept between passes: {} parsed states, {:.1} MiB of heap",
+            snap.states.len(),
+            cache_heap as f64 / (1024.0 * 1024.0)
+        );
         medians.push((nodes, ms(times[times.len() / 2])));
     }
     if let (Some((small, a)), Some((large, b))) = (medians.first(), medians.last())

@@ -121,7 +121,7 @@ impl<'a> Pass<'a> {
             return;
         }
         let c = CrPass::new(cr, &self.s.policies, self.now);
-        let (selected, chosen) = self.select(&c);
+        let selected = self.select(&c);
         let mut report = Report::new(cr, self.now, c.era.clone());
         report.plugins(&cr.plugins);
         report.holds(&c.holds);
@@ -131,7 +131,6 @@ impl<'a> Pass<'a> {
         let (standing, states) = self.standings(&c, &selected, before, &mut report);
         let batches = self.batches(&c, &selected, &standing, &mut report);
         self.node_passes(&c, &selected, &standing, states, &batches, &mut report);
-        report.keep_nodes(&chosen);
         if cr.deleting && self.release_for_deletion(cr, &selected, &standing) {
             return;
         }
@@ -140,7 +139,7 @@ impl<'a> Pass<'a> {
 
     /// The nodes the CR selects (on deletion, also those that still hold its state); the
     /// CR lets go of any other node it holds, whatever it was doing there.
-    fn select(&mut self, c: &CrPass<'a>) -> (Vec<&'a ObservedNode>, HashSet<&'a str>) {
+    fn select(&mut self, c: &CrPass<'a>) -> Vec<&'a ObservedNode> {
         let cr = c.cr;
         let selected: Vec<&ObservedNode> = self
             .nodes
@@ -161,7 +160,7 @@ impl<'a> Pass<'a> {
         for n in withdrawn {
             self.withdraw(cr, n, true);
         }
-        (selected, chosen)
+        selected
     }
 
     /// Every selected node's standing (for batching) and status, before any node's pass;
@@ -324,7 +323,7 @@ impl<'a> Pass<'a> {
         standing: &HashMap<&str, (Standing, Status)>,
         mut states: HashMap<&str, Parsed>,
         batches: &Batches,
-        report: &mut Report<'_>,
+        report: &mut Report<'a>,
     ) {
         let cr = c.cr;
         let env = Env {

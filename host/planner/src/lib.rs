@@ -33,6 +33,7 @@ pub mod snapshot;
 pub mod stages;
 pub mod states;
 mod status;
+mod tally;
 pub mod work;
 
 pub use action::{Action, Event, JobRequest, NodePatch, Target};

@@ -98,8 +98,12 @@ impl<'a> Pass<'a> {
 
     /// `cr`'s state on `node` as this pass has left it (parsed once per annotation text).
     pub(crate) fn state_of(&self, cr: &str, node: &str) -> Parsed {
-        let raw = self.work[node].get(&keys::node_state(cr));
-        self.s.states.get(node, cr, raw)
+        self.state_at(&keys::node_state(cr), cr, node)
+    }
+
+    /// [`Pass::state_of`] with the annotation's key (`keys::node_state(cr)`) at hand.
+    fn state_at(&self, key: &str, cr: &str, node: &str) -> Parsed {
+        self.s.states.get(node, cr, self.work[node].get(key))
     }
 
     pub(crate) fn selects(cr: &Cr, node: &ObservedNode) -> bool {
@@ -111,9 +115,10 @@ impl<'a> Pass<'a> {
     fn completion(&mut self) {
         for cr in &self.s.nodewrights {
             let digests = crate::packages::digests(&cr.spec);
+            let key = keys::node_state(&cr.name);
             let mut everywhere = true;
             for n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
-                let st = self.state_of(&cr.name, &n.name);
+                let st = self.state_at(&key, &cr.name, &n.name);
                 let done = st
                     .as_ref()
                     .as_ref()

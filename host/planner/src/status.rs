@@ -10,6 +10,7 @@ use crate::action::{Action, Event, Target};
 use crate::hold::Holds;
 use crate::node::NodeOutcome;
 use crate::snapshot::{Cr, PluginCheck};
+use crate::tally::NodeTally;
 
 /// Collects what a CR's pass found and turns it into a status write and events.
 pub struct Report<'a> {
@@ -34,14 +35,16 @@ pub struct Report<'a> {
     compartment_nodes: Vec<(String, Vec<&'a str>)>,
     /// The batch counters' era (and whether completion resets them).
     era: crate::rollout::Era,
+    /// Each selected node's status and boot ID this pass.
+    nodes: NodeTally<'a>,
 }
 
 impl<'a> Report<'a> {
     /// Starts from the CR's current status (conditions and batch state carry over).
     pub fn new(cr: &'a Cr, now: i64, era: crate::rollout::Era) -> Self {
-        // The node statuses are updated in place ([`Report::node_status`], then
-        // [`Report::keep_nodes`]): at thousands of nodes most of them do not change.
-        let mut status = cr.status.clone();
+        // The per-node maps are tallied apart ([`NodeTally`]) and written only when they
+        // change: at thousands of nodes they are most of the status.
+        let mut status = cr.status.without_nodes();
         status.compartment_statuses.clear();
         Report {
             cr,
@@ -60,6 +63,7 @@ impl<'a> Report<'a> {
             uninstall_failed: vec![],
             compartment_nodes: vec![],
             era,
+            nodes: NodeTally::new(&cr.status),
         }
     }
 
@@ -181,34 +185,8 @@ impl<'a> Report<'a> {
     }
 
     /// A node's final status.
-    pub fn node_status(&mut self, node: &str, status: Status, boot_id: &str) {
-        match self.status.node_status.get_mut(node) {
-            Some(s) => *s = status,
-            None => {
-                self.status.node_status.insert(node.into(), status);
-            }
-        }
-        if !boot_id.is_empty() {
-            match self.status.node_boot_ids.get_mut(node) {
-                Some(b) if b == boot_id => {}
-                Some(b) => *b = boot_id.into(),
-                None => {
-                    self.status
-                        .node_boot_ids
-                        .insert(node.into(), boot_id.into());
-                }
-            }
-        }
-    }
-
-    /// Keeps only the statuses of the `selected` nodes (the others left the CR), once every
-    /// selected node's status is in.
-    pub fn keep_nodes(&mut self, selected: &rustc_hash::FxHashSet<&str>) {
-        if self.status.node_status.len() != selected.len() {
-            self.status
-                .node_status
-                .retain(|n, _| selected.contains(n.as_str()));
-        }
+    pub fn node_status(&mut self, node: &'a str, status: Status, boot_id: &'a str) {
+        self.nodes.record(node, status, boot_id);
     }
 
     fn roll_up(&self) -> Status {
@@ -222,7 +200,7 @@ impl<'a> Report<'a> {
         if self.policy_missing.is_some() || self.plugins.as_ref().is_some_and(|p| !p.0) {
             return Status::Blocked;
         }
-        let all: Vec<Status> = self.status.node_status.values().copied().collect();
+        let all: Vec<Status> = self.nodes.statuses().collect();
         if all.iter().all(|s| *s == Status::Complete) {
             return Status::Complete;
         }
@@ -277,7 +255,7 @@ impl<'a> Report<'a> {
         for (name, nodes) in &self.compartment_nodes {
             let done = nodes
                 .iter()
-                .filter(|n| self.status.node_status.get(**n) == Some(&Status::Complete))
+                .filter(|n| self.nodes.get(n) == Some(Status::Complete))
                 .count() as i32;
             if let Some(c) = self.status.compartment_statuses.get_mut(name) {
                 c.completed = done;
@@ -288,18 +266,16 @@ impl<'a> Report<'a> {
                 };
             }
         }
-        let total = self.status.node_status.len();
+        let total = self.nodes.len();
         let complete = self
-            .status
-            .node_status
-            .values()
-            .filter(|s| **s == Status::Complete)
+            .nodes
+            .statuses()
+            .filter(|s| *s == Status::Complete)
             .count();
         self.status.complete_nodes = Some(format!("{complete}/{total}"));
         self.status.nodes_in_progress = Some(
-            self.status
-                .node_status
-                .values()
+            self.nodes
+                .statuses()
                 .filter(|s| matches!(s, Status::InProgress | Status::Erroring))
                 .count() as i32,
         );
@@ -477,7 +453,8 @@ impl<'a> Report<'a> {
                 String::new(),
             );
         }
-        if self.status != cr.status {
+        if self.nodes.changed() || self.status != cr.status.without_nodes() {
+            self.nodes.write_into(&mut self.status);
             actions.insert(
                 0,
                 Action::SetStatus {

@@ -211,6 +211,42 @@ pub struct NodeWrightStatus {
     pub package_list: Option<String>,
 }
 
+impl NodeWrightStatus {
+    /// A copy of everything but the per-node maps (`nodeStatus`, `nodeBootIds`), which grow
+    /// with the fleet: what a planner pass compares and rewrites every time.
+    pub fn without_nodes(&self) -> NodeWrightStatus {
+        // Destructured without `..`: a new field must be decided on here.
+        let NodeWrightStatus {
+            status,
+            node_status: _,
+            conditions,
+            observed_generation,
+            node_boot_ids: _,
+            next_window,
+            resolved_plugins,
+            plugin_signers,
+            compartment_statuses,
+            nodes_in_progress,
+            complete_nodes,
+            package_list,
+        } = self;
+        NodeWrightStatus {
+            status: *status,
+            node_status: BTreeMap::new(),
+            conditions: conditions.clone(),
+            observed_generation: *observed_generation,
+            node_boot_ids: BTreeMap::new(),
+            next_window: next_window.clone(),
+            resolved_plugins: resolved_plugins.clone(),
+            plugin_signers: plugin_signers.clone(),
+            compartment_statuses: compartment_statuses.clone(),
+            nodes_in_progress: *nodes_in_progress,
+            complete_nodes: complete_nodes.clone(),
+            package_list: package_list.clone(),
+        }
+    }
+}
+
 /// One compartment's rollout state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
