@@ -22,12 +22,23 @@ use crate::world::World;
 /// Writes in flight at once within a wave.
 const PARALLEL: usize = 16;
 
+/// Client-side limits on the operator's API writes (`--api-qps`, `--api-burst`): a rollout
+/// over a large fleet cannot flood the apiserver, whatever the planner asks for at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteLimits {
+    /// Sustained writes per second.
+    pub qps: u32,
+    /// Writes allowed at once above the sustained rate.
+    pub burst: u32,
+}
+
 /// Writes the planner's decisions.
 pub struct Executor {
     client: Client,
     jobs: JobConfig,
     recorder: Recorder,
     world: World,
+    limiter: governor::DefaultDirectRateLimiter,
 }
 
 impl std::fmt::Debug for Executor {
@@ -48,15 +59,31 @@ pub struct PassWrites {
 }
 
 impl Executor {
-    /// An executor writing as `reporter`.
-    pub fn new(client: Client, jobs: JobConfig, world: World, reporter: &str) -> Self {
+    /// An executor writing as `reporter`, within `limits`.
+    pub fn new(
+        client: Client,
+        jobs: JobConfig,
+        world: World,
+        reporter: &str,
+        limits: WriteLimits,
+    ) -> Self {
         let recorder = Recorder::new(client.clone(), reporter.to_string().into());
+        let per_second = std::num::NonZeroU32::new(limits.qps.max(1)).expect("at least 1");
+        let burst = std::num::NonZeroU32::new(limits.burst.max(1)).expect("at least 1");
         Executor {
             client,
             jobs,
             recorder,
             world,
+            limiter: governor::RateLimiter::direct(
+                governor::Quota::per_second(per_second).allow_burst(burst),
+            ),
         }
+    }
+
+    /// Waits for the rate limit to allow one more write.
+    async fn throttle(&self) {
+        self.limiter.until_ready().await;
     }
 
     /// Executes `actions` in three waves, each [`PARALLEL`] writes at a time: node patches;
@@ -140,6 +167,7 @@ impl Executor {
     }
 
     async fn patch_node(&self, p: &NodePatch) -> anyhow::Result<()> {
+        self.throttle().await;
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut body = json!({"metadata": {"resourceVersion": p.resource_version, "annotations": p.annotations}});
         if let Some(u) = p.unschedulable {
@@ -159,9 +187,10 @@ impl Executor {
             }
             body["spec"]["taints"] = serde_json::to_value(taints)?;
         }
-        let patched = nodes
+        let mut patched = nodes
             .patch(&p.node, &PatchParams::default(), &Patch::Merge(body))
             .await?;
+        crate::world::slim_node(&mut patched);
         self.world
             .overlay
             .lock()
@@ -172,6 +201,7 @@ impl Executor {
     }
 
     async fn create_job(&self, req: &nodewright_planner::JobRequest) -> anyhow::Result<()> {
+        self.throttle().await;
         let api: Api<Job> = Api::namespaced(self.client.clone(), &self.jobs.namespace);
         let job = jobs::build(req, &self.jobs);
         match api.create(&PostParams::default(), &job).await {
@@ -194,6 +224,7 @@ impl Executor {
     /// deletion timestamp, seen by the planner as stopping) until its pods are gone, so
     /// whatever waits for the work to stop — a release, a finalizer — waits for the pods.
     async fn delete_job(&self, name: &str, running: bool) -> anyhow::Result<()> {
+        self.throttle().await;
         let api: Api<Job> = Api::namespaced(self.client.clone(), &self.jobs.namespace);
         let propagation = if running {
             PropagationPolicy::Foreground
@@ -222,6 +253,7 @@ impl Executor {
         delete: bool,
         grace: Option<i64>,
     ) -> anyhow::Result<()> {
+        self.throttle().await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let key = format!("{namespace}/{pod}");
         let dp = DeleteParams {
@@ -272,6 +304,7 @@ impl Executor {
         cr: &str,
         status: &nodewright_api::v1alpha1::NodeWrightStatus,
     ) -> anyhow::Result<()> {
+        self.throttle().await;
         let api: Api<NodeWright> = Api::all(self.client.clone());
         let body =
             json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "status": status});
@@ -290,6 +323,7 @@ impl Executor {
     }
 
     async fn finalizer(&self, cr: &str, add: bool) -> anyhow::Result<()> {
+        self.throttle().await;
         let api: Api<NodeWright> = Api::all(self.client.clone());
         let Some(current) = self.world.nodewright(cr) else {
             return Ok(());
@@ -311,6 +345,7 @@ impl Executor {
     }
 
     async fn event(&self, e: &Event) {
+        self.throttle().await;
         let reference = match &e.target {
             Target::Cr(name) => match self.world.nodewright(name) {
                 Some(cr) => cr.object_ref(&()),

@@ -135,6 +135,14 @@ struct Flags {
     /// Longest wait between passes when nothing changes, seconds.
     #[arg(long, env = "NODEWRIGHT_RESYNC_SECONDS", default_value_t = 30)]
     resync_seconds: u64,
+    /// Sustained API writes per second (Job creates and deletes, node patches, evictions,
+    /// status writes, events): a large rollout waits for the limit rather than flooding
+    /// the apiserver.
+    #[arg(long, env = "NODEWRIGHT_API_QPS", default_value_t = 50)]
+    api_qps: u32,
+    /// API writes allowed at once above `--api-qps`.
+    #[arg(long, env = "NODEWRIGHT_API_BURST", default_value_t = 100)]
+    api_burst: u32,
     /// Serve `/metrics`, `/healthz` and `/readyz` over plain HTTP here (off when unset).
     #[arg(long, env = "NODEWRIGHT_METRICS_ADDR")]
     metrics_addr: Option<SocketAddr>,
@@ -281,8 +289,16 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         service_account: flags.agent_service_account.clone(),
         min_free_bytes: flags.agent_min_free_disk,
     };
-    let executor =
-        execute::Executor::new(client.clone(), jobs, world.clone(), "nodewright-operator");
+    let executor = execute::Executor::new(
+        client.clone(),
+        jobs,
+        world.clone(),
+        "nodewright-operator",
+        execute::WriteLimits {
+            qps: flags.api_qps,
+            burst: flags.api_burst,
+        },
+    );
     let settings = Settings {
         namespace: flags.namespace.clone(),
         backoff_limit: flags.job_backoff_limit,

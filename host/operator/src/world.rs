@@ -1,20 +1,23 @@
 //! What the operator sees: reflector caches of NodeWrights, DeploymentPolicies,
-//! PluginTrustPolicies, nodes, our Jobs and every bound pod, overlaid with the operator's own recent writes until the caches
-//! catch up — and the planner snapshot built from them.
+//! PluginTrustPolicies, nodes, our Jobs and every bound pod — each object slimmed to what
+//! the planner reads (see docs/operator.md, "Caches") — overlaid with the operator's own
+//! recent writes until the caches catch up, and the planner snapshot built from them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Pod, PodSpec, PodStatus, Volume,
+};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use nodewright_api::keys;
 use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright};
-use nodewright_planner::{Refusal, Settings, Snapshot};
+use nodewright_planner::{Refusal, Settings, Snapshot, StateCache};
 use tokio::sync::Notify;
 
 use crate::gates::Gates;
@@ -33,6 +36,8 @@ pub struct World {
     pub overlay: Arc<Mutex<Overlay>>,
     /// Evictions a PodDisruptionBudget refused, by `namespace/name`.
     pub refusals: Arc<Mutex<BTreeMap<String, Refusal>>>,
+    /// Node states parsed by earlier passes, handed to every snapshot.
+    states: Arc<StateCache>,
 }
 
 impl std::fmt::Debug for World {
@@ -61,23 +66,167 @@ fn rv(o: &impl Resource) -> u64 {
         .unwrap_or(0)
 }
 
-fn watch<K>(api: Api<K>, config: watcher::Config, notify: Arc<Notify>) -> Store<K>
+/// Watches `api` into a reflector store of `slim`med objects, and wakes the loop only for a
+/// change the planner can see: an object added, deleted, or different once slimmed (a
+/// node's heartbeat, a bumped resourceVersion alone, is not). The periodic resync pass
+/// still runs; this only keeps an unchanged world from driving passes.
+fn watch<K>(api: Api<K>, config: watcher::Config, slim: fn(&mut K), notify: Arc<Notify>) -> Store<K>
 where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    let stream = reflector::reflector(writer, watcher(api, config).modify(slim)).default_backoff();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        let mut seen: HashMap<String, u64> = HashMap::new();
         while let Some(ev) = stream.next().await {
-            if let Err(e) = ev {
-                tracing::warn!("watch: {e}");
+            let wake = match ev {
+                Ok(watcher::Event::Apply(o)) => fingerprint_changed(&mut seen, &o),
+                Ok(watcher::Event::InitApply(o)) => {
+                    fingerprint_changed(&mut seen, &o);
+                    false
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    seen.remove(&key_of(&o));
+                    true
+                }
+                Ok(watcher::Event::Init) => false,
+                Ok(watcher::Event::InitDone) => true,
+                Err(e) => {
+                    tracing::warn!("watch: {e}");
+                    true
+                }
+            };
+            if wake {
+                notify.notify_one();
             }
-            notify.notify_one();
         }
     });
     reader
+}
+
+fn key_of(o: &impl Resource) -> String {
+    format!(
+        "{}/{}",
+        o.meta().namespace.as_deref().unwrap_or_default(),
+        o.meta().name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Records `o`'s content (all but its resourceVersion); true when it differs from the last.
+fn fingerprint_changed<K: Resource + Clone + serde::Serialize>(
+    seen: &mut HashMap<String, u64>,
+    o: &K,
+) -> bool {
+    use std::hash::{Hash, Hasher};
+    let mut bare = o.clone();
+    bare.meta_mut().resource_version = None;
+    let mut h = std::hash::DefaultHasher::new();
+    serde_json::to_vec(&bare).unwrap_or_default().hash(&mut h);
+    let print = h.finish();
+    seen.insert(key_of(o), print) != Some(print)
+}
+
+/// Keeps what the operator reads of a node — labels, annotations, creation time, taints,
+/// `unschedulable`, the boot ID, each condition's type and status — and drops the rest
+/// (images, addresses, capacity, managed fields, heartbeat times), which at thousands of
+/// nodes is most of the cache and every heartbeat's only change.
+pub fn slim_node(n: &mut Node) {
+    n.metadata.managed_fields = None;
+    if let Some(spec) = &mut n.spec {
+        *spec = NodeSpec {
+            taints: spec.taints.take(),
+            unschedulable: spec.unschedulable,
+            ..Default::default()
+        };
+    }
+    if let Some(status) = &mut n.status {
+        let boot_id = status.node_info.take().map(|i| i.boot_id);
+        let conditions = status.conditions.take().map(|cs| {
+            cs.into_iter()
+                .map(|c| NodeCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    ..Default::default()
+                })
+                .collect()
+        });
+        *status = NodeStatus {
+            conditions,
+            node_info: boot_id.map(|boot_id| NodeSystemInfo {
+                boot_id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+    }
+}
+
+/// Keeps what the planner and the Job reader use of a pod — its metadata (without managed
+/// fields; of its annotations only the mirror-pod mark), node, tolerations, emptyDir
+/// volumes and phase, and for our agent pods the conditions and the agent container's
+/// state (its termination message is the stage's result).
+pub fn slim_pod(p: &mut Pod) {
+    const MIRROR: &str = "kubernetes.io/config.mirror";
+    let meta = &mut p.metadata;
+    meta.managed_fields = None;
+    if let Some(a) = &mut meta.annotations {
+        a.retain(|k, _| k == MIRROR);
+    }
+    let ours = meta
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.get(keys::job::MANAGED).is_some_and(|v| v == "true"));
+    if let Some(spec) = &mut p.spec {
+        *spec = PodSpec {
+            node_name: spec.node_name.take(),
+            tolerations: spec.tolerations.take(),
+            volumes: spec.volumes.take().map(|vs| {
+                vs.into_iter()
+                    .filter(|v| v.empty_dir.is_some())
+                    .map(|v| Volume {
+                        name: v.name,
+                        empty_dir: v.empty_dir,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        };
+    }
+    if let Some(status) = &mut p.status {
+        *status = PodStatus {
+            phase: status.phase.take(),
+            reason: if ours { status.reason.take() } else { None },
+            conditions: if ours { status.conditions.take() } else { None },
+            container_statuses: if ours {
+                status.container_statuses.take().map(|cs| {
+                    cs.into_iter()
+                        .filter(|c| c.name == crate::jobs::CONTAINER)
+                        .collect()
+                })
+            } else {
+                None
+            },
+            ..Default::default()
+        };
+    }
+}
+
+/// Job objects are kept whole (the operator's own, a handful per node at work).
+fn keep<K>(_: &mut K) {}
+
+/// NodeWrights and policies are kept whole but for their managed fields.
+fn slim_meta<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
 }
 
 impl World {
@@ -87,37 +236,26 @@ impl World {
         namespace: &str,
         notify: Arc<Notify>,
     ) -> anyhow::Result<World> {
+        // Our Jobs only, by label; pods only once bound to a node (the planner reads pods
+        // by node: drains, barriers, our agents' results).
         let jobs_cfg = watcher::Config::default().labels(&format!("{}=true", keys::job::MANAGED));
-        let pods_cfg = watcher::Config::default();
+        let pods_cfg = watcher::Config::default().fields("spec.nodeName!=");
+        let all = watcher::Config::default;
         let world = World {
-            nodewrights: watch(
-                Api::all(client.clone()),
-                watcher::Config::default(),
-                notify.clone(),
-            ),
-            policies: watch(
-                Api::all(client.clone()),
-                watcher::Config::default(),
-                notify.clone(),
-            ),
-            trust: watch(
-                Api::all(client.clone()),
-                watcher::Config::default(),
-                notify.clone(),
-            ),
-            nodes: watch(
-                Api::all(client.clone()),
-                watcher::Config::default(),
-                notify.clone(),
-            ),
+            nodewrights: watch(Api::all(client.clone()), all(), slim_meta, notify.clone()),
+            policies: watch(Api::all(client.clone()), all(), slim_meta, notify.clone()),
+            trust: watch(Api::all(client.clone()), all(), slim_meta, notify.clone()),
+            nodes: watch(Api::all(client.clone()), all(), slim_node, notify.clone()),
             jobs: watch(
                 Api::namespaced(client.clone(), namespace),
                 jobs_cfg,
+                keep,
                 notify.clone(),
             ),
-            pods: watch(Api::all(client), pods_cfg, notify),
+            pods: watch(Api::all(client), pods_cfg, slim_pod, notify),
             overlay: Arc::default(),
             refusals: Arc::default(),
+            states: Arc::default(),
         };
         world.nodewrights.wait_until_ready().await?;
         world.policies.wait_until_ready().await?;
@@ -249,6 +387,7 @@ impl World {
             pods: pods.iter().filter_map(|p| crate::convert::pod(p)).collect(),
             refusals: refusals.clone(),
             settings: settings.clone(),
+            states: self.states.clone(),
         }
     }
 }
