@@ -1,9 +1,10 @@
-//! 100-node rollouts on the local cluster, measured: `cargo bench -p nodewright-operator
-//! --bench rollout` (or `-- NODES` for another size).
+//! Rollouts on the local cluster, measured: `cargo bench -p nodewright-operator --bench
+//! rollout -- [NODES] [--budget PERCENT] [--scenarios idle,plain,reboot]` (default: 100
+//! nodes, 25 %, `plain,reboot`).
 //!
-//! Two scenarios on a fresh cluster each, both with `interruptionBudget: 25%`: a package with
-//! no interrupt (sysctl: apply, config) and one that needs a reboot (kernel-module: plan,
-//! cordon, drain, apply, config, reboot, post-interrupt). Printed per scenario:
+//! `plain` rolls out a package with no interrupt (sysctl: apply, config), `reboot` one that
+//! needs a reboot (kernel-module: plan, cordon, drain, apply, config, reboot,
+//! post-interrupt), each on a fresh cluster. Printed per rollout:
 //!
 //! - wall time from apply to the CR reporting complete;
 //! - the Job/pod latency floor: per batch, the longest node chain of Job durations (created →
@@ -12,8 +13,14 @@
 //! - operator-added latency: on each node, a Job's success → the next Job's creation
 //!   (p50/p95/max), the part the operator's loop contributes;
 //! - API writes per node-stage (the operator's `nodewright_api_writes_total` over the number
-//!   of Jobs), and events per node-stage;
-//! - the operator's peak and final RSS.
+//!   of Jobs), events per node-stage, and the highest one-second rate of writes and events;
+//! - the operator's RSS idle, at its peak mid-rollout, and its RSS and CPU once idle after.
+//!
+//! `idle` starts the operator on a fleet whose NodeWright is already complete everywhere
+//! (each node carries the state a finished rollout leaves) and measures its RSS and CPU
+//! over a minute with nothing to do: what a large, settled fleet costs. With thousands of
+//! nodes set `NODEWRIGHT_SIM_HEARTBEAT_SECONDS` (simulated nodes report every 10 s by
+//! default) so the control plane on this machine is not what limits the run.
 //!
 //! Times come from a Job watch in this process (millisecond resolution; the API's own
 //! timestamps are whole seconds), on a shared 2-core machine: expect noise.
@@ -24,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::{NodeWright, Status};
@@ -56,6 +64,28 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds (user + system) the process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+    let ticks: f64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+/// The operator's RSS and share of one core over `window`, doing whatever it does.
+async fn settle(pid: u32, window: Duration) -> (u64, f64) {
+    let cpu0 = cpu_seconds(pid);
+    tokio::time::sleep(window).await;
+    let cpu = (cpu_seconds(pid) - cpu0) / window.as_secs_f64() * 100.0;
+    (rss_kib(pid), cpu)
+}
+
 async fn scrape(port: u16, metric: &str) -> f64 {
     let Ok((_, body)) = nodewright_localcluster::http_get(port, "/metrics").await else {
         return f64::NAN;
@@ -82,11 +112,16 @@ fn package(cluster: &Cluster, reboot: bool) -> Value {
     }
 }
 
-async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result<()> {
-    let work = tempfile::tempdir()?;
+/// A fresh cluster of `nodes` simulated nodes (hosts as the packages expect) and the
+/// operator on it, ready, with its metrics on a port of its own.
+async fn fleet(
+    bins: &Binaries,
+    work: &std::path::Path,
+    nodes: usize,
+) -> anyhow::Result<(Cluster, Operator, u16)> {
     let defs: Vec<(String, Vec<(String, String)>)> =
-        (0..nodes).map(|i| (format!("n{i:03}"), vec![])).collect();
-    let cluster = Cluster::start(work.path(), &defs).await?;
+        (0..nodes).map(|i| (format!("n{i:05}"), vec![])).collect();
+    let cluster = Cluster::start(work, &defs).await?;
     for (n, _) in &defs {
         cluster.host_file(n, "/proc/sys/vm/swappiness", "60")?;
         cluster.host_file(n, "/proc/modules", "nvidia 0 0 - Live 0x0\n")?;
@@ -95,12 +130,71 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
     let op = Operator::start(
         &cluster,
         bins,
-        &work.path().join("cache"),
-        &work.path().join("operator.log"),
+        &work.join("cache"),
+        &work.join("operator.log"),
         "info,kube=warn",
         &[&format!("--metrics-addr=127.0.0.1:{port}")],
     )?;
+    let ready = Instant::now();
+    while !nodewright_localcluster::http_get(port, "/readyz")
+        .await
+        .is_ok_and(|(status, _)| status == 200)
+    {
+        anyhow::ensure!(
+            ready.elapsed() < Duration::from_secs(300),
+            "the operator never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok((cluster, op, port))
+}
 
+/// Waits for NodeWright `name` to report complete, sampling the operator's RSS and its
+/// write rate (writes and events) once a second; returns (wall s, peak RSS KiB, peak
+/// writes per second).
+async fn until_complete(
+    cluster: &Cluster,
+    op: &Operator,
+    port: u16,
+    name: &str,
+) -> anyhow::Result<(f64, u64, f64)> {
+    let nws: Api<NodeWright> = Api::all(cluster.client.clone());
+    let started = Instant::now();
+    let (mut peak, mut peak_rate) = (0, 0.0f64);
+    let written = async || {
+        scrape(port, "nodewright_api_writes_total").await
+            + scrape(port, "nodewright_actions_total{action=\"event\"}").await
+    };
+    let (mut last, mut last_at) = (written().await, Instant::now());
+    loop {
+        peak = peak.max(rss_kib(op.pid()));
+        if last_at.elapsed() >= Duration::from_secs(1) {
+            let now = written().await;
+            peak_rate = peak_rate.max((now - last) / last_at.elapsed().as_secs_f64());
+            (last, last_at) = (now, Instant::now());
+        }
+        let st = nws.get(name).await?.status;
+        if st.as_ref().and_then(|s| s.status) == Some(Status::Complete) {
+            return Ok((started.elapsed().as_secs_f64(), peak, peak_rate));
+        }
+        if st.as_ref().and_then(|s| s.status) == Some(Status::Erroring)
+            || started.elapsed() > Duration::from_secs(3600)
+        {
+            anyhow::bail!("{name}: did not complete: {st:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn nodewright(name: &str, budget: u32, packages: Value) -> Value {
+    json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": name},
+           "spec": {"interruptionBudget": {"percent": budget}, "packages": packages}})
+}
+
+/// A rollout from nothing to complete, with its floor and the operator's cost.
+async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> anyhow::Result<()> {
+    let work = tempfile::tempdir()?;
+    let (cluster, op, port) = fleet(bins, work.path(), nodes).await?;
     let seen: Arc<Mutex<HashMap<String, Seen>>> = Arc::default();
     let watch = tokio::spawn({
         let seen = seen.clone();
@@ -133,43 +227,16 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
         }
     });
 
-    let name = if reboot { "reboot" } else { "no-interrupt" };
-    let cr = json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": name},
-                    "spec": {"interruptionBudget": {"percent": 25}, "packages": package(&cluster, reboot)}});
-    // Idle: caches synced, nothing to do yet.
-    let ready = Instant::now();
-    while !nodewright_localcluster::http_get(port, "/readyz")
-        .await
-        .is_ok_and(|(status, _)| status == 200)
-    {
-        anyhow::ensure!(
-            ready.elapsed() < Duration::from_secs(60),
-            "the operator never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let (rss0, mut peak) = (rss_kib(op.pid()), 0);
-    let started = Instant::now();
-    cluster.apply(&cr).await?;
-    let nws: Api<NodeWright> = Api::all(cluster.client.clone());
-    loop {
-        peak = peak.max(rss_kib(op.pid()));
-        let st = nws.get(name).await?.status;
-        if st.as_ref().and_then(|s| s.status) == Some(Status::Complete) {
-            break;
-        }
-        if st.as_ref().and_then(|s| s.status) == Some(Status::Erroring)
-            || started.elapsed() > Duration::from_secs(1800)
-        {
-            anyhow::bail!("{name}: did not complete: {st:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let wall = started.elapsed().as_secs_f64();
+    let name = if reboot { "reboot" } else { "plain" };
+    let rss0 = rss_kib(op.pid());
+    cluster
+        .apply(&nodewright(name, budget, package(&cluster, reboot)))
+        .await?;
+    let (wall, peak, peak_rate) = until_complete(&cluster, &op, port, name).await?;
     let writes = scrape(port, "nodewright_api_writes_total").await;
     let events = scrape(port, "nodewright_actions_total{action=\"event\"}").await;
-    let rss_end = rss_kib(op.pid());
     watch.abort();
+    let (rss_idle, cpu_idle) = settle(op.pid(), Duration::from_secs(60)).await;
 
     let seen = seen.lock().unwrap().clone();
     let mut by_node: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
@@ -200,23 +267,74 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
         }
     }
     chains.sort_by_key(|c| c.0);
-    let batch = nodes.div_ceil(4).max(1);
+    let batch = (nodes * budget as usize).div_ceil(100).max(1);
     let floor: f64 = chains
         .chunks(batch)
         .map(|b| b.iter().map(|c| c.1).fold(0.0, f64::max))
         .sum();
     gaps.sort_by(f64::total_cmp);
     println!(
-        "{name:<13} {nodes:>4} nodes  wall {wall:>6.1} s  floor {floor:>6.1} s  ({:.2}x)  jobs {jobs:>4}  added latency p50 {:>5.0} ms  p95 {:>5.0} ms  max {:>5.0} ms  writes/node-stage {:.2}  events/node-stage {:.2}  operator RSS idle {} MiB peak {} MiB end {} MiB",
+        "{name:<6} {nodes:>5} nodes, budget {budget}%: wall {wall:>7.1} s  floor {floor:>7.1} s  ({:.2}x)  jobs {jobs:>5}  added latency p50 {:>5.0} ms  p95 {:>5.0} ms  max {:>6.0} ms",
         wall / floor,
         percentile(&gaps, 0.5),
         percentile(&gaps, 0.95),
         gaps.last().copied().unwrap_or(f64::NAN),
+    );
+    println!(
+        "         writes/node-stage {:.2}  events/node-stage {:.2}  peak writes+events {peak_rate:.0}/s  operator RSS idle {} MiB, peak {} MiB; after: {} MiB, CPU {cpu_idle:.1}% of a core",
         writes / jobs as f64,
         events / jobs as f64,
         rss0 / 1024,
         peak / 1024,
-        rss_end / 1024,
+        rss_idle / 1024,
+    );
+    drop(op);
+    Ok(())
+}
+
+/// A settled fleet: the NodeWright complete on every node before the operator looks.
+async fn idle(bins: &Binaries, nodes: usize) -> anyhow::Result<()> {
+    let work = tempfile::tempdir()?;
+    let (cluster, op, port) = fleet(bins, work.path(), nodes).await?;
+    let (rss_empty, cpu_empty) = settle(op.pid(), Duration::from_secs(30)).await;
+    let packages = package(&cluster, false);
+    let spec: nodewright_api::v1alpha1::NodeWrightSpec =
+        serde_json::from_value(json!({"packages": packages}))?;
+    let mut state = nodewright_api::node_state::NodeState::new();
+    for (name, p) in &spec.packages {
+        let mut e = nodewright_api::node_state::PackageStatus::new(
+            name,
+            &p.version,
+            nodewright_api::node_state::Stage::Config,
+            1,
+        );
+        e.state = nodewright_api::node_state::State::Complete;
+        e.config = nodewright_planner::packages::config_digests(p);
+        state.insert(nodewright_api::node_state::state_key(name, &p.version), e);
+    }
+    let nodes_api: Api<Node> = Api::all(cluster.client.clone());
+    let patch =
+        json!({"metadata": {"annotations": {keys::node_state("settled"): state.annotation()}}});
+    futures::stream::iter(cluster.nodes.clone())
+        .map(|n| {
+            let (api, patch) = (nodes_api.clone(), patch.clone());
+            async move {
+                api.patch(&n, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    cluster.apply(&nodewright("settled", 10, packages)).await?;
+    let (wall, _, _) = until_complete(&cluster, &op, port, "settled").await?;
+    let (rss, cpu) = settle(op.pid(), Duration::from_secs(60)).await;
+    println!(
+        "idle   {nodes:>5} nodes: operator RSS {} MiB, CPU {cpu:.1}% of a core over 60 s with a NodeWright complete everywhere (reported complete {wall:.0} s after apply); with no NodeWright: {} MiB, {cpu_empty:.1}%",
+        rss / 1024,
+        rss_empty / 1024,
     );
     drop(op);
     Ok(())
@@ -224,10 +342,16 @@ async fn scenario(bins: &Binaries, nodes: usize, reboot: bool) -> anyhow::Result
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let nodes: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(100);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let nodes: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(100);
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let budget: u32 = flag("--budget").map_or(Ok(25), |b| b.parse())?;
+    let scenarios = flag("--scenarios").unwrap_or_else(|| "plain,reboot".into());
     let exe = std::env::current_exe()?;
     // benches live in target/<profile>/deps; the binaries one level up.
     let dir = exe
@@ -235,8 +359,13 @@ async fn main() -> anyhow::Result<()> {
         .and_then(|d| d.parent())
         .expect("target/<profile>");
     let bins = Binaries::in_dir(dir)?;
-    for reboot in [false, true] {
-        scenario(&bins, nodes, reboot).await?;
+    for scenario in scenarios.split(',') {
+        match scenario {
+            "idle" => idle(&bins, nodes).await?,
+            "plain" => rollout(&bins, nodes, budget, false).await?,
+            "reboot" => rollout(&bins, nodes, budget, true).await?,
+            other => anyhow::bail!("unknown scenario {other:?} (idle, plain, reboot)"),
+        }
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Plugin trust as the operator and its webhook apply it: every `PluginTrustPolicy` not
-//! `off`, read from the operator's cache, judged against a package's pinned plugin with one
+//! `off` — read from the operator's cache for rollouts, listed live for admission — judged against a package's pinned plugin with one
 //! shared, bounded cache of verified signatures (a rollout verifies a digest once, however
 //! many nodes and admission requests ask).
 
@@ -18,10 +18,18 @@ use nodewright_trust::policy::{self, Finding};
 /// How many (reference, key set) answers the verifier remembers.
 const VERIFIED_CAPACITY: usize = 1024;
 
+/// Where the policies come from: the operator's cache, or a list just read from the API
+/// (admission must not judge under a policy older than the request).
+#[derive(Clone)]
+enum Policies {
+    Cached(Store<PluginTrustPolicy>),
+    Listed(Arc<Vec<PluginTrustPolicy>>),
+}
+
 /// The trust policies in force and a verifier.
 #[derive(Clone)]
 pub struct Trust {
-    policies: Store<PluginTrustPolicy>,
+    policies: Policies,
     verifier: Arc<Verifier>,
 }
 
@@ -48,16 +56,27 @@ impl Trust {
     /// Trust over the cached `policies`.
     pub fn new(policies: Store<PluginTrustPolicy>) -> Self {
         Trust {
-            policies,
+            policies: Policies::Cached(policies),
             verifier: Arc::new(Verifier::new(VERIFIED_CAPACITY)),
+        }
+    }
+
+    /// The same trust (and verifier) over `policies` as just listed from the API: what the
+    /// webhook judges with, so a policy created a moment before a NodeWright applies to it.
+    pub fn over(&self, policies: Vec<PluginTrustPolicy>) -> Self {
+        Trust {
+            policies: Policies::Listed(Arc::new(policies)),
+            verifier: self.verifier.clone(),
         }
     }
 
     /// The policies not `off`, by name.
     fn active(&self) -> Vec<(String, PluginTrustPolicySpec)> {
-        let mut out: Vec<_> = self
-            .policies
-            .state()
+        let all: Vec<PluginTrustPolicy> = match &self.policies {
+            Policies::Cached(store) => store.state().iter().map(|p| (**p).clone()).collect(),
+            Policies::Listed(list) => list.as_ref().clone(),
+        };
+        let mut out: Vec<_> = all
             .iter()
             .filter(|p| p.spec.mode != TrustMode::Off)
             .map(|p| (p.metadata.name.clone().unwrap_or_default(), p.spec.clone()))

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 
 /// The workspace root.
-fn workspace() -> PathBuf {
+pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)

@@ -59,13 +59,7 @@ pub struct ControlPlane {
     _tmp: Option<tempfile::TempDir>,
 }
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("workspace root")
-        .to_path_buf()
-}
+use nodewright_testregistry::workspace;
 
 /// Builds (once, cached by source hash) the `ktest` binary and returns its path.
 pub fn ktest_binary() -> Result<PathBuf> {

@@ -23,6 +23,7 @@ use kube::api::{Api, ListParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use nodewright_api::node_state::NodeState;
+use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightSpec};
 use nodewright_api::validate::{self, FieldError};
 use nodewright_oci::Registry;
@@ -199,8 +200,16 @@ impl Admission {
                         v.errors
                             .extend(authority::check(&self.client, &req.user_info, &needed).await?);
                     }
-                    if v.errors.is_empty() && self.trust.in_force() {
-                        self.judge(&spec, &mut v).await?;
+                    if v.errors.is_empty() {
+                        // The policies as they are now, not as the cache last saw them.
+                        let listed = Api::<PluginTrustPolicy>::all(self.client.clone())
+                            .list(&ListParams::default())
+                            .await
+                            .map_err(|e| format!("listing PluginTrustPolicies: {e}"))?;
+                        let trust = self.trust.over(listed.items);
+                        if trust.in_force() {
+                            self.judge(&trust, &spec, &mut v).await?;
+                        }
                     }
                 }
             }
@@ -211,10 +220,13 @@ impl Admission {
 
     /// Trust findings: `enforce` ones refuse (at the package's plugin field), `warn` ones
     /// warn. A registry that cannot be reached refuses (fail closed).
-    async fn judge(&self, spec: &NodeWrightSpec, v: &mut Verdict) -> Result<(), String> {
-        for (name, _pinned, judgement) in
-            self.trust.judge_all(&self.registry, &spec.packages).await?
-        {
+    async fn judge(
+        &self,
+        trust: &Trust,
+        spec: &NodeWrightSpec,
+        v: &mut Verdict,
+    ) -> Result<(), String> {
+        for (name, _pinned, judgement) in trust.judge_all(&self.registry, &spec.packages).await? {
             let path = format!("spec.packages.{name}.plugin");
             v.errors
                 .extend(judgement.refusals.iter().map(|f| FieldError {
