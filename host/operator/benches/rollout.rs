@@ -78,12 +78,45 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
-/// The operator's RSS and share of one core over `window`, doing whatever it does.
-async fn settle(pid: u32, window: Duration) -> (u64, f64) {
-    let cpu0 = cpu_seconds(pid);
+/// What the operator did over a window: its RSS at the end, its share of one core, and
+/// how many passes it ran (and their total time).
+#[derive(Debug)]
+struct Settled {
+    rss_kib: u64,
+    cpu_percent: f64,
+    passes: f64,
+    pass_seconds: f64,
+}
+
+/// The operator over `window`, doing whatever it does.
+async fn settle(pid: u32, port: u16, window: Duration) -> Settled {
+    let count = "nodewright_reconcile_duration_seconds_count";
+    let sum = "nodewright_reconcile_duration_seconds_sum";
+    let (cpu0, n0, t0) = (
+        cpu_seconds(pid),
+        scrape(port, count).await,
+        scrape(port, sum).await,
+    );
     tokio::time::sleep(window).await;
-    let cpu = (cpu_seconds(pid) - cpu0) / window.as_secs_f64() * 100.0;
-    (rss_kib(pid), cpu)
+    Settled {
+        rss_kib: rss_kib(pid),
+        cpu_percent: (cpu_seconds(pid) - cpu0) / window.as_secs_f64() * 100.0,
+        passes: scrape(port, count).await - n0,
+        pass_seconds: scrape(port, sum).await - t0,
+    }
+}
+
+impl std::fmt::Display for Settled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RSS {} MiB, CPU {:.1}% of a core, {} passes ({:.2} s in passes)",
+            self.rss_kib / 1024,
+            self.cpu_percent,
+            self.passes,
+            self.pass_seconds
+        )
+    }
 }
 
 async fn scrape(port: u16, metric: &str) -> f64 {
@@ -161,10 +194,7 @@ async fn until_complete(
     let nws: Api<NodeWright> = Api::all(cluster.client.clone());
     let started = Instant::now();
     let (mut peak, mut peak_rate) = (0, 0.0f64);
-    let written = async || {
-        scrape(port, "nodewright_api_writes_total").await
-            + scrape(port, "nodewright_actions_total{action=\"event\"}").await
-    };
+    let written = async || scrape(port, "nodewright_api_requests_total").await;
     let (mut last, mut last_at) = (written().await, Instant::now());
     loop {
         peak = peak.max(rss_kib(op.pid()));
@@ -236,7 +266,7 @@ async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> an
     let writes = scrape(port, "nodewright_api_writes_total").await;
     let events = scrape(port, "nodewright_actions_total{action=\"event\"}").await;
     watch.abort();
-    let (rss_idle, cpu_idle) = settle(op.pid(), Duration::from_secs(60)).await;
+    let after = settle(op.pid(), port, Duration::from_secs(60)).await;
 
     let seen = seen.lock().unwrap().clone();
     let mut by_node: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
@@ -281,12 +311,11 @@ async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> an
         gaps.last().copied().unwrap_or(f64::NAN),
     );
     println!(
-        "         writes/node-stage {:.2}  events/node-stage {:.2}  peak writes+events {peak_rate:.0}/s  operator RSS idle {} MiB, peak {} MiB; after: {} MiB, CPU {cpu_idle:.1}% of a core",
+        "         writes/node-stage {:.2}  events/node-stage {:.2}  peak writes+events {peak_rate:.0}/s  operator RSS idle {} MiB, peak {} MiB; the minute after: {after}",
         writes / jobs as f64,
         events / jobs as f64,
         rss0 / 1024,
         peak / 1024,
-        rss_idle / 1024,
     );
     drop(op);
     Ok(())
@@ -296,7 +325,7 @@ async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> an
 async fn idle(bins: &Binaries, nodes: usize) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let (cluster, op, port) = fleet(bins, work.path(), nodes).await?;
-    let (rss_empty, cpu_empty) = settle(op.pid(), Duration::from_secs(30)).await;
+    let empty = settle(op.pid(), port, Duration::from_secs(30)).await;
     let packages = package(&cluster, false);
     let spec: nodewright_api::v1alpha1::NodeWrightSpec =
         serde_json::from_value(json!({"packages": packages}))?;
@@ -330,11 +359,9 @@ async fn idle(bins: &Binaries, nodes: usize) -> anyhow::Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     cluster.apply(&nodewright("settled", 10, packages)).await?;
     let (wall, _, _) = until_complete(&cluster, &op, port, "settled").await?;
-    let (rss, cpu) = settle(op.pid(), Duration::from_secs(60)).await;
+    let settled = settle(op.pid(), port, Duration::from_secs(60)).await;
     println!(
-        "idle   {nodes:>5} nodes: operator RSS {} MiB, CPU {cpu:.1}% of a core over 60 s with a NodeWright complete everywhere (reported complete {wall:.0} s after apply); with no NodeWright: {} MiB, {cpu_empty:.1}%",
-        rss / 1024,
-        rss_empty / 1024,
+        "idle   {nodes:>5} nodes: a NodeWright complete everywhere (reported complete {wall:.1} s after apply), over 60 s: {settled}; with no NodeWright, over 30 s: {empty}",
     );
     drop(op);
     Ok(())

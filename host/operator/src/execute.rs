@@ -1,6 +1,8 @@
 //! Carries out the planner's actions against the apiserver.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 
@@ -12,7 +14,7 @@ use kube::api::{
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Client, Resource};
 use nodewright_api::keys;
-use nodewright_api::v1alpha1::NodeWright;
+use nodewright_api::v1alpha1::{NodeWright, NodeWrightStatus};
 use nodewright_planner::{Action, Event, NodePatch, Refusal, Target};
 use serde_json::json;
 
@@ -21,6 +23,24 @@ use crate::world::World;
 
 /// Writes in flight at once within a wave.
 const PARALLEL: usize = 16;
+
+/// How long after a CR's last status write a write that only moves counts is held back:
+/// with hundreds of nodes at work the per-node statuses and counters change on nearly every
+/// pass, and the next write (at most this much later) carries them all.
+const STATUS_COALESCE: Duration = Duration::from_secs(2);
+
+/// The part of a status that is not a count: the roll-up, conditions, batch state, pins,
+/// the next window. A change there is written at once.
+fn significant(s: &NodeWrightStatus) -> NodeWrightStatus {
+    let mut s = s.without_nodes();
+    s.complete_nodes = None;
+    s.nodes_in_progress = None;
+    for c in s.compartment_statuses.values_mut() {
+        c.completed = 0;
+        c.progress_percent = 0;
+    }
+    s
+}
 
 /// Client-side limits on the operator's API writes (`--api-qps`, `--api-burst`): a rollout
 /// over a large fleet cannot flood the apiserver, whatever the planner asks for at once.
@@ -39,6 +59,10 @@ pub struct Executor {
     recorder: Recorder,
     world: World,
     limiter: governor::DefaultDirectRateLimiter,
+    /// Counts each write request as it goes out.
+    sent: prometheus_client::metrics::counter::Counter,
+    /// Each CR's last written status (its [`significant`] part) and when it was written.
+    statuses: Mutex<HashMap<String, (Instant, NodeWrightStatus)>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -66,6 +90,7 @@ impl Executor {
         world: World,
         reporter: &str,
         limits: WriteLimits,
+        sent: prometheus_client::metrics::counter::Counter,
     ) -> Self {
         let recorder = Recorder::new(client.clone(), reporter.to_string().into());
         let per_second = std::num::NonZeroU32::new(limits.qps.max(1)).expect("at least 1");
@@ -78,12 +103,15 @@ impl Executor {
             limiter: governor::RateLimiter::direct(
                 governor::Quota::per_second(per_second).allow_burst(burst),
             ),
+            sent,
+            statuses: Mutex::default(),
         }
     }
 
     /// Waits for the rate limit to allow one more write.
     async fn throttle(&self) {
         self.limiter.until_ready().await;
+        self.sent.inc();
     }
 
     /// Executes `actions` in three waves, each [`PARALLEL`] writes at a time: node patches;
@@ -156,13 +184,27 @@ impl Executor {
                 delete,
                 grace_seconds,
             } => self.evict(&namespace, &pod, delete, grace_seconds).await,
-            Action::SetStatus { cr, status } => self.set_status(&cr, &status).await,
+            Action::SetStatus { cr, status } => {
+                if self.held_back(&cr, &status) {
+                    return None;
+                }
+                self.set_status(&cr, &status).await
+            }
             Action::Event(e) => {
                 self.event(&e).await;
                 return None;
             }
             Action::AddFinalizer { cr } => self.finalizer(&cr, true).await,
             Action::RemoveFinalizer { cr } => self.finalizer(&cr, false).await,
+        })
+    }
+
+    /// Whether a status write changes only counts and the CR's last write is recent (see
+    /// [`STATUS_COALESCE`]); the planner asks again on the next pass.
+    fn held_back(&self, cr: &str, status: &NodeWrightStatus) -> bool {
+        let statuses = self.statuses.lock().expect("status lock");
+        statuses.get(cr).is_some_and(|(at, last)| {
+            at.elapsed() < STATUS_COALESCE && *last == significant(status)
         })
     }
 
@@ -299,11 +341,7 @@ impl Executor {
         }
     }
 
-    async fn set_status(
-        &self,
-        cr: &str,
-        status: &nodewright_api::v1alpha1::NodeWrightStatus,
-    ) -> anyhow::Result<()> {
+    async fn set_status(&self, cr: &str, status: &NodeWrightStatus) -> anyhow::Result<()> {
         self.throttle().await;
         let api: Api<NodeWright> = Api::all(self.client.clone());
         let body =
@@ -316,7 +354,13 @@ impl Executor {
             )
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.statuses
+                    .lock()
+                    .expect("status lock")
+                    .insert(cr.to_string(), (Instant::now(), significant(status)));
+                Ok(())
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(anyhow::anyhow!("status of {cr}: {e}")),
         }
@@ -383,4 +427,51 @@ fn fnv(s: &str) -> u32 {
     s.bytes().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use nodewright_api::v1alpha1::{CompartmentStatus, Status};
+
+    use super::*;
+
+    #[test]
+    fn only_counts_may_wait_for_the_next_status_write() {
+        let before = NodeWrightStatus {
+            status: Some(Status::InProgress),
+            complete_nodes: Some("10/100".into()),
+            nodes_in_progress: Some(10),
+            node_status: [("n1".to_string(), Status::InProgress)].into(),
+            compartment_statuses: [("__default__".to_string(), CompartmentStatus::default())]
+                .into(),
+            ..Default::default()
+        };
+        let mut counts = before.clone();
+        counts.complete_nodes = Some("11/100".into());
+        counts.nodes_in_progress = Some(9);
+        counts.node_status.insert("n1".into(), Status::Complete);
+        let c = counts.compartment_statuses.get_mut("__default__").unwrap();
+        c.completed = 11;
+        c.progress_percent = 11;
+        assert_eq!(significant(&before), significant(&counts));
+        let mut rolled = counts.clone();
+        rolled.status = Some(Status::Complete);
+        assert_ne!(
+            significant(&before),
+            significant(&rolled),
+            "a roll-up is written at once"
+        );
+        let mut batch = counts;
+        batch
+            .compartment_statuses
+            .get_mut("__default__")
+            .unwrap()
+            .batch_nodes
+            .push("n2".into());
+        assert_ne!(
+            significant(&before),
+            significant(&batch),
+            "so is batch state"
+        );
+    }
 }

@@ -298,6 +298,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             qps: flags.api_qps,
             burst: flags.api_burst,
         },
+        metrics.api_requests.clone(),
     );
     let settings = Settings {
         namespace: flags.namespace.clone(),

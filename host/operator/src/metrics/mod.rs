@@ -53,6 +53,8 @@ pub struct Metrics {
     pub api_writes: Counter,
     /// Writes the API refused or that failed.
     pub api_write_failures: Counter,
+    /// Write requests as they are sent (events included), after the rate limit.
+    pub api_requests: Counter,
     /// 1 while this replica holds the leader lease (or runs without election).
     pub leader: Gauge,
     /// Admission reviews answered.
@@ -78,6 +80,7 @@ impl Metrics {
         let actions = Family::<ActionLabels, Counter>::default();
         let api_writes = Counter::default();
         let api_write_failures = Counter::default();
+        let api_requests = Counter::default();
         let leader = Gauge::default();
         let admissions = Family::<AdmissionLabels, Counter>::default();
         let events = Family::<EventLabels, Counter>::default();
@@ -103,6 +106,11 @@ impl Metrics {
             api_write_failures.clone(),
         );
         registry.register(
+            "nodewright_api_requests",
+            "Write requests sent to the Kubernetes API as they go out (events included), after the client-side rate limit",
+            api_requests.clone(),
+        );
+        registry.register(
             "nodewright_leader",
             "1 while this replica plans (holds the leader lease)",
             leader.clone(),
@@ -124,6 +132,7 @@ impl Metrics {
             actions,
             api_writes,
             api_write_failures,
+            api_requests,
             leader,
             admissions,
             events,
