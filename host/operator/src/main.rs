@@ -138,10 +138,10 @@ struct Flags {
     /// Sustained API writes per second (Job creates and deletes, node patches, evictions,
     /// status writes, events): a large rollout waits for the limit rather than flooding
     /// the apiserver.
-    #[arg(long, env = "NODEWRIGHT_API_QPS", default_value_t = 50)]
+    #[arg(long, env = "NODEWRIGHT_API_QPS", default_value_t = 100)]
     api_qps: u32,
     /// API writes allowed at once above `--api-qps`.
-    #[arg(long, env = "NODEWRIGHT_API_BURST", default_value_t = 100)]
+    #[arg(long, env = "NODEWRIGHT_API_BURST", default_value_t = 200)]
     api_burst: u32,
     /// Serve `/metrics`, `/healthz` and `/readyz` over plain HTTP here (off when unset).
     #[arg(long, env = "NODEWRIGHT_METRICS_ADDR")]
