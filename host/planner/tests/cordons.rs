@@ -336,3 +336,61 @@ fn drain_config_decides_which_pods_go_and_how() {
     assert_eq!(deletes, [("bare".into(), true), ("cache".into(), true)]);
     assert!(w.snap.pods.iter().any(|p| p.name == "ds"));
 }
+
+/// Passes until every node but `except` is complete (at most `max`); how many it took.
+fn passes_until_others_complete(w: &mut World, except: &str, max: usize) -> usize {
+    let others: Vec<String> = w
+        .snap
+        .nodes
+        .iter()
+        .map(|n| n.name.clone())
+        .filter(|n| n != except)
+        .collect();
+    for pass in 1..=max {
+        w.step();
+        w.succeed_all(("reboot", 1));
+        if others
+            .iter()
+            .all(|n| w.node_status("gpu", n) == Some(Status::Complete))
+        {
+            return pass;
+        }
+    }
+    panic!("the other nodes did not complete in {max} passes");
+}
+
+#[test]
+fn a_node_whose_drain_a_pdb_blocks_delays_no_other_node_and_its_evictions_stay_throttled() {
+    let one_batch = || {
+        spec(json!({"interruptionBudget": {"percent": 100}, "packages": {"driver": reboot_pkg()}}))
+    };
+    let mut free = World::new(5);
+    free.add_cr("gpu", one_batch());
+    let baseline = passes_until_others_complete(&mut free, "node-0", 60);
+
+    let mut w = World::new(5);
+    w.add_pod("node-0", "db", &[], Some("StatefulSet"));
+    w.pdb_protected.push("default/db".into());
+    w.add_cr("gpu", one_batch());
+    let blocked = passes_until_others_complete(&mut w, "node-0", 60);
+    assert_eq!(
+        blocked, baseline,
+        "the others finish in the same passes whether or not node-0's drain is blocked"
+    );
+    assert_ne!(w.node_status("gpu", "node-0"), Some(Status::Complete));
+
+    // Five simulated minutes more of node-0 blocked: one eviction request per 30 s window
+    // at most, however many passes run (two seconds apart here).
+    let start = w.now;
+    for _ in 0..150 {
+        w.step();
+        w.succeed_all(("reboot", 1));
+    }
+    let minutes = (w.now - start) as f64 / 60.0;
+    let attempts = evicted(&w).len();
+    assert!(
+        attempts as f64 <= minutes * 2.0 + 2.0,
+        "{attempts} evictions in {minutes:.1} minutes"
+    );
+    assert!(attempts >= 5, "it keeps retrying: {attempts}");
+}
