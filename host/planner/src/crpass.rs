@@ -103,6 +103,12 @@ fn tolerations(cr: &Cr) -> Vec<Toleration> {
     t
 }
 
+/// Each selected node's standing (for batching) and status, by name.
+type Standings<'a> = HashMap<&'a str, (Standing, Status)>;
+
+/// The parsed states of the selected nodes that have one, by name.
+type States<'a> = HashMap<&'a str, Parsed>;
+
 /// The batches' outcome: who may work, and each member's rollout order.
 struct Batches {
     members: HashSet<String>,
@@ -171,10 +177,7 @@ impl<'a> Pass<'a> {
         selected: &[&'a ObservedNode],
         before: &[&Cr],
         report: &mut Report<'_>,
-    ) -> (
-        HashMap<&'a str, (Standing, Status)>,
-        HashMap<&'a str, Parsed>,
-    ) {
+    ) -> (Standings<'a>, States<'a>) {
         let cr = c.cr;
         let mut standing = HashMap::default();
         let mut states = HashMap::default();
@@ -267,7 +270,7 @@ impl<'a> Pass<'a> {
         &self,
         c: &CrPass<'a>,
         selected: &[&'a ObservedNode],
-        standing: &HashMap<&str, (Standing, Status)>,
+        standing: &Standings<'_>,
         report: &mut Report<'a>,
     ) -> Batches {
         let cr = c.cr;
@@ -320,8 +323,8 @@ impl<'a> Pass<'a> {
         &mut self,
         c: &CrPass<'a>,
         selected: &[&'a ObservedNode],
-        standing: &HashMap<&str, (Standing, Status)>,
-        mut states: HashMap<&str, Parsed>,
+        standing: &Standings<'_>,
+        mut states: States<'_>,
         batches: &Batches,
         report: &mut Report<'a>,
     ) {
@@ -415,7 +418,7 @@ impl<'a> Pass<'a> {
         &mut self,
         cr: &'a Cr,
         selected: &[&'a ObservedNode],
-        standing: &HashMap<&str, (Standing, Status)>,
+        standing: &Standings<'_>,
     ) -> bool {
         let all_done = selected.iter().all(|n| {
             standing

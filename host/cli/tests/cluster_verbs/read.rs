@@ -137,7 +137,7 @@ pub async fn verbs(env: &Env) {
 
     // package status / logs.
     let v: Value = serde_json::from_str(&ok(
-        &env,
+        env,
         &["package", "status", "tools", "tool", "-o", "json"],
     ))
     .unwrap();

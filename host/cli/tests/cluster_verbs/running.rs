@@ -12,7 +12,7 @@ use super::*;
 pub async fn verbs(env: &Env) {
     // Refusals: a running stage is not reset under the agent's feet.
     script(
-        &env,
+        env,
         "/usr/local/bin/slow",
         "while [ ! -f etc/go ]; do sleep 0.2; done",
     );
@@ -29,7 +29,7 @@ pub async fn verbs(env: &Env) {
     // package logs of a running stage: the pod, and its log as far as it got (read through
     // the apiserver from the node).
     let out = ok(
-        &env,
+        env,
         &[
             "package", "logs", "slow", "tool", "--node", "n1", "--stage", "apply",
         ],
@@ -41,7 +41,7 @@ pub async fn verbs(env: &Env) {
     );
     assert!(
         !ok(
-            &env,
+            env,
             &[
                 "package", "logs", "slow", "tool", "--node", "n1", "--stage", "config"
             ]
@@ -125,7 +125,7 @@ pub async fn verbs(env: &Env) {
     script(env, "/usr/local/bin/flaky", "test -f etc/fixed");
     env.cluster
         .apply(&shell_cr(
-            &env,
+            env,
             "flaky",
             "/usr/local/bin/flaky",
             json!({"deploymentPolicy": "one-by-one"}),

@@ -19,7 +19,7 @@ pub async fn verbs(env: &Env) {
     );
     assert_eq!((runs(env, "n1"), runs(env, "n2")), (1, 1));
     ok(
-        &env,
+        env,
         &[
             "package",
             "rerun",
@@ -40,7 +40,7 @@ pub async fn verbs(env: &Env) {
     // package rerun --stage: a package without an interrupt has no interrupt stage.
     assert!(
         refused(
-            &env,
+            env,
             &[
                 "package",
                 "rerun",
@@ -240,11 +240,8 @@ pub async fn verbs(env: &Env) {
         format!("{}/{}", e.stage.as_str(), e.state.as_str())
     };
     assert!(
-        refused(
-            &env,
-            &update_state("1.0.0", "sideways", "complete", &["-y"])
-        )
-        .contains("--stage \"sideways\" is not one of")
+        refused(env, &update_state("1.0.0", "sideways", "complete", &["-y"]))
+            .contains("--stage \"sideways\" is not one of")
     );
     assert!(
         refused(env, &update_state("1.0.0", "apply", "erroring", &[]))
@@ -256,7 +253,7 @@ pub async fn verbs(env: &Env) {
     );
     ok(env, &["pause", "tools", "-y"]);
     let out = ok(
-        &env,
+        env,
         &[
             &["--dry-run"][..],
             &update_state("1.0.0", "apply", "erroring", &[]),
@@ -316,7 +313,7 @@ pub async fn verbs(env: &Env) {
     };
     assert_eq!((counts("n1"), counts("n2")), ((1, 1, 1), (1, 1, 1)));
     ok(
-        &env,
+        env,
         &[
             "package", "rerun", "staged", "drv", "--node", "n1", "--stage", "config", "-y",
         ],
@@ -327,7 +324,7 @@ pub async fn verbs(env: &Env) {
     .await;
     complete(env, "staged").await;
     ok(
-        &env,
+        env,
         &[
             "package",
             "rerun",
