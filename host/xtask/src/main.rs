@@ -3,8 +3,8 @@
 //! - `setup`: install what the build and tests need (the wasm32-wasip2 and musl targets,
 //!   Debian's docker-registry, containerd, runc, CNI plugins, iptables, musl-tools and prometheus, the
 //!   Go-built test control plane with the kubelet, and helm).
-//! - `test`: setup, then every test in the workspace (release profile, one build), clippy
-//!   with warnings denied, then a size report of the first-party plugins.
+//! - `test`: setup, the formatting and clippy gates (warnings denied), then every test in the
+//!   workspace (release profile, one build), then a size report of the first-party plugins.
 //! - `demo [--teardown]`: setup, build, then the main job: a live rollout of the example
 //!   NodeWrights on a local control plane with simulated nodes (`nodewright-demo`).
 //! - `author-demo`: the plugin author loop on a scratch simulated node.
@@ -304,20 +304,8 @@ fn main() -> Result<()> {
             let tools = polyglot::setup(&target)?;
             // The images' static binaries, which the real-node tests publish and install.
             release::build_binaries(&target)?;
-            run(cargo(&target)
-                .args([
-                    "test",
-                    "--workspace",
-                    "--release",
-                    "--locked",
-                    "--no-fail-fast",
-                ])
-                .envs(tools.env())
-                .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1")
-                .env("NODEWRIGHT_REQUIRE_REAL_NODE", "1")
-                .env("NODEWRIGHT_REQUIRE_SETUP", "1"))?;
-            // Lints gate too (same release profile and build-script environment, so
-            // dependencies and the built plugins are shared with the tests).
+            // Lints gate before the long suite too (same release profile and build-script
+            // environment, so dependencies and the built plugins are shared with the tests).
             run(cargo(&target)
                 .args([
                     "clippy",
@@ -330,6 +318,18 @@ fn main() -> Result<()> {
                     "warnings",
                 ])
                 .envs(tools.env()))?;
+            run(cargo(&target)
+                .args([
+                    "test",
+                    "--workspace",
+                    "--release",
+                    "--locked",
+                    "--no-fail-fast",
+                ])
+                .envs(tools.env())
+                .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1")
+                .env("NODEWRIGHT_REQUIRE_REAL_NODE", "1")
+                .env("NODEWRIGHT_REQUIRE_SETUP", "1"))?;
             plugin_sizes(&target)
         }
         "demo" => {
