@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::BuildError;
+use crate::error::BuildError;
 
 fn err(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
     move |source| BuildError::Io {

@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::{BuildError, BuildOptions, io, manifest, progress, tools, world};
+use crate::error::BuildError;
+use crate::options::{BuildOptions, progress};
+use crate::{io, manifest, tools, world};
 
 /// The JavaScript SDK this build bundles (`sdk/js`), with its types.
 const SDK_JS: &str = include_str!("../../../sdk/js/index.js");
@@ -72,7 +74,7 @@ pub(crate) fn build(dir: &Path, out: &Path, opts: &BuildOptions) -> Result<PathB
         &format!(
             "building {} (JavaScript, capabilities: {}) with esbuild and componentize-js",
             m.name,
-            crate::capability_list(&m.capabilities)
+            manifest::capability_list(&m.capabilities)
         ),
     );
     step(

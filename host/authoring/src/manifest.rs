@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::{BuildError, world};
+use crate::error::BuildError;
+use crate::templates::valid_name;
+use crate::world;
 
 /// The fields the build needs, from `pyproject.toml` or `package.json`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,7 +67,7 @@ fn finish(
 ) -> Result<SourceManifest, BuildError> {
     let name = name.ok_or_else(|| invalid(&file, "no package name (the `name` field)"))?;
     let name = name.rsplit('/').next().unwrap_or(&name).to_string();
-    if !crate::valid_name(&name) {
+    if !valid_name(&name) {
         return Err(BuildError::InvalidName(name));
     }
     let capabilities = declared
@@ -141,6 +143,15 @@ pub(crate) fn javascript(dir: &Path) -> Result<SourceManifest, BuildError> {
         ));
     }
     finish(file, doc.name, entry, doc.nodewright, "\"nodewright\"")
+}
+
+/// The capabilities a manifest declares, as a progress line shows them.
+pub(crate) fn capability_list(caps: &[String]) -> String {
+    if caps.is_empty() {
+        "none".into()
+    } else {
+        caps.join(", ")
+    }
 }
 
 #[cfg(test)]

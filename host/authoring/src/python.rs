@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{BuildError, BuildOptions, io, manifest, progress, tools, world};
+use crate::error::BuildError;
+use crate::options::{BuildOptions, progress};
+use crate::{io, manifest, tools, world};
 
 /// The Python SDK this build bundles (`sdk/python/nodewright`).
 const SDK: [(&str, &str); 6] = [
@@ -75,7 +77,7 @@ pub(crate) fn build(dir: &Path, out: &Path, opts: &BuildOptions) -> Result<PathB
         &format!(
             "building {} (Python, capabilities: {}) with {}",
             m.name,
-            crate::capability_list(&m.capabilities),
+            manifest::capability_list(&m.capabilities),
             tool.display()
         ),
     );

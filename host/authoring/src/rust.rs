@@ -4,7 +4,9 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::{BuildError, BuildOptions, Language, progress};
+use crate::error::BuildError;
+use crate::language::Language;
+use crate::options::{BuildOptions, progress};
 
 pub(crate) fn build(dir: &Path, opts: &BuildOptions) -> Result<PathBuf, BuildError> {
     let manifest = dir.join("Cargo.toml");

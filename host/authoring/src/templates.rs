@@ -4,8 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::BuildError;
+use crate::io;
+use crate::language::Language;
 use crate::tools::{COMPONENTIZE_JS, ESBUILD};
-use crate::{BuildError, Language, io};
 
 const RUST_LIB: &str = r#"//! __NAME__: a nodewright package plugin.
 //!

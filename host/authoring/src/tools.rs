@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{BuildError, BuildOptions, Language, progress};
+use crate::error::BuildError;
+use crate::language::Language;
+use crate::options::{BuildOptions, progress};
 
 /// The componentize-py release the Python SDK is written against.
 pub const COMPONENTIZE_PY: &str = "0.25.1";
@@ -16,43 +18,6 @@ pub const COMPONENTIZE_PY: &str = "0.25.1";
 pub const COMPONENTIZE_JS: &str = "0.23.0";
 /// The esbuild release that bundles a JavaScript plugin with the SDK.
 pub const ESBUILD: &str = "0.28.2";
-
-/// Where the Python and JavaScript tools are.
-#[derive(Clone, Debug)]
-pub struct Toolchain {
-    /// A `componentize-py` executable to use.
-    pub componentize_py: Option<PathBuf>,
-    /// A `node_modules` directory holding componentize-js and esbuild.
-    pub js_tools: Option<PathBuf>,
-    /// Install missing tools into the project (`.venv`, `node_modules`).
-    pub install: bool,
-}
-
-impl Default for Toolchain {
-    fn default() -> Self {
-        Toolchain {
-            componentize_py: None,
-            js_tools: None,
-            install: true,
-        }
-    }
-}
-
-impl Toolchain {
-    /// `NODEWRIGHT_COMPONENTIZE_PY` and `NODEWRIGHT_JS_TOOLS`, installing what is missing.
-    pub fn from_env() -> Self {
-        let path = |var: &str| {
-            std::env::var_os(var)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        };
-        Toolchain {
-            componentize_py: path("NODEWRIGHT_COMPONENTIZE_PY"),
-            js_tools: path("NODEWRIGHT_JS_TOOLS"),
-            install: true,
-        }
-    }
-}
 
 fn on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)

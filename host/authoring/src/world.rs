@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use crate::BuildError;
+use crate::error::BuildError;
 
 /// The contract, as this build knows it.
 pub const PLUGIN_WIT: &str = include_str!("../../../wit/plugin.wit");

@@ -7,7 +7,8 @@
 
 use nodewright_api::hostargs;
 
-use crate::{HostError, Result, ServiceVerb};
+use crate::error::{HostError, Result};
+use crate::ops::ServiceVerb;
 
 /// `modprobe` on the host.
 pub const MODPROBE: &str = "/sbin/modprobe";

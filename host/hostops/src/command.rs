@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{HostError, Result};
 use crate::namespaces::Namespaces;
-use crate::{HostError, Result};
+
+/// How long host helper commands (`modprobe`, `systemctl`) may take.
+pub const HELPER_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Bounds for one command.
 #[derive(Clone, Debug)]

@@ -3,13 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use crate::argv;
+use crate::command::HELPER_TIMEOUT;
 use crate::command::{ExecLimits, ExecOutput, run_bounded, run_bounded_in};
+use crate::error::{HostError, Result};
 use crate::namespaces::Namespaces;
+use crate::node::{NodeIdentity, NodeInfo, parse_os_release};
+use crate::ops::{HostOps, ServiceVerb, UnitStatus};
+use crate::procsys::ProcSys;
 use crate::rootfs::RootFs;
-use crate::{
-    HELPER_TIMEOUT, HostError, HostOps, NodeIdentity, NodeInfo, ProcSys, Result, ServiceVerb,
-    UnitStatus, parse_os_release,
-};
 
 /// Where host commands (`modprobe`, `systemctl`, granted commands) run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,11 +149,7 @@ impl HostOps for LinuxHost {
 
 impl LinuxHost {
     fn proc_path(&self, rel: &str) -> PathBuf {
-        self.proc
-            .base
-            .parent()
-            .unwrap_or(Path::new("/proc"))
-            .join(rel)
+        self.proc.under_proc(rel)
     }
 }
 

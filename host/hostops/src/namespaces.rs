@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use rustix::thread::LinkNameSpaceType;
 
-use crate::{HostError, Result};
+use crate::error::{HostError, Result};
 
 /// The namespaces joined, in the order they are joined (the mount namespace last: after
 /// it, paths resolve in the host's filesystem).

@@ -14,7 +14,7 @@ use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
-use crate::{HostError, Result};
+use crate::error::{HostError, Result};
 
 /// What a path is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

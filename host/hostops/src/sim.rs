@@ -23,9 +23,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::argv;
 use crate::command::{ExecLimits, ExecOutput, run_bounded};
+use crate::error::{HostError, Result};
 use crate::linux::{modules_contains, node_info};
+use crate::node::{NodeIdentity, NodeInfo};
+use crate::ops::{HostOps, ServiceVerb, UnitStatus};
+use crate::procsys::ProcSys;
 use crate::rootfs::RootFs;
-use crate::{HostError, HostOps, NodeIdentity, NodeInfo, ProcSys, Result, ServiceVerb, UnitStatus};
 
 /// One recorded host effect.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -85,11 +85,11 @@ pub struct WasmConfig {
 
 impl Manifest {
     /// Checks the manifest has the plugin shape and returns the wasm layer.
-    pub fn wasm_layer(&self, reference: &str) -> crate::Result<&Descriptor> {
+    pub fn wasm_layer(&self, reference: &str) -> crate::error::Result<&Descriptor> {
         if let Some(mt) = &self.media_type
             && mt != OCI_MANIFEST
         {
-            return Err(crate::Error::WrongMediaType {
+            return Err(crate::error::Error::WrongMediaType {
                 reference: reference.into(),
                 what: "manifest".into(),
                 media_type: mt.clone(),
@@ -97,7 +97,7 @@ impl Manifest {
             });
         }
         if self.config.media_type != WASM_CONFIG && self.config.media_type != LEGACY_CONFIG {
-            return Err(crate::Error::WrongMediaType {
+            return Err(crate::error::Error::WrongMediaType {
                 reference: reference.into(),
                 what: "config".into(),
                 media_type: self.config.media_type.clone(),
@@ -105,7 +105,7 @@ impl Manifest {
             });
         }
         let [layer] = self.layers.as_slice() else {
-            return Err(crate::Error::InvalidArtifact {
+            return Err(crate::error::Error::InvalidArtifact {
                 reference: reference.into(),
                 reason: format!(
                     "a plugin artifact has exactly one layer, this one has {}",
@@ -114,15 +114,15 @@ impl Manifest {
             });
         };
         if layer.media_type != WASM_LAYER && layer.media_type != LEGACY_LAYER {
-            return Err(crate::Error::WrongMediaType {
+            return Err(crate::error::Error::WrongMediaType {
                 reference: reference.into(),
                 what: "layer".into(),
                 media_type: layer.media_type.clone(),
                 expected: format!("{WASM_LAYER} (or legacy {LEGACY_LAYER})"),
             });
         }
-        if crate::parse_digest(&layer.digest).is_none() {
-            return Err(crate::Error::InvalidArtifact {
+        if crate::digest::parse_digest(&layer.digest).is_none() {
+            return Err(crate::error::Error::InvalidArtifact {
                 reference: reference.into(),
                 reason: format!("layer digest {:?} is not sha256", layer.digest),
             });
@@ -142,14 +142,14 @@ mod tests {
             artifact_type: Some(WASM_CONFIG.into()),
             config: Descriptor {
                 media_type: config.into(),
-                digest: crate::sha256_digest(b"{}"),
+                digest: crate::digest::sha256_digest(b"{}"),
                 size: 2,
             },
             layers: layers
                 .iter()
                 .map(|m| Descriptor {
                     media_type: (*m).into(),
-                    digest: crate::sha256_digest(b"x"),
+                    digest: crate::digest::sha256_digest(b"x"),
                     size: 1,
                 })
                 .collect(),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use oci_client::secrets::RegistryAuth;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Where credentials come from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -22,7 +22,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{Error, Result, parse_digest, sha256_digest};
+use crate::digest::{parse_digest, sha256_digest};
+use crate::error::{Error, Result};
 
 /// The node cache.
 #[derive(Clone, Debug)]

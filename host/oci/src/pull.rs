@@ -1,37 +1,9 @@
 //! The agent's pull path: pinned references only, cache first, everything verified.
 
-use crate::registry::{parse_manifest, parse_reference};
-use crate::{Error, NodeCache, Registry, Result};
-
-/// Transfer progress, for output on long transfers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Progress {
-    /// Served from the node cache.
-    Cached {
-        /// Which part.
-        what: &'static str,
-        /// Digest.
-        digest: String,
-    },
-    /// Downloading.
-    Downloading {
-        /// Which part.
-        what: &'static str,
-        /// Digest.
-        digest: String,
-        /// Expected size.
-        bytes: u64,
-    },
-    /// Uploading.
-    Uploading {
-        /// Which part.
-        what: &'static str,
-        /// Digest.
-        digest: String,
-        /// Size.
-        bytes: u64,
-    },
-}
+use crate::cache::NodeCache;
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+use crate::registry::{Registry, parse_manifest, parse_reference};
 
 /// A verified plugin.
 #[derive(Clone, Debug, PartialEq, Eq)]

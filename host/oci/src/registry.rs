@@ -10,7 +10,10 @@ use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientP
 use oci_client::{Client, Reference};
 
 use crate::artifact::{self, Descriptor, Manifest};
-use crate::{Credentials, Error, Result, sha256_digest};
+use crate::auth::Credentials;
+use crate::digest::{parse_digest, sha256_digest};
+use crate::error::{Error, Result};
+use crate::progress::Progress;
 
 /// Bounds on what one pull may cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,7 +167,7 @@ impl Registry {
             .fetch_manifest_digest(&r, &auth)
             .await
             .map_err(|e| Error::from_oci(reference, e))?;
-        if crate::parse_digest(&digest).is_none() {
+        if parse_digest(&digest).is_none() {
             return Err(Error::Registry {
                 reference: reference.into(),
                 detail: format!("registry returned digest {digest:?}, not sha256"),
@@ -343,9 +346,8 @@ impl Registry {
         blobs: &[Blob],
         manifest: Vec<u8>,
         media_type: &str,
-        progress: &(dyn Fn(crate::Progress) + Sync),
+        progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<(String, String)> {
-        use crate::Progress;
         let r = parse_reference(reference)?;
         if r.tag().is_none() || r.digest().is_some() {
             return Err(Error::InvalidReference {
@@ -397,7 +399,7 @@ impl Registry {
         reference: &str,
         component: &[u8],
         info: artifact::ComponentInfo,
-        progress: &(dyn Fn(crate::Progress) + Sync),
+        progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Pushed> {
         let layer_digest = sha256_digest(component);
         let config = artifact::WasmConfig {

@@ -43,8 +43,8 @@ pub fn prepare_roots(dir: &Path) -> std::io::Result<usize> {
 }
 
 /// The error for an HTTPS registry on a system without CA certificates.
-pub(crate) fn missing_roots(registry: &str) -> crate::Error {
-    crate::Error::Config {
+pub(crate) fn missing_roots(registry: &str) -> crate::error::Error {
+    crate::error::Error::Config {
         path: registry.to_string(),
         reason: "no CA certificates were found on this system (/etc/ssl/certs, SSL_CERT_FILE, SSL_CERT_DIR): add the registry's CA bundle, ship CA certificates in the image, or list the registry as insecure if it is plain HTTP".into(),
     }

@@ -13,7 +13,7 @@ use p256::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePub
 use rand_core::{OsRng, RngCore};
 use serde::{Deserialize, Serialize};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The PEM label cosign writes its private keys under (older releases wrote
 /// `ENCRYPTED COSIGN PRIVATE KEY`, read too).
@@ -77,11 +77,11 @@ struct Cipher {
 mod b64 {
     use base64::Engine as _;
     pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&super::B64.encode(v))
+        s.serialize_str(&crate::keys::B64.encode(v))
     }
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let s: String = serde::Deserialize::deserialize(d)?;
-        super::B64.decode(s).map_err(serde::de::Error::custom)
+        crate::keys::B64.decode(s).map_err(serde::de::Error::custom)
     }
 }
 

@@ -23,6 +23,7 @@
 
 #![deny(missing_docs)]
 
+mod error;
 pub mod keys;
 pub mod policy;
 pub mod signatures;
@@ -35,19 +36,7 @@ use sha2::{Digest, Sha256};
 
 use crate::keys::PublicKey;
 
-/// A signing or verification step failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A key could not be made, read or opened.
-    #[error("{0}")]
-    Key(String),
-    /// A signature (or its storage) is malformed.
-    #[error("{0}")]
-    Signature(String),
-    /// The registry failed.
-    #[error(transparent)]
-    Registry(#[from] nodewright_oci::Error),
-}
+pub use crate::error::Error;
 
 /// Verifies plugins' signatures against trusted keys, remembering for the most recent
 /// `capacity` (pinned reference, key) pairs that the key's signature verified. Only positive

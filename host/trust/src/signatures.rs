@@ -10,7 +10,7 @@ use nodewright_oci::Registry;
 use nodewright_oci::artifact::Descriptor;
 use serde_json::{Value, json};
 
-use crate::Error;
+use crate::error::Error;
 #[cfg(feature = "sign")]
 use crate::keys::KeyPair;
 use crate::keys::PublicKey;

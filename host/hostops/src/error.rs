@@ -1,0 +1,113 @@
+//! What a host operation reports when it fails.
+
+use std::path::Path;
+
+/// A failed host operation.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The path, unit, module or key does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A file operation failed.
+    #[error("{op} {path}")]
+    Io {
+        /// The operation (`read`, `write`, ...).
+        op: &'static str,
+        /// The host path.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A path resolved outside the directory it was confined to (symlink or `..`).
+    #[error("{path} resolves outside the granted directory {base}")]
+    Escape {
+        /// The requested path.
+        path: String,
+        /// The granted directory.
+        base: String,
+    },
+    /// A write would replace or follow a symlink.
+    #[error("{0} is a symlink; nodewright does not write through or over symlinks")]
+    Symlink(String),
+    /// A host command exited unsuccessfully.
+    #[error("`{command}` exited with {status}: {stderr}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// Exit status, as text.
+        status: String,
+        /// Last part of its stderr.
+        stderr: String,
+    },
+    /// A host command could not be started.
+    #[error("cannot run `{command}`")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The operation is not supported by this backend.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A module, unit or key that is not well-formed for its kind never reaches a command.
+    #[error("invalid {0}")]
+    InvalidName(String),
+    /// A path below a granted *file* (`/etc/x/y` under the grant `/etc/x`).
+    #[error("{path} is below {base}, which is a file, not a directory")]
+    NotADirectory {
+        /// The requested path.
+        path: String,
+        /// The granted file.
+        base: String,
+    },
+    /// A read larger than the bound.
+    #[error("{path} is larger than the {limit}-byte read limit")]
+    TooLarge {
+        /// The host path.
+        path: String,
+        /// The bound in bytes.
+        limit: u64,
+    },
+    /// A device, socket or FIFO where a regular file or directory is needed.
+    #[error("{path} is {kind}; only regular files and directories can be used")]
+    NotRegular {
+        /// The host path.
+        path: String,
+        /// What it is.
+        kind: String,
+    },
+    /// A write would leave the filesystem with less free space than the floor.
+    #[error(
+        "writing {needed} bytes to {path} would leave less than the {floor}-byte free-space floor ({available} bytes free)"
+    )]
+    DiskFloor {
+        /// The host path.
+        path: String,
+        /// Free bytes before the write.
+        available: u64,
+        /// Bytes the write needs.
+        needed: u64,
+        /// The floor.
+        floor: u64,
+    },
+}
+
+impl HostError {
+    pub(crate) fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            HostError::NotFound(path.display().to_string())
+        } else {
+            HostError::Io {
+                op,
+                path: path.display().to_string(),
+                source,
+            }
+        }
+    }
+}
+
+/// Result alias for host operations.
+pub type Result<T, E = HostError> = std::result::Result<T, E>;

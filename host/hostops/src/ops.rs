@@ -1,0 +1,90 @@
+//! The seam itself: the [`HostOps`] trait and the systemd vocabulary it speaks.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{ExecLimits, ExecOutput};
+use crate::error::Result;
+use crate::node::NodeInfo;
+use crate::rootfs::RootFs;
+
+/// A systemd verb.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServiceVerb {
+    /// `systemctl start`
+    Start,
+    /// `systemctl stop`
+    Stop,
+    /// `systemctl restart`
+    Restart,
+    /// `systemctl reload`
+    Reload,
+    /// `systemctl enable`
+    Enable,
+    /// `systemctl disable`
+    Disable,
+}
+
+impl ServiceVerb {
+    /// The systemctl verb.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceVerb::Start => "start",
+            ServiceVerb::Stop => "stop",
+            ServiceVerb::Restart => "restart",
+            ServiceVerb::Reload => "reload",
+            ServiceVerb::Enable => "enable",
+            ServiceVerb::Disable => "disable",
+        }
+    }
+}
+
+impl fmt::Display for ServiceVerb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// State of a systemd unit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitStatus {
+    /// `active`, `inactive`, `failed`, ...
+    pub active_state: String,
+    /// Whether the unit is enabled.
+    pub enabled: bool,
+}
+
+/// Performs host effects. Implementations confine files to their host root and never check
+/// grants: that is the engine's job, done before any call reaches here.
+///
+/// Methods are blocking; the engine calls them from a blocking thread.
+pub trait HostOps: Send + Sync + fmt::Debug {
+    /// The host filesystem, confined to the host root.
+    fn fs(&self) -> &RootFs;
+    /// Reads a sysctl (dotted key).
+    fn sysctl_get(&self, key: &str) -> Result<String>;
+    /// Writes a sysctl (dotted key).
+    fn sysctl_set(&self, key: &str, value: &str) -> Result<()>;
+    /// Loads a kernel module with parameters.
+    fn kmod_load(&self, name: &str, params: &[String]) -> Result<()>;
+    /// Unloads a kernel module.
+    fn kmod_unload(&self, name: &str) -> Result<()>;
+    /// Whether a kernel module is loaded.
+    fn kmod_is_loaded(&self, name: &str) -> Result<bool>;
+    /// Runs a systemctl verb on a unit.
+    fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()>;
+    /// Reads a unit's state.
+    fn service_status(&self, unit: &str) -> Result<UnitStatus>;
+    /// `systemctl daemon-reload`.
+    fn daemon_reload(&self) -> Result<()>;
+    /// Runs a host command, bounded by `limits`.
+    fn exec(&self, path: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput>;
+    /// Asks the host to reboot. Returns once the request is accepted; the reboot itself
+    /// happens asynchronously (the agent's boot-ID protocol observes it).
+    fn request_reboot(&self, reason: &str) -> Result<()>;
+    /// Facts about the node.
+    fn node_info(&self) -> NodeInfo;
+}
