@@ -13,6 +13,7 @@ use crate::artifact::{self, Descriptor, Manifest};
 use crate::auth::Credentials;
 use crate::digest::{parse_digest, sha256_digest};
 use crate::error::{Error, Result};
+#[cfg(feature = "push")]
 use crate::progress::Progress;
 
 /// Bounds on what one pull may cost.

@@ -1,8 +1,9 @@
 //! Rollouts on the local cluster, measured: `cargo bench -p nodewright-operator --bench
-//! rollout -- [NODES] [--budget PERCENT] [--scenarios idle,plain,reboot]` (default: 100
-//! nodes, 25 %, `plain,reboot`).
+//! rollout -- [NODES] [--budget PERCENT] [--scenarios idle,plain,reboot] [--packages N]`
+//! (default: 100 nodes, 25 %, `plain,reboot`, one package).
 //!
-//! `plain` rolls out a package with no interrupt (sysctl: apply, config), `reboot` one that
+//! `plain` rolls out `--packages` packages (1 to 5) with no interrupt (sysctl: apply,
+//! config, each package its own sysctl), `reboot` one that
 //! needs a reboot (kernel-module: plan, cordon, drain, apply, config, reboot,
 //! post-interrupt), each on a fresh cluster. Printed per rollout:
 //!
@@ -42,6 +43,7 @@ use serde_json::{Value, json};
 #[derive(Debug, Default, Clone)]
 struct Seen {
     node: String,
+    package: String,
     created: Option<Instant>,
     done: Option<Instant>,
 }
@@ -86,19 +88,24 @@ struct Settled {
     cpu_percent: f64,
     passes: f64,
     pass_seconds: f64,
+    /// API write requests per second over the window.
+    requests_per_s: f64,
 }
 
 /// The operator over `window`, doing whatever it does.
 async fn settle(pid: u32, port: u16, window: Duration) -> Settled {
     let count = "nodewright_reconcile_duration_seconds_count";
     let sum = "nodewright_reconcile_duration_seconds_sum";
-    let (cpu0, n0, t0) = (
+    let requests = "nodewright_api_requests_total";
+    let (cpu0, n0, t0, r0) = (
         cpu_seconds(pid),
         scrape(port, count).await,
         scrape(port, sum).await,
+        scrape(port, requests).await,
     );
     tokio::time::sleep(window).await;
     Settled {
+        requests_per_s: (scrape(port, requests).await - r0) / window.as_secs_f64(),
         rss_kib: rss_kib(pid),
         cpu_percent: (cpu_seconds(pid) - cpu0) / window.as_secs_f64() * 100.0,
         passes: scrape(port, count).await - n0,
@@ -110,11 +117,12 @@ impl std::fmt::Display for Settled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "RSS {} MiB, CPU {:.1}% of a core, {} passes ({:.2} s in passes)",
+            "RSS {} MiB, CPU {:.1}% of a core, {} passes ({:.2} s in passes), {:.2} API writes/s",
             self.rss_kib / 1024,
             self.cpu_percent,
             self.passes,
-            self.pass_seconds
+            self.pass_seconds,
+            self.requests_per_s
         )
     }
 }
@@ -129,20 +137,39 @@ async fn scrape(port: u16, metric: &str) -> f64 {
         .sum()
 }
 
-fn package(cluster: &Cluster, reboot: bool) -> Value {
+/// The sysctls the `plain` packages set, one each (every simulated node has them).
+const SYSCTLS: [&str; 5] = [
+    "vm.swappiness",
+    "vm.dirty_ratio",
+    "vm.dirty_background_ratio",
+    "vm.vfs_cache_pressure",
+    "vm.overcommit_ratio",
+];
+
+/// The packages of a rollout: one reboot package, or `count` (1 to 5) sysctl packages,
+/// each setting a sysctl of its own.
+fn packages(cluster: &Cluster, reboot: bool, count: usize) -> Value {
     if reboot {
-        json!({"driver": {
+        return json!({"driver": {
             "version": "1.0.0", "plugin": cluster.plugin("kernel-module"), "interrupt": {"type": "reboot"},
             "capabilities": {"files": [{"path": "/etc/modules-load.d", "access": "readWrite"}, {"path": "/etc/modprobe.d", "access": "readWrite"}], "kernelModules": ["nvidia"]},
             "configMap": {"modules": "nvidia", "options.nvidia": "NVreg_EnableMSI=1"}
-        }})
-    } else {
-        json!({"tuning": {
-            "version": "1.0.0", "plugin": cluster.plugin("sysctl"),
-            "capabilities": {"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]},
-            "configMap": {"vm.swappiness": "10"}
-        }})
+        }});
     }
+    let plugin = cluster.plugin("sysctl");
+    let all: serde_json::Map<String, Value> = SYSCTLS[..count]
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let name = if i == 0 { "tuning".to_string() } else { format!("tuning-{}", i + 1) };
+            (name, json!({
+                "version": "1.0.0", "plugin": plugin,
+                "capabilities": {"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": [key]},
+                "configMap": {*key: "10"}
+            }))
+        })
+        .collect();
+    Value::Object(all)
 }
 
 /// A fresh cluster of `nodes` simulated nodes (hosts as the packages expect) and the
@@ -156,7 +183,9 @@ async fn fleet(
         (0..nodes).map(|i| (format!("n{i:05}"), vec![])).collect();
     let cluster = Cluster::start(work, &defs).await?;
     for (n, _) in &defs {
-        cluster.host_file(n, "/proc/sys/vm/swappiness", "60")?;
+        for key in SYSCTLS {
+            cluster.host_file(n, &format!("/proc/sys/{}", key.replace('.', "/")), "60")?;
+        }
         cluster.host_file(n, "/proc/modules", "nvidia 0 0 - Live 0x0\n")?;
     }
     let port = nodewright_testregistry::free_port();
@@ -222,7 +251,13 @@ fn nodewright(name: &str, budget: u32, packages: Value) -> Value {
 }
 
 /// A rollout from nothing to complete, with its floor and the operator's cost.
-async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> anyhow::Result<()> {
+async fn rollout(
+    bins: &Binaries,
+    nodes: usize,
+    budget: u32,
+    reboot: bool,
+    count: usize,
+) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let (cluster, op, port) = fleet(bins, work.path(), nodes).await?;
     let seen: Arc<Mutex<HashMap<String, Seen>>> = Arc::default();
@@ -247,6 +282,13 @@ async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> an
                     .and_then(|l| l.get(keys::job::NODE))
                     .cloned()
                     .unwrap_or_default();
+                s.package = job
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(keys::job::PACKAGE))
+                    .cloned()
+                    .unwrap_or_default();
                 s.created.get_or_insert(now);
                 if s.done.is_none()
                     && job.status.as_ref().and_then(|st| st.succeeded).unwrap_or(0) > 0
@@ -260,7 +302,7 @@ async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> an
     let name = if reboot { "reboot" } else { "plain" };
     let rss0 = rss_kib(op.pid());
     cluster
-        .apply(&nodewright(name, budget, package(&cluster, reboot)))
+        .apply(&nodewright(name, budget, packages(&cluster, reboot, count)))
         .await?;
     let (wall, peak, peak_rate) = until_complete(&cluster, &op, port, name).await?;
     let writes = scrape(port, "nodewright_api_writes_total").await;
@@ -269,31 +311,51 @@ async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> an
     let after = settle(op.pid(), port, Duration::from_secs(60)).await;
 
     let seen = seen.lock().unwrap().clone();
-    let mut by_node: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
+    // A node's packages run side by side, each its stages in order (an interrupt Job is
+    // labelled with the package it serves): a node's floor is its longest package chain.
+    let mut by_node: BTreeMap<String, BTreeMap<String, Vec<Seen>>> = BTreeMap::new();
     for s in seen
         .into_values()
         .filter(|s| s.created.is_some() && s.done.is_some())
     {
-        by_node.entry(s.node.clone()).or_default().push(s);
+        by_node
+            .entry(s.node.clone())
+            .or_default()
+            .entry(s.package.clone())
+            .or_default()
+            .push(s);
     }
-    let jobs: usize = by_node.values().map(Vec::len).sum();
+    let jobs: usize = by_node
+        .values()
+        .flat_map(|p| p.values())
+        .map(Vec::len)
+        .sum();
     let mut gaps = Vec::new();
     let mut chains: Vec<(Instant, f64)> = Vec::new();
-    for list in by_node.values_mut() {
-        list.sort_by_key(|s| s.created);
-        let chain: f64 = list
-            .iter()
-            .map(|s| (s.done.unwrap() - s.created.unwrap()).as_secs_f64())
-            .sum();
-        chains.push((list[0].created.unwrap(), chain));
-        for w in list.windows(2) {
-            gaps.push(
-                w[1].created
-                    .unwrap()
-                    .saturating_duration_since(w[0].done.unwrap())
-                    .as_secs_f64()
-                    * 1000.0,
-            );
+    for packages in by_node.values_mut() {
+        let mut first: Option<Instant> = None;
+        let mut longest = 0.0f64;
+        for list in packages.values_mut() {
+            list.sort_by_key(|s| s.created);
+            let chain: f64 = list
+                .iter()
+                .map(|s| (s.done.unwrap() - s.created.unwrap()).as_secs_f64())
+                .sum();
+            longest = longest.max(chain);
+            let created = list[0].created.unwrap();
+            first = Some(first.map_or(created, |f| f.min(created)));
+            for w in list.windows(2) {
+                gaps.push(
+                    w[1].created
+                        .unwrap()
+                        .saturating_duration_since(w[0].done.unwrap())
+                        .as_secs_f64()
+                        * 1000.0,
+                );
+            }
+        }
+        if let Some(first) = first {
+            chains.push((first, longest));
         }
     }
     chains.sort_by_key(|c| c.0);
@@ -304,7 +366,7 @@ async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> an
         .sum();
     gaps.sort_by(f64::total_cmp);
     println!(
-        "{name:<6} {nodes:>5} nodes, budget {budget}%: wall {wall:>7.1} s  floor {floor:>7.1} s  ({:.2}x)  jobs {jobs:>5}  added latency p50 {:>5.0} ms  p95 {:>5.0} ms  max {:>6.0} ms",
+        "{name:<6} {nodes:>5} nodes x {count} pkg, budget {budget}%: wall {wall:>7.1} s  floor {floor:>7.1} s  ({:.2}x)  jobs {jobs:>5}  added latency p50 {:>5.0} ms  p95 {:>5.0} ms  max {:>6.0} ms",
         wall / floor,
         percentile(&gaps, 0.5),
         percentile(&gaps, 0.95),
@@ -322,11 +384,11 @@ async fn rollout(bins: &Binaries, nodes: usize, budget: u32, reboot: bool) -> an
 }
 
 /// A settled fleet: the NodeWright complete on every node before the operator looks.
-async fn idle(bins: &Binaries, nodes: usize) -> anyhow::Result<()> {
+async fn idle(bins: &Binaries, nodes: usize, count: usize) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let (cluster, op, port) = fleet(bins, work.path(), nodes).await?;
     let empty = settle(op.pid(), port, Duration::from_secs(30)).await;
-    let packages = package(&cluster, false);
+    let packages = packages(&cluster, false, count);
     let spec: nodewright_api::v1alpha1::NodeWrightSpec =
         serde_json::from_value(json!({"packages": packages}))?;
     let mut state = nodewright_api::node_state::NodeState::new();
@@ -359,9 +421,23 @@ async fn idle(bins: &Binaries, nodes: usize) -> anyhow::Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     cluster.apply(&nodewright("settled", 10, packages)).await?;
     let (wall, _, _) = until_complete(&cluster, &op, port, "settled").await?;
+    // The first pass over a settled fleet still writes what the seeded state lacks (each
+    // node's status label and annotation); idle is measured once that has stopped.
+    let quiet = Instant::now();
+    let mut last = scrape(port, "nodewright_api_requests_total").await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let now = scrape(port, "nodewright_api_requests_total").await;
+        if now == last || quiet.elapsed() > Duration::from_secs(300) {
+            break;
+        }
+        last = now;
+    }
+    let quiet = quiet.elapsed().as_secs_f64();
     let settled = settle(op.pid(), port, Duration::from_secs(60)).await;
     println!(
-        "idle   {nodes:>5} nodes: a NodeWright complete everywhere (reported complete {wall:.1} s after apply), over 60 s: {settled}; with no NodeWright, over 30 s: {empty}",
+        "idle   {nodes:>5} nodes x {count} pkg: a NodeWright complete everywhere (reported complete {wall:.1} s after apply, writes quiet {:.0} s after that), over 60 s: {settled}; with no NodeWright, over 30 s: {empty}",
+        quiet,
     );
     drop(op);
     Ok(())
@@ -379,6 +455,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let budget: u32 = flag("--budget").map_or(Ok(25), |b| b.parse())?;
     let scenarios = flag("--scenarios").unwrap_or_else(|| "plain,reboot".into());
+    let count: usize = flag("--packages").map_or(Ok(1), |n| n.parse())?;
+    anyhow::ensure!(
+        (1..=SYSCTLS.len()).contains(&count),
+        "--packages is 1 to {}",
+        SYSCTLS.len()
+    );
     let exe = std::env::current_exe()?;
     // benches live in target/<profile>/deps; the binaries one level up.
     let dir = exe
@@ -388,9 +470,9 @@ async fn main() -> anyhow::Result<()> {
     let bins = Binaries::in_dir(dir)?;
     for scenario in scenarios.split(',') {
         match scenario {
-            "idle" => idle(&bins, nodes).await?,
-            "plain" => rollout(&bins, nodes, budget, false).await?,
-            "reboot" => rollout(&bins, nodes, budget, true).await?,
+            "idle" => idle(&bins, nodes, count).await?,
+            "plain" => rollout(&bins, nodes, budget, false, count).await?,
+            "reboot" => rollout(&bins, nodes, budget, true, 1).await?,
             other => anyhow::bail!("unknown scenario {other:?} (idle, plain, reboot)"),
         }
     }

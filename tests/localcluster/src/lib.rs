@@ -274,7 +274,7 @@ impl Binaries {
             operator: dir.join("nodewright-operator"),
             agent: dir.join("nodewright-agent"),
         };
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let workspace = nodewright_testregistry::workspace();
         let sources = BINARY_SOURCES
             .iter()
             .filter_map(|rel| newest(&workspace.join(rel)))

@@ -121,7 +121,7 @@ impl RealCluster {
     /// Runs `cargo xtask publish --registry <node registry>/nodewright --insecure [--tag T]`
     /// and reads what it printed.
     pub fn publish(&self, tag: Option<&str>) -> Result<Published> {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let workspace = nodewright_testregistry::workspace();
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(&workspace).args([
             "xtask",

@@ -19,11 +19,24 @@ const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("workspace root")
-        .to_path_buf()
+    // Cargo names the package under test at run time, and this crate at build time. A
+    // target directory shared between checkouts can hold this crate built in another one
+    // (cargo finds it fresh), so the run-time answer comes first.
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .and_then(|dir| {
+            dir.ancestors()
+                .find(|d| d.join("Cargo.lock").is_file())
+                .map(Path::to_path_buf)
+        })
+        .unwrap_or_else(|| {
+            built
+                .ancestors()
+                .nth(2)
+                .expect("workspace root")
+                .to_path_buf()
+        })
 }
 
 /// Whether this process runs as root (and may install Debian packages).
