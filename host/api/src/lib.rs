@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod atomic;
 pub mod crdgen;
 pub mod gates;
 pub mod grants;

@@ -11,10 +11,8 @@
 //! two processes sharing the directory never see a half-written file.
 
 use std::hash::Hasher;
-use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -125,29 +123,5 @@ impl CodeCache {
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    // Unique per process *and* per call: threads of one process may race on one entry.
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp = path.with_extension(format!(
-        "tmp.{}.{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(cache_err(path, e));
-    }
-    Ok(())
+    nodewright_api::atomic::write(path, bytes).map_err(|e| cache_err(path, e))
 }
-
-use std::os::unix::fs::OpenOptionsExt;

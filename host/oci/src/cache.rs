@@ -17,10 +17,8 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::digest::{parse_digest, sha256_digest};
 use crate::error::{Error, Result};
@@ -135,27 +133,7 @@ impl NodeCache {
         }
         let path = self.path(kind, digest)?;
         let _guard = self.lock(false)?;
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let tmp = path.with_extension(format!(
-            "tmp.{}.{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let result = (|| -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)
-        })();
-        if let Err(e) = result {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(Error::cache(&path, e));
-        }
-        Ok(())
+        nodewright_api::atomic::write(&path, bytes).map_err(|e| Error::cache(&path, e))
     }
 
     /// A blob, re-hashed; `None` when absent.

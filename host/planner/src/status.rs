@@ -249,9 +249,35 @@ impl<'a> Report<'a> {
 
     /// The status write (if anything changed) and transition events.
     pub fn finish(mut self) -> Vec<Action> {
-        let cr = self.cr;
-        let mut actions = Vec::new();
         let rolled = self.roll_up();
+        let (complete, total) = self.counts(rolled);
+        let mut actions: Vec<Action> = self.transition(rolled).into_iter().collect();
+        self.ready_condition(rolled, complete, total);
+        self.gates_condition();
+        self.uninstall_conditions();
+        self.blocked_condition(rolled);
+        self.drain_condition();
+        if let Some((ok, why, msg)) = self.plugins.clone() {
+            self.condition(condition::PLUGINS_READY, ok, &why, msg);
+        }
+        self.malformed_condition();
+        let cr = self.cr;
+        if self.nodes.changed() || self.status != cr.status.without_nodes() {
+            self.nodes.write_into(&mut self.status);
+            actions.insert(
+                0,
+                Action::SetStatus {
+                    cr: cr.name.clone(),
+                    status: Box::new(self.status),
+                },
+            );
+        }
+        actions
+    }
+
+    /// Compartment progress and the fleet's counts; returns (complete, total) nodes.
+    fn counts(&mut self, rolled: Status) -> (usize, usize) {
+        let cr = self.cr;
         for (name, nodes) in &self.compartment_nodes {
             let done = nodes
                 .iter()
@@ -283,24 +309,34 @@ impl<'a> Report<'a> {
         if rolled == Status::Complete {
             self.status.observed_generation = Some(cr.generation);
         }
+        (complete, total)
+    }
+
+    /// The roll-up's new value, and the event when it changed.
+    fn transition(&mut self, rolled: Status) -> Option<Action> {
+        let cr = self.cr;
         let old = cr.status.status.unwrap_or_default();
         self.status.status = Some(rolled);
-        if old != rolled {
-            actions.push(Action::Event(Event {
-                target: Target::Cr(cr.name.clone()),
-                warning: rolled == Status::Erroring,
-                reason: "State",
-                message: format!(
-                    "NodeWright transitioned [{}] -> [{}]",
-                    old.as_str(),
-                    rolled.as_str()
-                ),
-            }));
-            if rolled == Status::Complete {
-                self.reset_batches();
-            }
+        if old == rolled {
+            return None;
         }
+        if rolled == Status::Complete {
+            self.reset_batches();
+        }
+        Some(Action::Event(Event {
+            target: Target::Cr(cr.name.clone()),
+            warning: rolled == Status::Erroring,
+            reason: "State",
+            message: format!(
+                "NodeWright transitioned [{}] -> [{}]",
+                old.as_str(),
+                rolled.as_str()
+            ),
+        }))
+    }
 
+    /// `Ready`: the roll-up in words, and what holds the rollout when it waits.
+    fn ready_condition(&mut self, rolled: Status, complete: usize, total: usize) {
         let ready_msg = match rolled {
             Status::Complete => format!("all {total} node(s) complete"),
             Status::Erroring => format!(
@@ -344,6 +380,11 @@ impl<'a> Report<'a> {
             ready_reason,
             ready_msg,
         );
+    }
+
+    /// `HealthGatesPassing`, when the CR has Prometheus gates.
+    fn gates_condition(&mut self) {
+        let cr = self.cr;
         if cr
             .spec
             .health_gates
@@ -370,6 +411,10 @@ impl<'a> Report<'a> {
                 }
             }
         }
+    }
+
+    /// `UninstallInProgress` and `UninstallFailed`, set while they apply, cleared once after.
+    fn uninstall_conditions(&mut self) {
         for (kind, nodes, why) in [
             (
                 condition::UNINSTALL_IN_PROGRESS,
@@ -388,6 +433,11 @@ impl<'a> Report<'a> {
                 self.condition(kind, false, "None", String::new());
             }
         }
+    }
+
+    /// `Blocked`: a missing policy, an uninstalled dependency, a barrier, blocked nodes.
+    fn blocked_condition(&mut self, rolled: Status) {
+        let cr = self.cr;
         let (blocked, why, msg) = if let Some(p) = &self.policy_missing {
             (
                 true,
@@ -414,6 +464,10 @@ impl<'a> Report<'a> {
             (false, "NotBlocked", String::new())
         };
         self.condition(condition::BLOCKED, blocked, why, msg);
+    }
+
+    /// `DrainBlocked`: every node whose drain cannot finish, under one reason or several.
+    fn drain_condition(&mut self) {
         let drain = self
             .drain_blocked
             .iter()
@@ -434,9 +488,10 @@ impl<'a> Report<'a> {
             drain_reason,
             drain,
         );
-        if let Some((ok, why, msg)) = self.plugins.clone() {
-            self.condition(condition::PLUGINS_READY, ok, &why, msg);
-        }
+    }
+
+    /// `NodeStateMalformed`, set while a node's state cannot be parsed, cleared once after.
+    fn malformed_condition(&mut self) {
         if !self.malformed.is_empty() {
             let m = self.malformed.join("; ");
             self.condition(condition::NODE_STATE_MALFORMED, true, "ParseError", m);
@@ -453,17 +508,6 @@ impl<'a> Report<'a> {
                 String::new(),
             );
         }
-        if self.nodes.changed() || self.status != cr.status.without_nodes() {
-            self.nodes.write_into(&mut self.status);
-            actions.insert(
-                0,
-                Action::SetStatus {
-                    cr: cr.name.clone(),
-                    status: Box::new(self.status),
-                },
-            );
-        }
-        actions
     }
 
     fn reset_batches(&mut self) {
