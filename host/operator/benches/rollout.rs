@@ -436,8 +436,7 @@ async fn idle(bins: &Binaries, nodes: usize, count: usize) -> anyhow::Result<()>
     let quiet = quiet.elapsed().as_secs_f64();
     let settled = settle(op.pid(), port, Duration::from_secs(60)).await;
     println!(
-        "idle   {nodes:>5} nodes x {count} pkg: a NodeWright complete everywhere (reported complete {wall:.1} s after apply, writes quiet {:.0} s after that), over 60 s: {settled}; with no NodeWright, over 30 s: {empty}",
-        quiet,
+        "idle   {nodes:>5} nodes x {count} pkg: a NodeWright complete everywhere (reported complete {wall:.1} s after apply, writes quiet {quiet:.0} s after that), over 60 s: {settled}; with no NodeWright, over 30 s: {empty}",
     );
     drop(op);
     Ok(())

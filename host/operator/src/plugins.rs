@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodewright_api::limits::{Ceilings, StageLimits};
-use nodewright_api::v1alpha1::NodeWrightSpec;
-use nodewright_engine::{Engine, EngineConfig};
+use nodewright_api::v1alpha1::{NodeWrightSpec, Package};
+use nodewright_engine::{Engine, EngineConfig, LoadedPlugin};
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig, pin};
 use nodewright_planner::{PluginCheck as Verdict, Resolved};
 use tokio::sync::Notify;
@@ -136,140 +136,152 @@ impl Plugins {
     async fn check(&self, spec: &NodeWrightSpec) -> (Verdict, bool) {
         let mut resolved = Resolved::default();
         for (name, p) in &spec.packages {
-            let not_ready = |reason: &str, message: String, retryable: bool| {
-                (
-                    Verdict::NotReady {
-                        reason: reason.into(),
-                        message,
-                    },
-                    retryable,
-                )
-            };
-            let reference = match self
-                .inner
-                .puller
-                .registry()
-                .resolve(&p.plugin)
-                .await
-                .and_then(|d| pin(&p.plugin, &d))
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    return not_ready(
-                        "ResolveFailed",
-                        format!("spec.packages.{name}.plugin: {e}"),
-                        e.is_retryable(),
-                    );
-                }
-            };
-            // Trust first: an untrusted plugin is not even pulled.
-            let judgement = match self
-                .inner
-                .trust
-                .judge(self.inner.puller.registry(), name, &reference, p)
-                .await
-            {
-                Ok(j) => j,
-                Err(e) => {
-                    let retryable =
-                        matches!(&e, nodewright_trust::Error::Registry(r) if r.is_retryable());
-                    return not_ready(
-                        "SignatureUnverifiable",
-                        format!("spec.packages.{name}.plugin {reference}: {e}"),
-                        retryable,
-                    );
-                }
-            };
-            if let Some(first) = judgement.refusals.first() {
-                return not_ready(
-                    first.reason(),
-                    judgement
-                        .refusals
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    false,
-                );
+            if let Err(n) = self.check_package(name, p, &mut resolved).await {
+                let verdict = Verdict::NotReady {
+                    reason: n.reason,
+                    message: n.message,
+                };
+                return (verdict, n.retryable);
             }
-            if !judgement.signers.is_empty() {
-                resolved.signers.insert(name.clone(), judgement.signers);
-            }
-            resolved.warnings.extend(judgement.warnings);
-            let pulled = match self.inner.puller.pull_pinned(&reference, &|_| {}).await {
-                Ok(p) => p,
-                Err(e) => {
-                    return not_ready(
-                        "PullFailed",
-                        format!("spec.packages.{name}.plugin: {e}"),
-                        e.is_retryable(),
-                    );
-                }
-            };
-            // Compiling blocks (bounded by the engine's load limits): off the async workers.
-            let engine = self.inner.engine.clone();
-            let loaded = match tokio::task::spawn_blocking(move || engine.load(&pulled.bytes)).await
-            {
-                Ok(Ok(l)) => l,
-                Ok(Err(e)) => {
-                    return not_ready(
-                        "InvalidPlugin",
-                        format!("spec.packages.{name}.plugin {reference}: {e}"),
-                        false,
-                    );
-                }
-                Err(e) => {
-                    return not_ready(
-                        "InvalidPlugin",
-                        format!("spec.packages.{name}.plugin {reference}: loading panicked: {e}"),
-                        false,
-                    );
-                }
-            };
-            let limits = match StageLimits::of(p) {
-                Ok(l) => l,
-                Err(errs) => {
-                    let text = errs
-                        .iter()
-                        .map(|(f, m)| format!("spec.packages.{name}.{f}: {m}"))
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    return not_ready("InvalidSandbox", text, false);
-                }
-            };
-            if let Err((field, message)) = limits.check(&self.inner.ceilings) {
-                return not_ready(
-                    "SandboxAboveCeiling",
-                    format!("spec.packages.{name}.{field}: {message}"),
-                    false,
-                );
-            }
-            let grants = match p.grant_set(name) {
-                Ok(g) => g,
-                Err(errs) => {
-                    return not_ready(
-                        "InvalidGrant",
-                        errs.iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join("; "),
-                        false,
-                    );
-                }
-            };
-            let check = nodewright_engine::check_grants(&loaded, &grants);
-            if !check.missing.is_empty() {
-                return not_ready(
-                    "GrantMissing",
-                    format!(
-                        "package {name} ({reference}) imports capabilities its grants do not cover: {}",
-                        check.missing_summary()
-                    ),
-                    false,
-                );
-            }
-            resolved.pinned.insert(name.clone(), reference);
         }
         (Verdict::Ready(resolved), false)
     }
+
+    /// One package: its tag resolved, its signatures judged (an untrusted plugin is not
+    /// even pulled), pulled and compiled, then its sandbox bounds and grants checked
+    /// against what the component imports.
+    async fn check_package(
+        &self,
+        name: &str,
+        p: &Package,
+        resolved: &mut Resolved,
+    ) -> Result<(), NotReady> {
+        let registry = self.inner.puller.registry();
+        let reference = registry
+            .resolve(&p.plugin)
+            .await
+            .and_then(|d| pin(&p.plugin, &d))
+            .map_err(|e| {
+                let message = format!("spec.packages.{name}.plugin: {e}");
+                not_ready("ResolveFailed", message, e.is_retryable())
+            })?;
+        let judgement = self
+            .inner
+            .trust
+            .judge(registry, name, &reference, p)
+            .await
+            .map_err(|e| {
+                let retryable =
+                    matches!(&e, nodewright_trust::Error::Registry(r) if r.is_retryable());
+                let message = format!("spec.packages.{name}.plugin {reference}: {e}");
+                not_ready("SignatureUnverifiable", message, retryable)
+            })?;
+        if let Some(first) = judgement.refusals.first() {
+            return Err(not_ready(
+                first.reason(),
+                joined(&judgement.refusals),
+                false,
+            ));
+        }
+        if !judgement.signers.is_empty() {
+            resolved.signers.insert(name.into(), judgement.signers);
+        }
+        resolved.warnings.extend(judgement.warnings);
+        let loaded = self.load(name, &reference).await?;
+        self.admits(name, &reference, p, &loaded)?;
+        resolved.pinned.insert(name.into(), reference);
+        Ok(())
+    }
+
+    /// The plugin pulled by digest and compiled (off the async workers: compiling blocks,
+    /// bounded by the engine's load limits).
+    async fn load(&self, name: &str, reference: &str) -> Result<LoadedPlugin, NotReady> {
+        let pulled = self
+            .inner
+            .puller
+            .pull_pinned(reference, &|_| {})
+            .await
+            .map_err(|e| {
+                let message = format!("spec.packages.{name}.plugin: {e}");
+                not_ready("PullFailed", message, e.is_retryable())
+            })?;
+        let engine = self.inner.engine.clone();
+        match tokio::task::spawn_blocking(move || engine.load(&pulled.bytes)).await {
+            Ok(Ok(l)) => Ok(l),
+            Ok(Err(e)) => Err(not_ready(
+                "InvalidPlugin",
+                format!("spec.packages.{name}.plugin {reference}: {e}"),
+                false,
+            )),
+            Err(e) => Err(not_ready(
+                "InvalidPlugin",
+                format!("spec.packages.{name}.plugin {reference}: loading panicked: {e}"),
+                false,
+            )),
+        }
+    }
+
+    /// The package's sandbox bounds within the operator's ceilings, and grants that cover
+    /// every capability the component imports.
+    fn admits(
+        &self,
+        name: &str,
+        reference: &str,
+        p: &Package,
+        loaded: &LoadedPlugin,
+    ) -> Result<(), NotReady> {
+        let limits = StageLimits::of(p).map_err(|errs| {
+            let text = errs
+                .iter()
+                .map(|(f, m)| format!("spec.packages.{name}.{f}: {m}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            not_ready("InvalidSandbox", text, false)
+        })?;
+        limits
+            .check(&self.inner.ceilings)
+            .map_err(|(field, message)| {
+                let message = format!("spec.packages.{name}.{field}: {message}");
+                not_ready("SandboxAboveCeiling", message, false)
+            })?;
+        let grants = p
+            .grant_set(name)
+            .map_err(|errs| not_ready("InvalidGrant", joined(&errs), false))?;
+        let check = nodewright_engine::check_grants(loaded, &grants);
+        if !check.missing.is_empty() {
+            return Err(not_ready(
+                "GrantMissing",
+                format!(
+                    "package {name} ({reference}) imports capabilities its grants do not cover: {}",
+                    check.missing_summary()
+                ),
+                false,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a package's plugin is not ready: the condition's reason and message, and whether
+/// trying again later may help.
+struct NotReady {
+    reason: String,
+    message: String,
+    retryable: bool,
+}
+
+fn not_ready(reason: &str, message: String, retryable: bool) -> NotReady {
+    NotReady {
+        reason: reason.into(),
+        message,
+        retryable,
+    }
+}
+
+fn joined<T: ToString>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }

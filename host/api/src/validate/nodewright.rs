@@ -36,6 +36,33 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
     if let Some(i) = &p.interrupt {
         check_interrupt(errs, &format!("{base}.interrupt"), i);
     }
+    check_config(errs, &base, p);
+    check_resources(errs, &base, p);
+    check_limits(errs, &base, p);
+    check_duration(
+        errs,
+        &format!("{base}.stageTimeout"),
+        p.stage_timeout.as_ref(),
+    );
+    check_duration(
+        errs,
+        &format!("{base}.gracefulShutdown"),
+        p.graceful_shutdown.as_ref(),
+    );
+    if let Some(u) = &p.uninstall
+        && u.apply
+        && !u.enabled
+    {
+        errs.add(
+            format!("{base}.uninstall.apply"),
+            "requires uninstall.enabled",
+        );
+    }
+    check_dependencies(errs, &base, name, p, all);
+}
+
+/// `configMap` keys, and the `configInterrupts` globs over them.
+fn check_config(errs: &mut Errors, base: &str, p: &Package) {
     for key in p.config_map.keys() {
         if key.is_empty()
             || !key
@@ -57,6 +84,10 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
         }
         check_interrupt(errs, &path, i);
     }
+}
+
+/// `resources`: positive quantities, limits at least their requests.
+fn check_resources(errs: &mut Errors, base: &str, p: &Package) {
     if let Some(r) = &p.resources {
         let path = format!("{base}.resources");
         let cpu = (parse_quantity(&r.cpu_request), parse_quantity(&r.cpu_limit));
@@ -90,6 +121,10 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
             );
         }
     }
+}
+
+/// `sandbox` bounds, and a memory limit that leaves the sandbox's own error the first to come.
+fn check_limits(errs: &mut Errors, base: &str, p: &Package) {
     match crate::limits::StageLimits::of(p) {
         Err(errors) => {
             for (field, message) in errors {
@@ -116,25 +151,16 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
             }
         }
     }
-    check_duration(
-        errs,
-        &format!("{base}.stageTimeout"),
-        p.stage_timeout.as_ref(),
-    );
-    check_duration(
-        errs,
-        &format!("{base}.gracefulShutdown"),
-        p.graceful_shutdown.as_ref(),
-    );
-    if let Some(u) = &p.uninstall
-        && u.apply
-        && !u.enabled
-    {
-        errs.add(
-            format!("{base}.uninstall.apply"),
-            "requires uninstall.enabled",
-        );
-    }
+}
+
+/// `dependsOn`: packages of this spec, at their versions, never the package itself.
+fn check_dependencies(
+    errs: &mut Errors,
+    base: &str,
+    name: &str,
+    p: &Package,
+    all: &BTreeMap<String, Package>,
+) {
     for (dep, version) in &p.depends_on {
         let path = format!("{base}.dependsOn.{dep}");
         match all.get(dep) {
