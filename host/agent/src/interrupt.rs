@@ -11,6 +11,8 @@ use crate::host::host;
 use crate::markers::{self, RebootPending};
 
 /// Carries out `call` on the host.
+// Long on purpose: one arm per interrupt type; the reboot arm writes its pending marker
+// before it asks the host, so a reboot that comes sooner than the answer is still seen.
 pub(crate) async fn interrupt(call: &InterruptCall) -> StageResult {
     let fail = |blame, msg: String| StageResult::failed("interrupt", "node", blame, msg);
     let host = match host(&call.common) {

@@ -237,6 +237,8 @@ async fn sandboxed(
 
 /// The whole `run` call: pull the pinned plugin through the node cache, check the grants,
 /// run the stage (and its check) against the host.
+// Long on purpose: the stage's steps in order (pinned reference, host, pull, load, grants,
+// sandbox limits, run and check), each failure given its blame where it happens.
 pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
     let stage = call.stage.as_str();
     let fail = |blame, msg: String| StageResult::failed(stage, &call.package, blame, msg);

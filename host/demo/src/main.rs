@@ -185,6 +185,8 @@ fn complete(f: &Frame) -> bool {
 }
 
 #[tokio::main]
+// Long on purpose: the demo is a script read top to bottom (cluster, registry, operator,
+// rollouts, teardown), each step printing what it does.
 async fn main() -> Result<()> {
     let args = Args::parse();
     let dir = match args.bin_dir {

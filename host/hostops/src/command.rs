@@ -122,6 +122,8 @@ pub fn run_bounded(
 
 /// [`run_bounded`], in `enter`'s namespaces when given (the program path then resolves in
 /// the entered mount namespace).
+// Long on purpose: spawn, feed, read both pipes and kill on a bound are one sequence of
+// owned handles.
 pub fn run_bounded_in(
     program: &Path,
     args: &[String],

@@ -6,6 +6,7 @@ use crate::error::Error;
 
 impl Error {
     /// Classifies an oci-client error for `reference`.
+    // Long on purpose: one arm per oci-client error, the classification table itself.
     pub(crate) fn from_oci(reference: &str, e: oci_client::errors::OciDistributionError) -> Self {
         use oci_client::errors::OciDistributionError as E;
         let reference = reference.to_string();

@@ -41,6 +41,8 @@ pub const CONTAINER: &str = "agent";
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
 /// Builds the Job for a planner request.
+// Long on purpose: the Job spec field by field (labels, pod security, mounts, resources,
+// arguments), as the manifest it becomes.
 pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     let mut labels: BTreeMap<String, String> = BTreeMap::from([
         (label::MANAGED.into(), "true".into()),

@@ -195,6 +195,9 @@ fn main() -> anyhow::Result<()> {
         .block_on(run(flags))
 }
 
+// Long on purpose: the startup in the order it must happen (flags, client, caches, webhook,
+// metrics, leader election, the loop); each step is a call, and cutting it would hide the
+// order.
 async fn run(flags: Flags) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

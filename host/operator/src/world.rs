@@ -294,6 +294,8 @@ impl World {
     }
 
     /// The planner's snapshot, with our unseen writes applied and seen ones forgotten.
+    // Long on purpose: the overlay rules (seen writes forgotten, unseen ones applied)
+    // beside the conversion they adjust.
     pub fn snapshot(&self, settings: &Settings, plugins: &Plugins, gates: &Gates) -> Snapshot {
         let mut overlay = self.overlay.lock().expect("overlay lock");
         let mut nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();

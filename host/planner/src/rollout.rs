@@ -198,6 +198,8 @@ pub struct Batch {
 /// change), unless the CR or policy turned `resetBatchStateOnCompletion` off; a config-only
 /// edit keeps the batch position and a stop. Members already at work keep working and are
 /// counted into the new counters.
+// Long on purpose: the batch state machine (keep, grow, stop, reset) in one place, as the
+// spec states it.
 pub fn batch(
     rules: &Rules,
     previous: Option<&CompartmentStatus>,

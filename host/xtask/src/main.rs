@@ -288,6 +288,7 @@ fn author_demo(target: &Path) -> Result<()> {
     Ok(())
 }
 
+// Long on purpose: one match arm per task.
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     let target = target_dir();

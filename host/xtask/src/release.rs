@@ -194,6 +194,8 @@ fn parse(args: &[String]) -> Result<PublishArgs> {
 }
 
 /// `cargo xtask publish`.
+// Long on purpose: build, push and print the install command, step by step as the output
+// shows it.
 pub fn publish(target: &Path, args: &[String]) -> Result<()> {
     let args = parse(args)?;
     let host = args

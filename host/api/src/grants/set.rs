@@ -44,6 +44,8 @@ fn arg_char(c: char) -> bool {
 impl GrantSet {
     /// Parses `caps` into allowlists. `power` says whether the package may request a reboot.
     /// Returns every problem found, each with its field path.
+    // Long on purpose: one block per grant kind, each collecting its errors with its field
+    // path.
     pub fn parse(
         caps: &Capabilities,
         power: bool,

@@ -218,6 +218,8 @@ fn find_cycle(packages: &BTreeMap<String, Package>) -> Option<Vec<String>> {
 }
 
 /// Validates a NodeWright named `name`. Empty means valid.
+// Long on purpose: each top-level field's rule in spec order, so a field's check is found
+// where the field is.
 pub fn validate_nodewright(name: &str, spec: &NodeWrightSpec) -> Vec<FieldError> {
     let mut errs = Errors(Vec::new());
     if !is_dns_label(name, MAX_NODEWRIGHT_NAME) {

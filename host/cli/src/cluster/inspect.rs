@@ -28,6 +28,8 @@ pub struct LogsOf<'a> {
 
 /// `package logs`: each agent pod of the package on the node (and the node's merged
 /// interrupt), oldest first — its result and its log; `-f` streams the newest running one.
+// Long on purpose: list, order, print and (with -f) follow; the follow loop shares the
+// listing's state.
 pub async fn logs(
     c: &Client,
     namespace: &str,

@@ -16,6 +16,7 @@ use super::kube::{Ctx, client, confirm, edit_state, nodes, nodewright, refuse_if
 use super::{select, view};
 
 /// `node ...`.
+// Long on purpose: one match arm per `node` verb, each a few lines over the shared helpers.
 pub async fn node(cmd: NodeCommand, ctx: &Ctx) -> Result<ExitCode> {
     let c = client().await?;
     match cmd {

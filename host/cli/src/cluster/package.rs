@@ -15,6 +15,8 @@ use super::kube::{Ctx, client, confirm, edit_state, nodes, nodewright, refuse_if
 use super::{inspect, view};
 
 /// `package ...`.
+// Long on purpose: one match arm per `package` verb, each a few lines over the shared
+// helpers.
 pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
     let c = client().await?;
     match cmd {

@@ -22,6 +22,8 @@ pub struct InspectArgs {
     output: super::run::Format,
 }
 
+// Long on purpose: the report in the order it prints (source, digest, world, imports,
+// the grant check), once as JSON and once as text.
 pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let engine = super::engine()?;
     let source = super::source::load(&engine, &args.file, &args.registry).await?;

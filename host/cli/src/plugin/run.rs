@@ -163,6 +163,8 @@ fn print_logs(lines: &[nodewright_engine::LogLine]) {
     }
 }
 
+// Long on purpose: the author loop in the order it prints (load, grants, host, stage,
+// check, blame, output formats).
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = match &args.config_file {
         Some(f) => read_map(f)?,

@@ -23,6 +23,8 @@ pub(super) fn create_private(dir: &Dir, name: &str) -> std::io::Result<std::fs::
 impl RootFs {
     /// Writes a whole file atomically: a temp file beside it (mode `0600` until it is
     /// complete, so a secret is never readable half-written), then rename. Creates parents.
+    // Long on purpose: open parent, temp file, mode, owner, sync and rename are one
+    // sequence on the same handles; a failure at any step removes the temp file.
     pub fn write(
         &self,
         base: &Path,

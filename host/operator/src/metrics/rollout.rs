@@ -175,6 +175,8 @@ impl Rollout {
     }
 
     /// Refills the state gauges from `s` (not the Job ones: [`Rollout::observe_jobs`]).
+    // Long on purpose: every gauge family cleared, then refilled in one walk over the
+    // CRs and their nodes (a family refilled on its own would walk them again).
     pub fn observe(&self, s: &Snapshot) {
         for f in [&self.cr_status, &self.nodes] {
             f.clear();

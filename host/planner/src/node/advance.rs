@@ -8,6 +8,8 @@ use crate::stages::Next;
 
 /// Moves completed entries to their next stage; starts config, upgrade and uninstall cycles;
 /// re-arms parked stages on a newer generation.
+// Long on purpose: one pass over the packages with an arm per stage transition (upgrade,
+// config, uninstall, re-arm); the graph reads in one place.
 pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &mut NodeState) {
     let generation = cr.generation;
     for (name, p) in &cr.spec.packages {

@@ -9,6 +9,8 @@ use crate::snapshot::{Cr, JobPhase, ObservedJob, ObservedNode, Work};
 
 /// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match
 /// (stopping the ones still running). Jobs already stopping are left to finish stopping.
+// Long on purpose: one match over a Job's kind and phase, every arm a transition of the
+// node record; the arms are easier to check side by side.
 pub(super) fn record_jobs(
     cr: &Cr,
     node: &ObservedNode,
