@@ -195,7 +195,11 @@ async fn fleet(
         &work.join("cache"),
         &work.join("operator.log"),
         "info,kube=warn",
-        &[&format!("--metrics-addr=127.0.0.1:{port}")],
+        &[
+            &format!("--metrics-addr=127.0.0.1:{port}"),
+            // The operator's own default (the test harness resyncs every 5 s).
+            "--resync-seconds=30",
+        ],
     )?;
     let ready = Instant::now();
     while !nodewright_localcluster::http_get(port, "/readyz")
@@ -307,6 +311,7 @@ async fn rollout(
     let (wall, peak, peak_rate) = until_complete(&cluster, &op, port, name).await?;
     let writes = scrape(port, "nodewright_api_writes_total").await;
     let events = scrape(port, "nodewright_actions_total{action=\"event\"}").await;
+    let actions = actions_by_kind(port).await;
     watch.abort();
     let after = settle(op.pid(), port, Duration::from_secs(60)).await;
 
@@ -379,8 +384,30 @@ async fn rollout(
         rss0 / 1024,
         peak / 1024,
     );
+    let profile: Vec<String> = actions
+        .iter()
+        .map(|(kind, n)| format!("{kind} {:.2}", n / jobs as f64))
+        .collect();
+    println!(
+        "         planner actions per node-stage: {}",
+        profile.join(", ")
+    );
     drop(op);
     Ok(())
+}
+
+/// The planner's actions so far, by kind (`nodewright_actions_total`): where the writes go.
+async fn actions_by_kind(port: u16) -> Vec<(String, f64)> {
+    let Ok((_, body)) = nodewright_localcluster::http_get(port, "/metrics").await else {
+        return Vec::new();
+    };
+    body.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("nodewright_actions_total{action=\"")?;
+            let (kind, value) = rest.split_once("\"} ")?;
+            Some((kind.to_string(), value.parse().ok()?))
+        })
+        .collect()
 }
 
 /// A settled fleet: the NodeWright complete on every node before the operator looks.
@@ -423,14 +450,13 @@ async fn idle(bins: &Binaries, nodes: usize, count: usize) -> anyhow::Result<()>
     let (wall, _, _) = until_complete(&cluster, &op, port, "settled").await?;
     // The first pass over a settled fleet still writes what the seeded state lacks (each
     // node's status label and annotation); idle is measured once that has stopped.
+    // Quiet means no write for 15 s running (a long first pass plans before it writes).
     let quiet = Instant::now();
-    let mut last = scrape(port, "nodewright_api_requests_total").await;
-    loop {
+    let (mut last, mut still) = (scrape(port, "nodewright_api_requests_total").await, 0);
+    while still < 3 && quiet.elapsed() < Duration::from_secs(600) {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let now = scrape(port, "nodewright_api_requests_total").await;
-        if now == last || quiet.elapsed() > Duration::from_secs(300) {
-            break;
-        }
+        still = if now == last { still + 1 } else { 0 };
         last = now;
     }
     let quiet = quiet.elapsed().as_secs_f64();

@@ -329,11 +329,14 @@ impl Operator {
             "sim",
             "--agent-image",
             "nodewright/agent:local",
-            "--resync-seconds",
-            "5",
         ]
         .map(String::from)
         .to_vec();
+        // Tests resync every 5 s so a missed wakeup costs them little; a caller measuring
+        // the operator as deployed passes its own (the operator's default is 30 s).
+        if !extra.iter().any(|a| a.starts_with("--resync-seconds")) {
+            args.extend(["--resync-seconds".to_string(), "5".to_string()]);
+        }
         args.push(format!("--agent-command={}", bins.agent.display()));
         args.push(format!("--insecure-registry={}", cluster.registry.host()));
         args.push(format!("--plugin-cache-dir={}", cache.display()));
