@@ -279,20 +279,16 @@ async fn rollout(
                 let name = job.metadata.name.clone().unwrap_or_default();
                 let mut seen = seen.lock().unwrap();
                 let s = seen.entry(name).or_default();
-                s.node = job
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(keys::job::NODE))
-                    .cloned()
-                    .unwrap_or_default();
-                s.package = job
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(keys::job::PACKAGE))
-                    .cloned()
-                    .unwrap_or_default();
+                let label = |key: &str| {
+                    job.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(key))
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                s.node = label(keys::job::NODE);
+                s.package = label(keys::job::PACKAGE);
                 s.created.get_or_insert(now);
                 if s.done.is_none()
                     && job.status.as_ref().and_then(|st| st.succeeded).unwrap_or(0) > 0
