@@ -116,6 +116,9 @@ pub mod job {
     pub const INTERRUPT: &str = "nodewright.io/interrupt";
     /// CR generation the Job was created for.
     pub const GENERATION: &str = "nodewright.io/generation";
+    /// The Job's name: finished Jobs are deleted many to a request, by a set-based selector
+    /// on it.
+    pub const JOB: &str = "nodewright.io/job";
 }
 
 /// Node annotation: nodewright cordoned the node when it removed the runtime-required taint

@@ -306,6 +306,7 @@ async fn rollout(
         .await?;
     let (wall, peak, peak_rate) = until_complete(&cluster, &op, port, name).await?;
     let writes = scrape(port, "nodewright_api_writes_total").await;
+    let refused = scrape(port, "nodewright_api_write_failures_total").await;
     let events = scrape(port, "nodewright_actions_total{action=\"event\"}").await;
     let actions = actions_by_kind(port).await;
     watch.abort();
@@ -374,8 +375,9 @@ async fn rollout(
         gaps.last().copied().unwrap_or(f64::NAN),
     );
     println!(
-        "         writes/node-stage {:.2}  events/node-stage {:.2}  peak writes+events {peak_rate:.0}/s  operator RSS idle {} MiB, peak {} MiB; the minute after: {after}",
+        "         writes/node-stage {:.2} (refused or failed {:.2})  events/node-stage {:.2}  peak writes+events {peak_rate:.0}/s  operator RSS idle {} MiB, peak {} MiB; the minute after: {after}",
         writes / jobs as f64,
+        refused / jobs as f64,
         events / jobs as f64,
         rss0 / 1024,
         peak / 1024,

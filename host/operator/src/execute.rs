@@ -6,14 +6,15 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 
+use either::Either;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{
-    Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams, PropagationPolicy,
+    Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
 };
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Client, Resource};
-use nodewright_api::keys;
+use nodewright_api::keys::{self, job as label};
 use nodewright_api::v1alpha1::{NodeWright, NodeWrightStatus};
 use nodewright_planner::{Action, Event, NodePatch, Refusal, Target};
 use serde_json::json;
@@ -23,6 +24,10 @@ use crate::world::World;
 
 /// Writes in flight at once within a wave.
 const PARALLEL: usize = 16;
+
+/// Finished Jobs deleted by one request: a selector of this many names stays a few
+/// kilobytes of URL.
+const DELETE_CHUNK: usize = 100;
 
 /// How long after a CR's last status write a write that only moves counts is held back:
 /// with hundreds of nodes at work the per-node statuses and counters change on nearly every
@@ -154,18 +159,32 @@ impl Executor {
             .into_iter()
             .filter(|a| !held_back(a))
             .partition(|a| matches!(a, Action::DeleteJob { .. }));
-        for wave in [deletes, rest] {
-            let results: Vec<Option<anyhow::Result<()>>> =
+        // Finished Jobs go many to a request; running ones one by one, in the foreground.
+        let (finished, stopping): (Vec<Action>, Vec<Action>) = deletes
+            .into_iter()
+            .partition(|a| matches!(a, Action::DeleteJob { running: false, .. }));
+        let finished: Vec<String> = finished
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::DeleteJob { name, .. } => Some(name),
+                _ => None,
+            })
+            .collect();
+        let deleted = self.delete_finished(&finished).await;
+        let mut waves = vec![deleted.into_iter().map(Some).collect()];
+        for wave in [stopping, rest] {
+            waves.push(
                 stream::iter(wave.into_iter().map(|a| self.one(a)))
                     .buffer_unordered(PARALLEL)
-                    .collect()
-                    .await;
-            for r in results.into_iter().flatten() {
-                out.writes += 1;
-                if let Err(e) = r {
-                    tracing::warn!("{e:#}");
-                    out.failures += 1;
-                }
+                    .collect::<Vec<Option<anyhow::Result<()>>>>()
+                    .await,
+            );
+        }
+        for r in waves.into_iter().flatten().flatten() {
+            out.writes += 1;
+            if let Err(e) = r {
+                tracing::warn!("{e:#}");
+                out.failures += 1;
             }
         }
         out
@@ -286,6 +305,62 @@ impl Executor {
         overlay.created.remove(name);
         overlay.deleted.insert(name.into());
         Ok(())
+    }
+
+    /// Deletes finished Jobs, up to [`DELETE_CHUNK`] to a request (a set-based selector on
+    /// their name label), in the background as [`Executor::delete_job`] does for one. A Job
+    /// the request did not delete (made before the label existed, or already gone) is
+    /// deleted by name. One result per request.
+    async fn delete_finished(&self, names: &[String]) -> Vec<anyhow::Result<()>> {
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &self.jobs.namespace);
+        let dp = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
+        let mut results = Vec::new();
+        for chunk in names.chunks(DELETE_CHUNK) {
+            if let [one] = chunk {
+                results.push(self.delete_job(one, false).await);
+                continue;
+            }
+            self.throttle().await;
+            let selector = format!(
+                "{}=true,{} in ({})",
+                label::MANAGED,
+                label::JOB,
+                chunk.join(",")
+            );
+            let lp = ListParams::default().labels(&selector);
+            let gone: HashSet<String> = match api.delete_collection(&dp, &lp).await {
+                Ok(Either::Left(list)) => list
+                    .items
+                    .into_iter()
+                    .filter_map(|j| j.metadata.name)
+                    .collect(),
+                // A bare status does not say which went: each is deleted by name below.
+                Ok(Either::Right(_)) => HashSet::new(),
+                Err(e) => {
+                    results.push(Err(anyhow::anyhow!(
+                        "delete {} finished Jobs: {e}",
+                        chunk.len()
+                    )));
+                    continue;
+                }
+            };
+            results.push(Ok(()));
+            {
+                let mut overlay = self.world.overlay.lock().expect("overlay lock");
+                for name in &gone {
+                    overlay.created.remove(name);
+                    overlay.deleted.insert(name.clone());
+                }
+            }
+            for name in chunk.iter().filter(|n| !gone.contains(*n)) {
+                tracing::debug!(job = %name, "not deleted by its label; deleting it by name");
+                results.push(self.delete_job(name, false).await);
+            }
+        }
+        results
     }
 
     async fn evict(

@@ -49,6 +49,7 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
         (label::CR.into(), req.cr.clone()),
         (label::NODE.into(), req.node.clone()),
         (label::GENERATION.into(), req.generation.to_string()),
+        (label::JOB.into(), req.name.clone()),
     ]);
     let interrupt_job = matches!(req.work, Work::Interrupt { .. });
     match &req.work {
