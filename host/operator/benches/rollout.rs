@@ -307,6 +307,8 @@ async fn rollout(
     let (wall, peak, peak_rate) = until_complete(&cluster, &op, port, name).await?;
     let writes = scrape(port, "nodewright_api_writes_total").await;
     let refused = scrape(port, "nodewright_api_write_failures_total").await;
+    let passes = scrape(port, "nodewright_reconcile_duration_seconds_count").await;
+    let in_passes = scrape(port, "nodewright_reconcile_duration_seconds_sum").await;
     let events = scrape(port, "nodewright_actions_total{action=\"event\"}").await;
     let actions = actions_by_kind(port).await;
     watch.abort();
@@ -387,8 +389,10 @@ async fn rollout(
         .map(|(kind, n)| format!("{kind} {:.2}", n / jobs as f64))
         .collect();
     println!(
-        "         planner actions per node-stage: {}",
-        profile.join(", ")
+        "         planner actions per node-stage: {}; {passes:.0} passes, {:.0} ms each on average ({:.0} % of the wall time)",
+        profile.join(", "),
+        in_passes / passes * 1000.0,
+        in_passes / wall * 100.0,
     );
     drop(op);
     Ok(())

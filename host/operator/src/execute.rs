@@ -1,24 +1,25 @@
 //! Carries out the planner's actions against the apiserver.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 
 use either::Either;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
 use kube::api::{
     Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
 };
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
-use kube::{Client, Resource};
+use kube::runtime::events::Recorder;
 use nodewright_api::keys::{self, job as label};
 use nodewright_api::v1alpha1::{NodeWright, NodeWrightStatus};
-use nodewright_planner::{Action, Event, NodePatch, Refusal, Target};
+use nodewright_planner::{Action, NodePatch, Refusal};
 use serde_json::json;
 
+use crate::events::Events;
 use crate::jobs::{self, JobConfig};
 use crate::world::World;
 
@@ -61,9 +62,9 @@ pub struct WriteLimits {
 pub struct Executor {
     client: Client,
     jobs: JobConfig,
-    recorder: Recorder,
+    events: Events,
     world: World,
-    limiter: governor::DefaultDirectRateLimiter,
+    limiter: Arc<governor::DefaultDirectRateLimiter>,
     /// Counts each write request as it goes out.
     sent: prometheus_client::metrics::counter::Counter,
     /// Each CR's last written status (its [`significant`] part) and when it was written.
@@ -100,14 +101,16 @@ impl Executor {
         let recorder = Recorder::new(client.clone(), reporter.to_string().into());
         let per_second = std::num::NonZeroU32::new(limits.qps.max(1)).expect("at least 1");
         let burst = std::num::NonZeroU32::new(limits.burst.max(1)).expect("at least 1");
+        let limiter = Arc::new(governor::RateLimiter::direct(
+            governor::Quota::per_second(per_second).allow_burst(burst),
+        ));
+        let events = Events::start(recorder, world.clone(), limiter.clone(), sent.clone());
         Executor {
             client,
             jobs,
-            recorder,
+            events,
             world,
-            limiter: governor::RateLimiter::direct(
-                governor::Quota::per_second(per_second).allow_burst(burst),
-            ),
+            limiter,
             sent,
             statuses: Mutex::default(),
         }
@@ -119,10 +122,13 @@ impl Executor {
         self.sent.inc();
     }
 
-    /// Executes `actions` in three waves, each [`PARALLEL`] writes at a time: node patches;
-    /// then Job deletes; then everything else. A node whose patch failed (a conflict: the
-    /// pass saw an old node) gets none of its other actions this pass. Within a wave the
-    /// writes are independent (different nodes, Jobs, CRs), so their order does not matter.
+    /// Executes `actions` in waves, each [`PARALLEL`] writes at a time: node patches; then
+    /// (rarely any) running Jobs stopped and finished ones this pass makes again under the
+    /// same name; then everything else, with the other finished Jobs deleted beside it, many
+    /// to a request. A node whose patch failed (a conflict: the pass saw an old node) gets
+    /// none of its other actions this pass — a finished Job whose result that patch was
+    /// recording stays. Within a wave the writes are independent (different nodes, Jobs,
+    /// CRs), so their order does not matter; events are queued (see [`Events`]).
     pub async fn run(&self, actions: Vec<Action>) -> PassWrites {
         let mut out = PassWrites::default();
         let patches = actions.iter().filter_map(|a| {
@@ -155,31 +161,35 @@ impl Executor {
             }
             _ => false,
         };
-        let (deletes, rest): (Vec<Action>, Vec<Action>) = actions
-            .into_iter()
-            .filter(|a| !held_back(a))
-            .partition(|a| matches!(a, Action::DeleteJob { .. }));
-        // Finished Jobs go many to a request; running ones one by one, in the foreground.
-        let (finished, stopping): (Vec<Action>, Vec<Action>) = deletes
-            .into_iter()
-            .partition(|a| matches!(a, Action::DeleteJob { running: false, .. }));
-        let finished: Vec<String> = finished
-            .into_iter()
+        let kept: Vec<Action> = actions.into_iter().filter(|a| !held_back(a)).collect();
+        let recreated: HashSet<String> = kept
+            .iter()
             .filter_map(|a| match a {
-                Action::DeleteJob { name, .. } => Some(name),
+                Action::CreateJob(req) => Some(req.name.clone()),
                 _ => None,
             })
             .collect();
-        let deleted = self.delete_finished(&finished).await;
-        let mut waves = vec![deleted.into_iter().map(Some).collect()];
-        for wave in [stopping, rest] {
-            waves.push(
-                stream::iter(wave.into_iter().map(|a| self.one(a)))
-                    .buffer_unordered(PARALLEL)
-                    .collect::<Vec<Option<anyhow::Result<()>>>>()
-                    .await,
-            );
-        }
+        // Finished Jobs not made again this pass are deleted beside the last wave, many to a
+        // request; stopping a running Job, or removing one this pass makes again under the
+        // same name, comes first.
+        let mut finished = Vec::new();
+        let (first, rest): (Vec<Action>, Vec<Action>) = kept
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::DeleteJob {
+                    name,
+                    running: false,
+                    ..
+                } if !recreated.contains(&name) => {
+                    finished.push(name);
+                    None
+                }
+                a => Some(a),
+            })
+            .partition(|a| matches!(a, Action::DeleteJob { .. }));
+        let first = self.wave(first).await;
+        let (deleted, rest) = futures::join!(self.delete_finished(&finished), self.wave(rest));
+        let waves = [first, rest, deleted.into_iter().map(Some).collect()];
         for r in waves.into_iter().flatten().flatten() {
             out.writes += 1;
             if let Err(e) = r {
@@ -188,6 +198,14 @@ impl Executor {
             }
         }
         out
+    }
+
+    /// Actions side by side, [`PARALLEL`] at a time.
+    async fn wave(&self, actions: Vec<Action>) -> Vec<Option<anyhow::Result<()>>> {
+        stream::iter(actions.into_iter().map(|a| self.one(a)))
+            .buffer_unordered(PARALLEL)
+            .collect()
+            .await
     }
 
     /// One action other than a node patch; `None` for events (not counted as writes).
@@ -210,7 +228,7 @@ impl Executor {
                 self.set_status(&cr, &status).await
             }
             Action::Event(e) => {
-                self.event(&e).await;
+                self.events.send(e).await;
                 return None;
             }
             Action::AddFinalizer { cr } => self.finalizer(&cr, true).await,
@@ -462,46 +480,6 @@ impl Executor {
             Err(e) => Err(anyhow::anyhow!("finalizer of {cr}: {e}")),
         }
     }
-
-    async fn event(&self, e: &Event) {
-        self.throttle().await;
-        let reference = match &e.target {
-            Target::Cr(name) => match self.world.nodewright(name) {
-                Some(cr) => cr.object_ref(&()),
-                None => return,
-            },
-            Target::Node(name) => ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(name.clone()),
-                uid: Some(name.clone()),
-                ..Default::default()
-            },
-        };
-        let ev = KubeEvent {
-            type_: if e.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: e.reason.into(),
-            note: Some(e.message.chars().take(1000).collect()),
-            // The recorder folds events with the same (reason, action) on an object into one
-            // series that keeps the first note; every distinct message is its own event.
-            action: format!("{}-{:08x}", e.reason, fnv(&e.message)),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&ev, &reference).await {
-            tracing::debug!("event {}: {err}", e.reason);
-        }
-    }
-}
-
-/// FNV-1a, 32 bits: a short stable tag for a message.
-fn fnv(s: &str) -> u32 {
-    s.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
 }
 
 #[cfg(test)]

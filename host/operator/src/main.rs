@@ -10,6 +10,7 @@
 //! admission webhook (`--webhook-addr`) and the metrics and probe endpoint (`--metrics-addr`).
 
 mod convert;
+mod events;
 mod execute;
 mod gates;
 mod jobs;
