@@ -394,8 +394,37 @@ async fn rollout(
         in_passes / passes * 1000.0,
         in_passes / wall * 100.0,
     );
+    for (n, warning) in warnings(&work.path().join("operator.log")) {
+        println!("         {n:>6} x {warning}");
+    }
     drop(op);
     Ok(())
+}
+
+/// The operator's warnings (refused writes and the like), most frequent first, with names
+/// and numbers folded so that one kind of warning counts as one.
+fn warnings(log: &std::path::Path) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for line in text.lines().filter(|l| l.contains("WARN")) {
+        let message = line.split_once("WARN").map_or(line, |(_, m)| m);
+        let folded: String = message
+            .split_whitespace()
+            .map(|w| {
+                if w.chars().any(|c| c.is_ascii_digit()) {
+                    "#"
+                } else {
+                    w
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        *kinds.entry(folded.chars().take(160).collect()).or_default() += 1;
+    }
+    let mut kinds: Vec<(usize, String)> = kinds.into_iter().map(|(k, n)| (n, k)).collect();
+    kinds.sort_by(|a, b| b.0.cmp(&a.0));
+    kinds.truncate(4);
+    kinds
 }
 
 /// The planner's actions so far, by kind (`nodewright_actions_total`): where the writes go.

@@ -16,7 +16,7 @@ use kube::api::{
 use kube::runtime::events::Recorder;
 use nodewright_api::keys::{self, job as label};
 use nodewright_api::v1alpha1::{NodeWright, NodeWrightStatus};
-use nodewright_planner::{Action, NodePatch, Refusal};
+use nodewright_planner::{Action, NodePatch, ObservedNode, Refusal};
 use serde_json::json;
 
 use crate::events::Events;
@@ -79,6 +79,29 @@ impl std::fmt::Debug for Executor {
     }
 }
 
+/// Why a node patch failed.
+#[derive(Debug, thiserror::Error)]
+enum PatchError {
+    /// The node changed since the pass read it.
+    #[error("the node changed since the pass read it (a conflict); the next pass plans again")]
+    Conflict,
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+/// One node's writes in a pass, in the order they go.
+#[derive(Debug, Default)]
+struct NodeWrites {
+    /// The node patch (the record of what this pass starts and finishes).
+    patch: Option<NodePatch>,
+    /// Running Jobs stopped, and finished ones made again under the same name.
+    clear: Vec<Action>,
+    /// Job creates and evictions.
+    then: Vec<Action>,
+}
+
 /// What a pass wrote, for the loop's pacing.
 #[derive(Debug, Default)]
 pub struct PassWrites {
@@ -122,75 +145,78 @@ impl Executor {
         self.sent.inc();
     }
 
-    /// Executes `actions` in waves, each [`PARALLEL`] writes at a time: node patches; then
-    /// (rarely any) running Jobs stopped and finished ones this pass makes again under the
-    /// same name; then everything else, with the other finished Jobs deleted beside it, many
-    /// to a request. A node whose patch failed (a conflict: the pass saw an old node) gets
-    /// none of its other actions this pass — a finished Job whose result that patch was
-    /// recording stays. Within a wave the writes are independent (different nodes, Jobs,
-    /// CRs), so their order does not matter; events are queued (see [`Events`]).
-    pub async fn run(&self, actions: Vec<Action>) -> PassWrites {
-        let mut out = PassWrites::default();
-        let patches = actions.iter().filter_map(|a| {
-            if let Action::PatchNode(p) = a {
-                Some(p)
-            } else {
-                None
-            }
-        });
-        let results: Vec<(String, anyhow::Result<()>)> = stream::iter(
-            patches.map(|p| async move { (p.node.clone(), self.patch_node(p).await) }),
-        )
-        .buffer_unordered(PARALLEL)
-        .collect()
-        .await;
-        let mut failed_nodes: HashSet<String> = HashSet::new();
-        for (node, r) in results {
-            out.writes += 1;
-            if let Err(e) = r {
-                tracing::warn!(%node, "node patch: {e}");
-                out.failures += 1;
-                failed_nodes.insert(node);
-            }
-        }
-        let held_back = |a: &Action| match a {
-            Action::PatchNode(_) => true,
-            Action::CreateJob(req) => failed_nodes.contains(&req.node),
-            Action::Evict { node, .. } | Action::DeleteJob { node, .. } => {
-                failed_nodes.contains(node)
-            }
-            _ => false,
-        };
-        let kept: Vec<Action> = actions.into_iter().filter(|a| !held_back(a)).collect();
-        let recreated: HashSet<String> = kept
+    /// Executes `actions`: each node's writes in order, [`PARALLEL`] nodes side by side —
+    /// the node patch first, then (rarely any) running Jobs stopped and finished ones this
+    /// pass makes again under the same name, then its Job creates and evictions. A node
+    /// whose patch failed (a conflict: the pass saw an old node) gets none of its other
+    /// actions this pass. Nodes that start work go before nodes whose patch only records a
+    /// status. Then the CR-wide writes (status, finalizers), with the finished Jobs of the
+    /// nodes whose patch held deleted beside them, many to a request — a finished Job whose
+    /// result a failed patch was recording stays. Events are queued (see [`Events`]).
+    pub async fn run(&self, actions: Vec<Action>, planned_from: &[ObservedNode]) -> PassWrites {
+        let planned: HashMap<&str, &ObservedNode> =
+            planned_from.iter().map(|n| (n.name.as_str(), n)).collect();
+        let recreated: HashSet<String> = actions
             .iter()
             .filter_map(|a| match a {
                 Action::CreateJob(req) => Some(req.name.clone()),
                 _ => None,
             })
             .collect();
-        // Finished Jobs not made again this pass are deleted beside the last wave, many to a
-        // request; stopping a running Job, or removing one this pass makes again under the
-        // same name, comes first.
-        let mut finished = Vec::new();
-        let (first, rest): (Vec<Action>, Vec<Action>) = kept
-            .into_iter()
-            .filter_map(|a| match a {
+        let mut nodes: HashMap<String, NodeWrites> = HashMap::new();
+        let mut finished: Vec<(String, String)> = Vec::new();
+        let mut rest = Vec::new();
+        for a in actions {
+            match a {
+                Action::PatchNode(p) => {
+                    let node = p.node.clone();
+                    nodes.entry(node).or_default().patch = Some(p);
+                }
                 Action::DeleteJob {
                     name,
+                    node,
                     running: false,
-                    ..
-                } if !recreated.contains(&name) => {
-                    finished.push(name);
-                    None
+                } if !recreated.contains(&name) => finished.push((node, name)),
+                Action::DeleteJob { ref node, .. } => {
+                    nodes.entry(node.clone()).or_default().clear.push(a)
                 }
-                a => Some(a),
-            })
-            .partition(|a| matches!(a, Action::DeleteJob { .. }));
-        let first = self.wave(first).await;
+                Action::CreateJob(ref req) => {
+                    nodes.entry(req.node.clone()).or_default().then.push(a)
+                }
+                Action::Evict { ref node, .. } => {
+                    nodes.entry(node.clone()).or_default().then.push(a)
+                }
+                a => rest.push(a),
+            }
+        }
+        let mut order: Vec<(String, NodeWrites)> = nodes.into_iter().collect();
+        order.sort_by_key(|(_, w)| w.clear.is_empty() && w.then.is_empty());
+        let per_node: Vec<(String, bool, Vec<anyhow::Result<()>>)> =
+            stream::iter(order.into_iter().map(|(node, w)| {
+                let planned = planned.get(node.as_str()).copied();
+                async move { self.node_writes(node, w, planned).await }
+            }))
+            .buffer_unordered(PARALLEL)
+            .collect()
+            .await;
+        let failed_nodes: HashSet<&str> = per_node
+            .iter()
+            .filter(|(_, patched, _)| !patched)
+            .map(|(n, _, _)| n.as_str())
+            .collect();
+        let finished: Vec<String> = finished
+            .into_iter()
+            .filter(|(node, _)| !failed_nodes.contains(node.as_str()))
+            .map(|(_, name)| name)
+            .collect();
         let (deleted, rest) = futures::join!(self.delete_finished(&finished), self.wave(rest));
-        let waves = [first, rest, deleted.into_iter().map(Some).collect()];
-        for r in waves.into_iter().flatten().flatten() {
+        let mut out = PassWrites::default();
+        let results = per_node
+            .into_iter()
+            .flat_map(|(_, _, r)| r)
+            .chain(deleted)
+            .chain(rest.into_iter().flatten());
+        for r in results {
             out.writes += 1;
             if let Err(e) = r {
                 tracing::warn!("{e:#}");
@@ -198,6 +224,30 @@ impl Executor {
             }
         }
         out
+    }
+
+    /// One node's writes in order; false (and nothing after it) when its patch failed.
+    async fn node_writes(
+        &self,
+        node: String,
+        w: NodeWrites,
+        planned: Option<&ObservedNode>,
+    ) -> (String, bool, Vec<anyhow::Result<()>>) {
+        let mut results = Vec::new();
+        if let Some(p) = &w.patch {
+            let (sent, r) = self.patch_node(p, planned).await;
+            // A conflict resolved by sending the patch again is two writes, neither failed.
+            results.extend((1..sent).map(|_| Ok(())));
+            let failed = r.is_err();
+            results.push(r.map_err(|e| e.context(format!("node patch of {node}"))));
+            if failed {
+                return (node, false, results);
+            }
+        }
+        for a in w.clear.into_iter().chain(w.then) {
+            results.extend(self.one(a).await);
+        }
+        (node, true, results)
     }
 
     /// Actions side by side, [`PARALLEL`] at a time.
@@ -245,10 +295,40 @@ impl Executor {
         })
     }
 
-    async fn patch_node(&self, p: &NodePatch) -> anyhow::Result<()> {
+    /// Patches a node against the resourceVersion the pass planned from. When that lost a
+    /// conflict and the node, read again, is the one the pass planned from in everything
+    /// the planner reads (a heartbeat moved only its resourceVersion), the patch is sent
+    /// once more against the new version; any other change fails it, and the next pass
+    /// plans again. Returns the writes sent and the outcome.
+    async fn patch_node(
+        &self,
+        p: &NodePatch,
+        planned: Option<&ObservedNode>,
+    ) -> (usize, anyhow::Result<()>) {
+        let first = self.patch_at(p, &p.resource_version).await;
+        let Err(PatchError::Conflict) = first else {
+            return (1, first.map_err(anyhow::Error::from));
+        };
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let fresh = match nodes.get(&p.node).await {
+            Ok(mut n) => {
+                crate::world::slim_node(&mut n);
+                n
+            }
+            Err(e) => return (1, Err(anyhow::anyhow!("conflict; reading it again: {e}"))),
+        };
+        let seen = crate::convert::node(&fresh);
+        if !planned.is_some_and(|planned| planned.same_as(&seen)) {
+            return (1, Err(PatchError::Conflict.into()));
+        }
+        let again = self.patch_at(p, &seen.resource_version).await;
+        (2, again.map_err(anyhow::Error::from))
+    }
+
+    async fn patch_at(&self, p: &NodePatch, resource_version: &str) -> Result<(), PatchError> {
         self.throttle().await;
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let mut body = json!({"metadata": {"resourceVersion": p.resource_version, "annotations": p.annotations}});
+        let mut body = json!({"metadata": {"resourceVersion": resource_version, "annotations": p.annotations}});
         if let Some(u) = p.unschedulable {
             body["spec"]["unschedulable"] = json!(u);
         }
@@ -264,11 +344,16 @@ impl Executor {
                     taints.push(t.clone());
                 }
             }
-            body["spec"]["taints"] = serde_json::to_value(taints)?;
+            body["spec"]["taints"] = serde_json::to_value(taints).map_err(anyhow::Error::from)?;
         }
-        let mut patched = nodes
+        let mut patched = match nodes
             .patch(&p.node, &PatchParams::default(), &Patch::Merge(body))
-            .await?;
+            .await
+        {
+            Ok(n) => n,
+            Err(kube::Error::Api(s)) if s.code == 409 => return Err(PatchError::Conflict),
+            Err(e) => return Err(e.into()),
+        };
         crate::world::slim_node(&mut patched);
         self.world
             .overlay

@@ -358,7 +358,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             metrics.action(a);
         }
         tracing::trace!(pods = ?snapshot.pods.iter().map(|p| (p.key(), p.node.clone(), p.active, p.controller.clone())).collect::<Vec<_>>(), "pods");
-        let out = executor.run(actions).await;
+        let out = executor.run(actions, &snapshot.nodes).await;
         metrics
             .pass_duration
             .observe(started.elapsed().as_secs_f64());

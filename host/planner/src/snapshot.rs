@@ -141,7 +141,7 @@ impl From<BTreeMap<String, String>> for Resolved {
 }
 
 /// A node as observed.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ObservedNode {
     /// Name.
     pub name: String,
@@ -161,6 +161,18 @@ pub struct ObservedNode {
     pub conditions: BTreeMap<String, String>,
     /// `metadata.resourceVersion`, for optimistic writes.
     pub resource_version: String,
+}
+
+impl ObservedNode {
+    /// The same node as far as a pass can tell: equal in everything but the
+    /// resourceVersion (a heartbeat moves only that once a node is read).
+    pub fn same_as(&self, other: &ObservedNode) -> bool {
+        let bare = |n: &ObservedNode| ObservedNode {
+            resource_version: String::new(),
+            ..n.clone()
+        };
+        bare(self) == bare(other)
+    }
 }
 
 /// What a Job does; parsed from its labels.

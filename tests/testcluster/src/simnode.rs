@@ -1,8 +1,9 @@
 //! Simulated nodes: a process "kubelet" that really runs pods' commands.
 //!
 //! For each [`NodeSpec`] it registers a `Node` (labels, capacity, `bootID`, a `Ready`
-//! condition with heartbeats, the apiserver's initial not-ready taint lifted) whose host is a
-//! scratch directory. For every pod bound to one
+//! condition, the apiserver's initial not-ready taint lifted) whose host is a scratch
+//! directory, and heartbeats as a kubelet does: a Lease renewed every 10 s, the status
+//! reported every 5 minutes and on change. For every pod bound to one
 //! of its nodes (`spec.nodeName`) it runs each container's command as a local process:
 //!
 //! - the environment is the container's literal `env` plus `fieldRef`s (name, namespace,
@@ -31,6 +32,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -340,21 +342,41 @@ impl Drop for SimKubelet {
     }
 }
 
-/// Heartbeats, and reboots requested through the host.
+/// How often a node reports its status when nothing changed: a kubelet's default
+/// `nodeStatusReportFrequency`. Its liveness between reports is the Lease.
+const STATUS_REPORT: Duration = Duration::from_secs(300);
+
+/// Heartbeats — a Lease renewed every 10 s and the Node status every 5 minutes, as a
+/// kubelet does — and reboots requested through the host.
 async fn node_loop(inner: Arc<Inner>, name: String) {
     let api: Api<Node> = Api::all(inner.client.clone());
-    // A real kubelet reports every 10 s; a scale benchmark of thousands of simulated nodes
-    // may space them out (`NODEWRIGHT_SIM_HEARTBEAT_SECONDS`) so the control plane on this
-    // machine is not what it measures.
+    let leases: Api<Lease> = Api::namespaced(inner.client.clone(), "kube-node-lease");
+    // A kubelet renews its Lease every 10 s; a scale benchmark of thousands of simulated
+    // nodes may space the renewals out (`NODEWRIGHT_SIM_HEARTBEAT_SECONDS`) so the control
+    // plane on this machine is not what it measures.
     let heartbeat = std::env::var("NODEWRIGHT_SIM_HEARTBEAT_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
-    let mut beat = tokio::time::interval(Duration::from_secs(heartbeat));
+        .map_or(Duration::from_secs(10), Duration::from_secs);
+    // Kubelets start at different moments; nodes made together must not beat together.
+    let phase = |period: Duration| {
+        let spread = fnv(&name) % period.as_millis().max(1) as u64;
+        tokio::time::Instant::now() + Duration::from_millis(spread)
+    };
+    let mut beat = tokio::time::interval_at(phase(heartbeat), heartbeat);
+    let mut report = tokio::time::interval_at(phase(STATUS_REPORT), STATUS_REPORT);
     let mut poll = tokio::time::interval(Duration::from_millis(200));
     loop {
         tokio::select! {
             _ = beat.tick() => {
+                let Some(n) = inner.node(&name) else { return };
+                if *n.control.borrow() == Control::Run {
+                    if let Err(e) = renew(&leases, &name, heartbeat).await {
+                        tracing::debug!(node = %name, "lease renewal: {e}");
+                    }
+                }
+            }
+            _ = report.tick() => {
                 let Some(n) = inner.node(&name) else { return };
                 if *n.control.borrow() == Control::Run {
                     let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&node_status(&n.spec, &n.host.node_info().boot_id, true))).await;
@@ -370,6 +392,35 @@ async fn node_loop(inner: Arc<Inner>, name: String) {
             }
         }
     }
+}
+
+/// Renews the node's Lease in `kube-node-lease`, made on the first renewal.
+async fn renew(leases: &Api<Lease>, name: &str, every: Duration) -> Result<()> {
+    let renewed = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ");
+    let lease = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": (every.as_secs() * 4).max(40),
+            "renewTime": renewed.to_string(),
+        }
+    });
+    leases
+        .patch(
+            name,
+            &PatchParams::apply("nodewright-sim-kubelet").force(),
+            &Patch::Apply(&lease),
+        )
+        .await?;
+    Ok(())
+}
+
+/// FNV-1a: a stable spread of nodes over a period.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 async fn reboot(inner: &Arc<Inner>, name: &str) -> Result<String> {
