@@ -14,14 +14,18 @@
 //! - operator-added latency: on each node, a Job's success → the next Job's creation
 //!   (p50/p95/max), the part the operator's loop contributes;
 //! - API writes per node-stage (the operator's `nodewright_api_writes_total` over the number
-//!   of Jobs), events per node-stage, and the highest one-second rate of writes and events;
+//!   of Jobs; the refused or failed ones too), events per node-stage, and the highest
+//!   one-second rate of writes and events;
+//! - the planner's actions per node-stage by kind, the passes and their mean time, and the
+//!   operator's most frequent warnings: where the writes and the added latency come from;
 //! - the operator's RSS idle, at its peak mid-rollout, and its RSS and CPU once idle after.
 //!
 //! `idle` starts the operator on a fleet whose NodeWright is already complete everywhere
 //! (each node carries the state a finished rollout leaves) and measures its RSS and CPU
 //! over a minute with nothing to do: what a large, settled fleet costs. With thousands of
-//! nodes set `NODEWRIGHT_SIM_HEARTBEAT_SECONDS` (simulated nodes report every 10 s by
-//! default) so the control plane on this machine is not what limits the run.
+//! nodes set `NODEWRIGHT_SIM_HEARTBEAT_SECONDS` (simulated nodes renew their Lease every
+//! 10 s by default, as kubelets do) so the control plane on this machine is not what limits
+//! the run.
 //!
 //! Times come from a Job watch in this process (millisecond resolution; the API's own
 //! timestamps are whole seconds), on a shared 2-core machine: expect noise.

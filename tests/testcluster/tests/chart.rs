@@ -204,7 +204,7 @@ fn rendered_objects_are_what_the_operator_needs() {
             "pods:get,list,watch,delete",
             "pods/eviction:create",
             "poddisruptionbudgets:get,list,watch",
-            "jobs:get,list,watch,create,delete",
+            "jobs:get,list,watch,create,delete,deletecollection",
             "events:create,patch",
             "subjectaccessreviews:create",
             "validatingwebhookconfigurations:get,patch",
