@@ -426,7 +426,7 @@ fn warnings(log: &std::path::Path) -> Vec<(usize, String)> {
         *kinds.entry(folded.chars().take(160).collect()).or_default() += 1;
     }
     let mut kinds: Vec<(usize, String)> = kinds.into_iter().map(|(k, n)| (n, k)).collect();
-    kinds.sort_by(|a, b| b.0.cmp(&a.0));
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.0));
     kinds.truncate(4);
     kinds
 }

@@ -370,10 +370,10 @@ async fn node_loop(inner: Arc<Inner>, name: String) {
         tokio::select! {
             _ = beat.tick() => {
                 let Some(n) = inner.node(&name) else { return };
-                if *n.control.borrow() == Control::Run {
-                    if let Err(e) = renew(&leases, &name, heartbeat).await {
-                        tracing::debug!(node = %name, "lease renewal: {e}");
-                    }
+                if *n.control.borrow() == Control::Run
+                    && let Err(e) = renew(&leases, &name, heartbeat).await
+                {
+                    tracing::debug!(node = %name, "lease renewal: {e}");
                 }
             }
             _ = report.tick() => {
