@@ -4,7 +4,10 @@ use std::path::Path;
 
 #[test]
 fn examples_validate() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/manifests");
+    let dir = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("../../examples/manifests");
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

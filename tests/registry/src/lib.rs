@@ -358,7 +358,7 @@ impl Drop for TestRegistry {
 
 /// Builds (once, cached) the `cosign` CLI from its Go module and returns its path.
 pub fn cosign_binary() -> Result<PathBuf, String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cluster/build-cosign.sh");
+    let script = workspace().join("tests/cluster/build-cosign.sh");
     let out = Command::new("bash")
         .arg(&script)
         .stderr(Stdio::inherit())

@@ -475,7 +475,10 @@ pub async fn http_get(port: u16, path: &str) -> String {
 /// The metric names documented in docs/operator.md's tables (first column, backquoted).
 pub fn documented_metrics() -> Vec<String> {
     let doc = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operator.md"),
+        Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+        )
+        .join("../../docs/operator.md"),
     )
     .unwrap();
     doc.lines()
