@@ -406,10 +406,17 @@ impl Executor {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(anyhow::anyhow!("delete Job {name}: {e}")),
         }
-        let mut overlay = self.world.overlay.lock().expect("overlay lock");
-        overlay.created.remove(name);
-        overlay.deleted.insert(name.into());
+        self.forget([name]);
         Ok(())
+    }
+
+    /// Records Jobs as deleted in the overlay, until the cache shows them gone.
+    fn forget<'n>(&self, names: impl IntoIterator<Item = &'n str>) {
+        let mut overlay = self.world.overlay.lock().expect("overlay lock");
+        for name in names {
+            overlay.created.remove(name);
+            overlay.deleted.insert(name.to_string());
+        }
     }
 
     /// Deletes finished Jobs, up to [`DELETE_CHUNK`] to a request (a set-based selector on
@@ -453,13 +460,7 @@ impl Executor {
                 }
             };
             results.push(Ok(()));
-            {
-                let mut overlay = self.world.overlay.lock().expect("overlay lock");
-                for name in &gone {
-                    overlay.created.remove(name);
-                    overlay.deleted.insert(name.clone());
-                }
-            }
+            self.forget(gone.iter().map(String::as_str));
             for name in chunk.iter().filter(|n| !gone.contains(*n)) {
                 tracing::debug!(job = %name, "not deleted by its label; deleting it by name");
                 results.push(self.delete_job(name, false).await);

@@ -3,14 +3,9 @@
 
 mod common;
 
-use std::path::Path;
-
 #[test]
 fn the_dashboard_queries_only_documented_metrics() {
-    let root = Path::new(
-        &std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
-    )
-    .join("../..");
+    let root = nodewright_testregistry::workspace();
     let dash: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(root.join("deploy/grafana/nodewright-dashboard.json")).unwrap(),
     )

@@ -43,10 +43,7 @@ async fn crds_install_and_examples_are_accepted() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let dir = std::path::Path::new(
-        &std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
-    )
-    .join("../../examples/manifests");
+    let dir = nodewright_testregistry::workspace().join("examples/manifests");
     let mut created = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();

@@ -474,13 +474,9 @@ pub async fn http_get(port: u16, path: &str) -> String {
 
 /// The metric names documented in docs/operator.md's tables (first column, backquoted).
 pub fn documented_metrics() -> Vec<String> {
-    let doc = std::fs::read_to_string(
-        Path::new(
-            &std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
-        )
-        .join("../../docs/operator.md"),
-    )
-    .unwrap();
+    let doc =
+        std::fs::read_to_string(nodewright_testregistry::workspace().join("docs/operator.md"))
+            .unwrap();
     doc.lines()
         .filter_map(|l| {
             l.strip_prefix("| `nodewright_")?
