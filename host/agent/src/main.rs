@@ -1,6 +1,10 @@
 //! `nodewright-agent`: parses the call the operator wrote into the stage Job's arguments
 //! and carries it out (see the library, `nodewright_agent`).
 
+// musl's allocator is slow for allocation-heavy work; see the workspace's `mimalloc`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 
 use clap::Parser;

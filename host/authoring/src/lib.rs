@@ -21,6 +21,7 @@ mod python;
 mod rust;
 mod templates;
 pub mod tools;
+mod versions;
 pub mod world;
 
 pub use build::build;

@@ -12,12 +12,7 @@ use crate::error::BuildError;
 use crate::language::Language;
 use crate::options::{BuildOptions, progress};
 
-/// The componentize-py release the Python SDK is written against.
-pub const COMPONENTIZE_PY: &str = "0.25.1";
-/// The componentize-js release the JavaScript SDK is written against.
-pub const COMPONENTIZE_JS: &str = "0.23.0";
-/// The esbuild release that bundles a JavaScript plugin with the SDK.
-pub const ESBUILD: &str = "0.28.2";
+pub use crate::versions::{COMPONENTIZE_JS, COMPONENTIZE_PY, ESBUILD};
 
 fn on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)

@@ -7,6 +7,10 @@
 //! Run: `cargo xtask bench` (which sets up the Python and JavaScript tools), or
 //! `cargo bench -p nodewright-cli --bench languages` with them set up.
 
+// The allocator the shipped binaries run the engine with (see the workspace's `mimalloc`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

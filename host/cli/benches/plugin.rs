@@ -4,6 +4,10 @@
 //!
 //! Run: `cargo bench -p nodewright-cli --bench plugin`.
 
+// The allocator the shipped binaries run the engine with (see the workspace's `mimalloc`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,9 @@
 //! `nodewright`: see the library for the commands.
 
+// musl's allocator is slow for allocation-heavy work; see the workspace's `mimalloc`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     nodewright_cli::main("nodewright")
 }

@@ -5,6 +5,10 @@
 //! until it completes. Then it keeps the cluster up for `kubectl` until Ctrl-C, or exits with
 //! `--teardown`.
 
+// musl's allocator is slow for allocation-heavy work; see the workspace's `mimalloc`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod view;
 
 use std::collections::BTreeMap;

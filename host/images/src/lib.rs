@@ -48,9 +48,18 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An output could not be written.
+    #[error("{path}: {source}")]
+    Write {
+        /// The file or directory.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A binary is not statically linked, so it would not run `FROM scratch`.
     #[error(
-        "{0} is not a static executable (an ELF with a program interpreter needs a libc the image does not have); build it for x86_64-unknown-linux-musl"
+        "{0} is not a static executable (an ELF with a program interpreter needs a libc the image does not have); build it for the musl target (`cargo xtask images` does)"
     )]
     NotStatic(String),
     /// Pushing failed.
@@ -316,6 +325,36 @@ impl Image {
     /// Bytes a pull transfers (config, layer, manifest).
     pub fn compressed_size(&self) -> usize {
         self.layer.len() + self.config.len() + self.manifest.len()
+    }
+
+    /// Writes the image as an OCI image layout in `dir` (`oci-layout`, `index.json`,
+    /// `blobs/sha256/…`), which `skopeo copy oci:DIR …` and other OCI tools read.
+    pub fn write_layout(&self, dir: &Path) -> Result<(), Error> {
+        let write = |path: PathBuf, bytes: &[u8]| {
+            std::fs::write(&path, bytes).map_err(|source| Error::Write {
+                path: path.display().to_string(),
+                source,
+            })
+        };
+        let blobs = dir.join("blobs/sha256");
+        std::fs::create_dir_all(&blobs).map_err(|source| Error::Write {
+            path: blobs.display().to_string(),
+            source,
+        })?;
+        for bytes in [&self.layer, &self.config, &self.manifest] {
+            let digest = sha256(bytes);
+            write(blobs.join(digest.trim_start_matches("sha256:")), bytes)?;
+        }
+        write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+        let index = json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [{"mediaType": media::MANIFEST, "digest": self.digest(), "size": self.manifest.len()}],
+        });
+        write(
+            dir.join("index.json"),
+            &serde_json::to_vec(&index).expect("JSON"),
+        )
     }
 
     /// Pushes it to `repository:tag` and returns the pinned reference.

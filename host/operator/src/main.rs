@@ -9,6 +9,10 @@
 //! `--leader-elect`, only the holder of a Lease plans; every replica serves the validating
 //! admission webhook (`--webhook-addr`) and the metrics and probe endpoint (`--metrics-addr`).
 
+// musl's allocator is slow for allocation-heavy work; see the workspace's `mimalloc`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod convert;
 mod events;
 mod execute;

@@ -1,30 +1,48 @@
 //! Developer tasks. `cargo xtask <task>`:
 //!
 //! - `setup`: install what the build and tests need (the wasm32-wasip2 and musl targets,
-//!   Debian's docker-registry, containerd, runc, CNI plugins, iptables, musl-tools and prometheus, the
-//!   Go-built test control plane with the kubelet, and helm).
-//! - `test`: setup, the formatting and clippy gates (warnings denied), then every test in the
-//!   workspace (release profile, one build), then a size report of the first-party plugins.
-//! - `demo [--teardown]`: setup, build, then the main job: a live rollout of the example
-//!   NodeWrights on a local control plane with simulated nodes (`nodewright-demo`).
+//!   Debian packages, the Go-built test control plane with the kubelet, helm and cosign,
+//!   the Python and JavaScript plugin tools).
+//! - `test [--jobs N] [FILTER…]`: setup, the formatting and clippy gates (warnings denied),
+//!   one build of everything, then every test of the workspace, several at a time
+//!   (`suite`), then a size report of the first-party plugins. FILTERs keep the tests
+//!   whose `package/target::name` contains one of them.
+//! - `demo [--teardown]`: the main job: a live rollout of the example NodeWrights on a
+//!   local control plane with simulated nodes (`nodewright-demo`).
 //! - `author-demo`: the plugin author loop on a scratch simulated node.
 //! - `images`: the operator and agent images (static musl binaries, FROM scratch,
 //!   byte-reproducible), as OCI layouts under `<target>/images/`, with sizes and digests.
 //! - `publish --registry REG [--insecure] [--tag T]`: the images and the first-party plugins
 //!   pushed to `REG`, then the `helm install` that uses them.
-//! - `bench`: the plugin engine benchmark.
+//! - `bench`: the plugin engine benchmark and the same plugins in three languages.
 //! - `crds`: regenerate `deploy/crds/` from the API types (a test fails when they drift).
 //!
-//! Heavy builds go to `$CARGO_TARGET_DIR`, defaulting to the machine-wide
-//! `/var/cache/nodewright/target` when it is writable, so repeated runs (and CI) reuse them.
+//! Every task builds one way: release, for this machine's musl target, into
+//! `$CARGO_TARGET_DIR` (default: the machine-wide `/var/cache/nodewright/target` when it
+//! is writable), so the tests run the binaries the images ship, nothing is compiled twice
+//! in a run, and repeated runs (and CI) reuse the build. Each task ends with its time
+//! budget: every phase with its wall time.
+//!
+//! This crate is a task runner and nothing more: it depends on `anyhow` and `serde_json`
+//! only, so `cargo xtask` is ready in seconds on a fresh machine; the work is done by the
+//! workspace's own binaries (`nodewright-images`, `nodewright`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+mod budget;
+mod cargo;
 mod polyglot;
 mod release;
+mod setup;
+mod suite;
+
+use budget::Budget;
+use cargo::{cargo, musl_triple};
+use setup::{APT_BUILD, APT_CLUSTER, APT_TESTS, COSIGN, HELM, KTEST};
 
 const SHARED_TARGET: &str = "/var/cache/nodewright/target";
 
@@ -41,14 +59,14 @@ fn target_dir() -> PathBuf {
         return PathBuf::from(dir);
     }
     let shared = Path::new(SHARED_TARGET);
-    if std::fs::create_dir_all(shared).is_ok() && tempfile_probe(shared) {
+    if std::fs::create_dir_all(shared).is_ok() && writable(shared) {
         shared.to_path_buf()
     } else {
         workspace().join("target")
     }
 }
 
-fn tempfile_probe(dir: &Path) -> bool {
+fn writable(dir: &Path) -> bool {
     let probe = dir.join(".xtask-probe");
     let ok = std::fs::write(&probe, b"").is_ok();
     let _ = std::fs::remove_file(probe);
@@ -61,94 +79,14 @@ pub(crate) fn run(cmd: &mut Command) -> Result<()> {
         .status()
         .with_context(|| format!("cannot run {cmd:?}"))?;
     if !status.success() {
-        bail!("{cmd:?} failed with {status}");
+        let program = Path::new(cmd.get_program())
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let first = cmd.get_args().next().unwrap_or_default().to_string_lossy();
+        bail!("{program} {first} failed ({status}); its output is above");
     }
-    Ok(())
-}
-
-pub(crate) fn cargo(target: &Path) -> Command {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(workspace()).env("CARGO_TARGET_DIR", target);
-    cmd
-}
-
-/// Debian packages the tests need, by the binary that shows each is installed.
-const APT_PACKAGES: &[(&str, &str)] = &[
-    ("/usr/bin/docker-registry", "docker-registry"),
-    // The control-plane harness probes /readyz with curl and reaps process groups with kill.
-    ("/usr/bin/curl", "curl"),
-    ("/bin/kill", "procps"),
-    // The real test node: containerd and runc, bridge CNI, its network namespace's NAT.
-    ("/usr/bin/containerd", "containerd"),
-    ("/usr/sbin/runc", "runc"),
-    ("/usr/lib/cni/bridge", "containernetworking-plugins"),
-    ("/usr/sbin/iptables", "iptables"),
-    // The images' static binaries (aws-lc's C) and the real node's pause image.
-    ("/usr/bin/musl-gcc", "musl-tools"),
-    // The health-gate tests' real Prometheus (run as a plain process on a loopback port).
-    ("/usr/bin/prometheus", "prometheus"),
-];
-
-/// The wasm32-wasip2 target (all the demo needs).
-pub(crate) fn setup_wasm_target() -> Result<()> {
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .context("rustup is needed")?;
-    if !String::from_utf8_lossy(&installed.stdout)
-        .lines()
-        .any(|l| l.trim() == "wasm32-wasip2")
-    {
-        run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
-    }
-    Ok(())
-}
-
-/// Installs the Debian packages whose marker binaries are missing (as root), or says how.
-pub(crate) fn apt(packages: &[(&str, &str)]) -> Result<()> {
-    let missing: Vec<&str> = packages
-        .iter()
-        .filter(|(bin, _)| !Path::new(bin).exists())
-        .map(|(_, pkg)| *pkg)
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    if !root {
-        bail!(
-            "missing Debian packages {}: run `sudo apt-get install -y {}`",
-            missing.join(", "),
-            missing.join(" ")
-        );
-    }
-    run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get")
-        .args(["install", "-y", "-qq"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
-}
-
-fn setup() -> Result<()> {
-    setup_wasm_target()?;
-    apt(APT_PACKAGES)?;
-    release::setup_musl()?;
-    // The test control plane: built once per source change, cached machine-wide.
-    run(Command::new("bash")
-        .arg(workspace().join("tests/cluster/build.sh"))
-        .stdout(std::process::Stdio::null()))?;
-    // helm, for the chart tests (no Debian package has it).
-    run(Command::new("bash")
-        .arg(workspace().join("tests/cluster/build-helm.sh"))
-        .stdout(std::process::Stdio::null()))?;
-    // cosign, for the signature interop tests (from its Go module, like helm).
-    run(Command::new("bash")
-        .arg(workspace().join("tests/cluster/build-cosign.sh"))
-        .stdout(std::process::Stdio::null()))?;
     Ok(())
 }
 
@@ -168,7 +106,7 @@ fn fmt_check() -> Result<()> {
     .context("the tree is not rustfmt-clean: run `cargo fmt --all`")
 }
 
-fn plugin_sizes(target: &Path) -> Result<()> {
+fn plugin_sizes(target: &Path) -> Result<String> {
     let dir = target.join("wasm-artifacts/wasm32-wasip2/plugin");
     let mut rows = Vec::new();
     for entry in std::fs::read_dir(&dir)
@@ -201,36 +139,177 @@ fn plugin_sizes(target: &Path) -> Result<()> {
     if !over.is_empty() {
         bail!("plugins over the 200 KB budget: {}", over.join(", "));
     }
+    Ok(format!("{} plugins, all within 200 KB", rows.len()))
+}
+
+/// `cargo xtask test`'s arguments.
+#[derive(Debug)]
+struct TestArgs {
+    jobs: usize,
+    filters: Vec<String>,
+}
+
+fn parse_test_args(args: &[String]) -> Result<TestArgs> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut parsed = TestArgs {
+        // Most tests wait far more than they compute; see `suite`.
+        jobs: std::env::var("NODEWRIGHT_TEST_JOBS")
+            .ok()
+            .and_then(|j| j.parse().ok())
+            .unwrap_or(cores * 3),
+        filters: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--jobs" | "-j" => {
+                parsed.jobs = it
+                    .next()
+                    .and_then(|j| j.parse().ok())
+                    .filter(|j| *j > 0)
+                    .context("--jobs needs a positive number")?
+            }
+            f if f.starts_with('-') => {
+                bail!("test: unknown option {f:?}; usage: cargo xtask test [--jobs N] [FILTER…]")
+            }
+            f => parsed.filters.push(f.to_string()),
+        }
+    }
+    Ok(parsed)
+}
+
+/// `cargo xtask test`.
+// Long on purpose: the phases in the order they run, each one line in the budget.
+fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
+    let args = parse_test_args(args)?;
+    let triple = musl_triple();
+    budget.phase("setup: targets, Debian packages", || {
+        setup::rust_build_targets()?;
+        setup::apt(&[APT_BUILD, APT_CLUSTER, APT_TESTS].concat())?;
+        Ok(((), "present".into()))
+    })?;
+    let go = setup::go_builds(&[KTEST, HELM, COSIGN], &target.join("logs/go"))?;
+    budget.phase("fmt", || fmt_check().map(|()| ((), "clean".into())))?;
+    let tools = budget.phase("setup: Python and JavaScript tools", || {
+        Ok((polyglot::setup(target)?, "present".into()))
+    })?;
+    // Lints gate before the long build and suite. Same target, profile and environment as
+    // the build, so build scripts and proc-macros are compiled once for both.
+    budget.phase("clippy (warnings denied)", || {
+        let mut cmd = cargo(target);
+        cmd.args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--release",
+            "--locked",
+        ])
+        .args(["--target", &triple]);
+        let b = cargo::build(cmd, &["-D", "warnings"])?;
+        Ok(((), b.note()))
+    })?;
+    budget.phase("cargo build: binaries", || {
+        let b = release::build_bins(target)?;
+        Ok(((), b.note()))
+    })?;
+    let built = budget.phase("cargo build: tests", || {
+        let mut cmd = cargo(target);
+        cmd.args(["test", "--workspace", "--no-run", "--release", "--locked"])
+            .args(["--target", &triple]);
+        let b = cargo::build(cmd, &[])?;
+        let n = b.note();
+        Ok((b, n))
+    })?;
+    go.wait(budget)?;
+    budget.phase("doctests", || {
+        run(cargo(target)
+            .args(["test", "--doc", "--workspace", "--release", "--locked"])
+            .args(["--target", &triple]))?;
+        Ok(((), "passed".into()))
+    })?;
+    let mut env: Vec<(String, std::ffi::OsString)> = tools
+        .env()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.as_os_str().to_owned()))
+        .collect();
+    env.push(("CARGO_TARGET_DIR".into(), target.as_os_str().to_owned()));
+    for var in [
+        "NODEWRIGHT_REQUIRE_POLYGLOT",
+        "NODEWRIGHT_REQUIRE_REAL_NODE",
+        "NODEWRIGHT_REQUIRE_SETUP",
+    ] {
+        env.push((var.into(), "1".into()));
+    }
+    let opts = suite::Options {
+        jobs: args.jobs,
+        timeout: Duration::from_secs(30 * 60),
+        min_available: 2 << 30,
+        env,
+        logs: target.join("logs/tests"),
+        times: target.join("logs/test-times.tsv"),
+        filters: args.filters.clone(),
+    };
+    let report = budget.phase("suite", || {
+        let r = suite::run(&built.tests, &opts)?;
+        let n = r.note();
+        Ok((r, n))
+    })?;
+    budget.section("slowest ten tests", report.slowest(10));
+    if !report.failed.is_empty() {
+        for f in &report.failed {
+            eprintln!("\n{f}");
+        }
+        let names: Vec<&str> = report
+            .failed
+            .iter()
+            .filter_map(|f| f.lines().next())
+            .collect();
+        bail!(
+            "{} of {} tests failed:\n{}",
+            report.failed.len(),
+            report.failed.len() + report.passed,
+            names.join("\n")
+        );
+    }
+    if args.filters.is_empty() {
+        budget.phase("plugin sizes", || Ok(((), plugin_sizes(target)?)))?;
+    }
     Ok(())
 }
 
-fn cluster_demo(target: &Path, args: &[String]) -> Result<()> {
-    run(cargo(target).args([
-        "build",
-        "--release",
-        "--locked",
-        "-p",
-        "nodewright-operator",
-        "-p",
-        "nodewright-agent",
-        "-p",
-        "nodewright-demo",
-        "-p",
-        "nodewright-cli",
-    ]))?;
-    run(Command::new(target.join("release/nodewright-demo")).args(args))
+/// `cargo xtask demo`.
+fn demo(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
+    budget.phase("setup: targets, Debian packages", || {
+        setup::rust_build_targets()?;
+        setup::apt(&[APT_BUILD, APT_CLUSTER].concat())?;
+        Ok(((), "present".into()))
+    })?;
+    let go = setup::go_builds(&[KTEST], &target.join("logs/go"))?;
+    budget.phase("cargo build: binaries", || {
+        let b = release::build_bins(target)?;
+        Ok(((), b.note()))
+    })?;
+    go.wait(budget)?;
+    // The budget so far: the demo may run until Ctrl-C, which ends this process too.
+    eprint!("{}", budget.render("demo (before the rollout)"));
+    budget.phase("demo", || {
+        run(Command::new(release::bin_dir(target).join("nodewright-demo")).args(args))?;
+        Ok(((), "done".into()))
+    })
 }
 
-fn author_demo(target: &Path) -> Result<()> {
-    run(cargo(target).args([
-        "build",
-        "--release",
-        "-p",
-        "nodewright-cli",
-        "-p",
-        "nodewright-artifacts",
-    ]))?;
-    let bin = target.join("release/nodewright");
+/// `cargo xtask author-demo`.
+fn author_demo(target: &Path, budget: &mut Budget) -> Result<()> {
+    budget.phase("setup: targets", || {
+        setup::rust_build_targets()?;
+        setup::apt(APT_BUILD)?;
+        Ok(((), "present".into()))
+    })?;
+    budget.phase("cargo build: binaries", || {
+        let b = release::build_bins(target)?;
+        Ok(((), b.note()))
+    })?;
+    let bin = release::bin_dir(target).join("nodewright");
     let wasm = target.join("wasm-artifacts/wasm32-wasip2/plugin/nodewright_plugin_sysctl.wasm");
     let root = std::env::temp_dir().join(format!("nodewright-demo-{}", std::process::id()));
     std::fs::create_dir_all(root.join("proc/sys/net/ipv4"))?;
@@ -239,137 +318,114 @@ fn author_demo(target: &Path) -> Result<()> {
         "\nA simulated node at {}; the sysctl plugin planned, applied, planned again:\n",
         root.display()
     );
+    let plugin_run = |stage: &str, key: &str| {
+        let mut cmd = Command::new(&bin);
+        cmd.args(["plugin", "run"])
+            .arg(&wasm)
+            .args(["--stage", stage, "--root"])
+            .arg(&root)
+            .args(["--grant", "files=/etc/sysctl.d:rw"])
+            .args(["--grant", "sysctl=net.ipv4.ip_forward"])
+            .args([
+                "--config",
+                key,
+                "--package",
+                "tuning",
+                "--node",
+                "demo-node",
+            ]);
+        cmd
+    };
     for stage in ["plan", "apply", "plan"] {
         println!("$ nodewright plugin run sysctl.wasm --stage {stage} ...");
-        run(Command::new(&bin).args([
-            "plugin",
-            "run",
-            wasm.to_str().unwrap(),
-            "--stage",
-            stage,
-            "--root",
-            root.to_str().unwrap(),
-            "--grant",
-            "files=/etc/sysctl.d:rw",
-            "--grant",
-            "sysctl=net.ipv4.ip_forward",
-            "--config",
-            "net.ipv4.ip_forward=1",
-            "--package",
-            "tuning",
-            "--node",
-            "demo-node",
-        ]))?;
+        run(&mut plugin_run(stage, "net.ipv4.ip_forward=1"))?;
         println!();
     }
     println!("The denied path: the same plugin asked for a key it was not granted:\n");
-    let denied = Command::new(&bin)
-        .args([
-            "plugin",
-            "run",
-            wasm.to_str().unwrap(),
-            "--stage",
-            "apply",
-            "--root",
-            root.to_str().unwrap(),
-            "--grant",
-            "files=/etc/sysctl.d:rw",
-            "--grant",
-            "sysctl=net.ipv4.ip_forward",
-            "--config",
-            "kernel.panic=1",
-            "--package",
-            "tuning",
-        ])
-        .status()?;
-    if denied.success() {
+    if plugin_run("apply", "kernel.panic=1").status()?.success() {
         bail!("an ungranted sysctl was not denied");
     }
     Ok(())
 }
 
-// Long on purpose: one match arm per task.
-fn main() -> Result<()> {
-    let task = std::env::args().nth(1).unwrap_or_default();
+/// `cargo xtask setup`.
+fn setup_all(target: &Path, budget: &mut Budget) -> Result<()> {
+    budget.phase("setup: targets, Debian packages", || {
+        setup::rust_build_targets()?;
+        setup::apt(&[APT_BUILD, APT_CLUSTER, APT_TESTS].concat())?;
+        Ok(((), "present".into()))
+    })?;
+    let go = setup::go_builds(&[KTEST, HELM, COSIGN], &target.join("logs/go"))?;
+    budget.phase("setup: Python and JavaScript tools", || {
+        polyglot::setup(target)?;
+        Ok(((), "present".into()))
+    })?;
+    go.wait(budget)
+}
+
+/// `cargo xtask bench`.
+fn bench(target: &Path, budget: &mut Budget) -> Result<()> {
+    setup_all(target, budget)?;
+    let tools = polyglot::Tools::at(target);
+    for name in ["plugin", "languages"] {
+        budget.phase(&format!("bench: {name}"), || {
+            run(cargo(target)
+                .args(["bench", "--locked", "-p", "nodewright-cli", "--bench", name])
+                .args(["--target", &musl_triple()])
+                .envs(tools.env())
+                .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1"))?;
+            Ok(((), "printed above".into()))
+        })?;
+    }
+    Ok(())
+}
+
+/// `cargo xtask crds`: the api crate's drift test, told to write what it generates.
+fn crds(target: &Path) -> Result<()> {
+    setup::rust_build_targets()?;
+    run(cargo(target)
+        .args([
+            "test",
+            "--release",
+            "--locked",
+            "-p",
+            "nodewright-api",
+            "--test",
+            "it",
+        ])
+        .args(["--target", &musl_triple()])
+        .args(["--", "--exact", "crds::committed_crds_match_the_types"])
+        .env("NODEWRIGHT_UPDATE_CRDS", "1"))
+}
+
+const TASKS: &str = "setup, test, demo, author-demo, images, publish, bench, crds";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let task = args.first().cloned().unwrap_or_default();
+    let rest = args.get(1..).unwrap_or_default();
     let target = target_dir();
-    match task.as_str() {
-        "setup" => {
-            setup()?;
-            polyglot::setup(&target).map(drop)
+    let mut budget = Budget::new();
+    let result = match task.as_str() {
+        "setup" => setup_all(&target, &mut budget),
+        "test" => test(&target, rest, &mut budget),
+        "demo" => demo(&target, rest, &mut budget),
+        "author-demo" => author_demo(&target, &mut budget),
+        "images" => release::images(&target, &mut budget),
+        "publish" => release::publish(&target, rest, &mut budget),
+        "bench" => bench(&target, &mut budget),
+        "crds" => crds(&target),
+        "" => Err(anyhow::anyhow!("usage: cargo xtask <task>; tasks: {TASKS}")),
+        other => Err(anyhow::anyhow!("unknown task {other:?}; tasks: {TASKS}")),
+    };
+    if !budget.is_empty() {
+        eprint!("{}", budget.render(&task));
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\nerror: {e:#}");
+            ExitCode::FAILURE
         }
-        "test" => {
-            setup()?;
-            // Formatting gates first: unformatted code is refused before the long suite runs.
-            fmt_check()?;
-            // The Python and JavaScript plugin tools, which the ports' builds need.
-            let tools = polyglot::setup(&target)?;
-            // The images' static binaries, which the real-node tests publish and install.
-            release::build_binaries(&target)?;
-            // Lints gate before the long suite too (same release profile and build-script
-            // environment, so dependencies and the built plugins are shared with the tests).
-            run(cargo(&target)
-                .args([
-                    "clippy",
-                    "--workspace",
-                    "--release",
-                    "--all-targets",
-                    "--locked",
-                    "--",
-                    "-D",
-                    "warnings",
-                ])
-                .envs(tools.env()))?;
-            run(cargo(&target)
-                .args([
-                    "test",
-                    "--workspace",
-                    "--release",
-                    "--locked",
-                    "--no-fail-fast",
-                ])
-                .envs(tools.env())
-                .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1")
-                .env("NODEWRIGHT_REQUIRE_REAL_NODE", "1")
-                .env("NODEWRIGHT_REQUIRE_SETUP", "1"))?;
-            plugin_sizes(&target)
-        }
-        "demo" => {
-            setup()?;
-            let rest: Vec<String> = std::env::args().skip(2).collect();
-            cluster_demo(&target, &rest)
-        }
-        "author-demo" => {
-            setup_wasm_target()?;
-            author_demo(&target)
-        }
-        "crds" => {
-            // The CRDs, and the chart's copy (Helm installs a chart's crds/ directory).
-            for rel in ["deploy/crds", "deploy/chart/nodewright/crds"] {
-                let dir = workspace().join(rel);
-                std::fs::create_dir_all(&dir)?;
-                for (name, yaml) in nodewright_api::crdgen::generated() {
-                    std::fs::write(dir.join(name), yaml)?;
-                    println!("wrote {rel}/{name}");
-                }
-            }
-            Ok(())
-        }
-        "images" => release::images(&target, env!("CARGO_PKG_VERSION")).map(drop),
-        "publish" => {
-            let rest: Vec<String> = std::env::args().skip(2).collect();
-            release::publish(&target, &rest)
-        }
-        "bench" => {
-            setup()?;
-            let tools = polyglot::setup(&target)?;
-            run(cargo(&target).args(["bench", "-p", "nodewright-cli", "--bench", "plugin"]))?;
-            run(cargo(&target)
-                .args(["bench", "-p", "nodewright-cli", "--bench", "languages"])
-                .envs(tools.env())
-                .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1"))
-        }
-        other => bail!(
-            "unknown task {other:?}; tasks: setup, test, demo, author-demo, images, publish, bench, crds"
-        ),
     }
 }

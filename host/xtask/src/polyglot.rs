@@ -6,9 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
-use nodewright_authoring::tools::{COMPONENTIZE_JS, COMPONENTIZE_PY, ESBUILD};
 
 use crate::run;
+
+// The pinned versions, shared with nodewright-authoring without building it.
+#[path = "../../authoring/src/versions.rs"]
+mod versions;
+use versions::{COMPONENTIZE_JS, COMPONENTIZE_PY, ESBUILD};
 
 /// Where the tools are: (`componentize-py`, a `node_modules` with componentize-js and esbuild).
 pub(crate) struct Tools {
@@ -17,8 +21,8 @@ pub(crate) struct Tools {
 }
 
 impl Tools {
-    /// The environment `cargo test` (and clippy, whose build scripts must see the same
-    /// values) runs with: the tools, and the rule that a port missing them fails.
+    /// The environment every cargo build runs with once the tools are installed (the
+    /// artifacts' build script builds the ports with them and reruns when it changes).
     pub(crate) fn env(&self) -> [(&'static str, &Path); 2] {
         [
             ("NODEWRIGHT_COMPONENTIZE_PY", &self.componentize_py),
@@ -27,11 +31,38 @@ impl Tools {
     }
 }
 
+impl Tools {
+    /// Where the tools go under `target` (installed or not).
+    pub(crate) fn at(target: &Path) -> Tools {
+        let base = target.join("authoring-tools");
+        Tools {
+            componentize_py: base
+                .join(format!("componentize-py-{COMPONENTIZE_PY}"))
+                .join("bin/componentize-py"),
+            js_tools: base
+                .join(format!("js-{COMPONENTIZE_JS}-{ESBUILD}"))
+                .join("node_modules"),
+        }
+    }
+
+    /// Both are installed.
+    pub(crate) fn installed(&self) -> bool {
+        self.componentize_py.is_file()
+            && self.js_tools.join(".bin/componentize-js").is_file()
+            && self.js_tools.join(".bin/esbuild").is_file()
+    }
+}
+
+/// Installs what is missing; returns where the tools are.
 pub(crate) fn setup(target: &Path) -> Result<Tools> {
-    let base = target.join("authoring-tools");
-    let venv = base.join(format!("componentize-py-{COMPONENTIZE_PY}"));
-    let componentize_py = venv.join("bin/componentize-py");
-    if !componentize_py.is_file() {
+    let tools = Tools::at(target);
+    let venv = tools
+        .componentize_py
+        .ancestors()
+        .nth(2)
+        .expect("<venv>/bin/componentize-py")
+        .to_path_buf();
+    if !tools.componentize_py.is_file() {
         eprintln!(
             "installing componentize-py {COMPONENTIZE_PY} (PyPI) into {}",
             venv.display()
@@ -46,9 +77,13 @@ pub(crate) fn setup(target: &Path) -> Result<Tools> {
             &format!("componentize-py=={COMPONENTIZE_PY}"),
         ]))?;
     }
-    let js = base.join(format!("js-{COMPONENTIZE_JS}-{ESBUILD}"));
-    let js_tools = js.join("node_modules");
-    if !js_tools.join(".bin/componentize-js").is_file() || !js_tools.join(".bin/esbuild").is_file()
+    let js = tools
+        .js_tools
+        .parent()
+        .expect("<dir>/node_modules")
+        .to_path_buf();
+    if !tools.js_tools.join(".bin/componentize-js").is_file()
+        || !tools.js_tools.join(".bin/esbuild").is_file()
     {
         eprintln!(
             "installing componentize-js {COMPONENTIZE_JS} and esbuild {ESBUILD} (npm) into {}",
@@ -69,8 +104,5 @@ pub(crate) fn setup(target: &Path) -> Result<Tools> {
         ]))
         .context("Node.js 20+ with npm is needed for JavaScript plugins")?;
     }
-    Ok(Tools {
-        componentize_py,
-        js_tools,
-    })
+    Ok(tools)
 }

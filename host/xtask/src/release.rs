@@ -1,24 +1,21 @@
 //! `cargo xtask images` and `cargo xtask publish`: nodewright as something to install.
 //!
-//! `images` builds the operator and the agent as static musl binaries and assembles their
-//! images (see `nodewright-images`) into OCI image layouts under `<target>/images/`,
-//! printing sizes and digests; it assembles each twice and fails if the digests differ.
-//! `publish --registry REG [--insecure] [--tag T]` also builds the five first-party plugins
-//! and pushes everything to `REG`: `REG/operator:T`, `REG/agent:T` and
-//! `REG/plugins/<name>:T` (T, default the crate version, is also the images' version
-//! label), then prints the pinned references and the `helm install` that uses them.
+//! Both use the binaries of the one musl build (`cargo build --workspace --bins` for this
+//! machine's musl target, which the test build shares), so publishing after a test run
+//! compiles nothing. `nodewright-images` assembles the images (and pushes them); the
+//! `nodewright` CLI pushes the plugins. `publish --registry REG [--insecure] [--tag T]`
+//! pushes `REG/operator:T`, `REG/agent:T` and `REG/plugins/<name>:T` (T, default the crate
+//! version, is also the images' version label), then prints the pinned references and the
+//! `helm install` that uses them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use nodewright_images::{Image, ImageKind, Inputs};
-use nodewright_oci::{Registry, RegistryConfig};
 
-use crate::{cargo, run, workspace};
-
-/// The target the images' static binaries are built for.
-pub const MUSL: &str = "x86_64-unknown-linux-musl";
+use crate::budget::Budget;
+use crate::cargo::{self, Built, cargo, musl_triple};
+use crate::workspace;
 
 /// The first-party plugins, by package and published name.
 const PLUGINS: [(&str, &str); 5] = [
@@ -29,41 +26,21 @@ const PLUGINS: [(&str, &str); 5] = [
     ("nodewright-plugin-systemd", "systemd"),
 ];
 
-/// Largest compressed image we accept.
-const MAX_IMAGE_BYTES: usize = 25 << 20;
+/// The version the images are labelled with when no `--tag` is given.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The musl target and its C compiler (aws-lc builds C for TLS).
-pub fn setup_musl() -> Result<()> {
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .context("rustup is needed")?;
-    if !String::from_utf8_lossy(&installed.stdout)
-        .lines()
-        .any(|l| l.trim() == MUSL)
-    {
-        run(Command::new("rustup").args(["target", "add", MUSL]))?;
-    }
-    crate::apt(&[("/usr/bin/musl-gcc", "musl-tools")])
+/// Every binary of the workspace, static, release: the build the tests, the images and
+/// the demo share.
+pub fn build_bins(target: &Path) -> Result<Built> {
+    let mut cmd = cargo(target);
+    cmd.args(["build", "--workspace", "--bins", "--release", "--locked"])
+        .args(["--target", &musl_triple()]);
+    cargo::build(cmd, &[])
 }
 
-/// Builds the static operator and agent; returns the directory they are in.
-pub fn build_binaries(target: &Path) -> Result<PathBuf> {
-    setup_musl()?;
-    run(cargo(target)
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "--target",
-            MUSL,
-            "-p",
-            "nodewright-operator",
-            "-p",
-            "nodewright-agent",
-        ])
-        .env(format!("CC_{}", MUSL.replace('-', "_")), "musl-gcc"))?;
-    Ok(target.join(MUSL).join("release"))
+/// Where the static binaries are.
+pub fn bin_dir(target: &Path) -> PathBuf {
+    target.join(musl_triple()).join("release")
 }
 
 fn git(args: &[&str]) -> Option<String> {
@@ -78,80 +55,57 @@ fn git(args: &[&str]) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// What goes into an image besides its binary: the version, the commit and its time.
-pub fn inputs(bin_dir: &Path, kind: ImageKind, version: &str) -> Inputs {
-    Inputs {
-        binary: bin_dir.join(kind.binary()),
-        ca_bundle: nodewright_images::system_ca_bundle(),
-        version: version.into(),
-        revision: git(&["describe", "--always", "--dirty", "--abbrev=40"])
-            .unwrap_or_else(|| "unknown".into()),
-        source: std::env::var("NODEWRIGHT_SOURCE")
-            .unwrap_or_else(|_| "https://github.com/nodewright/nodewright".into()),
-        created: git(&["log", "-1", "--format=%cI"])
-            .unwrap_or_else(|| "1970-01-01T00:00:00Z".into()),
+/// Runs `nodewright-images` on the build's binaries; `push` is `(registry, insecure)`.
+fn run_images(target: &Path, version: &str, push: Option<(&str, Option<&str>)>) -> Result<String> {
+    let bins = bin_dir(target);
+    let mut cmd = Command::new(bins.join("nodewright-images"));
+    cmd.arg("--binaries")
+        .arg(&bins)
+        .arg("--out")
+        .arg(target.join("images"))
+        .args(["--version", version]);
+    if let Some(rev) = git(&["describe", "--always", "--dirty", "--abbrev=40"]) {
+        cmd.args(["--revision", &rev]);
     }
+    if let Some(created) = git(&["log", "-1", "--format=%cI"]) {
+        cmd.args(["--created", &created]);
+    }
+    if let Ok(source) = std::env::var("NODEWRIGHT_SOURCE") {
+        cmd.args(["--source", &source]);
+    }
+    if let Some((registry, insecure)) = push {
+        cmd.args(["--push", registry]);
+        if let Some(host) = insecure {
+            cmd.args(["--insecure-registry", host]);
+        }
+    }
+    let out = cmd
+        .output()
+        .with_context(|| format!("running {}", bins.join("nodewright-images").display()))?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Writes `image` as an OCI image layout in `dir` (for `skopeo copy oci:DIR ...`).
-fn write_layout(image: &Image, dir: &Path) -> Result<()> {
-    let blobs = dir.join("blobs/sha256");
-    std::fs::create_dir_all(&blobs)?;
-    for bytes in [&image.layer, &image.config, &image.manifest] {
-        let digest = nodewright_oci::sha256_digest(bytes);
-        std::fs::write(blobs.join(digest.trim_start_matches("sha256:")), bytes)?;
-    }
-    std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{"mediaType": nodewright_images::media::MANIFEST, "digest": image.digest(), "size": image.manifest.len()}],
-    });
-    std::fs::write(dir.join("index.json"), serde_json::to_vec(&index)?)?;
-    Ok(())
-}
-
-/// Builds both images labelled `version` (twice, to check they are reproducible), writes
-/// their layouts and prints their sizes and digests.
-pub fn images(target: &Path, version: &str) -> Result<Vec<Image>> {
-    let bin_dir = build_binaries(target)?;
+/// `cargo xtask images`.
+pub fn images(target: &Path, budget: &mut Budget) -> Result<()> {
+    budget.phase("cargo build: binaries", || {
+        let b = build_bins(target)?;
+        let note = b.note();
+        Ok(((), note))
+    })?;
+    let out = budget.phase("images", || {
+        Ok((
+            run_images(target, VERSION, None)?,
+            "assembled twice, identical".into(),
+        ))
+    })?;
     println!(
-        "\nimages (FROM scratch, static musl binaries; OCI layouts in {}):",
+        "\nimages (FROM scratch, static musl binaries; OCI layouts in {}):\n{out}",
         target.join("images").display()
     );
-    let mut out = Vec::new();
-    for kind in ImageKind::ALL {
-        let inputs = inputs(&bin_dir, kind, version);
-        let image = Image::build(kind, &inputs)?;
-        let again = Image::build(kind, &inputs)?;
-        if again.digest() != image.digest() {
-            bail!(
-                "{} is not reproducible: {} then {}",
-                kind.binary(),
-                image.digest(),
-                again.digest()
-            );
-        }
-        if image.compressed_size() > MAX_IMAGE_BYTES {
-            bail!(
-                "{} is {} bytes compressed; the budget is {MAX_IMAGE_BYTES}",
-                kind.binary(),
-                image.compressed_size()
-            );
-        }
-        write_layout(&image, &target.join("images").join(kind.repository()))?;
-        let binary = std::fs::metadata(&inputs.binary)?.len();
-        println!(
-            "  {:<9} {}  {:>5.1} MB compressed ({:.1} MB binary), revision {}",
-            kind.repository(),
-            image.digest(),
-            image.compressed_size() as f64 / 1e6,
-            binary as f64 / 1e6,
-            inputs.revision
-        );
-        out.push(image);
-    }
-    Ok(out)
+    Ok(())
 }
 
 /// The arguments of `publish`.
@@ -166,7 +120,7 @@ fn parse(args: &[String]) -> Result<PublishArgs> {
     let mut p = PublishArgs {
         registry: String::new(),
         insecure: false,
-        tag: env!("CARGO_PKG_VERSION").into(),
+        tag: VERSION.into(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -193,98 +147,88 @@ fn parse(args: &[String]) -> Result<PublishArgs> {
     Ok(p)
 }
 
-/// `cargo xtask publish`.
-// Long on purpose: build, push and print the install command, step by step as the output
-// shows it.
-pub fn publish(target: &Path, args: &[String]) -> Result<()> {
-    let args = parse(args)?;
-    let host = args
-        .registry
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let images = images(target, &args.tag)?;
-    crate::setup_wasm_target()?;
+/// The plugins' wasm build (the same profile and target directory the tests' artifacts
+/// use, so after a test run it compiles nothing).
+fn build_plugins(target: &Path) -> Result<Built> {
     let mut build = cargo(target);
     build
-        .args([
-            "build",
-            "--profile",
-            "plugin",
-            "--locked",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
+        .args(["build", "--profile", "plugin", "--locked"])
+        .args(["--target", "wasm32-wasip2", "--target-dir"])
         .arg(target.join("wasm-artifacts"));
     for (package, _) in PLUGINS {
         build.args(["-p", package]);
     }
-    run(&mut build)?;
-    run(cargo(target).args(["build", "--release", "--locked", "-p", "nodewright-cli"]))?;
+    cargo::build(build, &[])
+}
 
-    let config = RegistryConfig {
-        insecure: if args.insecure {
-            vec![host.clone()]
-        } else {
-            vec![]
-        },
-        ..Default::default()
-    };
-    let registry = Registry::new(config);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let mut pinned = Vec::new();
-    for (kind, image) in ImageKind::ALL.into_iter().zip(&images) {
-        let reference = format!("{}/{}:{}", args.registry, kind.repository(), args.tag);
-        let p = rt
-            .block_on(image.push(&registry, &reference, &|_| {}))
-            .with_context(|| format!("pushing {reference}"))?;
-        println!("pushed {reference}\n  {p}");
-        pinned.push((kind, image.digest()));
+/// Pushes one plugin with the CLI; returns the pinned reference it printed.
+fn push_plugin(cli: &Path, wasm: &Path, reference: &str, insecure: Option<&str>) -> Result<String> {
+    let mut push = Command::new(cli);
+    push.args(["plugin", "push"]).arg(wasm).arg(reference);
+    if let Some(host) = insecure {
+        push.args(["--insecure-registry", host]);
     }
-    let cli = target.join("release/nodewright");
-    let mut plugin_refs = Vec::new();
-    for (package, name) in PLUGINS {
-        let wasm = target
-            .join("wasm-artifacts/wasm32-wasip2/plugin")
-            .join(format!("{}.wasm", package.replace('-', "_")));
-        let reference = format!("{}/plugins/{name}:{}", args.registry, args.tag);
-        let mut push = Command::new(&cli);
-        push.args(["plugin", "push"]).arg(&wasm).arg(&reference);
-        if args.insecure {
-            push.args(["--insecure-registry", &host]);
-        }
-        let out = push
-            .output()
-            .with_context(|| format!("running {}", cli.display()))?;
-        if !out.status.success() {
-            bail!(
-                "pushing {reference}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        println!("pushed {reference}\n  {p}");
-        plugin_refs.push(p);
+    let out = push
+        .output()
+        .with_context(|| format!("running {}", cli.display()))?;
+    if !out.status.success() {
+        bail!(
+            "pushing {reference}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let digest = |k: ImageKind| {
-        pinned
-            .iter()
-            .find(|(kind, _)| *kind == k)
-            .map(|(_, d)| d.clone())
-            .unwrap_or_default()
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `cargo xtask publish`.
+pub fn publish(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
+    let args = parse(args)?;
+    let host = args.registry.split('/').next().unwrap_or_default();
+    let insecure = args.insecure.then_some(host);
+    budget.phase("cargo build: binaries", || {
+        let b = build_bins(target)?;
+        let note = b.note();
+        Ok(((), note))
+    })?;
+    budget.phase("cargo build: plugins (wasm)", || {
+        let b = build_plugins(target)?;
+        let note = b.note();
+        Ok(((), note))
+    })?;
+    let pushed = budget.phase("images: build and push", || {
+        let out = run_images(target, &args.tag, Some((&args.registry, insecure)))?;
+        Ok((out, format!("to {}", args.registry)))
+    })?;
+    print!("{pushed}");
+    let digest = |repository: &str| {
+        pushed
+            .lines()
+            .find(|l| l.starts_with(repository))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .map(String::from)
+            .with_context(|| format!("nodewright-images printed no digest for {repository}"))
     };
+    let (operator, agent) = (digest("operator")?, digest("agent")?);
+    let cli = bin_dir(target).join("nodewright");
+    let plugin_refs = budget.phase("plugins: push", || {
+        let mut refs = Vec::new();
+        for (package, name) in PLUGINS {
+            let wasm = target
+                .join("wasm-artifacts/wasm32-wasip2/plugin")
+                .join(format!("{}.wasm", package.replace('-', "_")));
+            let reference = format!("{}/plugins/{name}:{}", args.registry, args.tag);
+            let pinned = push_plugin(&cli, &wasm, &reference, insecure)?;
+            println!("pushed {reference}\n  {pinned}");
+            refs.push(pinned);
+        }
+        Ok((refs, format!("{} plugins", PLUGINS.len())))
+    })?;
     let mut helm = format!(
-        "helm install nodewright {} --namespace nodewright --create-namespace --set registry={} --set image.digest={} --set agent.image.digest={}",
+        "helm install nodewright {} --namespace nodewright --create-namespace --set registry={} --set image.digest={operator} --set agent.image.digest={agent}",
         workspace().join("deploy/chart/nodewright").display(),
         args.registry,
-        digest(ImageKind::Operator),
-        digest(ImageKind::Agent)
     );
-    if args.insecure {
+    if let Some(host) = insecure {
         helm.push_str(&format!(" --set insecureRegistries[0]={host}"));
     }
     println!(

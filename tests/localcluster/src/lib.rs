@@ -294,6 +294,16 @@ impl Binaries {
             if dir.file_name().is_some_and(|p| p == "release") {
                 cmd.arg("--release");
             }
+            // `<target>/<triple>/<profile>`: built for that target (`cargo xtask` builds
+            // for this machine's musl target).
+            if let Some(triple) = dir
+                .parent()
+                .and_then(Path::file_name)
+                .and_then(|t| t.to_str())
+                .filter(|t| t.contains("-linux-"))
+            {
+                cmd.args(["--target", triple]);
+            }
             if !cmd.status().context("running cargo")?.success() {
                 bail!(
                     "the operator or agent binary in {} is older than its sources and rebuilding it failed",

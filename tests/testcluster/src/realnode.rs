@@ -131,6 +131,31 @@ struct Inner {
 pub struct RealNode {
     inner: Arc<Inner>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Held for the node's life: see [`one_at_a_time`].
+    _exclusive: std::fs::File,
+}
+
+/// Where real nodes take turns.
+const REAL_NODE_LOCK: &str = "/run/nodewright-real-node.lock";
+
+/// Waits until no other real node runs on this machine, and keeps it so while the returned
+/// file is open. Two real nodes would share the machine's cgroup tree (both kubelets manage
+/// `kubepods` under the same root), and each kubelet removes pod cgroups it does not know —
+/// the other node's. Tests running side by side (`cargo xtask test`) take turns here.
+async fn one_at_a_time() -> Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(REAL_NODE_LOCK)
+        .with_context(|| format!("opening {REAL_NODE_LOCK}"))?;
+    if file.try_lock().is_ok() {
+        return Ok(file);
+    }
+    eprintln!("another real node runs on this machine; waiting for it to stop");
+    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+        .await?
+        .with_context(|| format!("locking {REAL_NODE_LOCK}"))
 }
 
 impl std::fmt::Debug for RealNode {
@@ -436,6 +461,7 @@ impl RealNode {
             .next()
             .and_then(|p| p.parse().ok())
             .context("the apiserver's port")?;
+        let exclusive = one_at_a_time().await?;
         let inner = Arc::new(Inner {
             config,
             dir: dir.to_path_buf(),
@@ -452,6 +478,7 @@ impl RealNode {
                 tokio::spawn(bind_pods(client.clone(), inner.config.name.clone())),
             ],
             inner,
+            _exclusive: exclusive,
         };
         node.wait_ready(&client, Duration::from_secs(120)).await?;
         Ok(node)

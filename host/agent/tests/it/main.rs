@@ -1,0 +1,5 @@
+//! nodewright-agent's integration tests, one binary (each file here was once its own binary,
+//! each linking the whole dependency tree). Test names read `<file>::<test>`.
+
+mod agent;
+mod cluster;

@@ -1,0 +1,134 @@
+//! `nodewright-images`: the operator and agent images from the static binaries of a build.
+//!
+//! Assembles each image twice and refuses one whose digests differ (not reproducible) or
+//! that is over the size budget, writes both as OCI image layouts under `--out`, and with
+//! `--push REGISTRY` sends them to `REGISTRY/operator:VERSION` and `REGISTRY/agent:VERSION`.
+//! `cargo xtask images` and `cargo xtask publish` run it on the binaries of the one musl
+//! build the tests also use, so what is published is what was tested.
+//!
+//! Output, one block per image: `<repository> <digest> <size> compressed (<size> binary)`,
+//! then, when pushed, `pushed <reference>` and the pinned reference on a line of its own.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use nodewright_images::{Image, ImageKind, Inputs};
+use nodewright_oci::{Registry, RegistryConfig};
+
+/// Largest compressed image we accept.
+const MAX_IMAGE_BYTES: usize = 25 << 20;
+
+/// Build (and push) nodewright's operator and agent images.
+#[derive(Debug, Parser)]
+#[command(name = "nodewright-images", version)]
+struct Args {
+    /// The directory holding the static `nodewright-operator` and `nodewright-agent`.
+    #[arg(long)]
+    binaries: PathBuf,
+    /// Where the OCI layouts go (`<out>/operator`, `<out>/agent`).
+    #[arg(long)]
+    out: PathBuf,
+    /// `org.opencontainers.image.version`, and the tag pushed.
+    #[arg(long)]
+    version: String,
+    /// `org.opencontainers.image.revision` (a commit).
+    #[arg(long, default_value = "unknown")]
+    revision: String,
+    /// `created`, RFC 3339 (the commit's time, so rebuilding does not change it).
+    #[arg(long, default_value = "1970-01-01T00:00:00Z")]
+    created: String,
+    /// `org.opencontainers.image.source`.
+    #[arg(long, default_value = "https://github.com/nodewright/nodewright")]
+    source: String,
+    /// Push both images under this registry prefix (`host[:port][/path]`).
+    #[arg(long, value_name = "REGISTRY")]
+    push: Option<String>,
+    /// A registry host reached over plain HTTP (repeatable).
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nodewright-images: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Assembles `kind` twice from the same inputs and keeps it only if both are identical
+/// and within the size budget.
+fn reproducible(kind: ImageKind, inputs: &Inputs) -> Result<Image> {
+    let image = Image::build(kind, inputs)?;
+    let again = Image::build(kind, inputs)?;
+    if again.digest() != image.digest() {
+        bail!(
+            "{} is not reproducible: {} then {}",
+            kind.binary(),
+            image.digest(),
+            again.digest()
+        );
+    }
+    if image.compressed_size() > MAX_IMAGE_BYTES {
+        bail!(
+            "{} is {} bytes compressed; the budget is {MAX_IMAGE_BYTES}",
+            kind.binary(),
+            image.compressed_size()
+        );
+    }
+    Ok(image)
+}
+
+fn run(args: Args) -> Result<()> {
+    let mut images = Vec::new();
+    for kind in ImageKind::ALL {
+        let inputs = Inputs {
+            binary: args.binaries.join(kind.binary()),
+            ca_bundle: nodewright_images::system_ca_bundle(),
+            version: args.version.clone(),
+            revision: args.revision.clone(),
+            source: args.source.clone(),
+            created: args.created.clone(),
+        };
+        let image = reproducible(kind, &inputs)?;
+        image.write_layout(&args.out.join(kind.repository()))?;
+        let binary = std::fs::metadata(&inputs.binary)
+            .with_context(|| inputs.binary.display().to_string())?
+            .len();
+        println!(
+            "{:<9} {}  {:>5.1} MB compressed ({:.1} MB binary)",
+            kind.repository(),
+            image.digest(),
+            image.compressed_size() as f64 / 1e6,
+            binary as f64 / 1e6,
+        );
+        images.push((kind, image));
+    }
+    let Some(prefix) = &args.push else {
+        return Ok(());
+    };
+    let registry = Registry::new(RegistryConfig {
+        insecure: args.insecure.clone(),
+        ..Default::default()
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    for (kind, image) in &images {
+        let reference = format!(
+            "{}/{}:{}",
+            prefix.trim_end_matches('/'),
+            kind.repository(),
+            args.version
+        );
+        let pinned = rt
+            .block_on(image.push(&registry, &reference, &|_| {}))
+            .with_context(|| format!("pushing {reference}"))?;
+        println!("pushed {reference}\n  {pinned}");
+    }
+    Ok(())
+}

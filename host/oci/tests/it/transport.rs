@@ -1,0 +1,227 @@
+//! Against a real registry: how the client reaches it — plain HTTP only when listed as
+//! insecure, basic auth, TLS with its CA and no fallback, size limits and the pull deadline.
+
+use crate::support;
+
+use nodewright_oci::{Credentials, Error, NodeCache, Puller, Registry, RegistryConfig};
+use nodewright_testregistry::TestRegistry;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn registry_down_is_a_retryable_error() {
+    nodewright_testregistry::require!(Registry);
+    let mut reg = TestRegistry::start();
+    let registry = Registry::new(config(&reg));
+    reg.stop();
+    let reference = format!("{}/plugins/sysctl:1.0.0", reg.host());
+    let err = registry.resolve(&reference).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(err.is_retryable());
+    assert!(
+        err.to_string().starts_with(&reference),
+        "the error names the reference: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_http_is_used_only_for_registries_listed_as_insecure() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start();
+    let registry = Registry::new(RegistryConfig::default());
+    let err = registry
+        .resolve(&format!("{}/plugins/x:1", reg.host()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Unavailable { .. } | Error::Registry { .. }),
+        "HTTPS to an HTTP registry must fail, not downgrade: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn basic_auth_with_and_without_credentials() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start_with_auth("author", "s3cret");
+    let reference = format!("{}/plugins/sysctl:1", reg.host());
+    let bytes = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
+
+    let anonymous = Registry::new(config(&reg));
+    let err = anonymous
+        .push(&reference, &bytes, info(), &|_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unauthorized { .. }), "{err}");
+
+    let wrong = Registry::new(RegistryConfig {
+        credentials: Credentials::Basic {
+            username: "author".into(),
+            password: "nope".into(),
+        },
+        ..config(&reg)
+    });
+    assert!(matches!(
+        wrong.resolve(&reference).await.unwrap_err(),
+        Error::Unauthorized { .. }
+    ));
+
+    let basic = Registry::new(RegistryConfig {
+        credentials: Credentials::Basic {
+            username: "author".into(),
+            password: "s3cret".into(),
+        },
+        ..config(&reg)
+    });
+    let pushed = basic
+        .push(&reference, &bytes, info(), &|_| {})
+        .await
+        .unwrap();
+
+    // The same credentials from a docker config.json.
+    let dir = tempfile::tempdir().unwrap();
+    let docker = dir.path().join("config.json");
+    std::fs::write(
+        &docker,
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "YXV0aG9yOnMzY3JldA=="}}}}}}"#,
+            reg.host()
+        ),
+    )
+    .unwrap();
+    let from_file = Registry::new(RegistryConfig {
+        credentials: Credentials::DockerConfig(docker),
+        ..config(&reg)
+    });
+    assert_eq!(
+        from_file.resolve(&reference).await.unwrap(),
+        pushed.manifest_digest
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let pulled = Puller::new(from_file, NodeCache::open(cache.path()).unwrap())
+        .pull_pinned(&pushed.pinned, &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(pulled.bytes, bytes);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_registries_need_their_ca_and_never_fall_back_to_http() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start_tls();
+    let reference = format!("{}/plugins/sysctl:1", reg.host());
+    let bytes = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
+    // Unknown issuer: refused, no downgrade.
+    let untrusted = Registry::new(RegistryConfig::default());
+    let err = untrusted
+        .push(&reference, &bytes, info(), &|_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Unavailable { .. } | Error::Registry { .. }),
+        "{err}"
+    );
+    // With the registry's CA bundle it works.
+    let trusted = Registry::new(RegistryConfig {
+        ca_bundles: [(reg.host().to_string(), reg.ca_file())].into(),
+        ..Default::default()
+    });
+    let pushed = trusted
+        .push(&reference, &bytes, info(), &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        trusted.resolve(&reference).await.unwrap(),
+        pushed.manifest_digest
+    );
+    // A CA bundle for another registry does not help this one.
+    let other = Registry::new(RegistryConfig {
+        ca_bundles: [("elsewhere:443".to_string(), reg.ca_file())].into(),
+        ..Default::default()
+    });
+    assert!(other.resolve(&reference).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
+    nodewright_testregistry::require!(Registry);
+    use nodewright_oci::artifact::Descriptor;
+    let reg = TestRegistry::start();
+    let registry = Registry::new(config(&reg));
+    let sysctl = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
+    let pushed = push(
+        &registry,
+        &format!("{}/plugins/sysctl:1.0.0", reg.host()),
+        &sysctl,
+    )
+    .await;
+    // A manifest claiming a 2^62-byte layer: refused from the declaration alone (allocating
+    // for it would abort the process).
+    let bomb = Descriptor {
+        media_type: "application/wasm".into(),
+        digest: pushed.layer_digest.clone(),
+        size: 1 << 62,
+    };
+    let err = registry
+        .fetch_blob(&pushed.pinned, &bomb)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::TooLarge { size, .. } if size == 1 << 62),
+        "{err}"
+    );
+    // A layer that is larger than its declaration is cut off, not read to the end.
+    let short = Descriptor {
+        size: 100,
+        ..bomb.clone()
+    };
+    let err = registry
+        .fetch_blob(&pushed.pinned, &short)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::TooLarge { .. } | Error::DigestMismatch { .. }),
+        "{err}"
+    );
+    let negative = Descriptor { size: -1, ..bomb };
+    assert!(matches!(
+        registry
+            .fetch_blob(&pushed.pinned, &negative)
+            .await
+            .unwrap_err(),
+        Error::InvalidArtifact { .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_registry_hits_the_pull_deadline() {
+    // Accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let _hold = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let limits = nodewright_oci::PullLimits {
+        deadline: std::time::Duration::from_secs(1),
+        ..Default::default()
+    };
+    let registry = Registry::new(RegistryConfig {
+        insecure: vec![host.clone()],
+        limits,
+        ..Default::default()
+    });
+    let err = registry
+        .resolve(&format!("{host}/plugins/x:1"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Deadline { .. }), "{err}");
+    assert!(err.is_retryable());
+    let cache = tempfile::tempdir().unwrap();
+    let puller = Puller::new(registry, NodeCache::open(cache.path()).unwrap());
+    let pinned = format!("{host}/plugins/x@sha256:{}", "a".repeat(64));
+    assert!(matches!(
+        puller.pull_pinned(&pinned, &|_| {}).await.unwrap_err(),
+        Error::Deadline { .. }
+    ));
+}

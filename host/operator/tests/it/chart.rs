@@ -1,0 +1,271 @@
+//! The Helm chart installed on the local cluster, and the operator run exactly as the chart's
+//! Deployment would run it: its rendered arguments, authenticated as the chart's
+//! ServiceAccount (a TokenRequest token), so a verb missing from the chart's RBAC fails the
+//! rollout. The webhook configuration is the chart's own: the apiserver reaches the
+//! operator through the chart's webhook Service (an EndpointSlice routes it to this
+//! machine's address) and verifies the certificate against the Service's DNS name. The test
+//! cluster has no scheduler or image pulls, so two things differ from a real install, each
+//! said where it happens: the Deployment is applied with zero replicas and the operator
+//! runs as a local process; listener addresses and the agent backend are local ones.
+
+use crate::common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use common::NS;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use nodewright_api::v1alpha1::{NodeWright, Status};
+use nodewright_localcluster::{Binaries, Cluster, Operator};
+use serde_json::{Value, json};
+
+fn render(registry: &str) -> Vec<Value> {
+    nodewright_testcluster::render_chart(
+        NS,
+        &[
+            "--set",
+            "replicas=0",
+            "--set",
+            &format!("registry={registry}/nodewright"),
+            "--set",
+            &format!("insecureRegistries[0]={registry}"),
+        ],
+    )
+    .unwrap()
+}
+
+/// The operator's arguments from the rendered Deployment, with the local differences.
+fn operator_args(
+    deployment: &Value,
+    bins: &Binaries,
+    work: &Path,
+    webhook: SocketAddr,
+    metrics: u16,
+) -> Vec<String> {
+    let local = ["--metrics-addr=", "--webhook-addr=", "--plugin-cache-dir="];
+    let mut args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .filter(|a| !local.iter().any(|l| a.starts_with(l)))
+        .collect();
+    args.extend([
+        format!("--metrics-addr=127.0.0.1:{metrics}"),
+        format!("--webhook-addr={webhook}"),
+        format!(
+            "--plugin-cache-dir={}",
+            work.join("operator-cache").display()
+        ),
+        "--agent-backend=sim".into(),
+        format!("--agent-command={}", bins.agent.display()),
+        "--resync-seconds=5".into(),
+    ]);
+    args
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
+    nodewright_testregistry::require!(ControlPlane, Registry, Helm);
+    let work = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(work.path(), &[("n1".to_string(), vec![])])
+        .await
+        .unwrap();
+    cluster
+        .host_file("n1", "/proc/sys/vm/swappiness", "60")
+        .unwrap();
+    let (webhook, metrics) = (
+        nodewright_testregistry::free_port(),
+        nodewright_testregistry::free_port(),
+    );
+    let docs = render(cluster.registry.host());
+
+    // An object from before the install: the chart's CRDs must take over the served ones
+    // (the same version here: no older release exists yet) without losing it.
+    cluster
+        .apply(&json!({
+            "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "tuning"},
+            "spec": {"packages": {"tuning": {
+                "version": "1.0.0", "plugin": cluster.plugin("sysctl"),
+                "capabilities": {"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]},
+                "configMap": {"vm.swappiness": "10"}
+            }}}
+        }))
+        .await
+        .unwrap();
+
+    // Install: the chart's CRDs go over the ones already served (an upgrade in place), then
+    // everything else, as rendered.
+    let mut deployment = None;
+    let mut webhook_service = None;
+    for doc in docs {
+        if doc["kind"] == "ValidatingWebhookConfiguration" {
+            let service = &doc["webhooks"][0]["clientConfig"]["service"];
+            webhook_service = Some((
+                service["name"].as_str().unwrap().to_string(),
+                service["namespace"].as_str().unwrap().to_string(),
+            ));
+        }
+        if doc["kind"] == "Deployment" {
+            deployment = Some(doc.clone());
+        }
+        cluster.apply(&doc).await.unwrap_or_else(|e| {
+            panic!(
+                "{} {} rejected: {e:#}",
+                doc["kind"], doc["metadata"]["name"]
+            )
+        });
+    }
+    let deployment = deployment.expect("the chart renders a Deployment");
+    // The Service's endpoint: the operator process, listening on this machine's address.
+    let (service, namespace) = webhook_service.expect("the chart renders a webhook configuration");
+    let ip = nodewright_localcluster::host_ip().unwrap();
+    cluster
+        .route_service(&namespace, &service, "webhook", ip, webhook)
+        .await
+        .unwrap();
+    let webhook = SocketAddr::from((ip, webhook));
+    for crd in nodewright_api::crdgen::CRD_NAMES {
+        let crd = Api::<CustomResourceDefinition>::all(cluster.client.clone())
+            .get(crd)
+            .await
+            .unwrap();
+        let status = crd.status.unwrap_or_default();
+        let established = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        assert!(
+            established,
+            "{:?} established after the upgrade",
+            crd.metadata.name
+        );
+        assert_eq!(
+            status.stored_versions.unwrap_or_default(),
+            ["v1alpha1"],
+            "one stored version: nothing to migrate"
+        );
+    }
+    let nws: Api<NodeWright> = Api::all(cluster.client.clone());
+    assert_eq!(
+        nws.get("tuning")
+            .await
+            .expect("the object from before the install reads as a NodeWright")
+            .spec
+            .packages
+            .len(),
+        1
+    );
+    let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+
+    // The chart's ServiceAccount, and nothing more.
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(cluster.client.clone(), NS)
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.token)
+        .expect("a token");
+    let mut kubeconfig: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(cluster.cp.kubeconfig()).unwrap())
+            .unwrap();
+    kubeconfig["users"][0]["user"] = serde_yaml_ng::from_str(&format!("token: {token}")).unwrap();
+    let sa_kubeconfig = work.path().join("operator.kubeconfig");
+    std::fs::write(
+        &sa_kubeconfig,
+        serde_yaml_ng::to_string(&kubeconfig).unwrap(),
+    )
+    .unwrap();
+
+    let bins = Binaries::in_dir(
+        Path::new(env!("CARGO_BIN_EXE_nodewright-operator"))
+            .parent()
+            .unwrap(),
+    )
+    .unwrap();
+    let log = work.path().join("operator.log");
+    let _operator = Operator::start_with(
+        &bins.operator,
+        &sa_kubeconfig,
+        &operator_args(&deployment, &bins, work.path(), webhook, metrics),
+        &log,
+        "info,kube=warn",
+    )
+    .unwrap();
+    let diag = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // The webhook answers once the operator has made its certificate and injected the CA:
+    // an invalid NodeWright is refused with the field at fault.
+    let bad: NodeWright = serde_json::from_value(json!({
+        "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "bad"},
+        "spec": {"deploymentPolicy": "missing", "packages": {"tuning": {"version": "1.0.0", "plugin": cluster.plugin("sysctl")}}}
+    }))
+    .unwrap();
+    let start = std::time::Instant::now();
+    let refusal = loop {
+        match nws.create(&PostParams::default(), &bad).await {
+            Err(kube::Error::Api(s)) if s.message.contains("denied the request") => {
+                break s.message;
+            }
+            Ok(_) => panic!("an invalid NodeWright was admitted"),
+            Err(_) => {}
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the webhook never answered\n{}",
+            diag()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        refusal.contains("spec.deploymentPolicy") && refusal.contains("does not exist"),
+        "{refusal}"
+    );
+
+    // The rollout of the object from before the install completes: Jobs, node patches,
+    // status, events, the finalizer — all through the chart's RBAC.
+    let start = std::time::Instant::now();
+    while nws
+        .get("tuning")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.status)
+        != Some(Status::Complete)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the chart-installed operator did not complete the rollout\n{}",
+            diag()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(cluster.host_path("n1", "/proc/sys/vm/swappiness")).unwrap(),
+        "10"
+    );
+    let log_text = diag();
+    assert!(
+        !log_text.contains("forbidden"),
+        "an RBAC refusal in the operator log:\n{log_text}"
+    );
+    let text = common::http_get(metrics, "/metrics").await;
+    assert!(
+        text.contains("nodewright_leader 1"),
+        "the chart's leader election took the Lease\n{text}"
+    );
+}

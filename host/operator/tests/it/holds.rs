@@ -1,0 +1,316 @@
+//! End to end, when a rollout may disrupt: a maintenance window that is closed, then moved
+//! to now; a real Prometheus whose alerts hold and release the rollout (and whose absence
+//! holds it too); a node that stays schedulable while a protected pod runs.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{E2e, held_reboot_package, release};
+use serde_json::{Value, json};
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn cr(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": name}, "spec": spec})
+}
+
+async fn cordoned(e: &E2e, node: &str) -> bool {
+    e.node(node)
+        .await
+        .spec
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// `HH:MM` in UTC, `minutes` from now.
+fn utc_clock(minutes: i64) -> String {
+    let t = k8s_openapi::jiff::Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_mins(minutes))
+        .unwrap();
+    t.strftime("%H:%M").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outside_its_window_nothing_disrupts_and_moving_the_window_to_now_completes_it() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("w1", &[]), ("w2", &[])]).await;
+    e.workload_pod("w1", "web", json!({"app": "web"})).await;
+    e.start_operator(&[]);
+    let pkg = held_reboot_package(&e, "1.0.0");
+    for n in ["w1", "w2"] {
+        release(&e, n, "apply");
+        release(&e, n, "post");
+    }
+    let window = |start: String| json!({"windows": [{"start": start, "duration": "2h"}]});
+    e.apply(cr(
+        "win",
+        json!({"maintenanceWindows": window(utc_clock(120)), "packages": {"driver": pkg}}),
+    ))
+    .await;
+
+    let (reason, message) = e
+        .wait("Ready=False/OutsideMaintenanceWindow", LIMIT, || async {
+            let (_, reason, message) = e.condition("win", "Ready").await?;
+            (reason == "OutsideMaintenanceWindow").then_some((reason, message))
+        })
+        .await;
+    let next = e
+        .nodewright("win")
+        .await
+        .status
+        .unwrap()
+        .next_window
+        .expect("status.nextWindow while waiting");
+    let opens: k8s_openapi::jiff::Timestamp = next
+        .parse()
+        .unwrap_or_else(|err| panic!("nextWindow {next:?} is RFC 3339: {err}"));
+    let ahead = opens
+        .duration_since(k8s_openapi::jiff::Timestamp::now())
+        .as_secs();
+    assert!(
+        (60 * 60..=121 * 60).contains(&ahead),
+        "opens in about two hours: {next} ({ahead} s); {reason}: {message}"
+    );
+    assert!(message.contains(&next), "{message}");
+    // The plans (which disrupt nothing) may run; no node is cordoned, drained or rebooted.
+    e.wait("both nodes planned", LIMIT, || async {
+        for n in ["w1", "w2"] {
+            let st = e.state("win", n).await;
+            st.get("driver|1.0.0").filter(|p| {
+                p.stage != nodewright_api::node_state::Stage::Plan
+                    || p.state == nodewright_api::node_state::State::Complete
+            })?;
+        }
+        Some(())
+    })
+    .await;
+    for n in ["w1", "w2"] {
+        assert!(!cordoned(&e, n).await, "{n} cordoned outside the window");
+        assert_eq!(e.reboots(n), 0);
+        assert_eq!(
+            e.node_status("win", n).await,
+            Some(nodewright_api::v1alpha1::Status::Waiting),
+            "{n}"
+        );
+    }
+    assert!(e.pod_exists("web").await, "nothing drained");
+
+    // The admin moves the window to now: the rollout completes by itself.
+    e.patch(
+        "win",
+        json!({"spec": {"maintenanceWindows": window(utc_clock(-1))}}),
+    )
+    .await;
+    e.wait_complete("win", LIMIT).await;
+    for n in ["w1", "w2"] {
+        assert_eq!(e.reboots(n), 1, "{n}");
+    }
+    assert!(!e.pod_exists("web").await, "drained inside the window");
+    assert_eq!(e.nodewright("win").await.status.unwrap().next_window, None);
+}
+
+/// A real Prometheus on a loopback port, evaluating one alert rule the test rewrites.
+struct Prometheus {
+    child: Option<Child>,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Prometheus {
+    fn start(dir: &Path, firing: bool) -> Prometheus {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(
+            dir.join("prometheus.yml"),
+            "global:\n  evaluation_interval: 1s\nrule_files: [rules.yml]\n",
+        )
+        .unwrap();
+        let mut p = Prometheus {
+            child: None,
+            dir: dir.to_path_buf(),
+            port: nodewright_testregistry::free_port(),
+        };
+        p.rules(firing);
+        p.up();
+        p
+    }
+
+    /// `NodeDown{severity="critical"}` fires while `firing`; a `Noise` alert always fires and
+    /// must not hold the rollout (the gate selects by name and label).
+    fn rules(&self, firing: bool) {
+        let expr = if firing { "vector(1)" } else { "vector(1) < 0" };
+        let rules = format!(
+            "groups:\n- name: nodewright-localcluster\n  interval: 1s\n  rules:\n  - alert: NodeDown\n    expr: {expr}\n    labels: {{severity: critical}}\n  - alert: Noise\n    expr: vector(1)\n    labels: {{severity: info}}\n"
+        );
+        std::fs::write(self.dir.join("rules.yml"), rules).unwrap();
+    }
+
+    fn up(&mut self) {
+        let log = std::fs::File::create(self.dir.join("prometheus.log")).unwrap();
+        let child = Command::new("/usr/bin/prometheus")
+            .arg(format!(
+                "--config.file={}",
+                self.dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                self.dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect(
+                "/usr/bin/prometheus (Debian's prometheus package; cargo xtask setup installs it)",
+            );
+        self.child = Some(child);
+    }
+
+    /// Rewrites the rule and has Prometheus reload it (SIGHUP).
+    fn set(&self, firing: bool) {
+        self.rules(firing);
+        let pid = self.child.as_ref().unwrap().id();
+        let _ = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status();
+    }
+
+    fn down(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+async fn gate(e: &E2e) -> (String, String, String) {
+    e.condition("gated", "HealthGatesPassing")
+        .await
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus_holds_it() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("p1", &[]), ("p2", &[])]).await;
+    let work = tempfile::tempdir().unwrap();
+    let mut prom = Prometheus::start(&work.path().join("prometheus"), true);
+    e.start_operator(&["--health-gate-interval=1"]);
+    let pkg = held_reboot_package(&e, "1.0.0");
+    for n in ["p1", "p2"] {
+        release(&e, n, "post");
+    }
+    let gates = json!({"prometheus": {"url": prom.url(), "alertNames": "NodeDown|GpuXid", "matchLabels": {"severity": "critical"}, "timeout": "2s"}});
+    e.apply(cr("gated", json!({"interruptionBudget": {"count": 1}, "healthGates": gates, "packages": {"driver": pkg}}))).await;
+
+    // Firing from the start: held, the alert named.
+    let (_, _, message) = e
+        .wait("the gate holds on NodeDown", LIMIT, || async {
+            Some(gate(&e).await).filter(|g| g.0 == "False" && g.1 == "AlertsFiring")
+        })
+        .await;
+    assert!(
+        message.contains("NodeDown{severity=\"critical\"} firing") && !message.contains("Noise"),
+        "{message}"
+    );
+    assert_eq!(
+        e.condition("gated", "Ready").await.unwrap().1,
+        "HealthGateFailing"
+    );
+    assert!(!cordoned(&e, "p1").await && !cordoned(&e, "p2").await);
+
+    // Resolved: the first node starts (its apply waits on us).
+    prom.set(false);
+    let first = e
+        .wait("a node cordoned once the alert resolves", LIMIT, || async {
+            for n in ["p1", "p2"] {
+                if cordoned(&e, n).await {
+                    return Some(n.to_string());
+                }
+            }
+            None
+        })
+        .await;
+    assert_eq!(gate(&e).await.0, "True");
+    // Firing again mid-rollout: the node past its cordon finishes, the other does not start.
+    prom.set(true);
+    e.wait("the gate fails again", LIMIT, || async {
+        (gate(&e).await.0 == "False").then_some(())
+    })
+    .await;
+    let other = if first == "p1" { "p2" } else { "p1" };
+    release(&e, other, "apply");
+    release(&e, &first, "apply");
+    e.wait("the started node finishes", LIMIT, || async {
+        (e.node_status("gated", &first).await == Some(nodewright_api::v1alpha1::Status::Complete))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !cordoned(&e, other).await,
+        "{other} started while the alert fired"
+    );
+
+    // Prometheus gone: still held, and the condition says why.
+    prom.down();
+    let (_, reason, message) = e
+        .wait("the gate fails closed", LIMIT, || async {
+            Some(gate(&e).await).filter(|g| g.1 == "PrometheusUnreachable")
+        })
+        .await;
+    assert!(
+        message.contains(&prom.url()) && message.contains("fails closed"),
+        "{reason}: {message}"
+    );
+    assert!(!cordoned(&e, other).await);
+    assert_eq!(e.reboots(other), 0);
+
+    // Back, with the alert resolved: the rollout completes.
+    prom.rules(false);
+    prom.up();
+    e.wait_complete("gated", LIMIT).await;
+    assert_eq!((e.reboots("p1"), e.reboots("p2")), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_cordon_after_barrier_a_node_stays_schedulable_until_its_protected_pod_ends() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("b1", &[])]).await;
+    e.workload_pod("b1", "training", json!({"workload": "training"}))
+        .await;
+    e.start_operator(&[]);
+    let pkg = held_reboot_package(&e, "1.0.0");
+    release(&e, "b1", "apply");
+    release(&e, "b1", "post");
+    e.apply(cr("barrier", json!({"cordonAfterBarrier": true, "podNonInterruptLabels": {"matchLabels": {"workload": "training"}}, "packages": {"driver": pkg}}))).await;
+    let (_, _, message) = e
+        .wait("Blocked/NonInterruptPodsRunning", LIMIT, || async {
+            e.condition("barrier", "Blocked")
+                .await
+                .filter(|c| c.1 == "NonInterruptPodsRunning")
+        })
+        .await;
+    assert!(message.contains("training"), "{message}");
+    assert!(
+        !cordoned(&e, "b1").await,
+        "schedulable while the protected pod runs"
+    );
+    assert_eq!(e.reboots("b1"), 0);
+
+    e.delete_pod("training").await;
+    e.wait_complete("barrier", LIMIT).await;
+    assert_eq!(e.reboots("b1"), 1);
+    assert!(!cordoned(&e, "b1").await, "released at the end");
+}

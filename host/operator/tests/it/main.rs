@@ -1,0 +1,16 @@
+//! nodewright-operator's integration tests, one binary (each file here was once its own binary,
+//! each linking the whole dependency tree). Test names read `<file>::<test>`.
+
+mod common;
+mod specs;
+
+mod chart;
+mod dashboard;
+mod holds;
+mod lifecycle;
+mod recovery;
+mod rollout;
+mod scenarios;
+mod sharing;
+mod trust;
+mod webhook;

@@ -1,0 +1,417 @@
+//! When a rollout may disrupt: maintenance windows, health gates, waiting before the
+//! cordon, and the status surface that explains each (drain and uninstall conditions).
+
+use crate::world;
+
+use nodewright_api::keys;
+use nodewright_api::node_state::{Stage, State};
+use nodewright_api::v1alpha1::Status;
+use nodewright_planner::{Action, GateFinding, JobPhase, Work};
+use serde_json::json;
+use world::{World, condition, plain_pkg, reboot_pkg, spec, stages_on};
+
+fn at(s: &str) -> i64 {
+    s.parse::<jiff::Timestamp>().unwrap().as_second()
+}
+
+fn ever_cordoned(w: &World, node: &str) -> bool {
+    w.history.iter().any(|(_, a)| matches!(a, Action::PatchNode(p) if p.node == node && p.unschedulable == Some(true)))
+}
+
+/// Passes, every Job succeeding (plans ask for a reboot).
+fn passes(w: &mut World, n: usize) {
+    for _ in 0..n {
+        w.step();
+        w.succeed_all(("reboot", 1));
+    }
+}
+
+fn nightly() -> serde_json::Value {
+    json!({"windows": [{"start": "22:00", "end": "04:00", "timeZone": "Europe/Berlin"}]})
+}
+
+#[test]
+fn outside_its_window_a_rollout_plans_but_disrupts_nothing_and_says_when_it_starts() {
+    let mut w = World::new(3);
+    w.now = at("2026-12-01T12:00:00Z"); // 13:00 in Berlin
+    w.add_cr("gpu", spec(json!({"maintenanceWindows": nightly(), "interruptionBudget": {"count": 1}, "packages": {"driver": reboot_pkg()}})));
+    passes(&mut w, 12);
+    for n in ["node-0", "node-1", "node-2"] {
+        assert!(!ever_cordoned(&w, n), "{n} cordoned outside the window");
+        assert!(
+            stages_on(&w, n).iter().all(|s| s == "driver:plan"),
+            "{n}: only the plan (it disrupts nothing): {:?}",
+            stages_on(&w, n)
+        );
+    }
+    assert_eq!(
+        stages_on(&w, "node-0"),
+        ["driver:plan"],
+        "the batch's node planned"
+    );
+    assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Waiting));
+    assert_eq!(
+        w.cr("gpu").status.next_window.as_deref(),
+        Some("2026-12-01T21:00:00Z"),
+        "22:00 CET"
+    );
+    let (ready, reason, msg) = condition(&w, "gpu", "Ready");
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("False", "OutsideMaintenanceWindow")
+    );
+    assert!(
+        msg.contains("2026-12-01T21:00:00Z") && msg.contains("1 node(s) wait"),
+        "{msg}"
+    );
+    let batch = w.cr("gpu").status.compartment_statuses["__default__"]
+        .batch_state
+        .clone();
+
+    // The window opens: the rollout goes on from where it stood, batch by batch.
+    w.now = at("2026-12-01T21:00:00Z");
+    w.step();
+    assert_eq!(
+        w.cr("gpu").status.compartment_statuses["__default__"].batch_state,
+        batch,
+        "batch state kept across the wait"
+    );
+    assert!(
+        w.node("node-0").unschedulable,
+        "the waiting node is cordoned first"
+    );
+    w.run(("reboot", 1), 80);
+    assert_eq!(w.cr("gpu").status.status, Some(Status::Complete));
+    assert_eq!(w.cr("gpu").status.next_window, None);
+    assert_eq!(condition(&w, "gpu", "Ready").1, "NodesConverged");
+}
+
+#[test]
+fn a_node_past_its_cordon_finishes_its_chain_when_the_window_closes() {
+    let mut w = World::new(2);
+    w.now = at("2026-12-01T02:50:00Z"); // 03:50 in Berlin: ten minutes left
+    w.add_cr("gpu", spec(json!({"maintenanceWindows": nightly(), "interruptionBudget": {"count": 1}, "packages": {"driver": reboot_pkg()}})));
+    for _ in 0..20 {
+        w.step();
+        w.succeed_all(("reboot", 1));
+        if w.node("node-0").unschedulable {
+            break;
+        }
+    }
+    assert!(
+        w.node("node-0").unschedulable,
+        "node-0 started inside the window"
+    );
+    w.now = at("2026-12-01T03:30:00Z"); // closed
+    passes(&mut w, 30);
+    assert_eq!(
+        stages_on(&w, "node-0"),
+        [
+            "driver:plan",
+            "driver:apply",
+            "driver:config",
+            "interrupt:reboot:driver",
+            "driver:post-interrupt"
+        ],
+        "its chain ran to the end"
+    );
+    assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Complete));
+    assert!(!w.node("node-0").unschedulable, "released");
+    assert!(!ever_cordoned(&w, "node-1"), "no new node starts");
+    assert_eq!(w.node_status("gpu", "node-1"), Some(Status::Waiting));
+}
+
+#[test]
+fn non_disruptive_packages_run_any_time_unless_apply_to_all() {
+    let mut w = World::new(2);
+    w.now = at("2026-12-01T12:00:00Z");
+    w.add_cr(
+        "tune",
+        spec(json!({"maintenanceWindows": nightly(), "packages": {"tuning": plain_pkg()}})),
+    );
+    w.run(("none", 0), 20);
+    assert_eq!(
+        w.cr("tune").status.status,
+        Some(Status::Complete),
+        "no interrupt: the window does not hold it"
+    );
+
+    let mut w = World::new(2);
+    w.now = at("2026-12-01T12:00:00Z");
+    let mut windows = nightly();
+    windows["applyToAll"] = json!(true);
+    w.add_cr(
+        "tune",
+        spec(json!({"maintenanceWindows": windows, "packages": {"tuning": plain_pkg()}})),
+    );
+    passes(&mut w, 10);
+    assert!(
+        w.created().is_empty(),
+        "applyToAll: nothing starts outside the window"
+    );
+    assert_eq!(condition(&w, "tune", "Ready").1, "OutsideMaintenanceWindow");
+    w.now = at("2026-12-01T21:30:00Z");
+    w.run(("none", 0), 20);
+    assert_eq!(w.cr("tune").status.status, Some(Status::Complete));
+}
+
+#[test]
+fn a_policys_window_holds_its_nodewrights_across_a_dst_change() {
+    let mut w = World::new(1);
+    // 2026-03-29 in Berlin: 02:00 does not exist; a 02:30 window opens at 03:30 CEST = 01:30Z.
+    w.snap.policies.insert("night".into(), world::policy(json!({"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}, "maintenanceWindows": {"windows": [{"start": "02:30", "duration": "1h", "timeZone": "Europe/Berlin"}]}})));
+    w.now = at("2026-03-29T01:20:00Z");
+    w.add_cr(
+        "gpu",
+        spec(json!({"deploymentPolicy": "night", "packages": {"driver": reboot_pkg()}})),
+    );
+    passes(&mut w, 4);
+    assert!(!ever_cordoned(&w, "node-0"));
+    assert_eq!(
+        w.cr("gpu").status.next_window.as_deref(),
+        Some("2026-03-29T01:30:00Z")
+    );
+    w.now = at("2026-03-29T01:30:00Z");
+    w.run(("reboot", 1), 40);
+    assert_eq!(w.cr("gpu").status.status, Some(Status::Complete));
+}
+
+#[test]
+fn a_failing_gate_holds_new_disruption_and_names_itself() {
+    let mut w = World::new(2);
+    w.add_cr("gpu", spec(json!({"interruptionBudget": {"count": 1}, "healthGates": {"prometheus": {"url": "http://prom:9090"}}, "packages": {"driver": reboot_pkg()}})));
+    w.cr_mut("gpu").failing_gates = vec![GateFinding {
+        gate: "prometheus".into(),
+        reason: "AlertsFiring".into(),
+        message: "NodeDown{node=\"x\"} firing".into(),
+    }];
+    passes(&mut w, 8);
+    assert!(!ever_cordoned(&w, "node-0") && !ever_cordoned(&w, "node-1"));
+    let (on, reason, msg) = condition(&w, "gpu", "HealthGatesPassing");
+    assert_eq!((on.as_str(), reason.as_str()), ("False", "AlertsFiring"));
+    assert!(msg.contains("prometheus: NodeDown"), "{msg}");
+    assert_eq!(condition(&w, "gpu", "Ready").1, "HealthGateFailing");
+
+    w.cr_mut("gpu").failing_gates.clear();
+    w.run(("reboot", 1), 80);
+    assert_eq!(w.cr("gpu").status.status, Some(Status::Complete));
+    assert_eq!(condition(&w, "gpu", "HealthGatesPassing").0, "True");
+}
+
+#[test]
+fn a_node_unhealthy_after_its_interrupt_stays_cordoned_and_fails_its_batch() {
+    let mut w = World::new(2);
+    for n in ["node-0", "node-1"] {
+        w.node_mut(n).conditions = [
+            ("Ready".to_string(), "True".to_string()),
+            ("GpuHealthy".to_string(), "True".to_string()),
+        ]
+        .into();
+    }
+    w.add_cr("gpu", spec(json!({"interruptionBudget": {"count": 1}, "healthGates": {"nodeHealth": {"conditions": {"Ready": "True", "GpuHealthy": "True"}}}, "packages": {"driver": reboot_pkg()}})));
+    // node-0 comes back from its reboot with a bad GPU.
+    for _ in 0..40 {
+        w.step();
+        let rebooting = w
+            .snap
+            .jobs
+            .iter()
+            .any(|j| j.node == "node-0" && matches!(j.work, Work::Interrupt { .. }));
+        w.succeed_all(("reboot", 1));
+        if rebooting {
+            w.node_mut("node-0")
+                .conditions
+                .insert("GpuHealthy".into(), "False".into());
+        }
+        if w.node_status("gpu", "node-0") == Some(Status::Erroring) {
+            break;
+        }
+    }
+    assert!(
+        condition(&w, "gpu", "Ready")
+            .2
+            .contains("GpuHealthy=True (is False)"),
+        "{:?}",
+        condition(&w, "gpu", "Ready")
+    );
+    w.step();
+    assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Erroring));
+    assert!(w.node("node-0").unschedulable, "kept cordoned");
+    let e = &w.state("gpu", "node-0")["driver|1.0.0"];
+    assert_eq!(
+        (e.stage, e.state),
+        (Stage::PostInterrupt, State::Complete),
+        "the chain itself finished"
+    );
+    assert_eq!(
+        w.cr("gpu").status.compartment_statuses["__default__"]
+            .batch_state
+            .as_ref()
+            .map(|b| b.failed_nodes),
+        Some(1),
+        "the batch counts it failed"
+    );
+
+    // The condition recovers: the node completes and is released.
+    w.node_mut("node-0")
+        .conditions
+        .insert("GpuHealthy".into(), "True".into());
+    w.run(("reboot", 1), 60);
+    assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Complete));
+    assert!(!w.node("node-0").unschedulable);
+}
+
+#[test]
+fn with_cordon_after_barrier_a_node_stays_schedulable_while_protected_pods_run() {
+    let mut w = World::new(1);
+    w.add_pod("node-0", "training", &[("job", "train")], Some("Job"));
+    w.add_pod("node-0", "web", &[], Some("ReplicaSet"));
+    w.add_cr("gpu", spec(json!({"cordonAfterBarrier": true, "podNonInterruptLabels": {"matchLabels": {"job": "train"}}, "packages": {"driver": reboot_pkg()}})));
+    passes(&mut w, 10);
+    assert!(
+        !ever_cordoned(&w, "node-0"),
+        "schedulable while the protected pod runs"
+    );
+    assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Blocked));
+    assert_eq!(condition(&w, "gpu", "Blocked").1, "NonInterruptPodsRunning");
+
+    // The pod ends: cordon; a protected pod that lands before the drain keeps the node
+    // waiting, cordoned.
+    w.snap.pods.retain(|p| p.name != "training");
+    w.step();
+    assert!(
+        w.node("node-0").unschedulable,
+        "cordoned once no protected pod runs"
+    );
+    w.add_pod("node-0", "training-2", &[("job", "train")], Some("Job"));
+    passes(&mut w, 5);
+    assert!(
+        w.node("node-0").unschedulable && w.node_status("gpu", "node-0") == Some(Status::Blocked)
+    );
+    assert!(
+        !w.history
+            .iter()
+            .any(|(_, a)| matches!(a, Action::Evict { .. })),
+        "no drain while it waits"
+    );
+    w.snap.pods.retain(|p| p.name != "training-2");
+    w.run(("reboot", 1), 40);
+    assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Complete));
+}
+
+#[test]
+fn drain_blocked_names_its_cause() {
+    let cause = |pods: &[(&str, Option<&str>, bool)], drain: serde_json::Value| {
+        let mut w = World::new(1);
+        for (name, controller, empty_dir) in pods {
+            w.add_pod("node-0", name, &[], *controller);
+            w.snap.pods.last_mut().unwrap().empty_dir = *empty_dir;
+        }
+        w.add_cr(
+            "gpu",
+            spec(json!({"drainConfig": drain, "packages": {"driver": reboot_pkg()}})),
+        );
+        passes(&mut w, 6);
+        assert!(
+            w.node("node-0")
+                .annotations
+                .contains_key(&keys::drain_blocked("gpu"))
+        );
+        condition(&w, "gpu", "DrainBlocked")
+    };
+    assert_eq!(cause(&[("bare", None, false)], json!({})).1, "UnmanagedPod");
+    assert_eq!(
+        cause(&[("cache", Some("ReplicaSet"), true)], json!({})).1,
+        "EmptyDirData"
+    );
+    let (_, reason, msg) = cause(
+        &[("bare", None, false), ("cache", Some("ReplicaSet"), true)],
+        json!({}),
+    );
+    assert_eq!(reason, "MultipleCauses");
+    assert!(
+        msg.contains("default/bare") && msg.contains("default/cache"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn daemonset_pods_stay_unless_ignore_daemon_sets_is_off() {
+    let evicted = |drain: serde_json::Value| {
+        let mut w = World::new(1);
+        w.add_pod("node-0", "agent", &[], Some("DaemonSet"));
+        w.add_cr(
+            "gpu",
+            spec(json!({"drainConfig": drain, "packages": {"driver": reboot_pkg()}})),
+        );
+        w.run(("reboot", 1), 40);
+        w.history
+            .iter()
+            .any(|(_, a)| matches!(a, Action::Evict { pod, .. } if pod == "agent"))
+    };
+    assert!(
+        !evicted(json!({})),
+        "default: DaemonSet pods are left alone"
+    );
+    assert!(evicted(json!({"ignoreDaemonSets": false})));
+}
+
+#[test]
+fn uninstall_and_dependency_conditions() {
+    let mut w = World::new(1);
+    w.add_cr(
+        "t",
+        spec(json!({"packages": {
+            "base": {"version": "1.0.0", "plugin": "r.example/b:1", "uninstall": {"enabled": true}},
+        }})),
+    );
+    w.run(("none", 0), 20);
+    w.edit("t", |s| {
+        s.packages
+            .get_mut("base")
+            .unwrap()
+            .uninstall
+            .as_mut()
+            .unwrap()
+            .apply = true
+    });
+    w.step();
+    let (on, reason, msg) = condition(&w, "t", "UninstallInProgress");
+    assert_eq!(
+        (on.as_str(), reason.as_str()),
+        ("True", "UninstallInProgress")
+    );
+    assert!(msg.contains("node-0 (base 1.0.0)"), "{msg}");
+    // The uninstall fails for good.
+    w.finish_jobs(|_| {
+        Some(JobPhase::Failed {
+            genuine: true,
+            attempts: 3,
+            reason: "BackoffLimitExceeded".into(),
+            last: None,
+        })
+    });
+    w.step();
+    let (on, reason, _) = condition(&w, "t", "UninstallFailed");
+    assert_eq!(
+        (on.as_str(), reason.as_str()),
+        ("True", "UninstallPodFailing")
+    );
+    assert_eq!(condition(&w, "t", "UninstallInProgress").0, "False");
+
+    // A package added that depends on the uninstalled one can never install.
+    w.edit("t", |s| {
+        let mut dep = s.packages["base"].clone();
+        dep.uninstall = None;
+        dep.plugin = "r.example/d:1".into();
+        dep.depends_on = [("base".to_string(), "1.0.0".to_string())].into();
+        s.packages.insert("dependent".into(), dep);
+    });
+    w.step();
+    let (on, reason, msg) = condition(&w, "t", "Blocked");
+    assert_eq!(
+        (on.as_str(), reason.as_str()),
+        ("True", "DependencyUninstalled")
+    );
+    assert!(msg.contains("dependent depends on base"), "{msg}");
+}

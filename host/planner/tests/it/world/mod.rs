@@ -1,0 +1,429 @@
+//! A tiny in-memory cluster that applies the planner's actions, so tests can drive a
+//! rollout pass by pass and decide each Job's outcome.
+
+use nodewright_api::keys;
+use nodewright_api::node_state::NodeState;
+use nodewright_api::result::{Blame, StageResult};
+use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeWrightSpec, Status};
+use nodewright_planner::{
+    Action, Cr, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Refusal, Snapshot,
+    Work, plan,
+};
+
+pub struct World {
+    pub snap: Snapshot,
+    pub now: i64,
+    /// Every action ever taken, with the pass number.
+    pub history: Vec<(usize, Action)>,
+    pub passes: usize,
+    /// Pods whose eviction a PDB refuses.
+    pub pdb_protected: Vec<String>,
+    boot: u64,
+}
+
+pub fn spec(json: serde_json::Value) -> NodeWrightSpec {
+    serde_json::from_value(json).expect("valid spec")
+}
+
+pub fn policy(json: serde_json::Value) -> DeploymentPolicySpec {
+    serde_json::from_value(json).expect("valid policy")
+}
+
+/// A package whose changes need a reboot.
+pub fn reboot_pkg() -> serde_json::Value {
+    serde_json::json!({"version": "1.0.0", "plugin": "r.example/driver:1", "interrupt": {"type": "reboot"}})
+}
+
+/// A package with no interrupt.
+pub fn plain_pkg() -> serde_json::Value {
+    serde_json::json!({"version": "1.0.0", "plugin": "r.example/tuning:1", "configMap": {"swappiness": "10"}})
+}
+
+/// The stages started on `node`, in order: `package:stage`, `interrupt:kind:owner`.
+pub fn stages_on(w: &World, node: &str) -> Vec<String> {
+    w.created()
+        .into_iter()
+        .filter(|(_, _, n)| *n == node)
+        .map(|(_, work, _)| match work {
+            Work::Package { package, stage, .. } => format!("{package}:{}", stage.as_str()),
+            Work::Interrupt { kind, owner, .. } => format!("interrupt:{}:{owner}", kind.as_str()),
+        })
+        .collect()
+}
+
+/// A condition of a CR: (status, reason, message).
+pub fn condition(w: &World, cr: &str, kind: &str) -> (String, String, String) {
+    let c = w
+        .cr(cr)
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind)
+        .unwrap_or_else(|| panic!("no {kind} condition"));
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+pub fn ok(interrupt: &str, changes: u32) -> StageResult {
+    StageResult {
+        outcome: "ok".into(),
+        interrupt: Some(interrupt.into()),
+        change_count: changes,
+        ..StageResult::failed("x", "p", Blame::None, "")
+    }
+}
+
+impl World {
+    pub fn new(nodes: usize) -> Self {
+        let mut w = World {
+            snap: Snapshot::default(),
+            now: 1_000_000,
+            history: vec![],
+            passes: 0,
+            pdb_protected: vec![],
+            boot: 0,
+        };
+        for i in 0..nodes {
+            w.add_node(&format!("node-{i}"), &[]);
+        }
+        w
+    }
+
+    pub fn add_node(&mut self, name: &str, labels: &[(&str, &str)]) {
+        self.boot += 1;
+        let created = self.snap.nodes.len() as i64;
+        self.snap.nodes.push(ObservedNode {
+            name: name.into(),
+            created,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            boot_id: format!("boot-{}", self.boot),
+            resource_version: "1".into(),
+            ..Default::default()
+        });
+    }
+
+    /// The node is deleted from the cluster, with its pods.
+    pub fn remove_node(&mut self, name: &str) {
+        self.snap.nodes.retain(|n| n.name != name);
+        self.snap.pods.retain(|p| p.node != name);
+    }
+
+    pub fn add_cr(&mut self, name: &str, spec: NodeWrightSpec) {
+        let pinned: std::collections::BTreeMap<String, String> = spec
+            .packages
+            .iter()
+            .map(|(n, p)| {
+                (
+                    n.clone(),
+                    format!(
+                        "{}@sha256:{}",
+                        p.plugin.split(':').next().unwrap_or_default(),
+                        "0".repeat(64)
+                    ),
+                )
+            })
+            .collect();
+        self.snap.nodewrights.push(Cr {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            generation: 1,
+            spec,
+            plugins: PluginCheck::Ready(pinned.into()),
+            ..Default::default()
+        });
+    }
+
+    pub fn cr(&self, name: &str) -> &Cr {
+        self.snap
+            .nodewrights
+            .iter()
+            .find(|c| c.name == name)
+            .expect("cr exists")
+    }
+
+    pub fn cr_mut(&mut self, name: &str) -> &mut Cr {
+        self.snap
+            .nodewrights
+            .iter_mut()
+            .find(|c| c.name == name)
+            .expect("cr exists")
+    }
+
+    /// Changes the spec like an admin: the generation goes up.
+    pub fn edit(&mut self, name: &str, f: impl FnOnce(&mut NodeWrightSpec)) {
+        let cr = self.cr_mut(name);
+        f(&mut cr.spec);
+        cr.generation += 1;
+    }
+
+    pub fn node(&self, name: &str) -> &ObservedNode {
+        self.snap
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .expect("node exists")
+    }
+
+    pub fn node_mut(&mut self, name: &str) -> &mut ObservedNode {
+        self.snap
+            .nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .expect("node exists")
+    }
+
+    pub fn state(&self, cr: &str, node: &str) -> NodeState {
+        self.node(node)
+            .annotations
+            .get(&keys::node_state(cr))
+            .map(|s| serde_json::from_str(s).unwrap())
+            .unwrap_or_default()
+    }
+
+    pub fn node_status(&self, cr: &str, node: &str) -> Option<Status> {
+        self.cr(cr).status.node_status.get(node).copied()
+    }
+
+    pub fn add_pod(
+        &mut self,
+        node: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        controller: Option<&str>,
+    ) {
+        self.snap.pods.push(ObservedPod {
+            namespace: "default".into(),
+            name: name.into(),
+            node: node.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            active: true,
+            controller: controller.map(String::from),
+            ..Default::default()
+        });
+    }
+
+    /// One planner pass, its actions applied. Returns the actions.
+    pub fn step(&mut self) -> Vec<Action> {
+        self.step_keeping(|_| true)
+    }
+
+    /// One planner pass of which only the actions `keep` accepts take effect (the others are
+    /// lost, as a write the API refused).
+    pub fn step_keeping(&mut self, keep: impl Fn(&Action) -> bool) -> Vec<Action> {
+        let actions = plan(&self.snap, self.now);
+        // The state cache is a memo: the same snapshot with an empty one plans the same.
+        let cold = Snapshot {
+            states: Default::default(),
+            ..self.snap.clone()
+        };
+        assert_eq!(
+            plan(&cold, self.now),
+            actions,
+            "a warm state cache changed the plan at pass {}",
+            self.passes
+        );
+        self.passes += 1;
+        for a in actions.iter().filter(|a| keep(a)) {
+            self.history.push((self.passes, a.clone()));
+            self.apply(a);
+        }
+        self.now += 2;
+        actions
+    }
+
+    fn apply(&mut self, a: &Action) {
+        match a {
+            Action::CreateJob(req) => {
+                if !self.snap.jobs.iter().any(|j| j.name == req.name) {
+                    self.snap.jobs.push(ObservedJob {
+                        name: req.name.clone(),
+                        cr: req.cr.clone(),
+                        node: req.node.clone(),
+                        generation: req.generation,
+                        work: req.work.clone(),
+                        phase: JobPhase::Active {
+                            failed: 0,
+                            last: None,
+                        },
+                        stopping: false,
+                    });
+                }
+            }
+            // A finished Job goes at once; a running one is stopped and stays until its pods
+            // are gone (the next `finish_jobs`), as a foreground deletion does.
+            Action::DeleteJob { name, .. } => {
+                for j in self.snap.jobs.iter_mut().filter(|j| j.name == *name) {
+                    j.stopping = true;
+                }
+                self.snap.jobs.retain(|j| j.name != *name || j.running());
+            }
+            Action::PatchNode(p) => {
+                let n = self.node_mut(&p.node);
+                for (k, v) in &p.annotations {
+                    match v {
+                        Some(v) => n.annotations.insert(k.clone(), v.clone()),
+                        None => n.annotations.remove(k),
+                    };
+                }
+                if let Some(u) = p.unschedulable {
+                    n.unschedulable = u;
+                }
+                n.taints.retain(|t| !p.remove_taints.contains(&t.key));
+                n.taints.extend(p.add_taints.iter().cloned());
+            }
+            Action::Evict {
+                namespace,
+                pod,
+                delete,
+                ..
+            } => {
+                let key = format!("{namespace}/{pod}");
+                if !delete && self.pdb_protected.contains(&key) {
+                    self.snap.refusals.insert(
+                        key,
+                        Refusal {
+                            at: self.now,
+                            message:
+                                "Cannot evict pod as it would violate the pod's disruption budget."
+                                    .into(),
+                        },
+                    );
+                } else {
+                    self.snap.pods.retain(|p| p.key() != key);
+                }
+            }
+            Action::SetStatus { cr, status } => self.cr_mut(cr).status = (**status).clone(),
+            Action::Event(_) => {}
+            Action::AddFinalizer { cr } => self.cr_mut(cr).has_finalizer = true,
+            Action::RemoveFinalizer { cr } => self.snap.nodewrights.retain(|c| c.name != *cr),
+        }
+    }
+
+    /// Finishes every active Job with `outcome(job)`; a finished reboot changes the boot ID.
+    pub fn finish_jobs(&mut self, mut outcome: impl FnMut(&ObservedJob) -> Option<JobPhase>) {
+        // Stopped Jobs' pods are gone by now.
+        self.snap.jobs.retain(|j| !j.stopping);
+        let mut rebooted = Vec::new();
+        for j in &mut self.snap.jobs {
+            if !matches!(j.phase, JobPhase::Active { .. }) {
+                continue;
+            }
+            if let Some(phase) = outcome(j) {
+                if matches!(
+                    (&j.work, &phase),
+                    (
+                        Work::Interrupt {
+                            kind: nodewright_api::v1alpha1::InterruptType::Reboot,
+                            ..
+                        },
+                        JobPhase::Succeeded(_)
+                    )
+                ) {
+                    rebooted.push(j.node.clone());
+                }
+                j.phase = phase;
+            }
+        }
+        for n in rebooted {
+            self.boot += 1;
+            let b = format!("boot-{}", self.boot);
+            self.node_mut(&n).boot_id = b;
+        }
+    }
+
+    /// Every Job succeeds; plans report `plan` (interrupt text, changes).
+    pub fn succeed_all(&mut self, plan_says: (&str, u32)) {
+        self.finish_jobs(|j| {
+            Some(JobPhase::Succeeded(Some(match &j.work {
+                Work::Package {
+                    stage: nodewright_api::node_state::Stage::Plan,
+                    ..
+                } => ok(plan_says.0, plan_says.1),
+                _ => ok("none", 1),
+            })))
+        });
+    }
+
+    /// Passes until nothing changes (or `max` passes), finishing Jobs as `plan_says`.
+    pub fn run(&mut self, plan_says: (&str, u32), max: usize) -> usize {
+        for i in 0..max {
+            let acted = self.step();
+            self.succeed_all(plan_says);
+            let quiet =
+                acted.iter().all(|a| matches!(a, Action::Event(_))) && self.snap.jobs.is_empty();
+            if quiet {
+                return i;
+            }
+        }
+        panic!(
+            "no convergence in {max} passes; jobs: {:?}",
+            self.snap.jobs.iter().map(|j| &j.name).collect::<Vec<_>>()
+        );
+    }
+
+    pub fn created(&self) -> Vec<(usize, &Work, &str)> {
+        self.history
+            .iter()
+            .filter_map(|(i, a)| {
+                if let Action::CreateJob(r) = a {
+                    Some((*i, &r.work, r.node.as_str()))
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    pub fn events(&self, reason: &str) -> Vec<String> {
+        self.history
+            .iter()
+            .filter_map(|(_, a)| {
+                if let Action::Event(e) = a {
+                    (e.reason == reason).then(|| e.message.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+}
+
+pub fn cordoned_passes(w: &World, node: &str) -> Vec<usize> {
+    w.history
+        .iter()
+        .filter_map(|(i, a)| {
+            if let Action::PatchNode(p) = a {
+                (p.node == node && p.unschedulable == Some(true)).then_some(*i)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+pub fn evicted(w: &World) -> Vec<(usize, String)> {
+    w.history
+        .iter()
+        .filter_map(|(i, a)| {
+            if let Action::Evict { pod, .. } = a {
+                Some((*i, pod.clone()))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+pub fn failed(blame: Blame, msg: &str, genuine: bool) -> JobPhase {
+    JobPhase::Failed {
+        genuine,
+        attempts: 4,
+        reason: "BackoffLimitExceeded".into(),
+        last: Some(StageResult::failed("apply", "tuning", blame, msg)),
+    }
+}

@@ -1,0 +1,7 @@
+//! nodewright-testcluster's integration tests, one binary (each file here was once its own binary,
+//! each linking the whole dependency tree). Test names read `<file>::<test>`.
+
+mod chart;
+mod crds;
+mod realnode;
+mod smoke;
