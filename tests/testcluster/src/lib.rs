@@ -8,8 +8,9 @@
 //! however it exits. Logs are kept in the control plane's directory; [`ControlPlane::logs`]
 //! returns their tails for failure messages.
 //!
-//! [`ControlPlane::shared`] gives one control plane per test binary; tests isolate by
-//! namespace and object names.
+//! [`ControlPlane::shared`] gives one control plane per test process (`cargo xtask test`
+//! runs each test in a process of its own; under plain `cargo test` the tests of a binary
+//! share it); tests isolate by namespace and object names.
 //!
 //! [`SimKubelet`](simnode::SimKubelet) registers simulated nodes and really runs the
 //! commands of the pods bound to them.
@@ -175,7 +176,7 @@ fn spawn_reaper(watch: u32, pgids: &[u32]) -> Result<()> {
 }
 
 impl ControlPlane {
-    /// One control plane per test binary.
+    /// One control plane per test process.
     pub fn shared() -> &'static ControlPlane {
         static SHARED: OnceLock<ControlPlane> = OnceLock::new();
         SHARED.get_or_init(|| {

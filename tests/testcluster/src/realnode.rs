@@ -112,6 +112,13 @@ impl RealNodeConfig {
     fn host_link(&self) -> String {
         format!("nwh{}", self.index)
     }
+
+    /// The cgroup the node's kubelet keeps its pods under (its `cgroupRoot`): one per node,
+    /// so that nodes side by side on one machine (tests running at once) leave each other's
+    /// pods alone — a kubelet removes the pod cgroups under its root that it does not know.
+    fn cgroup_root(&self) -> String {
+        format!("nodewright-node-{}", self.index)
+    }
 }
 
 struct Running {
@@ -131,31 +138,6 @@ struct Inner {
 pub struct RealNode {
     inner: Arc<Inner>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// Held for the node's life: see [`one_at_a_time`].
-    _exclusive: std::fs::File,
-}
-
-/// Where real nodes take turns.
-const REAL_NODE_LOCK: &str = "/run/nodewright-real-node.lock";
-
-/// Waits until no other real node runs on this machine, and keeps it so while the returned
-/// file is open. Two real nodes would share the machine's cgroup tree (both kubelets manage
-/// `kubepods` under the same root), and each kubelet removes pod cgroups it does not know —
-/// the other node's. Tests running side by side (`cargo xtask test`) take turns here.
-async fn one_at_a_time() -> Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(REAL_NODE_LOCK)
-        .with_context(|| format!("opening {REAL_NODE_LOCK}"))?;
-    if file.try_lock().is_ok() {
-        return Ok(file);
-    }
-    eprintln!("another real node runs on this machine; waiting for it to stop");
-    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
-        .await?
-        .with_context(|| format!("locking {REAL_NODE_LOCK}"))
 }
 
 impl std::fmt::Debug for RealNode {
@@ -288,11 +270,13 @@ state = "/run/containerd"
         );
         std::fs::write(n.join("kubelet/kubeconfig"), kubeconfig)?;
         let kubelet = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailCgroupV1: false\ncgroupDriver: cgroupfs\ncgroupRoot: /\ncontainerRuntimeEndpoint: unix:///run/containerd/containerd.sock\nprotectKernelDefaults: true\nmakeIPTablesUtilChains: false\nfailSwapOn: false\npodLogsDir: {logs}\nstaticPodPath: {root}/manifests\naddress: 0.0.0.0\nport: {port}\nreadOnlyPort: 0\nserializeImagePulls: false\nevictionHard: {{}}\nimageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\nsyncFrequency: 5s\nnodeStatusUpdateFrequency: 5s\nauthentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailCgroupV1: false\ncgroupDriver: cgroupfs\ncgroupRoot: /{cgroup_root}\ncontainerRuntimeEndpoint: unix:///run/containerd/containerd.sock\nprotectKernelDefaults: true\nmakeIPTablesUtilChains: false\nfailSwapOn: false\npodLogsDir: {logs}\nstaticPodPath: {root}/manifests\naddress: 0.0.0.0\nport: {port}\nreadOnlyPort: 0\nserializeImagePulls: false\nevictionHard: {{}}\nimageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\nsyncFrequency: 5s\nnodeStatusUpdateFrequency: 5s\nauthentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
             logs = n.join("pod-logs").display(),
             root = n.join("kubelet").display(),
             port = nodewright_testregistry::free_port(),
+            cgroup_root = c.cgroup_root(),
         );
+        make_cgroup_root(&c.cgroup_root())?;
         std::fs::create_dir_all(n.join("kubelet/manifests"))?;
         std::fs::write(n.join("kubelet/config.yaml"), kubelet)?;
         Ok(())
@@ -415,15 +399,48 @@ fn kill_now(pid: u32) -> std::io::Result<()> {
     }
 }
 
-/// Removes the cgroups the kubelet and containerd made (cgroup v1: one tree per
-/// controller), deepest first; only empty ones can go, which is all of them once the
-/// node's processes are gone.
-fn remove_cgroups() {
-    let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return;
+/// The machine's cgroup hierarchies: the unified one (cgroup v2), or one per controller
+/// (v1; the aliases such as `cpu` → `cpu,cpuacct` skipped).
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        return vec![root.to_path_buf()];
+    }
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
     };
-    for c in controllers.flatten() {
-        let root = c.path().join("kubepods");
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .filter(|p| p.join("cgroup.procs").exists())
+        .collect()
+}
+
+/// Creates the node's cgroup root in every hierarchy (the kubelet refuses a root that is
+/// missing). A new v1 cpuset has no CPUs or memory nodes, so it gets its parent's.
+fn make_cgroup_root(name: &str) -> Result<()> {
+    for hierarchy in cgroup_hierarchies() {
+        let dir = hierarchy.join(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            let own = dir.join(file);
+            if own.exists() && std::fs::read_to_string(&own)?.trim().is_empty() {
+                let parent = std::fs::read_to_string(hierarchy.join(file))?;
+                std::fs::write(&own, parent.trim())
+                    .with_context(|| format!("writing {}", own.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the node's cgroups (its root and what the kubelet and containerd made below it),
+/// deepest first; only empty ones can go, which is all of them once the node's processes
+/// are gone.
+fn remove_cgroups(name: &str) {
+    for hierarchy in cgroup_hierarchies() {
+        let root = hierarchy.join(name);
         if root.exists() {
             let _ = Command::new("sh")
                 .args([
@@ -461,7 +478,6 @@ impl RealNode {
             .next()
             .and_then(|p| p.parse().ok())
             .context("the apiserver's port")?;
-        let exclusive = one_at_a_time().await?;
         let inner = Arc::new(Inner {
             config,
             dir: dir.to_path_buf(),
@@ -478,7 +494,6 @@ impl RealNode {
                 tokio::spawn(bind_pods(client.clone(), inner.config.name.clone())),
             ],
             inner,
-            _exclusive: exclusive,
         };
         node.wait_ready(&client, Duration::from_secs(120)).await?;
         Ok(node)
@@ -705,7 +720,7 @@ impl Drop for RealNode {
             t.abort();
         }
         self.inner.halt();
-        remove_cgroups();
+        remove_cgroups(&self.inner.config.cgroup_root());
     }
 }
 
