@@ -223,7 +223,14 @@ fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
     go.wait(budget)?;
     budget.phase("doctests", || {
         run(cargo(target)
-            .args(["test", "--doc", "--workspace", "--release", "--locked"])
+            .args([
+                "test",
+                "--doc",
+                "--quiet",
+                "--workspace",
+                "--release",
+                "--locked",
+            ])
             .args(["--target", &triple]))?;
         Ok(((), "passed".into()))
     })?;
