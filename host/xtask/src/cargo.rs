@@ -122,7 +122,34 @@ pub fn build(mut cmd: Command, passthrough: &[&str]) -> Result<Built> {
     Ok(built)
 }
 
+/// Set (to `1`) in the suite's environment: everything is built, so a build a test runs
+/// (`cargo xtask publish` in the real-node test) must compile nothing.
+pub const BUILT_ONCE: &str = "NODEWRIGHT_BUILT_ONCE";
+
 impl Built {
+    /// Fails when this build compiled one of the heavy crates: `earlier` already did, with
+    /// other features (a member's dependencies changed without `cargo hakari generate`).
+    pub fn ensure_no_heavy(&self, what: &str, earlier: &str) -> Result<()> {
+        if self.heavy.is_empty() {
+            return Ok(());
+        }
+        bail!(
+            "{what} compiled {} again after {earlier}: a crate's features differ between the two builds; run `cargo hakari generate && cargo hakari manage-deps` (see .config/hakari.toml)",
+            self.heavy.join(", ")
+        )
+    }
+
+    /// Under [`BUILT_ONCE`], fails when this build compiled anything.
+    pub fn ensure_fresh_if_built_once(&self, what: &str) -> Result<()> {
+        if std::env::var_os(BUILT_ONCE).is_none_or(|v| v != "1") || self.compiled == 0 {
+            return Ok(());
+        }
+        bail!(
+            "{what} compiled {} units although the test build had built everything ({BUILT_ONCE} is set): the two builds differ",
+            self.compiled
+        )
+    }
+
     fn read(&mut self, msg: &Value) {
         if msg["reason"] != "compiler-artifact" {
             return;
@@ -196,6 +223,27 @@ fn package_name(id: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_second_compile_of_a_heavy_crate_fails_the_run() {
+        let fresh = Built::default();
+        assert!(
+            fresh
+                .ensure_no_heavy("the test build", "the binaries' build")
+                .is_ok()
+        );
+        let again = Built {
+            compiled: 40,
+            heavy: vec!["wasmtime".into()],
+            ..Built::default()
+        };
+        let err = again
+            .ensure_no_heavy("the test build", "the binaries' build")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("compiled wasmtime again"), "{err}");
+        assert!(err.contains("cargo hakari generate"), "{err}");
+    }
 
     #[test]
     fn package_names_from_both_id_forms() {

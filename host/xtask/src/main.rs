@@ -217,6 +217,7 @@ fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
         cmd.args(["test", "--workspace", "--no-run", "--release", "--locked"])
             .args(["--target", &triple]);
         let b = cargo::build(cmd, &[])?;
+        b.ensure_no_heavy("the test build", "the binaries' build")?;
         let n = b.note();
         Ok((b, n))
     })?;
@@ -241,6 +242,7 @@ fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
         .collect();
     env.push(("CARGO_TARGET_DIR".into(), target.as_os_str().to_owned()));
     for var in [
+        cargo::BUILT_ONCE,
         "NODEWRIGHT_REQUIRE_POLYGLOT",
         "NODEWRIGHT_REQUIRE_REAL_NODE",
         "NODEWRIGHT_REQUIRE_SETUP",

@@ -35,7 +35,9 @@ pub fn build_bins(target: &Path) -> Result<Built> {
     let mut cmd = cargo(target);
     cmd.args(["build", "--workspace", "--bins", "--release", "--locked"])
         .args(["--target", &musl_triple()]);
-    cargo::build(cmd, &[])
+    let built = cargo::build(cmd, &[])?;
+    built.ensure_fresh_if_built_once("the binaries' build")?;
+    Ok(built)
 }
 
 /// Where the static binaries are.
@@ -158,7 +160,9 @@ fn build_plugins(target: &Path) -> Result<Built> {
     for (package, _) in PLUGINS {
         build.args(["-p", package]);
     }
-    cargo::build(build, &[])
+    let built = cargo::build(build, &[])?;
+    built.ensure_fresh_if_built_once("the plugins' build")?;
+    Ok(built)
 }
 
 /// Pushes one plugin with the CLI; returns the pinned reference it printed.

@@ -8,7 +8,7 @@
 //! One cluster for all of it (a real node takes a while to start); the phases run in
 //! order and each says what it checks.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -181,16 +181,21 @@ async fn nodewright_as_installed_on_a_real_node() {
         return;
     }
     // E2E_KEEP=DIR keeps the cluster's files (node logs, pod logs) there.
+    let started = Instant::now();
+    // Where the time goes, in the output shown on failure (or with --nocapture).
+    let step = |what: &str| eprintln!("[{:>6.1}s] {what}", started.elapsed().as_secs_f64());
     let tmp = tempfile::tempdir().unwrap();
     let work = std::env::var_os("E2E_KEEP")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| tmp.path().to_path_buf());
     // A simulated node beside the real one: the NodeWrights below select only the real
     // node, and the simulated one must end with nothing of theirs.
+    step("starting the cluster and the real node");
     let c = RealCluster::start(&work, NODE, 11, &["sim-1"])
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
 
+    step("1. publish and helm install");
     // 1. Publish, then exactly the printed helm install: a working operator.
     let v1 = c.publish(None).unwrap_or_else(|e| panic!("{e:#}"));
     c.helm(&v1.helm_install).unwrap_or_else(|e| panic!("{e:#}"));
@@ -212,6 +217,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     })
     .await;
 
+    step("2. a sysctl in the node's namespace");
     // 2. A sysctl (files + sysctl grants) on a namespaced net.* key: written in the node's
     //    network namespace, never the machine's; no cordon for a package without interrupt.
     let key = "/proc/sys/net/ipv4/tcp_keepalive_time";
@@ -256,6 +262,7 @@ async fn nodewright_as_installed_on_a_real_node() {
             .contains_key(&keys::cordon("tune"))
     );
 
+    step("3. a host command killed at the deadline");
     // 3. A host command in the node's namespaces, killed with its whole tree at the stage's
     //    deadline (the image has no `kill` binary and no nsenter).
     let held = c.node.host_path("/etc/nodewright-localcluster");
@@ -313,6 +320,7 @@ async fn nodewright_as_installed_on_a_real_node() {
         .await
         .unwrap();
 
+    step("4. a reboot");
     // 4. A reboot: the agent's request is carried out as a restart of the node (new boot
     //    ID), and the rollout completes with post-interrupt, the node uncordoned.
     std::fs::write(
@@ -360,6 +368,7 @@ async fn nodewright_as_installed_on_a_real_node() {
         "uncordoned after post-interrupt"
     );
 
+    step("5. helm upgrade and rollback mid-rollout");
     // 5. Helm upgrade to a second built version, then a rollback, in the middle of a
     //    rollout: the CRDs, the webhook and the rollout carry through both.
     let v2 = c.publish(Some("0.1.1")).unwrap_or_else(|e| panic!("{e:#}"));
