@@ -112,6 +112,12 @@ pub fn run(exes: &[TestExe], opts: &Options) -> Result<Report> {
             });
         }
     }
+    if tests.is_empty() && !opts.filters.is_empty() {
+        bail!(
+            "no test's name contains any of {:?} (names read `package/target::test`)",
+            opts.filters
+        );
+    }
     // Longest first; ties in listing order.
     tests.sort_by_key(|t| std::cmp::Reverse(t.expected));
     let total = tests.len();
