@@ -256,6 +256,7 @@ fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
         env,
         logs: target.join("logs/tests"),
         times: target.join("logs/test-times.tsv"),
+        seed_times: workspace().join("host/xtask/test-times.tsv"),
         filters: args.filters.clone(),
     };
     let report = budget.phase("suite", || {

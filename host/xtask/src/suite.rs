@@ -4,8 +4,9 @@
 //! Most of the suite's time is spent waiting — for a control plane to start, a rollout to
 //! reach a node, a pod to stop — so tests run side by side, up to `jobs` at once and only
 //! while the machine has memory to spare. The order comes from the previous run's
-//! durations (kept in the target directory), longest first, so the suite's wall time
-//! approaches its longest test rather than the sum. A test's output goes to its own log,
+//! durations (kept in the target directory; on a first run, the snapshot committed in
+//! `host/xtask/test-times.tsv`), longest first, so the suite's wall time approaches its
+//! longest test rather than the sum. A test's output goes to its own log,
 //! printed when it fails. A test gets the environment `cargo test` would give it: its
 //! package's directory as working directory and `CARGO_MANIFEST_DIR`, and `CARGO`.
 
@@ -37,6 +38,9 @@ pub struct Options {
     pub logs: PathBuf,
     /// Durations of the previous run (`seconds<TAB>test`), read for the order and rewritten.
     pub times: PathBuf,
+    /// Durations to order by when `times` does not know a test (a first run): the committed
+    /// snapshot `host/xtask/test-times.tsv`.
+    pub seed_times: PathBuf,
     /// Only tests whose name contains one of these (all when empty).
     pub filters: Vec<String>,
 }
@@ -82,14 +86,16 @@ impl Report {
     }
 }
 
-/// A test nobody has timed yet is assumed this long (so it starts early: it may be long).
-const UNKNOWN: Duration = Duration::from_secs(120);
+/// A test nobody has timed is assumed this long: it starts early, since it may be long, but
+/// after the known long ones.
+const UNKNOWN: Duration = Duration::from_secs(30);
 
 /// Lists every test, runs them and reports. Errors only when the suite could not run;
 /// failing tests are in the report.
 pub fn run(exes: &[TestExe], opts: &Options) -> Result<Report> {
     std::fs::create_dir_all(&opts.logs)?;
     let previous = read_times(&opts.times);
+    let seed = read_times(&opts.seed_times);
     let mut tests = Vec::new();
     let mut report = Report {
         executables: exes.len(),
@@ -103,7 +109,11 @@ pub fn run(exes: &[TestExe], opts: &Options) -> Result<Report> {
             if !opts.filters.is_empty() && !opts.filters.iter().any(|f| id.contains(f)) {
                 continue;
             }
-            let expected = previous.get(&id).copied().unwrap_or(UNKNOWN);
+            let expected = previous
+                .get(&id)
+                .or_else(|| seed.get(&id))
+                .copied()
+                .unwrap_or(UNKNOWN);
             tests.push(Test {
                 exe: i,
                 name,
