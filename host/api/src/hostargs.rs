@@ -7,33 +7,21 @@
 //! against a grant, and the host backends check it again before they build an argv.
 //! Each check returns the reason in words, for a typed denial.
 
+mod systemd;
+
+pub use systemd::{
+    MAX_UNIT_NAME, POWER_UNITS, ServiceUnit, UNIT_TYPES, UnitName, UnitPowerProps,
+};
+
 /// The longest kernel module name (`MODULE_NAME_LEN` is 64 − `sizeof(unsigned long)`,
 /// including the terminating NUL).
 pub const MAX_MODULE_NAME: usize = 55;
-
-/// The longest systemd unit name (`UNIT_NAME_MAX` is 256 including the NUL).
-pub const MAX_UNIT_NAME: usize = 255;
 
 /// The longest sysctl key nodewright accepts.
 pub const MAX_SYSCTL_KEY: usize = 255;
 
 /// The longest module parameter (`key=value`) nodewright accepts.
 pub const MAX_MODULE_PARAM: usize = 1024;
-
-/// The systemd unit types, by suffix.
-pub const UNIT_TYPES: [&str; 11] = [
-    "service",
-    "socket",
-    "device",
-    "mount",
-    "automount",
-    "swap",
-    "target",
-    "path",
-    "timer",
-    "slice",
-    "scope",
-];
 
 fn ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-')
@@ -111,49 +99,9 @@ pub fn module_param(param: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A systemd unit name: `prefix[@instance].type` with `[A-Za-z0-9:_.\-]` in the prefix
-/// and instance, a known unit type, not starting with `-` or `.`, at most
-/// [`MAX_UNIT_NAME`] characters. No `/`, so it can never name a unit file path.
+/// A systemd unit name; see [`UnitName`].
 pub fn unit_name(unit: &str) -> Result<(), String> {
-    if unit.is_empty() {
-        return Err("a unit name must not be empty".into());
-    }
-    if unit.len() > MAX_UNIT_NAME {
-        return Err(format!(
-            "a unit name has at most {MAX_UNIT_NAME} characters"
-        ));
-    }
-    if unit.starts_with('-') || unit.starts_with('.') {
-        return Err(format!(
-            "{unit:?} starts with {:?}: unit names are never options or hidden files",
-            &unit[..1]
-        ));
-    }
-    if let Some(bad) = unit
-        .chars()
-        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '.' | '\\' | '-' | '@')))
-    {
-        return Err(format!(
-            "{unit:?} contains {bad:?}, which is not in systemd's unit-name character set"
-        ));
-    }
-    let Some((stem, kind)) = unit.rsplit_once('.') else {
-        return Err(format!(
-            "{unit:?} has no unit type suffix (.service, .socket, .timer, ...)"
-        ));
-    };
-    if !UNIT_TYPES.contains(&kind) {
-        return Err(format!(
-            "{unit:?} ends in .{kind}, which is not a systemd unit type"
-        ));
-    }
-    if stem.is_empty() {
-        return Err(format!("{unit:?} has an empty name before .{kind}"));
-    }
-    if stem.matches('@').count() > 1 || stem.starts_with('@') {
-        return Err(format!("{unit:?} is not name[@instance].{kind}"));
-    }
-    Ok(())
+    UnitName::parse(unit).map(drop)
 }
 
 /// A sysctl key in dotted form: non-empty segments of `[A-Za-z0-9_-]` separated by single
@@ -179,6 +127,31 @@ pub fn sysctl_key(key: &str) -> Result<(), String> {
     if key.split('.').any(str::is_empty) {
         return Err(format!(
             "{key:?} has an empty segment (leading, trailing or doubled '.')"
+        ));
+    }
+    if let Some(seg) = key.split('.').find(|s| s.starts_with('-')) {
+        return Err(format!(
+            "{key:?} has the segment {seg:?}, which starts with '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// The longest sysctl value nodewright writes (the kernel reads at most a page).
+pub const MAX_SYSCTL_VALUE: usize = 4096;
+
+/// A sysctl value: at most [`MAX_SYSCTL_VALUE`] bytes, printable, words separated by
+/// spaces or tabs (`4096 87380 6291456`). No newline or other control character, so one
+/// write sets one key and nothing a reader of `sysctl.d` or `/proc/sys` splits on.
+pub fn sysctl_value(value: &str) -> Result<(), String> {
+    if value.len() > MAX_SYSCTL_VALUE {
+        return Err(format!(
+            "a sysctl value has at most {MAX_SYSCTL_VALUE} bytes"
+        ));
+    }
+    if let Some(bad) = value.chars().find(|&c| c.is_control() && c != '\t') {
+        return Err(format!(
+            "the value contains the control character {bad:?}; a sysctl value is one line"
         ));
     }
     Ok(())
@@ -275,6 +248,13 @@ mod tests {
             "a@b@c.service",
             "a b.service",
             "../x.service",
+            "a\\x2fb.service",
+            "a\\b.service",
+            "a\\x0a.service",
+            "a\\x5c.service",
+            "a\\x2.service",
+            "x\\x2e\\x2e.service",
+            "x..y.service",
         ] {
             assert!(unit_name(bad).is_err(), "{bad:?}");
         }
@@ -298,8 +278,20 @@ mod tests {
             "-w",
             "kernel.x y",
             "a.*",
+            "net.-x",
+            "kernel.-w.y",
         ] {
             assert!(sysctl_key(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sysctl_values() {
+        for ok in ["1", "4096 87380 6291456", "a\tb", "", "/usr/lib/systemd/systemd-coredump %P"] {
+            assert_eq!(sysctl_value(ok), Ok(()), "{ok:?}");
+        }
+        for bad in ["1\nkernel.x=2", "1\r", "\u{7f}", "x\0y", &"9".repeat(4097)] {
+            assert!(sysctl_value(bad).is_err(), "{bad:?}");
         }
     }
 

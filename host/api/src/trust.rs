@@ -211,11 +211,15 @@ pub const GRANT_VERB: &str = "grant";
 
 /// The capabilities package `p` grants, by their RBAC names (`files`, `kmod`, `services`,
 /// `sysctl`, `exec`, `power`), each with the field that grants it. A service-restart
-/// interrupt counts as `services`, a reboot as `power`.
+/// interrupt counts as `services`, a reboot as `power`: the package's own interrupt and
+/// every `configInterrupts` entry alike.
 pub fn granted_capabilities(p: &crate::v1alpha1::Package) -> Vec<(&'static str, &'static str)> {
     use crate::v1alpha1::InterruptType;
     let caps = &p.capabilities;
     let interrupt = p.interrupt.as_ref().map(|i| i.kind);
+    // A config interrupt ends in the same restart or reboot as the package's own: it needs
+    // the same capability, from the user and from the signer.
+    let config = |kind: InterruptType| p.config_interrupts.values().any(|i| i.kind == kind);
     let mut out = Vec::new();
     let mut add = |on: bool, name, field| {
         if on {
@@ -241,8 +245,66 @@ pub fn granted_capabilities(p: &crate::v1alpha1::Package) -> Vec<(&'static str, 
         "services",
         "interrupt.type",
     );
+    add(
+        (config(InterruptType::Service) || config(InterruptType::RestartAllServices))
+            && caps.services.is_empty()
+            && !matches!(
+                interrupt,
+                Some(InterruptType::Service | InterruptType::RestartAllServices)
+            ),
+        "services",
+        "configInterrupts",
+    );
     add(!caps.sysctl.is_empty(), "sysctl", "capabilities.sysctl");
     add(!caps.commands.is_empty(), "exec", "capabilities.commands");
     add(p.grants_power(), "power", "interrupt.type: reboot");
+    add(
+        config(InterruptType::Reboot) && !p.grants_power(),
+        "power",
+        "configInterrupts: reboot",
+    );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v1alpha1::{Interrupt, InterruptType, Package};
+
+    fn with(interrupt: Option<InterruptType>, config: &[InterruptType]) -> Package {
+        let i = |kind| Interrupt {
+            kind,
+            services: vec![],
+        };
+        Package {
+            interrupt: interrupt.map(i),
+            config_interrupts: config
+                .iter()
+                .enumerate()
+                .map(|(n, k)| (format!("k{n}"), i(*k)))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_config_interrupt_asks_for_what_it_reaches() {
+        assert_eq!(
+            granted_capabilities(&with(None, &[InterruptType::Reboot])),
+            [("power", "configInterrupts: reboot")]
+        );
+        assert_eq!(
+            granted_capabilities(&with(None, &[InterruptType::Service])),
+            [("services", "configInterrupts")]
+        );
+        // Asked once, whichever field asks first.
+        assert_eq!(
+            granted_capabilities(&with(
+                Some(InterruptType::Reboot),
+                &[InterruptType::Reboot, InterruptType::Noop]
+            )),
+            [("power", "interrupt.type: reboot")]
+        );
+        assert_eq!(granted_capabilities(&with(None, &[InterruptType::Noop])), []);
+    }
 }

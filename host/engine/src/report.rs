@@ -211,7 +211,7 @@ impl From<wit::Denial> for Denial {
     }
 }
 
-/// Most units one service interrupt may name.
+/// Most distinct units one service interrupt may name.
 const MAX_INTERRUPT_UNITS: usize = 64;
 
 /// Checks what the plugin reports before anything acts on it: the units of a service
@@ -219,24 +219,25 @@ const MAX_INTERRUPT_UNITS: usize = 64;
 pub(crate) fn check_outcome(o: wit::Outcome) -> Result<StageOutcome, StepFailure> {
     let interrupt = match o.interrupt {
         wit::Interrupt::Services(units) => {
-            let mut seen = Vec::new();
+            // Deduplicated with a set and refused as soon as too many distinct units are
+            // named: linear in what the plugin sent, so no outcome outlasts the stage here.
+            let (mut seen, mut kept) = (std::collections::HashSet::new(), Vec::new());
             for unit in units {
-                if let Err(why) = nodewright_api::hostargs::unit_name(&unit) {
+                if let Err(why) = nodewright_api::hostargs::ServiceUnit::parse(&unit) {
                     return Err(StepFailure::Failed(format!(
                         "the outcome's service interrupt names an invalid unit: {why}"
                     )));
                 }
-                if !seen.contains(&unit) {
-                    seen.push(unit);
+                if seen.insert(unit.clone()) {
+                    kept.push(unit);
+                }
+                if kept.len() > MAX_INTERRUPT_UNITS {
+                    return Err(StepFailure::Failed(format!(
+                        "the outcome's service interrupt names more than {MAX_INTERRUPT_UNITS} units"
+                    )));
                 }
             }
-            if seen.len() > MAX_INTERRUPT_UNITS {
-                return Err(StepFailure::Failed(format!(
-                    "the outcome's service interrupt names {} units; at most {MAX_INTERRUPT_UNITS}",
-                    seen.len()
-                )));
-            }
-            RequestedInterrupt::Service(seen)
+            RequestedInterrupt::Service(kept)
         }
         other => other.into(),
     };

@@ -113,12 +113,14 @@ struct Flags {
     /// Reset a node's packages when it reboots outside nodewright's own interrupts.
     #[arg(long, env = "NODEWRIGHT_REAPPLY_ON_REBOOT", action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     reapply_on_reboot: bool,
-    /// Units a `restartAllServices` interrupt restarts.
+    /// Units a `restartAllServices` interrupt restarts: `.service` units only, never one
+    /// that powers off or reboots (that is interrupt type reboot, with the power grant).
     #[arg(
         long = "restart-all-services",
         env = "NODEWRIGHT_RESTART_ALL_SERVICES",
         value_delimiter = ',',
-        default_value = "procps.service"
+        default_value = "procps.service",
+        value_parser = |s: &str| nodewright_api::hostargs::ServiceUnit::parse(s).map(|_| s.to_string())
     )]
     restart_all_services: Vec<String>,
     /// Plan only while holding the Lease.

@@ -145,12 +145,31 @@ pub fn excess_grants(p: &Package, signers: &[&Signer]) -> Vec<String> {
             out.push(format!("commands {:?}", c.path));
         }
     }
-    if p.interrupt
-        .as_ref()
-        .is_some_and(|i| i.kind == InterruptType::Reboot)
+    // The package's interrupt and its config interrupts are one set of restarts and
+    // reboots: each needs what the signer may grant, like a capability.
+    let interrupts = p
+        .interrupt
+        .iter()
+        .map(|i| ("interrupt", i))
+        .chain(p.config_interrupts.values().map(|i| ("configInterrupts", i)));
+    let mut power = None;
+    for (field, i) in interrupts {
+        match i.kind {
+            InterruptType::Reboot => power = power.or(Some(field)),
+            InterruptType::Service => {
+                for unit in &i.services {
+                    if !any(&|a| a.services.iter().any(|allowed| covers(allowed, unit))) {
+                        out.push(format!("services {unit:?} ({field})"));
+                    }
+                }
+            }
+            InterruptType::Noop | InterruptType::RestartAllServices => {}
+        }
+    }
+    if let Some(field) = power
         && !any(&|a| a.power)
     {
-        out.push("power (interrupt.type: reboot)".into());
+        out.push(format!("power ({field}: reboot)"));
     }
     out
 }
@@ -297,6 +316,38 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn every_interrupt_needs_what_it_reaches_from_the_signer() {
+        let app = policy().signers.remove(1);
+        let service = |units: &[&str]| Interrupt {
+            kind: InterruptType::Service,
+            services: units.iter().map(|u| u.to_string()).collect(),
+        };
+        let reboot = Interrupt {
+            kind: InterruptType::Reboot,
+            services: vec![],
+        };
+        // A config interrupt that reboots needs power, like the package's own.
+        let mut p = package(Capabilities::default(), false);
+        p.config_interrupts.insert("kernel.*".into(), reboot);
+        assert_eq!(
+            excess_grants(&p, &[&app]),
+            ["power (configInterrupts: reboot)"]
+        );
+        // Units restarted by an interrupt need the signer's services allowance.
+        let mut p = package(Capabilities::default(), false);
+        p.interrupt = Some(service(&["app-worker.service", "sshd.service"]));
+        p.config_interrupts
+            .insert("x".into(), service(&["kubelet.service"]));
+        assert_eq!(
+            excess_grants(&p, &[&app]),
+            [
+                "services \"sshd.service\" (interrupt)",
+                "services \"kubelet.service\" (configInterrupts)"
+            ]
+        );
     }
 
     #[test]

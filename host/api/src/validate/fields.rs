@@ -64,7 +64,7 @@ pub(super) fn check_interrupt(errs: &mut Errors, path: &str, i: &Interrupt) {
         ),
         InterruptType::Service => {
             for (i, unit) in i.services.iter().enumerate() {
-                if let Err(reason) = crate::hostargs::unit_name(unit) {
+                if let Err(reason) = crate::hostargs::ServiceUnit::parse(unit) {
                     errs.add(format!("{path}.services[{i}]"), reason);
                 }
             }

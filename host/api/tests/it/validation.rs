@@ -115,6 +115,24 @@ fn nodewright_cases() -> Vec<(&'static str, Value, &'static str, &'static str)> 
             "starts with",
         ),
         (
+            "interrupts never restart power targets",
+            pkg(json!({"interrupt": {"type": "service", "services": ["a.service", "poweroff.target"]}})),
+            "spec.packages.tuning.interrupt.services[1]",
+            ".service units only",
+        ),
+        (
+            "interrupts never restart systemd's power services",
+            pkg(json!({"interrupt": {"type": "service", "services": ["systemd-reboot.service"]}})),
+            "spec.packages.tuning.interrupt.services[0]",
+            "power grant",
+        ),
+        (
+            "config interrupts follow the same rule",
+            pkg(json!({"configInterrupts": {"k": {"type": "service", "services": ["emergency.target"]}}})),
+            "spec.packages.tuning.configInterrupts.k.services[0]",
+            ".service units only",
+        ),
+        (
             "services only for service",
             pkg(json!({"interrupt": {"type": "reboot", "services": ["a.service"]}})),
             "spec.packages.tuning.interrupt.services",

@@ -116,6 +116,17 @@ async fn a_reported_unit_path_fails_the_stage_as_the_packages_fault() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_reported_power_target_fails_the_stage_as_the_packages_fault() {
+    let (result, _tmp) = Attack::new("report-power-unit", GRANTS).run(|_| {}).await;
+    let report = result.unwrap();
+    assert!(
+        matches!(&report.result, Err(StepFailure::Failed(m)) if m.contains(".service units only")),
+        "{:?}",
+        report.result
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn reported_units_are_deduplicated() {
     let (result, _tmp) = Attack::new("report-units", GRANTS).run(|_| {}).await;
     let outcome = result.unwrap().result.unwrap();

@@ -96,6 +96,12 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
                 Interrupt::Services(vec!["/etc/app/evil.service".into()]),
             ));
         }
+        "report-power-unit" => {
+            return Ok(Outcome::changed(
+                vec![],
+                Interrupt::Services(vec!["app.service".into(), "poweroff.target".into()]),
+            ));
+        }
         "report-units" => {
             let units = (0..1000)
                 .map(|_| "containerd.service".to_string())
