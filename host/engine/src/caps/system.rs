@@ -103,6 +103,9 @@ impl sysctl::Host for CapState {
     async fn set(&mut self, key: String, value: String) -> Result<(), CapError> {
         let checked = self.grants.check_sysctl(&key);
         self.check_name(Capability::Sysctl, "set", &key, checked, true)?;
+        if let Err(reason) = hostargs::sysctl_value(&value) {
+            return Err(self.deny_with(Capability::Sysctl, "set", &key, reason));
+        }
         let k = key.clone();
         self.host(Capability::Sysctl, "set", &key, move |h| {
             h.sysctl_set(&k, &value)

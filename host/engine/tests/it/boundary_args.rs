@@ -116,6 +116,11 @@ async fn a_reported_unit_path_fails_the_stage_as_the_packages_fault() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_sysctl_value_with_a_newline_is_denied() {
+    denied("sysctl-newline", "a sysctl value is one line").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_reported_power_target_fails_the_stage_as_the_packages_fault() {
     let (result, _tmp) = Attack::new("report-power-unit", GRANTS).run(|_| {}).await;
     let report = result.unwrap();
