@@ -81,7 +81,10 @@ pub(crate) async fn interrupt(call: &InterruptCall) -> StageResult {
                     format!("{} interrupt without units", call.kind),
                 );
             }
-            if let Some(reason) = units.iter().find_map(|u| hostargs::ServiceUnit::parse(u).err()) {
+            if let Some(reason) = units
+                .iter()
+                .find_map(|u| hostargs::ServiceUnit::parse(u).err())
+            {
                 return fail(Blame::Config, format!("--service: {reason}"));
             }
             for unit in units {

@@ -9,9 +9,7 @@
 
 mod systemd;
 
-pub use systemd::{
-    MAX_UNIT_NAME, POWER_UNITS, ServiceUnit, UNIT_TYPES, UnitName, UnitPowerProps,
-};
+pub use systemd::{MAX_UNIT_NAME, POWER_UNITS, ServiceUnit, UNIT_TYPES, UnitName, UnitPowerProps};
 
 /// The longest kernel module name (`MODULE_NAME_LEN` is 64 − `sizeof(unsigned long)`,
 /// including the terminating NUL).
@@ -287,7 +285,13 @@ mod tests {
 
     #[test]
     fn sysctl_values() {
-        for ok in ["1", "4096 87380 6291456", "a\tb", "", "/usr/lib/systemd/systemd-coredump %P"] {
+        for ok in [
+            "1",
+            "4096 87380 6291456",
+            "a\tb",
+            "",
+            "/usr/lib/systemd/systemd-coredump %P",
+        ] {
             assert_eq!(sysctl_value(ok), Ok(()), "{ok:?}");
         }
         for bad in ["1\nkernel.x=2", "1\r", "\u{7f}", "x\0y", &"9".repeat(4097)] {

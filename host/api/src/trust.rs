@@ -305,6 +305,9 @@ mod tests {
             )),
             [("power", "interrupt.type: reboot")]
         );
-        assert_eq!(granted_capabilities(&with(None, &[InterruptType::Noop])), []);
+        assert_eq!(
+            granted_capabilities(&with(None, &[InterruptType::Noop])),
+            []
+        );
     }
 }

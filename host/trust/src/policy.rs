@@ -147,11 +147,11 @@ pub fn excess_grants(p: &Package, signers: &[&Signer]) -> Vec<String> {
     }
     // The package's interrupt and its config interrupts are one set of restarts and
     // reboots: each needs what the signer may grant, like a capability.
-    let interrupts = p
-        .interrupt
-        .iter()
-        .map(|i| ("interrupt", i))
-        .chain(p.config_interrupts.values().map(|i| ("configInterrupts", i)));
+    let interrupts = p.interrupt.iter().map(|i| ("interrupt", i)).chain(
+        p.config_interrupts
+            .values()
+            .map(|i| ("configInterrupts", i)),
+    );
     let mut power = None;
     for (field, i) in interrupts {
         match i.kind {

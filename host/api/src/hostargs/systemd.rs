@@ -84,7 +84,9 @@ impl UnitName {
             return Err("a unit name must not be empty".into());
         }
         if unit.len() > MAX_UNIT_NAME {
-            return Err(format!("a unit name has at most {MAX_UNIT_NAME} characters"));
+            return Err(format!(
+                "a unit name has at most {MAX_UNIT_NAME} characters"
+            ));
         }
         if unit.starts_with('-') || unit.starts_with('.') {
             return Err(format!(
@@ -151,9 +153,7 @@ fn unescape(unit: &str) -> Result<String, String> {
         let (x, h, l) = (bytes.next(), bytes.next(), bytes.next());
         let hex = |c: Option<u8>| c.and_then(|c| (c as char).to_digit(16));
         let (Some(b'x'), Some(h), Some(l)) = (x, hex(h), hex(l)) else {
-            return Err(format!(
-                "{unit:?} has a '\\' that is not a \\xHH escape"
-            ));
+            return Err(format!("{unit:?} has a '\\' that is not a \\xHH escape"));
         };
         let decoded = (h * 16 + l) as u8;
         if decoded == b'/' || decoded == b'\\' || decoded.is_ascii_control() {
@@ -357,7 +357,11 @@ mod tests {
 
     #[test]
     fn interrupts_restart_services_never_power() {
-        for ok in ["containerd.service", "getty@tty1.service", "kubelet.service"] {
+        for ok in [
+            "containerd.service",
+            "getty@tty1.service",
+            "kubelet.service",
+        ] {
             assert!(ServiceUnit::parse(ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -388,10 +392,16 @@ mod tests {
             ("AllowIsolate=yes\n", "AllowIsolate"),
             ("Requires=shutdown.target final.target\n", "shutdown.target"),
             ("OnFailure=emergency.target\n", "emergency.target"),
-            ("Triggers=systemd-poweroff.service\n", "systemd-poweroff.service"),
+            (
+                "Triggers=systemd-poweroff.service\n",
+                "systemd-poweroff.service",
+            ),
         ] {
             let effect = UnitPowerProps::from_show(show).power_effect(&unit);
-            assert!(effect.as_deref().is_some_and(|e| e.contains(why)), "{show}: {effect:?}");
+            assert!(
+                effect.as_deref().is_some_and(|e| e.contains(why)),
+                "{show}: {effect:?}"
+            );
         }
         let power = UnitName::parse("reboot.target").unwrap();
         assert!(UnitPowerProps::default().power_effect(&power).is_some());

@@ -116,7 +116,9 @@ fn nodewright_cases() -> Vec<(&'static str, Value, &'static str, &'static str)> 
         ),
         (
             "interrupts never restart power targets",
-            pkg(json!({"interrupt": {"type": "service", "services": ["a.service", "poweroff.target"]}})),
+            pkg(
+                json!({"interrupt": {"type": "service", "services": ["a.service", "poweroff.target"]}}),
+            ),
             "spec.packages.tuning.interrupt.services[1]",
             ".service units only",
         ),
@@ -128,7 +130,9 @@ fn nodewright_cases() -> Vec<(&'static str, Value, &'static str, &'static str)> 
         ),
         (
             "config interrupts follow the same rule",
-            pkg(json!({"configInterrupts": {"k": {"type": "service", "services": ["emergency.target"]}}})),
+            pkg(
+                json!({"configInterrupts": {"k": {"type": "service", "services": ["emergency.target"]}}}),
+            ),
             "spec.packages.tuning.configInterrupts.k.services[0]",
             ".service units only",
         ),

@@ -108,7 +108,9 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
                 .collect();
             return Ok(Outcome::changed(vec![], Interrupt::Services(units)));
         }
-        "sysctl-newline" => ctx.sysctl().set("net.core.somaxconn", "1\nkernel.panic=1")?,
+        "sysctl-newline" => ctx
+            .sysctl()
+            .set("net.core.somaxconn", "1\nkernel.panic=1")?,
         "sysctl-path" => ctx.sysctl().set("net.ipv4/../../kernel/panic", "1")?,
         "exec-dotdot" => ctx
             .exec()
