@@ -8,6 +8,10 @@
 //! is named (admission, plan and apply outcomes, the agent), and on the node against
 //! what systemd itself reports for the unit ([`UnitPowerProps`]), so a unit file that
 //! reboots under an innocent name is refused too.
+//!
+//! Not finished (issue #35): the name rule is enforced everywhere a unit is named, but the
+//! host backends do not yet ask systemd for [`UnitPowerProps`] before a `systemctl` verb,
+//! so the second check is a tested rule that nothing on the node calls yet.
 
 use std::fmt;
 use std::str::FromStr;
