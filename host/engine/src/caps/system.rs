@@ -57,6 +57,13 @@ impl services::Host for CapState {
         };
         let checked = self.grants.check_service(&unit);
         self.check_name(Capability::Services, verb.as_str(), &unit, checked, true)?;
+        // Whatever the grant's glob covers, systemd's power units are `power`'s alone.
+        if hostargs::UnitName::parse(&unit).is_ok_and(|u| u.is_power_unit()) {
+            let reason = format!(
+                "{unit} halts, reboots or powers off the node: no services grant reaches it; a reboot is interrupt type reboot, with the power grant"
+            );
+            return Err(self.deny_with(Capability::Services, verb.as_str(), &unit, reason));
+        }
         let u = unit.clone();
         self.host(Capability::Services, verb.as_str(), &unit, move |h| {
             h.service(verb, &u)

@@ -116,6 +116,11 @@ async fn a_reported_unit_path_fails_the_stage_as_the_packages_fault() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_services_grant_never_reaches_a_power_unit() {
+    denied("unit-power", "no services grant reaches it").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_sysctl_value_with_a_newline_is_denied() {
     denied("sysctl-newline", "a sysctl value is one line").await;
 }

@@ -89,6 +89,9 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
         "unit-option" => ctx
             .services()
             .control(ServiceVerb::Start, "--root=/etc/app.service")?,
+        "unit-power" => ctx
+            .services()
+            .control(ServiceVerb::Start, "systemd-poweroff.service")?,
         "unit-host-option" => ctx.services().status("-Hroot@evil.service").map(|_| ())?,
         "report-bad-unit" => {
             return Ok(Outcome::changed(
