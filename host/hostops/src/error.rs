@@ -63,6 +63,17 @@ pub enum HostError {
         /// The granted file.
         base: String,
     },
+    /// A metadata change on a file with other hard links: the change would reach every
+    /// other name of the inode, which may lie outside the grant (`/etc/shadow`).
+    #[error(
+        "{path} has {links} hard links; nodewright changes the owner or mode of a file with exactly one"
+    )]
+    HardLinked {
+        /// The requested path.
+        path: String,
+        /// Its link count.
+        links: u64,
+    },
     /// A read larger than the bound.
     #[error("{path} is larger than the {limit}-byte read limit")]
     TooLarge {

@@ -389,29 +389,45 @@ impl RootFs {
         Ok(file)
     }
 
-    /// `chown` of a regular file or directory (symlinks, devices, FIFOs refused).
-    pub fn set_owner(&self, base: &Path, path: &Path, uid: u32, gid: u32) -> Result<()> {
+    /// Opens a file or directory for a metadata change: a regular file must have exactly one
+    /// link, checked on the open file (so a link made after the check of the path is seen).
+    fn open_for_metadata(
+        &self,
+        op: &'static str,
+        base: &Path,
+        path: &Path,
+    ) -> Result<std::fs::File> {
         let f = self.open_std(
-            "chown",
+            op,
             base,
             path,
             &[FileKind::File, FileKind::Directory],
             false,
         )?;
+        let meta = f.metadata().map_err(|e| HostError::io(op, path, e))?;
+        let links = std::os::unix::fs::MetadataExt::nlink(&meta);
+        if meta.is_file() && links != 1 {
+            return Err(HostError::HardLinked {
+                path: path.display().to_string(),
+                links,
+            });
+        }
+        Ok(f)
+    }
+
+    /// `chown` of a regular file with one link, or a directory (symlinks, devices, FIFOs
+    /// and hard-linked files refused).
+    pub fn set_owner(&self, base: &Path, path: &Path, uid: u32, gid: u32) -> Result<()> {
+        let f = self.open_for_metadata("chown", base, path)?;
         std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
             .map_err(|e| HostError::io("chown", path, e))
     }
 
-    /// `chmod` of a regular file or directory (symlinks, devices, FIFOs refused). The
-    /// caller decides whether bits above `0o777` are allowed; this keeps `0o7777`.
+    /// `chmod` of a regular file with one link, or a directory (symlinks, devices, FIFOs
+    /// and hard-linked files refused). The caller decides whether bits above `0o777` are
+    /// allowed; this keeps `0o7777`.
     pub fn set_mode(&self, base: &Path, path: &Path, mode: u32) -> Result<()> {
-        let f = self.open_std(
-            "chmod",
-            base,
-            path,
-            &[FileKind::File, FileKind::Directory],
-            false,
-        )?;
+        let f = self.open_for_metadata("chmod", base, path)?;
         f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
             .map_err(|e| HostError::io("chmod", path, e))
     }

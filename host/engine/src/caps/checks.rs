@@ -141,6 +141,7 @@ impl CapState {
             | HostError::Symlink(_)
             | HostError::NotADirectory { .. }
             | HostError::NotRegular { .. }
+            | HostError::HardLinked { .. }
             | HostError::InvalidName(_)) => self.deny_with(cap, op, target, e.to_string()),
             e => self.issue(CapError::Failed(clip(&chain(&e), 4096))),
         }

@@ -1,5 +1,6 @@
 use super::write::create_private;
 use super::*;
+use std::os::unix::fs::MetadataExt as _;
 
 const MAX: u64 = 1 << 20;
 
@@ -276,4 +277,29 @@ fn a_write_that_would_cross_the_free_space_floor_is_refused() {
         .unwrap_err();
     assert!(matches!(err, HostError::DiskFloor { .. }), "{err:?}");
     assert!(!tmp.path().join("etc/app/n").exists());
+}
+
+#[test]
+fn a_hard_link_never_carries_a_metadata_change_outside_the_grant() {
+    let (tmp, fs) = fixture();
+    std::fs::hard_link(tmp.path().join("etc/shadow"), tmp.path().join("etc/app/s")).unwrap();
+    let before = std::fs::metadata(tmp.path().join("etc/shadow")).unwrap();
+    let (base, link) = (Path::new("/etc/app"), Path::new("/etc/app/s"));
+    assert!(matches!(
+        fs.set_mode(base, link, 0o666),
+        Err(HostError::HardLinked { links: 2, .. })
+    ));
+    assert!(matches!(
+        fs.set_owner(base, link, 1234, 1234),
+        Err(HostError::HardLinked { links: 2, .. })
+    ));
+    let after = std::fs::metadata(tmp.path().join("etc/shadow")).unwrap();
+    assert_eq!(
+        (before.mode(), before.uid()),
+        (after.mode(), after.uid()),
+        "the outside inode is untouched"
+    );
+    // A file with one link still changes.
+    fs.set_mode(base, Path::new("/etc/app/a.conf"), 0o600)
+        .unwrap();
 }
