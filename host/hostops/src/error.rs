@@ -74,6 +74,21 @@ pub enum HostError {
         /// Its link count.
         links: u64,
     },
+    /// Making a path's missing directories would pass the stage's budget of new files (each
+    /// directory counts as one) or the depth bound.
+    #[error(
+        "{path} needs {needed} new directories; the stage may make {allowed} more (at most {depth} levels below a grant)"
+    )]
+    DirBudget {
+        /// The requested path.
+        path: String,
+        /// Directories it would make (at least).
+        needed: u32,
+        /// What the budget still allows.
+        allowed: u32,
+        /// The depth bound, [`crate::rootfs::MAX_DEPTH`].
+        depth: usize,
+    },
     /// A read larger than the bound.
     #[error("{path} is larger than the {limit}-byte read limit")]
     TooLarge {

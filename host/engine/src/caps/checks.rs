@@ -137,6 +137,19 @@ impl CapState {
                     ),
                 )
             }
+            HostError::DirBudget {
+                needed,
+                allowed,
+                depth,
+                ..
+            } => {
+                let field = self.sandbox_field("writeFiles", "--write-files");
+                let reason = format!(
+                    "this needs {needed} new directories and the stage's budget of {} written files (directories count) has {allowed} left, or it is more than {depth} levels deep; raise {field}",
+                    self.budget.files
+                );
+                self.deny_with(cap, op, target, reason)
+            }
             e @ (HostError::Escape { .. }
             | HostError::Symlink(_)
             | HostError::NotADirectory { .. }

@@ -30,11 +30,15 @@ impl files::Host for CapState {
             mode,
             special_modes,
             min_free_bytes: self.budget.min_free,
+            max_new_dirs: Some(self.budget.files_left),
         };
-        self.host(Capability::Files, "write", &path, move |h| {
-            h.fs().write(&base, &normalized, &contents, &options)
-        })
-        .await
+        let made = self
+            .host(Capability::Files, "write", &path, move |h| {
+                h.fs().write(&base, &normalized, &contents, &options)
+            })
+            .await?;
+        self.budget.files_left -= made;
+        Ok(())
     }
 
     async fn stat(&mut self, path: String) -> Result<Option<files::FileStat>, CapError> {
@@ -64,11 +68,15 @@ impl files::Host for CapState {
 
     async fn create_dir(&mut self, path: String) -> Result<(), CapError> {
         let (base, normalized) = self.file_scope("create-dir", &path, true)?;
-        self.spend("create-dir", &path, 0, 1)?;
-        self.host(Capability::Files, "create-dir", &path, move |h| {
-            h.fs().create_dir(&base, &normalized)
-        })
-        .await
+        // Each directory made counts as a written file, however many one call makes.
+        let left = self.budget.files_left;
+        let made = self
+            .host(Capability::Files, "create-dir", &path, move |h| {
+                h.fs().create_dir(&base, &normalized, Some(left))
+            })
+            .await?;
+        self.budget.files_left -= made;
+        Ok(())
     }
 
     async fn remove(&mut self, path: String) -> Result<(), CapError> {

@@ -193,6 +193,33 @@ async fn the_file_budget_stops_a_file_flood() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn directories_count_toward_the_file_budget() {
+    let mut attack = Attack::new("dir-flood", FILES);
+    attack.limits.write_files = 20;
+    let (result, tmp) = attack.run(|_| {}).await;
+    let d = denial("dir-flood", &result);
+    assert!(
+        d.message.contains("directories count")
+            && d.message
+                .contains("raise spec.packages.hostile.sandbox.writeFiles"),
+        "{}",
+        d.message
+    );
+    let made = walkdir_count(&tmp.path().join("etc/app"));
+    assert!(made <= 20, "{made} directories made under a budget of 20");
+}
+
+/// Directories below `dir`, at any depth.
+fn walkdir_count(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| 1 + walkdir_count(&e.path()))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_write_below_the_free_space_floor_is_refused() {
     let mut attack = Attack::new("disk-fill", FILES);
     attack.limits.min_free_bytes = u64::MAX / 4;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 
-use super::{FileKind, PERMISSION_BITS, RootFs, WriteOptions, kind_of, safe_open_flags};
+use super::{FileKind, PERMISSION_BITS, RootFs, WriteOptions, kind_of, make_dirs, safe_open_flags};
 use crate::{HostError, Result};
 
 /// Creates `name` in `dir` for writing, mode `0600` whatever the umask, never through a
@@ -22,7 +22,8 @@ pub(super) fn create_private(dir: &Dir, name: &str) -> std::io::Result<std::fs::
 
 impl RootFs {
     /// Writes a whole file atomically: a temp file beside it (mode `0600` until it is
-    /// complete, so a secret is never readable half-written), then rename. Creates parents.
+    /// complete, so a secret is never readable half-written), then rename. Creates parents
+    /// (at most `options.max_new_dirs`) and returns how many directories it made.
     // Long on purpose: open parent, temp file, mode, owner, sync and rename are one
     // sequence on the same handles; a failure at any step removes the temp file.
     pub fn write(
@@ -31,19 +32,18 @@ impl RootFs {
         path: &Path,
         contents: &[u8],
         options: &WriteOptions,
-    ) -> Result<()> {
+    ) -> Result<u32> {
         let s = self.scope("write", base, path, true)?;
         let name = s
             .rel
             .file_name()
             .ok_or_else(|| HostError::NotFound(path.display().to_string()))?;
         let parent = s.rel.parent().unwrap_or(Path::new(""));
+        let mut made = 0;
         let dir = if parent.as_os_str().is_empty() {
             s.dir
         } else {
-            s.dir
-                .create_dir_all(parent)
-                .map_err(|e| self.map("create", path, base, e))?;
+            made = make_dirs(&s.dir, parent, options.max_new_dirs, path)?;
             s.dir
                 .open_dir(parent)
                 .map_err(|e| self.map("write", path, base, e))?
@@ -116,6 +116,6 @@ impl RootFs {
             let _ = dir.remove_file(&tmp);
             return Err(self.map("write", path, base, e));
         }
-        Ok(())
+        Ok(made)
     }
 }

@@ -154,6 +154,13 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
                 files.write(&format!("/etc/app/f{i}"), b"", None)?;
             }
         }
+        "dir-flood" => {
+            // Deep paths made one call at a time: each call asks for eleven directories.
+            for i in 0..100u32 {
+                let deep: String = (0..10).map(|d| format!("/d{d}")).collect();
+                files.create_dir(&format!("/etc/app/t{i}{deep}"))?;
+            }
+        }
         "many-changes" => {
             let changes = (0..16_000)
                 .map(|i| Change::new("file", format!("/etc/app/{i}"), "x".repeat(200)))
