@@ -210,7 +210,7 @@ async fn directories_count_toward_the_file_budget() {
 }
 
 /// Directories below `dir`, at any depth.
-fn walkdir_count(dir: &std::path::Path) -> usize {
+fn walkdir_count(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .unwrap()
         .flatten()
