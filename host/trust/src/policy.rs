@@ -155,7 +155,13 @@ pub fn excess_grants(p: &Package, signers: &[&Signer]) -> Vec<String> {
     let mut power = None;
     for (field, i) in interrupts {
         match i.kind {
-            InterruptType::Reboot => power = power.or(Some(field)),
+            InterruptType::Reboot => {
+                power = power.or(Some(if field == "interrupt" {
+                    "interrupt.type"
+                } else {
+                    field
+                }))
+            }
             InterruptType::Service => {
                 for unit in &i.services {
                     if !any(&|a| a.services.iter().any(|allowed| covers(allowed, unit))) {
