@@ -63,38 +63,6 @@ pub struct WriteOptions {
 /// Most path components below a grant that nodewright makes directories for.
 pub const MAX_DEPTH: usize = 32;
 
-/// Makes each missing directory of `rel` inside `dir`, at most `max_new` of them and at
-/// most [`MAX_DEPTH`] levels; returns how many it made. Nothing is made when the bound
-/// would be passed.
-pub(super) fn make_dirs(dir: &Dir, rel: &Path, max_new: Option<u32>, path: &Path) -> Result<u32> {
-    let prefixes: Vec<&Path> = rel
-        .ancestors()
-        .filter(|p| !p.as_os_str().is_empty())
-        .collect();
-    let missing = prefixes
-        .iter()
-        .take_while(|p| dir.symlink_metadata(p).is_err())
-        .count() as u32;
-    let allowed = max_new.unwrap_or(u32::MAX);
-    if prefixes.len() > MAX_DEPTH || missing > allowed {
-        return Err(HostError::DirBudget {
-            path: path.display().to_string(),
-            needed: missing,
-            allowed,
-            depth: MAX_DEPTH,
-        });
-    }
-    let mut made = 0;
-    for p in prefixes.iter().rev() {
-        match dir.create_dir(p) {
-            Ok(()) => made += 1,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(HostError::io("create", path, e)),
-        }
-    }
-    Ok(made)
-}
-
 /// Permission bits a file may get without an explicit special-modes grant.
 pub const PERMISSION_BITS: u32 = 0o777;
 
@@ -321,6 +289,44 @@ impl RootFs {
         Ok(names)
     }
 
+    /// Makes each missing directory of `rel` inside `dir`, at most `max_new` of them and at
+    /// most [`MAX_DEPTH`] levels; returns how many it made. Nothing is made when the bound
+    /// would be passed.
+    pub(super) fn make_dirs(
+        &self,
+        dir: &Dir,
+        rel: &Path,
+        max_new: Option<u32>,
+        (base, path): (&Path, &Path),
+    ) -> Result<u32> {
+        let prefixes: Vec<&Path> = rel
+            .ancestors()
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        let missing = prefixes
+            .iter()
+            .take_while(|p| dir.symlink_metadata(p).is_err())
+            .count() as u32;
+        let allowed = max_new.unwrap_or(u32::MAX);
+        if prefixes.len() > MAX_DEPTH || missing > allowed {
+            return Err(HostError::DirBudget {
+                path: path.display().to_string(),
+                needed: missing,
+                allowed,
+                depth: MAX_DEPTH,
+            });
+        }
+        let mut made = 0;
+        for p in prefixes.iter().rev() {
+            match dir.create_dir(p) {
+                Ok(()) => made += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(self.map("create", path, base, e)),
+            }
+        }
+        Ok(made)
+    }
+
     /// `mkdir -p`, making at most `max_new` directories (see [`WriteOptions::max_new_dirs`]);
     /// returns how many it made.
     pub fn create_dir(&self, base: &Path, path: &Path, max_new: Option<u32>) -> Result<u32> {
@@ -328,7 +334,7 @@ impl RootFs {
         if s.rel.as_os_str().is_empty() {
             return Ok(0);
         }
-        make_dirs(&s.dir, &s.rel, max_new, path)
+        self.make_dirs(&s.dir, &s.rel, max_new, (base, path))
     }
 
     /// Removes a file, symlink or empty directory; a missing path is fine.

@@ -37,7 +37,7 @@ impl files::Host for CapState {
                 h.fs().write(&base, &normalized, &contents, &options)
             })
             .await?;
-        self.budget.files_left -= made;
+        self.budget.files_left = self.budget.files_left.saturating_sub(made);
         Ok(())
     }
 
@@ -75,7 +75,7 @@ impl files::Host for CapState {
                 h.fs().create_dir(&base, &normalized, Some(left))
             })
             .await?;
-        self.budget.files_left -= made;
+        self.budget.files_left = self.budget.files_left.saturating_sub(made);
         Ok(())
     }
 

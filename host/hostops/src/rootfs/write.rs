@@ -6,7 +6,7 @@ use std::path::Path;
 
 use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 
-use super::{FileKind, PERMISSION_BITS, RootFs, WriteOptions, kind_of, make_dirs, safe_open_flags};
+use super::{FileKind, PERMISSION_BITS, RootFs, WriteOptions, kind_of, safe_open_flags};
 use crate::{HostError, Result};
 
 /// Creates `name` in `dir` for writing, mode `0600` whatever the umask, never through a
@@ -43,7 +43,7 @@ impl RootFs {
         let dir = if parent.as_os_str().is_empty() {
             s.dir
         } else {
-            made = make_dirs(&s.dir, parent, options.max_new_dirs, path)?;
+            made = self.make_dirs(&s.dir, parent, options.max_new_dirs, (base, path))?;
             s.dir
                 .open_dir(parent)
                 .map_err(|e| self.map("write", path, base, e))?
