@@ -231,7 +231,19 @@ impl RootFs {
     /// Reads a whole regular file of at most `max_bytes`.
     pub fn read(&self, base: &Path, path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
         let file = self.open_std("read", base, path, &[FileKind::File], true)?;
-        let mut out = Vec::new();
+        // Size-checked on the open file before a byte is read or a buffer grown; the bounded
+        // read below still catches a file that grows in between.
+        let size = file
+            .metadata()
+            .map_err(|e| HostError::io("read", path, e))?
+            .len();
+        if size > max_bytes {
+            return Err(HostError::TooLarge {
+                path: path.display().to_string(),
+                limit: max_bytes,
+            });
+        }
+        let mut out = Vec::with_capacity(size as usize);
         file.take(max_bytes.saturating_add(1))
             .read_to_end(&mut out)
             .map_err(|e| HostError::io("read", path, e))?;
