@@ -231,6 +231,10 @@ impl RootFs {
     /// Reads a whole regular file of at most `max_bytes`.
     pub fn read(&self, base: &Path, path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
         let file = self.open_std("read", base, path, &[FileKind::File], true)?;
+        let too_large = || HostError::TooLarge {
+            path: path.display().to_string(),
+            limit: max_bytes,
+        };
         // Size-checked on the open file before a byte is read or a buffer grown; the bounded
         // read below still catches a file that grows in between.
         let size = file
@@ -238,20 +242,14 @@ impl RootFs {
             .map_err(|e| HostError::io("read", path, e))?
             .len();
         if size > max_bytes {
-            return Err(HostError::TooLarge {
-                path: path.display().to_string(),
-                limit: max_bytes,
-            });
+            return Err(too_large());
         }
         let mut out = Vec::with_capacity(size as usize);
         file.take(max_bytes.saturating_add(1))
             .read_to_end(&mut out)
             .map_err(|e| HostError::io("read", path, e))?;
         if out.len() as u64 > max_bytes {
-            return Err(HostError::TooLarge {
-                path: path.display().to_string(),
-                limit: max_bytes,
-            });
+            return Err(too_large());
         }
         Ok(out)
     }
@@ -318,18 +316,20 @@ impl RootFs {
         let missing = prefixes
             .iter()
             .take_while(|p| dir.symlink_metadata(p).is_err())
-            .count() as u32;
+            .count();
         let allowed = max_new.unwrap_or(u32::MAX);
-        if prefixes.len() > MAX_DEPTH || missing > allowed {
+        if prefixes.len() > MAX_DEPTH || missing as u32 > allowed {
             return Err(HostError::DirBudget {
                 path: path.display().to_string(),
-                needed: missing,
+                needed: missing as u32,
                 allowed,
                 depth: MAX_DEPTH,
             });
         }
+        // Only the deepest `missing` prefixes are made, shallowest first; the ones found
+        // present are not asked for again.
         let mut made = 0;
-        for p in prefixes.iter().rev() {
+        for p in prefixes[..missing].iter().rev() {
             match dir.create_dir(p) {
                 Ok(()) => made += 1,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

@@ -147,21 +147,20 @@ pub fn excess_grants(p: &Package, signers: &[&Signer]) -> Vec<String> {
     }
     // The package's interrupt and its config interrupts are one set of restarts and
     // reboots: each needs what the signer may grant, like a capability.
-    let interrupts = p.interrupt.iter().map(|i| ("interrupt", i)).chain(
-        p.config_interrupts
-            .values()
-            .map(|i| ("configInterrupts", i)),
-    );
+    // Each with the field a refusal names for its units and for its reboot.
+    let interrupts = p
+        .interrupt
+        .iter()
+        .map(|i| ("interrupt", "interrupt.type", i))
+        .chain(
+            p.config_interrupts
+                .values()
+                .map(|i| ("configInterrupts", "configInterrupts", i)),
+        );
     let mut power = None;
-    for (field, i) in interrupts {
+    for (field, reboot_field, i) in interrupts {
         match i.kind {
-            InterruptType::Reboot => {
-                power = power.or(Some(if field == "interrupt" {
-                    "interrupt.type"
-                } else {
-                    field
-                }))
-            }
+            InterruptType::Reboot => power = power.or(Some(reboot_field)),
             InterruptType::Service => {
                 for unit in &i.services {
                     if !any(&|a| a.services.iter().any(|allowed| covers(allowed, unit))) {

@@ -104,15 +104,20 @@ async fn systemctl_host_option_as_a_unit_is_denied() {
     denied("unit-host-option", "never options").await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_reported_unit_path_fails_the_stage_as_the_packages_fault() {
-    let (result, _tmp) = Attack::new("report-bad-unit", GRANTS).run(|_| {}).await;
+/// Runs attack `name` and asserts the stage failed as the package's fault, saying `needle`.
+async fn fails_as_the_package(name: &str, needle: &str) {
+    let (result, _tmp) = Attack::new(name, GRANTS).run(|_| {}).await;
     let report = result.unwrap();
     assert!(
-        matches!(&report.result, Err(StepFailure::Failed(m)) if m.contains("invalid unit")),
-        "{:?}",
+        matches!(&report.result, Err(StepFailure::Failed(m)) if m.contains(needle)),
+        "{name}: {:?}",
         report.result
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reported_unit_path_fails_the_stage_as_the_packages_fault() {
+    fails_as_the_package("report-bad-unit", "invalid unit").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -127,13 +132,7 @@ async fn a_sysctl_value_with_a_newline_is_denied() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reported_power_target_fails_the_stage_as_the_packages_fault() {
-    let (result, _tmp) = Attack::new("report-power-unit", GRANTS).run(|_| {}).await;
-    let report = result.unwrap();
-    assert!(
-        matches!(&report.result, Err(StepFailure::Failed(m)) if m.contains(".service units only")),
-        "{:?}",
-        report.result
-    );
+    fails_as_the_package("report-power-unit", ".service units only").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
