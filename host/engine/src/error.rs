@@ -97,7 +97,10 @@ pub enum RunError {
         /// What the plugin logged before it trapped.
         logs: Vec<LogLine>,
     },
-    /// Instantiation failed (a linking bug or resource limits at start).
+    /// The component could not be instantiated in its fresh store. Its imports were linked
+    /// and type-checked when it was prepared (and checked against ours when it was loaded),
+    /// so what is left is its own doing: more instances, tables or memories than a store
+    /// allows, or its start code failing. The package's fault.
     #[error("cannot instantiate plugin for stage {stage}: {message}")]
     Instantiate {
         /// Stage.
@@ -121,8 +124,10 @@ impl RunError {
     /// Whether the failure is the plugin's fault (as opposed to the host's).
     pub fn is_package_fault(&self) -> bool {
         match self {
-            RunError::Timeout { .. } | RunError::MemoryLimit { .. } | RunError::Trap { .. } => true,
-            RunError::Instantiate { .. } => false,
+            RunError::Timeout { .. }
+            | RunError::MemoryLimit { .. }
+            | RunError::Trap { .. }
+            | RunError::Instantiate { .. } => true,
         }
     }
 }

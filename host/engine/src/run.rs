@@ -92,6 +92,7 @@ impl PreparedPlugin {
                     timeout: limits.exec_timeout,
                     max_output: limits.exec_max_output,
                     cancel: Some(ended.clone()),
+                    tree: nodewright_hostops::ProcessTree::Group,
                 },
                 budget: IoBudget::new(limits),
                 reboot_requested: false,
@@ -114,8 +115,9 @@ impl PreparedPlugin {
             .await
             .map_err(|_| timeout(Vec::new()))?
             .map_err(|e| {
-                // A trap or a memory error in the component's own start code is the
-                // package's fault; anything else (linking) is ours.
+                // Linking was done when the plugin was prepared: what fails here is the
+                // component's own (a trap or memory in its start code, or the store's
+                // instance, table and memory counts), so every case is the package's.
                 if e.downcast_ref::<wasmtime::Trap>().is_some()
                     || e.downcast_ref::<MemoryLimitExceeded>().is_some()
                 {

@@ -27,6 +27,23 @@ pub struct ExecLimits {
     pub max_output: usize,
     /// Killed as soon as this is set: the stage that ran it ended (its deadline passed).
     pub cancel: Option<Arc<AtomicBool>>,
+    /// How what the command starts is bounded.
+    pub tree: ProcessTree,
+}
+
+/// How a command's descendants are bounded: what is left of them is killed when the
+/// command exits, times out or is cancelled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProcessTree {
+    /// Its own process group: descendants that stay in it are killed with it; one that
+    /// leaves it (`setsid`, a daemon's double fork) survives. For nodewright's own helpers
+    /// (`systemctl`, `modprobe`), which start nothing that outlives them.
+    #[default]
+    Group,
+    /// The first process of its own PID namespace as well: when it exits or is killed, the
+    /// kernel kills every process in the namespace, however it detached. For granted
+    /// commands. Needs `CAP_SYS_ADMIN`, which the agent has.
+    Namespace,
 }
 
 impl Default for ExecLimits {
@@ -36,6 +53,7 @@ impl Default for ExecLimits {
             timeout: Duration::from_secs(300),
             max_output: 64 * 1024,
             cancel: None,
+            tree: ProcessTree::Group,
         }
     }
 }
@@ -162,7 +180,7 @@ pub fn run_bounded_in(
             cmd.pre_exec(move || ns.enter());
         }
     }
-    let mut child = cmd.spawn().map_err(|source| match source.kind() {
+    let mut child = spawn(&mut cmd, limits.tree).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => HostError::NotFound(program.display().to_string()),
         _ => HostError::Spawn {
             command: display.clone(),
@@ -179,9 +197,19 @@ pub fn run_bounded_in(
     );
     let started = Instant::now();
     let mut timed_out = false;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
+    let pid = rustix::process::Pid::from_child(&child);
+    // The whole group, with the syscall: a minimal image has no `kill` binary.
+    let kill_group = || {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    };
+    let exited = rustix::process::WaitIdOptions::EXITED
+        | rustix::process::WaitIdOptions::NOHANG
+        | rustix::process::WaitIdOptions::NOWAIT;
+    loop {
+        // Seen exited but not yet reaped, so its PID (the group's ID) is not reused while
+        // what it left in its group is killed.
+        match rustix::process::waitid(rustix::process::WaitId::Pid(pid), exited) {
+            Ok(Some(_)) => break,
             Ok(None)
                 if started.elapsed() >= limits.timeout
                     || limits
@@ -189,24 +217,26 @@ pub fn run_bounded_in(
                         .as_ref()
                         .is_some_and(|c| c.load(Ordering::Relaxed)) =>
             {
-                // The whole group, with the syscall: a minimal image has no `kill` binary.
-                if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
-                    let _ =
-                        rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-                }
-                let _ = child.kill();
                 timed_out = true;
-                break child.wait().ok();
+                break;
             }
             Ok(None) => thread::sleep(Duration::from_millis(5)),
-            Err(source) => {
+            Err(e) => {
                 return Err(HostError::Spawn {
                     command: display,
-                    source,
+                    source: e.into(),
                 });
             }
         }
-    };
+    }
+    // What it left running in its group goes with it; in its own PID namespace the kernel
+    // kills the rest when it ends.
+    kill_group();
+    if timed_out {
+        // Also when it moved itself to another group (it is not reaped yet: the PID is its).
+        let _ = child.kill();
+    }
+    let status = child.wait().ok();
     Ok(ExecOutput {
         status: if timed_out {
             None
@@ -219,6 +249,29 @@ pub fn run_bounded_in(
     })
 }
 
+/// Spawns `cmd`; with [`ProcessTree::Namespace`], as the first process of a new PID
+/// namespace. `unshare(CLONE_NEWPID)` changes the namespace of the calling thread's future
+/// children only, so it is made on a thread of its own that spawns this one child and ends.
+fn spawn(cmd: &mut Command, tree: ProcessTree) -> std::io::Result<std::process::Child> {
+    match tree {
+        ProcessTree::Group => cmd.spawn(),
+        ProcessTree::Namespace => thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    // SAFETY: `CLONE_NEWPID` touches no state other threads share (unlike
+                    // `CLONE_FILES` or `CLONE_FS`); it applies to this thread's children.
+                    #[allow(unsafe_code, reason = "unshare(2) of the PID namespace only")]
+                    unsafe {
+                        rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWPID)?;
+                    }
+                    cmd.spawn()
+                })
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread panicked")))
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +282,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             max_output: 10,
             cancel: None,
+            tree: ProcessTree::Group,
         };
         let out = run_bounded(
             Path::new("/bin/sh"),
@@ -253,6 +307,7 @@ mod tests {
             timeout: Duration::from_millis(100),
             max_output: 10,
             cancel: None,
+            tree: ProcessTree::Group,
         };
         let out = run_bounded(Path::new("/bin/sleep"), &["30".into()], &[], None, &limits).unwrap();
         assert!(out.timed_out);
@@ -265,6 +320,7 @@ mod tests {
             timeout: Duration::from_millis(300),
             max_output: 1024,
             cancel: None,
+            tree: ProcessTree::Group,
         };
         let tmp = std::env::temp_dir().join(format!("nodewright-tree-{}", std::process::id()));
         let script = format!("sleep 30 & echo $! > {}; wait", tmp.display());
@@ -305,6 +361,64 @@ mod tests {
         }
     }
 
+    /// Processes whose command line has `marker` as an argument.
+    fn alive_with(marker: &str) -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let zombie = stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z');
+                !zombie && cmdline.split(|b| *b == 0).any(|a| a == marker.as_bytes())
+            })
+            .collect()
+    }
+
+    /// Runs a command that detaches a child from its process group (`setsid`) and exits
+    /// at once; returns the marker that child carries.
+    fn detach_a_child(tree: ProcessTree) -> String {
+        let marker = format!("{}.{}", 3000 + std::process::id() % 1000, tree as u8);
+        let limits = ExecLimits {
+            tree,
+            ..ExecLimits::default()
+        };
+        let script = format!("setsid sleep {marker} </dev/null >/dev/null 2>&1 & exit 0");
+        let out = run_bounded(Path::new("/bin/sh"), &["-c".into(), script], &[], None, &limits)
+            .unwrap();
+        assert_eq!(out.status, Some(0));
+        marker
+    }
+
+    #[test]
+    fn a_command_in_its_own_pid_namespace_ends_with_everything_it_started() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: a PID namespace needs CAP_SYS_ADMIN");
+            return;
+        }
+        let marker = detach_a_child(ProcessTree::Namespace);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !alive_with(&marker).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the detached sleep {marker} outlived its command"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        // The contrast that makes the namespace necessary: a process group alone does not
+        // hold a child that left it.
+        let marker = detach_a_child(ProcessTree::Group);
+        thread::sleep(Duration::from_millis(200));
+        let survivors = alive_with(&marker);
+        for pid in &survivors {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(*pid).unwrap(),
+                rustix::process::Signal::KILL,
+            );
+        }
+        assert!(!survivors.is_empty(), "setsid left the group and survived it");
+    }
+
     #[test]
     fn cancelling_kills_the_command() {
         let cancel = Arc::new(AtomicBool::new(false));
@@ -312,6 +426,7 @@ mod tests {
             timeout: Duration::from_secs(60),
             max_output: 10,
             cancel: Some(cancel.clone()),
+            tree: ProcessTree::Group,
         };
         let stop = thread::spawn(move || {
             thread::sleep(Duration::from_millis(200));

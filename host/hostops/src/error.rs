@@ -19,6 +19,20 @@ pub enum HostError {
         #[source]
         source: std::io::Error,
     },
+    /// The request cannot be done on the path as it is: it exists, is not a directory, is
+    /// a directory, has a name too long, loops, sits on a read-only or immutable file. The
+    /// package chose the request, so the failure is the package's, never retried as the
+    /// host's (see [`HostError::io`]).
+    #[error("{op} {path}: {source}")]
+    Refused {
+        /// The operation.
+        op: &'static str,
+        /// The host path.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A path resolved outside the directory it was confined to (symlink or `..`).
     #[error("{path} resolves outside the granted directory {base}")]
     Escape {
@@ -26,6 +40,20 @@ pub enum HostError {
         path: String,
         /// The granted directory.
         base: String,
+    },
+    /// A symlink on the way that the secure-path rule does not trust: anyone but root (or
+    /// this process's user) could have placed it, so following it could take a root-run
+    /// operation anywhere.
+    #[error(
+        "{path}: the symlink {link} is not followed ({why}); nodewright follows only links owned by root in a root-owned directory that group and others cannot write"
+    )]
+    UntrustedSymlink {
+        /// The requested path.
+        path: String,
+        /// Where the link is.
+        link: String,
+        /// Which part of the rule it fails.
+        why: String,
     },
     /// A write would replace or follow a symlink.
     #[error("{0} is a symlink; nodewright does not write through or over symlinks")]
@@ -121,16 +149,45 @@ pub enum HostError {
     },
 }
 
+/// Whether a file operation's error describes the request against the path as it is (the
+/// package's to answer for) rather than the host's health or resources (`EIO`, `ENOSPC`,
+/// `ENOMEM`, `EMFILE`, ..., which a retry may outlive). The one place this split is made.
+pub fn caused_by_request(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    let Some(raw) = e.raw_os_error() else {
+        // Errors made in this crate name what the request met ("is a directory").
+        return e.kind() == std::io::ErrorKind::Other;
+    };
+    [
+        Errno::EXIST,
+        Errno::NOTDIR,
+        Errno::ISDIR,
+        Errno::NAMETOOLONG,
+        Errno::NOTEMPTY,
+        Errno::LOOP,
+        Errno::INVAL,
+        Errno::XDEV,
+        Errno::MLINK,
+        Errno::PERM,
+        Errno::ACCESS,
+        Errno::ROFS,
+        Errno::BUSY,
+        Errno::TXTBSY,
+        Errno::FBIG,
+    ]
+    .contains(&Errno::from_raw_os_error(raw))
+}
+
 impl HostError {
+    /// A failed file operation, blamed by [`caused_by_request`].
     pub(crate) fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
+        let path = path.display().to_string();
         if source.kind() == std::io::ErrorKind::NotFound {
-            HostError::NotFound(path.display().to_string())
+            HostError::NotFound(path)
+        } else if caused_by_request(&source) {
+            HostError::Refused { op, path, source }
         } else {
-            HostError::Io {
-                op,
-                path: path.display().to_string(),
-                source,
-            }
+            HostError::Io { op, path, source }
         }
     }
 }

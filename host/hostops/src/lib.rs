@@ -32,7 +32,9 @@ mod rootfs;
 #[cfg(feature = "sim")]
 mod sim;
 
-pub use command::{ExecLimits, ExecOutput, HELPER_TIMEOUT, run_bounded, run_bounded_in};
+pub use command::{
+    ExecLimits, ExecOutput, HELPER_TIMEOUT, ProcessTree, run_bounded, run_bounded_in,
+};
 pub use error::{HostError, Result};
 pub use linux::{HostNamespaces, LinuxHost};
 pub use namespaces::Namespaces;

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::argv;
 use crate::command::HELPER_TIMEOUT;
-use crate::command::{ExecLimits, ExecOutput, run_bounded, run_bounded_in};
+use crate::command::{ExecLimits, ExecOutput, ProcessTree, run_bounded, run_bounded_in};
 use crate::error::{HostError, Result};
 use crate::namespaces::Namespaces;
 use crate::node::{NodeIdentity, NodeInfo, parse_os_release};
@@ -66,6 +66,7 @@ impl LinuxHost {
             timeout: HELPER_TIMEOUT,
             max_output: 64 * 1024,
             cancel: None,
+            tree: ProcessTree::Group,
         };
         let line = argv.join(" ");
         let (program, args) = argv.split_first().expect("helper argvs name a program");
@@ -134,7 +135,12 @@ impl HostOps for LinuxHost {
     }
 
     fn exec(&self, path: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
-        self.command(path, args, limits)
+        // A granted command ends with everything it started, daemons included.
+        let limits = ExecLimits {
+            tree: ProcessTree::Namespace,
+            ..limits.clone()
+        };
+        self.command(path, args, &limits)
     }
 
     fn request_reboot(&self, reason: &str) -> Result<()> {

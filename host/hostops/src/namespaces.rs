@@ -87,6 +87,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             max_output: 4096,
             cancel: None,
+            tree: crate::command::ProcessTree::Group,
         };
         let out = run_bounded_in(
             Path::new("/usr/bin/readlink"),

@@ -1,9 +1,10 @@
-//! Host files confined with cap-std.
+//! Host files under grants.
 //!
-//! Every operation names the granted directory (`base`) it runs under. The directory is
-//! opened as a capability first, and the rest of the path is resolved inside it, so a
-//! symlink or `..` that would lead out of the grant fails instead of being followed. When
-//! the grant is a single file, its parent is opened and the file must not be a symlink.
+//! Every operation names the grant (`base`) it runs under and resolves its path from the
+//! host root, component by component, following only symlinks the secure-path rule trusts
+//! and ending within the grant (`resolve`); it then acts on the one name left, through the
+//! directory handle the resolution holds. When the grant is a single file, nothing lives
+//! below it and the file must not be a symlink.
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -98,10 +99,15 @@ pub struct RootFs {
     root: Dir,
 }
 
-/// A granted path opened for an operation: the directory capability and the path inside it.
+/// A granted path resolved for an operation: the directory holding it and its one name
+/// there (empty when the path is that directory itself).
 pub(super) struct Scoped {
     pub(super) dir: Dir,
     pub(super) rel: PathBuf,
+    /// The path is the grant's own path.
+    pub(super) is_base: bool,
+    /// Directories the resolution made.
+    pub(super) made: u32,
 }
 
 fn strip_root(path: &Path) -> &Path {
@@ -152,82 +158,6 @@ impl RootFs {
         }
     }
 
-    /// Opens the grant `base` and returns the capability plus `path` relative to it.
-    /// `create` makes a missing granted directory (writes only).
-    pub(super) fn scope(
-        &self,
-        op: &'static str,
-        base: &Path,
-        path: &Path,
-        create: bool,
-    ) -> Result<Scoped> {
-        let escape = || HostError::Escape {
-            path: path.display().to_string(),
-            base: base.display().to_string(),
-        };
-        let rest = path.strip_prefix(base).map_err(|_| escape())?;
-        let base_rel = strip_root(base);
-        if base_rel.as_os_str().is_empty() {
-            let dir = self
-                .root
-                .try_clone()
-                .map_err(|e| self.map(op, path, base, e))?;
-            return Ok(Scoped {
-                dir,
-                rel: rest.to_path_buf(),
-            });
-        }
-        let is_dir = match self.root.metadata(base_rel) {
-            Ok(m) => m.is_dir(),
-            // A missing grant is a directory when something below it is addressed.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => !rest.as_os_str().is_empty(),
-            Err(e) => return Err(self.map(op, path, base, e)),
-        };
-        if is_dir {
-            if create {
-                self.root
-                    .create_dir_all(base_rel)
-                    .map_err(|e| self.map("create", base, base, e))?;
-            }
-            let dir = self
-                .root
-                .open_dir(base_rel)
-                .map_err(|e| self.map(op, path, base, e))?;
-            return Ok(Scoped {
-                dir,
-                rel: rest.to_path_buf(),
-            });
-        }
-        // A single-file grant: open its parent; the file itself must not be a symlink, and
-        // nothing can live below a file (`/etc/x/y` under a grant of the file `/etc/x`).
-        if !rest.as_os_str().is_empty() {
-            return Err(HostError::NotADirectory {
-                path: path.display().to_string(),
-                base: base.display().to_string(),
-            });
-        }
-        let parent = base_rel.parent().unwrap_or(Path::new(""));
-        let name = base_rel.file_name().ok_or_else(escape)?;
-        if create && !parent.as_os_str().is_empty() {
-            self.root
-                .create_dir_all(parent)
-                .map_err(|e| self.map("create", base, base, e))?;
-        }
-        let dir = if parent.as_os_str().is_empty() {
-            self.root.try_clone()
-        } else {
-            self.root.open_dir(parent)
-        }
-        .map_err(|e| self.map(op, path, base, e))?;
-        if dir.symlink_metadata(name).is_ok_and(|m| m.is_symlink()) {
-            return Err(escape());
-        }
-        Ok(Scoped {
-            dir,
-            rel: PathBuf::from(name),
-        })
-    }
-
     /// Reads a whole regular file of at most `max_bytes`.
     pub fn read(&self, base: &Path, path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
         let file = self.open_std("read", base, path, &[FileKind::File], true)?;
@@ -256,7 +186,7 @@ impl RootFs {
 
     /// `lstat`; `None` when missing.
     pub fn stat(&self, base: &Path, path: &Path) -> Result<Option<FileStat>> {
-        let s = match self.scope("stat", base, path, false) {
+        let s = match self.resolve(base, path, Resolve::LOOK) {
             Err(HostError::NotFound(_)) => return Ok(None),
             other => other?,
         };
@@ -280,7 +210,7 @@ impl RootFs {
 
     /// Sorted entry names of a directory.
     pub fn list_dir(&self, base: &Path, path: &Path) -> Result<Vec<String>> {
-        let s = self.scope("list", base, path, false)?;
+        let s = self.resolve(base, path, Resolve::FOLLOW)?;
         let rel = if s.rel.as_os_str().is_empty() {
             Path::new(".")
         } else {
@@ -299,70 +229,34 @@ impl RootFs {
         Ok(names)
     }
 
-    /// Makes each missing directory of `rel` inside `dir`, at most `max_new` of them and at
-    /// most [`MAX_DEPTH`] levels; returns how many it made. Nothing is made when the bound
-    /// would be passed.
-    pub(super) fn make_dirs(
-        &self,
-        dir: &Dir,
-        rel: &Path,
-        max_new: Option<u32>,
-        (base, path): (&Path, &Path),
-    ) -> Result<u32> {
-        let prefixes: Vec<&Path> = rel
-            .ancestors()
-            .filter(|p| !p.as_os_str().is_empty())
-            .collect();
-        let missing = prefixes
-            .iter()
-            .take_while(|p| dir.symlink_metadata(p).is_err())
-            .count();
-        let allowed = max_new.unwrap_or(u32::MAX);
-        if prefixes.len() > MAX_DEPTH || missing as u32 > allowed {
-            return Err(HostError::DirBudget {
-                path: path.display().to_string(),
-                needed: missing as u32,
-                allowed,
-                depth: MAX_DEPTH,
-            });
-        }
-        // Only the deepest `missing` prefixes are made, shallowest first; the ones found
-        // present are not asked for again.
-        let mut made = 0;
-        for p in prefixes[..missing].iter().rev() {
-            match dir.create_dir(p) {
-                Ok(()) => made += 1,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(self.map("create", path, base, e)),
-            }
-        }
-        Ok(made)
-    }
-
     /// `mkdir -p`, making at most `max_new` directories (see [`WriteOptions::max_new_dirs`]);
     /// returns how many it made.
     pub fn create_dir(&self, base: &Path, path: &Path, max_new: Option<u32>) -> Result<u32> {
-        let s = self.scope("create", base, path, true)?;
-        if s.rel.as_os_str().is_empty() {
-            return Ok(0);
-        }
-        self.make_dirs(&s.dir, &s.rel, max_new, (base, path))
+        let how = Resolve {
+            last: Last::Dir,
+            create: Some(max_new.unwrap_or(u32::MAX)),
+        };
+        Ok(self.resolve(base, path, how)?.made)
     }
 
     /// Removes a file, symlink or empty directory; a missing path is fine.
     pub fn remove(&self, base: &Path, path: &Path) -> Result<()> {
-        let s = match self.scope("remove", base, path, false) {
+        let s = match self.resolve(base, path, Resolve::LOOK) {
             Err(HostError::NotFound(_)) => return Ok(()),
             other => other?,
         };
-        if s.rel.as_os_str().is_empty() {
-            return Err(HostError::io(
+        let granted_dir = || {
+            HostError::io(
                 "remove",
                 path,
                 std::io::Error::other("cannot remove the granted directory itself"),
-            ));
+            )
+        };
+        if s.rel.as_os_str().is_empty() {
+            return Err(granted_dir());
         }
         let result = match s.dir.symlink_metadata(&s.rel) {
+            Ok(m) if m.is_dir() && s.is_base => return Err(granted_dir()),
             Ok(m) if m.is_dir() => s.dir.remove_dir(&s.rel),
             Ok(_) => s.dir.remove_file(&s.rel),
             Err(e) => Err(e),
@@ -385,7 +279,12 @@ impl RootFs {
         allowed: &[FileKind],
         follow: bool,
     ) -> Result<std::fs::File> {
-        let s = self.scope(op, base, path, false)?;
+        let how = if follow {
+            Resolve::FOLLOW
+        } else {
+            Resolve::LOOK
+        };
+        let s = self.resolve(base, path, how)?;
         let refuse = |kind: FileKind| -> Result<()> {
             match kind {
                 FileKind::Symlink => Err(HostError::Escape {
@@ -494,7 +393,10 @@ impl RootFs {
     }
 }
 
+mod resolve;
 mod write;
+
+use resolve::{Last, Resolve};
 
 #[cfg(test)]
 mod tests;

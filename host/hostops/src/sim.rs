@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::argv;
-use crate::command::{ExecLimits, ExecOutput, run_bounded};
+use crate::command::{ExecLimits, ExecOutput, ProcessTree, run_bounded};
 use crate::error::{HostError, Result};
 use crate::linux::{modules_contains, node_info};
 use crate::node::{NodeIdentity, NodeInfo};
@@ -399,12 +399,24 @@ impl HostOps for SimHost {
             )));
         }
         let root = self.root.to_string_lossy().into_owned();
+        // As on a real node, when this process may make a PID namespace (root): a granted
+        // command ends with everything it started. Without root (`plugin run` on an
+        // author's machine) only its process group is bounded.
+        let tree = if rustix::process::geteuid().is_root() {
+            ProcessTree::Namespace
+        } else {
+            ProcessTree::Group
+        };
+        let limits = ExecLimits {
+            tree,
+            ..limits.clone()
+        };
         let out = run_bounded(
             &local,
             args,
             &[("NODEWRIGHT_SIM_ROOT", &root)],
             Some(&self.root),
-            limits,
+            &limits,
         )?;
         self.record(HostAction::Exec {
             path: path.display().to_string(),

@@ -30,6 +30,7 @@
 
 pub mod artifact;
 mod auth;
+mod bounded;
 mod cache;
 mod digest;
 mod error;
@@ -40,6 +41,7 @@ mod registry;
 mod tls;
 
 pub use auth::Credentials;
+pub use bounded::MAX_MANIFEST_BYTES;
 pub use cache::{GcReport, NodeCache};
 pub use digest::{parse_digest, sha256_digest};
 pub use error::{Error, Result};

@@ -54,7 +54,17 @@ pub struct RegistryConfig {
 /// A registry client. Clients are built once per registry host.
 pub struct Registry {
     config: RegistryConfig,
-    clients: Mutex<HashMap<String, Client>>,
+    clients: Mutex<HashMap<String, Clients>>,
+}
+
+/// The clients for one registry: oci-client for the protocol, and a plain HTTP client
+/// with the same TLS settings for the requests whose bodies must be bounded
+/// ([`crate::bounded`]).
+#[derive(Clone)]
+pub(crate) struct Clients {
+    pub(crate) oci: Client,
+    pub(crate) http: reqwest::Client,
+    pub(crate) scheme: &'static str,
 }
 
 impl std::fmt::Debug for Registry {
@@ -64,6 +74,9 @@ impl std::fmt::Debug for Registry {
             .finish_non_exhaustive()
     }
 }
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Parses a reference, naming it in the error.
 pub(crate) fn parse_reference(reference: &str) -> Result<Reference> {
@@ -83,6 +96,10 @@ impl Registry {
     }
 
     fn client(&self, registry: &str) -> Result<Client> {
+        Ok(self.clients(registry)?.oci)
+    }
+
+    pub(crate) fn clients(&self, registry: &str) -> Result<Clients> {
         if let Some(c) = self
             .clients
             .lock()
@@ -106,26 +123,48 @@ impl Registry {
         if !plain && extra.is_empty() && crate::tls::system_roots() == 0 {
             return Err(crate::tls::missing_roots(registry));
         }
-        let client = Client::try_from(ClientConfig {
+        let setup_failed = |e: String| Error::Config {
+            path: registry.to_string(),
+            reason: format!("cannot set up a client for this registry: {e}"),
+        };
+        let mut http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT);
+        if !extra.is_empty() {
+            let certs = extra
+                .iter()
+                .map(|c| reqwest::Certificate::from_pem(&c.data))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| setup_failed(e.to_string()))?;
+            http = http.tls_certs_merge(certs);
+        }
+        let oci = Client::try_from(ClientConfig {
             protocol: if plain {
                 ClientProtocol::Http
             } else {
                 ClientProtocol::Https
             },
             extra_root_certificates: extra,
-            connect_timeout: Some(Duration::from_secs(10)),
-            read_timeout: Some(Duration::from_secs(60)),
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            read_timeout: Some(READ_TIMEOUT),
             ..Default::default()
         })
-        .map_err(|e| Error::Config {
-            path: registry.to_string(),
-            reason: format!("cannot set up a client for this registry: {e}"),
-        })?;
+        .map_err(|e| setup_failed(e.to_string()))?;
+        let clients = Clients {
+            oci,
+            http: http.build().map_err(|e| setup_failed(e.to_string()))?,
+            scheme: if plain { "http" } else { "https" },
+        };
         self.clients
             .lock()
             .expect("client cache lock")
-            .insert(registry.to_string(), client.clone());
-        Ok(client)
+            .insert(registry.to_string(), clients.clone());
+        Ok(clients)
+    }
+
+    /// The credentials for `registry`.
+    pub(crate) fn auth_for(&self, registry: &str) -> Result<oci_client::secrets::RegistryAuth> {
+        self.config.credentials.for_registry(registry)
     }
 
     /// The pull bounds.
@@ -187,14 +226,10 @@ impl Registry {
     ) -> Result<Option<Vec<u8>>> {
         self.bounded(reference, async {
             let r = parse_reference(reference)?;
-            let auth = self.config.credentials.for_registry(r.resolve_registry())?;
-            let client = self.client(r.resolve_registry())?;
-            match client.pull_manifest_raw(&r, &auth, media_types).await {
-                Ok((raw, _)) => Ok(Some(raw.to_vec())),
-                Err(e) => match Error::from_oci(reference, e) {
-                    Error::NotFound { .. } => Ok(None),
-                    other => Err(other),
-                },
+            match self.manifest_body(reference, &r, media_types).await {
+                Ok(raw) => Ok(Some(raw)),
+                Err(Error::NotFound { .. }) => Ok(None),
+                Err(other) => Err(other),
             }
         })
         .await
@@ -209,12 +244,9 @@ impl Registry {
                 reference: pinned.into(),
             });
         };
-        let auth = self.config.credentials.for_registry(r.resolve_registry())?;
-        let client = self.client(r.resolve_registry())?;
-        let (raw, _) = client
-            .pull_manifest_raw(&r, &auth, &[artifact::OCI_MANIFEST])
-            .await
-            .map_err(|e| Error::from_oci(pinned, e))?;
+        let raw = self
+            .manifest_body(pinned, &r, &[artifact::OCI_MANIFEST])
+            .await?;
         let actual = sha256_digest(&raw);
         if actual != want {
             return Err(Error::DigestMismatch {
@@ -225,15 +257,27 @@ impl Registry {
             });
         }
         let manifest = parse_manifest(pinned, &raw)?;
-        Ok((raw.to_vec(), manifest))
+        Ok((raw, manifest))
     }
 
     /// Fetches a blob and checks its size and digest. The declared size is checked against
     /// the limit before anything is allocated, and the stream is cut off as soon as it
     /// passes the declared size.
     pub async fn fetch_blob(&self, pinned: &str, descriptor: &Descriptor) -> Result<Vec<u8>> {
+        self.fetch_blob_within(pinned, descriptor, self.config.limits.max_blob_bytes)
+            .await
+    }
+
+    /// [`Registry::fetch_blob`] with a tighter bound than the pull limit (a signature's
+    /// payload); the smaller of the two applies.
+    pub async fn fetch_blob_within(
+        &self,
+        pinned: &str,
+        descriptor: &Descriptor,
+        limit: u64,
+    ) -> Result<Vec<u8>> {
         use futures::TryStreamExt;
-        let limit = self.config.limits.max_blob_bytes;
+        let limit = limit.min(self.config.limits.max_blob_bytes);
         let too_large = |size: u64| Error::TooLarge {
             reference: pinned.into(),
             what: "layer".into(),

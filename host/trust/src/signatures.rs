@@ -87,13 +87,29 @@ async fn signature_manifest(registry: &Registry, pinned: &str) -> Result<Option<
     Ok(Some(v))
 }
 
-/// Every signature stored beside `pinned` (none when it was never signed).
+/// Most signature layers read beside one artifact.
+pub const MAX_SIGNATURES: usize = 64;
+
+/// Largest signature payload read (a simple-signing payload is a few hundred bytes).
+pub const MAX_SIGNATURE_PAYLOAD: u64 = 64 << 10;
+
+/// Every signature stored beside `pinned` (none when it was never signed). Bounded before
+/// anything is fetched: at most [`MAX_SIGNATURES`] layers of at most
+/// [`MAX_SIGNATURE_PAYLOAD`] bytes each, so what a registry serves here costs at most
+/// 4 MiB whatever it declares.
 pub async fn signatures(registry: &Registry, pinned: &str) -> Result<Vec<Signature>, Error> {
     let Some(manifest) = signature_manifest(registry, pinned).await? else {
         return Ok(Vec::new());
     };
+    let layers = manifest["layers"].as_array().map_or(&[][..], Vec::as_slice);
+    if layers.len() > MAX_SIGNATURES {
+        return Err(Error::Signature(format!(
+            "{pinned}: the signature manifest lists {} layers; at most {MAX_SIGNATURES} are read",
+            layers.len()
+        )));
+    }
     let mut out = Vec::new();
-    for layer in manifest["layers"].as_array().into_iter().flatten() {
+    for layer in layers {
         if layer["mediaType"] != SIMPLE_SIGNING {
             continue;
         }
@@ -105,7 +121,9 @@ pub async fn signatures(registry: &Registry, pinned: &str) -> Result<Vec<Signatu
         };
         let descriptor: Descriptor = serde_json::from_value(layer.clone())
             .map_err(|e| Error::Signature(format!("a signature layer: {e}")))?;
-        let payload = registry.fetch_blob(pinned, &descriptor).await?;
+        let payload = registry
+            .fetch_blob_within(pinned, &descriptor, MAX_SIGNATURE_PAYLOAD)
+            .await?;
         out.push(Signature {
             payload,
             signature: sig,

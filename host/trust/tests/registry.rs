@@ -139,6 +139,41 @@ async fn sign_then_verify_and_every_way_it_must_not() {
     );
 }
 
+/// A signature manifest listing more layers than are ever read is refused before any is
+/// fetched (a registry could otherwise list thousands of 100 MiB "signatures").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signature_manifest_past_the_layer_bound_is_refused() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start();
+    let r = registry(&reg);
+    let key = KeyPair::generate();
+    let pinned = pushed(&r, &reg, "many", &sysctl()).await;
+    signatures::attach(&r, &pinned, &key).await.unwrap();
+    let sig_ref = signatures::signature_reference(&pinned).unwrap();
+    let raw = r
+        .fetch_tagged(&sig_ref, &["application/vnd.oci.image.manifest.v1+json"])
+        .await
+        .unwrap()
+        .unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    let layer = manifest["layers"][0].clone();
+    manifest["layers"] = serde_json::Value::Array(vec![layer; signatures::MAX_SIGNATURES + 1]);
+    r.push_manifest(
+        &sig_ref,
+        &[],
+        serde_json::to_vec(&manifest).unwrap(),
+        "application/vnd.oci.image.manifest.v1+json",
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    let err = signatures::signatures(&r, &pinned).await.unwrap_err();
+    assert!(
+        err.to_string().contains("at most 64 are read"),
+        "{err}"
+    );
+}
+
 /// Copies the signature manifest of `from` (and its blobs) to the signature tag of `to`.
 async fn replay_signatures(r: &Registry, from: &str, to: &str) {
     let raw = r

@@ -152,6 +152,8 @@ impl CapState {
             }
             e @ (HostError::Escape { .. }
             | HostError::Symlink(_)
+            | HostError::UntrustedSymlink { .. }
+            | HostError::Refused { .. }
             | HostError::NotADirectory { .. }
             | HostError::NotRegular { .. }
             | HostError::HardLinked { .. }

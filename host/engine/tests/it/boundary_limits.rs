@@ -151,6 +151,36 @@ async fn memories_count_together_against_one_limit() {
     );
 }
 
+/// More core instances and memories than a store allows: wasmtime refuses the component
+/// while instantiating it. The component asked for them, so the failure is the package's
+/// (counted, not retried forever as the host's).
+#[tokio::test(flavor = "multi_thread")]
+async fn instantiation_counts_past_the_store_s_limits_are_the_package_s() {
+    let bytes = nodewright_artifacts::crafted::with_extra_memories(
+        &nodewright_artifacts::read(nodewright_artifacts::HOSTILE),
+        40,
+        1,
+    );
+    let plugin = engine().load(&bytes).expect("the crafted component loads");
+    let tmp = tempfile::tempdir().unwrap();
+    let host = sim(tmp.path());
+    let all = [
+        "files=/etc/app:rw",
+        "kmod=x",
+        "service=x.service",
+        "sysctl=x",
+        "command=/x",
+        "power",
+    ];
+    let run = Run::new(&plugin, "hostile", &all).config(&[("attack", "traverse")]);
+    let err = run.stage(&host, RunStage::Plan).await.unwrap_err();
+    assert!(
+        matches!(&err, RunError::Instantiate { message, .. } if message.contains("count too high")),
+        "{err}"
+    );
+    assert!(err.is_package_fault(), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_write_budget_stops_a_disk_fill() {
     let mut attack = Attack::new("disk-fill", FILES);

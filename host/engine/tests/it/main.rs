@@ -10,6 +10,7 @@ mod common;
 mod boundary_args;
 mod boundary_limits;
 mod code_cache;
+mod fuzz;
 mod hostile;
 mod plugins;
 mod polyglot;

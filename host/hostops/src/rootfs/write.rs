@@ -6,7 +6,8 @@ use std::path::Path;
 
 use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 
-use super::{FileKind, PERMISSION_BITS, RootFs, WriteOptions, kind_of, safe_open_flags};
+use super::resolve::{Last, Resolve};
+use super::{FileKind, PERMISSION_BITS, RootFs, Scoped, WriteOptions, kind_of, safe_open_flags};
 use crate::{HostError, Result};
 
 /// Creates `name` in `dir` for writing, mode `0600` whatever the umask, never through a
@@ -33,21 +34,14 @@ impl RootFs {
         contents: &[u8],
         options: &WriteOptions,
     ) -> Result<u32> {
-        let s = self.scope("write", base, path, true)?;
-        let name = s
-            .rel
+        let how = Resolve {
+            last: Last::Entry,
+            create: Some(options.max_new_dirs.unwrap_or(u32::MAX)),
+        };
+        let Scoped { dir, rel, made, .. } = self.resolve(base, path, how)?;
+        let name = rel
             .file_name()
             .ok_or_else(|| HostError::NotFound(path.display().to_string()))?;
-        let parent = s.rel.parent().unwrap_or(Path::new(""));
-        let mut made = 0;
-        let dir = if parent.as_os_str().is_empty() {
-            s.dir
-        } else {
-            made = self.make_dirs(&s.dir, parent, options.max_new_dirs, (base, path))?;
-            s.dir
-                .open_dir(parent)
-                .map_err(|e| self.map("write", path, base, e))?
-        };
         let existing = dir.symlink_metadata(name).ok();
         if existing.as_ref().is_some_and(|m| m.is_symlink()) {
             // Replacing the link would surprise; following it could leave the grant.

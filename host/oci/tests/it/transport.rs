@@ -181,6 +181,19 @@ async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
         matches!(err, Error::TooLarge { .. } | Error::DigestMismatch { .. }),
         "{err}"
     );
+    // A tighter bound (a signature payload's) refuses a real layer over it, also before
+    // a byte is fetched.
+    let real = Descriptor {
+        size: sysctl.len() as i64,
+        ..bomb.clone()
+    };
+    assert!(matches!(
+        registry
+            .fetch_blob_within(&pushed.pinned, &real, 1024)
+            .await
+            .unwrap_err(),
+        Error::TooLarge { limit: 1024, .. }
+    ));
     let negative = Descriptor { size: -1, ..bomb };
     assert!(matches!(
         registry
@@ -224,4 +237,87 @@ async fn a_stalled_registry_hits_the_pull_deadline() {
         puller.pull_pinned(&pinned, &|_| {}).await.unwrap_err(),
         Error::Deadline { .. }
     ));
+}
+
+/// A registry that answers every manifest request with an endless body, announced or
+/// chunked: the client stops at the manifest bound instead of holding the body.
+fn hostile_registry(announce: bool) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok() && line != "\r\n" {
+                        line.clear();
+                    }
+                    if !request.contains("/manifests/") {
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                        continue;
+                    }
+                    let head = if announce {
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ncontent-length: 1610612736\r\n\r\n".to_string()
+                    } else {
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ntransfer-encoding: chunked\r\n\r\n".to_string()
+                    };
+                    if stream.write_all(head.as_bytes()).is_err() {
+                        return;
+                    }
+                    let chunk = vec![b' '; 64 << 10];
+                    // 1.5 GiB at most; the client hangs up long before.
+                    for _ in 0..24_576 {
+                        let ok = if announce {
+                            stream.write_all(&chunk)
+                        } else {
+                            stream
+                                .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                                .and_then(|()| stream.write_all(&chunk))
+                                .and_then(|()| stream.write_all(b"\r\n"))
+                        };
+                        if ok.is_err() {
+                            return;
+                        }
+                    }
+                    return;
+                }
+            });
+        }
+    });
+    host
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manifest_body_past_the_bound_is_refused_before_it_is_held() {
+    for announce in [true, false] {
+        let host = hostile_registry(announce);
+        let registry = Registry::new(RegistryConfig {
+            insecure: vec![host.clone()],
+            ..Default::default()
+        });
+        let pinned = format!("{host}/plugins/x@sha256:{}", "a".repeat(64));
+        let err = registry.fetch_manifest(&pinned).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::TooLarge { ref what, limit, .. }
+                    if what == "manifest" && limit == nodewright_oci::MAX_MANIFEST_BYTES
+            ),
+            "announced={announce}: {err}"
+        );
+        // The signature tag is fetched the same way.
+        let tagged = format!("{host}/plugins/x:sha256-{}.sig", "a".repeat(64));
+        let err = registry
+            .fetch_tagged(&tagged, &["application/vnd.oci.image.manifest.v1+json"])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::TooLarge { .. }), "announced={announce}: {err}");
+    }
 }

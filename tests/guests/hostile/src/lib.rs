@@ -6,6 +6,8 @@ use nodewright_sdk::{
     export_package, log,
 };
 
+mod fuzz;
+
 struct Hostile;
 
 fn attack(ctx: &Context) -> Result<Outcome, StepError> {
@@ -195,6 +197,7 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             ));
         }
         "single-file-grant" => files.write("/etc/single/below", b"owned", None)?,
+        "fuzz" => return fuzz::fuzz(ctx),
         "reboot-flood" => {
             for _ in 0..1000 {
                 ctx.power().request_reboot("again")?;

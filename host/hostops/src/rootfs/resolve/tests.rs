@@ -1,0 +1,198 @@
+//! The secure-path rule, tried the way an attacker owning part of the tree would.
+
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
+
+use crate::error::HostError;
+use crate::rootfs::{RootFs, WriteOptions};
+
+const MAX: u64 = 1 << 20;
+
+/// A root with `/etc/cron.d`, `/var/lib` and a merged-/usr `/lib -> usr/lib`, every
+/// directory `0755` whatever the umask.
+fn host() -> (tempfile::TempDir, RootFs) {
+    let tmp = tempfile::tempdir().unwrap();
+    for d in ["etc/cron.d", "var/lib", "usr/lib/modules/6.1", "usr/src/linux"] {
+        std::fs::create_dir_all(tmp.path().join(d)).unwrap();
+    }
+    symlink("usr/lib", tmp.path().join("lib")).unwrap();
+    for d in ["", "etc", "var", "var/lib", "usr", "usr/lib", "usr/lib/modules"] {
+        let p = tmp.path().join(d);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let fs = RootFs::open(tmp.path()).unwrap();
+    (tmp, fs)
+}
+
+fn write(fs: &RootFs, base: &str, path: &str) -> crate::Result<u32> {
+    fs.write(
+        Path::new(base),
+        Path::new(path),
+        b"* * * * * root sh /tmp/x\n",
+        &WriteOptions::default(),
+    )
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// A service account owns `/var/lib/svc` and puts `data -> /etc/cron.d` there; the grant
+/// is `/var/lib/svc/data`. The root-run write must not land in `/etc/cron.d`.
+#[test]
+fn a_link_in_a_directory_someone_else_owns_is_not_followed() {
+    if !is_root() {
+        eprintln!("skipped: needs root to give the directory to another user");
+        return;
+    }
+    let (tmp, fs) = host();
+    let svc = tmp.path().join("var/lib/svc");
+    std::fs::create_dir(&svc).unwrap();
+    symlink("/etc/cron.d", svc.join("data")).unwrap();
+    std::os::unix::fs::chown(&svc, Some(1000), Some(1000)).unwrap();
+    let err = write(&fs, "/var/lib/svc/data", "/var/lib/svc/data/job").unwrap_err();
+    assert!(matches!(err, HostError::UntrustedSymlink { .. }), "{err:?}");
+    assert!(err.to_string().contains("owned by uid 1000"), "{err}");
+    assert!(!tmp.path().join("etc/cron.d/job").exists());
+    // Reads, listings and metadata changes take the same path.
+    assert!(matches!(
+        fs.list_dir(Path::new("/var/lib/svc/data"), Path::new("/var/lib/svc/data")),
+        Err(HostError::UntrustedSymlink { .. })
+    ));
+    assert!(matches!(
+        fs.create_dir(
+            Path::new("/var/lib/svc/data"),
+            Path::new("/var/lib/svc/data/d"),
+            None
+        ),
+        Err(HostError::UntrustedSymlink { .. })
+    ));
+}
+
+#[test]
+fn a_link_another_user_owns_is_not_followed_even_in_a_root_directory() {
+    if !is_root() {
+        eprintln!("skipped: needs root to give the link to another user");
+        return;
+    }
+    let (tmp, fs) = host();
+    let link = tmp.path().join("var/lib/data");
+    symlink("/etc/cron.d", &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(1000), Some(1000)).unwrap();
+    let err = write(&fs, "/var/lib/data", "/var/lib/data/job").unwrap_err();
+    assert!(matches!(err, HostError::UntrustedSymlink { .. }), "{err:?}");
+    assert!(!tmp.path().join("etc/cron.d/job").exists());
+}
+
+#[test]
+fn a_link_in_a_directory_others_may_write_is_not_followed() {
+    let (tmp, fs) = host();
+    let shared = tmp.path().join("var/lib/shared");
+    std::fs::create_dir(&shared).unwrap();
+    symlink("/etc/cron.d", shared.join("data")).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let err = write(&fs, "/var/lib/shared/data", "/var/lib/shared/data/job").unwrap_err();
+    assert!(
+        err.to_string().contains("writable by group or others"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("etc/cron.d/job").exists());
+}
+
+/// Merged /usr: `/lib` is root's link to `usr/lib`; a driver's module lands below it.
+#[test]
+fn root_links_in_root_directories_are_followed() {
+    let (tmp, fs) = host();
+    let made = write(
+        &fs,
+        "/lib/modules",
+        "/lib/modules/6.1/extra/nvidia.ko",
+    )
+    .unwrap();
+    assert_eq!(made, 1, "only extra/ was missing");
+    assert!(tmp.path().join("usr/lib/modules/6.1/extra/nvidia.ko").is_file());
+    assert_eq!(
+        fs.list_dir(Path::new("/lib"), Path::new("/lib/modules/6.1"))
+            .unwrap(),
+        ["extra"]
+    );
+    // A grant of the link itself covers the directory it names.
+    assert_eq!(
+        fs.list_dir(Path::new("/lib"), Path::new("/lib")).unwrap(),
+        ["modules"]
+    );
+}
+
+/// Even a trusted link may not take a path out of its grant: `build -> /usr/src/linux`
+/// inside `/lib/modules/6.1` is followed by no write under the grant `/lib/modules`.
+#[test]
+fn a_trusted_link_still_ends_inside_the_grant() {
+    let (tmp, fs) = host();
+    symlink("/usr/src/linux", tmp.path().join("usr/lib/modules/6.1/build")).unwrap();
+    let err = write(&fs, "/lib/modules", "/lib/modules/6.1/build/Makefile").unwrap_err();
+    assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
+    let err = fs
+        .create_dir(
+            Path::new("/lib/modules"),
+            Path::new("/lib/modules/6.1/build/x/y"),
+            None,
+        )
+        .unwrap_err();
+    assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
+    assert_eq!(
+        std::fs::read_dir(tmp.path().join("usr/src/linux"))
+            .unwrap()
+            .count(),
+        0,
+        "nothing was made outside the grant"
+    );
+    // Within the grant a trusted link is read through.
+    symlink("../6.1", tmp.path().join("usr/lib/modules/current")).unwrap();
+    write(&fs, "/lib/modules", "/lib/modules/6.1/modules.dep").unwrap();
+    assert!(
+        fs.read(
+            Path::new("/lib/modules"),
+            Path::new("/lib/modules/current/modules.dep"),
+            MAX
+        )
+        .is_ok()
+    );
+}
+
+/// A link loop is the request's failure, not a host fault to retry.
+#[test]
+fn a_link_loop_is_refused_as_the_request() {
+    let (tmp, fs) = host();
+    symlink("b", tmp.path().join("var/lib/a")).unwrap();
+    symlink("a", tmp.path().join("var/lib/b")).unwrap();
+    let err = write(&fs, "/var/lib", "/var/lib/a/x").unwrap_err();
+    assert!(matches!(err, HostError::Refused { .. }), "{err:?}");
+}
+
+/// Errors the request provokes (`File exists`, `Not a directory`, a name too long) are
+/// the request's, so the engine blames the package, never retries them as the host's.
+#[test]
+fn errors_the_request_provokes_are_refusals() {
+    let (tmp, fs) = host();
+    std::fs::write(tmp.path().join("var/lib/f"), "x").unwrap();
+    let base = Path::new("/var/lib");
+    for (what, result) in [
+        (
+            "mkdir over a file",
+            fs.create_dir(base, Path::new("/var/lib/f"), None),
+        ),
+        (
+            "below a file",
+            fs.create_dir(base, Path::new("/var/lib/f/g"), None),
+        ),
+        (
+            "a name too long",
+            fs.create_dir(base, &Path::new("/var/lib").join("n".repeat(300)), None),
+        ),
+    ] {
+        let err = result.unwrap_err();
+        assert!(matches!(err, HostError::Refused { .. }), "{what}: {err:?}");
+    }
+    let err = fs.read(base, Path::new("/var/lib"), MAX).unwrap_err();
+    assert!(matches!(err, HostError::Refused { .. }), "read of a directory: {err:?}");
+}
