@@ -383,10 +383,19 @@ mod tests {
             tree,
             ..ExecLimits::default()
         };
-        let script = format!("setsid sleep {marker} </dev/null >/dev/null 2>&1 & exit 0");
+        // The command waits until its child has left the group, so the race is not whether
+        // `setsid` ran before the command exited.
+        let ready = std::env::temp_dir().join(format!("nodewright-detached-{marker}"));
+        let _ = std::fs::remove_file(&ready);
+        let script = format!(
+            "setsid sh -c 'touch {r}; exec sleep {marker}' </dev/null >/dev/null 2>&1 &\n\
+             while [ ! -e {r} ]; do sleep 0.01; done; exit 0",
+            r = ready.display()
+        );
         let out = run_bounded(Path::new("/bin/sh"), &["-c".into(), script], &[], None, &limits)
             .unwrap();
         assert_eq!(out.status, Some(0));
+        let _ = std::fs::remove_file(&ready);
         marker
     }
 

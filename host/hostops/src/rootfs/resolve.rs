@@ -288,7 +288,12 @@ impl RootFs {
             match walk.lstat(&name)? {
                 None => match budget {
                     Some(budget) => {
-                        let needed = 1 + queue.iter().filter(|(n, _)| n != "..").count() as u32;
+                        // This one and every directory still to come (a freshly made
+                        // directory holds nothing to follow); not the last name of a
+                        // write, which is a file.
+                        let below = queue.iter().filter(|(n, _)| n != "..").count();
+                        let files = usize::from(how.last != Last::Dir);
+                        let needed = (1 + below - files.min(below)) as u32;
                         walk.make(&name, needed, budget)?;
                         walk.enter(name)?;
                     }
