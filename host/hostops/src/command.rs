@@ -369,7 +369,12 @@ mod tests {
             .filter(|pid| {
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
                 let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let zombie = stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z');
+                let zombie = stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z');
                 !zombie && cmdline.split(|b| *b == 0).any(|a| a == marker.as_bytes())
             })
             .collect()
@@ -392,8 +397,14 @@ mod tests {
              while [ ! -e {r} ]; do sleep 0.01; done; exit 0",
             r = ready.display()
         );
-        let out = run_bounded(Path::new("/bin/sh"), &["-c".into(), script], &[], None, &limits)
-            .unwrap();
+        let out = run_bounded(
+            Path::new("/bin/sh"),
+            &["-c".into(), script],
+            &[],
+            None,
+            &limits,
+        )
+        .unwrap();
         assert_eq!(out.status, Some(0));
         let _ = std::fs::remove_file(&ready);
         marker
@@ -425,7 +436,10 @@ mod tests {
                 rustix::process::Signal::KILL,
             );
         }
-        assert!(!survivors.is_empty(), "setsid left the group and survived it");
+        assert!(
+            !survivors.is_empty(),
+            "setsid left the group and survived it"
+        );
     }
 
     #[test]

@@ -168,10 +168,7 @@ async fn a_signature_manifest_past_the_layer_bound_is_refused() {
     .await
     .unwrap();
     let err = signatures::signatures(&r, &pinned).await.unwrap_err();
-    assert!(
-        err.to_string().contains("at most 64 are read"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("at most 64 are read"), "{err}");
 }
 
 /// Copies the signature manifest of `from` (and its blobs) to the signature tag of `to`.

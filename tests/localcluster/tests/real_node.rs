@@ -269,7 +269,9 @@ async fn nodewright_as_installed_on_a_real_node() {
     std::fs::create_dir_all(&held).unwrap();
     std::fs::write(
         held.join("hold.sh"),
-        "#!/bin/sh\n{ readlink /proc/self/ns/mnt; hostname; } > /etc/nodewright-localcluster/where\nsleep 1234 &\necho $! >> /etc/nodewright-localcluster/pids\necho $$ >> /etc/nodewright-localcluster/pids\nexec sleep 1234\n",
+        // PIDs as the node's /proc sees them: a granted command is the first process of its
+        // own PID namespace, where `$$` is 1 and `$!` small.
+        "#!/bin/sh\n{ readlink /proc/self/ns/mnt; hostname; } > /etc/nodewright-localcluster/where\nsh -c 'read -r p r < /proc/self/stat; echo $p >> /etc/nodewright-localcluster/pids; exec sleep 1234' &\nread -r me r < /proc/self/stat\necho $me >> /etc/nodewright-localcluster/pids\nexec sleep 1234\n",
     )
     .unwrap();
     std::fs::set_permissions(

@@ -88,7 +88,8 @@ async fn the_deadline_ends_a_stage_blocked_in_a_host_call() {
             let script = root.join("usr/bin/slow");
             std::fs::write(
                 &script,
-                "#!/bin/sh\necho $$ > \"$NODEWRIGHT_SIM_ROOT/started\"\nexec sleep 30\n",
+                // Its PID as the host sees it: inside its own PID namespace `$$` is 1.
+                "#!/bin/sh\nread -r pid rest < /proc/self/stat\necho $pid > \"$NODEWRIGHT_SIM_ROOT/started\"\nexec sleep 30\n",
             )
             .unwrap();
             std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))

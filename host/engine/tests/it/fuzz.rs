@@ -44,12 +44,23 @@ fn lay_out(root: &Path) {
     for d in dirs {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
-    for d in ["", "etc", "etc/cron.d", "srv", "srv/grant", "var", "var/lib"] {
+    for d in [
+        "",
+        "etc",
+        "etc/cron.d",
+        "srv",
+        "srv/grant",
+        "var",
+        "var/lib",
+    ] {
         std::fs::set_permissions(root.join(d), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     std::fs::write(root.join("etc/shadow"), "root:secret\n").unwrap();
-    std::fs::set_permissions(root.join("etc/shadow"), std::fs::Permissions::from_mode(0o640))
-        .unwrap();
+    std::fs::set_permissions(
+        root.join("etc/shadow"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
     std::fs::write(root.join("etc/cron.d/existing"), "# cron\n").unwrap();
     std::fs::write(root.join("srv/grant/a/file"), "a").unwrap();
     std::fs::write(root.join("srv/file.conf"), "k=v\n").unwrap();
@@ -86,7 +97,8 @@ fn protected(root: &Path) -> BTreeMap<PathBuf, String> {
     let skip = [
         "srv/grant",
         "srv/file.conf",
-        "run/nodewright-sim",
+        "run",
+        "var/lib/nodewright-sim",
         "proc",
     ];
     let mut out = BTreeMap::new();

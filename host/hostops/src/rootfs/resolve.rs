@@ -109,7 +109,8 @@ impl<'a> Walk<'a> {
 
     fn within_grant(&self) -> bool {
         self.floor.as_ref().is_none_or(|floor| {
-            self.stack.len() >= floor.len() && self.stack.iter().zip(floor).all(|((_, n), f)| n == f)
+            self.stack.len() >= floor.len()
+                && self.stack.iter().zip(floor).all(|((_, n), f)| n == f)
         })
     }
 
@@ -150,7 +151,11 @@ impl<'a> Walk<'a> {
     fn take_here(mut self) -> Result<Dir> {
         match self.stack.pop() {
             Some((dir, _)) => Ok(dir),
-            None => self.fs.root.try_clone().map_err(|e| self.fail("resolve", e)),
+            None => self
+                .fs
+                .root
+                .try_clone()
+                .map_err(|e| self.fail("resolve", e)),
         }
     }
 
@@ -233,8 +238,9 @@ impl RootFs {
             path: path.display().to_string(),
             base: base.display().to_string(),
         })?;
-        let mut queue: VecDeque<(OsString, Part)> =
-            names(base, Part::Base).chain(names(rest, Part::Below)).collect();
+        let mut queue: VecDeque<(OsString, Part)> = names(base, Part::Base)
+            .chain(names(rest, Part::Below))
+            .collect();
         let mut walk = Walk {
             fs: self,
             stack: Vec::new(),
@@ -261,7 +267,8 @@ impl RootFs {
                 // A link the grant itself names is followed only to a directory (a grant of
                 // a file covers that file, never a link's target); below the grant, reads
                 // and listings follow trusted links.
-                if kind == Some(FileType::Symlink) && (part == Part::Base || how.last == Last::Follow)
+                if kind == Some(FileType::Symlink)
+                    && (part == Part::Base || how.last == Last::Follow)
                 {
                     through_base_link |= part == Part::Base;
                     let stat = stat.expect("a kind was read");

@@ -318,6 +318,9 @@ async fn a_manifest_body_past_the_bound_is_refused_before_it_is_held() {
             .fetch_tagged(&tagged, &["application/vnd.oci.image.manifest.v1+json"])
             .await
             .unwrap_err();
-        assert!(matches!(err, Error::TooLarge { .. }), "announced={announce}: {err}");
+        assert!(
+            matches!(err, Error::TooLarge { .. }),
+            "announced={announce}: {err}"
+        );
     }
 }

@@ -69,8 +69,21 @@ const UNITS: &[&str] = &[
     "",
 ];
 
-const KEYS: &[&str] = &["net.core.x", "-x", "net..x", "net/core/x", "x", "kernel.panic"];
-const VALUES: &[&str] = &["1", "1\nkernel.panic=1", "\u{1b}[2J", "", "4096 87380 6291456"];
+const KEYS: &[&str] = &[
+    "net.core.x",
+    "-x",
+    "net..x",
+    "net/core/x",
+    "x",
+    "kernel.panic",
+];
+const VALUES: &[&str] = &[
+    "1",
+    "1\nkernel.panic=1",
+    "\u{1b}[2J",
+    "",
+    "4096 87380 6291456",
+];
 const MODULES: &[&str] = &["x", "-x", "nvidia/../../x", "x y", "nvidia"];
 const PARAMS: &[&str] = &["a=1", "-C", "a=1\ninstall x /bin/sh", "a=\"b c\"", "=1"];
 const COMMANDS: &[&str] = &["/x", "/bin/sh", "/x/../bin/sh", "x", "/usr/bin/./x"];
@@ -165,8 +178,11 @@ pub fn fuzz(ctx: &Context) -> Result<Outcome, StepError> {
             }
             11 => {
                 let u = rng.pick(UNITS);
-                let verb = [ServiceVerb::Start, ServiceVerb::Restart, ServiceVerb::Enable]
-                    [rng.below(3)];
+                let verb = [
+                    ServiceVerb::Start,
+                    ServiceVerb::Restart,
+                    ServiceVerb::Enable,
+                ][rng.below(3)];
                 t.record("services.control", u, ctx.services().control(verb, u));
             }
             12 => {

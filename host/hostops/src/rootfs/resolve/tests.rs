@@ -12,11 +12,24 @@ const MAX: u64 = 1 << 20;
 /// directory `0755` whatever the umask.
 fn host() -> (tempfile::TempDir, RootFs) {
     let tmp = tempfile::tempdir().unwrap();
-    for d in ["etc/cron.d", "var/lib", "usr/lib/modules/6.1", "usr/src/linux"] {
+    for d in [
+        "etc/cron.d",
+        "var/lib",
+        "usr/lib/modules/6.1",
+        "usr/src/linux",
+    ] {
         std::fs::create_dir_all(tmp.path().join(d)).unwrap();
     }
     symlink("usr/lib", tmp.path().join("lib")).unwrap();
-    for d in ["", "etc", "var", "var/lib", "usr", "usr/lib", "usr/lib/modules"] {
+    for d in [
+        "",
+        "etc",
+        "var",
+        "var/lib",
+        "usr",
+        "usr/lib",
+        "usr/lib/modules",
+    ] {
         let p = tmp.path().join(d);
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -56,7 +69,10 @@ fn a_link_in_a_directory_someone_else_owns_is_not_followed() {
     assert!(!tmp.path().join("etc/cron.d/job").exists());
     // Reads, listings and metadata changes take the same path.
     assert!(matches!(
-        fs.list_dir(Path::new("/var/lib/svc/data"), Path::new("/var/lib/svc/data")),
+        fs.list_dir(
+            Path::new("/var/lib/svc/data"),
+            Path::new("/var/lib/svc/data")
+        ),
         Err(HostError::UntrustedSymlink { .. })
     ));
     assert!(matches!(
@@ -103,14 +119,13 @@ fn a_link_in_a_directory_others_may_write_is_not_followed() {
 #[test]
 fn root_links_in_root_directories_are_followed() {
     let (tmp, fs) = host();
-    let made = write(
-        &fs,
-        "/lib/modules",
-        "/lib/modules/6.1/extra/nvidia.ko",
-    )
-    .unwrap();
+    let made = write(&fs, "/lib/modules", "/lib/modules/6.1/extra/nvidia.ko").unwrap();
     assert_eq!(made, 1, "only extra/ was missing");
-    assert!(tmp.path().join("usr/lib/modules/6.1/extra/nvidia.ko").is_file());
+    assert!(
+        tmp.path()
+            .join("usr/lib/modules/6.1/extra/nvidia.ko")
+            .is_file()
+    );
     assert_eq!(
         fs.list_dir(Path::new("/lib"), Path::new("/lib/modules/6.1"))
             .unwrap(),
@@ -128,7 +143,11 @@ fn root_links_in_root_directories_are_followed() {
 #[test]
 fn a_trusted_link_still_ends_inside_the_grant() {
     let (tmp, fs) = host();
-    symlink("/usr/src/linux", tmp.path().join("usr/lib/modules/6.1/build")).unwrap();
+    symlink(
+        "/usr/src/linux",
+        tmp.path().join("usr/lib/modules/6.1/build"),
+    )
+    .unwrap();
     let err = write(&fs, "/lib/modules", "/lib/modules/6.1/build/Makefile").unwrap_err();
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
     let err = fs
@@ -195,5 +214,8 @@ fn errors_the_request_provokes_are_refusals() {
         assert!(matches!(err, HostError::Refused { .. }), "{what}: {err:?}");
     }
     let err = fs.read(base, Path::new("/var/lib"), MAX).unwrap_err();
-    assert!(matches!(err, HostError::Refused { .. }), "read of a directory: {err:?}");
+    assert!(
+        matches!(err, HostError::Refused { .. }),
+        "read of a directory: {err:?}"
+    );
 }
