@@ -172,9 +172,13 @@ pub fn fuzz(ctx: &Context) -> Result<Outcome, StepError> {
                 let params = vec![rng.pick(PARAMS).to_string()];
                 t.record("kmod.load", m, ctx.kmod().load(m, &params));
             }
-            10 => {
+            10 if rng.below(2) == 0 => {
                 let m = rng.pick(MODULES);
                 t.record("kmod.is-loaded", m, ctx.kmod().is_loaded(m));
+            }
+            10 => {
+                let m = rng.pick(MODULES);
+                t.record("kmod.unload", m, ctx.kmod().unload(m));
             }
             11 => {
                 let u = rng.pick(UNITS);
