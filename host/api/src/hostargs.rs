@@ -155,6 +155,17 @@ pub fn sysctl_value(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A granted command's argument: anything a process can receive, so no NUL byte (which
+/// `execve` cannot pass, and which would otherwise fail the spawn as if the host had).
+pub fn command_arg(arg: &str) -> Result<(), String> {
+    match arg.find('\0') {
+        Some(at) => Err(format!(
+            "contains a NUL byte at {at}, which no command can receive"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A command argument that may be matched against a wildcard pattern: no control
 /// characters, and no `..` path component (a pattern like `/var/lib/app/*` must not be
 /// widened to `/var/lib/app/../../etc/shadow`).
@@ -173,6 +184,12 @@ pub fn wildcard_arg(arg: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_argument_holds_anything_but_nul() {
+        assert!(command_arg("--flag=a b\n").is_ok());
+        assert!(command_arg("a\0b").unwrap_err().contains("NUL byte at 1"));
+    }
 
     #[test]
     fn module_names() {

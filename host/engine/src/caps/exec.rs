@@ -1,6 +1,7 @@
 //! `exec` (granted host commands) and `power` (reboot requests).
 
 use nodewright_api::grants::{Capability, normalize_abs_path};
+use nodewright_api::hostargs;
 
 use crate::bindings::nodewright::plugin::{exec, power, types};
 use crate::state::CapState;
@@ -31,6 +32,13 @@ impl exec::Host for CapState {
                 return Err(self.deny_with(Capability::Exec, "run", &target, reason));
             }
         };
+        if let Some(why) = args.iter().enumerate().find_map(|(i, a)| {
+            hostargs::command_arg(a)
+                .err()
+                .map(|why| format!("argument {i} {why}"))
+        }) {
+            return Err(self.deny_with(Capability::Exec, "run", &target, why));
+        }
         let Some(read_only) = self
             .grants
             .command_rule(&normalized, &args)
