@@ -8,14 +8,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cache="${NODEWRIGHT_CACHE:-/var/cache/nodewright}"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod
 key="$( (cd "$here" && cat go.mod go.sum ./*.go; go version) | sha256sum | cut -c1-16)"
-# NODEWRIGHT_KTEST=control-plane builds without the kubelet (the demo's simulated nodes need
-# none) and compiles much less; a full build later reuses what it compiled from Go's cache.
-variant="${NODEWRIGHT_KTEST:-full}"
-case "$variant" in
-  full) tags=providerless; out="$cache/ktest/$key/ktest" ;;
-  control-plane) tags=providerless,controlplane; out="$cache/ktest/$key/ktest-control-plane" ;;
-  *) echo "NODEWRIGHT_KTEST is full or control-plane, not $variant" >&2; exit 2 ;;
-esac
+out="$cache/ktest/$key/ktest"
 if [ -x "$out" ]; then
   echo "$out"
   exit 0
@@ -25,13 +18,13 @@ if [ -n "${NODEWRIGHT_CHECK_ONLY:-}" ]; then
   exit 3
 fi
 mkdir -p "$(dirname "$out")"
-echo "building the test control plane (Kubernetes v1.36.3: etcd, kube-apiserver, kube-controller-manager, kubectl$([ "$variant" = full ] && echo ', kubelet')); the first build takes several minutes" >&2
+echo "building the test control plane (Kubernetes v1.36.3: etcd, kube-apiserver, kube-controller-manager, kubelet); the first build takes several minutes" >&2
 start=$(date +%s)
 ldflags="-s -w"
 for kv in gitVersion=v1.36.3 gitMajor=1 gitMinor=36 gitTreeState=clean; do
   ldflags="$ldflags -X k8s.io/component-base/version.$kv"
 done
-(cd "$here" && go build -trimpath -buildvcs=false -tags "$tags" -ldflags "$ldflags" -o "$out.tmp" .)
+(cd "$here" && go build -trimpath -buildvcs=false -tags providerless -ldflags "$ldflags" -o "$out.tmp" .)
 mv "$out.tmp" "$out"
 echo "built $out in $(( $(date +%s) - start ))s ($(du -h "$out" | cut -f1))" >&2
 echo "$out"

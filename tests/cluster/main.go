@@ -10,31 +10,27 @@
 //	ktest kubectl [args...]
 //	ktest kubelet [flags...]
 //
-// The kubelet (the real node's) is compiled in unless the build tag `controlplane` is set:
-// that variant, for the demo's simulated nodes, compiles much less.
-//
 // Test tooling only: nothing here ships.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	kubectl "k8s.io/kubectl/pkg/cmd"
 	"k8s.io/kubectl/pkg/cmd/plugin"
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
-	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
-	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
-
-// Components compiled in only with their build tags (kubelet.go).
-var optional = map[string]func(args []string) int{}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -55,6 +51,12 @@ func main() {
 		cmd := controllermanager.NewControllerManagerCommand()
 		cmd.SetArgs(args)
 		os.Exit(cli.Run(cmd))
+	case "kubelet":
+		// The real node of the e2e tests (tests/testcluster's RealNode runs it inside
+		// namespaces of its own).
+		cmd := kubelet.NewKubeletCommand(context.Background())
+		cmd.SetArgs(args)
+		os.Exit(cli.Run(cmd))
 	case "kubectl":
 		// As the real kubectl does, including plugins: `ktest kubectl nodewright status`
 		// runs `kubectl-nodewright status` from the PATH.
@@ -71,10 +73,7 @@ func main() {
 		}
 		os.Exit(0)
 	default:
-		if run, ok := optional[os.Args[1]]; ok {
-			os.Exit(run(args))
-		}
-		fmt.Fprintf(os.Stderr, "ktest: unknown component %q (kubelet is not in the control-plane build)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "ktest: unknown component %q\n", os.Args[1])
 		os.Exit(2)
 	}
 }

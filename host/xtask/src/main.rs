@@ -42,7 +42,7 @@ mod suite;
 
 use budget::Budget;
 use cargo::{cargo, musl_triple};
-use setup::{APT_BUILD, APT_CLUSTER, APT_TESTS, COSIGN, HELM, KTEST, KTEST_CONTROL_PLANE};
+use setup::{APT_BUILD, APT_CLUSTER, APT_TESTS, COSIGN, HELM, KTEST};
 
 const SHARED_TARGET: &str = "/var/cache/nodewright/target";
 
@@ -294,14 +294,7 @@ fn demo(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
         setup::apt(&[APT_BUILD, APT_CLUSTER].concat())?;
         Ok(((), "present".into()))
     })?;
-    // Simulated nodes need the control plane without the kubelet; a full one, when built
-    // already (by the tests), serves as well.
-    let ktest = if setup::is_built(KTEST) {
-        KTEST
-    } else {
-        KTEST_CONTROL_PLANE
-    };
-    let go = setup::go_builds(&[ktest], &target.join("logs/go"))?;
+    let go = setup::go_builds(&[KTEST], &target.join("logs/go"))?;
     budget.phase("cargo build: binaries", || {
         let b = release::build_bins(target)?;
         Ok(((), b.note()))

@@ -50,33 +50,22 @@ pub const APT_TESTS: &[Apt] = &[
 pub struct GoTool {
     pub name: &'static str,
     script: &'static str,
-    env: &'static [(&'static str, &'static str)],
 }
 
-/// The test control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) with the
-/// kubelet the real node runs.
+/// The test control plane (etcd, kube-apiserver, kube-controller-manager, kubelet).
 pub const KTEST: GoTool = GoTool {
     name: "ktest",
     script: "tests/cluster/build.sh",
-    env: &[("NODEWRIGHT_KTEST", "full")],
-};
-/// The control plane without the kubelet: what the demo's simulated nodes need.
-pub const KTEST_CONTROL_PLANE: GoTool = GoTool {
-    name: "ktest (control plane)",
-    script: "tests/cluster/build.sh",
-    env: &[("NODEWRIGHT_KTEST", "control-plane")],
 };
 /// helm, for the chart tests.
 pub const HELM: GoTool = GoTool {
     name: "helm",
     script: "tests/cluster/build-helm.sh",
-    env: &[],
 };
 /// cosign, for the signature interop tests.
 pub const COSIGN: GoTool = GoTool {
     name: "cosign",
     script: "tests/cluster/build-cosign.sh",
-    env: &[],
 };
 
 /// Installs the Rust targets `targets` names that rustup lacks.
@@ -170,23 +159,10 @@ pub fn go_builds(tools: &[GoTool], logs: &Path) -> Result<GoBuilds> {
     Ok(GoBuilds { handle })
 }
 
-/// Whether `tool` is built already (its script finds it in the cache).
-pub fn is_built(tool: GoTool) -> bool {
-    Command::new("bash")
-        .arg(workspace().join(tool.script))
-        .envs(tool.env.iter().copied())
-        .env("NODEWRIGHT_CHECK_ONLY", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn build_go(tool: GoTool, log: &Path) -> Result<GoOutcome, String> {
     let script = workspace().join(tool.script);
     let cached = Command::new("bash")
         .arg(&script)
-        .envs(tool.env.iter().copied())
         .env("NODEWRIGHT_CHECK_ONLY", "1")
         .stderr(Stdio::null())
         .output()
@@ -201,7 +177,6 @@ fn build_go(tool: GoTool, log: &Path) -> Result<GoOutcome, String> {
     let out = Command::new("nice")
         .args(["-n", "19", "bash"])
         .arg(&script)
-        .envs(tool.env.iter().copied())
         .stderr(err)
         .output()
         .map_err(|e| format!("running {}: {e}", script.display()))?;

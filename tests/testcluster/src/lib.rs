@@ -62,57 +62,25 @@ pub struct ControlPlane {
 
 use nodewright_testregistry::workspace;
 
-/// Runs `tests/cluster/build.sh` for `variant` (`full` or `control-plane`); with `check_only`,
-/// only says where an already built one is.
-fn ktest_build(variant: &str, check_only: bool) -> Result<Option<PathBuf>> {
-    let script = workspace().join("tests/cluster/build.sh");
-    let mut cmd = Command::new("bash");
-    cmd.arg(&script).env("NODEWRIGHT_KTEST", variant);
-    if check_only {
-        cmd.env("NODEWRIGHT_CHECK_ONLY", "1").stderr(Stdio::null());
-    } else {
-        cmd.stderr(Stdio::inherit());
-    }
-    let out = cmd
-        .output()
-        .with_context(|| format!("run {}", script.display()))?;
-    if !out.status.success() {
-        if check_only {
-            return Ok(None);
-        }
-        bail!(
-            "building the test control plane failed ({})",
-            script.display()
-        );
-    }
-    Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim())))
-}
-
-/// The `ktest` binary for a control plane: the full build when there is one, else the
-/// control-plane build `cargo xtask demo` makes, else the full one, built now (once,
-/// cached by source hash).
+/// Builds (once, cached by source hash) the `ktest` binary and returns its path.
 pub fn ktest_binary() -> Result<PathBuf> {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     if let Some(p) = PATH.get() {
         return Ok(p.clone());
     }
-    let path = match ktest_build("full", true)? {
-        Some(p) => p,
-        None => match ktest_build("control-plane", true)? {
-            Some(p) => p,
-            None => ktest_with_kubelet()?,
-        },
-    };
-    Ok(PATH.get_or_init(|| path).clone())
-}
-
-/// The full `ktest`, with the kubelet a real node runs; built when missing.
-pub fn ktest_with_kubelet() -> Result<PathBuf> {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    if let Some(p) = PATH.get() {
-        return Ok(p.clone());
+    let script = workspace().join("tests/cluster/build.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("run {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "building the test control plane failed ({})",
+            script.display()
+        );
     }
-    let path = ktest_build("full", false)?.expect("a build that succeeded has a path");
+    let path = PathBuf::from(String::from_utf8(out.stdout)?.trim());
     Ok(PATH.get_or_init(|| path).clone())
 }
 

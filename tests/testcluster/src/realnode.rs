@@ -29,7 +29,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use crate::{ControlPlane, ktest_with_kubelet};
+use crate::{ControlPlane, ktest_binary};
 
 const NODE_SCRIPT: &str = include_str!("realnode/node.sh");
 
@@ -315,7 +315,7 @@ state = "/run/containerd"
             .env("NODE_IP", c.node_ip())
             .env("HOST_IP", RealNodeConfig::host_ip(c.index))
             .env("API_PORT", self.api_port.to_string())
-            .env("KTEST", ktest_with_kubelet()?)
+            .env("KTEST", ktest_binary()?)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
