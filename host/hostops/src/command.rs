@@ -342,15 +342,7 @@ mod tests {
         // The grandchild is gone (or a zombie about to be reaped by init).
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
-            let alive = state.as_deref().is_some_and(|s| {
-                !s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            });
-            if !alive {
+            if !is_running(pid) {
                 break;
             }
             assert!(
@@ -361,21 +353,25 @@ mod tests {
         }
     }
 
+    /// Whether process `pid` exists and is not a zombie about to be reaped.
+    fn is_running(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    }
+
     /// Processes whose command line has `marker` as an argument.
     fn alive_with(marker: &str) -> Vec<i32> {
         std::fs::read_dir("/proc")
             .unwrap()
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| {
+            .filter(|&pid| {
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let zombie = stat
-                    .rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z');
-                !zombie && cmdline.split(|b| *b == 0).any(|a| a == marker.as_bytes())
+                is_running(pid) && cmdline.split(|b| *b == 0).any(|a| a == marker.as_bytes())
             })
             .collect()
     }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{Attack, Run, denial, engine, sim};
-use nodewright_engine::{Error, MAX_DENIALS_KEPT, RunError, RunStage, StepFailure};
+use nodewright_engine::{Error, MAX_DENIALS_KEPT, RunError, RunStage, SandboxLimits, StepFailure};
 
 const FILES: &[&str] = &["files=/etc/app:rw"];
 
@@ -120,15 +120,10 @@ async fn the_deadline_ends_a_stage_blocked_in_a_host_call() {
     assert!(gone, "the command {pid} outlived its stage");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn memories_count_together_against_one_limit() {
-    // Four extra memories of 40 MiB: each under the 128 MiB limit, 160 MiB together.
-    let bytes = nodewright_artifacts::crafted::with_extra_memories(
-        &nodewright_artifacts::read(nodewright_artifacts::HOSTILE),
-        4,
-        640,
-    );
-    let plugin = engine().load(&bytes).expect("the crafted component loads");
+/// Runs `stage` of a crafted variant of the hostile guest (every capability granted) with a
+/// `memory` limit, and returns how the sandbox stopped it.
+async fn crafted_stage(bytes: &[u8], stage: RunStage, memory: u64) -> RunError {
+    let plugin = engine().load(bytes).expect("the crafted component loads");
     let tmp = tempfile::tempdir().unwrap();
     let host = sim(tmp.path());
     let all = [
@@ -140,8 +135,19 @@ async fn memories_count_together_against_one_limit() {
         "power",
     ];
     let mut run = Run::new(&plugin, "hostile", &all).config(&[("attack", "traverse")]);
-    run.limits.memory = 128 << 20;
-    let err = run.stage(&host, RunStage::Apply).await.unwrap_err();
+    run.limits.memory = memory;
+    run.stage(&host, stage).await.unwrap_err()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn memories_count_together_against_one_limit() {
+    // Four extra memories of 40 MiB: each under the 128 MiB limit, 160 MiB together.
+    let bytes = nodewright_artifacts::crafted::with_extra_memories(
+        &nodewright_artifacts::read(nodewright_artifacts::HOSTILE),
+        4,
+        640,
+    );
+    let err = crafted_stage(&bytes, RunStage::Apply, 128 << 20).await;
     assert!(
         matches!(err, RunError::MemoryLimit { limit_mib: 128, .. }),
         "{err}"
@@ -162,19 +168,7 @@ async fn instantiation_counts_past_the_store_s_limits_are_the_package_s() {
         40,
         1,
     );
-    let plugin = engine().load(&bytes).expect("the crafted component loads");
-    let tmp = tempfile::tempdir().unwrap();
-    let host = sim(tmp.path());
-    let all = [
-        "files=/etc/app:rw",
-        "kmod=x",
-        "service=x.service",
-        "sysctl=x",
-        "command=/x",
-        "power",
-    ];
-    let run = Run::new(&plugin, "hostile", &all).config(&[("attack", "traverse")]);
-    let err = run.stage(&host, RunStage::Plan).await.unwrap_err();
+    let err = crafted_stage(&bytes, RunStage::Plan, SandboxLimits::default().memory).await;
     assert!(
         matches!(&err, RunError::Instantiate { message, .. } if message.contains("count too high")),
         "{err}"
