@@ -15,5 +15,5 @@ if [ -n "${NODEWRIGHT_CHECK_ONLY:-}" ]; then
 fi
 echo "building cosign $version from its Go module (once)" >&2
 mkdir -p "$out"
-(cd /tmp && GOTOOLCHAIN=local GOFLAGS=-mod=mod GOBIN="$out" go install "github.com/sigstore/cosign/v2/cmd/cosign@$version") >&2
+(cd /tmp && GOTOOLCHAIN=local GOFLAGS=-mod=mod GOBIN="$out" nice -n "${NODEWRIGHT_GO_NICE:-0}" go install "github.com/sigstore/cosign/v2/cmd/cosign@$version") >&2
 echo "$out/cosign"

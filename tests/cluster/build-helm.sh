@@ -15,5 +15,5 @@ if [ -n "${NODEWRIGHT_CHECK_ONLY:-}" ]; then
 fi
 echo "building helm $version from its Go module (once)" >&2
 mkdir -p "$out"
-(cd /tmp && GOTOOLCHAIN=local GOBIN="$out" go install "helm.sh/helm/v3/cmd/helm@$version") >&2
+(cd /tmp && GOTOOLCHAIN=local GOBIN="$out" nice -n "${NODEWRIGHT_GO_NICE:-0}" go install "helm.sh/helm/v3/cmd/helm@$version") >&2
 echo "$out/helm"

@@ -24,7 +24,10 @@ ldflags="-s -w"
 for kv in gitVersion=v1.36.3 gitMajor=1 gitMinor=36 gitTreeState=clean; do
   ldflags="$ldflags -X k8s.io/component-base/version.$kv"
 done
-(cd "$here" && go build -trimpath -buildvcs=false -tags providerless -ldflags "$ldflags" -o "$out.tmp" .)
+# Modules first at the caller's priority, then the compile at NODEWRIGHT_GO_NICE (cargo
+# xtask compiles beside cargo at 19).
+(cd "$here" && go mod download)
+(cd "$here" && nice -n "${NODEWRIGHT_GO_NICE:-0}" go build -trimpath -buildvcs=false -tags providerless -ldflags "$ldflags" -o "$out.tmp" .)
 mv "$out.tmp" "$out"
 echo "built $out in $(( $(date +%s) - start ))s ($(du -h "$out" | cut -f1))" >&2
 echo "$out"

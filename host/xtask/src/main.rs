@@ -183,12 +183,13 @@ fn parse_test_args(args: &[String]) -> Result<TestArgs> {
 fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
     let args = parse_test_args(args)?;
     let triple = musl_triple();
+    // The Go builds need only Go: they start first and run beside everything else.
+    let go = setup::go_builds(&[KTEST, HELM, COSIGN], &target.join("logs/go"))?;
     budget.phase("setup: targets, Debian packages", || {
         setup::rust_build_targets()?;
         setup::apt(&[APT_BUILD, APT_CLUSTER, APT_TESTS].concat())?;
         Ok(((), "present".into()))
     })?;
-    let go = setup::go_builds(&[KTEST, HELM, COSIGN], &target.join("logs/go"))?;
     budget.phase("fmt", || fmt_check().map(|()| ((), "clean".into())))?;
     let tools = budget.phase("setup: Python and JavaScript tools", || {
         Ok((polyglot::setup(target)?, "present".into()))
@@ -289,12 +290,12 @@ fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
 
 /// `cargo xtask demo`.
 fn demo(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
+    let go = setup::go_builds(&[KTEST], &target.join("logs/go"))?;
     budget.phase("setup: targets, Debian packages", || {
         setup::rust_build_targets()?;
         setup::apt(&[APT_BUILD, APT_CLUSTER].concat())?;
         Ok(((), "present".into()))
     })?;
-    let go = setup::go_builds(&[KTEST], &target.join("logs/go"))?;
     budget.phase("cargo build: binaries", || {
         let b = release::build_bins(target)?;
         Ok(((), b.note()))
@@ -360,12 +361,13 @@ fn author_demo(target: &Path, budget: &mut Budget) -> Result<()> {
 
 /// `cargo xtask setup`.
 fn setup_all(target: &Path, budget: &mut Budget) -> Result<()> {
+    // The Go builds need only Go: they start first and run beside everything else.
+    let go = setup::go_builds(&[KTEST, HELM, COSIGN], &target.join("logs/go"))?;
     budget.phase("setup: targets, Debian packages", || {
         setup::rust_build_targets()?;
         setup::apt(&[APT_BUILD, APT_CLUSTER, APT_TESTS].concat())?;
         Ok(((), "present".into()))
     })?;
-    let go = setup::go_builds(&[KTEST, HELM, COSIGN], &target.join("logs/go"))?;
     budget.phase("setup: Python and JavaScript tools", || {
         polyglot::setup(target)?;
         Ok(((), "present".into()))

@@ -171,12 +171,14 @@ fn build_go(tool: GoTool, log: &Path) -> Result<GoOutcome, String> {
         return Ok(GoOutcome::Cached(path_of(&cached.stdout)));
     }
     let err = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
-    // At the lowest priority: the Go builds run beside cargo and fill the stretches where
-    // cargo has one crate left to compile (k8s-openapi, cranelift-codegen, the links, the
-    // plugins' LTO) instead of slowing the crates on its critical path.
-    let out = Command::new("nice")
-        .args(["-n", "19", "bash"])
+    // Compiling at the lowest priority: the Go builds run beside cargo and fill the
+    // stretches where cargo has one crate left to compile (k8s-openapi, cranelift-codegen,
+    // the links, the plugins' LTO) instead of slowing the crates on its critical path. The
+    // scripts download modules at normal priority first (network-bound, a few seconds
+    // alone, starved for minutes at `nice 19` beside a busy cargo).
+    let out = Command::new("bash")
         .arg(&script)
+        .env("NODEWRIGHT_GO_NICE", "19")
         .stderr(err)
         .output()
         .map_err(|e| format!("running {}: {e}", script.display()))?;
