@@ -5,7 +5,7 @@ use nodewright_api::agent::InterruptCall;
 use nodewright_api::hostargs;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{Interrupt, InterruptType};
-use nodewright_hostops::ServiceVerb;
+use nodewright_hostops::{HostError, ServiceVerb};
 
 use crate::host::host;
 use crate::markers::{self, RebootPending};
@@ -88,8 +88,15 @@ pub(crate) async fn interrupt(call: &InterruptCall) -> StageResult {
                 return fail(Blame::Config, format!("--service: {reason}"));
             }
             for unit in units {
-                if let Err(e) = host.service(ServiceVerb::Restart, unit) {
-                    return fail(Blame::Host, format!("restart {unit}: {e}"));
+                // The host refuses a unit whose restart would reach the node's power state
+                // (a `*Action=`, or a power unit it pulls in, as the node has the unit):
+                // that is a refusal, not a host failure to retry.
+                match host.service(ServiceVerb::Restart, unit) {
+                    Ok(()) => {}
+                    Err(e @ HostError::PowerUnit { .. }) => {
+                        return fail(Blame::Denied, format!("restart {unit}: {e}"));
+                    }
+                    Err(e) => return fail(Blame::Host, format!("restart {unit}: {e}")),
                 }
             }
             ok(format!("restarted {}", units.join(", ")))

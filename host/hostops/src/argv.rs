@@ -58,6 +58,13 @@ pub fn systemctl_show(unit: &str) -> Result<Vec<String>> {
     ]))
 }
 
+/// `systemctl show` of the properties by which a unit could reach the node's power state.
+pub fn systemctl_show_power(unit: &str) -> Result<Vec<String>> {
+    hostargs::unit_name(unit).map_err(|r| invalid("unit", r))?;
+    let properties = format!("--property={}", hostargs::UnitPowerProps::properties());
+    Ok(owned(&[SYSTEMCTL, "show", &properties, "--", unit]))
+}
+
 /// `systemctl daemon-reload`
 pub fn daemon_reload() -> Vec<String> {
     owned(&[SYSTEMCTL, "daemon-reload"])

@@ -91,6 +91,28 @@ pub enum HostError {
         /// The granted file.
         base: String,
     },
+    /// A unit state change that would change the node's power state (see
+    /// `ops::refuse_power_change`).
+    #[error(
+        "{verb} refused: {why}; only a reboot interrupt (the `power` grant) may change the node's power state"
+    )]
+    PowerUnit {
+        /// The systemctl verb.
+        verb: crate::ops::ServiceVerb,
+        /// What the unit would do, from its properties on the node.
+        why: String,
+    },
+    /// The grant's own path is missing and would be made a directory, but the grant names
+    /// one file (it is written without a trailing `/`; see `PathKind`).
+    #[error(
+        "{base} is not a directory on this node, so its grant covers one file there; grant `{base}/` (with the trailing slash) to let the package make that directory and write below it"
+    )]
+    FileGrant {
+        /// The requested path.
+        path: String,
+        /// The granted path.
+        base: String,
+    },
     /// A metadata change on a file with other hard links: the change would reach every
     /// other name of the inode, which may lie outside the grant (`/etc/shadow`).
     #[error(

@@ -2,13 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
+use nodewright_api::hostargs::UnitPowerProps;
+
 use crate::argv;
 use crate::command::HELPER_TIMEOUT;
 use crate::command::{ExecLimits, ExecOutput, ProcessTree, run_bounded, run_bounded_in};
 use crate::error::{HostError, Result};
 use crate::namespaces::Namespaces;
 use crate::node::{NodeIdentity, NodeInfo, parse_os_release};
-use crate::ops::{HostOps, ServiceVerb, UnitStatus};
+use crate::ops::{HostOps, ServiceVerb, UnitStatus, refuse_power_change};
 use crate::procsys::ProcSys;
 use crate::rootfs::RootFs;
 
@@ -109,7 +111,14 @@ impl HostOps for LinuxHost {
     }
 
     fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
-        self.helper(argv::systemctl(verb, unit)?).map(drop)
+        let argv = argv::systemctl(verb, unit)?;
+        refuse_power_change(verb, unit, || {
+            let out = self.helper(argv::systemctl_show_power(unit)?)?;
+            Ok(UnitPowerProps::from_show(&String::from_utf8_lossy(
+                &out.stdout,
+            )))
+        })?;
+        self.helper(argv).map(drop)
     }
 
     fn service_status(&self, unit: &str) -> Result<UnitStatus> {

@@ -6,7 +6,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::command::{ExecLimits, ExecOutput};
-use crate::error::Result;
+use nodewright_api::hostargs::{UnitName, UnitPowerProps};
+
+use crate::error::{HostError, Result};
 use crate::node::NodeInfo;
 use crate::rootfs::RootFs;
 
@@ -39,6 +41,33 @@ impl ServiceVerb {
             ServiceVerb::Enable => "enable",
             ServiceVerb::Disable => "disable",
         }
+    }
+}
+
+impl ServiceVerb {
+    /// Whether the verb changes a unit's state, so that systemd may act on what the unit
+    /// pulls in or names for success and failure (start, stop, restart, reload).
+    pub fn changes_state(self) -> bool {
+        !matches!(self, ServiceVerb::Enable | ServiceVerb::Disable)
+    }
+}
+
+/// The one power rule for units, shared by every backend: a state change of a unit that
+/// is a power unit, can be isolated to, names a `*Action=` or pulls in a power unit is
+/// refused, because only a reboot interrupt (the `power` grant) may change the node's power
+/// state. `props` reads the unit's properties as the node has them.
+pub(crate) fn refuse_power_change(
+    verb: ServiceVerb,
+    unit: &str,
+    props: impl FnOnce() -> Result<UnitPowerProps>,
+) -> Result<()> {
+    if !verb.changes_state() {
+        return Ok(());
+    }
+    let name = UnitName::parse(unit).map_err(HostError::InvalidName)?;
+    match props()?.power_effect(&name) {
+        Some(why) => Err(HostError::PowerUnit { verb, why }),
+        None => Ok(()),
     }
 }
 

@@ -15,6 +15,8 @@ use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
+use nodewright_api::grants::GrantedPath;
+
 use crate::error::{HostError, Result};
 
 /// What a path is.
@@ -159,7 +161,7 @@ impl RootFs {
     }
 
     /// Reads a whole regular file of at most `max_bytes`.
-    pub fn read(&self, base: &Path, path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
+    pub fn read(&self, base: GrantedPath<'_>, path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
         let file = self.open_std("read", base, path, &[FileKind::File], true)?;
         let too_large = || HostError::TooLarge {
             path: path.display().to_string(),
@@ -185,7 +187,7 @@ impl RootFs {
     }
 
     /// `lstat`; `None` when missing.
-    pub fn stat(&self, base: &Path, path: &Path) -> Result<Option<FileStat>> {
+    pub fn stat(&self, base: GrantedPath<'_>, path: &Path) -> Result<Option<FileStat>> {
         let s = match self.resolve(base, path, Resolve::LOOK) {
             Err(HostError::NotFound(_)) => return Ok(None),
             other => other?,
@@ -204,12 +206,12 @@ impl RootFs {
                 gid: m.gid(),
             })),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.map("stat", path, base, e)),
+            Err(e) => Err(self.map("stat", path, base.path, e)),
         }
     }
 
     /// Sorted entry names of a directory.
-    pub fn list_dir(&self, base: &Path, path: &Path) -> Result<Vec<String>> {
+    pub fn list_dir(&self, base: GrantedPath<'_>, path: &Path) -> Result<Vec<String>> {
         let s = self.resolve(base, path, Resolve::FOLLOW)?;
         let rel = if s.rel.as_os_str().is_empty() {
             Path::new(".")
@@ -220,9 +222,9 @@ impl RootFs {
         for entry in s
             .dir
             .read_dir(rel)
-            .map_err(|e| self.map("list", path, base, e))?
+            .map_err(|e| self.map("list", path, base.path, e))?
         {
-            let entry = entry.map_err(|e| self.map("list", path, base, e))?;
+            let entry = entry.map_err(|e| self.map("list", path, base.path, e))?;
             names.push(entry.file_name().to_string_lossy().into_owned());
         }
         names.sort();
@@ -231,7 +233,7 @@ impl RootFs {
 
     /// `mkdir -p`, making at most `max_new` directories (see [`WriteOptions::max_new_dirs`]);
     /// returns how many it made.
-    pub fn create_dir(&self, base: &Path, path: &Path, max_new: Option<u32>) -> Result<u32> {
+    pub fn create_dir(&self, base: GrantedPath<'_>, path: &Path, max_new: Option<u32>) -> Result<u32> {
         let how = Resolve {
             last: Last::Dir,
             create: Some(max_new.unwrap_or(u32::MAX)),
@@ -240,7 +242,7 @@ impl RootFs {
     }
 
     /// Removes a file, symlink or empty directory; a missing path is fine.
-    pub fn remove(&self, base: &Path, path: &Path) -> Result<()> {
+    pub fn remove(&self, base: GrantedPath<'_>, path: &Path) -> Result<()> {
         let s = match self.resolve(base, path, Resolve::LOOK) {
             Err(HostError::NotFound(_)) => return Ok(()),
             other => other?,
@@ -263,7 +265,7 @@ impl RootFs {
         };
         match result {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other.map_err(|e| self.map("remove", path, base, e)),
+            other => other.map_err(|e| self.map("remove", path, base.path, e)),
         }
     }
 
@@ -274,7 +276,7 @@ impl RootFs {
     fn open_std(
         &self,
         op: &'static str,
-        base: &Path,
+        base: GrantedPath<'_>,
         path: &Path,
         allowed: &[FileKind],
         follow: bool,
@@ -289,7 +291,7 @@ impl RootFs {
             match kind {
                 FileKind::Symlink => Err(HostError::Escape {
                     path: path.display().to_string(),
-                    base: base.display().to_string(),
+                    base: base.path.display().to_string(),
                 }),
                 k if allowed.contains(&k) => Ok(()),
                 FileKind::Directory => Err(HostError::io(
@@ -317,21 +319,21 @@ impl RootFs {
         } else {
             s.dir.symlink_metadata(&s.rel)
         };
-        let meta = meta.map_err(|e| self.map(op, path, base, e))?;
+        let meta = meta.map_err(|e| self.map(op, path, base.path, e))?;
         refuse(kind_of(&meta))?;
         if meta.is_dir() {
             return s
                 .dir
                 .open_dir(&s.rel)
                 .map(Dir::into_std_file)
-                .map_err(|e| self.map(op, path, base, e));
+                .map_err(|e| self.map(op, path, base.path, e));
         }
         let mut open = OpenOptions::new();
         open.read(true).custom_flags(safe_open_flags(follow));
         let file = s
             .dir
             .open_with(&s.rel, &open)
-            .map_err(|e| self.map(op, path, base, e))?
+            .map_err(|e| self.map(op, path, base.path, e))?
             .into_std();
         let opened = file.metadata().map_err(|e| HostError::io(op, path, e))?;
         if !opened.is_file() {
@@ -348,7 +350,7 @@ impl RootFs {
     fn open_for_metadata(
         &self,
         op: &'static str,
-        base: &Path,
+        base: GrantedPath<'_>,
         path: &Path,
     ) -> Result<std::fs::File> {
         let f = self.open_std(
@@ -371,7 +373,7 @@ impl RootFs {
 
     /// `chown` of a regular file with one link, or a directory (symlinks, devices, FIFOs
     /// and hard-linked files refused).
-    pub fn set_owner(&self, base: &Path, path: &Path, uid: u32, gid: u32) -> Result<()> {
+    pub fn set_owner(&self, base: GrantedPath<'_>, path: &Path, uid: u32, gid: u32) -> Result<()> {
         let f = self.open_for_metadata("chown", base, path)?;
         std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
             .map_err(|e| HostError::io("chown", path, e))
@@ -380,7 +382,7 @@ impl RootFs {
     /// `chmod` of a regular file with one link, or a directory (symlinks, devices, FIFOs
     /// and hard-linked files refused). The caller decides whether bits above `0o777` are
     /// allowed; this keeps `0o7777`.
-    pub fn set_mode(&self, base: &Path, path: &Path, mode: u32) -> Result<()> {
+    pub fn set_mode(&self, base: GrantedPath<'_>, path: &Path, mode: u32) -> Result<()> {
         let f = self.open_for_metadata("chmod", base, path)?;
         f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
             .map_err(|e| HostError::io("chmod", path, e))

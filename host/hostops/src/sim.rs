@@ -19,6 +19,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use nodewright_api::hostargs::UnitPowerProps;
 use serde::{Deserialize, Serialize};
 
 use crate::argv;
@@ -26,7 +27,7 @@ use crate::command::{ExecLimits, ExecOutput, ProcessTree, run_bounded};
 use crate::error::{HostError, Result};
 use crate::linux::{modules_contains, node_info};
 use crate::node::{NodeIdentity, NodeInfo};
-use crate::ops::{HostOps, ServiceVerb, UnitStatus};
+use crate::ops::{HostOps, ServiceVerb, UnitStatus, refuse_power_change};
 use crate::procsys::ProcSys;
 use crate::rootfs::RootFs;
 
@@ -128,7 +129,15 @@ impl SimHost {
     /// Opens (creating if needed) a simulated node at `root`. A boot ID is written if the
     /// root has none yet.
     pub fn new(root: &Path, identity: NodeIdentity) -> Result<Self> {
-        for dir in ["proc/sys/kernel/random", SIM_RUN, SIM_LIB, "etc"] {
+        // What every systemd distribution ships, so grants written for a real node (a
+        // `/etc/sysctl.d` grant without the trailing `/`) mean the same here.
+        const DISTRO_DIRS: [&str; 4] = [
+            "etc/sysctl.d",
+            "etc/modules-load.d",
+            "etc/modprobe.d",
+            "etc/systemd/system",
+        ];
+        for dir in ["proc/sys/kernel/random", SIM_RUN, SIM_LIB].iter().chain(&DISTRO_DIRS) {
             let d = root.join(dir);
             std::fs::create_dir_all(&d).map_err(|e| HostError::io("create", &d, e))?;
         }
@@ -260,6 +269,47 @@ impl SimHost {
         Ok(())
     }
 
+    /// A unit's power-relevant properties as systemd would load them from this root: the
+    /// unit file from the first of systemd's unit directories that has it, then its drop-ins
+    /// (`Key=value` lines read as `systemctl show` prints them; sections and comments
+    /// skipped). A unit without a file has none, like systemd's not-found unit.
+    fn unit_power_props(&self, unit: &str) -> UnitPowerProps {
+        const DIRS: [&str; 4] = [
+            "etc/systemd/system",
+            "run/systemd/system",
+            "usr/lib/systemd/system",
+            "lib/systemd/system",
+        ];
+        let mut text = String::new();
+        if let Some(file) = DIRS
+            .iter()
+            .find_map(|d| std::fs::read_to_string(self.root.join(d).join(unit)).ok())
+        {
+            text.push_str(&file);
+        }
+        for d in DIRS {
+            let Ok(entries) = std::fs::read_dir(self.root.join(d).join(format!("{unit}.d")))
+            else {
+                continue;
+            };
+            let mut confs: Vec<PathBuf> = entries
+                .filter_map(|e| Some(e.ok()?.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "conf"))
+                .collect();
+            confs.sort();
+            for conf in confs {
+                text.push('\n');
+                text.push_str(&std::fs::read_to_string(conf).unwrap_or_default());
+            }
+        }
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with(['#', ';', '[']))
+            .collect();
+        UnitPowerProps::from_show(&lines.join("\n"))
+    }
+
     fn services(&self) -> BTreeMap<String, UnitStatus> {
         std::fs::read_to_string(self.root.join(SIM_RUN).join("services.json"))
             .ok()
@@ -355,7 +405,9 @@ impl HostOps for SimHost {
     }
 
     fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
-        self.run_helper(argv::systemctl(verb, unit)?)?;
+        let argv = argv::systemctl(verb, unit)?;
+        refuse_power_change(verb, unit, || Ok(self.unit_power_props(unit)))?;
+        self.run_helper(argv)?;
         let mut all = self.services();
         let state = all.entry(unit.to_string()).or_insert_with(|| UnitStatus {
             active_state: "inactive".into(),

@@ -335,7 +335,7 @@ fn author_demo(target: &Path, budget: &mut Budget) -> Result<()> {
             .arg(&wasm)
             .args(["--stage", stage, "--root"])
             .arg(&root)
-            .args(["--grant", "files=/etc/sysctl.d:rw"])
+            .args(["--grant", "files=/etc/sysctl.d/:rw"])
             .args(["--grant", "sysctl=net.ipv4.ip_forward"])
             .args([
                 "--config",

@@ -258,6 +258,54 @@ fn the_reboot_protocol_completes_only_on_a_new_boot_id() {
     assert!(SimHost::reboot_requested(tmp.path()).is_none());
 }
 
+/// A service interrupt names a plain `.service`, but the unit as the node has it (a drop-in
+/// adding `OnFailure=poweroff.target`) reaches the node's power state: the agent refuses it
+/// before `systemctl restart` runs, as a denial, and restarts the units before it.
+#[test]
+fn a_service_interrupt_never_reaches_power_through_the_unit_on_the_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    node(tmp.path());
+    let units = tmp.path().join("etc/systemd/system");
+    std::fs::create_dir_all(units.join("app.service.d")).unwrap();
+    std::fs::write(units.join("ok.service"), "[Service]\nExecStart=/bin/true\n").unwrap();
+    std::fs::write(units.join("app.service"), "[Service]\nExecStart=/bin/true\n").unwrap();
+    std::fs::write(
+        units.join("app.service.d/10-evil.conf"),
+        "[Unit]\nOnFailure=poweroff.target\n",
+    )
+    .unwrap();
+    let args = [
+        "interrupt",
+        "--type",
+        "service",
+        "--service",
+        "ok.service",
+        "--service",
+        "app.service",
+    ];
+    let (out, r) = agent(tmp.path(), &args);
+    assert_eq!(
+        (out.status.code(), r["blame"].as_str()),
+        (Some(2), Some("denied")),
+        "{r}"
+    );
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("app.service pulls in poweroff.target"),
+        "{r}"
+    );
+    let restarts: Vec<Vec<String>> = SimHost::argv_log(tmp.path())
+        .into_iter()
+        .filter(|a| a.get(1).is_some_and(|v| v == "restart"))
+        .collect();
+    assert_eq!(
+        restarts,
+        [vec!["/bin/systemctl", "restart", "--", "ok.service"]]
+    );
+}
+
 /// The hostile guest through the real agent: a result the plugin inflates is bounded when
 /// it is built, and an error the plugin invents cannot pick its blame.
 #[tokio::test(flavor = "multi_thread")]

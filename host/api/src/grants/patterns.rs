@@ -101,15 +101,81 @@ impl NamePattern {
     }
 }
 
+/// What a granted path names, decided by how the grant is written.
+///
+/// A grant ending in `/` names a directory: the plugin may make it (and its missing parents)
+/// and everything below it is covered. A grant without the `/` names what the node has
+/// there: below it when it is a directory, otherwise exactly one regular file, which the
+/// plugin may write, replace or remove but never turn into a directory — so removing a
+/// granted file and making a directory in its place, in one stage or across two, never
+/// widens a file grant into a tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathKind {
+    /// `/etc/app/`: a directory, made when missing.
+    Directory,
+    /// `/etc/app.conf`: a directory if the node has one there, else one file.
+    AsFound,
+}
+
+impl PathKind {
+    /// The kind a grant's path as written names (`/` itself is a directory).
+    pub fn of(raw: &str) -> PathKind {
+        if raw.ends_with('/') {
+            PathKind::Directory
+        } else {
+            PathKind::AsFound
+        }
+    }
+}
+
+/// A granted path as the filesystem operations need it: where, and what it names.
+#[derive(Clone, Copy, Debug)]
+pub struct GrantedPath<'a> {
+    /// Normalised absolute path.
+    pub path: &'a Path,
+    /// What the grant names there.
+    pub kind: PathKind,
+}
+
+impl<'a> GrantedPath<'a> {
+    /// A grant ending in `/`.
+    pub fn directory(path: &'a Path) -> Self {
+        GrantedPath {
+            path,
+            kind: PathKind::Directory,
+        }
+    }
+
+    /// A grant without a trailing `/`.
+    pub fn as_found(path: &'a Path) -> Self {
+        GrantedPath {
+            path,
+            kind: PathKind::AsFound,
+        }
+    }
+}
+
 /// A granted path with its access.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PathRule {
     /// Normalised absolute path.
     pub path: PathBuf,
+    /// What the grant names there (a trailing `/` in the spec makes it a directory).
+    pub kind: PathKind,
     /// Granted access.
     pub access: FileAccess,
     /// setuid/setgid/sticky bits may be set (readWrite only).
     pub special_modes: bool,
+}
+
+impl PathRule {
+    /// The path and kind the filesystem operations resolve against.
+    pub fn granted(&self) -> GrantedPath<'_> {
+        GrantedPath {
+            path: &self.path,
+            kind: self.kind,
+        }
+    }
 }
 
 /// A granted command with its optional argument patterns.

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::patterns::{CommandRule, NamePattern, PathRule, normalize_abs_path};
+use super::patterns::{CommandRule, NamePattern, PathKind, PathRule, normalize_abs_path};
 use super::spec::{Capabilities, Capability, FileAccess, GrantError, GrantSource};
 
 /// Grants parsed into typed allowlists. Built once per (package, spec generation).
@@ -63,6 +63,7 @@ impl GrantSet {
             match normalize_abs_path(&grant.path) {
                 Ok(path) => files.push(PathRule {
                     path,
+                    kind: PathKind::of(&grant.path),
                     access: grant.access,
                     special_modes: grant.special_modes,
                 }),

@@ -351,3 +351,24 @@ fn hints_name_the_grant_to_add() {
         "--grant command=..."
     );
 }
+
+#[test]
+fn a_trailing_slash_makes_a_file_grant_a_directory_grant() {
+    let (caps, _) =
+        Capabilities::from_flags(&["files=/etc/app/:rw", "files=/etc/app.conf:rw", "files=/"])
+            .unwrap();
+    let set = parse(&caps).unwrap();
+    let kinds: Vec<(&Path, PathKind)> = set
+        .files
+        .iter()
+        .map(|r| (r.path.as_path(), r.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (Path::new("/"), PathKind::Directory),
+            (Path::new("/etc/app"), PathKind::Directory),
+            (Path::new("/etc/app.conf"), PathKind::AsFound),
+        ]
+    );
+}

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nodewright_api::grants::{
-    Capability, FileAccess, GrantSource, NameRefusal, normalize_abs_path,
+    Capability, FileAccess, GrantSource, GrantedPath, NameRefusal, PathRule, normalize_abs_path,
 };
 use nodewright_hostops::{HostError, HostOps, PERMISSION_BITS};
 
@@ -155,6 +155,8 @@ impl CapState {
             | HostError::UntrustedSymlink { .. }
             | HostError::Refused { .. }
             | HostError::NotADirectory { .. }
+            | HostError::FileGrant { .. }
+            | HostError::PowerUnit { .. }
             | HostError::NotRegular { .. }
             | HostError::HardLinked { .. }
             | HostError::InvalidName(_)) => self.deny_with(cap, op, target, e.to_string()),
@@ -245,13 +247,13 @@ impl CapState {
         }
     }
 
-    /// Resolves a guest path to (granted base, normalised path), or a denial.
+    /// Resolves a guest path to (the rule granting it, normalised path), or a denial.
     pub(super) fn file_scope(
         &mut self,
         op: &str,
         raw: &str,
         write: bool,
-    ) -> Result<(PathBuf, PathBuf), CapError> {
+    ) -> Result<(PathRule, PathBuf), CapError> {
         let path = match normalize_abs_path(raw) {
             Ok(p) => p,
             Err(reason) => return Err(self.deny_with(Capability::Files, op, raw, reason)),
@@ -269,11 +271,11 @@ impl CapState {
             .find(|r| path.starts_with(&r.path) && r.access >= need);
         match rule {
             Some(rule) => {
-                let base = rule.path.clone();
+                let rule = rule.clone();
                 if write && let Some(e) = self.refuse_write(Capability::Files, op) {
                     return Err(e);
                 }
-                Ok((base, path))
+                Ok((rule, path))
             }
             None => Err(self.deny(Capability::Files, op, &path.display().to_string(), write)),
         }
@@ -284,11 +286,15 @@ impl CapState {
         op: &'static str,
         raw: String,
         write: bool,
-        f: impl FnOnce(&dyn HostOps, &Path, &Path) -> nodewright_hostops::Result<T> + Send + 'static,
+        f: impl FnOnce(&dyn HostOps, GrantedPath<'_>, &Path) -> nodewright_hostops::Result<T>
+        + Send
+        + 'static,
     ) -> Result<T, CapError> {
-        let (base, path) = self.file_scope(op, &raw, write)?;
-        self.host(Capability::Files, op, &raw, move |h| f(h, &base, &path))
-            .await
+        let (rule, path) = self.file_scope(op, &raw, write)?;
+        self.host(Capability::Files, op, &raw, move |h| {
+            f(h, rule.granted(), &path)
+        })
+        .await
     }
 
     pub(super) fn check_name(

@@ -23,7 +23,7 @@ impl files::Host for CapState {
         contents: Vec<u8>,
         mode: Option<u32>,
     ) -> Result<(), CapError> {
-        let (base, normalized) = self.file_scope("write", &path, true)?;
+        let (rule, normalized) = self.file_scope("write", &path, true)?;
         let special_modes = self.check_mode("write", &normalized, mode)?;
         self.spend("write", &path, contents.len() as u64, 1)?;
         let options = WriteOptions {
@@ -34,7 +34,7 @@ impl files::Host for CapState {
         };
         let made = self
             .host(Capability::Files, "write", &path, move |h| {
-                h.fs().write(&base, &normalized, &contents, &options)
+                h.fs().write(rule.granted(), &normalized, &contents, &options)
             })
             .await?;
         self.budget.files_left = self.budget.files_left.saturating_sub(made);
@@ -67,12 +67,12 @@ impl files::Host for CapState {
     }
 
     async fn create_dir(&mut self, path: String) -> Result<(), CapError> {
-        let (base, normalized) = self.file_scope("create-dir", &path, true)?;
+        let (rule, normalized) = self.file_scope("create-dir", &path, true)?;
         // Each directory made counts as a written file, however many one call makes.
         let left = self.budget.files_left;
         let made = self
             .host(Capability::Files, "create-dir", &path, move |h| {
-                h.fs().create_dir(&base, &normalized, Some(left))
+                h.fs().create_dir(rule.granted(), &normalized, Some(left))
             })
             .await?;
         self.budget.files_left = self.budget.files_left.saturating_sub(made);
@@ -92,10 +92,10 @@ impl files::Host for CapState {
     }
 
     async fn set_mode(&mut self, path: String, mode: u32) -> Result<(), CapError> {
-        let (base, normalized) = self.file_scope("set-mode", &path, true)?;
+        let (rule, normalized) = self.file_scope("set-mode", &path, true)?;
         self.check_mode("set-mode", &normalized, Some(mode))?;
         self.host(Capability::Files, "set-mode", &path, move |h| {
-            h.fs().set_mode(&base, &normalized, mode)
+            h.fs().set_mode(rule.granted(), &normalized, mode)
         })
         .await
     }

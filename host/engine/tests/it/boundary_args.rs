@@ -125,6 +125,22 @@ async fn a_services_grant_never_reaches_a_power_unit() {
     denied("unit-power", "no services grant reaches it").await;
 }
 
+/// A granted, plain `.service` whose unit file on the node pulls in `reboot.target` when it
+/// fails: restarting it would reach power, so the host op refuses before `systemctl` runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_granted_unit_that_pulls_in_power_is_refused() {
+    let (result, tmp) = Attack::new("unit-pulls-power", GRANTS)
+        .run(|root| {
+            let dir = root.join("etc/systemd/system");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("app.service"), "[Unit]\nOnFailure=reboot.target\n").unwrap();
+        })
+        .await;
+    let d = denial("unit-pulls-power", &result);
+    assert!(d.message.contains("app.service pulls in reboot.target"), "{}", d.message);
+    assert_eq!(SimHost::argv_log(tmp.path()), Vec::<Vec<String>>::new());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sysctl_value_with_a_newline_is_denied() {
     denied("sysctl-newline", "a sysctl value is one line").await;
@@ -208,6 +224,29 @@ async fn a_single_file_grant_is_not_a_directory() {
     assert_eq!(
         std::fs::read_to_string(tmp.path().join("etc/single")).unwrap(),
         "file"
+    );
+}
+
+/// Removing a granted file and writing below its name would turn a one-file grant into a
+/// tree; only a grant written as a directory (`/etc/single/`) may be made one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_grant_never_becomes_a_directory() {
+    let seed = |root: &Path| std::fs::write(root.join("etc/single"), "file").unwrap();
+    let (result, tmp) = Attack::new("file-grant-to-tree", &["files=/etc/single:rw"])
+        .run(seed)
+        .await;
+    let d = denial("file-grant-to-tree", &result);
+    assert!(d.message.contains("grant `/etc/single/`"), "{}", d.message);
+    // The remove went through (the grant covers the file); nothing was made in its place.
+    assert!(!tmp.path().join("etc/single").exists());
+
+    let (result, tmp) = Attack::new("file-grant-to-tree", &["files=/etc/single/:rw"])
+        .run(seed)
+        .await;
+    assert!(result.unwrap().result.is_ok());
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("etc/single/below")).unwrap(),
+        "owned"
     );
 }
 

@@ -192,8 +192,9 @@ async fn random_host_ops_against_racing_links_change_nothing_outside_the_grants(
     for seed in 1..=seeds {
         let tmp = tempfile::tempdir().unwrap();
         lay_out(tmp.path());
-        let before = protected(tmp.path());
+        // The simulated node lays out its own directories first (the distribution's).
         let host = sim(tmp.path());
+        let before = protected(tmp.path());
         let seed_text = seed.to_string();
         let config = [
             ("attack", "fuzz"),
@@ -238,6 +239,14 @@ async fn random_host_ops_against_racing_links_change_nothing_outside_the_grants(
         assert!(
             changed.is_empty(),
             "seed {seed}: changed outside the grants: {changed:?} ({message})"
+        );
+        // A grant of one file never becomes a tree, whatever the sequence (remove, then
+        // make a directory in its place, in any order the seed chose).
+        let single = std::fs::symlink_metadata(tmp.path().join("srv/file.conf")).ok();
+        assert!(
+            single.as_ref().is_none_or(|m| m.is_file()),
+            "seed {seed}: the single-file grant /srv/file.conf became {:?} ({message})",
+            single.map(|m| m.file_type())
         );
         assert!(
             took < run.limits.timeout + Duration::from_secs(5),

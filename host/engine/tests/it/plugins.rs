@@ -186,7 +186,7 @@ async fn files_plugin_writes_modes_and_reports_restarts() {
     let plugin = load(nodewright_artifacts::FILES);
     let tmp = tempfile::tempdir().unwrap();
     let host = sim(tmp.path());
-    let g = ["files=/etc/containerd:rw"];
+    let g = ["files=/etc/containerd/:rw"];
     let config = [
         (
             "file:/etc/containerd/conf.d/mirror.toml",

@@ -10,6 +10,8 @@
 //! merged-/usr system's `/lib -> usr/lib` is followed as before. Where the walk ends must lie
 //! within the grant's own resolved location; only then is the operation done, on the
 //! directory handle the walk holds (so a later swap of a name above it changes nothing).
+//! The grant's own path is made a directory only when the grant says it names one (a
+//! trailing `/`, [`PathKind::Directory`]): a file grant never grows a tree below it.
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -17,6 +19,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
 use cap_std::fs::Dir;
+use nodewright_api::grants::{GrantedPath, PathKind};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::{MAX_DEPTH, RootFs, Scoped};
@@ -233,7 +236,13 @@ impl RootFs {
     /// Resolves `path` (at or below the grant `base`) from the root; see the module docs.
     // Long on purpose: one loop over a queue of components, where a followed link pushes its
     // target's components in front; the cases of one component belong together.
-    pub(super) fn resolve(&self, base: &Path, path: &Path, how: Resolve) -> Result<Scoped> {
+    pub(super) fn resolve(
+        &self,
+        grant: GrantedPath<'_>,
+        path: &Path,
+        how: Resolve,
+    ) -> Result<Scoped> {
+        let base = grant.path;
         let rest = path.strip_prefix(base).map_err(|_| HostError::Escape {
             path: path.display().to_string(),
             base: base.display().to_string(),
@@ -294,6 +303,18 @@ impl RootFs {
             // A directory on the way (or the last one of a `mkdir -p`).
             match walk.lstat(&name)? {
                 None => match budget {
+                    // The grant's own path, missing, to be made a directory: only a grant
+                    // written with a trailing `/` names one (see `PathKind`).
+                    Some(_)
+                        if part == Part::Base
+                            && grant.kind == PathKind::AsFound
+                            && queue.front().is_none_or(|(_, p)| *p == Part::Below) =>
+                    {
+                        return Err(HostError::FileGrant {
+                            path: path.display().to_string(),
+                            base: base.display().to_string(),
+                        });
+                    }
                     Some(budget) => {
                         // This one and every directory still to come (a freshly made
                         // directory holds nothing to follow); not the last name of a

@@ -16,7 +16,7 @@ fn fixture() -> (tempfile::TempDir, RootFs) {
 #[test]
 fn read_write_roundtrip_with_mode() {
     let (tmp, fs) = fixture();
-    let base = Path::new("/etc/app");
+    let base = GrantedPath::as_found(Path::new("/etc/app"));
     fs.write(
         base,
         Path::new("/etc/app/sub/b.conf"),
@@ -70,12 +70,12 @@ fn relative_symlink_out_of_the_grant_is_refused() {
     let (tmp, fs) = fixture();
     std::os::unix::fs::symlink("../shadow", tmp.path().join("etc/app/link")).unwrap();
     let err = fs
-        .read(Path::new("/etc/app"), Path::new("/etc/app/link"), MAX)
+        .read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/link"), MAX)
         .unwrap_err();
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
     let err = fs
         .write(
-            Path::new("/etc/app"),
+            GrantedPath::as_found(Path::new("/etc/app")),
             Path::new("/etc/app/link"),
             b"x",
             &WriteOptions::default(),
@@ -93,7 +93,7 @@ fn absolute_symlink_is_refused() {
     let (tmp, fs) = fixture();
     std::os::unix::fs::symlink("/etc/shadow", tmp.path().join("etc/app/abs")).unwrap();
     let err = fs
-        .read(Path::new("/etc/app"), Path::new("/etc/app/abs"), MAX)
+        .read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/abs"), MAX)
         .unwrap_err();
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
 }
@@ -103,12 +103,12 @@ fn single_file_grant_refuses_a_symlinked_file() {
     let (tmp, fs) = fixture();
     std::os::unix::fs::symlink("shadow", tmp.path().join("etc/motd")).unwrap();
     let err = fs
-        .read(Path::new("/etc/motd"), Path::new("/etc/motd"), MAX)
+        .read(GrantedPath::as_found(Path::new("/etc/motd")), Path::new("/etc/motd"), MAX)
         .unwrap_err();
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
     std::fs::write(tmp.path().join("etc/hostname"), "n1").unwrap();
     assert_eq!(
-        fs.read(Path::new("/etc/hostname"), Path::new("/etc/hostname"), MAX)
+        fs.read(GrantedPath::as_found(Path::new("/etc/hostname")), Path::new("/etc/hostname"), MAX)
             .unwrap(),
         b"n1"
     );
@@ -118,7 +118,7 @@ fn single_file_grant_refuses_a_symlinked_file() {
 fn path_outside_base_is_refused() {
     let (_tmp, fs) = fixture();
     let err = fs
-        .read(Path::new("/etc/app"), Path::new("/etc/shadow"), MAX)
+        .read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/shadow"), MAX)
         .unwrap_err();
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
 }
@@ -129,7 +129,7 @@ fn a_single_file_grant_has_nothing_below_it() {
     std::fs::write(tmp.path().join("etc/x"), "file").unwrap();
     let err = fs
         .write(
-            Path::new("/etc/x"),
+            GrantedPath::as_found(Path::new("/etc/x")),
             Path::new("/etc/x/y"),
             b"owned",
             &WriteOptions::default(),
@@ -142,7 +142,7 @@ fn a_single_file_grant_has_nothing_below_it() {
         "the file itself was not written"
     );
     assert!(matches!(
-        fs.read(Path::new("/etc/x"), Path::new("/etc/x/y"), MAX),
+        fs.read(GrantedPath::as_found(Path::new("/etc/x")), Path::new("/etc/x/y"), MAX),
         Err(HostError::NotADirectory { .. })
     ));
 }
@@ -152,14 +152,14 @@ fn reads_are_bounded() {
     let (tmp, fs) = fixture();
     std::fs::write(tmp.path().join("etc/app/big"), vec![b'x'; 4097]).unwrap();
     let err = fs
-        .read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4096)
+        .read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/big"), 4096)
         .unwrap_err();
     assert!(
         matches!(err, HostError::TooLarge { limit: 4096, .. }),
         "{err:?}"
     );
     assert_eq!(
-        fs.read(Path::new("/etc/app"), Path::new("/etc/app/big"), 4097)
+        fs.read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/big"), 4097)
             .unwrap()
             .len(),
         4097
@@ -177,7 +177,7 @@ fn a_fifo_is_refused_without_blocking() {
             .unwrap()
             .success()
     );
-    let base = Path::new("/etc/app");
+    let base = GrantedPath::as_found(Path::new("/etc/app"));
     let pipe = Path::new("/etc/app/pipe");
     assert!(matches!(
         fs.read(base, pipe, MAX),
@@ -200,7 +200,7 @@ fn a_fifo_is_refused_without_blocking() {
 #[test]
 fn special_bits_are_kept_only_when_asked() {
     let (tmp, fs) = fixture();
-    let base = Path::new("/etc/app");
+    let base = GrantedPath::as_found(Path::new("/etc/app"));
     let plain = WriteOptions {
         mode: Some(0o4777),
         ..Default::default()
@@ -273,7 +273,7 @@ fn a_write_that_would_cross_the_free_space_floor_is_refused() {
         ..Default::default()
     };
     let err = fs
-        .write(Path::new("/etc/app"), Path::new("/etc/app/n"), b"x", &floor)
+        .write(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/n"), b"x", &floor)
         .unwrap_err();
     assert!(matches!(err, HostError::DiskFloor { .. }), "{err:?}");
     assert!(!tmp.path().join("etc/app/n").exists());
@@ -284,7 +284,10 @@ fn a_hard_link_never_carries_a_metadata_change_outside_the_grant() {
     let (tmp, fs) = fixture();
     std::fs::hard_link(tmp.path().join("etc/shadow"), tmp.path().join("etc/app/s")).unwrap();
     let before = std::fs::metadata(tmp.path().join("etc/shadow")).unwrap();
-    let (base, link) = (Path::new("/etc/app"), Path::new("/etc/app/s"));
+    let (base, link) = (
+        GrantedPath::as_found(Path::new("/etc/app")),
+        Path::new("/etc/app/s"),
+    );
     assert!(matches!(
         fs.set_mode(base, link, 0o666),
         Err(HostError::HardLinked { links: 2, .. })

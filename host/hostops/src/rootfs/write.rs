@@ -5,6 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
+use nodewright_api::grants::GrantedPath;
 
 use super::resolve::{Last, Resolve};
 use super::{FileKind, PERMISSION_BITS, RootFs, Scoped, WriteOptions, kind_of, safe_open_flags};
@@ -29,7 +30,7 @@ impl RootFs {
     // sequence on the same handles; a failure at any step removes the temp file.
     pub fn write(
         &self,
-        base: &Path,
+        base: GrantedPath<'_>,
         path: &Path,
         contents: &[u8],
         options: &WriteOptions,
@@ -66,7 +67,7 @@ impl RootFs {
         if options.min_free_bytes > 0 {
             let fd = dir
                 .open(".")
-                .map_err(|e| self.map("write", path, base, e))?;
+                .map_err(|e| self.map("write", path, base.path, e))?;
             let st =
                 rustix::fs::fstatvfs(&fd).map_err(|e| HostError::io("statvfs", path, e.into()))?;
             let available = st.f_bavail.saturating_mul(st.f_frsize);
@@ -108,7 +109,7 @@ impl RootFs {
         })();
         if let Err(e) = result {
             let _ = dir.remove_file(&tmp);
-            return Err(self.map("write", path, base, e));
+            return Err(self.map("write", path, base.path, e));
         }
         Ok(made)
     }

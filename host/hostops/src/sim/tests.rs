@@ -101,3 +101,39 @@ fn commands_run_only_from_inside_the_root() {
     assert_eq!(out.stdout, b"hi you\n");
     assert_eq!(host.recorded().len(), 1);
 }
+
+/// The simulated node reads a unit's power-relevant settings from its unit file and drop-ins
+/// as systemd would, and refuses a state change that would reach the node's power state.
+#[test]
+fn a_unit_that_reaches_power_is_refused_before_systemctl() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
+    let etc = tmp.path().join("etc/systemd/system");
+    let lib = tmp.path().join("usr/lib/systemd/system");
+    std::fs::create_dir_all(etc.join("b.service.d")).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    let unit = |dir: &Path, name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+    unit(&lib, "a.service", "[Unit]\n# Wants=reboot.target\n[Service]\nSuccessAction=reboot-force\n");
+    unit(&etc, "b.service", "[Service]\nExecStart=/bin/true\n");
+    unit(&etc.join("b.service.d"), "x.conf", "[Unit]\nWants=network.target emergency.target\n");
+    unit(&etc, "c.service", "[Unit]\nWants=network-online.target\nFailureAction=none\n");
+    let refused = |verb, name: &str| match host.service(verb, name) {
+        Err(HostError::PowerUnit { why, .. }) => why,
+        other => panic!("{verb} {name}: {other:?}"),
+    };
+    assert!(refused(ServiceVerb::Restart, "a.service").contains("SuccessAction=reboot-force"));
+    assert!(refused(ServiceVerb::Stop, "a.service").contains("SuccessAction"));
+    assert!(refused(ServiceVerb::Start, "b.service").contains("pulls in emergency.target"));
+    // Enabling changes no state now; a plain unit and a unit without a file restart.
+    host.service(ServiceVerb::Enable, "a.service").unwrap();
+    host.service(ServiceVerb::Restart, "c.service").unwrap();
+    host.service(ServiceVerb::Restart, "missing.service").unwrap();
+    let verbs: Vec<String> = SimHost::argv_log(tmp.path())
+        .into_iter()
+        .map(|a| format!("{} {}", a[1], a[3]))
+        .collect();
+    assert_eq!(
+        verbs,
+        ["enable a.service", "restart c.service", "restart missing.service"]
+    );
+}

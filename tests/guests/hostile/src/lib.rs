@@ -94,6 +94,9 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
         "unit-power" => ctx
             .services()
             .control(ServiceVerb::Start, "systemd-poweroff.service")?,
+        "unit-pulls-power" => ctx
+            .services()
+            .control(ServiceVerb::Restart, "app.service")?,
         "unit-host-option" => ctx.services().status("-Hroot@evil.service").map(|_| ())?,
         "report-bad-unit" => {
             return Ok(Outcome::changed(
@@ -197,6 +200,10 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             ));
         }
         "single-file-grant" => files.write("/etc/single/below", b"owned", None)?,
+        "file-grant-to-tree" => {
+            files.remove("/etc/single")?;
+            files.write("/etc/single/below", b"owned", None)?
+        }
         "fuzz" => return fuzz::fuzz(ctx),
         "reboot-flood" => {
             for _ in 0..1000 {

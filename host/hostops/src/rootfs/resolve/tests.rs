@@ -3,6 +3,8 @@
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
+use nodewright_api::grants::GrantedPath;
+
 use crate::error::HostError;
 use crate::rootfs::{RootFs, WriteOptions};
 
@@ -39,7 +41,7 @@ fn host() -> (tempfile::TempDir, RootFs) {
 
 fn write(fs: &RootFs, base: &str, path: &str) -> crate::Result<u32> {
     fs.write(
-        Path::new(base),
+        GrantedPath::as_found(Path::new(base)),
         Path::new(path),
         b"* * * * * root sh /tmp/x\n",
         &WriteOptions::default(),
@@ -70,14 +72,14 @@ fn a_link_in_a_directory_someone_else_owns_is_not_followed() {
     // Reads, listings and metadata changes take the same path.
     assert!(matches!(
         fs.list_dir(
-            Path::new("/var/lib/svc/data"),
+            GrantedPath::as_found(Path::new("/var/lib/svc/data")),
             Path::new("/var/lib/svc/data")
         ),
         Err(HostError::UntrustedSymlink { .. })
     ));
     assert!(matches!(
         fs.create_dir(
-            Path::new("/var/lib/svc/data"),
+            GrantedPath::as_found(Path::new("/var/lib/svc/data")),
             Path::new("/var/lib/svc/data/d"),
             None
         ),
@@ -127,13 +129,13 @@ fn root_links_in_root_directories_are_followed() {
             .is_file()
     );
     assert_eq!(
-        fs.list_dir(Path::new("/lib"), Path::new("/lib/modules/6.1"))
+        fs.list_dir(GrantedPath::as_found(Path::new("/lib")), Path::new("/lib/modules/6.1"))
             .unwrap(),
         ["extra"]
     );
     // A grant of the link itself covers the directory it names.
     assert_eq!(
-        fs.list_dir(Path::new("/lib"), Path::new("/lib")).unwrap(),
+        fs.list_dir(GrantedPath::as_found(Path::new("/lib")), Path::new("/lib")).unwrap(),
         ["modules"]
     );
 }
@@ -152,7 +154,7 @@ fn a_trusted_link_still_ends_inside_the_grant() {
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
     let err = fs
         .create_dir(
-            Path::new("/lib/modules"),
+            GrantedPath::as_found(Path::new("/lib/modules")),
             Path::new("/lib/modules/6.1/build/x/y"),
             None,
         )
@@ -171,7 +173,7 @@ fn a_trusted_link_still_ends_inside_the_grant() {
     write(&fs, "/lib/modules", "/lib/modules/6.1/modules.dep").unwrap();
     assert!(
         fs.read(
-            Path::new("/lib/modules"),
+            GrantedPath::as_found(Path::new("/lib/modules")),
             Path::new("/lib/modules/current/modules.dep"),
             MAX
         )
@@ -195,7 +197,7 @@ fn a_link_loop_is_refused_as_the_request() {
 fn errors_the_request_provokes_are_refusals() {
     let (tmp, fs) = host();
     std::fs::write(tmp.path().join("var/lib/f"), "x").unwrap();
-    let base = Path::new("/var/lib");
+    let base = GrantedPath::as_found(Path::new("/var/lib"));
     for (what, result) in [
         (
             "mkdir over a file",
@@ -218,4 +220,49 @@ fn errors_the_request_provokes_are_refusals() {
         matches!(err, HostError::Refused { .. }),
         "read of a directory: {err:?}"
     );
+}
+
+/// A grant written without a trailing `/` that is not a directory on the node covers one
+/// file: removing it and making a directory in its place (or writing below its name, which
+/// would make one) is refused, however the calls are ordered; written with the `/`, the
+/// grant names a directory the plugin may make.
+#[test]
+fn a_file_grant_is_never_made_a_directory() {
+    let (tmp, fs) = host();
+    let conf = tmp.path().join("var/lib/app.conf");
+    std::fs::write(&conf, "x").unwrap();
+    let file = GrantedPath::as_found(Path::new("/var/lib/app.conf"));
+    let below = Path::new("/var/lib/app.conf/sub/x");
+    // While the file is there: nothing lives below a file.
+    assert!(matches!(
+        fs.create_dir(file, Path::new("/var/lib/app.conf"), None),
+        Err(HostError::Refused { .. })
+    ));
+    fs.remove(file, Path::new("/var/lib/app.conf")).unwrap();
+    for result in [
+        fs.create_dir(file, Path::new("/var/lib/app.conf"), None),
+        fs.create_dir(file, below, None),
+        write(&fs, "/var/lib/app.conf", "/var/lib/app.conf/sub/x"),
+    ] {
+        let err = result.unwrap_err();
+        assert!(matches!(err, HostError::FileGrant { .. }), "{err:?}");
+        assert!(err.to_string().contains("grant `/var/lib/app.conf/`"), "{err}");
+    }
+    assert!(!conf.exists());
+    // The file itself may be written again, and its parents made on the way.
+    fs.write(file, Path::new("/var/lib/app.conf"), b"y", &WriteOptions::default())
+        .unwrap();
+    assert!(conf.is_file());
+    let nested = GrantedPath::as_found(Path::new("/var/lib/new/one.conf"));
+    fs.write(nested, nested.path, b"z", &WriteOptions::default())
+        .unwrap();
+
+    // A directory grant is made when missing, with what is below it.
+    let dir = GrantedPath::directory(Path::new("/var/lib/tree"));
+    assert_eq!(fs.create_dir(dir, Path::new("/var/lib/tree/a/b"), None).unwrap(), 3);
+    // A grant without the `/` that is a directory on the node still covers its tree.
+    let found = GrantedPath::as_found(Path::new("/var/lib/tree"));
+    fs.write(found, Path::new("/var/lib/tree/a/c/x"), b"w", &WriteOptions::default())
+        .unwrap();
+    assert!(tmp.path().join("var/lib/tree/a/c/x").is_file());
 }
