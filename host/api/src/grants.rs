@@ -21,9 +21,7 @@ mod patterns;
 mod set;
 mod spec;
 
-pub use patterns::{
-    CommandRule, GrantedPath, NamePattern, PathKind, PathRule, normalize_abs_path,
-};
+pub use patterns::{CommandRule, GrantedPath, NamePattern, PathKind, PathRule, normalize_abs_path};
 pub use set::{GrantSet, NameRefusal};
 pub use spec::{
     Capabilities, Capability, CommandGrant, FileAccess, FileGrant, GrantError, GrantSource,

@@ -3,8 +3,9 @@
 //! Every operation names the grant (`base`) it runs under and resolves its path from the
 //! host root, component by component, following only symlinks the secure-path rule trusts
 //! and ending within the grant (`resolve`); it then acts on the one name left, through the
-//! directory handle the resolution holds. When the grant is a single file, nothing lives
-//! below it and the file must not be a symlink.
+//! directory handle the resolution holds. A grant names a directory when written with a
+//! trailing `/` or when the node has one there; otherwise it is a single file: nothing lives
+//! below it, it is never made a directory, and it must not be a symlink.
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -233,7 +234,12 @@ impl RootFs {
 
     /// `mkdir -p`, making at most `max_new` directories (see [`WriteOptions::max_new_dirs`]);
     /// returns how many it made.
-    pub fn create_dir(&self, base: GrantedPath<'_>, path: &Path, max_new: Option<u32>) -> Result<u32> {
+    pub fn create_dir(
+        &self,
+        base: GrantedPath<'_>,
+        path: &Path,
+        max_new: Option<u32>,
+    ) -> Result<u32> {
         let how = Resolve {
             last: Last::Dir,
             create: Some(max_new.unwrap_or(u32::MAX)),

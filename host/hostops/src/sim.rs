@@ -137,7 +137,10 @@ impl SimHost {
             "etc/modprobe.d",
             "etc/systemd/system",
         ];
-        for dir in ["proc/sys/kernel/random", SIM_RUN, SIM_LIB].iter().chain(&DISTRO_DIRS) {
+        for dir in ["proc/sys/kernel/random", SIM_RUN, SIM_LIB]
+            .iter()
+            .chain(&DISTRO_DIRS)
+        {
             let d = root.join(dir);
             std::fs::create_dir_all(&d).map_err(|e| HostError::io("create", &d, e))?;
         }
@@ -288,8 +291,7 @@ impl SimHost {
             text.push_str(&file);
         }
         for d in DIRS {
-            let Ok(entries) = std::fs::read_dir(self.root.join(d).join(format!("{unit}.d")))
-            else {
+            let Ok(entries) = std::fs::read_dir(self.root.join(d).join(format!("{unit}.d"))) else {
                 continue;
             };
             let mut confs: Vec<PathBuf> = entries

@@ -268,7 +268,11 @@ fn a_service_interrupt_never_reaches_power_through_the_unit_on_the_node() {
     let units = tmp.path().join("etc/systemd/system");
     std::fs::create_dir_all(units.join("app.service.d")).unwrap();
     std::fs::write(units.join("ok.service"), "[Service]\nExecStart=/bin/true\n").unwrap();
-    std::fs::write(units.join("app.service"), "[Service]\nExecStart=/bin/true\n").unwrap();
+    std::fs::write(
+        units.join("app.service"),
+        "[Service]\nExecStart=/bin/true\n",
+    )
+    .unwrap();
     std::fs::write(
         units.join("app.service.d/10-evil.conf"),
         "[Unit]\nOnFailure=poweroff.target\n",

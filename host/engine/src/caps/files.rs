@@ -34,7 +34,8 @@ impl files::Host for CapState {
         };
         let made = self
             .host(Capability::Files, "write", &path, move |h| {
-                h.fs().write(rule.granted(), &normalized, &contents, &options)
+                h.fs()
+                    .write(rule.granted(), &normalized, &contents, &options)
             })
             .await?;
         self.budget.files_left = self.budget.files_left.saturating_sub(made);

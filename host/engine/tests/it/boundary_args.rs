@@ -137,7 +137,11 @@ async fn a_granted_unit_that_pulls_in_power_is_refused() {
         })
         .await;
     let d = denial("unit-pulls-power", &result);
-    assert!(d.message.contains("app.service pulls in reboot.target"), "{}", d.message);
+    assert!(
+        d.message.contains("app.service pulls in reboot.target"),
+        "{}",
+        d.message
+    );
     assert_eq!(SimHost::argv_log(tmp.path()), Vec::<Vec<String>>::new());
 }
 

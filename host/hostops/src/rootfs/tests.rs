@@ -70,7 +70,11 @@ fn relative_symlink_out_of_the_grant_is_refused() {
     let (tmp, fs) = fixture();
     std::os::unix::fs::symlink("../shadow", tmp.path().join("etc/app/link")).unwrap();
     let err = fs
-        .read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/link"), MAX)
+        .read(
+            GrantedPath::as_found(Path::new("/etc/app")),
+            Path::new("/etc/app/link"),
+            MAX,
+        )
         .unwrap_err();
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
     let err = fs
@@ -93,7 +97,11 @@ fn absolute_symlink_is_refused() {
     let (tmp, fs) = fixture();
     std::os::unix::fs::symlink("/etc/shadow", tmp.path().join("etc/app/abs")).unwrap();
     let err = fs
-        .read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/abs"), MAX)
+        .read(
+            GrantedPath::as_found(Path::new("/etc/app")),
+            Path::new("/etc/app/abs"),
+            MAX,
+        )
         .unwrap_err();
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
 }
@@ -103,13 +111,21 @@ fn single_file_grant_refuses_a_symlinked_file() {
     let (tmp, fs) = fixture();
     std::os::unix::fs::symlink("shadow", tmp.path().join("etc/motd")).unwrap();
     let err = fs
-        .read(GrantedPath::as_found(Path::new("/etc/motd")), Path::new("/etc/motd"), MAX)
+        .read(
+            GrantedPath::as_found(Path::new("/etc/motd")),
+            Path::new("/etc/motd"),
+            MAX,
+        )
         .unwrap_err();
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
     std::fs::write(tmp.path().join("etc/hostname"), "n1").unwrap();
     assert_eq!(
-        fs.read(GrantedPath::as_found(Path::new("/etc/hostname")), Path::new("/etc/hostname"), MAX)
-            .unwrap(),
+        fs.read(
+            GrantedPath::as_found(Path::new("/etc/hostname")),
+            Path::new("/etc/hostname"),
+            MAX
+        )
+        .unwrap(),
         b"n1"
     );
 }
@@ -118,7 +134,11 @@ fn single_file_grant_refuses_a_symlinked_file() {
 fn path_outside_base_is_refused() {
     let (_tmp, fs) = fixture();
     let err = fs
-        .read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/shadow"), MAX)
+        .read(
+            GrantedPath::as_found(Path::new("/etc/app")),
+            Path::new("/etc/shadow"),
+            MAX,
+        )
         .unwrap_err();
     assert!(matches!(err, HostError::Escape { .. }), "{err:?}");
 }
@@ -142,7 +162,11 @@ fn a_single_file_grant_has_nothing_below_it() {
         "the file itself was not written"
     );
     assert!(matches!(
-        fs.read(GrantedPath::as_found(Path::new("/etc/x")), Path::new("/etc/x/y"), MAX),
+        fs.read(
+            GrantedPath::as_found(Path::new("/etc/x")),
+            Path::new("/etc/x/y"),
+            MAX
+        ),
         Err(HostError::NotADirectory { .. })
     ));
 }
@@ -152,16 +176,24 @@ fn reads_are_bounded() {
     let (tmp, fs) = fixture();
     std::fs::write(tmp.path().join("etc/app/big"), vec![b'x'; 4097]).unwrap();
     let err = fs
-        .read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/big"), 4096)
+        .read(
+            GrantedPath::as_found(Path::new("/etc/app")),
+            Path::new("/etc/app/big"),
+            4096,
+        )
         .unwrap_err();
     assert!(
         matches!(err, HostError::TooLarge { limit: 4096, .. }),
         "{err:?}"
     );
     assert_eq!(
-        fs.read(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/big"), 4097)
-            .unwrap()
-            .len(),
+        fs.read(
+            GrantedPath::as_found(Path::new("/etc/app")),
+            Path::new("/etc/app/big"),
+            4097
+        )
+        .unwrap()
+        .len(),
         4097
     );
 }
@@ -273,7 +305,12 @@ fn a_write_that_would_cross_the_free_space_floor_is_refused() {
         ..Default::default()
     };
     let err = fs
-        .write(GrantedPath::as_found(Path::new("/etc/app")), Path::new("/etc/app/n"), b"x", &floor)
+        .write(
+            GrantedPath::as_found(Path::new("/etc/app")),
+            Path::new("/etc/app/n"),
+            b"x",
+            &floor,
+        )
         .unwrap_err();
     assert!(matches!(err, HostError::DiskFloor { .. }), "{err:?}");
     assert!(!tmp.path().join("etc/app/n").exists());

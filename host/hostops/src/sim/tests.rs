@@ -113,10 +113,22 @@ fn a_unit_that_reaches_power_is_refused_before_systemctl() {
     std::fs::create_dir_all(etc.join("b.service.d")).unwrap();
     std::fs::create_dir_all(&lib).unwrap();
     let unit = |dir: &Path, name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
-    unit(&lib, "a.service", "[Unit]\n# Wants=reboot.target\n[Service]\nSuccessAction=reboot-force\n");
+    unit(
+        &lib,
+        "a.service",
+        "[Unit]\n# Wants=reboot.target\n[Service]\nSuccessAction=reboot-force\n",
+    );
     unit(&etc, "b.service", "[Service]\nExecStart=/bin/true\n");
-    unit(&etc.join("b.service.d"), "x.conf", "[Unit]\nWants=network.target emergency.target\n");
-    unit(&etc, "c.service", "[Unit]\nWants=network-online.target\nFailureAction=none\n");
+    unit(
+        &etc.join("b.service.d"),
+        "x.conf",
+        "[Unit]\nWants=network.target emergency.target\n",
+    );
+    unit(
+        &etc,
+        "c.service",
+        "[Unit]\nWants=network-online.target\nFailureAction=none\n",
+    );
     let refused = |verb, name: &str| match host.service(verb, name) {
         Err(HostError::PowerUnit { why, .. }) => why,
         other => panic!("{verb} {name}: {other:?}"),
@@ -127,13 +139,18 @@ fn a_unit_that_reaches_power_is_refused_before_systemctl() {
     // Enabling changes no state now; a plain unit and a unit without a file restart.
     host.service(ServiceVerb::Enable, "a.service").unwrap();
     host.service(ServiceVerb::Restart, "c.service").unwrap();
-    host.service(ServiceVerb::Restart, "missing.service").unwrap();
+    host.service(ServiceVerb::Restart, "missing.service")
+        .unwrap();
     let verbs: Vec<String> = SimHost::argv_log(tmp.path())
         .into_iter()
         .map(|a| format!("{} {}", a[1], a[3]))
         .collect();
     assert_eq!(
         verbs,
-        ["enable a.service", "restart c.service", "restart missing.service"]
+        [
+            "enable a.service",
+            "restart c.service",
+            "restart missing.service"
+        ]
     );
 }

@@ -129,13 +129,17 @@ fn root_links_in_root_directories_are_followed() {
             .is_file()
     );
     assert_eq!(
-        fs.list_dir(GrantedPath::as_found(Path::new("/lib")), Path::new("/lib/modules/6.1"))
-            .unwrap(),
+        fs.list_dir(
+            GrantedPath::as_found(Path::new("/lib")),
+            Path::new("/lib/modules/6.1")
+        )
+        .unwrap(),
         ["extra"]
     );
     // A grant of the link itself covers the directory it names.
     assert_eq!(
-        fs.list_dir(GrantedPath::as_found(Path::new("/lib")), Path::new("/lib")).unwrap(),
+        fs.list_dir(GrantedPath::as_found(Path::new("/lib")), Path::new("/lib"))
+            .unwrap(),
         ["modules"]
     );
 }
@@ -246,12 +250,20 @@ fn a_file_grant_is_never_made_a_directory() {
     ] {
         let err = result.unwrap_err();
         assert!(matches!(err, HostError::FileGrant { .. }), "{err:?}");
-        assert!(err.to_string().contains("grant `/var/lib/app.conf/`"), "{err}");
+        assert!(
+            err.to_string().contains("grant `/var/lib/app.conf/`"),
+            "{err}"
+        );
     }
     assert!(!conf.exists());
     // The file itself may be written again, and its parents made on the way.
-    fs.write(file, Path::new("/var/lib/app.conf"), b"y", &WriteOptions::default())
-        .unwrap();
+    fs.write(
+        file,
+        Path::new("/var/lib/app.conf"),
+        b"y",
+        &WriteOptions::default(),
+    )
+    .unwrap();
     assert!(conf.is_file());
     let nested = GrantedPath::as_found(Path::new("/var/lib/new/one.conf"));
     fs.write(nested, nested.path, b"z", &WriteOptions::default())
@@ -259,10 +271,19 @@ fn a_file_grant_is_never_made_a_directory() {
 
     // A directory grant is made when missing, with what is below it.
     let dir = GrantedPath::directory(Path::new("/var/lib/tree"));
-    assert_eq!(fs.create_dir(dir, Path::new("/var/lib/tree/a/b"), None).unwrap(), 3);
+    assert_eq!(
+        fs.create_dir(dir, Path::new("/var/lib/tree/a/b"), None)
+            .unwrap(),
+        3
+    );
     // A grant without the `/` that is a directory on the node still covers its tree.
     let found = GrantedPath::as_found(Path::new("/var/lib/tree"));
-    fs.write(found, Path::new("/var/lib/tree/a/c/x"), b"w", &WriteOptions::default())
-        .unwrap();
+    fs.write(
+        found,
+        Path::new("/var/lib/tree/a/c/x"),
+        b"w",
+        &WriteOptions::default(),
+    )
+    .unwrap();
     assert!(tmp.path().join("var/lib/tree/a/c/x").is_file());
 }
