@@ -41,7 +41,7 @@ mod registry;
 mod tls;
 
 pub use auth::Credentials;
-pub use bounded::MAX_MANIFEST_BYTES;
+pub use bounded::{MAX_MANIFEST_BYTES, MAX_TOKEN_BYTES};
 pub use cache::{GcReport, NodeCache};
 pub use digest::{parse_digest, sha256_digest};
 pub use error::{Error, Result};

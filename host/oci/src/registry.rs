@@ -11,6 +11,7 @@ use oci_client::{Client, Reference};
 
 use crate::artifact::{self, Descriptor, Manifest};
 use crate::auth::Credentials;
+use crate::bounded::{Body, Credential};
 use crate::digest::{parse_digest, sha256_digest};
 use crate::error::{Error, Result};
 #[cfg(feature = "push")]
@@ -55,6 +56,8 @@ pub struct RegistryConfig {
 pub struct Registry {
     config: RegistryConfig,
     clients: Mutex<HashMap<String, Clients>>,
+    /// Pull tokens by (registry, repository), while they live.
+    tokens: Mutex<HashMap<(String, String), Credential>>,
 }
 
 /// The clients for one registry: oci-client for the protocol, and a plain HTTP client
@@ -79,6 +82,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Parses a reference, naming it in the error.
+/// What resolving a tag accepts: single manifests and indexes, OCI's and Docker's (what
+/// `docker`, `crane` and oci-client ask for).
+const RESOLVE_TYPES: &[&str] = &[
+    artifact::OCI_MANIFEST,
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+];
+
 pub(crate) fn parse_reference(reference: &str) -> Result<Reference> {
     Reference::from_str(reference).map_err(|e| Error::InvalidReference {
         reference: reference.into(),
@@ -92,11 +104,14 @@ impl Registry {
         Registry {
             config,
             clients: Mutex::default(),
+            tokens: Mutex::default(),
         }
     }
 
-    fn client(&self, registry: &str) -> Result<Client> {
-        Ok(self.clients(registry)?.oci)
+    pub(crate) fn tokens(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), Credential>> {
+        self.tokens.lock().expect("token cache lock")
     }
 
     pub(crate) fn clients(&self, registry: &str) -> Result<Clients> {
@@ -201,19 +216,9 @@ impl Registry {
         if let Some(d) = r.digest() {
             return Ok(d.to_string());
         }
-        let auth = self.config.credentials.for_registry(r.resolve_registry())?;
-        let client = self.client(r.resolve_registry())?;
-        let digest = client
-            .fetch_manifest_digest(&r, &auth)
-            .await
-            .map_err(|e| Error::from_oci(reference, e))?;
-        if parse_digest(&digest).is_none() {
-            return Err(Error::Registry {
-                reference: reference.into(),
-                detail: format!("registry returned digest {digest:?}, not sha256"),
-            });
-        }
-        Ok(digest)
+        // The digest pinned is the hash of the bytes read (bounded), never a header.
+        let raw = self.manifest_body(reference, &r, RESOLVE_TYPES).await?;
+        Ok(sha256_digest(&raw))
     }
 
     /// Fetches the manifest a *tag* names, raw, accepting `media_types`; `None` when the tag
@@ -276,7 +281,6 @@ impl Registry {
         descriptor: &Descriptor,
         limit: u64,
     ) -> Result<Vec<u8>> {
-        use futures::TryStreamExt;
         let limit = limit.min(self.config.limits.max_blob_bytes);
         let too_large = |size: u64| Error::TooLarge {
             reference: pinned.into(),
@@ -292,53 +296,27 @@ impl Registry {
             return Err(too_large(declared));
         }
         let r = parse_reference(pinned)?;
-        let auth = self.config.credentials.for_registry(r.resolve_registry())?;
-        let client = self.client(r.resolve_registry())?;
-        client
-            .store_auth_if_needed(r.resolve_registry(), &auth)
-            .await;
-        let mut stream = client
-            .pull_blob_stream(&r, descriptor.digest.as_str())
-            .await
-            .map_err(|e| Error::from_oci(pinned, e))?;
-        if let Some(length) = stream.content_length
-            && length > declared
-        {
-            return Err(too_large(length));
+        if parse_digest(&descriptor.digest).is_none() {
+            return Err(Error::InvalidArtifact {
+                reference: pinned.into(),
+                reason: format!("layer digest {:?} is not sha256", descriptor.digest),
+            });
         }
-        let mut out = Vec::with_capacity(declared as usize);
-        let mismatch = |actual: String| Error::DigestMismatch {
-            reference: pinned.into(),
-            what: "layer".into(),
-            expected: descriptor.digest.clone(),
-            actual,
+        // Read to at most the declared size: a body past it is refused as it arrives.
+        let body = Body {
+            what: "layer",
+            limit: declared,
         };
-        loop {
-            match stream.stream.try_next().await {
-                Ok(Some(chunk)) => {
-                    if (out.len() + chunk.len()) as u64 > declared {
-                        return Err(mismatch(format!(
-                            "(more than the {declared} bytes the manifest declares)"
-                        )));
-                    }
-                    out.extend_from_slice(&chunk);
-                }
-                Ok(None) => break,
-                // oci-client checks the digest as the stream ends.
-                Err(e) if e.to_string().contains("digest") => {
-                    return Err(mismatch("(content did not match)".into()));
-                }
-                Err(e) => {
-                    return Err(Error::Unavailable {
-                        reference: pinned.into(),
-                        detail: format!("reading the layer: {e}"),
-                    });
-                }
-            }
-        }
+        let path = format!("blobs/{}", descriptor.digest);
+        let out = self.get_within(pinned, &r, &path, None, body).await?;
         let actual = sha256_digest(&out);
         if actual != descriptor.digest {
-            return Err(mismatch(actual));
+            return Err(Error::DigestMismatch {
+                reference: pinned.into(),
+                what: "layer".into(),
+                expected: descriptor.digest.clone(),
+                actual,
+            });
         }
         Ok(out)
     }
@@ -401,7 +379,7 @@ impl Registry {
             });
         }
         let auth = self.config.credentials.for_registry(r.resolve_registry())?;
-        let client = self.client(r.resolve_registry())?;
+        let client = self.clients(r.resolve_registry())?.oci;
         client
             .auth(&r, &auth, oci_client::RegistryOperation::Push)
             .await

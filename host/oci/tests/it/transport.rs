@@ -1,7 +1,11 @@
 //! Against a real registry: how the client reaches it — plain HTTP only when listed as
-//! insecure, basic auth, TLS with its CA and no fallback, size limits and the pull deadline.
+//! insecure, basic auth, a token service, TLS with its CA and no fallback, size limits and
+//! the pull deadline.
 
 use crate::support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use nodewright_oci::{Credentials, Error, NodeCache, Puller, Registry, RegistryConfig};
 use nodewright_testregistry::TestRegistry;
@@ -240,13 +244,17 @@ async fn a_stalled_registry_hits_the_pull_deadline() {
 }
 
 /// A registry that answers every manifest request with an endless body, announced or
-/// chunked: the client stops at the manifest bound instead of holding the body.
-fn hostile_registry(announce: bool) -> String {
+/// chunked: the client stops at the manifest bound instead of holding the body. With
+/// `token`, it asks for a bearer token instead, and its token service's answer is the
+/// endless body.
+fn hostile_registry(announce: bool, token: bool) -> String {
     use std::io::{BufRead, BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let host = listener.local_addr().unwrap().to_string();
+    let served = host.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
+            let host = served.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
                 let mut stream = stream;
@@ -259,7 +267,19 @@ fn hostile_registry(announce: bool) -> String {
                     while reader.read_line(&mut line).is_ok() && line != "\r\n" {
                         line.clear();
                     }
-                    if !request.contains("/manifests/") {
+                    if token && request.starts_with("GET /v2/ ") {
+                        let challenge = format!(
+                            "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer realm=\"http://{host}/token\",service=\"hostile\"\r\ncontent-length: 0\r\n\r\n"
+                        );
+                        let _ = stream.write_all(challenge.as_bytes());
+                        continue;
+                    }
+                    let endless = if token {
+                        request.contains("/token?")
+                    } else {
+                        request.contains("/manifests/")
+                    };
+                    if !endless {
                         let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
                         continue;
                     }
@@ -297,7 +317,7 @@ fn hostile_registry(announce: bool) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_manifest_body_past_the_bound_is_refused_before_it_is_held() {
     for announce in [true, false] {
-        let host = hostile_registry(announce);
+        let host = hostile_registry(announce, false);
         let registry = Registry::new(RegistryConfig {
             insecure: vec![host.clone()],
             ..Default::default()
@@ -323,4 +343,154 @@ async fn a_manifest_body_past_the_bound_is_refused_before_it_is_held() {
             "announced={announce}: {err}"
         );
     }
+}
+
+/// Resolving a tag reads the manifest within the same bound (no unbounded fallback after a
+/// `HEAD` without a digest header), and a token service's answer is bounded too: nothing
+/// on the pull path reads a body whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn tags_and_tokens_are_read_within_their_bounds() {
+    for announce in [true, false] {
+        let host = hostile_registry(announce, false);
+        let registry = Registry::new(RegistryConfig {
+            insecure: vec![host.clone()],
+            ..Default::default()
+        });
+        let err = registry
+            .resolve(&format!("{host}/plugins/x:1.0.0"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::TooLarge { ref what, .. } if what == "manifest"),
+            "announced={announce}: {err}"
+        );
+
+        let host = hostile_registry(announce, true);
+        let registry = Registry::new(RegistryConfig {
+            insecure: vec![host.clone()],
+            ..Default::default()
+        });
+        let pinned = format!("{host}/plugins/x@sha256:{}", "a".repeat(64));
+        for err in [
+            registry.fetch_manifest(&pinned).await.unwrap_err(),
+            registry
+                .resolve(&format!("{host}/plugins/x:1.0.0"))
+                .await
+                .unwrap_err(),
+        ] {
+            assert!(
+                matches!(
+                    err,
+                    Error::TooLarge { ref what, limit, .. }
+                        if what == "token" && limit == nodewright_oci::MAX_TOKEN_BYTES
+                ),
+                "announced={announce}: {err}"
+            );
+        }
+    }
+}
+
+/// A registry behind a token service, as Docker Hub, GHCR and Harbor are: `/v2/` answers
+/// 401 with a bearer challenge; the token service wants the configured basic credentials
+/// and the repository's pull scope; manifests need the token. Counts token requests.
+fn token_registry(manifest: &'static [u8]) -> (String, Arc<AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let tokens = Arc::new(AtomicUsize::new(0));
+    let (served, counted) = (host.clone(), tokens.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (host, tokens) = (served.clone(), counted.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut headers = Vec::new();
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok() && line != "\r\n" {
+                        headers.push(line.trim().to_ascii_lowercase());
+                        line.clear();
+                    }
+                    let has = |h: &str| headers.iter().any(|l| l == h);
+                    // "user:secret"
+                    let basic = has("authorization: basic dxnlcjpzzwnyzxq=");
+                    let (status, extra, body): (&str, String, &[u8]) = if request.starts_with(
+                        "GET /token?scope=repository%3Aplugins%2Fx%3Apull&service=reg ",
+                    ) && basic
+                    {
+                        tokens.fetch_add(1, Ordering::SeqCst);
+                        (
+                            "200 OK",
+                            String::new(),
+                            br#"{"token": "t1", "expires_in": 300}"#,
+                        )
+                    } else if request.contains("/v2/plugins/x/manifests/")
+                        && has("authorization: bearer t1")
+                    {
+                        (
+                            "200 OK",
+                            "content-type: application/vnd.oci.image.manifest.v1+json\r\n".into(),
+                            manifest,
+                        )
+                    } else {
+                        (
+                            "401 Unauthorized",
+                            format!(
+                                "www-authenticate: Bearer realm=\"http://{host}/token\",service=\"reg\"\r\n"
+                            ),
+                            b"{}",
+                        )
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\n{extra}content-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if stream
+                        .write_all(head.as_bytes())
+                        .and_then(|()| stream.write_all(body))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (host, tokens)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_service_is_asked_once_with_the_credentials_and_its_token_is_used() {
+    let manifest: &[u8] = br#"{"schemaVersion": 2}"#;
+    let (host, tokens) = token_registry(manifest);
+    let registry = Registry::new(RegistryConfig {
+        insecure: vec![host.clone()],
+        credentials: Credentials::Basic {
+            username: "user".into(),
+            password: "secret".into(),
+        },
+        ..Default::default()
+    });
+    let tag = format!("{host}/plugins/x:1.0.0");
+    let digest = registry.resolve(&tag).await.unwrap();
+    assert_eq!(digest, nodewright_oci::sha256_digest(manifest));
+    assert_eq!(registry.resolve(&tag).await.unwrap(), digest);
+    assert_eq!(
+        tokens.load(Ordering::SeqCst),
+        1,
+        "the token is reused while it lives"
+    );
+
+    // Without the credentials the token service refuses, and the error says so.
+    let anonymous = Registry::new(RegistryConfig {
+        insecure: vec![host.clone()],
+        ..Default::default()
+    });
+    let err = anonymous.resolve(&tag).await.unwrap_err();
+    assert!(matches!(err, Error::Unauthorized { .. }), "{err}");
 }
