@@ -248,70 +248,49 @@ async fn a_stalled_registry_hits_the_pull_deadline() {
 /// `token`, it asks for a bearer token instead, and its token service's answer is the
 /// endless body.
 fn hostile_registry(announce: bool, token: bool) -> String {
-    use std::io::{BufRead, BufReader, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let host = listener.local_addr().unwrap().to_string();
-    let served = host.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let host = served.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut stream = stream;
-                loop {
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).is_ok() && line != "\r\n" {
-                        line.clear();
-                    }
-                    if token && request.starts_with("GET /v2/ ") {
-                        let challenge = format!(
-                            "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer realm=\"http://{host}/token\",service=\"hostile\"\r\ncontent-length: 0\r\n\r\n"
-                        );
-                        let _ = stream.write_all(challenge.as_bytes());
-                        continue;
-                    }
-                    let endless = if token {
-                        request.contains("/token?")
-                    } else {
-                        request.contains("/manifests/")
-                    };
-                    if !endless {
-                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
-                        continue;
-                    }
-                    let head = if announce {
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ncontent-length: 1610612736\r\n\r\n".to_string()
-                    } else {
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ntransfer-encoding: chunked\r\n\r\n".to_string()
-                    };
-                    if stream.write_all(head.as_bytes()).is_err() {
-                        return;
-                    }
-                    let chunk = vec![b' '; 64 << 10];
-                    // 1.5 GiB at most; the client hangs up long before.
-                    for _ in 0..24_576 {
-                        let ok = if announce {
-                            stream.write_all(&chunk)
-                        } else {
-                            stream
-                                .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
-                                .and_then(|()| stream.write_all(&chunk))
-                                .and_then(|()| stream.write_all(b"\r\n"))
-                        };
-                        if ok.is_err() {
-                            return;
-                        }
-                    }
-                    return;
-                }
-            });
+    use std::io::Write;
+    serve(move |host, request, stream| {
+        if token && request.line.starts_with("GET /v2/ ") {
+            let challenge = format!(
+                "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer realm=\"http://{host}/token\",service=\"hostile\"\r\ncontent-length: 0\r\n\r\n"
+            );
+            return stream.write_all(challenge.as_bytes()).is_ok();
         }
-    });
-    host
+        let endless = if token {
+            request.line.contains("/token?")
+        } else {
+            request.line.contains("/manifests/")
+        };
+        if !endless {
+            return stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .is_ok();
+        }
+        let head = if announce {
+            "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ncontent-length: 1610612736\r\n\r\n"
+        } else {
+            "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ntransfer-encoding: chunked\r\n\r\n"
+        };
+        if stream.write_all(head.as_bytes()).is_err() {
+            return false;
+        }
+        let chunk = vec![b' '; 64 << 10];
+        // 1.5 GiB at most; the client hangs up long before.
+        for _ in 0..24_576 {
+            let ok = if announce {
+                stream.write_all(&chunk)
+            } else {
+                stream
+                    .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                    .and_then(|()| stream.write_all(&chunk))
+                    .and_then(|()| stream.write_all(b"\r\n"))
+            };
+            if ok.is_err() {
+                return false;
+            }
+        }
+        false
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -394,72 +373,42 @@ async fn tags_and_tokens_are_read_within_their_bounds() {
 /// 401 with a bearer challenge; the token service wants the configured basic credentials
 /// and the repository's pull scope; manifests need the token. Counts token requests.
 fn token_registry(manifest: &'static [u8]) -> (String, Arc<AtomicUsize>) {
-    use std::io::{BufRead, BufReader, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let host = listener.local_addr().unwrap().to_string();
+    use std::io::Write;
     let tokens = Arc::new(AtomicUsize::new(0));
-    let (served, counted) = (host.clone(), tokens.clone());
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let (host, tokens) = (served.clone(), counted.clone());
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut stream = stream;
-                loop {
-                    let mut request = String::new();
-                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut headers = Vec::new();
-                    let mut line = String::new();
-                    while reader.read_line(&mut line).is_ok() && line != "\r\n" {
-                        headers.push(line.trim().to_ascii_lowercase());
-                        line.clear();
-                    }
-                    let has = |h: &str| headers.iter().any(|l| l == h);
-                    // "user:secret"
-                    let basic = has("authorization: basic dxnlcjpzzwnyzxq=");
-                    let (status, extra, body): (&str, String, &[u8]) = if request.starts_with(
-                        "GET /token?scope=repository%3Aplugins%2Fx%3Apull&service=reg ",
-                    ) && basic
-                    {
-                        tokens.fetch_add(1, Ordering::SeqCst);
-                        (
-                            "200 OK",
-                            String::new(),
-                            br#"{"token": "t1", "expires_in": 300}"#,
-                        )
-                    } else if request.contains("/v2/plugins/x/manifests/")
-                        && has("authorization: bearer t1")
-                    {
-                        (
-                            "200 OK",
-                            "content-type: application/vnd.oci.image.manifest.v1+json\r\n".into(),
-                            manifest,
-                        )
-                    } else {
-                        (
-                            "401 Unauthorized",
-                            format!(
-                                "www-authenticate: Bearer realm=\"http://{host}/token\",service=\"reg\"\r\n"
-                            ),
-                            b"{}",
-                        )
-                    };
-                    let head = format!(
-                        "HTTP/1.1 {status}\r\n{extra}content-length: {}\r\n\r\n",
-                        body.len()
-                    );
-                    if stream
-                        .write_all(head.as_bytes())
-                        .and_then(|()| stream.write_all(body))
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
+    let counted = tokens.clone();
+    let host = serve(move |host, request, stream| {
+        // "user:secret"
+        let basic = request.has("authorization: basic dxnlcjpzzwnyzxq=");
+        let (status, extra, body): (&str, String, &[u8]) = if request
+            .line
+            .starts_with("GET /token?scope=repository%3Aplugins%2Fx%3Apull&service=reg ")
+            && basic
+        {
+            counted.fetch_add(1, Ordering::SeqCst);
+            (
+                "200 OK",
+                String::new(),
+                br#"{"token": "t1", "expires_in": 300}"#,
+            )
+        } else if request.line.contains("/v2/plugins/x/manifests/")
+            && request.has("authorization: bearer t1")
+        {
+            let kind = "content-type: application/vnd.oci.image.manifest.v1+json\r\n";
+            ("200 OK", kind.into(), manifest)
+        } else {
+            let challenge = format!(
+                "www-authenticate: Bearer realm=\"http://{host}/token\",service=\"reg\"\r\n"
+            );
+            ("401 Unauthorized", challenge, b"{}")
+        };
+        let head = format!(
+            "HTTP/1.1 {status}\r\n{extra}content-length: {}\r\n\r\n",
+            body.len()
+        );
+        stream
+            .write_all(head.as_bytes())
+            .and_then(|()| stream.write_all(body))
+            .is_ok()
     });
     (host, tokens)
 }
