@@ -14,7 +14,6 @@ impl files::Host for CapState {
         self.file_op("read", path, false, move |h, base, p| {
             h.fs().read(base, p, max)
         })
-        .await
     }
 
     async fn write(
@@ -43,9 +42,7 @@ impl files::Host for CapState {
     }
 
     async fn stat(&mut self, path: String) -> Result<Option<files::FileStat>, CapError> {
-        let stat = self
-            .file_op("stat", path, false, |h, base, p| h.fs().stat(base, p))
-            .await?;
+        let stat = self.file_op("stat", path, false, |h, base, p| h.fs().stat(base, p))?;
         Ok(stat.map(|s| files::FileStat {
             kind: match s.kind {
                 nodewright_hostops::FileKind::File => files::FileKind::File,
@@ -64,40 +61,34 @@ impl files::Host for CapState {
         self.file_op("list-dir", path, false, |h, base, p| {
             h.fs().list_dir(base, p)
         })
-        .await
     }
 
     async fn create_dir(&mut self, path: String) -> Result<(), CapError> {
         let (rule, normalized) = self.file_scope("create-dir", &path, true)?;
         // Each directory made counts as a written file, however many one call makes.
         let left = self.budget.files_left;
-        let made = self
-            .host(Capability::Files, "create-dir", &path, move |h| {
-                h.fs().create_dir(rule.granted(), &normalized, Some(left))
-            })
-            .await?;
+        let made = self.host_in_place(Capability::Files, "create-dir", &path, |h| {
+            h.fs().create_dir(rule.granted(), &normalized, Some(left))
+        })?;
         self.budget.files_left = self.budget.files_left.saturating_sub(made);
         Ok(())
     }
 
     async fn remove(&mut self, path: String) -> Result<(), CapError> {
         self.file_op("remove", path, true, |h, base, p| h.fs().remove(base, p))
-            .await
     }
 
     async fn set_owner(&mut self, path: String, uid: u32, gid: u32) -> Result<(), CapError> {
         self.file_op("set-owner", path, true, move |h, base, p| {
             h.fs().set_owner(base, p, uid, gid)
         })
-        .await
     }
 
     async fn set_mode(&mut self, path: String, mode: u32) -> Result<(), CapError> {
         let (rule, normalized) = self.file_scope("set-mode", &path, true)?;
         self.check_mode("set-mode", &normalized, Some(mode))?;
-        self.host(Capability::Files, "set-mode", &path, move |h| {
+        self.host_in_place(Capability::Files, "set-mode", &path, |h| {
             h.fs().set_mode(rule.granted(), &normalized, mode)
         })
-        .await
     }
 }

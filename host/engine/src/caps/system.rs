@@ -37,11 +37,9 @@ impl kmod::Host for CapState {
     async fn is_loaded(&mut self, name: String) -> Result<bool, CapError> {
         let checked = self.grants.check_module(&name);
         self.check_name(Capability::Kmod, "is-loaded", &name, checked, false)?;
-        let n = name.clone();
-        self.host(Capability::Kmod, "is-loaded", &name, move |h| {
-            h.kmod_is_loaded(&n)
+        self.host_in_place(Capability::Kmod, "is-loaded", &name, |h| {
+            h.kmod_is_loaded(&name)
         })
-        .await
     }
 }
 
@@ -102,9 +100,7 @@ impl sysctl::Host for CapState {
     async fn get(&mut self, key: String) -> Result<String, CapError> {
         let checked = self.grants.check_sysctl(&key);
         self.check_name(Capability::Sysctl, "get", &key, checked, false)?;
-        let k = key.clone();
-        self.host(Capability::Sysctl, "get", &key, move |h| h.sysctl_get(&k))
-            .await
+        self.host_in_place(Capability::Sysctl, "get", &key, |h| h.sysctl_get(&key))
     }
 
     async fn set(&mut self, key: String, value: String) -> Result<(), CapError> {
@@ -113,10 +109,8 @@ impl sysctl::Host for CapState {
         if let Err(reason) = hostargs::sysctl_value(&value) {
             return Err(self.deny_with(Capability::Sysctl, "set", &key, reason));
         }
-        let k = key.clone();
-        self.host(Capability::Sysctl, "set", &key, move |h| {
-            h.sysctl_set(&k, &value)
+        self.host_in_place(Capability::Sysctl, "set", &key, |h| {
+            h.sysctl_set(&key, &value)
         })
-        .await
     }
 }
