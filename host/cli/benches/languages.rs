@@ -17,12 +17,8 @@ use std::time::{Duration, Instant};
 
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
 use nodewright_engine::{Engine, EngineConfig, RunStage, SandboxLimits, StageContext};
+use nodewright_figures::Figure;
 use nodewright_hostops::{NodeIdentity, SimHost};
-
-fn median(mut xs: Vec<Duration>) -> f64 {
-    xs.sort();
-    xs[xs.len() / 2].as_secs_f64() * 1000.0
-}
 
 struct Case {
     name: &'static str,
@@ -135,15 +131,25 @@ fn main() {
             plan.push(report.duration);
             memory = report.memory_peak;
         }
+        let figures = [
+            Figure::timed("languages", format!("{}: cold compile", case.name), compile),
+            Figure::timed(
+                "languages",
+                format!("{}: cached load + instantiate + plan", case.name),
+                whole,
+            ),
+            Figure::timed("languages", format!("{}: of which plan", case.name), plan),
+        ];
         println!(
             "{:<20} {:>7.1} MB {:>11.0} ms {:>19.1} ms {:>9.1} ms {:>9.1} MiB",
             case.name,
             bytes.len() as f64 / 1e6,
-            median(compile),
-            median(whole),
-            median(plan),
+            figures[0].median,
+            figures[1].median,
+            figures[2].median,
             memory as f64 / (1 << 20) as f64
         );
+        figures.iter().for_each(Figure::write);
     }
     println!(
         "(cached load+inst+plan: a new engine loads the cached code, instantiates and runs plan; targets: <= 1 ms Rust, <= 50 ms Python/JS)"

@@ -11,19 +11,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodewright_figures::Figure;
+
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
 use nodewright_engine::{Engine, EngineConfig, RunStage, SandboxLimits, StageContext};
 use nodewright_hostops::{NodeIdentity, SimHost};
 
-fn stats(mut xs: Vec<Duration>) -> String {
-    xs.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    format!(
-        "median {:>8.3} ms   p90 {:>8.3} ms   n={}",
-        ms(xs[xs.len() / 2]),
-        ms(xs[xs.len() * 9 / 10]),
-        xs.len()
-    )
+fn stats(name: &str, xs: Vec<Duration>) {
+    Figure::timed("plugin", name, xs).report();
 }
 
 fn time<T>(f: impl FnOnce() -> T) -> (T, Duration) {
@@ -42,7 +37,7 @@ fn main() {
     let compile: Vec<_> = (0..10)
         .map(|_| time(|| nocache.load(&bytes).unwrap()).1)
         .collect();
-    println!("compile (Cranelift, no cache)          {}", stats(compile));
+    stats("compile (Cranelift, no cache)", compile);
 
     // Cached load: a fresh engine each time so nothing is in memory, the same cache dir.
     let cache = tmp.path().join("cache");
@@ -65,7 +60,7 @@ fn main() {
             d
         })
         .collect();
-    println!("cached load (re-hash + mmap)           {}", stats(cached));
+    stats("cached load (re-hash + mmap)", cached);
 
     // Instantiate + call plan, fresh store each time.
     let engine = Engine::new(EngineConfig {
@@ -107,7 +102,7 @@ fn main() {
             })
         })
         .collect();
-    println!("instantiate + plan (3 host calls)      {}", stats(calls));
+    stats("instantiate + plan (3 host calls)", calls);
 
     // Whole `nodewright plugin run` process, warm cache.
     let bin = env!("CARGO_BIN_EXE_nodewright");
@@ -135,7 +130,7 @@ fn main() {
     };
     assert!(run().status.success());
     let procs: Vec<_> = (0..20).map(|_| time(run).1).collect();
-    println!("`nodewright plugin run` process, warm  {}", stats(procs));
+    stats("`nodewright plugin run` process, warm", procs);
 
     // From a registry on loopback (Debian docker-registry).
     let reg = nodewright_testregistry::TestRegistry::start();
@@ -175,7 +170,7 @@ fn main() {
             })
         })
         .collect();
-    println!("registry: cold pull + compile          {}", stats(cold));
+    stats("registry: cold pull + compile", cold);
     let warm_dir = tmp.path().join("cold-0");
     let warm: Vec<_> = (0..20)
         .map(|_| {
@@ -197,5 +192,5 @@ fn main() {
             })
         })
         .collect();
-    println!("registry: warm (node cache + code)     {}", stats(warm));
+    stats("registry: warm (node cache + code)", warm);
 }

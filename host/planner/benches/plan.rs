@@ -16,6 +16,7 @@ use std::time::Instant;
 use nodewright_api::keys;
 use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_key};
 use nodewright_api::v1alpha1::NodeWrightSpec;
+use nodewright_figures::Figure;
 use nodewright_planner::{
     Cr, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Snapshot, Work, plan,
 };
@@ -244,6 +245,8 @@ fn main() {
             });
             drop(out);
         }
+        let pass = Figure::timed("plan", format!("pass, {nodes} nodes"), times.clone());
+        pass.write();
         times.sort();
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         let t = Instant::now();
@@ -275,6 +278,13 @@ fn main() {
     if let (Some((small, a)), Some((large, b))) = (medians.first(), medians.last())
         && large > small
     {
+        Figure::value(
+            "plan",
+            format!("growth, {small} -> {large} nodes"),
+            "x",
+            b / a,
+        )
+        .write();
         println!(
             "{small} -> {large} nodes: time x{:.1} for nodes x{:.0} (linear: x{:.0})",
             b / a,

@@ -14,7 +14,8 @@
 //!   byte-reproducible), as OCI layouts under `<target>/images/`, with sizes and digests.
 //! - `publish --registry REG [--insecure] [--tag T]`: the images and the first-party plugins
 //!   pushed to `REG`, then the `helm install` that uses them.
-//! - `bench`: the plugin engine benchmark and the same plugins in three languages.
+//! - `bench [--compare FILE] [--save FILE]`: the engine, language and planner benchmarks,
+//!   compared with a baseline or saved as one (`bench.rs`).
 //! - `crds`: regenerate `deploy/crds/` from the API types (a test fails when they drift).
 //!
 //! Every task builds one way: release, for this machine's musl target, into
@@ -33,6 +34,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+mod bench;
 mod budget;
 mod cargo;
 mod polyglot;
@@ -375,23 +377,6 @@ fn setup_all(target: &Path, budget: &mut Budget) -> Result<()> {
     go.wait(budget)
 }
 
-/// `cargo xtask bench`.
-fn bench(target: &Path, budget: &mut Budget) -> Result<()> {
-    setup_all(target, budget)?;
-    let tools = polyglot::Tools::at(target);
-    for name in ["plugin", "languages"] {
-        budget.phase(&format!("bench: {name}"), || {
-            run(cargo(target)
-                .args(["bench", "--locked", "-p", "nodewright-cli", "--bench", name])
-                .args(["--target", &musl_triple()])
-                .envs(tools.env())
-                .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1"))?;
-            Ok(((), "printed above".into()))
-        })?;
-    }
-    Ok(())
-}
-
 /// `cargo xtask crds`: the api crate's drift test, told to write what it generates.
 fn crds(target: &Path) -> Result<()> {
     setup::rust_build_targets()?;
@@ -425,7 +410,7 @@ fn main() -> ExitCode {
         "author-demo" => author_demo(&target, &mut budget),
         "images" => release::images(&target, &mut budget),
         "publish" => release::publish(&target, rest, &mut budget),
-        "bench" => bench(&target, &mut budget),
+        "bench" => bench::bench(&target, rest, &mut budget),
         "crds" => crds(&target),
         "" => Err(anyhow::anyhow!("usage: cargo xtask <task>; tasks: {TASKS}")),
         other => Err(anyhow::anyhow!("unknown task {other:?}; tasks: {TASKS}")),
