@@ -128,6 +128,20 @@ pub fn uninstall_requested(p: &Package, deleting: bool) -> bool {
         .is_some_and(|u| u.enabled && (u.apply || deleting))
 }
 
+/// The entry that stands for `name` at `version` on the host: none when another version of
+/// the package was put on the host after it. A downgrade keeps the newer version's entry (as
+/// NodeWright keeps it: a mark that its files may remain), which must not read as the host
+/// running that version when the spec goes back up to it.
+pub fn standing<'s>(state: &'s NodeState, name: &str, version: &str) -> Option<&'s PackageStatus> {
+    let mine = state
+        .values()
+        .find(|e| e.name == name && e.version == version)?;
+    let later = state
+        .values()
+        .any(|o| o.name == name && o.version != version && o.generation > mine.generation);
+    (!later).then_some(mine)
+}
+
 /// The package needs nothing more on this node (`digests`: its [`config_digests`]).
 pub fn done(
     name: &str,
@@ -146,7 +160,7 @@ pub fn done(
     if deleting {
         return true;
     }
-    entry.is_some_and(|e| terminal(p, e) && e.config == *digests)
+    standing(state, name, &p.version).is_some_and(|e| terminal(p, e) && e.config == *digests)
 }
 
 /// Every package of the CR needs nothing more on this node.

@@ -2,7 +2,7 @@
 
 use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_key};
 
-use crate::packages::{after, changed_keys, terminal, uninstall_requested};
+use crate::packages::{after, changed_keys, standing, terminal, uninstall_requested};
 use crate::snapshot::Cr;
 use crate::stages::Next;
 
@@ -15,8 +15,15 @@ pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &m
     for (name, p) in &cr.spec.packages {
         let key = || state_key(name, &p.version);
         let wants_uninstall = uninstall_requested(p, cr.deleting);
+        // An entry another version was installed after (a downgrade's kept entry, gone
+        // back up to) no longer stands for the host: it starts again.
+        let superseded =
+            state.find(name, &p.version).is_some() && standing(state, name, &p.version).is_none();
         // Version change: upgrade from a completed older version.
-        if state.find(name, &p.version).is_none() && !wants_uninstall && !cr.deleting {
+        if (superseded || state.find(name, &p.version).is_none())
+            && !wants_uninstall
+            && !cr.deleting
+        {
             let older = state
                 .values()
                 .filter(|e| e.name == *name && older_than(&e.version, &p.version))
@@ -25,6 +32,12 @@ pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &m
                 let mut e = PackageStatus::new(name, &p.version, Stage::Upgrade, generation);
                 e.previous_version = Some(old.version.clone());
                 state.insert(key(), e);
+            } else if superseded {
+                // Nothing complete to upgrade from: install afresh.
+                state.insert(
+                    key(),
+                    PackageStatus::new(name, &p.version, Stage::Apply, generation),
+                );
             }
         }
         let Some(e) = state.find_mut(name, &p.version) else {

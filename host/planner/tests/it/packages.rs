@@ -170,6 +170,48 @@ fn a_version_upgrade_runs_upgrade_then_config_and_drops_the_old_entry() {
     );
 }
 
+/// Mirrors NodeWright's `downgrade-enabled-false-preserves-state`, and the bug found on
+/// the test cluster beside it: 1.1.0 installed, downgraded to 1.0.0 (installed fresh, the
+/// 1.1.0 entry kept as NodeWright keeps it), then upgraded back to 1.1.0 — the kept entry is
+/// older news than the 1.0.0 install, so the host runs the upgrade again instead of the
+/// status claiming a version the host no longer has.
+#[test]
+fn an_upgrade_after_a_downgrade_runs_again() {
+    let mut w = World::new(1);
+    let mut pkg = plain_pkg();
+    pkg["version"] = json!("1.1.0");
+    w.add_cr("tune", spec(json!({"packages": {"tuning": pkg}})));
+    w.run(("none", 0), 20);
+    let set = |w: &mut World, v: &str| {
+        w.edit("tune", |s| {
+            s.packages.get_mut("tuning").unwrap().version = v.into()
+        })
+    };
+    set(&mut w, "1.0.0");
+    w.run(("none", 0), 20);
+    let installed = stages_on(&w, "node-0").len();
+    let st = w.state("tune", "node-0");
+    assert_eq!(
+        st.keys().collect::<Vec<_>>(),
+        ["tuning|1.0.0", "tuning|1.1.0"],
+        "the downgrade keeps the newer entry beside the new one"
+    );
+    set(&mut w, "1.1.0");
+    w.run(("none", 0), 20);
+    assert_eq!(
+        stages_on(&w, "node-0")[installed..],
+        ["tuning:upgrade", "tuning:config"],
+        "back to 1.1.0 runs the upgrade from 1.0.0"
+    );
+    let st = w.state("tune", "node-0");
+    assert_eq!(st.keys().collect::<Vec<_>>(), ["tuning|1.1.0"]);
+    assert_eq!(
+        st["tuning|1.1.0"].previous_version.as_deref(),
+        Some("1.0.0")
+    );
+    assert_eq!(w.node_status("tune", "node-0"), Some(Status::Complete));
+}
+
 #[test]
 fn explicit_uninstall_runs_uninstall_and_its_interrupt_then_removes_the_entry() {
     let mut w = World::new(1);
