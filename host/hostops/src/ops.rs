@@ -3,11 +3,10 @@
 use std::fmt;
 use std::path::Path;
 
+use nodewright_api::hostargs::{UnitName, UnitPowerProps};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{ExecLimits, ExecOutput};
-use nodewright_api::hostargs::{UnitName, UnitPowerProps};
-
 use crate::error::{HostError, Result};
 use crate::node::NodeInfo;
 use crate::rootfs::RootFs;
@@ -42,9 +41,7 @@ impl ServiceVerb {
             ServiceVerb::Disable => "disable",
         }
     }
-}
 
-impl ServiceVerb {
     /// Whether the verb changes a unit's state, so that systemd may act on what the unit
     /// pulls in or names for success and failure (start, stop, restart, reload).
     pub fn changes_state(self) -> bool {

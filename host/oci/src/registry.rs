@@ -81,7 +81,6 @@ impl std::fmt::Debug for Registry {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Parses a reference, naming it in the error.
 /// What resolving a tag accepts: single manifests and indexes, OCI's and Docker's (what
 /// `docker`, `crane` and oci-client ask for).
 const RESOLVE_TYPES: &[&str] = &[
@@ -91,6 +90,7 @@ const RESOLVE_TYPES: &[&str] = &[
     "application/vnd.docker.distribution.manifest.list.v2+json",
 ];
 
+/// Parses a reference, naming it in the error.
 pub(crate) fn parse_reference(reference: &str) -> Result<Reference> {
     Reference::from_str(reference).map_err(|e| Error::InvalidReference {
         reference: reference.into(),

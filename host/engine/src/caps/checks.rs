@@ -228,10 +228,10 @@ impl CapState {
         Ok(special)
     }
 
-    /// Runs a host operation that only asks the kernel — a file under a grant, a sysctl,
-    /// `/proc/modules` — in place, on the thread running the plugin: it cannot wait on another
-    /// process (FIFOs and devices are refused before they are opened; reads and writes are
-    /// bounded), and a hand-off to the blocking pool and back cost more than the operation
+    /// Runs a host operation that only asks the kernel — a file read, stat, listing,
+    /// directory, mode or owner under a grant, a sysctl, `/proc/modules` — in place, on the
+    /// thread running the plugin: it cannot wait on another process (FIFOs and devices are
+    /// refused before they are opened; reads are bounded), and a hand-off to the blocking pool and back cost more than the operation
     /// (about 15 µs of the 60 a `plan` with three calls spent). A panic in it is the host's
     /// failure, as on the pool.
     pub(super) fn host_in_place<T>(
@@ -253,8 +253,8 @@ impl CapState {
     }
 
     /// Runs a host operation that runs a helper or a granted command (`systemctl`,
-    /// `modprobe`, exec, the reboot request) on the blocking pool, so the stage's deadline
-    /// ends the stage even while it runs.
+    /// `modprobe`, exec, the reboot request), or a file write with its fsync, on the
+    /// blocking pool, so the stage's deadline ends the stage even while it runs.
     pub(super) async fn host<T: Send + 'static>(
         &mut self,
         cap: Capability,

@@ -31,6 +31,9 @@ impl files::Host for CapState {
             min_free_bytes: self.budget.min_free,
             max_new_dirs: Some(self.budget.files_left),
         };
+        // On the blocking pool, unlike the other file ops: a write of up to the stage's
+        // byte budget ends in an fsync, which waits on the disk for as long as it takes,
+        // and the stage's deadline must still end the stage meanwhile.
         let made = self
             .host(Capability::Files, "write", &path, move |h| {
                 h.fs()

@@ -10,7 +10,10 @@
 //! - no request was answered as a host failure: every failure these requests provoke is the
 //!   package's (a denial, not-found, wrong stage), never retried as the host's;
 //! - the stage ended within its deadline plus a small bound, and memory within its limit
-//!   plus headroom.
+//!   plus headroom;
+//! - the single-file grant is still a regular file (or gone), never a directory;
+//! - a granted unit whose file on the node pulls in `reboot.target` was never started,
+//!   stopped, restarted or reloaded.
 //!
 //! `NODEWRIGHT_FUZZ_SEEDS` (default 8) and `NODEWRIGHT_FUZZ_OPS` (default 500) size the run;
 //! CI runs the default (seed 7 of it once found a NUL byte in a command argument answered as
@@ -24,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nodewright_engine::{RunStage, StepFailure};
+use nodewright_hostops::SimHost;
 use sha2::{Digest, Sha256};
 
 use crate::common::*;
@@ -67,6 +71,14 @@ fn lay_out(root: &Path) {
     std::fs::write(root.join("srv/file.conf"), "k=v\n").unwrap();
     std::fs::write(root.join("proc/sys/net/core/x"), "0\n").unwrap();
     std::fs::write(root.join("x"), "#!/bin/sh\nexit 0\n").unwrap();
+    // A granted unit whose settings on the node reach power: never started, stopped,
+    // restarted or reloaded, whatever the sequence.
+    std::fs::create_dir_all(root.join("etc/systemd/system")).unwrap();
+    std::fs::write(
+        root.join("etc/systemd/system/pulls-power.service"),
+        "[Unit]\nOnFailure=reboot.target\n",
+    )
+    .unwrap();
     std::fs::set_permissions(root.join("x"), std::fs::Permissions::from_mode(0o755)).unwrap();
     // A trusted link (root's, in a root directory) that leads out of the grant.
     symlink("/etc/cron.d", root.join("srv/grant/out")).unwrap();
@@ -184,6 +196,7 @@ async fn random_host_ops_against_racing_links_change_nothing_outside_the_grants(
         "files=/var/lib/svc/data:rw",
         "kmod=x",
         "service=x.service",
+        "service=pulls-power.service",
         "sysctl=net.core.x",
         "command=/x",
         "power",
@@ -239,6 +252,18 @@ async fn random_host_ops_against_racing_links_change_nothing_outside_the_grants(
         assert!(
             changed.is_empty(),
             "seed {seed}: changed outside the grants: {changed:?} ({message})"
+        );
+        let power: Vec<_> = SimHost::argv_log(tmp.path())
+            .into_iter()
+            .filter(|a| {
+                a.last().is_some_and(|u| u == "pulls-power.service")
+                    && a.iter()
+                        .any(|v| ["start", "stop", "restart", "reload"].contains(&v.as_str()))
+            })
+            .collect();
+        assert!(
+            power.is_empty(),
+            "seed {seed}: a unit that reaches power was changed: {power:?}"
         );
         // A grant of one file never becomes a tree, whatever the sequence (remove, then
         // make a directory in its place, in any order the seed chose).

@@ -17,13 +17,10 @@ pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &m
         let wants_uninstall = uninstall_requested(p, cr.deleting);
         // An entry another version was installed after (a downgrade's kept entry, gone
         // back up to) no longer stands for the host: it starts again.
-        let superseded =
-            state.find(name, &p.version).is_some() && standing(state, name, &p.version).is_none();
+        let present = state.find(name, &p.version).is_some();
+        let superseded = present && standing(state, name, &p.version).is_none();
         // Version change: upgrade from a completed older version.
-        if (superseded || state.find(name, &p.version).is_none())
-            && !wants_uninstall
-            && !cr.deleting
-        {
+        if (superseded || !present) && !wants_uninstall && !cr.deleting {
             let older = state
                 .values()
                 .filter(|e| e.name == *name && older_than(&e.version, &p.version))

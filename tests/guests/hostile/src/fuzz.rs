@@ -58,6 +58,8 @@ const PATHS: &[&str] = &[
 
 const UNITS: &[&str] = &[
     "x.service",
+    // Granted, but its unit file on the node pulls in reboot.target when it fails.
+    "pulls-power.service",
     "poweroff.target",
     "reboot.target",
     "systemd-poweroff.service",
