@@ -27,12 +27,12 @@ pub(crate) async fn interrupt(call: &InterruptCall) -> StageResult {
             ..fail(Blame::None, String::new())
         };
         r.report_interrupt(Some(&Interrupt {
-            kind: call.kind,
-            services: call.services.clone(),
+            kind: call.ask.kind,
+            services: call.ask.services.clone(),
         }));
         r
     };
-    match call.kind {
+    match call.ask.kind {
         InterruptType::Reboot => {
             let boot = host.node_info().boot_id;
             if let Some(pending) = markers::read_pending(&state) {
@@ -74,11 +74,11 @@ pub(crate) async fn interrupt(call: &InterruptCall) -> StageResult {
         }
         InterruptType::Service | InterruptType::RestartAllServices => {
             // For restartAllServices the operator passes its configured list.
-            let units = &call.services;
+            let units = &call.ask.services;
             if units.is_empty() {
                 return fail(
                     Blame::Config,
-                    format!("{} interrupt without units", call.kind),
+                    format!("{} interrupt without units", call.ask.kind),
                 );
             }
             if let Some(reason) = units

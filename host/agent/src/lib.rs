@@ -61,20 +61,20 @@ pub fn run(call: &AgentCall) -> ExitCode {
                 cr_uid: common.cr_uid.clone(),
                 generation: common.generation,
                 run: common.run,
-                package: c.package.clone(),
-                version: c.version.clone(),
-                stage: c.stage.as_str().into(),
+                package: c.ask.package.clone(),
+                version: c.ask.version.clone(),
+                stage: c.ask.stage.as_str().into(),
             },
-            !c.stage.read_only(),
+            !c.ask.stage.read_only(),
         ),
         AgentCall::Interrupt(c) => (
             MarkerKey {
                 cr_uid: common.cr_uid.clone(),
                 generation: common.generation,
                 run: common.run,
-                package: c.package.clone(),
+                package: c.ask.package.clone(),
                 version: String::new(),
-                stage: format!("interrupt-{}", c.kind),
+                stage: format!("interrupt-{}", c.ask.kind),
             },
             true,
         ),
@@ -83,7 +83,7 @@ pub fn run(call: &AgentCall) -> ExitCode {
         match call {
             AgentCall::Run(c) => eprintln!(
                 "{} of {} {} already succeeded for this generation; not running it again",
-                c.stage, c.package, c.version
+                c.ask.stage, c.ask.package, c.ask.version
             ),
             AgentCall::Interrupt(_) => {
                 eprintln!("the interrupt already completed for this generation")
@@ -109,6 +109,39 @@ pub fn run(call: &AgentCall) -> ExitCode {
     finish(common, &result)
 }
 
+/// Arguments the agent cannot take (an operator of another version, a Job written by hand):
+/// a config failure with clap's explanation, written where the result would go (the
+/// `--termination-log` given, else the default), and its exit code — never clap's own exit
+/// code 2, which is [`Blame::Denied`]'s.
+pub fn refuse_arguments(args: &[String], error: &str) -> ExitCode {
+    let value = |flag: &str| {
+        let with_eq = format!("--{flag}=");
+        args.iter()
+            .enumerate()
+            .find_map(|(i, a)| match a.strip_prefix(&with_eq) {
+                Some(v) => Some(v.to_string()),
+                None if a == &format!("--{flag}") => args.get(i + 1).cloned(),
+                None => None,
+            })
+    };
+    let stage = value("stage").unwrap_or_else(|| "interrupt".into());
+    let package = value("package").unwrap_or_else(|| "node".into());
+    eprintln!("{error}");
+    let result = StageResult::failed(
+        &stage,
+        &package,
+        Blame::Config,
+        format!("the agent's arguments: {}", error.trim()),
+    );
+    let log = value("termination-log").unwrap_or_else(|| "/dev/termination-log".into());
+    let message = result.to_termination_message();
+    if let Err(e) = std::fs::write(&log, &message) {
+        eprintln!("cannot write {log}: {e}");
+    }
+    println!("{message}");
+    ExitCode::from(result.blame.exit_code())
+}
+
 fn finish(common: &Common, result: &StageResult) -> ExitCode {
     let message = result.to_termination_message();
     if let Err(e) = std::fs::write(&common.termination_log, &message) {
@@ -124,8 +157,11 @@ mod tests {
     use std::path::PathBuf;
 
     use clap::Parser;
-    use nodewright_api::agent::{Backend, InterruptCall, RunStage, StageCall};
+    use nodewright_api::agent::{
+        Backend, InterruptAsk, InterruptCall, RunStage, StageAsk, StageCall,
+    };
     use nodewright_api::grants::Capabilities;
+    use nodewright_api::pinned::PinnedRef;
     use nodewright_api::v1alpha1::InterruptType;
 
     use super::*;
@@ -142,6 +178,38 @@ mod tests {
         }
     }
 
+    fn pinned(name: &str) -> PinnedRef {
+        format!("reg.example/plugins/{name}@sha256:{}", "0".repeat(64))
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_unpinned_plugin_is_refused_at_the_argument_naming_it() {
+        let call = AgentCall::Run(StageCall::new(
+            common(),
+            StageAsk::new(RunStage::Apply, "p", "1.0.0", pinned("p")),
+        ));
+        let args: Vec<String> = call
+            .to_args()
+            .into_iter()
+            .map(|a| {
+                if a.starts_with("--plugin=") {
+                    "--plugin=reg.example/plugins/p:1.0.0".into()
+                } else {
+                    a
+                }
+            })
+            .collect();
+        let err = Cli::try_parse_from(std::iter::once("nodewright-agent".to_string()).chain(args))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--plugin") && err.contains("not pinned"),
+            "{err}"
+        );
+    }
+
     fn parsed(call: &AgentCall) -> AgentCall {
         let argv = std::iter::once("nodewright-agent".to_string()).chain(call.to_args());
         Cli::try_parse_from(argv)
@@ -156,43 +224,41 @@ mod tests {
                 "sysctl": ["vm.swappiness"], "commands": [{"path": "/bin/true", "args": ["a b", "--x=y"]}]}"#,
         )
         .unwrap();
-        let mut stage = StageCall::new(
-            common(),
-            RunStage::Upgrade,
-            "driver",
-            "2.0.0",
-            "reg.example/plugins/driver@sha256:00",
-        );
-        stage.previous_version = Some("1.9.0".into());
-        stage.node_order = Some(3);
-        stage.capabilities = caps;
-        stage.reboot_allowed = true;
-        stage.config = BTreeMap::from([
+        let mut ask = StageAsk::new(RunStage::Upgrade, "driver", "2.0.0", pinned("driver"));
+        ask.previous_version = Some("1.9.0".into());
+        ask.node_order = Some(3);
+        ask.capabilities = caps;
+        ask.reboot_allowed = true;
+        ask.config = BTreeMap::from([
             ("a.conf".into(), "x=1\ny=\"2\"".into()),
             ("--looks-like-a-flag".into(), "=".into()),
         ]);
-        stage.changed_keys = vec!["a.conf".into(), "b conf".into()];
-        stage.timeout = Duration::from_millis(1500);
-        stage.memory = 300 << 20;
-        stage.write_bytes = 7;
-        stage.write_files = 9;
+        ask.changed_keys = vec!["a.conf".into(), "b conf".into()];
+        ask.timeout = Duration::from_millis(1500);
+        ask.limits.memory = 300 << 20;
+        ask.limits.write_bytes = 7;
+        ask.limits.write_files = 9;
+        ask.graceful_shutdown = Duration::from_secs(45);
+        let mut stage = StageCall::new(common(), ask);
         stage.min_free_bytes = 1 << 30;
-        stage.graceful_shutdown = Duration::from_secs(45);
         stage.insecure_registries = vec!["localhost:5000".into()];
         let call = AgentCall::Run(stage);
         assert_eq!(parsed(&call), call);
         // The defaults survive too (nothing optional is lost or invented).
         let bare = AgentCall::Run(StageCall::new(
             common(),
-            RunStage::Plan,
-            "p",
-            "1.0.0",
-            "r@sha256:1",
+            StageAsk::new(RunStage::Plan, "p", "1.0.0", pinned("p")),
         ));
         assert_eq!(parsed(&bare), bare);
 
-        let mut interrupt = InterruptCall::new(common(), InterruptType::Service, "driver");
-        interrupt.services = vec!["a.service".into(), "b@1.service".into()];
+        let mut interrupt = InterruptCall::new(
+            common(),
+            InterruptAsk {
+                kind: InterruptType::Service,
+                package: "driver".into(),
+                services: vec!["a.service".into(), "b@1.service".into()],
+            },
+        );
         interrupt.reboot_wait = Duration::from_millis(200);
         let call = AgentCall::Interrupt(interrupt);
         assert_eq!(parsed(&call), call);

@@ -14,5 +14,16 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
-    nodewright_agent::run(&nodewright_agent::Cli::parse().call)
+    match nodewright_agent::Cli::try_parse() {
+        Ok(cli) => nodewright_agent::run(&cli.call),
+        Err(e) if !e.use_stderr() => {
+            // --help, --version.
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let args: Vec<String> = std::env::args().collect();
+            nodewright_agent::refuse_arguments(&args, &e.to_string())
+        }
+    }
 }

@@ -240,27 +240,18 @@ async fn sandboxed(
 // Long on purpose: the stage's steps in order (pinned reference, host, pull, load, grants,
 // sandbox limits, run and check), each failure given its blame where it happens.
 pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
-    let stage = call.stage.as_str();
-    let fail = |blame, msg: String| StageResult::failed(stage, &call.package, blame, msg);
+    let stage = call.ask.stage.as_str();
+    let fail = |blame, msg: String| StageResult::failed(stage, &call.ask.package, blame, msg);
     // The first line of the pod's log says what this pod is for.
     eprintln!(
         "nodewright-agent: {stage} of {} {} on {} ({})",
-        call.package, call.version, call.common.node, call.plugin
+        call.ask.package, call.ask.version, call.common.node, call.ask.plugin
     );
-    if !call.plugin.contains("@sha256:") {
-        return fail(
-            Blame::Config,
-            format!(
-                "{}: agents pull only pinned references (repo@sha256:...)",
-                call.plugin
-            ),
-        );
-    }
     let grants = match GrantSet::parse(
-        &call.capabilities,
-        call.reboot_allowed,
+        &call.ask.capabilities,
+        call.ask.reboot_allowed,
         GrantSource::Spec {
-            package: call.package.clone(),
+            package: call.ask.package.clone(),
         },
     ) {
         Ok(g) => Arc::new(g),
@@ -292,7 +283,7 @@ pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
     });
     let puller = Puller::new(registry, cache);
     let pulled = match puller
-        .pull_pinned(&call.plugin, &|p| eprintln!("{p:?}"))
+        .pull_pinned(&call.ask.plugin, &|p| eprintln!("{p:?}"))
         .await
     {
         Ok(p) => p,
@@ -308,7 +299,7 @@ pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
     };
     let plugin = match engine.load(&pulled.bytes) {
         Ok(p) => p,
-        Err(e) => return fail(Blame::Config, format!("{}: {e}", call.plugin)),
+        Err(e) => return fail(Blame::Config, format!("{}: {e}", call.ask.plugin)),
     };
     let prepared = match engine.prepare(&plugin, &grants) {
         Ok(p) => p,
@@ -319,29 +310,29 @@ pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
     };
     let ctx = StageContext {
         node: call.common.node.clone(),
-        package: call.package.clone(),
-        version: call.version.clone(),
-        previous_version: call.previous_version.clone(),
-        config: call.config.clone(),
-        changed_keys: call.changed_keys.clone(),
-        node_order: call.node_order,
+        package: call.ask.package.clone(),
+        version: call.ask.version.clone(),
+        previous_version: call.ask.previous_version.clone(),
+        config: call.ask.config.clone(),
+        changed_keys: call.ask.changed_keys.clone(),
+        node_order: call.ask.node_order,
     };
     let limits = SandboxLimits {
-        timeout: call.timeout,
-        memory: call.memory,
-        write_bytes: call.write_bytes,
-        write_files: call.write_files,
+        timeout: call.ask.timeout,
+        memory: call.ask.limits.memory,
+        write_bytes: call.ask.limits.write_bytes,
+        write_files: call.ask.limits.write_files,
         min_free_bytes: call.min_free_bytes,
         ..Default::default()
     };
     // SIGTERM: let the running stage finish within the graceful-shutdown period, else abort.
-    let mut shutdown = match Shutdown::on_sigterm(call.graceful_shutdown) {
+    let mut shutdown = match Shutdown::on_sigterm(call.ask.graceful_shutdown) {
         Ok(s) => s,
         Err(e) => return fail(Blame::Host, format!("signal handler: {e}")),
     };
     let mut run = run_checked(
         &prepared,
-        call.stage,
+        call.ask.stage,
         ctx,
         host,
         grants,
@@ -350,6 +341,6 @@ pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
         &mut shutdown,
     )
     .await;
-    run.result.plugin = pulled.reference;
+    run.result.plugin = pulled.reference.into();
     run.result
 }

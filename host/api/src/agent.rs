@@ -15,8 +15,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::grants::Capabilities;
-use crate::limits;
+use crate::limits::{self, StageLimits};
 use crate::node_state::Stage;
+use crate::pinned::PinnedRef;
 use crate::units;
 use crate::v1alpha1::InterruptType;
 
@@ -233,13 +234,12 @@ impl Common {
     }
 }
 
-/// One stage of one package (then its check, unless `no_check`).
+/// What the planner asks of one package stage on one node: the part of a [`StageCall`]
+/// that comes from the NodeWright and the node's state. The operator adds the
+/// deployment's part ([`StageCall::new`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
-pub struct StageCall {
-    /// What every invocation is told.
-    #[cfg_attr(feature = "cli", command(flatten))]
-    pub common: Common,
+pub struct StageAsk {
     /// Stage (plan, apply, apply-check, config, ...).
     #[cfg_attr(feature = "cli", arg(long))]
     pub stage: RunStage,
@@ -255,9 +255,9 @@ pub struct StageCall {
     /// The node's place in the rollout order; the plugin sees it as `NODEWRIGHT_NODE_ORDER`.
     #[cfg_attr(feature = "cli", arg(long))]
     pub node_order: Option<u32>,
-    /// Pinned plugin reference: repo@sha256:...
+    /// The plugin, pinned by digest.
     #[cfg_attr(feature = "cli", arg(long))]
-    pub plugin: String,
+    pub plugin: PinnedRef,
     /// The package's `capabilities`, as JSON.
     #[cfg_attr(feature = "cli", arg(long, default_value = "{}", value_parser = json::<Capabilities>))]
     pub capabilities: Capabilities,
@@ -273,68 +273,36 @@ pub struct StageCall {
     /// Stage wall-clock limit (a duration: `90s`, `1h`).
     #[cfg_attr(feature = "cli", arg(long, default_value = "1h", value_parser = units::duration))]
     pub timeout: Duration,
-    /// Sandbox memory limit (all the plugin's memories together; a size: `128Mi`).
-    #[cfg_attr(feature = "cli", arg(long, default_value = "128Mi", value_parser = units::bytes))]
-    pub memory: u64,
-    /// Bytes the stage may write through `files`.
-    #[cfg_attr(feature = "cli", arg(long, default_value = "256Mi", value_parser = units::bytes))]
-    pub write_bytes: u64,
-    /// Files and directories the stage may write or create.
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = limits::DEFAULT_WRITE_FILES))]
-    pub write_files: u32,
-    /// Free space every write must leave on its filesystem.
-    #[cfg_attr(feature = "cli", arg(long, default_value = "256Mi", value_parser = units::bytes))]
-    pub min_free_bytes: u64,
+    /// The sandbox's bounds.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub limits: StageLimits,
     /// How long to let a running stage finish after SIGTERM.
     #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = units::duration))]
     pub graceful_shutdown: Duration,
-    /// Registries reachable over plain HTTP.
-    #[cfg_attr(feature = "cli", arg(long = "insecure-registry"))]
-    pub insecure_registries: Vec<String>,
-    /// Plugin cache (default: `<host-root>/var/lib/nodewright/plugins`).
-    #[cfg_attr(feature = "cli", arg(long))]
-    pub cache_dir: Option<PathBuf>,
-    /// Run only the stage, not its check afterwards.
-    #[cfg_attr(feature = "cli", arg(long))]
-    pub no_check: bool,
 }
 
-impl StageCall {
-    /// A call with the sandbox defaults; the caller fills in what it knows.
-    pub fn new(
-        common: Common,
-        stage: RunStage,
-        package: &str,
-        version: &str,
-        plugin: &str,
-    ) -> Self {
-        StageCall {
-            common,
+impl StageAsk {
+    /// `stage` of `package` `version` with `plugin`, every other field at its default.
+    pub fn new(stage: RunStage, package: &str, version: &str, plugin: PinnedRef) -> Self {
+        StageAsk {
             stage,
             package: package.into(),
             version: version.into(),
             previous_version: None,
             node_order: None,
-            plugin: plugin.into(),
+            plugin,
             capabilities: Capabilities::default(),
             reboot_allowed: false,
             config: BTreeMap::new(),
             changed_keys: Vec::new(),
             timeout: Duration::from_secs(3600),
-            memory: limits::DEFAULT_MEMORY,
-            write_bytes: limits::DEFAULT_WRITE_BYTES,
-            write_files: limits::DEFAULT_WRITE_FILES,
-            min_free_bytes: limits::DEFAULT_MIN_FREE_BYTES,
+            limits: StageLimits::default(),
             graceful_shutdown: Duration::from_secs(30),
-            insecure_registries: Vec::new(),
-            cache_dir: None,
-            no_check: false,
         }
     }
 
     fn to_args(&self) -> Vec<String> {
         let mut args = vec![
-            "run".to_string(),
             format!("--stage={}", self.stage),
             format!("--package={}", self.package),
             format!("--version={}", self.version),
@@ -358,15 +326,60 @@ impl StageCall {
         }
         args.extend([
             format!("--timeout={}", units::format_duration(self.timeout)),
-            format!("--memory={}", self.memory),
-            format!("--write-bytes={}", self.write_bytes),
-            format!("--write-files={}", self.write_files),
-            format!("--min-free-bytes={}", self.min_free_bytes),
+            format!("--memory={}", self.limits.memory),
+            format!("--write-bytes={}", self.limits.write_bytes),
+            format!("--write-files={}", self.limits.write_files),
             format!(
                 "--graceful-shutdown={}",
                 units::format_duration(self.graceful_shutdown)
             ),
         ]);
+        args
+    }
+}
+
+/// One stage of one package (then its check, unless `no_check`): the planner's
+/// [`StageAsk`] with the deployment's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct StageCall {
+    /// What every invocation is told.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub common: Common,
+    /// What the stage is.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub ask: StageAsk,
+    /// Free space every write must leave on its filesystem.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "256Mi", value_parser = units::bytes))]
+    pub min_free_bytes: u64,
+    /// Registries reachable over plain HTTP.
+    #[cfg_attr(feature = "cli", arg(long = "insecure-registry"))]
+    pub insecure_registries: Vec<String>,
+    /// Plugin cache (default: `<host-root>/var/lib/nodewright/plugins`).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub cache_dir: Option<PathBuf>,
+    /// Run only the stage, not its check afterwards.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_check: bool,
+}
+
+impl StageCall {
+    /// `ask` with the deployment defaults; the caller sets what its deployment differs in.
+    pub fn new(common: Common, ask: StageAsk) -> Self {
+        StageCall {
+            common,
+            ask,
+            min_free_bytes: limits::DEFAULT_MIN_FREE_BYTES,
+            insecure_registries: Vec::new(),
+            cache_dir: None,
+            no_check: false,
+        }
+    }
+
+    fn to_args(&self) -> Vec<String> {
+        let mut args = vec!["run".to_string()];
+        args.extend(self.ask.to_args());
+        args.push(format!("--min-free-bytes={}", self.min_free_bytes));
         args.extend(
             self.insecure_registries
                 .iter()
@@ -383,13 +396,11 @@ impl StageCall {
     }
 }
 
-/// The node's merged interrupt (or a package's uninstall interrupt).
+/// What the planner asks of a node's merged interrupt (or a package's uninstall
+/// interrupt): the part of an [`InterruptCall`] that comes from the NodeWright.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
-pub struct InterruptCall {
-    /// What every invocation is told.
-    #[cfg_attr(feature = "cli", command(flatten))]
-    pub common: Common,
+pub struct InterruptAsk {
     /// `reboot`, `service` or `restartAllServices`.
     #[cfg_attr(feature = "cli", arg(long = "type"))]
     pub kind: InterruptType,
@@ -399,30 +410,48 @@ pub struct InterruptCall {
     /// Units to restart (for `service`; for `restartAllServices`, the operator's list).
     #[cfg_attr(feature = "cli", arg(long = "service"))]
     pub services: Vec<String>,
+}
+
+impl InterruptAsk {
+    fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            format!("--type={}", self.kind),
+            format!("--package={}", self.package),
+        ];
+        args.extend(self.services.iter().map(|s| format!("--service={s}")));
+        args
+    }
+}
+
+/// The node's merged interrupt (or a package's uninstall interrupt): the planner's
+/// [`InterruptAsk`] with the deployment's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct InterruptCall {
+    /// What every invocation is told.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub common: Common,
+    /// What the interrupt is.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub ask: InterruptAsk,
     /// How long to wait for the node to go down after requesting a reboot.
     #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = units::duration))]
     pub reboot_wait: Duration,
 }
 
 impl InterruptCall {
-    /// An interrupt of `kind` owned by `package`, with the default reboot wait.
-    pub fn new(common: Common, kind: InterruptType, package: &str) -> Self {
+    /// `ask` with the default reboot wait.
+    pub fn new(common: Common, ask: InterruptAsk) -> Self {
         InterruptCall {
             common,
-            kind,
-            package: package.into(),
-            services: Vec::new(),
+            ask,
             reboot_wait: Duration::from_secs(10),
         }
     }
 
     fn to_args(&self) -> Vec<String> {
-        let mut args = vec![
-            "interrupt".to_string(),
-            format!("--type={}", self.kind),
-            format!("--package={}", self.package),
-        ];
-        args.extend(self.services.iter().map(|s| format!("--service={s}")));
+        let mut args = vec!["interrupt".to_string()];
+        args.extend(self.ask.to_args());
         args.push(format!(
             "--reboot-wait={}",
             units::format_duration(self.reboot_wait)

@@ -7,7 +7,7 @@
 //! annotation, label and condition names ([`keys`]), the agent's structured stage result
 //! that the operator reads back ([`result`]), validation and defaulting as pure
 //! functions ([`validate`]), the grammar of host names a plugin may pass ([`hostargs`]),
-//! the sandbox bounds of a stage ([`limits`]), plugin trust policies ([`trust`]),
+//! the sandbox bounds of a stage ([`limits`]), the pinned plugin reference ([`pinned`]), plugin trust policies ([`trust`]),
 //! maintenance windows ([`windows`]), health gates ([`gates`]), the one grammar of
 //! durations and sizes ([`units`]) and the operator → agent call ([`agent`]).
 //! It depends on serde, schemars, globset, regex, url and jiff (time zones) only (and, with
@@ -33,6 +33,7 @@ pub mod keys;
 pub mod limits;
 pub mod names;
 pub mod node_state;
+pub mod pinned;
 pub mod result;
 pub mod trust;
 pub mod units;

@@ -26,14 +26,19 @@ pub fn max_read_bytes(memory: u64) -> u64 {
     memory / 2
 }
 
-/// One package's stage bounds, defaults applied.
+/// One package's stage bounds, defaults applied (with the `cli` feature, the agent's
+/// `--memory`, `--write-bytes` and `--write-files`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct StageLimits {
-    /// Linear memory cap in bytes.
+    /// Sandbox memory limit: all the plugin's memories together (a size: `128Mi`).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "128Mi", value_parser = crate::units::bytes))]
     pub memory: u64,
-    /// Write budget in bytes.
+    /// Bytes the stage may write through `files`.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "256Mi", value_parser = crate::units::bytes))]
     pub write_bytes: u64,
-    /// Write budget in files.
+    /// Files and directories the stage may write or create.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = DEFAULT_WRITE_FILES))]
     pub write_files: u32,
 }
 

@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::keys;
+use crate::pinned::PinnedRef;
 use crate::v1alpha1::{Interrupt, is_zero};
 
 /// The annotations `cr` may write on a node: state, status, cordon mark, drain start and
@@ -197,9 +198,9 @@ pub struct PackageStatus {
     pub name: String,
     /// Version.
     pub version: String,
-    /// Pinned plugin reference the node ran.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub digest: String,
+    /// Pinned plugin reference the node ran (`None` before the first stage's Job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<PinnedRef>,
     /// Current stage.
     pub stage: Stage,
     /// State within the stage.
@@ -254,7 +255,7 @@ impl PackageStatus {
         PackageStatus {
             name: name.into(),
             version: version.into(),
-            digest: String::new(),
+            digest: None,
             stage,
             state: State::InProgress,
             attempts: 0,

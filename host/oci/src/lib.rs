@@ -19,10 +19,10 @@
 //! # async fn demo() -> Result<(), nodewright_oci::Error> {
 //! use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
 //! let registry = Registry::new(RegistryConfig::default());
-//! let digest = registry.resolve("registry.example.com/plugins/sysctl:1.0.0").await?;
+//! let pinned = registry.pinned("registry.example.com/plugins/sysctl:1.0.0").await?;
 //! let puller = Puller::new(registry, NodeCache::open("/var/lib/nodewright/plugins".as_ref())?);
-//! let pulled = puller.pull_pinned(&format!("registry.example.com/plugins/sysctl@{digest}"), &|_| {}).await?;
-//! assert_eq!(pulled.manifest_digest, digest);
+//! let pulled = puller.pull_pinned(&pinned, &|_| {}).await?;
+//! assert_eq!(pulled.manifest_digest, pinned.digest());
 //! # Ok(()) }
 //! ```
 

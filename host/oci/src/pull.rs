@@ -1,15 +1,17 @@
 //! The agent's pull path: pinned references only, cache first, everything verified.
 
+use nodewright_api::pinned::PinnedRef;
+
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
 use crate::progress::Progress;
-use crate::registry::{Registry, parse_manifest, parse_reference};
+use crate::registry::{Registry, parse_manifest};
 
 /// A verified plugin.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pulled {
     /// The pinned reference pulled.
-    pub reference: String,
+    pub reference: PinnedRef,
     /// Manifest digest.
     pub manifest_digest: String,
     /// Layer digest (the component's sha256).
@@ -43,29 +45,25 @@ impl Puller {
         &self.registry
     }
 
-    /// Pulls `repo@sha256:...` within the registry's pull deadline. Refuses tags. Cached
+    /// Pulls `repo@sha256:...` within the registry's pull deadline. Cached
     /// content is re-hashed; corrupt cache entries are moved aside and fetched again.
     pub async fn pull_pinned(
         &self,
-        reference: &str,
+        reference: &PinnedRef,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Pulled> {
         self.registry
-            .bounded(reference, self.pull_unbounded(reference, progress))
+            .bounded(reference.as_str(), self.pull_unbounded(reference, progress))
             .await
     }
 
     async fn pull_unbounded(
         &self,
-        reference: &str,
+        pinned: &PinnedRef,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Pulled> {
-        let r = parse_reference(reference)?;
-        let Some(manifest_digest) = r.digest().map(str::to_string) else {
-            return Err(Error::NotPinned {
-                reference: reference.into(),
-            });
-        };
+        let reference = pinned.as_str();
+        let manifest_digest = pinned.digest().to_string();
         let mut from_cache = true;
         let raw = match self.cached(|c| c.manifest(&manifest_digest))? {
             Some(raw) => {
@@ -110,7 +108,7 @@ impl Puller {
             }
         };
         Ok(Pulled {
-            reference: reference.into(),
+            reference: pinned.clone(),
             manifest_digest,
             layer_digest: layer.digest,
             bytes,

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use nodewright_api::pinned::PinnedRef;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::{Client, Reference};
 
@@ -204,6 +205,16 @@ impl Registry {
             })
     }
 
+    /// `reference` pinned: as it is when it names a digest, else its tag resolved (once,
+    /// within the pull deadline).
+    pub async fn pinned(&self, reference: &str) -> Result<PinnedRef> {
+        if reference.contains('@') {
+            return pinned_ref(reference);
+        }
+        let digest = self.resolve(reference).await?;
+        pin(reference, &digest)
+    }
+
     /// Resolves `reference` (tag or digest) to the manifest digest, once, within the pull
     /// deadline.
     pub async fn resolve(&self, reference: &str) -> Result<String> {
@@ -323,9 +334,17 @@ impl Registry {
 }
 
 /// `registry/repo@digest` for the repository `reference` names (its tag is dropped).
-pub fn pin(reference: &str, digest: &str) -> Result<String> {
+pub fn pin(reference: &str, digest: &str) -> Result<PinnedRef> {
     let r = parse_reference(reference)?;
-    Ok(format!("{}/{}@{digest}", r.registry(), r.repository()))
+    pinned_ref(&format!("{}/{}@{digest}", r.registry(), r.repository()))
+}
+
+/// `text` as a [`PinnedRef`], refused as an invalid reference naming it.
+fn pinned_ref(text: &str) -> Result<PinnedRef> {
+    PinnedRef::parse(text).map_err(|e| Error::InvalidReference {
+        reference: e.reference,
+        reason: e.reason,
+    })
 }
 
 /// Parses manifest JSON, naming the reference on failure.
@@ -341,7 +360,7 @@ pub(crate) fn parse_manifest(reference: &str, raw: &[u8]) -> Result<Manifest> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pushed {
     /// `registry/repo@sha256:...`: what to put in a NodeWright spec.
-    pub pinned: String,
+    pub pinned: PinnedRef,
     /// Manifest digest.
     pub manifest_digest: String,
     /// Layer (component) digest.
@@ -463,7 +482,7 @@ impl Registry {
             .push_manifest(reference, &blobs, body, artifact::OCI_MANIFEST, progress)
             .await?;
         Ok(Pushed {
-            pinned,
+            pinned: pinned_ref(&pinned)?,
             manifest_digest,
             layer_digest,
         })

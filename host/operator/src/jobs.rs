@@ -1,16 +1,13 @@
 //! Agent Jobs: built from the planner's requests, and read back into the planner's view.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use nodewright_api::agent::{AgentCall, Backend, Common, InterruptCall, RunStage, StageCall};
+use nodewright_api::agent::{AgentCall, Backend, Common, InterruptCall, StageCall};
 use nodewright_api::keys::job as label;
-use nodewright_api::limits::StageLimits;
 use nodewright_api::result::{Blame, StageResult};
-use nodewright_api::units::duration;
-use nodewright_planner::{JobPhase, JobRequest, Work};
+use nodewright_planner::{Ask, JobPhase, JobRequest, Work};
 use serde_json::{Value, json};
 
 /// Where and how agent pods run.
@@ -51,23 +48,23 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
         (label::GENERATION.into(), req.generation.to_string()),
         (label::JOB.into(), req.name.clone()),
     ]);
-    let interrupt_job = matches!(req.work, Work::Interrupt { .. });
-    match &req.work {
+    match req.work() {
         Work::Package {
             package,
             version,
             stage,
         } => {
-            labels.insert(label::PACKAGE.into(), package.clone());
-            labels.insert(label::VERSION.into(), version.clone());
+            labels.insert(label::PACKAGE.into(), package);
+            labels.insert(label::VERSION.into(), version);
             labels.insert(label::STAGE.into(), stage.as_str().into());
         }
         Work::Interrupt { stage, kind, owner } => {
-            labels.insert(label::PACKAGE.into(), owner.clone());
+            labels.insert(label::PACKAGE.into(), owner);
             labels.insert(label::STAGE.into(), stage.as_str().into());
             labels.insert(label::INTERRUPT.into(), kind.as_str().into());
         }
     }
+    let interrupt_job = matches!(req.ask, Ask::Interrupt { .. });
     let args = call(req, cfg).to_args();
     let tolerations = serde_json::to_value(&req.tolerations).unwrap_or(Value::Null);
     let mut pod_spec = json!({
@@ -98,8 +95,9 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     if let Some(sa) = &cfg.service_account {
         pod_spec["serviceAccountName"] = json!(sa);
     }
-    if let Some(p) = &req.package
-        && let Some(r) = &p.resources
+    if let Ask::Stage {
+        resources: Some(r), ..
+    } = &req.ask
     {
         pod_spec["containers"][0]["resources"] = json!({
             "requests": {"cpu": r.cpu_request, "memory": r.memory_request},
@@ -110,14 +108,14 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
         "ttlSecondsAfterFinished": cfg.ttl_seconds,
         "template": {"metadata": {"labels": labels}, "spec": pod_spec}
     });
+    spec["backoffLimit"] = json!(req.backoff_limit);
+    let deadline = req.deadline.map(|d| d.as_secs());
     if interrupt_job {
         // Reboots restart the pod in place; the whole stage is bounded by the deadline.
-        spec["backoffLimit"] = json!(6);
-        if req.deadline_seconds > 0 {
-            spec["activeDeadlineSeconds"] = json!(req.deadline_seconds);
+        if let Some(d) = deadline {
+            spec["activeDeadlineSeconds"] = json!(d);
         }
     } else {
-        spec["backoffLimit"] = json!(req.backoff_limit);
         spec["podReplacementPolicy"] = json!("Failed");
         // Disruptions and the agent's verdicts that are not the package's fault (host,
         // disruption) do not count against backoffLimit.
@@ -130,8 +128,8 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
             {"action": "Ignore", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": free}}
         ]});
-        if req.deadline_seconds > 0 {
-            spec["template"]["spec"]["activeDeadlineSeconds"] = json!(req.deadline_seconds);
+        if let Some(d) = deadline {
+            spec["template"]["spec"]["activeDeadlineSeconds"] = json!(d);
         }
     }
     serde_json::from_value(json!({
@@ -157,7 +155,7 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     .expect("the Job we build is a valid Job")
 }
 
-/// What the Job's agent is asked to do: the planner's request in the agent contract.
+/// What the Job's agent is asked to do: the planner's ask with this deployment's settings.
 pub fn call(req: &JobRequest, cfg: &JobConfig) -> AgentCall {
     let common = Common {
         host_root: "/host".into(),
@@ -168,45 +166,15 @@ pub fn call(req: &JobRequest, cfg: &JobConfig) -> AgentCall {
         run: req.run,
         termination_log: TERMINATION_LOG.into(),
     };
-    match &req.work {
-        Work::Package {
-            package,
-            version,
-            stage,
-        } => {
-            let p = req.package.clone().unwrap_or_default();
-            // The planner creates package Jobs only for stages a plugin runs.
-            let run_stage = RunStage::of(*stage).unwrap_or(RunStage::Apply);
-            let mut c = StageCall::new(common, run_stage, package, version, &req.plugin);
-            c.capabilities = p.capabilities.clone();
-            c.reboot_allowed = req.reboot_allowed;
-            c.config = p.config_map.clone();
-            c.changed_keys = req.changed_keys.clone();
-            c.previous_version = req.previous_version.clone();
-            c.node_order = req.node_order;
-            if req.deadline_seconds > 0 {
-                c.timeout = Duration::from_secs(req.deadline_seconds);
-            }
-            // Validated at admission and checked against the ceilings before any Job.
-            let limits = StageLimits::of(&p).unwrap_or_default();
-            c.memory = limits.memory;
-            c.write_bytes = limits.write_bytes;
-            c.write_files = limits.write_files;
+    match &req.ask {
+        Ask::Stage { call, .. } => {
+            let mut c = StageCall::new(common, call.clone());
             c.min_free_bytes = cfg.min_free_bytes;
-            if let Some(g) = p
-                .graceful_shutdown
-                .as_deref()
-                .and_then(|g| duration(g).ok())
-            {
-                c.graceful_shutdown = g;
-            }
             c.insecure_registries = cfg.insecure_registries.clone();
             AgentCall::Run(c)
         }
-        Work::Interrupt { kind, owner, .. } => {
-            let mut c = InterruptCall::new(common, *kind, owner);
-            c.services = req.services.clone();
-            AgentCall::Interrupt(c)
+        Ask::Interrupt { call, .. } => {
+            AgentCall::Interrupt(InterruptCall::new(common, call.clone()))
         }
     }
 }
@@ -321,8 +289,11 @@ fn genuine_failure(p: &Pod) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
-    use nodewright_api::node_state::Stage;
+    use nodewright_api::agent::{RunStage, StageAsk};
+    use nodewright_api::limits::StageLimits;
     use nodewright_api::v1alpha1::{Package, SandboxSpec};
 
     fn cfg() -> JobConfig {
@@ -341,7 +312,7 @@ mod tests {
     fn request() -> JobRequest {
         let package = Package {
             version: "1.0.0".into(),
-            plugin: "r/p:1".into(),
+            plugin: "r.example/p:1".into(),
             sandbox: Some(SandboxSpec {
                 memory: Some("256Mi".into()),
                 write_bytes: None,
@@ -349,6 +320,9 @@ mod tests {
             }),
             ..Default::default()
         };
+        let plugin = format!("r.example/p@sha256:{}", "1".repeat(64));
+        let mut call = StageAsk::new(RunStage::Apply, "tuning", "1.0.0", plugin.parse().unwrap());
+        call.limits = StageLimits::of(&package).unwrap();
         JobRequest {
             name: "nw-tune-tuning-apply-n1-0".into(),
             cr: "tune".into(),
@@ -356,22 +330,13 @@ mod tests {
             generation: 2,
             run: 7,
             node: "n1".into(),
-            work: Work::Package {
-                package: "tuning".into(),
-                version: "1.0.0".into(),
-                stage: Stage::Apply,
-            },
-            package: Some(package),
-            plugin: "r/p@sha256:1".into(),
-            changed_keys: vec![],
-            previous_version: None,
-            node_order: None,
-            interrupt: None,
-            services: vec![],
-            reboot_allowed: false,
-            deadline_seconds: 60,
+            deadline: Some(Duration::from_secs(60)),
             backoff_limit: 3,
             tolerations: vec![],
+            ask: Ask::Stage {
+                call,
+                resources: None,
+            },
         }
     }
 
@@ -422,14 +387,11 @@ mod tests {
             !args.iter().any(|a| a.starts_with("--node-order")),
             "no order outside a batch: {args:?}"
         );
-        let ordered = serde_json::to_value(build(
-            &JobRequest {
-                node_order: Some(3),
-                ..request()
-            },
-            &cfg(),
-        ))
-        .unwrap();
+        let mut ordered = request();
+        if let Ask::Stage { call, .. } = &mut ordered.ask {
+            call.node_order = Some(3);
+        }
+        let ordered = serde_json::to_value(build(&ordered, &cfg())).unwrap();
         assert!(
             ordered["spec"]["template"]["spec"]["containers"][0]["args"]
                 .as_array()

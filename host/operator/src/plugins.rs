@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodewright_api::limits::{Ceilings, StageLimits};
+use nodewright_api::pinned::PinnedRef;
 use nodewright_api::v1alpha1::{NodeWrightSpec, Package};
 use nodewright_engine::{Engine, EngineConfig, LoadedPlugin};
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig, pin};
@@ -195,7 +196,7 @@ impl Plugins {
 
     /// The plugin pulled by digest and compiled (off the async workers: compiling blocks,
     /// bounded by the engine's load limits).
-    async fn load(&self, name: &str, reference: &str) -> Result<LoadedPlugin, NotReady> {
+    async fn load(&self, name: &str, reference: &PinnedRef) -> Result<LoadedPlugin, NotReady> {
         let pulled = self
             .inner
             .puller
@@ -226,7 +227,7 @@ impl Plugins {
     fn admits(
         &self,
         name: &str,
-        reference: &str,
+        reference: &PinnedRef,
         p: &Package,
         loaded: &LoadedPlugin,
     ) -> Result<(), NotReady> {

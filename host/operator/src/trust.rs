@@ -8,6 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use kube::runtime::reflector::Store;
+use nodewright_api::pinned::PinnedRef;
 use nodewright_api::trust::{PluginTrustPolicy, PluginTrustPolicySpec, TrustMode};
 use nodewright_api::v1alpha1::Package;
 use nodewright_oci::Registry;
@@ -110,7 +111,7 @@ impl Trust {
         &self,
         registry: &Registry,
         name: &str,
-        pinned: &str,
+        pinned: &PinnedRef,
         package: &Package,
     ) -> Result<Judgement, nodewright_trust::Error> {
         let mut out = Judgement::default();
@@ -152,7 +153,7 @@ impl Trust {
         &self,
         registry: &Registry,
         packages: &BTreeMap<String, Package>,
-    ) -> Result<Vec<(String, String, Judgement)>, String> {
+    ) -> Result<Vec<(String, PinnedRef, Judgement)>, String> {
         let mut out = Vec::new();
         for (name, p) in packages {
             let pinned = registry

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use nodewright_api::keys;
 use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_key};
+use nodewright_api::pinned::PinnedRef;
 use nodewright_api::v1alpha1::NodeWrightSpec;
 use nodewright_figures::Figure;
 use nodewright_planner::{
@@ -67,14 +68,12 @@ fn snapshot(nodes: usize) -> Snapshot {
         serde_json::json!({"interruptionBudget": {"percent": 10}, "packages": packages}),
     )
     .unwrap();
-    let pinned: BTreeMap<String, String> = spec
+    let pinned: BTreeMap<String, PinnedRef> = spec
         .packages
         .keys()
         .map(|k| {
-            (
-                k.clone(),
-                format!("r.example/{k}@sha256:{}", "0".repeat(64)),
-            )
+            let pin = format!("r.example/{k}@sha256:{}", "0".repeat(64));
+            (k.clone(), pin.parse().unwrap())
         })
         .collect();
     let cr = Cr {

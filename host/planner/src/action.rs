@@ -2,8 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::{Taint, Toleration};
-use nodewright_api::v1alpha1::{Interrupt, NodeWrightStatus, Package};
+use nodewright_api::agent::{InterruptAsk, StageAsk};
+use nodewright_api::node_state::Stage;
+use nodewright_api::v1alpha1::{NodeWrightStatus, Resources};
 
 use crate::snapshot::Work;
 
@@ -61,7 +65,9 @@ pub enum Action {
     },
 }
 
-/// Everything an agent Job needs.
+/// Everything an agent Job needs: who it is, how long and how often it may run, where it
+/// may be scheduled, and what it asks of the agent. The operator adds only its deployment
+/// (image, namespace, backend, registries).
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobRequest {
     /// Deterministic name.
@@ -77,31 +83,69 @@ pub struct JobRequest {
     pub run: i64,
     /// Node.
     pub node: String,
-    /// What it does.
-    pub work: Work,
-    /// The package (for package stages).
-    pub package: Option<Package>,
-    /// Pinned plugin reference (package stages).
-    pub plugin: String,
-    /// Config keys changed (config cycles).
-    pub changed_keys: Vec<String>,
-    /// Version upgraded from.
-    pub previous_version: Option<String>,
-    /// The node's place in the CR's rollout order (package stages of batch members): nodes
-    /// that left earlier batches, then its rank in the current ones. NodeWright's node order.
-    pub node_order: Option<u32>,
-    /// The interrupt to run (interrupt Jobs), with `restartAllServices` expanded to units.
-    pub interrupt: Option<Interrupt>,
-    /// Units to restart for the interrupt.
-    pub services: Vec<String>,
-    /// The package may reboot (its interrupt is a reboot).
-    pub reboot_allowed: bool,
-    /// Deadline: per attempt for package stages, whole stage for interrupts (0: none).
-    pub deadline_seconds: u64,
-    /// Retries of genuine failures (package stages).
+    /// Deadline: per attempt for a stage (also the agent's own stage timeout), for the whole
+    /// Job for an interrupt (whose pod restarts in place across the reboot). `None`: none.
+    pub deadline: Option<Duration>,
+    /// Failed pods the Job may replace: genuine failures of a stage (disruptions and host
+    /// failures are not counted), restarts of an interrupt's pod.
     pub backoff_limit: i32,
     /// Tolerations: our cordon, the runtime-required taint, the CR's additional ones.
     pub tolerations: Vec<Toleration>,
+    /// What the agent is asked.
+    pub ask: Ask,
+}
+
+/// What an agent Job asks: a package stage or an interrupt, each in the agent's own terms.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a request travels boxed (`Action::CreateJob`); boxing the stage again buys nothing"
+)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ask {
+    /// One stage of one package (then its check).
+    Stage {
+        /// The stage, with its plugin, grants, config and sandbox bounds.
+        call: StageAsk,
+        /// The agent container's resources (`spec.packages.<name>.resources`).
+        resources: Option<Resources>,
+    },
+    /// The node's merged interrupt, or a package's uninstall interrupt.
+    Interrupt {
+        /// After a removal (`uninstall-interrupt`) rather than the cycle's `interrupt`.
+        uninstall: bool,
+        /// The interrupt, with `restartAllServices` expanded to units.
+        call: InterruptAsk,
+    },
+}
+
+impl JobRequest {
+    /// The Job's key, as its labels will say ([`Work`]).
+    pub fn work(&self) -> Work {
+        match &self.ask {
+            Ask::Stage { call, .. } => Work::Package {
+                package: call.package.clone(),
+                version: call.version.clone(),
+                stage: call.stage.stage(),
+            },
+            Ask::Interrupt { uninstall, call } => Work::Interrupt {
+                stage: if *uninstall {
+                    Stage::UninstallInterrupt
+                } else {
+                    Stage::Interrupt
+                },
+                kind: call.kind,
+                owner: call.package.clone(),
+            },
+        }
+    }
+
+    /// The package stage asked, if it is one.
+    pub fn stage(&self) -> Option<&StageAsk> {
+        match &self.ask {
+            Ask::Stage { call, .. } => Some(call),
+            Ask::Interrupt { .. } => None,
+        }
+    }
 }
 
 /// Changes to one node.

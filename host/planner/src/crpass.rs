@@ -9,6 +9,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use k8s_openapi::api::core::v1::Toleration;
 use nodewright_api::keys;
 use nodewright_api::node_state::{self, NodeState, State};
+use nodewright_api::pinned::PinnedRef;
 use nodewright_api::v1alpha1::{DeploymentPolicySpec, Status};
 
 use crate::action::{Action, Event, Target};
@@ -29,7 +30,7 @@ struct CrPass<'c> {
     policy: Option<(&'c String, Option<&'c DeploymentPolicySpec>)>,
     era: Era,
     holds: Holds,
-    pinned: Option<&'c BTreeMap<String, String>>,
+    pinned: Option<&'c BTreeMap<String, PinnedRef>>,
     /// Plugins not ready or the policy missing: nothing of the CR may run.
     unusable: bool,
     /// Unusable, paused or disabled: batches are kept as they are.
@@ -53,9 +54,13 @@ impl<'c> CrPass<'c> {
             .as_ref()
             .map(|name| (name, policies.get(name)));
         let spec_policy = policy.and_then(|(_, p)| p);
+        // Ready only with a pin for every package: the node passes start a package's Job
+        // with its pin and nothing else.
         let pinned = match &cr.plugins {
-            PluginCheck::Ready(r) => Some(&r.pinned),
-            PluginCheck::Pending | PluginCheck::NotReady { .. } => None,
+            PluginCheck::Ready(r) if cr.spec.packages.keys().all(|p| r.pinned.contains_key(p)) => {
+                Some(&r.pinned)
+            }
+            PluginCheck::Ready(_) | PluginCheck::Pending | PluginCheck::NotReady { .. } => None,
         };
         let unusable = pinned.is_none() || matches!(policy, Some((_, None)));
         CrPass {

@@ -1,14 +1,19 @@
 //! Agent Job requests: deterministic names (creating the same work twice is an
 //! `AlreadyExists`, never a second Job), deadlines and tolerations.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Toleration;
+use nodewright_api::agent::{InterruptAsk, RunStage, StageAsk};
 use nodewright_api::keys;
+use nodewright_api::limits::StageLimits;
 use nodewright_api::node_state::PackageStatus;
-use nodewright_api::units::parse_duration;
+use nodewright_api::pinned::PinnedRef;
+use nodewright_api::units::{duration, parse_duration};
 use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package};
 use sha2::{Digest, Sha256};
 
-use crate::action::JobRequest;
+use crate::action::{Ask, JobRequest};
 use crate::snapshot::{Cr, Work};
 use crate::work::Env;
 
@@ -58,81 +63,107 @@ fn tolerations(cr: &Cr) -> Vec<Toleration> {
     t
 }
 
-fn deadline(env: &Env<'_>, p: Option<&Package>) -> u64 {
-    p.and_then(|p| p.stage_timeout.as_deref())
+/// The package's stage timeout, else the operator's (`0s`: none).
+fn deadline(env: &Env<'_>, p: Option<&Package>) -> Option<Duration> {
+    let seconds = p
+        .and_then(|p| p.stage_timeout.as_deref())
         .and_then(|t| parse_duration(t).ok())
         .map(|s| s as u64)
-        .unwrap_or(env.settings.stage_timeout)
+        .unwrap_or(env.settings.stage_timeout);
+    (seconds > 0).then(|| Duration::from_secs(seconds))
 }
 
-/// The request for one package stage on one node.
+/// Restarts an interrupt Job's pod may have: a reboot restarts it in place, and the whole
+/// interrupt is bounded by its deadline rather than by a count.
+const INTERRUPT_RESTARTS: i32 = 6;
+
+/// The request for one package stage on one node, running `plugin`.
 pub(crate) fn package_job(
     env: &Env<'_>,
     cr: &Cr,
     node: &str,
-    work: Work,
+    stage: RunStage,
     p: &Package,
+    plugin: &PinnedRef,
     e: &PackageStatus,
 ) -> JobRequest {
-    JobRequest {
-        name: job_name(&cr.name, node, &work),
-        cr: cr.name.clone(),
-        cr_uid: cr.uid.clone(),
-        generation: cr.generation,
-        run: e.run,
-        node: node.into(),
-        work,
-        package: Some(p.clone()),
-        plugin: e.digest.clone(),
-        changed_keys: e.changed_keys.clone(),
-        previous_version: e.previous_version.clone(),
-        node_order: env.orders.get(node).copied(),
-        interrupt: None,
-        services: Vec::new(),
-        reboot_allowed: p.grants_power(),
-        deadline_seconds: deadline(env, Some(p)),
-        backoff_limit: env.settings.backoff_limit,
-        tolerations: tolerations(cr),
+    let name = &e.name;
+    let deadline = deadline(env, Some(p));
+    let mut call = StageAsk::new(stage, name, &p.version, plugin.clone());
+    call.capabilities = p.capabilities.clone();
+    call.reboot_allowed = p.grants_power();
+    call.config = p.config_map.clone();
+    call.changed_keys = e.changed_keys.clone();
+    call.previous_version = e.previous_version.clone();
+    call.node_order = env.orders.get(node).copied();
+    if let Some(d) = deadline {
+        call.timeout = d;
     }
+    // Checked against the operator's ceilings before the CR's plugins were ready; a
+    // package whose bounds do not parse never gets here.
+    call.limits = StageLimits::of(p).unwrap_or_default();
+    if let Some(g) = p
+        .graceful_shutdown
+        .as_deref()
+        .and_then(|g| duration(g).ok())
+    {
+        call.graceful_shutdown = g;
+    }
+    let ask = Ask::Stage {
+        call,
+        resources: p.resources.clone(),
+    };
+    let backoff = env.settings.backoff_limit;
+    request(cr, node, e.run, deadline, backoff, ask)
 }
 
-/// The request for a node's merged (or a package's uninstall) interrupt.
+/// The request for a node's merged (or a package's uninstall) interrupt, owned by `owner`.
 pub(crate) fn interrupt_job(
     env: &Env<'_>,
     cr: &Cr,
     node: &str,
-    work: Work,
+    uninstall: bool,
+    owner: &str,
     interrupt: &Interrupt,
     run: i64,
 ) -> JobRequest {
-    let owner = match &work {
-        Work::Interrupt { owner, .. } => cr.spec.packages.get(owner),
-        Work::Package { .. } => None,
-    };
     let services = match interrupt.kind {
         InterruptType::RestartAllServices => env.settings.restart_all_services.clone(),
         _ => interrupt.services.clone(),
     };
-    JobRequest {
-        name: job_name(&cr.name, node, &work),
+    let call = InterruptAsk {
+        kind: interrupt.kind,
+        package: owner.into(),
+        services,
+    };
+    let ask = Ask::Interrupt { uninstall, call };
+    let deadline = deadline(env, cr.spec.packages.get(owner));
+    request(cr, node, run, deadline, INTERRUPT_RESTARTS, ask)
+}
+
+/// The request for `ask` on `node`, named after the work it is.
+fn request(
+    cr: &Cr,
+    node: &str,
+    run: i64,
+    deadline: Option<Duration>,
+    backoff_limit: i32,
+    ask: Ask,
+) -> JobRequest {
+    let mut req = JobRequest {
+        name: String::new(),
         cr: cr.name.clone(),
         cr_uid: cr.uid.clone(),
         generation: cr.generation,
         run,
         node: node.into(),
-        work,
-        package: None,
-        plugin: String::new(),
-        changed_keys: Vec::new(),
-        previous_version: None,
-        node_order: None,
-        interrupt: Some(interrupt.clone()),
-        services,
-        reboot_allowed: interrupt.kind == InterruptType::Reboot,
-        deadline_seconds: deadline(env, owner),
-        backoff_limit: env.settings.backoff_limit,
+        deadline,
+        backoff_limit,
         tolerations: tolerations(cr),
-    }
+        ask,
+    };
+    req.name = job_name(&cr.name, node, &req.work());
+    req
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ mod status;
 mod tally;
 pub mod work;
 
-pub use action::{Action, Event, JobRequest, NodePatch, Target};
+pub use action::{Action, Ask, Event, JobRequest, NodePatch, Target};
 pub use plan::plan;
 pub use snapshot::{
     Cr, GateFinding, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Refusal,

@@ -271,7 +271,7 @@ impl<'a> Pass<'a> {
 }
 
 /// The empty pin map of a CR whose plugins are not ready.
-pub(crate) static NO_PINS: BTreeMap<String, String> = BTreeMap::new();
+pub(crate) static NO_PINS: BTreeMap<String, nodewright_api::pinned::PinnedRef> = BTreeMap::new();
 
 fn runtime_taint() -> Taint {
     Taint {

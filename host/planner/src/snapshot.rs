@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::states::StateCache;
 use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::node_state::Stage;
+use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::{
     DeploymentPolicySpec, InterruptType, NodeWrightSpec, NodeWrightStatus,
@@ -124,15 +125,15 @@ pub enum PluginCheck {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Resolved {
     /// Package → its pinned reference.
-    pub pinned: BTreeMap<String, String>,
+    pub pinned: BTreeMap<String, PinnedRef>,
     /// Package → the trusted signers whose signatures verified (empty with no trust policy).
     pub signers: BTreeMap<String, Vec<String>>,
     /// Trust findings of policies in `warn` mode: rolled out anyway, reported.
     pub warnings: Vec<String>,
 }
 
-impl From<BTreeMap<String, String>> for Resolved {
-    fn from(pinned: BTreeMap<String, String>) -> Self {
+impl From<BTreeMap<String, PinnedRef>> for Resolved {
+    fn from(pinned: BTreeMap<String, PinnedRef>) -> Self {
         Resolved {
             pinned,
             ..Default::default()

@@ -72,7 +72,11 @@ impl<'a> Report<'a> {
         self.plugins = match p {
             PluginCheck::Pending => None,
             PluginCheck::Ready(r) => {
-                self.status.resolved_plugins = r.pinned.clone();
+                self.status.resolved_plugins = r
+                    .pinned
+                    .iter()
+                    .map(|(name, pin)| (name.clone(), pin.to_string()))
+                    .collect();
                 self.status.plugin_signers = r.signers.clone();
                 let mut message = format!(
                     "{} plugin(s) pinned and their grants cover their imports",

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap as HashMap;
 
 use nodewright_api::keys;
+use nodewright_api::pinned::PinnedRef;
 
 use crate::action::NodePatch;
 use crate::cordon::{self, Mark, NodeCordon};
@@ -165,7 +166,7 @@ pub struct Env<'a> {
     /// Refused evictions.
     pub refusals: &'a BTreeMap<String, Refusal>,
     /// Pinned plugin per package.
-    pub pinned: &'a BTreeMap<String, String>,
+    pub pinned: &'a BTreeMap<String, PinnedRef>,
     /// Config digests per package.
     pub digests: &'a crate::packages::Digests,
     /// What a node that has not started may begin (windows, gates).

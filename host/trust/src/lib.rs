@@ -13,11 +13,11 @@
 //! use nodewright_trust::keys::{KeyPair, PublicKey};
 //! use nodewright_trust::{signatures, Verifier};
 //! let pair = KeyPair::generate();
-//! let pinned = "registry.example.com/plugins/sysctl@sha256:...";
-//! signatures::attach(&registry, pinned, &pair).await?;
+//! let pinned = registry.pinned("registry.example.com/plugins/sysctl:1.0.0").await?;
+//! signatures::attach(&registry, &pinned, &pair).await?;
 //! let verifier = Verifier::new(256);
 //! let keys = vec![("platform-team".to_string(), PublicKey::from_pem(&pair.public().to_pem())?)];
-//! assert_eq!(verifier.signers(&registry, pinned, &keys).await?, ["platform-team"]);
+//! assert_eq!(verifier.signers(&registry, &pinned, &keys).await?, ["platform-team"]);
 //! # Ok(()) }
 //! ```
 
@@ -31,6 +31,7 @@ pub mod signatures;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
+use nodewright_api::pinned::PinnedRef;
 use nodewright_oci::Registry;
 use sha2::{Digest, Sha256};
 
@@ -65,7 +66,7 @@ impl Verifier {
         }
     }
 
-    fn key(pinned: &str, key: &PublicKey) -> String {
+    fn key(pinned: &PinnedRef, key: &PublicKey) -> String {
         format!("{pinned}/{}", hex(&Sha256::digest(key.to_pem().as_bytes())))
     }
 
@@ -73,13 +74,10 @@ impl Verifier {
     pub async fn signers(
         &self,
         registry: &Registry,
-        pinned: &str,
+        pinned: &PinnedRef,
         keys: &[(String, PublicKey)],
     ) -> Result<Vec<String>, Error> {
-        let digest = pinned
-            .split('@')
-            .nth(1)
-            .ok_or_else(|| Error::Signature(format!("{pinned} is not pinned")))?;
+        let digest = pinned.digest();
         let known: Vec<bool> = {
             let cache = self.cache.lock().expect("verifier lock");
             keys.iter()

@@ -19,6 +19,7 @@ use std::path::Path;
 
 use globset::Glob;
 use nodewright_api::grants::{FileAccess, normalize_abs_path};
+use nodewright_api::pinned::PinnedRef;
 use nodewright_api::trust::{Allowance, PluginTrustPolicySpec, Signer};
 use nodewright_api::v1alpha1::{InterruptType, Package};
 
@@ -199,7 +200,7 @@ pub fn key_errors(policy: &PluginTrustPolicySpec) -> Vec<(String, String)> {
 pub fn check(
     policy: &PluginTrustPolicySpec,
     name: &str,
-    pinned: &str,
+    pinned: &PinnedRef,
     p: &Package,
     verified: &[String],
 ) -> Vec<Finding> {
@@ -217,7 +218,7 @@ pub fn check(
     if signed.is_empty() {
         return vec![Finding::Unsigned {
             package: name.into(),
-            plugin: pinned.into(),
+            plugin: pinned.to_string(),
             trusted,
         }];
     }
@@ -241,7 +242,7 @@ pub fn check(
             }
             return vec![Finding::Requirement {
                 package: name.into(),
-                plugin: pinned.into(),
+                plugin: pinned.to_string(),
                 signed: names,
                 required: required.join(" and "),
             }];
@@ -260,6 +261,12 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pin() -> PinnedRef {
+        format!("r.example/p@sha256:{}", "d".repeat(64))
+            .parse()
+            .unwrap()
+    }
     use nodewright_api::grants::{Capabilities, CommandGrant, FileGrant};
     use nodewright_api::trust::{AnyOf, Requirement};
     use nodewright_api::v1alpha1::Interrupt;
@@ -381,7 +388,7 @@ mod tests {
             },
             false,
         );
-        assert_eq!(check(&p, "web", "r/p@x", &ok, &app_only), vec![]);
+        assert_eq!(check(&p, "web", &pin(), &ok, &app_only), vec![]);
         let wide = package(
             Capabilities {
                 files: vec![file("/etc/shadow", false)],
@@ -390,7 +397,7 @@ mod tests {
             },
             true,
         );
-        let grants: Vec<String> = check(&p, "web", "r/p@x", &wide, &app_only)
+        let grants: Vec<String> = check(&p, "web", &pin(), &wide, &app_only)
             .iter()
             .map(|f| f.to_string())
             .collect();
@@ -404,13 +411,7 @@ mod tests {
         assert!(grants[2].contains("power"));
         // The same package, also signed by platform: within.
         assert_eq!(
-            check(
-                &p,
-                "web",
-                "r/p@x",
-                &wide,
-                &["app".into(), "platform".into()]
-            ),
+            check(&p, "web", &pin(), &wide, &["app".into(), "platform".into()]),
             vec![]
         );
         let cmd = package(
@@ -425,7 +426,7 @@ mod tests {
             false,
         );
         assert!(
-            matches!(&check(&p, "x", "r/p@x", &cmd, &["platform".into()])[0], Finding::Grant { grant, .. } if grant.contains("/bin/sh"))
+            matches!(&check(&p, "x", &pin(), &cmd, &["platform".into()])[0], Finding::Grant { grant, .. } if grant.contains("/bin/sh"))
         );
     }
 
@@ -434,7 +435,7 @@ mod tests {
         let mut p = policy();
         let pkg = package(Capabilities::default(), false);
         assert!(
-            matches!(&check(&p, "x", "r/p@d", &pkg, &[])[0], Finding::Unsigned { trusted, .. } if trusted == "platform, app")
+            matches!(&check(&p, "x", &pin(), &pkg, &[])[0], Finding::Unsigned { trusted, .. } if trusted == "platform, app")
         );
         p.require = Some(Requirement {
             all_of: vec![],
@@ -444,10 +445,10 @@ mod tests {
             }),
         });
         assert!(
-            matches!(&check(&p, "x", "r/p@d", &pkg, &["app".into()])[0], Finding::Requirement { required, .. } if required == "2 of platform, app")
+            matches!(&check(&p, "x", &pin(), &pkg, &["app".into()])[0], Finding::Requirement { required, .. } if required == "2 of platform, app")
         );
         assert_eq!(
-            check(&p, "x", "r/p@d", &pkg, &["app".into(), "platform".into()]),
+            check(&p, "x", &pin(), &pkg, &["app".into(), "platform".into()]),
             vec![]
         );
         p.require = Some(Requirement {
@@ -455,7 +456,7 @@ mod tests {
             any_of: None,
         });
         assert!(matches!(
-            &check(&p, "x", "r/p@d", &pkg, &["app".into()])[0],
+            &check(&p, "x", &pin(), &pkg, &["app".into()])[0],
             Finding::Requirement { .. }
         ));
     }

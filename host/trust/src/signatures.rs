@@ -6,6 +6,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
+use nodewright_api::pinned::PinnedRef;
 use nodewright_oci::Registry;
 use nodewright_oci::artifact::Descriptor;
 use serde_json::{Value, json};
@@ -34,23 +35,9 @@ pub struct Signature {
     pub signature: Vec<u8>,
 }
 
-/// `(registry/repo, sha256:<hex>)` of a pinned reference.
-fn split(pinned: &str) -> Result<(&str, &str), Error> {
-    let (repo, digest) = pinned
-        .split_once('@')
-        .ok_or_else(|| Error::Signature(format!("{pinned} is not pinned (repo@sha256:...)")))?;
-    if nodewright_oci::parse_digest(digest).is_none() {
-        return Err(Error::Signature(format!(
-            "{pinned}: {digest} is not a sha256 digest"
-        )));
-    }
-    Ok((repo, digest))
-}
-
 /// Where the signatures of `pinned` live: `repo:sha256-<hex>.sig`.
-pub fn signature_reference(pinned: &str) -> Result<String, Error> {
-    let (repo, digest) = split(pinned)?;
-    Ok(format!("{repo}:{}.sig", digest.replace(':', "-")))
+pub fn signature_reference(pinned: &PinnedRef) -> String {
+    format!("{}:sha256-{}.sig", pinned.repository(), pinned.hex())
 }
 
 /// The simple signing payload for `digest` in `repository`, as cosign writes it.
@@ -77,8 +64,11 @@ pub fn signed_digest(payload: &[u8]) -> Option<String> {
 }
 
 /// The signature manifest of `pinned`, when there is one.
-async fn signature_manifest(registry: &Registry, pinned: &str) -> Result<Option<Value>, Error> {
-    let reference = signature_reference(pinned)?;
+async fn signature_manifest(
+    registry: &Registry,
+    pinned: &PinnedRef,
+) -> Result<Option<Value>, Error> {
+    let reference = signature_reference(pinned);
     let Some(raw) = registry.fetch_tagged(&reference, &[OCI_MANIFEST]).await? else {
         return Ok(None);
     };
@@ -97,7 +87,7 @@ pub const MAX_SIGNATURE_PAYLOAD: u64 = 64 << 10;
 /// anything is fetched: at most [`MAX_SIGNATURES`] layers of at most
 /// [`MAX_SIGNATURE_PAYLOAD`] bytes each, so what a registry serves here costs at most
 /// 4 MiB whatever it declares.
-pub async fn signatures(registry: &Registry, pinned: &str) -> Result<Vec<Signature>, Error> {
+pub async fn signatures(registry: &Registry, pinned: &PinnedRef) -> Result<Vec<Signature>, Error> {
     let Some(manifest) = signature_manifest(registry, pinned).await? else {
         return Ok(Vec::new());
     };
@@ -122,7 +112,7 @@ pub async fn signatures(registry: &Registry, pinned: &str) -> Result<Vec<Signatu
         let descriptor: Descriptor = serde_json::from_value(layer.clone())
             .map_err(|e| Error::Signature(format!("a signature layer: {e}")))?;
         let payload = registry
-            .fetch_blob_within(pinned, &descriptor, MAX_SIGNATURE_PAYLOAD)
+            .fetch_blob_within(pinned.as_str(), &descriptor, MAX_SIGNATURE_PAYLOAD)
             .await?;
         out.push(Signature {
             payload,
@@ -155,9 +145,8 @@ pub fn verified_by(
 
 /// Signs `pinned` with `key` and stores the signature beside the ones already there.
 #[cfg(feature = "sign")]
-pub async fn attach(registry: &Registry, pinned: &str, key: &KeyPair) -> Result<(), Error> {
-    let (repo, digest) = split(pinned)?;
-    let payload = payload(repo, digest);
+pub async fn attach(registry: &Registry, pinned: &PinnedRef, key: &KeyPair) -> Result<(), Error> {
+    let payload = payload(pinned.repository(), pinned.digest());
     let signature = key.sign(&payload);
     let mut layers: Vec<Value> = match signature_manifest(registry, pinned).await? {
         Some(m) => m["layers"].as_array().cloned().unwrap_or_default(),
@@ -201,7 +190,7 @@ pub async fn attach(registry: &Registry, pinned: &str, key: &KeyPair) -> Result<
     ];
     registry
         .push_manifest(
-            &signature_reference(pinned)?,
+            &signature_reference(pinned),
             &blobs,
             serde_json::to_vec(&manifest).expect("JSON"),
             OCI_MANIFEST,
@@ -218,9 +207,11 @@ mod tests {
 
     #[test]
     fn references_and_payloads_are_cosigns() {
-        let pinned = format!("r.example/plugins/sysctl@sha256:{}", "a".repeat(64));
+        let pinned: PinnedRef = format!("r.example/plugins/sysctl@sha256:{}", "a".repeat(64))
+            .parse()
+            .unwrap();
         assert_eq!(
-            signature_reference(&pinned).unwrap(),
+            signature_reference(&pinned),
             format!("r.example/plugins/sysctl:sha256-{}.sig", "a".repeat(64))
         );
         let p = payload(
@@ -235,7 +226,6 @@ mod tests {
             signed_digest(br#"{"critical":{"type":"something else"}}"#),
             None
         );
-        assert!(signature_reference("r.example/plugins/sysctl:1").is_err());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use nodewright_api::pinned::PinnedRef;
 use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
 use nodewright_testregistry::TestRegistry;
 use nodewright_testregistry::setup::Need;
@@ -17,7 +18,7 @@ fn registry(reg: &TestRegistry) -> Registry {
     })
 }
 
-async fn pushed(r: &Registry, reg: &TestRegistry, name: &str, bytes: &[u8]) -> String {
+async fn pushed(r: &Registry, reg: &TestRegistry, name: &str, bytes: &[u8]) -> PinnedRef {
     r.push(
         &format!("{}/plugins/{name}:1.0.0", reg.host()),
         bytes,
@@ -46,7 +47,7 @@ async fn sign_then_verify_and_every_way_it_must_not() {
     let reg = TestRegistry::start();
     let r = registry(&reg);
     let pinned = pushed(&r, &reg, "sysctl", &sysctl()).await;
-    let digest = pinned.split('@').nth(1).unwrap().to_string();
+    let digest = pinned.digest().to_string();
     let (platform, app, stranger) = (
         KeyPair::generate(),
         KeyPair::generate(),
@@ -149,7 +150,7 @@ async fn a_signature_manifest_past_the_layer_bound_is_refused() {
     let key = KeyPair::generate();
     let pinned = pushed(&r, &reg, "many", &sysctl()).await;
     signatures::attach(&r, &pinned, &key).await.unwrap();
-    let sig_ref = signatures::signature_reference(&pinned).unwrap();
+    let sig_ref = signatures::signature_reference(&pinned);
     let raw = r
         .fetch_tagged(&sig_ref, &["application/vnd.oci.image.manifest.v1+json"])
         .await
@@ -172,10 +173,10 @@ async fn a_signature_manifest_past_the_layer_bound_is_refused() {
 }
 
 /// Copies the signature manifest of `from` (and its blobs) to the signature tag of `to`.
-async fn replay_signatures(r: &Registry, from: &str, to: &str) {
+async fn replay_signatures(r: &Registry, from: &PinnedRef, to: &PinnedRef) {
     let raw = r
         .fetch_tagged(
-            &signatures::signature_reference(from).unwrap(),
+            &signatures::signature_reference(from),
             &["application/vnd.oci.image.manifest.v1+json"],
         )
         .await
@@ -187,11 +188,11 @@ async fn replay_signatures(r: &Registry, from: &str, to: &str) {
         let descriptor = serde_json::from_value(d.clone()).unwrap();
         blobs.push(nodewright_oci::Blob {
             what: "replayed",
-            bytes: r.fetch_blob(from, &descriptor).await.unwrap(),
+            bytes: r.fetch_blob(from.as_str(), &descriptor).await.unwrap(),
         });
     }
     r.push_manifest(
-        &signatures::signature_reference(to).unwrap(),
+        &signatures::signature_reference(to),
         &blobs,
         raw,
         "application/vnd.oci.image.manifest.v1+json",
@@ -234,7 +235,7 @@ async fn any_of_with_a_minimum_counts_verified_signers() {
     let all = keys(&[("a", &a), ("b", &b), ("c", &c)]);
     let package = nodewright_api::v1alpha1::Package {
         version: "1".into(),
-        plugin: pinned.clone(),
+        plugin: pinned.to_string(),
         ..Default::default()
     };
     let judge = |verified: Vec<String>| policy::check(&spec, "p", &pinned, &package, &verified);
@@ -351,7 +352,7 @@ async fn cosign_and_nodewright_read_each_others_keys_and_signatures() {
         "--yes",
     ];
     args.extend(flags);
-    args.push(&a);
+    args.push(a.as_str());
     let out = run_cosign(&cosign, dir.path(), &args);
     assert!(
         out.status.success(),
@@ -382,7 +383,7 @@ async fn cosign_and_nodewright_read_each_others_keys_and_signatures() {
     signatures::attach(&r, &b, &ours).await.unwrap();
     let mut args = vec!["verify", "--key", "ours.pub", "--insecure-ignore-tlog"];
     args.extend(flags);
-    args.push(&b);
+    args.push(b.as_str());
     let out = run_cosign(&cosign, dir.path(), &args);
     assert!(
         out.status.success(),
@@ -393,7 +394,7 @@ async fn cosign_and_nodewright_read_each_others_keys_and_signatures() {
     // And cosign signs with nodewright's key file.
     let mut args = vec!["sign", "--key", "ours.key", "--tlog-upload=false", "--yes"];
     args.extend(flags);
-    args.push(&a);
+    args.push(a.as_str());
     let out = run_cosign(&cosign, dir.path(), &args);
     assert!(
         out.status.success(),
@@ -412,6 +413,6 @@ async fn cosign_and_nodewright_read_each_others_keys_and_signatures() {
     // A wrong key fails cosign's verify too.
     let mut args = vec!["verify", "--key", "theirs.pub", "--insecure-ignore-tlog"];
     args.extend(flags);
-    args.push(&b);
+    args.push(b.as_str());
     assert!(!run_cosign(&cosign, dir.path(), &args).status.success());
 }

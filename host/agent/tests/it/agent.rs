@@ -27,6 +27,7 @@ async fn pushed(reg: &TestRegistry) -> String {
         .await
         .unwrap()
         .pinned
+        .into()
 }
 
 fn agent(root: &Path, args: &[&str]) -> (Output, Value) {
@@ -156,10 +157,15 @@ async fn blame_and_exit_codes() {
     let tag = format!("{}/plugins/sysctl:1.0.0", reg.host());
     let (out, r) = agent(tmp.path(), &run_args(&tag, reg.host(), CAPS, "apply"));
     assert_eq!(
-        (out.status.code(), r["blame"].as_str()),
-        (Some(3), Some("config"))
+        (out.status.code(), r["blame"].as_str(), r["stage"].as_str()),
+        (Some(3), Some("config"), Some("apply")),
+        "an argument the agent cannot take is the spec's fault, never exit 2 (denied): {r}"
     );
-    assert!(r["message"].as_str().unwrap().contains("pinned"));
+    let message = r["message"].as_str().unwrap();
+    assert!(
+        message.contains("--plugin") && message.contains("not pinned"),
+        "{message}"
+    );
 
     let narrow =
         r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["net.*"]}"#;
@@ -329,7 +335,8 @@ async fn hostile_results_are_bounded_and_forged_blame_is_the_packages() {
         )
         .await
         .unwrap()
-        .pinned;
+        .pinned
+        .to_string();
     let caps = r#"{"files": [{"path": "/etc/app", "access": "readWrite"}], "kernelModules": ["x"], "services": ["x.service"], "sysctl": ["x"], "commands": [{"path": "/x"}]}"#;
     // A fresh node each: a succeeded stage is not run again on the same one.
     let run = |attack: &str| {

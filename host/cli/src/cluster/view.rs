@@ -360,7 +360,11 @@ pub fn package_rows(cr: &str, package: Option<&str>, nodes: &[Node]) -> Vec<Pack
                 state: p.state.as_str().into(),
                 attempts: p.attempts,
                 message: p.message.clone(),
-                digest: p.digest.clone(),
+                digest: p
+                    .digest
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
             });
         }
     }

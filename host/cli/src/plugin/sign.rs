@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use nodewright_oci::{Registry, pin};
+use nodewright_oci::Registry;
 use nodewright_trust::keys::{KeyPair, PublicKey};
 use nodewright_trust::signatures;
 
@@ -92,24 +92,16 @@ pub fn keygen(args: KeygenArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn pinned(registry: &Registry, reference: &str) -> anyhow::Result<String> {
-    if reference.contains("@sha256:") {
-        return Ok(reference.to_string());
-    }
-    let digest = registry.resolve(reference).await?;
-    Ok(pin(reference, &digest)?)
-}
-
 pub async fn sign(args: SignArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.key)
         .with_context(|| format!("reading {}", args.key.display()))?;
     let pair = KeyPair::from_encrypted_pem(&text, password(false)?.as_bytes())
         .with_context(|| args.key.display().to_string())?;
     let registry = Registry::new(args.registry.config()?);
-    let pinned = pinned(&registry, &args.reference).await?;
+    let pinned = registry.pinned(&args.reference).await?;
     signatures::attach(&registry, &pinned, &pair).await?;
     println!("signed {pinned}");
-    eprintln!("stored under {}", signatures::signature_reference(&pinned)?);
+    eprintln!("stored under {}", signatures::signature_reference(&pinned));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -135,10 +127,10 @@ pub async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         ));
     }
     let registry = Registry::new(args.registry.config()?);
-    let pinned = pinned(&registry, &args.reference).await?;
-    let digest = pinned.split('@').nth(1).unwrap_or_default().to_string();
+    let pinned = registry.pinned(&args.reference).await?;
+    let digest = pinned.digest();
     let found = signatures::signatures(&registry, &pinned).await?;
-    let signers = signatures::verified_by(&found, &digest, &keys);
+    let signers = signatures::verified_by(&found, digest, &keys);
     if signers.is_empty() {
         eprintln!(
             "{pinned}: {} signature(s) found, none by the given key(s)",

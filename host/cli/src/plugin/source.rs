@@ -115,14 +115,10 @@ pub async fn pull(
     registry: &RegistryArgs,
 ) -> anyhow::Result<nodewright_oci::Pulled> {
     let reg = Registry::new(registry.config()?);
-    let pinned = if reference.contains("@sha256:") {
-        reference.to_string()
-    } else {
-        let digest = reg.resolve(reference).await?;
-        let pinned = nodewright_oci::pin(reference, &digest)?;
+    let pinned = reg.pinned(reference).await?;
+    if pinned.as_str() != reference {
         eprintln!("resolved {reference} -> {pinned}");
-        pinned
-    };
+    }
     let cache = NodeCache::open(&super::cache_root()?)?;
     let puller = Puller::new(reg, cache);
     Ok(puller.pull_pinned(&pinned, &print_progress).await?)
@@ -151,7 +147,7 @@ pub async fn load(
     Ok(Source {
         plugin,
         load_time: started.elapsed(),
-        display: pulled.reference,
+        display: pulled.reference.to_string(),
         pulled_from_cache: Some(pulled.from_cache),
     })
 }

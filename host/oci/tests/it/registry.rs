@@ -6,6 +6,7 @@ use crate::support;
 use std::sync::Arc;
 
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
+use nodewright_api::pinned::PinnedRef;
 use nodewright_engine::{Engine, EngineConfig, RunStage, SandboxLimits, StageContext};
 use nodewright_hostops::{NodeIdentity, SimHost};
 use nodewright_oci::{Error, NodeCache, Puller, Registry};
@@ -21,7 +22,7 @@ async fn push_resolve_pull_by_digest_run() {
     let reference = format!("{}/plugins/sysctl:1.0.0", reg.host());
     let pushed = push(&registry, &reference, &sysctl).await;
     assert_eq!(
-        pushed.pinned,
+        pushed.pinned.as_str(),
         format!("{}/plugins/sysctl@{}", reg.host(), pushed.manifest_digest)
     );
     assert_eq!(
@@ -41,7 +42,7 @@ async fn push_resolve_pull_by_digest_run() {
     // The stored manifest is the CNCF wasm layout.
     let (_, manifest) = puller
         .registry()
-        .fetch_manifest(&pushed.pinned)
+        .fetch_manifest(pushed.pinned.as_str())
         .await
         .unwrap();
     assert_eq!(
@@ -111,13 +112,20 @@ async fn a_moved_tag_does_not_change_what_a_pinned_digest_pulls() {
     let cache = tempfile::tempdir().unwrap();
     let puller = Puller::new(registry, NodeCache::open(cache.path()).unwrap());
     let pinned = format!("{}/plugins/thing@{resolved}", reg.host());
-    let pulled = puller.pull_pinned(&pinned, &|_| {}).await.unwrap();
+    let pulled = puller.pull_pinned(&pin(&pinned), &|_| {}).await.unwrap();
     assert_eq!(
         pulled.bytes,
         nodewright_artifacts::read(nodewright_artifacts::SYSCTL)
     );
-    let err = puller.pull_pinned(&reference, &|_| {}).await.unwrap_err();
-    assert!(matches!(err, Error::NotPinned { .. }), "{err}");
+    // A tag is not a pinned reference: pulls cannot be asked for one.
+    let err = reference.parse::<PinnedRef>().unwrap_err();
+    assert!(err.reason.contains("not pinned"), "{err}");
+    // Resolving pins it to the digest the tag names now.
+    assert_eq!(
+        puller.registry().pinned(&reference).await.unwrap().digest(),
+        second.manifest_digest,
+        "pinned to where the tag points"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -138,7 +146,10 @@ async fn tampered_and_corrupted_content_is_refused() {
     let puller = Puller::new(registry, NodeCache::open(cache.path()).unwrap());
     let missing = format!("{}/plugins/sysctl@sha256:{}", reg.host(), "0".repeat(64));
     assert!(matches!(
-        puller.pull_pinned(&missing, &|_| {}).await.unwrap_err(),
+        puller
+            .pull_pinned(&pin(&missing), &|_| {})
+            .await
+            .unwrap_err(),
         Error::NotFound { .. }
     ));
 
@@ -172,7 +183,7 @@ async fn tampered_and_corrupted_content_is_refused() {
         matches!(&err, Error::DigestMismatch { what, .. } if what == "layer"),
         "{err}"
     );
-    assert!(err.to_string().contains(&pushed.pinned), "{err}");
+    assert!(err.to_string().contains(pushed.pinned.as_str()), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -232,7 +243,10 @@ async fn wrong_media_type_is_refused_naming_the_reference() {
         Registry::new(config(&reg)),
         NodeCache::open(cache.path()).unwrap(),
     );
-    let err = puller.pull_pinned(&pinned, &|_| {}).await.unwrap_err();
+    let err = puller
+        .pull_pinned(&pin(&pinned), &|_| {})
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::WrongMediaType { .. }), "{err}");
     let text = err.to_string();
     assert!(

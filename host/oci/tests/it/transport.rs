@@ -165,7 +165,7 @@ async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
         size: 1 << 62,
     };
     let err = registry
-        .fetch_blob(&pushed.pinned, &bomb)
+        .fetch_blob(pushed.pinned.as_str(), &bomb)
         .await
         .unwrap_err();
     assert!(
@@ -178,7 +178,7 @@ async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
         ..bomb.clone()
     };
     let err = registry
-        .fetch_blob(&pushed.pinned, &short)
+        .fetch_blob(pushed.pinned.as_str(), &short)
         .await
         .unwrap_err();
     assert!(
@@ -193,7 +193,7 @@ async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
     };
     assert!(matches!(
         registry
-            .fetch_blob_within(&pushed.pinned, &real, 1024)
+            .fetch_blob_within(pushed.pinned.as_str(), &real, 1024)
             .await
             .unwrap_err(),
         Error::TooLarge { limit: 1024, .. }
@@ -201,7 +201,7 @@ async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
     let negative = Descriptor { size: -1, ..bomb };
     assert!(matches!(
         registry
-            .fetch_blob(&pushed.pinned, &negative)
+            .fetch_blob(pushed.pinned.as_str(), &negative)
             .await
             .unwrap_err(),
         Error::InvalidArtifact { .. }
@@ -238,7 +238,10 @@ async fn a_stalled_registry_hits_the_pull_deadline() {
     let puller = Puller::new(registry, NodeCache::open(cache.path()).unwrap());
     let pinned = format!("{host}/plugins/x@sha256:{}", "a".repeat(64));
     assert!(matches!(
-        puller.pull_pinned(&pinned, &|_| {}).await.unwrap_err(),
+        puller
+            .pull_pinned(&pin(&pinned), &|_| {})
+            .await
+            .unwrap_err(),
         Error::Deadline { .. }
     ));
 }

@@ -10,6 +10,7 @@ use common::E2e;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodewright_api::pinned::PinnedRef;
 use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_oci::{Registry, RegistryConfig};
@@ -27,7 +28,7 @@ fn registry(e: &E2e) -> Registry {
 }
 
 /// `plugin` pinned.
-async fn pinned(e: &E2e, plugin: &str) -> String {
+async fn pinned(e: &E2e, plugin: &str) -> PinnedRef {
     let r = registry(e);
     nodewright_oci::pin(plugin, &r.resolve(plugin).await.unwrap()).unwrap()
 }
@@ -327,7 +328,7 @@ async fn the_operator_catches_a_tag_moved_to_an_unsigned_digest() {
         "{message}"
     );
     assert!(
-        message.contains(&moved) && message.contains("not signed by a trusted signer"),
+        message.contains(moved.as_str()) && message.contains("not signed by a trusted signer"),
         "{message}"
     );
     tokio::time::sleep(Duration::from_secs(3)).await;

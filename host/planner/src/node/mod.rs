@@ -8,6 +8,7 @@ mod advance;
 mod record;
 mod start;
 
+use nodewright_api::agent::RunStage;
 use nodewright_api::keys;
 use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State};
 use nodewright_api::v1alpha1::{Interrupt, Package, Status};
@@ -37,8 +38,11 @@ pub struct NodeOutcome {
 /// What a runnable package does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
-    Run(Stage),
+    /// A plugin's stage.
+    Run(RunStage),
+    /// The node's merged interrupt.
     Interrupt,
+    /// A package's own interrupt after its removal.
     UninstallInterrupt,
 }
 
@@ -133,7 +137,7 @@ pub fn pass(
 /// interrupt in scope, other than `plan` and `post-interrupt`, or an interrupt.
 fn disrupts(step: &Step, interrupting: bool) -> bool {
     match step {
-        Step::Run(Stage::Plan | Stage::PostInterrupt) => false,
+        Step::Run(RunStage::Plan | RunStage::PostInterrupt) => false,
         Step::Run(_) | Step::Interrupt => interrupting,
         Step::UninstallInterrupt => true,
     }
@@ -198,12 +202,12 @@ impl Visit<'_, '_> {
             }
             let step = match entry {
                 None if uninstall_requested(p, cr.deleting) => continue,
-                None if effective(p, None).is_empty() => Step::Run(Stage::Apply),
-                None => Step::Run(Stage::Plan),
-                Some(e) => match e.stage {
-                    Stage::Interrupt => Step::Interrupt,
-                    Stage::UninstallInterrupt => Step::UninstallInterrupt,
-                    s => Step::Run(s),
+                None if effective(p, None).is_empty() => Step::Run(RunStage::Apply),
+                None => Step::Run(RunStage::Plan),
+                Some(e) => match (e.stage, RunStage::of(e.stage)) {
+                    (Stage::Interrupt, _) => Step::Interrupt,
+                    (_, Some(run)) => Step::Run(run),
+                    (_, None) => Step::UninstallInterrupt,
                 },
             };
             runnable.push((
@@ -255,7 +259,7 @@ impl Visit<'_, '_> {
         let mut prep = Preparation::default();
         if !runnable.iter().any(Runnable::disruptive) {
             if runnable.iter().any(|r| {
-                r.tracked && !r.scope.is_empty() && r.step == Step::Run(Stage::PostInterrupt)
+                r.tracked && !r.scope.is_empty() && r.step == Step::Run(RunStage::PostInterrupt)
             }) {
                 // Mid-interrupt-cycle (post-interrupt): keep the cordon, re-cordon if it was
                 // lifted. (A plan still running is not mid-cycle: it disrupts nothing.)

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use nodewright_api::agent::RunStage;
 use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_key};
 use nodewright_api::v1alpha1::Interrupt;
 
@@ -28,7 +29,7 @@ pub(super) fn start(
         .filter(|r| {
             !matches!(
                 r.step,
-                Step::UninstallInterrupt | Step::Run(Stage::Uninstall | Stage::PostInterrupt)
+                Step::UninstallInterrupt | Step::Run(RunStage::Uninstall | RunStage::PostInterrupt)
             )
         })
         .filter(|r| !r.scope.is_empty())
@@ -68,14 +69,19 @@ fn stage_job(
     v: &Visit<'_, '_>,
     state: &mut NodeState,
     r: &Runnable<'_>,
-    stage: Stage,
+    run: RunStage,
     actions: &mut Vec<Action>,
 ) -> bool {
     let (cr, env, p, name) = (v.cr, v.env, r.package, r.name);
+    let stage = run.stage();
     let w = Work::Package {
         package: name.clone(),
         version: p.version.clone(),
         stage,
+    };
+    // Every package of a CR whose plugins are ready is pinned (`CrPass::new`).
+    let Some(plugin) = env.pinned.get(name) else {
+        return false;
     };
     if has_job(v, &w) {
         return false;
@@ -88,11 +94,11 @@ fn stage_job(
         });
     entry.state = State::InProgress;
     entry.generation = cr.generation;
-    entry.digest = env.pinned.get(name).cloned().unwrap_or_default();
+    entry.digest = Some(plugin.clone());
     if matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Plan) {
         entry.config = env.digests[name].clone();
     }
-    let req = package_job(env, cr, &v.node.name, w, p, entry);
+    let req = package_job(env, cr, &v.node.name, run, p, plugin, entry);
     actions.push(Action::Event(Event {
         target: Target::Node(v.node.name.clone()),
         warning: false,
@@ -163,7 +169,8 @@ fn merged_interrupt(
         v.env,
         v.cr,
         &v.node.name,
-        w,
+        /* uninstall */ false,
+        owner,
         interrupt,
         run,
     ))));
@@ -199,7 +206,8 @@ fn uninstall_interrupt(
         v.env,
         v.cr,
         &v.node.name,
-        w,
+        /* uninstall */ true,
+        r.name,
         &interrupt,
         run,
     ))));

@@ -157,7 +157,7 @@ fn a_version_upgrade_runs_upgrade_then_config_and_drops_the_old_entry() {
         .iter()
         .filter_map(|(_, a)| {
             if let Action::CreateJob(r) = a {
-                Some(r.previous_version.clone())
+                Some(r.stage()?.previous_version.clone())
             } else {
                 None
             }
@@ -319,7 +319,7 @@ fn serial_runs_one_package_per_node_at_a_time() {
         .iter()
         .filter_map(|a| {
             if let Action::CreateJob(r) = a {
-                Some((r.node.clone(), r.work.clone()))
+                Some((r.node.clone(), r.work()))
             } else {
                 None
             }

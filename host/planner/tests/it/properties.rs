@@ -55,7 +55,7 @@ fn check_pass(
     for a in acted {
         let Action::CreateJob(req) = a else { continue };
         let node = w.node(&req.node);
-        match &req.work {
+        match &req.work() {
             // 2. Disruptive stages of an interrupting package run only cordoned and drained.
             Work::Package {
                 package,

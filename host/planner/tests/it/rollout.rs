@@ -411,7 +411,7 @@ fn package_jobs_carry_the_nodes_place_in_the_rollout_order() {
             orders
                 .entry(r.node.clone())
                 .or_default()
-                .insert(r.node_order);
+                .insert(r.stage().and_then(|s| s.node_order));
         }
     }
     // Two batches of two: the first batch's nodes are 0 and 1, the second's 2 and 3; a node

@@ -1,8 +1,14 @@
 //! Helpers the registry and transport tests share.
 
+use nodewright_api::pinned::PinnedRef;
 use nodewright_oci::artifact::ComponentInfo;
 use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_testregistry::TestRegistry;
+
+/// `text`, a reference the test knows is pinned.
+pub fn pin(text: &str) -> PinnedRef {
+    text.parse().unwrap()
+}
 
 pub fn config(reg: &TestRegistry) -> RegistryConfig {
     RegistryConfig {

@@ -3,6 +3,7 @@
 
 use nodewright_api::keys;
 use nodewright_api::node_state::NodeState;
+use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeWrightSpec, Status};
 use nodewright_planner::{
@@ -111,7 +112,7 @@ impl World {
     }
 
     pub fn add_cr(&mut self, name: &str, spec: NodeWrightSpec) {
-        let pinned: std::collections::BTreeMap<String, String> = spec
+        let pinned: std::collections::BTreeMap<String, PinnedRef> = spec
             .packages
             .iter()
             .map(|(n, p)| {
@@ -121,7 +122,9 @@ impl World {
                         "{}@sha256:{}",
                         p.plugin.split(':').next().unwrap_or_default(),
                         "0".repeat(64)
-                    ),
+                    )
+                    .parse()
+                    .unwrap(),
                 )
             })
             .collect();
@@ -245,7 +248,7 @@ impl World {
                         cr: req.cr.clone(),
                         node: req.node.clone(),
                         generation: req.generation,
-                        work: req.work.clone(),
+                        work: req.work(),
                         phase: JobPhase::Active {
                             failed: 0,
                             last: None,
@@ -366,12 +369,12 @@ impl World {
         );
     }
 
-    pub fn created(&self) -> Vec<(usize, &Work, &str)> {
+    pub fn created(&self) -> Vec<(usize, Work, &str)> {
         self.history
             .iter()
             .filter_map(|(i, a)| {
                 if let Action::CreateJob(r) = a {
-                    Some((*i, &r.work, r.node.as_str()))
+                    Some((*i, r.work(), r.node.as_str()))
                 } else {
                     None
                 }
