@@ -1,9 +1,9 @@
 //! The node's merged interrupt: the reboot protocol (see [`crate::markers`]) or service
 //! restarts.
 
-use nodewright_api::agent::InterruptCall;
+use nodewright_api::agent::{InterruptCall, RunStage};
 use nodewright_api::hostargs;
-use nodewright_api::result::{Blame, StageResult};
+use nodewright_api::result::{Blame, Needs, StageResult};
 use nodewright_api::v1alpha1::{Interrupt, InterruptType};
 use nodewright_hostops::{HostError, ServiceVerb};
 
@@ -14,23 +14,18 @@ use crate::markers::{self, RebootPending};
 // Long on purpose: one arm per interrupt type; the reboot arm writes its pending marker
 // before it asks the host, so a reboot that comes sooner than the answer is still seen.
 pub(crate) async fn interrupt(call: &InterruptCall) -> StageResult {
-    let fail = |blame, msg: String| StageResult::failed("interrupt", "node", blame, msg);
+    let fail = |blame, msg: String| StageResult::failed(RunStage::Interrupt, "node", blame, msg);
     let host = match host(&call.common) {
         Ok(h) => h,
         Err(e) => return fail(Blame::Host, format!("host: {e:#}")),
     };
     let state = markers::state_dir(&call.common.host_root);
-    let ok = |message: String| {
-        let mut r = StageResult {
-            outcome: "ok".into(),
-            message,
-            ..fail(Blame::None, String::new())
-        };
-        r.report_interrupt(Some(&Interrupt {
+    let ok = |message: String| StageResult {
+        interrupt: Some(Needs::Interrupt(Interrupt {
             kind: call.ask.kind,
             services: call.ask.services.clone(),
-        }));
-        r
+        })),
+        ..StageResult::passed(RunStage::Interrupt, "node", message)
     };
     match call.ask.kind {
         InterruptType::Reboot => {

@@ -18,7 +18,7 @@ mod stage;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use nodewright_api::agent::{AgentCall, Common};
+use nodewright_api::agent::{AgentCall, Common, RunStage};
 use nodewright_api::result::{Blame, StageResult};
 
 pub use host::host;
@@ -124,11 +124,15 @@ pub fn refuse_arguments(args: &[String], error: &str) -> ExitCode {
                 None => None,
             })
     };
-    let stage = value("stage").unwrap_or_else(|| "interrupt".into());
+    // What the arguments were for, where they say so readably.
+    let stage = match args.get(1).map(String::as_str) {
+        Some("interrupt") => Some(RunStage::Interrupt),
+        _ => value("stage").and_then(|s| s.parse().ok()),
+    };
     let package = value("package").unwrap_or_else(|| "node".into());
     eprintln!("{error}");
     let result = StageResult::failed(
-        &stage,
+        stage,
         &package,
         Blame::Config,
         format!("the agent's arguments: {}", error.trim()),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nodewright_api::agent::{RunStage, StageCall};
 use nodewright_api::grants::{GrantSet, GrantSource};
-use nodewright_api::result::{self, Blame, StageResult};
+use nodewright_api::result::{self, Blame, Needs, StageResult};
 use nodewright_engine::{
     Engine, EngineConfig, PreparedPlugin, RunError, RunReport, SandboxLimits, StageContext,
     StepFailure,
@@ -90,7 +90,6 @@ pub fn blame_of(failure: &StepFailure) -> Blame {
 
 /// The result the agent reports for one sandbox run of `stage` of `package`.
 pub fn judge(stage: RunStage, package: &str, outcome: &Result<RunReport, RunError>) -> StageResult {
-    let name = stage.as_str();
     let last_lines = |lines: &[nodewright_engine::LogLine]| -> Vec<String> {
         let skip = lines.len().saturating_sub(RESULT_LOG_LINES);
         lines[skip..].iter().map(|l| l.message.clone()).collect()
@@ -105,20 +104,18 @@ pub fn judge(stage: RunStage, package: &str, outcome: &Result<RunReport, RunErro
             } else {
                 Blame::Host
             };
-            let mut r = StageResult::failed(name, package, blame, e.to_string());
+            let mut r = StageResult::failed(stage, package, blame, e.to_string());
             r.logs = last_lines(e.logs());
             return r.bounded();
         }
     };
     let mut result = match &report.result {
         Ok(o) => {
-            let mut ok = StageResult {
-                outcome: "ok".into(),
-                blame: Blame::None,
-                message: o
-                    .message
-                    .clone()
-                    .unwrap_or_else(|| format!("{} change(s)", o.changes.len())),
+            let message = o
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("{} change(s)", o.changes.len()));
+            StageResult {
                 change_count: o.changes.len() as u32,
                 changes: o
                     .changes
@@ -126,12 +123,11 @@ pub fn judge(stage: RunStage, package: &str, outcome: &Result<RunReport, RunErro
                     .take(result::MAX_CHANGES)
                     .map(|c| format!("{} {}: {}", c.kind, c.target, c.detail))
                     .collect(),
-                ..StageResult::failed(name, package, Blame::None, "")
-            };
-            ok.report_interrupt(o.interrupt.to_api().as_ref());
-            ok
+                interrupt: Some(Needs::of(o.interrupt.to_api().as_ref())),
+                ..StageResult::passed(stage, package, message)
+            }
         }
-        Err(f) => StageResult::failed(name, package, blame_of(f), f.to_string()),
+        Err(f) => StageResult::failed(stage, package, blame_of(f), f.to_string()),
     };
     result.logs = last_lines(&report.logs);
     result.bounded()
@@ -185,7 +181,7 @@ pub async fn run_checked(
     };
     if verdict.blame != Blame::None {
         let mut failed = StageResult::failed(
-            stage.as_str(),
+            stage,
             &ctx.package,
             verdict.blame,
             format!(
@@ -221,7 +217,7 @@ async fn sandboxed(
             Ok(r) => r,
             Err(_) => {
                 return Err(StageResult::failed(
-                    stage.as_str(),
+                    stage,
                     &ctx.package,
                     Blame::Disruption,
                     format!(
@@ -240,7 +236,7 @@ async fn sandboxed(
 // Long on purpose: the stage's steps in order (pinned reference, host, pull, load, grants,
 // sandbox limits, run and check), each failure given its blame where it happens.
 pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
-    let stage = call.ask.stage.as_str();
+    let stage = call.ask.stage;
     let fail = |blame, msg: String| StageResult::failed(stage, &call.ask.package, blame, msg);
     // The first line of the pod's log says what this pod is for.
     eprintln!(

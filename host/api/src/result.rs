@@ -3,8 +3,12 @@
 //! Kubernetes keeps at most 4096 bytes of a termination message; the result is trimmed to
 //! fit by dropping log lines (oldest first), then changes, never the verdict.
 
+use std::fmt;
+use std::str::FromStr;
+
 use serde::{Deserialize, Serialize};
 
+use crate::agent::RunStage;
 use crate::v1alpha1::{Interrupt, InterruptType};
 
 /// Bytes Kubernetes keeps from a termination message.
@@ -78,23 +82,107 @@ impl Blame {
     }
 }
 
-/// What a stage run produced.
+/// What a stage reported its changes need. On the wire as the compact text a termination
+/// message has room for: `none`, `reboot`, `restartAllServices`, `service:a.service,b.service`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Needs {
+    /// No interrupt.
+    Nothing,
+    /// This interrupt.
+    Interrupt(Interrupt),
+}
+
+impl Needs {
+    /// `None` as [`Needs::Nothing`].
+    pub fn of(interrupt: Option<&Interrupt>) -> Self {
+        interrupt.map_or(Needs::Nothing, |i| Needs::Interrupt(i.clone()))
+    }
+
+    /// The interrupt needed, if any.
+    pub fn interrupt(&self) -> Option<&Interrupt> {
+        match self {
+            Needs::Nothing => None,
+            Needs::Interrupt(i) => Some(i),
+        }
+    }
+}
+
+impl fmt::Display for Needs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Needs::Nothing => f.write_str("none"),
+            Needs::Interrupt(i) => match i.kind {
+                InterruptType::Service => write!(f, "service:{}", i.services.join(",")),
+                kind => f.write_str(kind.as_str()),
+            },
+        }
+    }
+}
+
+impl FromStr for Needs {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let kind = |kind| {
+            Ok(Needs::Interrupt(Interrupt {
+                kind,
+                services: Vec::new(),
+            }))
+        };
+        match text {
+            "none" => Ok(Needs::Nothing),
+            "reboot" => kind(InterruptType::Reboot),
+            "restartAllServices" => kind(InterruptType::RestartAllServices),
+            _ => {
+                let services = text.strip_prefix("service:").ok_or_else(|| {
+                    format!(
+                        "{text:?} is not an interrupt (none, reboot, restartAllServices, service:<units>)"
+                    )
+                })?;
+                Ok(Needs::Interrupt(Interrupt {
+                    kind: InterruptType::Service,
+                    services: services
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect(),
+                }))
+            }
+        }
+    }
+}
+
+impl TryFrom<String> for Needs {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl From<Needs> for String {
+    fn from(n: Needs) -> String {
+        n.to_string()
+    }
+}
+
+/// What a stage run produced: its verdict is its [`Blame`] (`none`: it succeeded).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StageResult {
-    /// `ok` or `failed`.
-    pub outcome: String,
-    /// The stage run.
-    pub stage: String,
+    /// The stage run (`None`: none ran, the agent refused its arguments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<RunStage>,
     /// Package, or `node` for a merged interrupt.
     pub package: String,
-    /// Blame when failed.
+    /// Blame when failed; `none` when it succeeded.
     pub blame: Blame,
     /// Summary.
     pub message: String,
-    /// Interrupt the changes need (`none`, `reboot`, `service:a,b`, `restartAllServices`).
+    /// The interrupt the changes need (`None`: the stage did not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupt: Option<String>,
+    pub interrupt: Option<Needs>,
     /// How many changes were made or planned (`changes` may be trimmed to fit).
     #[serde(default)]
     pub change_count: u32,
@@ -110,10 +198,14 @@ pub struct StageResult {
 }
 
 impl StageResult {
-    /// A failure.
-    pub fn failed(stage: &str, package: &str, blame: Blame, message: impl Into<String>) -> Self {
+    /// A failure of `stage` (`None`: no stage ran).
+    pub fn failed(
+        stage: impl Into<Option<RunStage>>,
+        package: &str,
+        blame: Blame,
+        message: impl Into<String>,
+    ) -> Self {
         StageResult {
-            outcome: "failed".into(),
             stage: stage.into(),
             package: package.into(),
             blame,
@@ -126,44 +218,19 @@ impl StageResult {
         }
     }
 
-    /// Records the interrupt the stage reported (`None`: it needs none), in the text
-    /// [`StageResult::reported_interrupt`] reads back.
-    pub fn report_interrupt(&mut self, interrupt: Option<&Interrupt>) {
-        self.interrupt = Some(match interrupt {
-            None => "none".into(),
-            Some(i) => match i.kind {
-                InterruptType::Service => format!("service:{}", i.services.join(",")),
-                kind => kind.as_str().into(),
-            },
-        });
+    /// A success of `stage`.
+    pub fn passed(stage: RunStage, package: &str, message: impl Into<String>) -> Self {
+        StageResult::failed(stage, package, Blame::None, message)
     }
 
-    /// The interrupt the stage reported, parsed (`Some(None)`: it needs none; `None`: it
-    /// did not say, or said something unreadable).
-    pub fn reported_interrupt(&self) -> Option<Option<Interrupt>> {
-        let text = self.interrupt.as_deref()?;
-        let kind = |kind| {
-            Some(Some(Interrupt {
-                kind,
-                services: Vec::new(),
-            }))
-        };
-        match text {
-            "none" => Some(None),
-            "reboot" => kind(InterruptType::Reboot),
-            "restartAllServices" => kind(InterruptType::RestartAllServices),
-            _ => {
-                let services = text.strip_prefix("service:")?;
-                Some(Some(Interrupt {
-                    kind: InterruptType::Service,
-                    services: services
-                        .split(',')
-                        .filter(|s| !s.is_empty())
-                        .map(String::from)
-                        .collect(),
-                }))
-            }
-        }
+    /// It succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.blame == Blame::None
+    }
+
+    /// `ok` or `failed`, as people read it.
+    pub fn verdict(&self) -> &'static str {
+        if self.is_ok() { "ok" } else { "failed" }
     }
 
     /// Bounds every field to what a termination message can carry: the first
@@ -276,17 +343,14 @@ mod tests {
 
     #[test]
     fn termination_message_fits_and_keeps_the_verdict() {
-        let mut r = StageResult::failed("apply", "p", Blame::Package, "boom");
+        let mut r = StageResult::failed(RunStage::Apply, "p", Blame::Package, "boom");
         r.logs = (0..500)
             .map(|i| format!("line {i} {}", "x".repeat(40)))
             .collect();
         let msg = r.to_termination_message();
         assert!(msg.len() <= TERMINATION_MESSAGE_LIMIT);
         let back: StageResult = serde_json::from_str(&msg).unwrap();
-        assert_eq!(
-            (back.outcome.as_str(), back.blame),
-            ("failed", Blame::Package)
-        );
+        assert_eq!((back.verdict(), back.blame), ("failed", Blame::Package));
         assert_eq!(
             back.logs.last().unwrap(),
             r.logs.last().unwrap(),
@@ -296,7 +360,7 @@ mod tests {
 
     #[test]
     fn huge_results_are_bounded_when_built() {
-        let mut r = StageResult::failed("apply", "p", Blame::Package, "x".repeat(4 << 20));
+        let mut r = StageResult::failed(RunStage::Apply, "p", Blame::Package, "x".repeat(4 << 20));
         r.changes = (0..16_000)
             .map(|i| format!("file /etc/app/{i}: {}", "y".repeat(300)))
             .collect();
@@ -317,13 +381,12 @@ mod tests {
 
     #[test]
     fn a_long_multibyte_message_is_cut_on_a_character_boundary() {
-        let r = StageResult::failed("apply", "p", Blame::Package, "é".repeat(5000));
+        let r = StageResult::failed(RunStage::Apply, "p", Blame::Package, "é".repeat(5000));
         assert!(r.to_termination_message().len() <= TERMINATION_MESSAGE_LIMIT);
     }
 
     #[test]
-    fn reported_interrupts_read_back_what_was_recorded() {
-        let mut r = StageResult::failed("plan", "p", Blame::None, "");
+    fn reported_interrupts_read_back_what_was_recorded_in_the_compact_text() {
         let service = Interrupt {
             kind: InterruptType::Service,
             services: vec!["a.service".into(), "b.service".into()],
@@ -332,38 +395,43 @@ mod tests {
             kind,
             services: vec![],
         };
-        for i in [
-            None,
-            Some(service),
-            Some(bare(InterruptType::Reboot)),
-            Some(bare(InterruptType::RestartAllServices)),
+        for (needs, text) in [
+            (Needs::Nothing, "none"),
+            (Needs::Interrupt(service), "service:a.service,b.service"),
+            (Needs::Interrupt(bare(InterruptType::Reboot)), "reboot"),
+            (
+                Needs::Interrupt(bare(InterruptType::RestartAllServices)),
+                "restartAllServices",
+            ),
         ] {
-            r.report_interrupt(i.as_ref());
-            assert_eq!(r.reported_interrupt(), Some(i));
+            let mut r = StageResult::passed(RunStage::Plan, "p", "");
+            r.interrupt = Some(needs.clone());
+            let wire = serde_json::to_value(&r).unwrap();
+            assert_eq!(wire["interrupt"], text);
+            let back: StageResult = serde_json::from_value(wire).unwrap();
+            assert_eq!(back.interrupt, Some(needs));
         }
+        let silent: StageResult =
+            serde_json::from_str(r#"{"package":"p","blame":"none","message":""}"#).unwrap();
+        assert_eq!((silent.interrupt, silent.stage), (None, None));
+        assert!(
+            "explode".parse::<Needs>().unwrap_err().contains("explode"),
+            "an unknown interrupt is refused, naming it"
+        );
     }
 
     #[test]
-    fn reported_interrupts_parse() {
-        let mut r = StageResult::failed("plan", "p", Blame::None, "");
-        assert_eq!(r.reported_interrupt(), None);
-        r.interrupt = Some("none".into());
-        assert_eq!(r.reported_interrupt(), Some(None));
-        r.interrupt = Some("service:a.service,b.service".into());
-        let i = r.reported_interrupt().unwrap().unwrap();
+    fn results_of_earlier_agents_still_read() {
+        let old = r#"{"outcome":"ok","stage":"apply-check","package":"p","blame":"none","message":"","interrupt":"service:a.service"}"#;
+        let r: StageResult = serde_json::from_str(old).unwrap();
+        assert_eq!(r.stage, Some(RunStage::ApplyCheck));
+        assert!(r.is_ok());
         assert_eq!(
-            (i.kind, i.services),
-            (
-                InterruptType::Service,
-                vec!["a.service".to_string(), "b.service".to_string()]
-            )
+            r.interrupt
+                .as_ref()
+                .and_then(Needs::interrupt)
+                .map(|i| i.services.clone()),
+            Some(vec!["a.service".to_string()])
         );
-        r.interrupt = Some("reboot".into());
-        assert_eq!(
-            r.reported_interrupt().unwrap().unwrap().kind,
-            InterruptType::Reboot
-        );
-        r.interrupt = Some("explode".into());
-        assert_eq!(r.reported_interrupt(), None);
     }
 }

@@ -140,7 +140,7 @@ async fn the_agent_runs_in_a_job_pod_and_reboots_the_node() {
     .unwrap();
     assert_eq!(wait_complete(&jobs, "tuning-apply").await, "Complete");
     let (result, _) = termination(&pods, "tuning-apply").await;
-    assert_eq!(result["outcome"], "ok", "{result}");
+    assert_eq!(result["blame"], "none", "{result}");
     assert_eq!(
         std::fs::read_to_string(sim.root(node).join("proc/sys/vm/swappiness")).unwrap(),
         "10"
@@ -163,7 +163,7 @@ async fn the_agent_runs_in_a_job_pod_and_reboots_the_node() {
     assert_eq!(wait_complete(&jobs, "node-reboot").await, "Complete");
     let (result, restarts) = termination(&pods, "node-reboot").await;
     assert_ne!(sim.boot_id(node), boot_before);
-    assert_eq!(result["outcome"], "ok", "{result}");
+    assert_eq!(result["blame"], "none", "{result}");
     assert!(
         result["message"]
             .as_str()

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ListParams, LogParams};
+use nodewright_api::agent::RunStage;
 use nodewright_api::keys;
 
 use crate::printable::printable;
@@ -76,8 +77,8 @@ pub async fn logs(
             (Some(t), Some(r)) => {
                 println!(
                     "== {pod}: {} {} ({}), exit {}: {}",
-                    r.stage,
-                    r.outcome,
+                    r.stage.map_or("(no stage)", RunStage::as_str),
+                    r.verdict(),
                     r.blame.as_str(),
                     t.exit_code,
                     printable(&r.message)

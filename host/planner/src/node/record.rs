@@ -147,10 +147,15 @@ fn planned(result: Option<&StageResult>) -> Planned {
     match result {
         Some(r) => Planned {
             changes: r.change_count.max(r.changes.len() as u32),
-            interrupt: r.reported_interrupt().unwrap_or(Some(Interrupt {
-                kind: InterruptType::Reboot,
-                services: vec![],
-            })),
+            // A plan that did not say what its changes need: assume the worst (the spec
+            // caps it).
+            interrupt: match &r.interrupt {
+                Some(needs) => needs.interrupt().cloned(),
+                None => Some(Interrupt {
+                    kind: InterruptType::Reboot,
+                    services: vec![],
+                }),
+            },
         },
         // No readable result: assume the worst (the spec caps it).
         None => Planned {

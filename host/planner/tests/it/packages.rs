@@ -3,6 +3,7 @@
 
 use crate::world;
 
+use nodewright_api::agent::RunStage;
 use nodewright_api::keys;
 use nodewright_api::node_state::{Stage, State};
 use nodewright_api::result::{Blame, StageResult};
@@ -55,7 +56,7 @@ fn failures_without_genuine_evidence_rerun_the_stage_and_in_flight_attempts_show
         Some(JobPhase::Active {
             failed: 2,
             last: Some(StageResult::failed(
-                "apply",
+                RunStage::Apply,
                 "tuning",
                 Blame::Package,
                 "exit 1",

@@ -105,7 +105,7 @@ pub async fn verbs(env: &Env) {
             .iter()
             .rev()
             .nth(1)
-            .is_some_and(|l| l.contains("\"outcome\":\"ok\"") && l.contains("\"stage\":\"apply\"")),
+            .is_some_and(|l| l.contains("\"blame\":\"none\"") && l.contains("\"stage\":\"apply\"")),
         "the agent's result came through the follow:\n{out}"
     );
     assert!(

@@ -1,6 +1,7 @@
 //! A tiny in-memory cluster that applies the planner's actions, so tests can drive a
 //! rollout pass by pass and decide each Job's outcome.
 
+use nodewright_api::agent::RunStage;
 use nodewright_api::keys;
 use nodewright_api::node_state::NodeState;
 use nodewright_api::pinned::PinnedRef;
@@ -66,10 +67,9 @@ pub fn condition(w: &World, cr: &str, kind: &str) -> (String, String, String) {
 
 pub fn ok(interrupt: &str, changes: u32) -> StageResult {
     StageResult {
-        outcome: "ok".into(),
-        interrupt: Some(interrupt.into()),
+        interrupt: Some(interrupt.parse().unwrap()),
         change_count: changes,
-        ..StageResult::failed("x", "p", Blame::None, "")
+        ..StageResult::passed(RunStage::Plan, "p", "")
     }
 }
 
@@ -427,6 +427,6 @@ pub fn failed(blame: Blame, msg: &str, genuine: bool) -> JobPhase {
         genuine,
         attempts: 4,
         reason: "BackoffLimitExceeded".into(),
-        last: Some(StageResult::failed("apply", "tuning", blame, msg)),
+        last: Some(StageResult::failed(RunStage::Apply, "tuning", blame, msg)),
     }
 }
