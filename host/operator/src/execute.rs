@@ -348,7 +348,7 @@ impl Executor {
             }
             body["spec"]["taints"] = serde_json::to_value(taints).map_err(anyhow::Error::from)?;
         }
-        let mut patched = match nodes
+        let patched = match nodes
             .patch(&p.node, &PatchParams::default(), &Patch::Merge(body))
             .await
         {
@@ -356,13 +356,7 @@ impl Executor {
             Err(kube::Error::Api(s)) if s.code == 409 => return Err(PatchError::Conflict),
             Err(e) => return Err(e.into()),
         };
-        crate::world::slim_node(&mut patched);
-        self.world
-            .overlay
-            .lock()
-            .expect("overlay lock")
-            .nodes
-            .insert(p.node.clone(), patched);
+        self.world.patched(patched);
         Ok(())
     }
 
@@ -373,12 +367,7 @@ impl Executor {
         match api.create(&PostParams::default(), &job).await {
             Ok(created) => {
                 tracing::info!(job = %req.name, node = %req.node, "created");
-                self.world
-                    .overlay
-                    .lock()
-                    .expect("overlay lock")
-                    .created
-                    .insert(req.name.clone(), created);
+                self.world.created(&req.name, created);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()), // deterministic names: it exists
@@ -406,17 +395,8 @@ impl Executor {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(anyhow::anyhow!("delete Job {name}: {e}")),
         }
-        self.forget([name]);
+        self.world.deleted([name]);
         Ok(())
-    }
-
-    /// Records Jobs as deleted in the overlay, until the cache shows them gone.
-    fn forget<'n>(&self, names: impl IntoIterator<Item = &'n str>) {
-        let mut overlay = self.world.overlay.lock().expect("overlay lock");
-        for name in names {
-            overlay.created.remove(name);
-            overlay.deleted.insert(name.to_string());
-        }
     }
 
     /// Deletes finished Jobs, up to [`DELETE_CHUNK`] to a request (a set-based selector on
@@ -460,7 +440,7 @@ impl Executor {
                 }
             };
             results.push(Ok(()));
-            self.forget(gone.iter().map(String::as_str));
+            self.world.deleted(gone.iter().map(String::as_str));
             for name in chunk.iter().filter(|n| !gone.contains(*n)) {
                 tracing::debug!(job = %name, "not deleted by its label; deleting it by name");
                 results.push(self.delete_job(name, false).await);
@@ -499,17 +479,13 @@ impl Executor {
         match result {
             Ok(()) => {
                 tracing::info!(pod = %key, delete, "evicted");
-                self.world
-                    .refusals
-                    .lock()
-                    .expect("refusals lock")
-                    .remove(&key);
+                self.world.evicted(&key);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 429 => {
                 let now = k8s_openapi::jiff::Timestamp::now().as_second();
-                self.world.refusals.lock().expect("refusals lock").insert(
+                self.world.eviction_refused(
                     key,
                     Refusal {
                         at: now,
@@ -571,48 +547,4 @@ impl Executor {
 }
 
 #[cfg(test)]
-mod tests {
-    use nodewright_api::v1alpha1::{CompartmentStatus, Status};
-
-    use super::*;
-
-    #[test]
-    fn only_counts_may_wait_for_the_next_status_write() {
-        let before = NodeWrightStatus {
-            status: Some(Status::InProgress),
-            complete_nodes: Some("10/100".into()),
-            nodes_in_progress: Some(10),
-            node_status: [("n1".to_string(), Status::InProgress)].into(),
-            compartment_statuses: [("__default__".to_string(), CompartmentStatus::default())]
-                .into(),
-            ..Default::default()
-        };
-        let mut counts = before.clone();
-        counts.complete_nodes = Some("11/100".into());
-        counts.nodes_in_progress = Some(9);
-        counts.node_status.insert("n1".into(), Status::Complete);
-        let c = counts.compartment_statuses.get_mut("__default__").unwrap();
-        c.completed = 11;
-        c.progress_percent = 11;
-        assert_eq!(significant(&before), significant(&counts));
-        let mut rolled = counts.clone();
-        rolled.status = Some(Status::Complete);
-        assert_ne!(
-            significant(&before),
-            significant(&rolled),
-            "a roll-up is written at once"
-        );
-        let mut batch = counts;
-        batch
-            .compartment_statuses
-            .get_mut("__default__")
-            .unwrap()
-            .batch_nodes
-            .push("n2".into());
-        assert_ne!(
-            significant(&before),
-            significant(&batch),
-            "so is batch state"
-        );
-    }
-}
+mod tests;

@@ -40,6 +40,11 @@ impl Leader {
         }
     }
 
+    /// The Lease's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Blocks until this process holds the lease.
     pub async fn acquire(&self) -> anyhow::Result<()> {
         loop {

@@ -13,6 +13,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod control;
 mod convert;
 mod events;
 mod execute;
@@ -34,7 +35,7 @@ use std::time::Duration;
 use clap::{ArgAction, Parser};
 use kube::Client;
 use nodewright_api::agent::Backend;
-use nodewright_planner::{Settings, plan};
+use nodewright_planner::Settings;
 use tokio::sync::Notify;
 
 /// Flags (each also an environment variable). Boolean flags take `--flag`, `--flag=true` or
@@ -264,7 +265,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             &flags.namespace,
             &flags.lease_name,
             &identity,
-            Duration::from_secs(15),
+            control::LEASE,
         )
     });
     if let Some(l) = &lease {
@@ -319,78 +320,19 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         ..Settings::default()
     };
     tracing::info!(namespace = %flags.namespace, "operator started");
-
-    let mut last_renew = tokio::time::Instant::now();
-    let mut last_observed = tokio::time::Instant::now() - Duration::from_secs(60);
-    let mut wait = Duration::from_millis(0);
-    loop {
-        tokio::select! {
-            _ = notify.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
-            _ = tokio::signal::ctrl_c() => {
-                tracing::info!("interrupted; stopping");
-                return Ok(());
-            }
-        }
-        // Let a burst of watch events settle into one pass.
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        if let Some(l) = &lease
-            && last_renew.elapsed() > Duration::from_secs(5)
-        {
-            if !l.renew().await.unwrap_or(false) {
-                anyhow::bail!(
-                    "lost the leader lease {}; exiting so a fresh start re-acquires it",
-                    flags.lease_name
-                );
-            }
-            last_renew = tokio::time::Instant::now();
-        }
-        let started = std::time::Instant::now();
-        let snapshot = world.snapshot(&settings, &plugins, &gates);
-        metrics.rollout.observe_jobs(&snapshot);
-        if last_observed.elapsed() >= Duration::from_secs(2) {
-            metrics.rollout.observe(&snapshot);
-            last_observed = tokio::time::Instant::now();
-        }
-        let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        let actions = plan(&snapshot, now);
-        let busy = !snapshot.jobs.is_empty()
-            || actions
-                .iter()
-                .any(|a| !matches!(a, nodewright_planner::Action::Event(_)));
-        let n = actions.len();
-        for a in &actions {
-            tracing::trace!(?a, "action");
-            metrics.action(a);
-        }
-        tracing::trace!(pods = ?snapshot.pods.iter().map(|p| (p.key(), p.node.clone(), p.active, p.controller.clone())).collect::<Vec<_>>(), "pods");
-        let out = executor.run(actions, &snapshot.nodes).await;
-        metrics
-            .pass_duration
-            .observe(started.elapsed().as_secs_f64());
-        metrics.api_writes.inc_by(out.writes as u64);
-        metrics.api_write_failures.inc_by(out.failures as u64);
-        tracing::debug!(
-            actions = n,
-            writes = out.writes,
-            failures = out.failures,
-            nodes = snapshot.nodes.len(),
-            jobs = snapshot.jobs.len(),
-            pods = snapshot.pods.len(),
-            "pass"
-        );
-        wait = if out.failures > 0 {
-            Duration::from_millis(500)
-        } else if busy {
-            Duration::from_secs(2)
-        } else {
-            Duration::from_secs(flags.resync_seconds)
-        };
-        // A gate due sooner is asked again on the pass it is due.
-        if let Some(due) = gates.due_in() {
-            wait = wait.min(due.max(Duration::from_millis(200)));
-        }
+    control::Loop {
+        world,
+        plugins,
+        gates,
+        executor,
+        metrics,
+        settings,
+        lease,
+        notify,
+        resync: Duration::from_secs(flags.resync_seconds),
     }
+    .run()
+    .await
 }
 
 fn probe_or_metrics(metrics: &metrics::Metrics, path: &str) -> serve::Reply {

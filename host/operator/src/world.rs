@@ -33,9 +33,9 @@ pub struct World {
     jobs: Store<Job>,
     pods: Store<Pod>,
     /// Our own writes the caches have not shown yet.
-    pub overlay: Arc<Mutex<Overlay>>,
+    overlay: Arc<Mutex<Overlay>>,
     /// Evictions a PodDisruptionBudget refused, by `namespace/name`.
-    pub refusals: Arc<Mutex<BTreeMap<String, Refusal>>>,
+    refusals: Arc<Mutex<BTreeMap<String, Refusal>>>,
     /// Node states parsed by earlier passes, handed to every snapshot.
     states: Arc<StateCache>,
 }
@@ -49,13 +49,13 @@ impl std::fmt::Debug for World {
 /// Writes not yet seen by the caches ("expectations"): a pass must not act on a world
 /// older than its own last write.
 #[derive(Debug, Default)]
-pub struct Overlay {
+struct Overlay {
     /// Nodes as our patches returned them.
-    pub nodes: HashMap<String, Node>,
+    nodes: HashMap<String, Node>,
     /// Jobs we created.
-    pub created: HashMap<String, Job>,
+    created: HashMap<String, Job>,
     /// Jobs we deleted.
-    pub deleted: HashSet<String>,
+    deleted: HashSet<String>,
 }
 
 fn rv(o: &impl Resource) -> u64 {
@@ -230,6 +230,61 @@ fn slim_meta<K: Resource>(o: &mut K) {
 }
 
 impl World {
+    /// A node as our patch returned it: passes see it until the cache catches up.
+    pub fn patched(&self, mut node: Node) {
+        slim_node(&mut node);
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.overlay().nodes.insert(name, node);
+    }
+
+    /// A Job we created: passes see it until the cache does.
+    pub fn created(&self, name: &str, job: Job) {
+        self.overlay().created.insert(name.to_string(), job);
+    }
+
+    /// Jobs we deleted: passes no longer see them, though the cache still may.
+    pub fn deleted<'n>(&self, names: impl IntoIterator<Item = &'n str>) {
+        let mut overlay = self.overlay();
+        for name in names {
+            overlay.created.remove(name);
+            overlay.deleted.insert(name.to_string());
+        }
+    }
+
+    /// The eviction of pod `key` (`namespace/name`) went through: any refusal is over.
+    pub fn evicted(&self, key: &str) {
+        self.refusals.lock().expect("refusals lock").remove(key);
+    }
+
+    /// A PodDisruptionBudget refused the eviction of pod `key`; the planner waits before
+    /// asking again.
+    pub fn eviction_refused(&self, key: String, refusal: Refusal) {
+        self.refusals
+            .lock()
+            .expect("refusals lock")
+            .insert(key, refusal);
+    }
+
+    fn overlay(&self) -> std::sync::MutexGuard<'_, Overlay> {
+        self.overlay.lock().expect("overlay lock")
+    }
+
+    /// A world with no watches and nothing in it, for the executor's tests.
+    #[cfg(test)]
+    pub fn empty() -> World {
+        World {
+            nodewrights: reflector::store().0,
+            policies: reflector::store().0,
+            trust: reflector::store().0,
+            nodes: reflector::store().0,
+            jobs: reflector::store().0,
+            pods: reflector::store().0,
+            overlay: Arc::default(),
+            refusals: Arc::default(),
+            states: Arc::default(),
+        }
+    }
+
     /// Starts the watches and waits for the first list of each.
     pub async fn start(
         client: Client,
@@ -297,7 +352,7 @@ impl World {
     // Long on purpose: the overlay rules (seen writes forgotten, unseen ones applied)
     // beside the conversion they adjust.
     pub fn snapshot(&self, settings: &Settings, plugins: &Plugins, gates: &Gates) -> Snapshot {
-        let mut overlay = self.overlay.lock().expect("overlay lock");
+        let mut overlay = self.overlay();
         let mut nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
         for n in &mut nodes {
             let name = n.metadata.name.clone().unwrap_or_default();
