@@ -22,7 +22,7 @@ mod set;
 mod spec;
 
 pub use patterns::{CommandRule, GrantedPath, NamePattern, PathKind, PathRule, normalize_abs_path};
-pub use set::{GrantSet, NameRefusal};
+pub use set::{CommandRefusal, GrantSet, NameRefusal, PathRefusal};
 pub use spec::{
     Capabilities, Capability, CommandGrant, FileAccess, FileGrant, GrantError, GrantSource,
 };

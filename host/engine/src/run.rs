@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use nodewright_api::grants::GrantSet;
-use nodewright_hostops::{ExecLimits, HostOps};
+use nodewright_hostops::HostOps;
 use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::WasiCtxBuilder;
@@ -19,7 +19,7 @@ use crate::sandbox::{
     CapturedStream, EPOCH_TICK, Limiter, LogBuffer, MemoryLimitExceeded, SandboxLimits,
 };
 use crate::stage::{NODE_ORDER_ENV, RunStage, StageContext};
-use crate::state::{CapState, EndOfRun, HostState, IoBudget, fingerprint};
+use crate::state::{CapState, HostState, fingerprint};
 
 /// The plugin's error as the host will judge it. A capability error counts as the
 /// grant's (`denied`) or the host's (`failed`) only if the host raised exactly that error
@@ -75,29 +75,11 @@ impl PreparedPlugin {
             wasi.env(NODE_ORDER_ENV, order.to_string());
         }
         let wasi = wasi.build();
-        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
             limiter: Limiter::new(limits.memory),
-            caps: CapState {
-                grants,
-                host,
-                stage,
-                log: log.clone(),
-                denials: Vec::new(),
-                denials_total: 0,
-                issued: HashSet::new(),
-                exec_limits: ExecLimits {
-                    timeout: limits.exec_timeout,
-                    max_output: limits.exec_max_output,
-                    cancel: Some(ended.clone()),
-                    tree: nodewright_hostops::ProcessTree::Group,
-                },
-                budget: IoBudget::new(limits),
-                reboot_requested: false,
-                ended: EndOfRun(ended),
-            },
+            caps: CapState::new(grants, host, stage, log.clone(), limits),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -164,14 +146,14 @@ impl PreparedPlugin {
             Err(e) => Err(step_failure(e, &caps.issued)),
         };
         let (logs, logs_dropped) = log.lock().expect("log lock").take();
-        let denials = std::mem::take(&mut caps.denials);
+        let (denials, denials_total) = caps.denials.take();
         Ok(RunReport {
             stage,
             result,
             logs,
             logs_dropped,
             denials,
-            denials_total: caps.denials_total,
+            denials_total,
             duration,
             memory_peak,
         })

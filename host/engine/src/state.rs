@@ -66,8 +66,7 @@ pub(crate) struct CapState {
     pub(crate) host: Arc<dyn HostOps>,
     pub(crate) stage: RunStage,
     pub(crate) log: Arc<Mutex<LogBuffer>>,
-    pub(crate) denials: Vec<Denial>,
-    pub(crate) denials_total: u64,
+    pub(crate) denials: DenialLedger,
     /// Fingerprints of the capability errors this run raised: a plugin may pass one on,
     /// but not invent one (which would shift the blame to the grant or the host).
     pub(crate) issued: HashSet<u64>,
@@ -89,7 +88,62 @@ impl Drop for EndOfRun {
     }
 }
 
+/// The denials of one run: every one counted, the first [`MAX_DENIALS_KEPT`] kept whole
+/// (a plugin looping on a refused call must not grow the report without bound).
+#[derive(Debug, Default)]
+pub(crate) struct DenialLedger {
+    kept: Vec<Denial>,
+    total: u64,
+}
+
+impl DenialLedger {
+    fn record(&mut self, denial: Denial) {
+        self.total += 1;
+        if self.kept.len() < MAX_DENIALS_KEPT {
+            self.kept.push(denial);
+        }
+    }
+
+    /// The denials kept and how many there were in all, leaving the ledger empty.
+    pub(crate) fn take(&mut self) -> (Vec<Denial>, u64) {
+        (
+            std::mem::take(&mut self.kept),
+            std::mem::take(&mut self.total),
+        )
+    }
+}
+
 impl CapState {
+    /// What the capability implementations of one run of `stage` see: `grants` over
+    /// `host`, the budgets of `limits`, the run's `log`. A granted command still running
+    /// when the run's store is dropped is killed.
+    pub(crate) fn new(
+        grants: Arc<GrantSet>,
+        host: Arc<dyn HostOps>,
+        stage: RunStage,
+        log: Arc<Mutex<LogBuffer>>,
+        limits: &SandboxLimits,
+    ) -> Self {
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        CapState {
+            grants,
+            host,
+            stage,
+            log,
+            denials: DenialLedger::default(),
+            issued: HashSet::new(),
+            exec_limits: ExecLimits {
+                timeout: limits.exec_timeout,
+                max_output: limits.exec_max_output,
+                cancel: Some(ended.clone()),
+                tree: nodewright_hostops::ProcessTree::Group,
+            },
+            budget: IoBudget::new(limits),
+            reboot_requested: false,
+            ended: EndOfRun(ended),
+        }
+    }
+
     /// Remembers `e` as raised by the host and returns it.
     pub(crate) fn issue(&mut self, e: wit::CapError) -> wit::CapError {
         if self.issued.len() < MAX_ISSUED {
@@ -99,10 +153,7 @@ impl CapState {
     }
 
     pub(crate) fn record_denial(&mut self, denial: Denial) {
-        self.denials_total += 1;
-        if self.denials.len() < MAX_DENIALS_KEPT {
-            self.denials.push(denial);
-        }
+        self.denials.record(denial);
     }
 }
 

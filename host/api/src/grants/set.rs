@@ -1,7 +1,7 @@
 //! [`GrantSet`]: a package's grants parsed once into typed allowlists, and the questions
 //! the sandbox asks of them on every call.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::patterns::{CommandRule, NamePattern, PathKind, PathRule, normalize_abs_path};
 use super::spec::{Capabilities, Capability, FileAccess, GrantError, GrantSource};
@@ -237,6 +237,93 @@ impl GrantSet {
     pub fn allows_command(&self, path: &Path, args: &[String]) -> bool {
         self.command_rule(path, args).is_some()
     }
+
+    /// Checks a file path a plugin passed: absolute and normalisable, then covered by a
+    /// rule granting at least read (or, with `write`, readWrite) — the most specific such
+    /// rule. Returns the rule and the normalised path.
+    pub fn check_file(&self, raw: &str, write: bool) -> Result<(&PathRule, PathBuf), PathRefusal> {
+        let path = normalize_abs_path(raw).map_err(PathRefusal::Invalid)?;
+        let need = if write {
+            FileAccess::ReadWrite
+        } else {
+            FileAccess::Read
+        };
+        match self
+            .files
+            .iter()
+            .rev()
+            .find(|r| path.starts_with(&r.path) && r.access >= need)
+        {
+            Some(rule) => Ok((rule, path)),
+            None => Err(PathRefusal::NotGranted(path)),
+        }
+    }
+
+    /// Checks a command a plugin asked to run: its path exact and normalised (a granted
+    /// command has one spelling), each argument well-formed, then a rule for that path
+    /// whose argument patterns match (a read-only one preferred). Returns the rule and the
+    /// path.
+    pub fn check_command(
+        &self,
+        path: &str,
+        args: &[String],
+    ) -> Result<(&CommandRule, PathBuf), CommandRefusal> {
+        let normalized = match normalize_abs_path(path) {
+            Ok(p) if p.as_os_str() == path => p,
+            Ok(p) => {
+                return Err(CommandRefusal::Invalid(format!(
+                    "command paths must be exact and normalised; call {} as granted",
+                    p.display()
+                )));
+            }
+            Err(why) => {
+                return Err(CommandRefusal::Invalid(format!(
+                    "command paths must be exact and normalised: {why}"
+                )));
+            }
+        };
+        if let Some(why) = args.iter().enumerate().find_map(|(i, a)| {
+            crate::hostargs::command_arg(a)
+                .err()
+                .map(|why| format!("argument {i} {why}"))
+        }) {
+            return Err(CommandRefusal::Invalid(why));
+        }
+        if let Some(rule) = self.command_rule(&normalized, args) {
+            return Ok((rule, normalized));
+        }
+        match self
+            .commands
+            .iter()
+            .filter(|c| c.path == normalized)
+            .find_map(|c| c.check_args(args).err())
+        {
+            Some(why) => Err(CommandRefusal::Arguments(why)),
+            None => Err(CommandRefusal::NotGranted),
+        }
+    }
+}
+
+/// Why a file path was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathRefusal {
+    /// Not an absolute path that normalises (the reason says why). No grant can allow it.
+    Invalid(String),
+    /// No rule grants the (normalised) path with the access asked.
+    NotGranted(PathBuf),
+}
+
+/// Why a command was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommandRefusal {
+    /// The path is not exact and normalised, or an argument is malformed (the reason says
+    /// which). No grant can allow it.
+    Invalid(String),
+    /// The path is granted, but no rule's argument patterns match (the reason says how the
+    /// nearest differs).
+    Arguments(String),
+    /// No rule grants the path.
+    NotGranted,
 }
 
 /// Why a host name was refused.

@@ -162,6 +162,80 @@ fn command_argument_patterns() {
 }
 
 #[test]
+fn every_command_question_is_answered_by_check_command_with_its_reason() {
+    let caps = Capabilities {
+        commands: vec![CommandGrant {
+            path: "/usr/bin/nvidia-smi".into(),
+            args: Some(vec!["-pm".into(), "[01]".into()]),
+            read_only: false,
+        }],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (rule, path) = set
+        .check_command("/usr/bin/nvidia-smi", &args(&["-pm", "1"]))
+        .unwrap();
+    assert_eq!(
+        (path.as_path(), rule.read_only),
+        (Path::new("/usr/bin/nvidia-smi"), false)
+    );
+    let refused = |p: &str, a: &[&str]| set.check_command(p, &args(a)).unwrap_err();
+    assert!(
+        matches!(refused("/usr/bin/./nvidia-smi", &["-pm", "1"]), CommandRefusal::Invalid(why) if why.contains("call /usr/bin/nvidia-smi as granted")),
+        "another spelling of a granted path is malformed, not ungranted"
+    );
+    assert!(matches!(refused("bin/sh", &[]), CommandRefusal::Invalid(_)));
+    assert!(matches!(
+        refused("/usr/bin/nvidia-smi", &["-pm", "1\0"]),
+        CommandRefusal::Invalid(why) if why.starts_with("argument 1")
+    ));
+    assert!(matches!(
+        refused("/usr/bin/nvidia-smi", &["-pm", "2"]),
+        CommandRefusal::Arguments(_)
+    ));
+    assert_eq!(refused("/bin/sh", &[]), CommandRefusal::NotGranted);
+}
+
+#[test]
+fn every_file_question_is_answered_by_check_file_with_the_most_specific_rule() {
+    let caps = Capabilities {
+        files: vec![
+            FileGrant {
+                path: "/etc/app/".into(),
+                access: FileAccess::Read,
+                special_modes: false,
+            },
+            FileGrant {
+                path: "/etc/app/conf.d/".into(),
+                access: FileAccess::ReadWrite,
+                special_modes: false,
+            },
+        ],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    let (rule, path) = set.check_file("/etc/app/conf.d/./x.conf", true).unwrap();
+    assert_eq!(
+        (rule.path.as_path(), path.as_path()),
+        (
+            Path::new("/etc/app/conf.d"),
+            Path::new("/etc/app/conf.d/x.conf")
+        )
+    );
+    assert_eq!(
+        set.check_file("/etc/app/main.conf", true).unwrap_err(),
+        PathRefusal::NotGranted("/etc/app/main.conf".into()),
+        "read-only there"
+    );
+    assert!(set.check_file("/etc/app/main.conf", false).is_ok());
+    assert!(matches!(
+        set.check_file("etc/app", false),
+        Err(PathRefusal::Invalid(_))
+    ));
+}
+
+#[test]
 fn names_are_checked_against_their_grammar_before_the_glob() {
     let caps = Capabilities {
         kernel_modules: vec!["nvidia*".into()],

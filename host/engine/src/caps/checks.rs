@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nodewright_api::grants::{
-    Capability, FileAccess, GrantSource, GrantedPath, NameRefusal, PathRule, normalize_abs_path,
+    Capability, GrantSource, GrantedPath, NameRefusal, PathRefusal, PathRule,
 };
 use nodewright_hostops::{HostError, HostOps, PERMISSION_BITS};
 
@@ -273,38 +273,29 @@ impl CapState {
         }
     }
 
-    /// Resolves a guest path to (the rule granting it, normalised path), or a denial.
+    /// Resolves a guest path to (the rule granting it, normalised path), or a denial: the
+    /// shape and the grant ([`nodewright_api::grants::GrantSet::check_file`]), then the
+    /// stage.
     pub(super) fn file_scope(
         &mut self,
         op: &str,
         raw: &str,
         write: bool,
     ) -> Result<(PathRule, PathBuf), CapError> {
-        let path = match normalize_abs_path(raw) {
-            Ok(p) => p,
-            Err(reason) => return Err(self.deny_with(Capability::Files, op, raw, reason)),
-        };
-        let need = if write {
-            FileAccess::ReadWrite
-        } else {
-            FileAccess::Read
-        };
-        let rule = self
-            .grants
-            .files
-            .iter()
-            .rev()
-            .find(|r| path.starts_with(&r.path) && r.access >= need);
-        match rule {
-            Some(rule) => {
-                let rule = rule.clone();
-                if write && let Some(e) = self.refuse_write(Capability::Files, op) {
-                    return Err(e);
-                }
-                Ok((rule, path))
+        let (rule, path) = match self.grants.check_file(raw, write) {
+            Ok((rule, path)) => (rule.clone(), path),
+            Err(PathRefusal::Invalid(reason)) => {
+                return Err(self.deny_with(Capability::Files, op, raw, reason));
             }
-            None => Err(self.deny(Capability::Files, op, &path.display().to_string(), write)),
+            Err(PathRefusal::NotGranted(path)) => {
+                let target = path.display().to_string();
+                return Err(self.deny(Capability::Files, op, &target, write));
+            }
+        };
+        if write && let Some(e) = self.refuse_write(Capability::Files, op) {
+            return Err(e);
         }
+        Ok((rule, path))
     }
 
     pub(super) fn file_op<T>(

@@ -1,7 +1,6 @@
 //! `exec` (granted host commands) and `power` (reboot requests).
 
-use nodewright_api::grants::{Capability, normalize_abs_path};
-use nodewright_api::hostargs;
+use nodewright_api::grants::{Capability, CommandRefusal};
 
 use crate::bindings::nodewright::plugin::{exec, power, types};
 use crate::state::CapState;
@@ -16,47 +15,22 @@ impl exec::Host for CapState {
             .chain(args.iter().map(String::as_str))
             .collect::<Vec<_>>()
             .join(" ");
-        // Commands are granted by exact path: a different spelling of a granted path is
-        // refused for what it is, not as a missing grant.
-        let normalized = match normalize_abs_path(&path) {
-            Ok(p) if p.as_os_str() == path.as_str() => p,
-            Ok(p) => {
-                let reason = format!(
-                    "command paths must be exact and normalised; call {} as granted",
-                    p.display()
-                );
+        // Shape and grant: a different spelling of a granted path is refused for what it
+        // is, not as a missing grant.
+        let (read_only, normalized) = match self.grants.check_command(&path, &args) {
+            Ok((rule, normalized)) => (rule.read_only, normalized),
+            Err(refusal) => {
+                let reason = match refusal {
+                    CommandRefusal::Invalid(why) => why,
+                    CommandRefusal::Arguments(why) => {
+                        format!("arguments do not match the granted patterns for {path}: {why}")
+                    }
+                    CommandRefusal::NotGranted => {
+                        self.grants.source.hint(Capability::Exec, &path, false)
+                    }
+                };
                 return Err(self.deny_with(Capability::Exec, "run", &target, reason));
             }
-            Err(why) => {
-                let reason = format!("command paths must be exact and normalised: {why}");
-                return Err(self.deny_with(Capability::Exec, "run", &target, reason));
-            }
-        };
-        if let Some(why) = args.iter().enumerate().find_map(|(i, a)| {
-            hostargs::command_arg(a)
-                .err()
-                .map(|why| format!("argument {i} {why}"))
-        }) {
-            return Err(self.deny_with(Capability::Exec, "run", &target, why));
-        }
-        let Some(read_only) = self
-            .grants
-            .command_rule(&normalized, &args)
-            .map(|r| r.read_only)
-        else {
-            let mismatch = self
-                .grants
-                .commands
-                .iter()
-                .filter(|c| c.path == normalized)
-                .find_map(|c| c.check_args(&args).err());
-            let reason = match mismatch {
-                Some(why) => {
-                    format!("arguments do not match the granted patterns for {path}: {why}")
-                }
-                None => self.grants.source.hint(Capability::Exec, &path, false),
-            };
-            return Err(self.deny_with(Capability::Exec, "run", &target, reason));
         };
         // A granted command may do anything: in a read-only stage only commands the admin
         // vouched for (`readOnly: true`) run.
