@@ -22,7 +22,7 @@ use nodewright_api::agent::{AgentCall, Common, RunStage};
 use nodewright_api::result::{Blame, StageResult};
 
 pub use host::host;
-pub use stage::{Ran, Shutdown, StageRun, blame_of, judge, run_checked};
+pub use stage::{Ran, Shutdown, StageInputs, StageRun, blame_of, judge, run_checked};
 
 use markers::MarkerKey;
 

@@ -133,25 +133,32 @@ pub fn judge(stage: RunStage, package: &str, outcome: &Result<RunReport, RunErro
     result.bounded()
 }
 
+/// What a stage and the check that verifies it both run with.
+#[derive(Debug)]
+pub struct StageInputs<'a> {
+    /// The plugin, linked against its grants.
+    pub prepared: &'a PreparedPlugin,
+    /// What the plugin is told.
+    pub ctx: StageContext,
+    /// The node.
+    pub host: Arc<dyn HostOps>,
+    /// What the package may touch.
+    pub grants: Arc<GrantSet>,
+    /// The sandbox's bounds.
+    pub limits: &'a SandboxLimits,
+}
+
 /// Runs `stage`, then (when it succeeded and `check` is set) the check that verifies it: a
 /// stage counts as done only when its check passes.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one stage's inputs, shared by the stage and its check"
-)]
 pub async fn run_checked(
-    prepared: &PreparedPlugin,
+    inputs: &StageInputs<'_>,
     stage: RunStage,
-    ctx: StageContext,
-    host: Arc<dyn HostOps>,
-    grants: Arc<GrantSet>,
-    limits: &SandboxLimits,
     check: bool,
     shutdown: &mut Shutdown,
 ) -> StageRun {
+    let ctx = &inputs.ctx;
     let mut runs = Vec::new();
-    let mut result = match sandboxed(prepared, stage, &ctx, &host, &grants, limits, shutdown).await
-    {
+    let mut result = match sandboxed(inputs, stage, shutdown).await {
         Ok(ran) => {
             let r = judge(stage, &ctx.package, &ran.outcome);
             runs.push(ran);
@@ -170,8 +177,7 @@ pub async fn run_checked(
     else {
         return StageRun { result, runs };
     };
-    let verdict = match sandboxed(prepared, verifier, &ctx, &host, &grants, limits, shutdown).await
-    {
+    let verdict = match sandboxed(inputs, verifier, shutdown).await {
         Ok(ran) => {
             let v = judge(verifier, &ctx.package, &ran.outcome);
             runs.push(ran);
@@ -201,14 +207,17 @@ pub async fn run_checked(
 
 /// One sandbox run; `Err` is the result when SIGTERM stopped it past its grace period.
 async fn sandboxed(
-    prepared: &PreparedPlugin,
+    inputs: &StageInputs<'_>,
     stage: RunStage,
-    ctx: &StageContext,
-    host: &Arc<dyn HostOps>,
-    grants: &Arc<GrantSet>,
-    limits: &SandboxLimits,
     shutdown: &mut Shutdown,
 ) -> Result<Ran, StageResult> {
+    let StageInputs {
+        prepared,
+        ctx,
+        host,
+        grants,
+        limits,
+    } = inputs;
     let run = prepared.run(stage, ctx.clone(), host.clone(), grants.clone(), limits);
     tokio::pin!(run);
     let outcome = tokio::select! {
@@ -326,17 +335,14 @@ pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
         Ok(s) => s,
         Err(e) => return fail(Blame::Host, format!("signal handler: {e}")),
     };
-    let mut run = run_checked(
-        &prepared,
-        call.ask.stage,
+    let inputs = StageInputs {
+        prepared: &prepared,
         ctx,
         host,
         grants,
-        &limits,
-        !call.no_check,
-        &mut shutdown,
-    )
-    .await;
+        limits: &limits,
+    };
+    let mut run = run_checked(&inputs, call.ask.stage, !call.no_check, &mut shutdown).await;
     run.result.plugin = pulled.reference.into();
     run.result
 }

@@ -400,17 +400,14 @@ impl<'a> Pass<'a> {
             .work
             .get_mut(n.name.as_str())
             .expect("every node has work");
-        let out = node::pass(
+        let visit = node::Visit {
             env,
             cr,
-            n,
-            work,
-            &mut st,
-            &jobs,
-            &pods,
-            member,
-            &mut self.actions,
-        );
+            node: n,
+            jobs: &jobs,
+            pods: &pods,
+        };
+        let out = node::pass(&visit, work, &mut st, member, &mut self.actions);
         if st != *before {
             work.set(state_key, st.annotation());
         }

@@ -241,17 +241,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
         println!("grants   {grant_summary}");
     }
-    let run = nodewright_agent::run_checked(
-        &prepared,
-        args.stage,
+    let inputs = nodewright_agent::StageInputs {
+        prepared: &prepared,
         ctx,
-        host.clone(),
-        Arc::new(grants),
-        &limits,
-        !args.no_check,
-        &mut Shutdown::never(),
-    )
-    .await;
+        host: host.clone(),
+        grants: Arc::new(grants),
+        limits: &limits,
+    };
+    let run =
+        nodewright_agent::run_checked(&inputs, args.stage, !args.no_check, &mut Shutdown::never())
+            .await;
     let actions = host.recorded();
     // 2: the sandbox stopped the plugin; 1: the plugin (or its check) failed.
     let code = if run.runs.iter().any(|r| r.outcome.is_err()) {

@@ -79,42 +79,35 @@ struct Preparation {
 }
 
 /// One CR visiting one node: what every step reads.
-struct Visit<'v, 'a> {
-    env: &'v Env<'a>,
-    cr: &'v Cr,
-    node: &'v ObservedNode,
-    jobs: &'v [&'v ObservedJob],
-    pods: &'v [&'v ObservedPod],
+pub(crate) struct Visit<'v, 'a> {
+    /// The pass's environment.
+    pub(crate) env: &'v Env<'a>,
+    /// The CR.
+    pub(crate) cr: &'v Cr,
+    /// The node.
+    pub(crate) node: &'v ObservedNode,
+    /// The CR's Jobs on the node.
+    pub(crate) jobs: &'v [&'v ObservedJob],
+    /// The pods on the node.
+    pub(crate) pods: &'v [&'v ObservedPod],
 }
 
-/// One CR on one node. Without `may_start` (the node is not in a batch) only finished Jobs
-/// are recorded and a done node's cordon released: no new Jobs, cordons or evictions.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the pass's inputs; grouping them would only rename them"
-)]
-pub fn pass(
-    env: &Env<'_>,
-    cr: &Cr,
-    node: &ObservedNode,
+/// One CR on one node (what it reads in `v`; what it changes: the node's `work` and the
+/// CR's `state` there; what it asks: `actions`). Without `may_start` (the node is not in a
+/// batch) only finished Jobs are recorded and a done node's cordon released: no new Jobs,
+/// cordons or evictions.
+pub(crate) fn pass(
+    v: &Visit<'_, '_>,
     work: &mut NodeWork<'_>,
     state: &mut NodeState,
-    jobs: &[&ObservedJob],
-    pods: &[&ObservedPod],
     may_start: bool,
     actions: &mut Vec<Action>,
 ) -> NodeOutcome {
-    let v = Visit {
-        env,
-        cr,
-        node,
-        jobs,
-        pods,
-    };
+    let (cr, node, jobs) = (v.cr, v.node, v.jobs);
     let first_action = actions.len();
     let mut failures = Vec::new();
     record::record_jobs(cr, node, state, jobs, actions, &mut failures);
-    advance::advance(cr, env.digests, state);
+    advance::advance(cr, v.env.digests, state);
     v.failures(work, state, actions, &mut failures);
     let mut runnable = v.runnable(state);
     if !may_start || !failures.is_empty() {
@@ -125,7 +118,7 @@ pub fn pass(
     let held = v.hold(work, &mut runnable);
     let prep = v.prepare(work, &runnable, actions);
     if !prep.timed_out {
-        start::start(&v, state, &runnable, prep.ready, actions);
+        start::start(v, state, &runnable, prep.ready, actions);
     }
     let started = actions[first_action..]
         .iter()
