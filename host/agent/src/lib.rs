@@ -10,6 +10,8 @@
 //! wrote. As a library it also gives `nodewright plugin run` the same stage-then-check step
 //! and failure → blame mapping ([`run_checked`], [`judge`], [`blame_of`]).
 
+#![deny(missing_docs)]
+
 mod host;
 mod interrupt;
 pub mod markers;

@@ -10,6 +10,8 @@
 //! [`new_project`] writes a template that builds as is. Every failure is a [`BuildError`]
 //! that says what to install or which manifest field to fix.
 
+#![deny(missing_docs)]
+
 mod build;
 mod error;
 mod io;

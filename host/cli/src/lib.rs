@@ -4,6 +4,8 @@
 //! `nodewright`, and `kubectl-nodewright`, which kubectl finds on the PATH as a plugin
 //! (`kubectl nodewright status`); they differ only in the name their help shows.
 
+#![deny(missing_docs)]
+
 mod cluster;
 mod plugin;
 mod printable;

@@ -12,6 +12,8 @@
 //! - the operator runs as `65532:65532` and writes only to its cache volume, so the pod
 //!   can have a read-only root filesystem.
 
+#![deny(missing_docs)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
