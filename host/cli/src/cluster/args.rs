@@ -111,44 +111,52 @@ pub enum NodeCommand {
         nodes: Vec<String>,
     },
     /// Forget a NodeWright's state on nodes: every package runs there again from the start.
-    Reset {
-        /// Node names or regular expressions over whole names.
-        #[arg(required = true)]
-        nodes: Vec<String>,
-        /// The NodeWright.
-        #[arg(long)]
-        cr: String,
-        #[command(flatten)]
-        confirm: ConfirmArg,
-    },
+    Reset(NodeReset),
     /// Set one package's stage and state on nodes: raw surgery on the node record, as
     /// NodeWright's `update-state` (no stage-graph check; pause the NodeWright first).
-    UpdateState {
-        /// Node names or regular expressions over whole names.
-        #[arg(required = true)]
-        nodes: Vec<String>,
-        /// The NodeWright.
-        #[arg(long)]
-        cr: String,
-        /// The package.
-        #[arg(long)]
-        package: String,
-        /// Its version (the entry is `package|version`).
-        #[arg(long)]
-        version: String,
-        /// `plan`, `uninstall`, `upgrade`, `apply`, `config`, `interrupt`, `post-interrupt`,
-        /// `uninstall-interrupt`.
-        #[arg(long)]
-        stage: String,
-        /// `unknown`, `in_progress`, `complete`, `erroring`, `skipped`.
-        #[arg(long)]
-        state: String,
-        /// Create the entry on nodes that have none (at the CR's generation).
-        #[arg(long)]
-        add: bool,
-        #[command(flatten)]
-        confirm: ConfirmArg,
-    },
+    UpdateState(UpdateState),
+}
+
+/// `node reset`.
+#[derive(Debug, clap::Args)]
+pub struct NodeReset {
+    /// Node names or regular expressions over whole names.
+    #[arg(required = true)]
+    pub nodes: Vec<String>,
+    /// The NodeWright.
+    #[arg(long)]
+    pub cr: String,
+    #[command(flatten)]
+    pub confirm: ConfirmArg,
+}
+
+/// `node update-state`.
+#[derive(Debug, clap::Args)]
+pub struct UpdateState {
+    /// Node names or regular expressions over whole names.
+    #[arg(required = true)]
+    pub nodes: Vec<String>,
+    /// The NodeWright.
+    #[arg(long)]
+    pub cr: String,
+    /// The package.
+    #[arg(long)]
+    pub package: String,
+    /// Its version (the entry is `package|version`).
+    #[arg(long)]
+    pub version: String,
+    /// `plan`, `uninstall`, `upgrade`, `apply`, `config`, `interrupt`, `post-interrupt`,
+    /// `uninstall-interrupt`.
+    #[arg(long)]
+    pub stage: String,
+    /// `unknown`, `in_progress`, `complete`, `erroring`, `skipped`.
+    #[arg(long)]
+    pub state: String,
+    /// Create the entry on nodes that have none (at the CR's generation).
+    #[arg(long)]
+    pub add: bool,
+    #[command(flatten)]
+    pub confirm: ConfirmArg,
 }
 
 /// Verbs on packages.
@@ -179,21 +187,27 @@ pub enum PackageCommand {
         follow: bool,
     },
     /// Run a package again on some nodes: from its first stage, or from `--stage`.
-    Rerun {
-        cr: String,
-        package: String,
-        /// Nodes (repeatable).
-        #[arg(long = "node", required_unless_present = "all")]
-        nodes: Vec<String>,
-        /// Every node that has the package.
-        #[arg(long, conflicts_with = "nodes")]
-        all: bool,
-        /// Restart at this stage instead (the stages after it follow as usual).
-        #[arg(long, value_enum)]
-        stage: Option<RerunStage>,
-        #[command(flatten)]
-        confirm: ConfirmArg,
-    },
+    Rerun(Rerun),
+}
+
+/// `package rerun`.
+#[derive(Debug, clap::Args)]
+pub struct Rerun {
+    /// The NodeWright.
+    pub cr: String,
+    /// The package.
+    pub package: String,
+    /// Nodes (repeatable).
+    #[arg(long = "node", required_unless_present = "all")]
+    pub nodes: Vec<String>,
+    /// Every node that has the package.
+    #[arg(long, conflicts_with = "nodes")]
+    pub all: bool,
+    /// Restart at this stage instead (the stages after it follow as usual).
+    #[arg(long, value_enum)]
+    pub stage: Option<RerunStage>,
+    #[command(flatten)]
+    pub confirm: ConfirmArg,
 }
 
 /// Verbs on DeploymentPolicy state.

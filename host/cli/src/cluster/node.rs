@@ -11,20 +11,16 @@ use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_k
 use nodewright_api::v1alpha1::NodeWright;
 use serde_json::{Value, json};
 
-use super::args::NodeCommand;
+use super::args::{NodeCommand, NodeReset, OutputArg, UpdateState};
 use super::kube::{Ctx, client, confirm, edit_state, nodes, nodewright, refuse_if_running};
 use super::{select, view};
 
-/// `node ...`.
-// Long on purpose: one match arm per `node` verb, each a few lines over the shared helpers.
+/// `node ...`: one function per verb.
 pub async fn node(cmd: NodeCommand, ctx: &Ctx) -> Result<ExitCode> {
     let c = client().await?;
     match cmd {
         NodeCommand::List(output) => {
-            let crs = Api::<NodeWright>::all(c.clone())
-                .list(&ListParams::default())
-                .await?
-                .items;
+            let crs = all_nodewrights(&c).await?;
             let rows = view::node_list(&crs, &nodes(&c).await?);
             output
                 .output
@@ -33,152 +29,167 @@ pub async fn node(cmd: NodeCommand, ctx: &Ctx) -> Result<ExitCode> {
         NodeCommand::Status {
             nodes: patterns,
             output,
-        } => {
-            let all = nodes(&c).await?;
-            let picked: Vec<Node> = select::nodes(&all, &patterns)
-                .map_err(anyhow::Error::msg)?
-                .into_iter()
-                .cloned()
-                .collect();
-            let crs = Api::<NodeWright>::all(c.clone())
-                .list(&ListParams::default())
-                .await?
-                .items;
-            let mut rows: Vec<view::PackageRow> = crs
-                .iter()
-                .filter_map(|cr| cr.metadata.name.clone())
-                .flat_map(|cr| view::package_rows(&cr, None, &picked))
-                .collect();
-            rows.sort_by(|a, b| {
-                (&a.node, &a.nodewright, &a.package).cmp(&(&b.node, &b.nodewright, &b.package))
-            });
-            output
-                .output
-                .emit(&rows, |wide| view::package_table(&rows, wide))
-        }
+        } => status(&c, &patterns, output).await,
         NodeCommand::Ignore { nodes: patterns } => label_ignore(&c, ctx, &patterns, true).await,
         NodeCommand::Unignore { nodes: patterns } => label_ignore(&c, ctx, &patterns, false).await,
-        NodeCommand::Reset {
-            nodes: patterns,
-            cr,
-            confirm: yes,
-        } => {
-            nodewright(&c, &cr).await?;
-            let all = nodes(&c).await?;
-            let picked = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?;
-            let (with, without): (Vec<&Node>, Vec<&Node>) = picked
-                .into_iter()
-                .partition(|n| view::node_state(n, &cr).is_some());
-            let names = |ns: &[&Node]| {
-                ns.iter()
-                    .filter_map(|n| n.metadata.name.clone())
-                    .collect::<Vec<_>>()
-            };
-            if with.is_empty() {
-                bail!(
-                    "{cr} has no state on {}: nothing to reset",
-                    names(&without).join(", ")
-                );
-            }
-            if !without.is_empty() {
-                eprintln!(
-                    "{cr} has no state on {} (skipped)",
-                    names(&without).join(", ")
-                );
-            }
-            refuse_if_running(&c, &ctx.namespace, &cr, &names(&with)).await?;
-            confirm(
-                ctx,
-                &format!(
-                    "forget {cr}'s state on {} (every package runs there again, interrupts included)",
-                    names(&with).join(", ")
-                ),
-                &yes,
-            )?;
-            for n in with {
-                edit_state(&c, ctx, n, &cr, |_| None).await?;
-                ctx.done(&format!(
-                    "{}: {cr}'s state removed; its packages run again from the start",
-                    n.metadata.name.clone().unwrap_or_default()
-                ));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        NodeCommand::UpdateState {
-            nodes: patterns,
-            cr,
-            package,
-            version,
-            stage,
-            state,
-            add,
-            confirm: yes,
-        } => {
-            let generation = nodewright(&c, &cr)
-                .await?
-                .metadata
-                .generation
-                .unwrap_or_default();
-            let stage: Stage = api_name(
-                "stage",
-                &stage,
-                "plan, uninstall, upgrade, apply, config, interrupt, post-interrupt, uninstall-interrupt",
-            )?;
-            let state: State = api_name(
-                "state",
-                &state,
-                "unknown, in_progress, complete, erroring, skipped",
-            )?;
-            let all = nodes(&c).await?;
-            let picked = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?;
-            let key = state_key(&package, &version);
-            // One edit, checked against what the nodes hold now and applied again to what
-            // they hold if the operator writes them meanwhile.
-            let edit = |mut st: NodeState| {
-                match st.get_mut(&key) {
-                    Some(e) => {
-                        e.stage = stage;
-                        e.state = state;
-                    }
-                    None => {
-                        let mut e = PackageStatus::new(&package, &version, stage, generation);
-                        e.state = state;
-                        st.insert(key.clone(), e);
-                    }
-                }
-                Some(st)
-            };
-            let mut names = Vec::new();
-            for n in &picked {
-                let name = n.metadata.name.clone().unwrap_or_default();
-                let has = view::node_state(n, &cr).is_some_and(|st| st.contains_key(&key));
-                if !has && !add {
-                    bail!("{cr} has no {package} {version} entry on {name} (--add creates it)")
-                }
-                names.push(name);
-            }
-            refuse_if_running(&c, &ctx.namespace, &cr, &names).await?;
-            confirm(
-                ctx,
-                &format!(
-                    "set {cr}'s {package} {version} to {}/{} on {}",
-                    stage.as_str(),
-                    state.as_str(),
-                    names.join(", ")
-                ),
-                &yes,
-            )?;
-            for (n, name) in picked.into_iter().zip(names) {
-                edit_state(&c, ctx, n, &cr, edit).await?;
-                ctx.done(&format!(
-                    "{name}: {cr}'s {package} {version} set to {}/{}",
-                    stage.as_str(),
-                    state.as_str()
-                ));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        NodeCommand::Reset(args) => reset(&c, ctx, args).await,
+        NodeCommand::UpdateState(args) => update_state(&c, ctx, args).await,
     }
+}
+
+async fn all_nodewrights(c: &Client) -> Result<Vec<NodeWright>> {
+    Ok(Api::<NodeWright>::all(c.clone())
+        .list(&ListParams::default())
+        .await?
+        .items)
+}
+
+/// `node status`: every NodeWright's packages on the nodes `patterns` pick.
+async fn status(c: &Client, patterns: &[String], output: OutputArg) -> Result<ExitCode> {
+    let all = nodes(c).await?;
+    let picked: Vec<Node> = select::nodes(&all, patterns)
+        .map_err(anyhow::Error::msg)?
+        .into_iter()
+        .cloned()
+        .collect();
+    let mut rows: Vec<view::PackageRow> = all_nodewrights(c)
+        .await?
+        .iter()
+        .filter_map(|cr| cr.metadata.name.clone())
+        .flat_map(|cr| view::package_rows(&cr, None, &picked))
+        .collect();
+    rows.sort_by(|a, b| {
+        (&a.node, &a.nodewright, &a.package).cmp(&(&b.node, &b.nodewright, &b.package))
+    });
+    output
+        .output
+        .emit(&rows, |wide| view::package_table(&rows, wide))
+}
+
+/// `node reset`: forget the CR's state on the picked nodes that have one.
+async fn reset(c: &Client, ctx: &Ctx, args: NodeReset) -> Result<ExitCode> {
+    let NodeReset {
+        nodes: patterns,
+        cr,
+        confirm: yes,
+    } = args;
+    nodewright(c, &cr).await?;
+    let all = nodes(c).await?;
+    let picked = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?;
+    let (with, without): (Vec<&Node>, Vec<&Node>) = picked
+        .into_iter()
+        .partition(|n| view::node_state(n, &cr).is_some());
+    let names = |ns: &[&Node]| {
+        ns.iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect::<Vec<_>>()
+    };
+    if with.is_empty() {
+        bail!(
+            "{cr} has no state on {}: nothing to reset",
+            names(&without).join(", ")
+        );
+    }
+    if !without.is_empty() {
+        eprintln!(
+            "{cr} has no state on {} (skipped)",
+            names(&without).join(", ")
+        );
+    }
+    refuse_if_running(c, &ctx.namespace, &cr, &names(&with)).await?;
+    confirm(
+        ctx,
+        &format!(
+            "forget {cr}'s state on {} (every package runs there again, interrupts included)",
+            names(&with).join(", ")
+        ),
+        &yes,
+    )?;
+    for n in with {
+        edit_state(c, ctx, n, &cr, |_| None).await?;
+        ctx.done(&format!(
+            "{}: {cr}'s state removed; its packages run again from the start",
+            n.metadata.name.clone().unwrap_or_default()
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `node update-state`: one package's stage and state set on the picked nodes.
+async fn update_state(c: &Client, ctx: &Ctx, args: UpdateState) -> Result<ExitCode> {
+    let UpdateState {
+        nodes: patterns,
+        cr,
+        package,
+        version,
+        stage,
+        state,
+        add,
+        confirm: yes,
+    } = args;
+    let generation = nodewright(c, &cr)
+        .await?
+        .metadata
+        .generation
+        .unwrap_or_default();
+    let stage: Stage = api_name(
+        "stage",
+        &stage,
+        "plan, uninstall, upgrade, apply, config, interrupt, post-interrupt, uninstall-interrupt",
+    )?;
+    let state: State = api_name(
+        "state",
+        &state,
+        "unknown, in_progress, complete, erroring, skipped",
+    )?;
+    let all = nodes(c).await?;
+    let picked = select::nodes(&all, &patterns).map_err(anyhow::Error::msg)?;
+    let key = state_key(&package, &version);
+    // One edit, checked against what the nodes hold now and applied again to what they
+    // hold if the operator writes them meanwhile.
+    let edit = |mut st: NodeState| {
+        match st.get_mut(&key) {
+            Some(e) => {
+                e.stage = stage;
+                e.state = state;
+            }
+            None => {
+                let mut e = PackageStatus::new(&package, &version, stage, generation);
+                e.state = state;
+                st.insert(key.clone(), e);
+            }
+        }
+        Some(st)
+    };
+    let mut names = Vec::new();
+    for n in &picked {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let has = view::node_state(n, &cr).is_some_and(|st| st.contains_key(&key));
+        if !has && !add {
+            bail!("{cr} has no {package} {version} entry on {name} (--add creates it)")
+        }
+        names.push(name);
+    }
+    refuse_if_running(c, &ctx.namespace, &cr, &names).await?;
+    confirm(
+        ctx,
+        &format!(
+            "set {cr}'s {package} {version} to {}/{} on {}",
+            stage.as_str(),
+            state.as_str(),
+            names.join(", ")
+        ),
+        &yes,
+    )?;
+    for (n, name) in picked.into_iter().zip(names) {
+        edit_state(c, ctx, n, &cr, edit).await?;
+        ctx.done(&format!(
+            "{name}: {cr}'s {package} {version} set to {}/{}",
+            stage.as_str(),
+            state.as_str()
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A value as the API spells it (`post-interrupt`, `in_progress`), from flag `--what`.

@@ -10,13 +10,11 @@ use nodewright_api::node_state::{NodeState, Stage};
 use nodewright_api::v1alpha1::NodeWright;
 use serde_json::json;
 
-use super::args::{ConfirmArg, PackageCommand, PolicyCommand, RerunStage, ResetScope};
+use super::args::{ConfirmArg, PackageCommand, PolicyCommand, Rerun, RerunStage, ResetScope};
 use super::kube::{Ctx, client, confirm, edit_state, nodes, nodewright, refuse_if_running};
 use super::{inspect, view};
 
 /// `package ...`.
-// Long on purpose: one match arm per `package` verb, each a few lines over the shared
-// helpers.
 pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
     let c = client().await?;
     match cmd {
@@ -61,85 +59,86 @@ pub async fn package(cmd: PackageCommand, ctx: &Ctx) -> Result<ExitCode> {
             )
             .await
         }
-        PackageCommand::Rerun {
-            cr,
-            package,
-            nodes: wanted,
-            all,
-            stage,
-            confirm: yes,
-        } => {
-            let spec = nodewright(&c, &cr).await?.spec;
-            let Some(p) = spec.packages.get(&package) else {
-                bail!("{cr} has no package {package:?}")
-            };
-            if matches!(
-                stage,
-                Some(RerunStage::Interrupt | RerunStage::PostInterrupt)
-            ) && p.interrupt.is_none()
-                && p.config_interrupts.is_empty()
-            {
-                bail!(
-                    "{cr}/{package} has no interrupt (spec.packages.{package}.interrupt is unset): there is no interrupt stage to rerun"
-                );
-            }
-            let with: Vec<Node> = nodes(&c)
-                .await?
-                .into_iter()
-                .filter(|n| {
-                    view::node_state(n, &cr).is_some_and(|s| s.values().any(|p| p.name == package))
-                })
-                .filter(|n| {
-                    all || wanted.contains(n.metadata.name.as_ref().unwrap_or(&String::new()))
-                })
-                .collect();
-            let names: Vec<String> = with
-                .iter()
-                .filter_map(|n| n.metadata.name.clone())
-                .collect();
-            if let Some(missing) = wanted.iter().find(|w| !names.contains(w)) {
-                bail!("{missing} has no state for {cr}/{package}: nothing to rerun there");
-            }
-            if names.is_empty() {
-                bail!("no node has state for {cr}/{package}");
-            }
-            refuse_if_running(&c, &ctx.namespace, &cr, &names).await?;
-            let from = stage.map_or_else(
-                || "its first stage".to_string(),
-                |s| format!("its {} stage", Stage::from(s).as_str()),
-            );
-            confirm(
-                ctx,
-                &format!(
-                    "run {package} of {cr} again from {from} on {}",
-                    names.join(", ")
-                ),
-                &yes,
-            )?;
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            let edit = |mut st: NodeState| {
-                match stage {
-                    // Without an entry the operator starts the package afresh.
-                    None => st.retain(|_, p| p.name != package),
-                    Some(s) => st
-                        .values_mut()
-                        .filter(|p| p.name == package)
-                        .for_each(|p| p.restart_at(s.into(), now)),
-                }
-                Some(st)
-            };
-            for n in &with {
-                edit_state(&c, ctx, n, &cr, edit).await?;
-                ctx.done(&format!(
-                    "{}: {package} will run again from {from}",
-                    n.metadata.name.clone().unwrap_or_default()
-                ));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        PackageCommand::Rerun(args) => rerun(&c, ctx, args).await,
     }
+}
+
+/// `package rerun`: the package's state on the chosen nodes rewound to its first stage, or
+/// to `--stage`.
+async fn rerun(c: &Client, ctx: &Ctx, args: Rerun) -> Result<ExitCode> {
+    let Rerun {
+        cr,
+        package,
+        nodes: wanted,
+        all,
+        stage,
+        confirm: yes,
+    } = args;
+    let spec = nodewright(c, &cr).await?.spec;
+    let Some(p) = spec.packages.get(&package) else {
+        bail!("{cr} has no package {package:?}")
+    };
+    if matches!(
+        stage,
+        Some(RerunStage::Interrupt | RerunStage::PostInterrupt)
+    ) && p.interrupt.is_none()
+        && p.config_interrupts.is_empty()
+    {
+        bail!(
+            "{cr}/{package} has no interrupt (spec.packages.{package}.interrupt is unset): there is no interrupt stage to rerun"
+        );
+    }
+    let with: Vec<Node> = nodes(c)
+        .await?
+        .into_iter()
+        .filter(|n| view::node_state(n, &cr).is_some_and(|s| s.values().any(|p| p.name == package)))
+        .filter(|n| all || wanted.contains(n.metadata.name.as_ref().unwrap_or(&String::new())))
+        .collect();
+    let names: Vec<String> = with
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    if let Some(missing) = wanted.iter().find(|w| !names.contains(w)) {
+        bail!("{missing} has no state for {cr}/{package}: nothing to rerun there");
+    }
+    if names.is_empty() {
+        bail!("no node has state for {cr}/{package}");
+    }
+    refuse_if_running(c, &ctx.namespace, &cr, &names).await?;
+    let from = stage.map_or_else(
+        || "its first stage".to_string(),
+        |s| format!("its {} stage", Stage::from(s).as_str()),
+    );
+    confirm(
+        ctx,
+        &format!(
+            "run {package} of {cr} again from {from} on {}",
+            names.join(", ")
+        ),
+        &yes,
+    )?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let edit = |mut st: NodeState| {
+        match stage {
+            // Without an entry the operator starts the package afresh.
+            None => st.retain(|_, p| p.name != package),
+            Some(s) => st
+                .values_mut()
+                .filter(|p| p.name == package)
+                .for_each(|p| p.restart_at(s.into(), now)),
+        }
+        Some(st)
+    };
+    for n in &with {
+        edit_state(c, ctx, n, &cr, edit).await?;
+        ctx.done(&format!(
+            "{}: {package} will run again from {from}",
+            n.metadata.name.clone().unwrap_or_default()
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `reset CR`: forget the NodeWright's state on every node and its batch state.
