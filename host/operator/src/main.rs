@@ -203,9 +203,8 @@ fn main() -> anyhow::Result<()> {
         .block_on(run(flags))
 }
 
-// Long on purpose: the startup in the order it must happen (flags, client, caches, webhook,
-// metrics, leader election, the loop); each step is a call, and cutting it would hide the
-// order.
+/// The startup, in the order it must happen: client, metrics, caches, webhook, leader
+/// election, then the control loop.
 async fn run(flags: Flags) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -219,27 +218,9 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     // whole pass for minutes. The planner retries it, throttled.
     config.default_retry = false;
     let client = Client::try_from(config)?;
-    let identity = flags.identity.clone().unwrap_or_else(|| {
-        format!(
-            "{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "operator".into()),
-            std::process::id()
-        )
-    });
-
     let metrics = Arc::new(metrics::Metrics::new());
     if let Some(addr) = flags.metrics_addr {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
-        tracing::info!(%addr, "serving metrics and probes");
-        tokio::spawn(serve::serve(listener, None, {
-            let metrics = metrics.clone();
-            move |_, path: String, _| {
-                let metrics = metrics.clone();
-                async move { probe_or_metrics(&metrics, &path) }
-            }
-        }));
+        serve_metrics(addr, &metrics).await?;
     }
 
     let notify = Arc::new(Notify::new());
@@ -264,7 +245,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             client.clone(),
             &flags.namespace,
             &flags.lease_name,
-            &identity,
+            &flags.identity(),
             control::LEASE,
         )
     });
@@ -272,11 +253,6 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         l.acquire().await?;
     }
     metrics.leader.set(1);
-    let ceilings = nodewright_api::limits::Ceilings {
-        memory: flags.sandbox_max_memory,
-        write_bytes: flags.sandbox_max_write_bytes,
-        write_files: flags.sandbox_max_write_files,
-    };
     let gates = gates::Gates::new(
         client.clone(),
         &flags.namespace,
@@ -286,23 +262,13 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let plugins = plugins::Plugins::new(
         flags.plugin_cache_dir.clone(),
         flags.insecure_registries.clone(),
-        ceilings,
+        flags.ceilings(),
         trust,
         notify.clone(),
     )?;
-    let jobs = jobs::JobConfig {
-        namespace: flags.namespace.clone(),
-        image: flags.agent_image.clone(),
-        command: flags.agent_command.clone(),
-        backend: flags.agent_backend,
-        ttl_seconds: flags.job_ttl_seconds_after_finished,
-        insecure_registries: flags.insecure_registries.clone(),
-        service_account: flags.agent_service_account.clone(),
-        min_free_bytes: flags.agent_min_free_disk,
-    };
     let executor = execute::Executor::new(
         client.clone(),
-        jobs,
+        flags.job_config(),
         world.clone(),
         "nodewright-operator",
         execute::WriteLimits {
@@ -311,14 +277,6 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         },
         metrics.api_requests.clone(),
     );
-    let settings = Settings {
-        namespace: flags.namespace.clone(),
-        backoff_limit: flags.job_backoff_limit,
-        stage_timeout: flags.job_stage_timeout,
-        reapply_on_reboot: flags.reapply_on_reboot,
-        restart_all_services: flags.restart_all_services.clone(),
-        ..Settings::default()
-    };
     tracing::info!(namespace = %flags.namespace, "operator started");
     control::Loop {
         world,
@@ -326,13 +284,76 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         gates,
         executor,
         metrics,
-        settings,
+        settings: flags.settings(),
         lease,
         notify,
         resync: Duration::from_secs(flags.resync_seconds),
     }
     .run()
     .await
+}
+
+impl Flags {
+    /// The ceilings on every package's sandbox bounds.
+    fn ceilings(&self) -> nodewright_api::limits::Ceilings {
+        nodewright_api::limits::Ceilings {
+            memory: self.sandbox_max_memory,
+            write_bytes: self.sandbox_max_write_bytes,
+            write_files: self.sandbox_max_write_files,
+        }
+    }
+
+    /// Where and how the agent Jobs run.
+    fn job_config(&self) -> jobs::JobConfig {
+        jobs::JobConfig {
+            namespace: self.namespace.clone(),
+            image: self.agent_image.clone(),
+            command: self.agent_command.clone(),
+            backend: self.agent_backend,
+            ttl_seconds: self.job_ttl_seconds_after_finished,
+            insecure_registries: self.insecure_registries.clone(),
+            service_account: self.agent_service_account.clone(),
+            min_free_bytes: self.agent_min_free_disk,
+        }
+    }
+
+    /// The planner's settings.
+    fn settings(&self) -> Settings {
+        Settings {
+            namespace: self.namespace.clone(),
+            backoff_limit: self.job_backoff_limit,
+            stage_timeout: self.job_stage_timeout,
+            reapply_on_reboot: self.reapply_on_reboot,
+            restart_all_services: self.restart_all_services.clone(),
+            ..Settings::default()
+        }
+    }
+
+    /// Who this replica is to the leader Lease: `--identity`, else the pod's name and the
+    /// process id.
+    fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "operator".into()),
+                std::process::id()
+            )
+        })
+    }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `addr`, in the background.
+async fn serve_metrics(addr: SocketAddr, metrics: &Arc<metrics::Metrics>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
+    tracing::info!(%addr, "serving metrics and probes");
+    let metrics = metrics.clone();
+    tokio::spawn(serve::serve(listener, None, move |_, path: String, _| {
+        let metrics = metrics.clone();
+        async move { probe_or_metrics(&metrics, &path) }
+    }));
+    Ok(())
 }
 
 fn probe_or_metrics(metrics: &metrics::Metrics, path: &str) -> serve::Reply {
