@@ -9,7 +9,16 @@ use crate::report::LogLine;
 pub enum Error {
     /// The wasmtime engine could not be built.
     #[error("cannot build the wasm engine: {0}")]
-    Engine(String),
+    Engine(WasmError),
+    /// A thread the engine needs could not be started.
+    #[error("cannot start the {what} thread: {source}")]
+    Thread {
+        /// Which (`epoch`, `compile`).
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The bytes are a core WebAssembly module, not a component.
     #[error(
         "not a component: this is a core WebAssembly module; build it for wasm32-wasip2 (nodewright plugin build)"
@@ -23,7 +32,10 @@ pub enum Error {
     WrongWorld(String),
     /// Compilation failed.
     #[error("cannot compile the component: {0}")]
-    Compile(String),
+    Compile(WasmError),
+    /// The compile thread ended without an answer (it panicked).
+    #[error("cannot compile the component: the compile thread ended without a result")]
+    CompileLost,
     /// The component is over a [`crate::LoadLimits`] bound; nothing was run.
     #[error("component refused before running: {0}")]
     TooLarge(String),
@@ -45,20 +57,42 @@ pub enum Error {
     },
     /// The component imports something nodewright does not provide.
     #[error("cannot link the component: {0}")]
-    Link(String),
+    Link(WasmError),
 }
 
 impl Error {
     pub(crate) fn engine(e: wasmtime::Error) -> Self {
-        Error::Engine(format!("{e:#}"))
+        Error::Engine(WasmError(e))
     }
     pub(crate) fn compile(e: wasmtime::Error) -> Self {
-        Error::Compile(format!("{e:#}"))
+        Error::Compile(WasmError(e))
     }
     pub(crate) fn link(e: wasmtime::Error) -> Self {
-        Error::Link(format!("{e:#}"))
+        Error::Link(WasmError(e))
     }
 }
+
+/// A wasmtime error, kept whole: shown with its whole chain of causes (what a message
+/// needs), and there for a caller that asks what it was ([`WasmError::inner`], then
+/// `downcast_ref`, e.g. to a `wasmtime::Trap`).
+#[derive(Debug)]
+pub struct WasmError(pub(crate) wasmtime::Error);
+
+impl WasmError {
+    /// The wasmtime error.
+    pub fn inner(&self) -> &wasmtime::Error {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for WasmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+/// Its causes are in its `Display` (a `source` as well would print them twice).
+impl std::error::Error for WasmError {}
 
 /// Result alias for engine operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -101,12 +135,12 @@ pub enum RunError {
     /// and type-checked when it was prepared (and checked against ours when it was loaded),
     /// so what is left is its own doing: more instances, tables or memories than a store
     /// allows, or its start code failing. The package's fault.
-    #[error("cannot instantiate plugin for stage {stage}: {message}")]
+    #[error("cannot instantiate plugin for stage {stage}: {error}")]
     Instantiate {
         /// Stage.
         stage: String,
         /// Why.
-        message: String,
+        error: WasmError,
     },
 }
 

@@ -63,7 +63,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-pub use error::{Error, GrantCheck, Result, RunError};
+pub use error::{Error, GrantCheck, Result, RunError, WasmError};
 pub use inspect::{EXPECTED_EXPORT, ImportKind, PluginImport, STAGE_FUNCTIONS};
 pub use load::LoadLimits;
 pub use nodewright_api::grants::{Capability, GrantSet};
@@ -133,7 +133,10 @@ impl Engine {
                     std::thread::sleep(EPOCH_TICK);
                 }
             })
-            .map_err(|e| Error::Engine(e.to_string()))?;
+            .map_err(|source| Error::Thread {
+                what: "epoch",
+                source,
+            })?;
         let cache = match config.cache_dir.clone() {
             Some(dir) => Some(cache::CodeCache::open(dir, &inner)?),
             None => None,

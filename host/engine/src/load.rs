@@ -85,16 +85,17 @@ pub(crate) fn compile(
         .spawn(move || {
             let _ = tx.send(Component::new(&engine, &bytes));
         })
-        .map_err(|e| Error::Engine(format!("cannot start a compile thread: {e}")))?;
+        .map_err(|source| Error::Thread {
+            what: "compile",
+            source,
+        })?;
     match rx.recv_timeout(timeout) {
         Ok(result) => result.map_err(Error::compile),
         Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::TooLarge(format!(
             "compiling the component took longer than {:.0}s",
             timeout.as_secs_f64()
         ))),
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Compile(
-            "the compile thread ended without a result".into(),
-        )),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::CompileLost),
     }
 }
 

@@ -107,7 +107,7 @@ impl PreparedPlugin {
                 } else {
                     RunError::Instantiate {
                         stage: stage.to_string(),
-                        message: format!("{e:#}"),
+                        error: crate::error::WasmError(e),
                     }
                 }
             })?;

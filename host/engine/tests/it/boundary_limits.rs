@@ -170,7 +170,7 @@ async fn instantiation_counts_past_the_store_s_limits_are_the_package_s() {
     );
     let err = crafted_stage(&bytes, RunStage::Plan, SandboxLimits::default().memory).await;
     assert!(
-        matches!(&err, RunError::Instantiate { message, .. } if message.contains("count too high")),
+        matches!(&err, RunError::Instantiate { error, .. } if error.to_string().contains("count too high")),
         "{err}"
     );
     assert!(err.is_package_fault(), "{err}");
