@@ -288,7 +288,7 @@ fn genuine_failure(p: &Pod) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
@@ -309,7 +309,8 @@ mod tests {
         }
     }
 
-    fn request() -> JobRequest {
+    /// An apply of package `tuning` on node `n1`, for the executor's tests too.
+    pub(crate) fn request() -> JobRequest {
         let package = Package {
             version: "1.0.0".into(),
             plugin: "r.example/p:1".into(),

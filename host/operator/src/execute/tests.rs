@@ -7,13 +7,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use hyper::{Method, Request, Response, StatusCode};
 use kube::client::Body;
-use nodewright_api::agent::{Backend, RunStage, StageAsk};
+use nodewright_api::agent::Backend;
 use nodewright_api::v1alpha1::{CompartmentStatus, Status};
-use nodewright_planner::{Action, Ask, JobRequest, NodePatch};
+use nodewright_planner::{Action, JobRequest, NodePatch};
 use serde_json::{Value, json};
 
 use super::*;
@@ -126,22 +125,10 @@ fn executor(conflict: &[&'static str]) -> (Executor, Seen) {
 }
 
 fn job(node: &str) -> Action {
-    let plugin = format!("r.example/p@sha256:{}", "1".repeat(64));
-    let call = StageAsk::new(RunStage::Apply, "p", "1.0.0", plugin.parse().unwrap());
     Action::CreateJob(Box::new(JobRequest {
         name: format!("apply-{node}"),
-        cr: "cr".into(),
-        cr_uid: "uid".into(),
-        generation: 1,
-        run: 1,
         node: node.into(),
-        deadline: Some(Duration::from_secs(60)),
-        backoff_limit: 3,
-        tolerations: vec![],
-        ask: Ask::Stage {
-            call,
-            resources: None,
-        },
+        ..jobs::tests::request()
     }))
 }
 
