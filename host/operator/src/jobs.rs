@@ -37,99 +37,38 @@ pub const CONTAINER: &str = "agent";
 /// Where the agent writes its result (the container's `terminationMessagePath`).
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
-/// Builds the Job for a planner request.
-// Long on purpose: the Job spec field by field (labels, pod security, mounts, resources,
-// arguments), as the manifest it becomes.
+/// Builds the Job for a planner request: its labels, its pod, how it retries, its owner.
 pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
-    let mut labels: BTreeMap<String, String> = BTreeMap::from([
-        (label::MANAGED.into(), "true".into()),
-        (label::CR.into(), req.cr.clone()),
-        (label::NODE.into(), req.node.clone()),
-        (label::GENERATION.into(), req.generation.to_string()),
-        (label::JOB.into(), req.name.clone()),
-    ]);
-    match req.work() {
-        Work::Package {
-            package,
-            version,
-            stage,
-        } => {
-            labels.insert(label::PACKAGE.into(), package);
-            labels.insert(label::VERSION.into(), version);
-            labels.insert(label::STAGE.into(), stage.as_str().into());
-        }
-        Work::Interrupt { stage, kind, owner } => {
-            labels.insert(label::PACKAGE.into(), owner);
-            labels.insert(label::STAGE.into(), stage.as_str().into());
-            labels.insert(label::INTERRUPT.into(), kind.as_str().into());
-        }
-    }
-    let interrupt_job = matches!(req.ask, Ask::Interrupt { .. });
-    let args = call(req, cfg).to_args();
-    let tolerations = serde_json::to_value(&req.tolerations).unwrap_or(Value::Null);
-    let mut pod_spec = json!({
-        "nodeName": req.node,
-        "restartPolicy": if interrupt_job { "OnFailure" } else { "Never" },
-        "hostPID": true,
-        // The node's network namespace: `net.*` sysctls are the node's, and the agent can
-        // pull its plugin before (or without) the node's CNI.
-        "hostNetwork": true,
-        "dnsPolicy": "ClusterFirstWithHostNet",
-        // The agent never calls the Kubernetes API (its result travels in the termination
-        // message): a pod holding a token would only be a gift to whoever breaks out.
-        "automountServiceAccountToken": false,
-        "tolerations": tolerations,
-        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
-        "containers": [{
-            "name": CONTAINER,
-            "image": cfg.image,
-            "command": [cfg.command],
-            "args": args,
-            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-            "securityContext": {"privileged": true},
-            "volumeMounts": [{"name": "host", "mountPath": "/host"}],
-            "terminationMessagePath": TERMINATION_LOG,
-            "terminationMessagePolicy": "FallbackToLogsOnError"
-        }]
-    });
-    if let Some(sa) = &cfg.service_account {
-        pod_spec["serviceAccountName"] = json!(sa);
-    }
-    if let Ask::Stage {
-        resources: Some(r), ..
-    } = &req.ask
-    {
-        pod_spec["containers"][0]["resources"] = json!({
-            "requests": {"cpu": r.cpu_request, "memory": r.memory_request},
-            "limits": {"cpu": r.cpu_limit, "memory": r.memory_limit}
-        });
-    }
+    let labels = labels(req);
     let mut spec = json!({
         "ttlSecondsAfterFinished": cfg.ttl_seconds,
-        "template": {"metadata": {"labels": labels}, "spec": pod_spec}
+        "backoffLimit": req.backoff_limit,
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec(req, cfg)}
     });
-    spec["backoffLimit"] = json!(req.backoff_limit);
     let deadline = req.deadline.map(|d| d.as_secs());
-    if interrupt_job {
-        // Reboots restart the pod in place; the whole stage is bounded by the deadline.
-        if let Some(d) = deadline {
-            spec["activeDeadlineSeconds"] = json!(d);
+    match &req.ask {
+        Ask::Interrupt { .. } => {
+            // Reboots restart the pod in place; the whole stage is bounded by the deadline.
+            if let Some(d) = deadline {
+                spec["activeDeadlineSeconds"] = json!(d);
+            }
         }
-    } else {
-        spec["podReplacementPolicy"] = json!("Failed");
-        // Disruptions and the agent's verdicts that are not the package's fault (host,
-        // disruption) do not count against backoffLimit.
-        let free: Vec<u8> = Blame::ALL
-            .into_iter()
-            .filter(|b| *b != Blame::None && !b.counts_against_budget())
-            .map(Blame::exit_code)
-            .collect();
-        spec["podFailurePolicy"] = json!({"rules": [
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-            {"action": "Ignore", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": free}}
-        ]});
-        if let Some(d) = deadline {
-            spec["template"]["spec"]["activeDeadlineSeconds"] = json!(d);
+        Ask::Stage { .. } => {
+            spec["podReplacementPolicy"] = json!("Failed");
+            // Disruptions and the agent's verdicts that are not the package's fault (host,
+            // disruption) do not count against backoffLimit.
+            let free: Vec<u8> = Blame::ALL
+                .into_iter()
+                .filter(|b| *b != Blame::None && !b.counts_against_budget())
+                .map(Blame::exit_code)
+                .collect();
+            spec["podFailurePolicy"] = json!({"rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                {"action": "Ignore", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": free}}
+            ]});
+            if let Some(d) = deadline {
+                spec["template"]["spec"]["activeDeadlineSeconds"] = json!(d);
+            }
         }
     }
     serde_json::from_value(json!({
@@ -153,6 +92,82 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
         "spec": spec
     }))
     .expect("the Job we build is a valid Job")
+}
+
+/// The labels the planner reads a Job back by (see [`read`]).
+fn labels(req: &JobRequest) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = BTreeMap::from([
+        (label::MANAGED.into(), "true".into()),
+        (label::CR.into(), req.cr.clone()),
+        (label::NODE.into(), req.node.clone()),
+        (label::GENERATION.into(), req.generation.to_string()),
+        (label::JOB.into(), req.name.clone()),
+    ]);
+    match req.work() {
+        Work::Package {
+            package,
+            version,
+            stage,
+        } => {
+            labels.insert(label::PACKAGE.into(), package);
+            labels.insert(label::VERSION.into(), version);
+            labels.insert(label::STAGE.into(), stage.as_str().into());
+        }
+        Work::Interrupt { stage, kind, owner } => {
+            labels.insert(label::PACKAGE.into(), owner);
+            labels.insert(label::STAGE.into(), stage.as_str().into());
+            labels.insert(label::INTERRUPT.into(), kind.as_str().into());
+        }
+    }
+    labels
+}
+
+/// The agent's pod: on the node, in its PID and network namespaces, privileged, the host's
+/// `/` at `/host`, no API token.
+fn pod_spec(req: &JobRequest, cfg: &JobConfig) -> Value {
+    let restart = match req.ask {
+        // A reboot ends the pod; it starts again in place and finishes the interrupt.
+        Ask::Interrupt { .. } => "OnFailure",
+        Ask::Stage { .. } => "Never",
+    };
+    let mut pod = json!({
+        "nodeName": req.node,
+        "restartPolicy": restart,
+        "hostPID": true,
+        // The node's network namespace: `net.*` sysctls are the node's, and the agent can
+        // pull its plugin before (or without) the node's CNI.
+        "hostNetwork": true,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        // The agent never calls the Kubernetes API (its result travels in the termination
+        // message): a pod holding a token would only be a gift to whoever breaks out.
+        "automountServiceAccountToken": false,
+        "tolerations": serde_json::to_value(&req.tolerations).unwrap_or(Value::Null),
+        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+        "containers": [{
+            "name": CONTAINER,
+            "image": cfg.image,
+            "command": [cfg.command],
+            "args": call(req, cfg).to_args(),
+            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "securityContext": {"privileged": true},
+            "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+            "terminationMessagePath": TERMINATION_LOG,
+            "terminationMessagePolicy": "FallbackToLogsOnError"
+        }]
+    });
+    if let Some(sa) = &cfg.service_account {
+        pod["serviceAccountName"] = json!(sa);
+    }
+    if let Ask::Stage {
+        resources: Some(r), ..
+    } = &req.ask
+    {
+        pod["containers"][0]["resources"] = json!({
+            "requests": {"cpu": r.cpu_request, "memory": r.memory_request},
+            "limits": {"cpu": r.cpu_limit, "memory": r.memory_limit}
+        });
+    }
+    pod
 }
 
 /// What the Job's agent is asked to do: the planner's ask with this deployment's settings.
@@ -339,6 +354,52 @@ pub(crate) mod tests {
                 resources: None,
             },
         }
+    }
+
+    #[test]
+    fn a_stage_is_retried_per_pod_and_an_interrupt_restarts_in_place() {
+        let stage = serde_json::to_value(build(&request(), &cfg())).unwrap();
+        assert_eq!(stage["spec"]["template"]["spec"]["restartPolicy"], "Never");
+        assert_eq!(
+            stage["spec"]["template"]["spec"]["activeDeadlineSeconds"], 60,
+            "a stage's deadline is per attempt"
+        );
+        assert_eq!(stage["spec"]["backoffLimit"], 3);
+        assert!(stage["spec"]["podFailurePolicy"]["rules"].is_array());
+
+        let interrupt = JobRequest {
+            backoff_limit: 6,
+            ask: Ask::Interrupt {
+                uninstall: false,
+                call: nodewright_api::agent::InterruptAsk {
+                    kind: nodewright_api::v1alpha1::InterruptType::Reboot,
+                    package: "tuning".into(),
+                    services: vec![],
+                },
+            },
+            ..request()
+        };
+        let job = serde_json::to_value(build(&interrupt, &cfg())).unwrap();
+        assert_eq!(
+            job["spec"]["template"]["spec"]["restartPolicy"], "OnFailure",
+            "the pod comes back after the reboot and finishes the interrupt"
+        );
+        assert_eq!(
+            (
+                &job["spec"]["activeDeadlineSeconds"],
+                &job["spec"]["backoffLimit"]
+            ),
+            (&serde_json::json!(60), &serde_json::json!(6)),
+            "the whole interrupt is bounded"
+        );
+        assert!(job["spec"]["podFailurePolicy"].is_null());
+        assert!(job["spec"]["template"]["spec"]["activeDeadlineSeconds"].is_null());
+        assert_eq!(
+            job["metadata"]["labels"]["nodewright.io/interrupt"],
+            "reboot"
+        );
+        let args = job["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+        assert_eq!(args[0], "interrupt", "{args}");
     }
 
     #[test]
