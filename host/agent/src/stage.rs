@@ -240,79 +240,41 @@ async fn sandboxed(
     Ok(Ran { stage, outcome })
 }
 
-/// The whole `run` call: pull the pinned plugin through the node cache, check the grants,
-/// run the stage (and its check) against the host.
-// Long on purpose: the stage's steps in order (pinned reference, host, pull, load, grants,
-// sandbox limits, run and check), each failure given its blame where it happens.
+/// The whole `run` call: the grants parsed, the pinned plugin pulled through the node cache
+/// and linked against them, then the stage (and its check) run against the host. A failure
+/// before the plugin runs carries the blame of the step that failed.
 pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
-    let stage = call.ask.stage;
-    let fail = |blame, msg: String| StageResult::failed(stage, &call.ask.package, blame, msg);
     // The first line of the pod's log says what this pod is for.
     eprintln!(
-        "nodewright-agent: {stage} of {} {} on {} ({})",
-        call.ask.package, call.ask.version, call.common.node, call.ask.plugin
+        "nodewright-agent: {} of {} {} on {} ({})",
+        call.ask.stage, call.ask.package, call.ask.version, call.common.node, call.ask.plugin
     );
-    let grants = match GrantSet::parse(
+    match run_prepared(call).await {
+        Ok(result) => result,
+        Err((blame, message)) => {
+            StageResult::failed(call.ask.stage, &call.ask.package, blame, message)
+        }
+    }
+}
+
+/// A step before the plugin ran failed: whose fault, and what happened.
+type Refused = (Blame, String);
+
+async fn run_prepared(call: &StageCall) -> Result<StageResult, Refused> {
+    let grants = GrantSet::parse(
         &call.ask.capabilities,
         call.ask.reboot_allowed,
         GrantSource::Spec {
             package: call.ask.package.clone(),
         },
-    ) {
-        Ok(g) => Arc::new(g),
-        Err(errs) => {
-            return fail(
-                Blame::Config,
-                errs.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            );
-        }
-    };
-    let host = match host(&call.common) {
-        Ok(h) => h,
-        Err(e) => return fail(Blame::Host, format!("host: {e:#}")),
-    };
-    let cache_dir = call
-        .cache_dir
-        .clone()
-        .unwrap_or_else(|| markers::state_dir(&call.common.host_root).join("plugins"));
-    let cache = match NodeCache::open(&cache_dir) {
-        Ok(c) => c,
-        Err(e) => return fail(Blame::Host, e.to_string()),
-    };
-    let registry = Registry::new(RegistryConfig {
-        insecure: call.insecure_registries.clone(),
-        ..Default::default()
-    });
-    let puller = Puller::new(registry, cache);
-    let pulled = match puller
-        .pull_pinned(&call.ask.plugin, &|p| eprintln!("{p:?}"))
-        .await
-    {
-        Ok(p) => p,
-        Err(e) if e.is_retryable() => return fail(Blame::Host, e.to_string()),
-        Err(e) => return fail(Blame::Config, e.to_string()),
-    };
-    let engine = match Engine::new(EngineConfig {
-        cache_dir: Some(puller.cache().code_dir()),
-        ..Default::default()
-    }) {
-        Ok(e) => e,
-        Err(e) => return fail(Blame::Host, e.to_string()),
-    };
-    let plugin = match engine.load(&pulled.bytes) {
-        Ok(p) => p,
-        Err(e) => return fail(Blame::Config, format!("{}: {e}", call.ask.plugin)),
-    };
-    let prepared = match engine.prepare(&plugin, &grants) {
-        Ok(p) => p,
-        Err(e @ nodewright_engine::Error::MissingGrants { .. }) => {
-            return fail(Blame::Denied, e.to_string());
-        }
-        Err(e) => return fail(Blame::Host, e.to_string()),
-    };
+    )
+    .map(Arc::new)
+    .map_err(|errs| {
+        let text = errs.iter().map(ToString::to_string).collect::<Vec<_>>();
+        (Blame::Config, text.join("; "))
+    })?;
+    let host = host(&call.common).map_err(|e| (Blame::Host, format!("host: {e:#}")))?;
+    let prepared = pull_and_prepare(call, &grants).await?;
     let ctx = StageContext {
         node: call.common.node.clone(),
         package: call.ask.package.clone(),
@@ -331,10 +293,8 @@ pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
         ..Default::default()
     };
     // SIGTERM: let the running stage finish within the graceful-shutdown period, else abort.
-    let mut shutdown = match Shutdown::on_sigterm(call.ask.graceful_shutdown) {
-        Ok(s) => s,
-        Err(e) => return fail(Blame::Host, format!("signal handler: {e}")),
-    };
+    let mut shutdown = Shutdown::on_sigterm(call.ask.graceful_shutdown)
+        .map_err(|e| (Blame::Host, format!("signal handler: {e}")))?;
     let inputs = StageInputs {
         prepared: &prepared,
         ctx,
@@ -343,6 +303,43 @@ pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
         limits: &limits,
     };
     let mut run = run_checked(&inputs, call.ask.stage, !call.no_check, &mut shutdown).await;
-    run.result.plugin = pulled.reference.into();
-    run.result
+    run.result.plugin = call.ask.plugin.to_string();
+    Ok(run.result)
+}
+
+/// The pinned plugin pulled through the node cache (a registry that cannot be reached is
+/// the host's fault, content that is not a plugin the spec's), compiled (or loaded from
+/// the code cache) and linked against `grants` (imports they do not cover: denied).
+async fn pull_and_prepare(call: &StageCall, grants: &GrantSet) -> Result<PreparedPlugin, Refused> {
+    let host_fault = |e: &dyn std::fmt::Display| (Blame::Host, e.to_string());
+    let cache_dir = call
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| markers::state_dir(&call.common.host_root).join("plugins"));
+    let cache = NodeCache::open(&cache_dir).map_err(|e| host_fault(&e))?;
+    let registry = Registry::new(RegistryConfig {
+        insecure: call.insecure_registries.clone(),
+        ..Default::default()
+    });
+    let puller = Puller::new(registry, cache);
+    let pulled = match puller
+        .pull_pinned(&call.ask.plugin, &|p| eprintln!("{p:?}"))
+        .await
+    {
+        Ok(p) => p,
+        Err(e) if e.is_retryable() => return Err(host_fault(&e)),
+        Err(e) => return Err((Blame::Config, e.to_string())),
+    };
+    let engine = Engine::new(EngineConfig {
+        cache_dir: Some(puller.cache().code_dir()),
+        ..Default::default()
+    })
+    .map_err(|e| host_fault(&e))?;
+    let plugin = engine
+        .load(&pulled.bytes)
+        .map_err(|e| (Blame::Config, format!("{}: {e}", call.ask.plugin)))?;
+    engine.prepare(&plugin, grants).map_err(|e| match e {
+        nodewright_engine::Error::MissingGrants { .. } => (Blame::Denied, e.to_string()),
+        e => host_fault(&e),
+    })
 }
