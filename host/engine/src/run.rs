@@ -66,26 +66,9 @@ impl PreparedPlugin {
         let log = Arc::new(Mutex::new(LogBuffer::new(limits)));
         let stdout = CapturedStream::new(log.clone(), LogSource::Stdout);
         let stderr = CapturedStream::new(log.clone(), LogSource::Stderr);
-        // Nothing inherited: no env (but the node order), args, preopens or sockets
-        // (wasmtime-wasi denies TCP, UDP and name lookup unless allowed); stdio goes to the
-        // bounded log.
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(stdout.clone()).stderr(stderr.clone());
-        if let Some(order) = ctx.node_order {
-            wasi.env(NODE_ORDER_ENV, order.to_string());
-        }
-        let wasi = wasi.build();
-        let state = HostState {
-            wasi,
-            table: ResourceTable::new(),
-            limiter: Limiter::new(limits.memory),
-            caps: CapState::new(grants, host, stage, log.clone(), limits),
-        };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        let ticks = (limits.timeout.as_millis() / EPOCH_TICK.as_millis()) as u64 + 1;
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        let caps = CapState::new(grants, host, stage, log.clone(), limits);
+        let streams = (stdout.clone(), stderr.clone());
+        let mut store = self.store(caps, streams, ctx.node_order, limits);
 
         let started = Instant::now();
         let timeout = |logs: Vec<LogLine>| RunError::Timeout {
@@ -113,23 +96,7 @@ impl PreparedPlugin {
             })?;
         let wit_ctx = ctx.to_wit(stage);
         let remaining = limits.timeout.saturating_sub(started.elapsed());
-        let call = async {
-            let stages = instance.nodewright_plugin_stages();
-            match stage {
-                RunStage::Plan => stages.call_plan(&mut store, &wit_ctx).await,
-                RunStage::Apply => stages.call_apply(&mut store, &wit_ctx).await,
-                RunStage::Config => stages.call_config(&mut store, &wit_ctx).await,
-                RunStage::Interrupt => stages.call_interrupt(&mut store, &wit_ctx).await,
-                RunStage::PostInterrupt => stages.call_post_interrupt(&mut store, &wit_ctx).await,
-                RunStage::Upgrade => stages.call_upgrade(&mut store, &wit_ctx).await,
-                RunStage::Uninstall => stages.call_uninstall(&mut store, &wit_ctx).await,
-                RunStage::ApplyCheck
-                | RunStage::ConfigCheck
-                | RunStage::PostInterruptCheck
-                | RunStage::UpgradeCheck
-                | RunStage::UninstallCheck => stages.call_check(&mut store, &wit_ctx).await,
-            }
-        };
+        let call = call_stage(&instance, &mut store, stage, &wit_ctx);
         let called = tokio::time::timeout(remaining, call).await;
         stdout.finish();
         stderr.finish();
@@ -157,6 +124,62 @@ impl PreparedPlugin {
             duration,
             memory_peak,
         })
+    }
+}
+
+impl PreparedPlugin {
+    /// A fresh store for one run: nothing inherited — no environment but the node order,
+    /// no arguments, preopens or sockets (wasmtime-wasi denies TCP, UDP and name lookup
+    /// unless allowed) — stdout and stderr into the bounded log, the memory limiter, and
+    /// the epoch deadline of `limits.timeout`.
+    fn store(
+        &self,
+        caps: CapState,
+        (stdout, stderr): (CapturedStream, CapturedStream),
+        node_order: Option<u32>,
+        limits: &SandboxLimits,
+    ) -> Store<HostState> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(stdout).stderr(stderr);
+        if let Some(order) = node_order {
+            wasi.env(NODE_ORDER_ENV, order.to_string());
+        }
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: Limiter::new(limits.memory),
+            caps,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let ticks = (limits.timeout.as_millis() / EPOCH_TICK.as_millis()) as u64 + 1;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        store
+    }
+}
+
+/// Calls the export that runs `stage` (every check is the one `check` export).
+async fn call_stage(
+    instance: &crate::bindings::Plugin,
+    store: &mut Store<HostState>,
+    stage: RunStage,
+    ctx: &wit::Context,
+) -> wasmtime::Result<Result<wit::Outcome, wit::StepError>> {
+    let stages = instance.nodewright_plugin_stages();
+    match stage {
+        RunStage::Plan => stages.call_plan(store, ctx).await,
+        RunStage::Apply => stages.call_apply(store, ctx).await,
+        RunStage::Config => stages.call_config(store, ctx).await,
+        RunStage::Interrupt => stages.call_interrupt(store, ctx).await,
+        RunStage::PostInterrupt => stages.call_post_interrupt(store, ctx).await,
+        RunStage::Upgrade => stages.call_upgrade(store, ctx).await,
+        RunStage::Uninstall => stages.call_uninstall(store, ctx).await,
+        RunStage::ApplyCheck
+        | RunStage::ConfigCheck
+        | RunStage::PostInterruptCheck
+        | RunStage::UpgradeCheck
+        | RunStage::UninstallCheck => stages.call_check(store, ctx).await,
     }
 }
 
