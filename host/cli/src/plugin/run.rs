@@ -163,30 +163,19 @@ fn print_logs(lines: &[nodewright_engine::LogLine]) {
     }
 }
 
-// Long on purpose: the author loop in the order it prints (load, grants, host, stage,
-// check, blame, output formats).
+/// `plugin run`: the author loop, in the order it prints — load, grants, the simulated
+/// node, the stage and its check, the blame — as text or one JSON document.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut config = match &args.config_file {
-        Some(f) => read_map(f)?,
-        None => BTreeMap::new(),
-    };
-    for entry in &args.config {
-        let Some((k, v)) = entry.split_once('=') else {
-            bail!("--config {entry:?} is not KEY=VALUE")
-        };
-        config.insert(k.to_string(), v.to_string());
-    }
+    let config = config(&args)?;
     let (grants, grant_summary) = grants(&args)?;
     let package = match &args.package {
         Some(p) => p.clone(),
         None => package_name(&args.file),
     };
-
     let engine = super::engine()?;
     let source = super::source::load(&engine, &args.file, &args.registry).await?;
-    let plugin = &source.plugin;
     let prepared = engine
-        .prepare(plugin, &grants)
+        .prepare(&source.plugin, &grants)
         .with_context(|| source.display.clone())?;
     std::fs::create_dir_all(&args.root)
         .with_context(|| format!("cannot create {}", args.root.display()))?;
@@ -197,56 +186,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             labels: vec![],
         },
     )?);
-    let ctx = StageContext {
-        node: args.node.clone(),
-        package: package.clone(),
-        version: args.version.clone(),
-        previous_version: args.previous_version.clone(),
-        config,
-        changed_keys: args.changed_keys.clone(),
-        node_order: args.node_order,
-    };
-    let limits = SandboxLimits {
-        timeout: args.timeout,
-        memory: args.memory,
-        write_bytes: args.write_bytes,
-        write_files: args.write_files,
-        ..Default::default()
-    };
     let text = matches!(args.output, Format::Text);
-    let code = if plugin.from_cache {
-        "code loaded from cache"
-    } else {
-        "compiled"
-    };
-    let artifact = match source.pulled_from_cache {
-        Some(true) => "artifact from the local cache, ",
-        Some(false) => "artifact pulled, ",
-        None => "",
-    };
     if text {
-        println!(
-            "plugin   {} ({}, {}, {artifact}{code} in {:.1} ms)",
-            source.display,
-            super::source::short(&plugin.digest),
-            super::human_size(plugin.size),
-            source.load_time.as_secs_f64() * 1000.0
-        );
-        println!(
-            "stage    {} of {package} {} on {} (simulated node at {})",
-            args.stage,
-            args.version,
-            args.node,
-            args.root.display()
-        );
-        println!("grants   {grant_summary}");
+        print_header(&args, &source, &package, &grant_summary);
     }
     let inputs = nodewright_agent::StageInputs {
         prepared: &prepared,
-        ctx,
+        ctx: StageContext {
+            node: args.node.clone(),
+            package,
+            version: args.version.clone(),
+            previous_version: args.previous_version.clone(),
+            config,
+            changed_keys: args.changed_keys.clone(),
+            node_order: args.node_order,
+        },
         host: host.clone(),
         grants: Arc::new(grants),
-        limits: &limits,
+        limits: &SandboxLimits {
+            timeout: args.timeout,
+            memory: args.memory,
+            write_bytes: args.write_bytes,
+            write_files: args.write_files,
+            ..Default::default()
+        },
     };
     let run =
         nodewright_agent::run_checked(&inputs, args.stage, !args.no_check, &mut Shutdown::never())
@@ -260,23 +223,84 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     };
-    if !text {
-        let report = |r: Option<&Ran>| match r.map(|r| &r.outcome) {
-            Some(Ok(report)) => json!(report),
-            Some(Err(e)) => json!({"error": e.to_string()}),
-            None => serde_json::Value::Null,
-        };
-        let out = json!({
-            "digest": plugin.digest,
-            "fromCache": plugin.from_cache,
-            "report": report(run.runs.first()),
-            "check": report(run.runs.get(1)),
-            "result": run.result,
-            "hostActions": actions,
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(code);
+    if text {
+        print_text(&run, &actions);
+    } else {
+        print_json(&source.plugin, &run, &actions)?;
     }
+    Ok(code)
+}
+
+/// `--config-file`, then each `--config KEY=VALUE` over it.
+fn config(args: &RunArgs) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut config = match &args.config_file {
+        Some(f) => read_map(f)?,
+        None => BTreeMap::new(),
+    };
+    for entry in &args.config {
+        let Some((k, v)) = entry.split_once('=') else {
+            bail!("--config {entry:?} is not KEY=VALUE")
+        };
+        config.insert(k.to_string(), v.to_string());
+    }
+    Ok(config)
+}
+
+/// What runs, on what, with which grants.
+fn print_header(args: &RunArgs, source: &super::source::Source, package: &str, grants: &str) {
+    let plugin = &source.plugin;
+    let code = if plugin.from_cache {
+        "code loaded from cache"
+    } else {
+        "compiled"
+    };
+    let artifact = match source.pulled_from_cache {
+        Some(true) => "artifact from the local cache, ",
+        Some(false) => "artifact pulled, ",
+        None => "",
+    };
+    println!(
+        "plugin   {} ({}, {}, {artifact}{code} in {:.1} ms)",
+        source.display,
+        super::source::short(&plugin.digest),
+        super::human_size(plugin.size),
+        source.load_time.as_secs_f64() * 1000.0
+    );
+    println!(
+        "stage    {} of {package} {} on {} (simulated node at {})",
+        args.stage,
+        args.version,
+        args.node,
+        args.root.display()
+    );
+    println!("grants   {grants}");
+}
+
+/// `--output json`: the reports, the verdict and the host actions as one document.
+fn print_json(
+    plugin: &nodewright_engine::LoadedPlugin,
+    run: &nodewright_agent::StageRun,
+    actions: &[impl serde::Serialize],
+) -> anyhow::Result<()> {
+    let report = |r: Option<&Ran>| match r.map(|r| &r.outcome) {
+        Some(Ok(report)) => json!(report),
+        Some(Err(e)) => json!({"error": e.to_string()}),
+        None => serde_json::Value::Null,
+    };
+    let out = json!({
+        "digest": plugin.digest,
+        "fromCache": plugin.from_cache,
+        "report": report(run.runs.first()),
+        "check": report(run.runs.get(1)),
+        "result": run.result,
+        "hostActions": actions,
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+/// The runs, the blame as the agent would report it, and what the simulated node saw.
+fn print_text(run: &nodewright_agent::StageRun, actions: &[impl std::fmt::Display]) {
     for (i, ran) in run.runs.iter().enumerate() {
         print_run(ran, i > 0);
     }
@@ -300,10 +324,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "host actions (simulated node){}",
         if actions.is_empty() { ": none" } else { "" }
     );
-    for a in &actions {
+    for a in actions {
         println!("  {}", printable(&a.to_string()));
     }
-    Ok(code)
 }
 
 /// One sandbox run, for people: its logs, then its outcome (a check after the stage is
