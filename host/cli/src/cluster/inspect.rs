@@ -29,8 +29,6 @@ pub struct LogsOf<'a> {
 
 /// `package logs`: each agent pod of the package on the node (and the node's merged
 /// interrupt), oldest first — its result and its log; `-f` streams the newest running one.
-// Long on purpose: list, order, print and (with -f) follow; the follow loop shares the
-// listing's state.
 pub async fn logs(
     c: &Client,
     namespace: &str,
@@ -45,87 +43,23 @@ pub async fn logs(
         follow,
     } = of;
     let api = Api::<Pod>::namespaced(c.clone(), namespace);
-    let mut pods = api
-        .list(&ListParams::default().labels(&format!(
-            "{}={cr},{}={node}",
-            keys::job::CR,
-            keys::job::NODE
-        )))
-        .await?
-        .items;
-    pods.retain(|p| {
-        let labels = p.metadata.labels.clone().unwrap_or_default();
-        let ours = labels.get(keys::job::PACKAGE).is_some_and(|v| v == package)
-            || labels.contains_key(keys::job::INTERRUPT);
-        ours && stage.is_none_or(|s| labels.get(keys::job::STAGE).is_some_and(|v| v == s))
-    });
-    pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
+    let pods = agent_pods(&api, cr, package, node, stage).await?;
     let mut followed = false;
     for (i, p) in pods.iter().enumerate() {
         let pod = p.metadata.name.clone().unwrap_or_default();
-        let terminated = p
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.first())
-            .and_then(|c| c.state.as_ref()?.terminated.clone());
-        let result = terminated
-            .as_ref()
-            .and_then(|t| serde_json::from_str::<StageResult>(t.message.as_deref()?).ok());
-        match (&terminated, &result) {
-            (None, _) => println!("== {pod}: running"),
-            (Some(t), Some(r)) => {
-                println!(
-                    "== {pod}: {} {} ({}), exit {}: {}",
-                    r.stage.map_or("(no stage)", RunStage::as_str),
-                    r.verdict(),
-                    r.blame.as_str(),
-                    t.exit_code,
-                    printable(&r.message)
-                );
-                for ch in &r.changes {
-                    println!("   change: {}", printable(ch));
-                }
-            }
-            (Some(t), None) => println!(
-                "== {pod}: exit {}, no agent result: {}",
-                t.exit_code,
-                printable(t.message.as_deref().unwrap_or_default())
-            ),
-        }
-        if follow && terminated.is_none() && i + 1 == pods.len() {
-            // The newest pod, still running: its log as it grows, until it ends.
-            let mut lines = api
-                .log_stream(
-                    &pod,
-                    &LogParams {
-                        tail_lines: Some(tail),
-                        follow: true,
-                        ..LogParams::default()
-                    },
-                )
-                .await
-                .with_context(|| format!("following {pod}'s log"))?
-                .lines();
-            while let Some(line) = futures::TryStreamExt::try_next(&mut lines).await? {
-                println!("   | {}", printable(&line));
-            }
-            println!("== {pod}: its container ended");
+        let (running, result) = print_result(p);
+        if follow && running && i + 1 == pods.len() {
+            follow_log(&api, &pod, tail).await?;
             followed = true;
             continue;
         }
         // The pod's own log, as `kubectl logs` shows it; if the node cannot serve it, the
         // last lines the agent put in its result.
-        match api
-            .logs(
-                &pod,
-                &LogParams {
-                    tail_lines: Some(tail),
-                    ..LogParams::default()
-                },
-            )
-            .await
-        {
+        let params = LogParams {
+            tail_lines: Some(tail),
+            ..LogParams::default()
+        };
+        match api.logs(&pod, &params).await {
             Ok(text) => text.lines().for_each(|l| println!("   | {}", printable(l))),
             Err(e) => {
                 println!("   (the pod's log is unavailable: {e})");
@@ -139,26 +73,117 @@ pub async fn logs(
         eprintln!("nothing to follow: no pod of these is running");
     }
     if pods.is_empty() {
-        // Finished Jobs are deleted once recorded: the node state keeps the last message.
-        let n = Api::<Node>::all(c.clone())
-            .get_opt(node)
-            .await?
-            .with_context(|| format!("node {node:?} not found"))?;
-        let st = view::node_state(&n, cr).unwrap_or_default();
-        let entry = st
-            .values()
-            .find(|p| p.name == package)
-            .with_context(|| format!("{cr}/{package} has no Job pods and no state on {node}"))?;
-        let which = stage.map_or_else(String::new, |s| format!(" of the {s} stage"));
-        println!(
-            "no agent pods{which} for {cr}/{package} on {node} (a Job is deleted once recorded); its state: {}",
-            view::stage_state(entry)
-        );
-        if !entry.message.is_empty() {
-            println!("last message: {}", printable(&entry.message));
-        }
+        print_recorded(c, cr, package, node, stage).await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The package's agent pods on the node (and the node's merged interrupt's), of `stage`
+/// if given, oldest first.
+async fn agent_pods(
+    api: &Api<Pod>,
+    cr: &str,
+    package: &str,
+    node: &str,
+    stage: Option<&str>,
+) -> Result<Vec<Pod>> {
+    let selector = format!("{}={cr},{}={node}", keys::job::CR, keys::job::NODE);
+    let mut pods = api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    pods.retain(|p| {
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        let ours = labels.get(keys::job::PACKAGE).is_some_and(|v| v == package)
+            || labels.contains_key(keys::job::INTERRUPT);
+        ours && stage.is_none_or(|s| labels.get(keys::job::STAGE).is_some_and(|v| v == s))
+    });
+    pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
+    Ok(pods)
+}
+
+/// Prints the pod's state line (and its changes); returns whether it still runs, and the
+/// agent's result when it wrote one.
+fn print_result(p: &Pod) -> (bool, Option<StageResult>) {
+    let pod = p.metadata.name.clone().unwrap_or_default();
+    let terminated = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .and_then(|c| c.state.as_ref()?.terminated.clone());
+    let result = terminated
+        .as_ref()
+        .and_then(|t| serde_json::from_str::<StageResult>(t.message.as_deref()?).ok());
+    match (&terminated, &result) {
+        (None, _) => println!("== {pod}: running"),
+        (Some(t), Some(r)) => {
+            println!(
+                "== {pod}: {} {} ({}), exit {}: {}",
+                r.stage.map_or("(no stage)", RunStage::as_str),
+                r.verdict(),
+                r.blame.as_str(),
+                t.exit_code,
+                printable(&r.message)
+            );
+            for ch in &r.changes {
+                println!("   change: {}", printable(ch));
+            }
+        }
+        (Some(t), None) => println!(
+            "== {pod}: exit {}, no agent result: {}",
+            t.exit_code,
+            printable(t.message.as_deref().unwrap_or_default())
+        ),
+    }
+    (terminated.is_none(), result)
+}
+
+/// The running pod's log as it grows, until its container ends.
+async fn follow_log(api: &Api<Pod>, pod: &str, tail: i64) -> Result<()> {
+    let params = LogParams {
+        tail_lines: Some(tail),
+        follow: true,
+        ..LogParams::default()
+    };
+    let mut lines = api
+        .log_stream(pod, &params)
+        .await
+        .with_context(|| format!("following {pod}'s log"))?
+        .lines();
+    while let Some(line) = futures::TryStreamExt::try_next(&mut lines).await? {
+        println!("   | {}", printable(&line));
+    }
+    println!("== {pod}: its container ended");
+    Ok(())
+}
+
+/// No pods left (finished Jobs are deleted once recorded): what the node state keeps.
+async fn print_recorded(
+    c: &Client,
+    cr: &str,
+    package: &str,
+    node: &str,
+    stage: Option<&str>,
+) -> Result<()> {
+    let n = Api::<Node>::all(c.clone())
+        .get_opt(node)
+        .await?
+        .with_context(|| format!("node {node:?} not found"))?;
+    let st = view::node_state(&n, cr).unwrap_or_default();
+    let entry = st
+        .values()
+        .find(|p| p.name == package)
+        .with_context(|| format!("{cr}/{package} has no Job pods and no state on {node}"))?;
+    let which = stage.map_or_else(String::new, |s| format!(" of the {s} stage"));
+    println!(
+        "no agent pods{which} for {cr}/{package} on {node} (a Job is deleted once recorded); its state: {}",
+        view::stage_state(entry)
+    );
+    if !entry.message.is_empty() {
+        println!("last message: {}", printable(&entry.message));
+    }
+    Ok(())
 }
 
 /// `version`: this CLI's, the cluster's, the served API's and the operator's.
