@@ -213,11 +213,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,kube=warn".into()),
         )
         .init();
-    let mut config = kube::Config::infer().await?;
-    // A PodDisruptionBudget refusal is a 429; retrying it inside the client would block the
-    // whole pass for minutes. The planner retries it, throttled.
-    config.default_retry = false;
-    let client = Client::try_from(config)?;
+    let client = client().await?;
     let metrics = Arc::new(metrics::Metrics::new());
     if let Some(addr) = flags.metrics_addr {
         serve_metrics(addr, &metrics).await?;
@@ -240,18 +236,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     metrics.set_ready();
 
     // Standby replicas serve the webhook and probes above while they wait here.
-    let lease = flags.leader_elect.then(|| {
-        leader::Leader::new(
-            client.clone(),
-            &flags.namespace,
-            &flags.lease_name,
-            &flags.identity(),
-            control::LEASE,
-        )
-    });
-    if let Some(l) = &lease {
-        l.acquire().await?;
-    }
+    let lease = lead(&flags, &client).await?;
     metrics.leader.set(1);
     let gates = gates::Gates::new(
         client.clone(),
@@ -266,15 +251,16 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         trust,
         notify.clone(),
     )?;
+    let limits = execute::WriteLimits {
+        qps: flags.api_qps,
+        burst: flags.api_burst,
+    };
     let executor = execute::Executor::new(
         client.clone(),
         flags.job_config(),
         world.clone(),
         "nodewright-operator",
-        execute::WriteLimits {
-            qps: flags.api_qps,
-            burst: flags.api_burst,
-        },
+        limits,
         metrics.api_requests.clone(),
     );
     tracing::info!(namespace = %flags.namespace, "operator started");
@@ -291,6 +277,31 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     }
     .run()
     .await
+}
+
+/// With `--leader-elect`, the lease, once this replica holds it.
+async fn lead(flags: &Flags, client: &Client) -> anyhow::Result<Option<leader::Leader>> {
+    if !flags.leader_elect {
+        return Ok(None);
+    }
+    let lease = leader::Leader::new(
+        client.clone(),
+        &flags.namespace,
+        &flags.lease_name,
+        &flags.identity(),
+        control::LEASE,
+    );
+    lease.acquire().await?;
+    Ok(Some(lease))
+}
+
+/// The API client, from the pod's service account or the kubeconfig.
+async fn client() -> anyhow::Result<Client> {
+    let mut config = kube::Config::infer().await?;
+    // A PodDisruptionBudget refusal is a 429; retrying it inside the client would block the
+    // whole pass for minutes. The planner retries it, throttled.
+    config.default_retry = false;
+    Ok(Client::try_from(config)?)
 }
 
 impl Flags {
