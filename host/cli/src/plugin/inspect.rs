@@ -4,8 +4,12 @@ use std::process::ExitCode;
 
 use clap::Args;
 use nodewright_api::grants::{Capabilities, GrantSet, GrantSource};
-use nodewright_engine::{EXPECTED_EXPORT, ImportKind, STAGE_FUNCTIONS, check_grants};
+use nodewright_engine::{
+    EXPECTED_EXPORT, GrantCheck, ImportKind, LoadedPlugin, STAGE_FUNCTIONS, check_grants,
+};
 use serde_json::json;
+
+use super::source::Source;
 
 /// Arguments of `plugin inspect`.
 #[derive(Debug, Args)]
@@ -22,12 +26,11 @@ pub struct InspectArgs {
     output: super::run::Format,
 }
 
-// Long on purpose: the report in the order it prints (source, digest, world, imports,
-// the grant check), once as JSON and once as text.
+/// `plugin inspect`: what the component is, what it imports, and (with `--grant`) whether
+/// the grants cover it — as text or JSON. Exits 1 when a grant is missing.
 pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let engine = super::engine()?;
     let source = super::source::load(&engine, &args.file, &args.registry).await?;
-    let plugin = source.plugin;
     let check = if args.grants.is_empty() {
         None
     } else {
@@ -40,93 +43,104 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
                     .join("; ")
             )
         })?;
-        Some(check_grants(&plugin, &set))
+        Some(check_grants(&source.plugin, &set))
     };
-    let required: Vec<&str> = plugin
-        .required_capabilities()
-        .iter()
-        .map(|c| c.interface())
-        .collect();
     match args.output {
-        super::run::Format::Json => {
-            let imports: Vec<_> = plugin
-                .imports
-                .iter()
-                .map(|i| {
-                    let kind = match i.kind {
-                        ImportKind::AlwaysLinked => "always-linked".to_string(),
-                        ImportKind::Capability(c) => format!("capability:{c}"),
-                        ImportKind::Wasi => "wasi".to_string(),
-                    };
-                    json!({"name": i.name, "kind": kind})
-                })
-                .collect();
-            let mut out = json!({
-                "source": source.display,
-                "digest": plugin.digest,
-                "size": plugin.size,
-                "world": "nodewright:plugin/plugin@0.1.0",
-                "export": EXPECTED_EXPORT,
-                "stages": STAGE_FUNCTIONS,
-                "requiredCapabilities": required,
-                "imports": imports,
-            });
-            if let Some(check) = &check {
-                out["grantCheck"] = json!({
-                    "missing": check.missing.iter().map(|c| c.interface()).collect::<Vec<_>>(),
-                    "excess": check.excess.iter().map(|c| c.interface()).collect::<Vec<_>>(),
-                });
-            }
-            println!("{}", serde_json::to_string_pretty(&out)?);
-        }
-        super::run::Format::Text => {
-            println!("source        {}", source.display);
-            println!("digest        {}", plugin.digest);
-            println!(
-                "size          {} ({} bytes)",
-                super::human_size(plugin.size),
-                plugin.size
-            );
-            println!("world         nodewright:plugin/plugin@0.1.0");
-            println!(
-                "exports       {EXPECTED_EXPORT}: {}",
-                STAGE_FUNCTIONS.join(", ")
-            );
-            println!(
-                "capabilities  {}",
-                if required.is_empty() {
-                    "none".to_string()
-                } else {
-                    required.join(", ")
-                }
-            );
-            println!("imports");
-            for i in &plugin.imports {
-                let kind = match i.kind {
-                    ImportKind::AlwaysLinked => "always linked".to_string(),
-                    ImportKind::Capability(c) => format!("needs grant: {}", c.grant_field()),
-                    ImportKind::Wasi => "wasi (nothing granted behind it)".to_string(),
-                };
-                println!("  {:<40} {kind}", i.name);
-            }
-            if let Some(check) = &check {
-                if check.missing.is_empty() {
-                    println!("grant check   ok");
-                } else {
-                    println!("grant check   missing: {}", check.missing_summary());
-                }
-                if !check.excess.is_empty() {
-                    let excess: Vec<&str> = check.excess.iter().map(|c| c.interface()).collect();
-                    println!(
-                        "              granted but not imported: {}",
-                        excess.join(", ")
-                    );
-                }
-            }
-        }
+        super::run::Format::Json => print_json(&source, check.as_ref())?,
+        super::run::Format::Text => print_text(&source, check.as_ref()),
     }
     Ok(match check {
         Some(c) if !c.missing.is_empty() => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
+}
+
+fn required(plugin: &LoadedPlugin) -> Vec<&'static str> {
+    plugin
+        .required_capabilities()
+        .iter()
+        .map(|c| c.interface())
+        .collect()
+}
+
+fn print_json(source: &Source, check: Option<&GrantCheck>) -> anyhow::Result<()> {
+    let plugin = &source.plugin;
+    let imports: Vec<_> = plugin
+        .imports
+        .iter()
+        .map(|i| {
+            let kind = match i.kind {
+                ImportKind::AlwaysLinked => "always-linked".to_string(),
+                ImportKind::Capability(c) => format!("capability:{c}"),
+                ImportKind::Wasi => "wasi".to_string(),
+            };
+            json!({"name": i.name, "kind": kind})
+        })
+        .collect();
+    let mut out = json!({
+        "source": source.display,
+        "digest": plugin.digest,
+        "size": plugin.size,
+        "world": "nodewright:plugin/plugin@0.1.0",
+        "export": EXPECTED_EXPORT,
+        "stages": STAGE_FUNCTIONS,
+        "requiredCapabilities": required(plugin),
+        "imports": imports,
+    });
+    if let Some(check) = check {
+        out["grantCheck"] = json!({
+            "missing": check.missing.iter().map(|c| c.interface()).collect::<Vec<_>>(),
+            "excess": check.excess.iter().map(|c| c.interface()).collect::<Vec<_>>(),
+        });
+    }
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+fn print_text(source: &Source, check: Option<&GrantCheck>) {
+    let plugin = &source.plugin;
+    let required = required(plugin);
+    println!("source        {}", source.display);
+    println!("digest        {}", plugin.digest);
+    println!(
+        "size          {} ({} bytes)",
+        super::human_size(plugin.size),
+        plugin.size
+    );
+    println!("world         nodewright:plugin/plugin@0.1.0");
+    println!(
+        "exports       {EXPECTED_EXPORT}: {}",
+        STAGE_FUNCTIONS.join(", ")
+    );
+    println!(
+        "capabilities  {}",
+        if required.is_empty() {
+            "none".to_string()
+        } else {
+            required.join(", ")
+        }
+    );
+    println!("imports");
+    for i in &plugin.imports {
+        let kind = match i.kind {
+            ImportKind::AlwaysLinked => "always linked".to_string(),
+            ImportKind::Capability(c) => format!("needs grant: {}", c.grant_field()),
+            ImportKind::Wasi => "wasi (nothing granted behind it)".to_string(),
+        };
+        println!("  {:<40} {kind}", i.name);
+    }
+    if let Some(check) = check {
+        if check.missing.is_empty() {
+            println!("grant check   ok");
+        } else {
+            println!("grant check   missing: {}", check.missing_summary());
+        }
+        if !check.excess.is_empty() {
+            let excess: Vec<&str> = check.excess.iter().map(|c| c.interface()).collect();
+            println!(
+                "              granted but not imported: {}",
+                excess.join(", ")
+            );
+        }
+    }
 }
