@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use nodewright_api::node_state::NodeState;
 use nodewright_api::v1alpha1::Status;
-use nodewright_planner::{JobPhase, PluginCheck, Snapshot, Work};
+use nodewright_planner::{Cr, JobPhase, ObservedNode, PluginCheck, Snapshot, Work};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -174,9 +174,8 @@ impl Rollout {
         r.register("nodewright_stage_failures", "Stage Jobs that failed for good, by package, stage and blame (package, denied, config, host, disruption)", self.stage_failures.clone());
     }
 
-    /// Refills the state gauges from `s` (not the Job ones: [`Rollout::observe_jobs`]).
-    // Long on purpose: every gauge family cleared, then refilled in one walk over the
-    // CRs and their nodes (a family refilled on its own would walk them again).
+    /// Refills the state gauges from `s` (not the Job ones: [`Rollout::observe_jobs`]):
+    /// every family cleared, then refilled CR by CR.
     pub fn observe(&self, s: &Snapshot) {
         for f in [&self.cr_status, &self.nodes] {
             f.clear();
@@ -195,92 +194,98 @@ impl Rollout {
         self.conditions.clear();
         self.plugin_errors.clear();
         for cr in &s.nodewrights {
-            let nw = cr.name.clone();
-            let status = cr
-                .status
-                .status
-                .unwrap_or(Status::Unknown)
-                .as_str()
-                .to_string();
-            self.cr_status
+            self.observe_cr(cr);
+            self.observe_packages(cr, &s.nodes);
+        }
+    }
+
+    /// One CR's status: its roll-up, its nodes, its compartments, its conditions and a
+    /// plugin check that failed.
+    fn observe_cr(&self, cr: &Cr) {
+        let nw = cr.name.clone();
+        let status = cr.status.status.unwrap_or(Status::Unknown).as_str();
+        self.cr_status
+            .get_or_create(&CrStatus {
+                nodewright: nw.clone(),
+                status: status.to_string(),
+            })
+            .set(1);
+        for (node, st) in &cr.status.node_status {
+            self.nodes
                 .get_or_create(&CrStatus {
                     nodewright: nw.clone(),
-                    status,
+                    status: st.as_str().into(),
+                })
+                .inc();
+            self.node_status
+                .get_or_create(&NodeStatus {
+                    nodewright: nw.clone(),
+                    node: node.clone(),
+                    status: st.as_str().into(),
                 })
                 .set(1);
-            for (node, st) in &cr.status.node_status {
-                self.nodes
-                    .get_or_create(&CrStatus {
-                        nodewright: nw.clone(),
-                        status: st.as_str().into(),
-                    })
-                    .inc();
-                self.node_status
-                    .get_or_create(&NodeStatus {
-                        nodewright: nw.clone(),
-                        node: node.clone(),
-                        status: st.as_str().into(),
-                    })
-                    .set(1);
-            }
-            for (name, c) in &cr.status.compartment_statuses {
-                let l = CompartmentLabels {
+        }
+        for (name, c) in &cr.status.compartment_statuses {
+            let l = CompartmentLabels {
+                nodewright: nw.clone(),
+                compartment: name.clone(),
+            };
+            self.compartment_matched
+                .get_or_create(&l)
+                .set(c.matched.into());
+            self.compartment_completed
+                .get_or_create(&l)
+                .set(c.completed.into());
+            self.compartment_in_progress
+                .get_or_create(&l)
+                .set(c.in_progress.into());
+            let batch = c.batch_state.as_ref();
+            self.compartment_batch
+                .get_or_create(&l)
+                .set(batch.map_or(0, |b| b.current_batch).into());
+            self.compartment_stopped
+                .get_or_create(&l)
+                .set(i64::from(batch.is_some_and(|b| b.should_stop)));
+        }
+        for c in &cr.status.conditions {
+            self.conditions
+                .get_or_create(&Condition {
                     nodewright: nw.clone(),
-                    compartment: name.clone(),
+                    condition: c.type_.clone(),
+                    status: c.status.clone(),
+                })
+                .set(1);
+        }
+        if let PluginCheck::NotReady { reason, .. } = &cr.plugins {
+            self.plugin_errors
+                .get_or_create(&PluginError {
+                    nodewright: nw,
+                    reason: reason.clone(),
+                })
+                .set(1);
+        }
+    }
+
+    /// How many nodes hold each (package, version, stage, state) of the CR.
+    fn observe_packages(&self, cr: &Cr, nodes: &[ObservedNode]) {
+        let mut counts: HashMap<PackageStage, i64> = HashMap::new();
+        for n in nodes {
+            let Ok(st) = NodeState::read(&n.name, &n.annotations, &cr.name) else {
+                continue;
+            };
+            for e in st.values() {
+                let l = PackageStage {
+                    nodewright: cr.name.clone(),
+                    package: e.name.clone(),
+                    version: e.version.clone(),
+                    stage: e.stage.as_str().into(),
+                    state: e.state.as_str().into(),
                 };
-                self.compartment_matched
-                    .get_or_create(&l)
-                    .set(c.matched.into());
-                self.compartment_completed
-                    .get_or_create(&l)
-                    .set(c.completed.into());
-                self.compartment_in_progress
-                    .get_or_create(&l)
-                    .set(c.in_progress.into());
-                let batch = c.batch_state.as_ref();
-                self.compartment_batch
-                    .get_or_create(&l)
-                    .set(batch.map_or(0, |b| b.current_batch).into());
-                self.compartment_stopped
-                    .get_or_create(&l)
-                    .set(i64::from(batch.is_some_and(|b| b.should_stop)));
+                *counts.entry(l).or_default() += 1;
             }
-            for c in &cr.status.conditions {
-                self.conditions
-                    .get_or_create(&Condition {
-                        nodewright: nw.clone(),
-                        condition: c.type_.clone(),
-                        status: c.status.clone(),
-                    })
-                    .set(1);
-            }
-            if let PluginCheck::NotReady { reason, .. } = &cr.plugins {
-                self.plugin_errors
-                    .get_or_create(&PluginError {
-                        nodewright: nw.clone(),
-                        reason: reason.clone(),
-                    })
-                    .set(1);
-            }
-            let mut counts: HashMap<PackageStage, i64> = HashMap::new();
-            for n in &s.nodes {
-                let Ok(st) = NodeState::read(&n.name, &n.annotations, &cr.name) else {
-                    continue;
-                };
-                for e in st.values() {
-                    let l = PackageStage {
-                        nodewright: nw.clone(),
-                        package: e.name.clone(),
-                        version: e.version.clone(),
-                        stage: e.stage.as_str().into(),
-                        state: e.state.as_str().into(),
-                    };
-                    *counts.entry(l).or_default() += 1;
-                }
-            }
-            for (l, n) in counts {
-                self.packages.get_or_create(&l).set(n);
-            }
+        }
+        for (l, n) in counts {
+            self.packages.get_or_create(&l).set(n);
         }
     }
 
