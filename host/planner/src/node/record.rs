@@ -9,8 +9,6 @@ use crate::snapshot::{Cr, JobPhase, ObservedJob, ObservedNode, Work};
 
 /// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match
 /// (stopping the ones still running). Jobs already stopping are left to finish stopping.
-// Long on purpose: one match over a Job's kind and phase, every arm a transition of the
-// node record; the arms are easier to check side by side.
 pub(super) fn record_jobs(
     cr: &Cr,
     node: &ObservedNode,
@@ -20,125 +18,149 @@ pub(super) fn record_jobs(
     failures: &mut Vec<String>,
 ) {
     for job in jobs.iter().filter(|j| !j.stopping) {
-        let delete = |actions: &mut Vec<Action>| {
-            actions.push(Action::DeleteJob {
-                name: job.name.clone(),
-                node: node.name.clone(),
-                running: job.running(),
-            })
-        };
-        match &job.work {
+        let delete = match &job.work {
             Work::Package {
                 package,
                 version,
                 stage,
             } => {
-                let current = cr
-                    .spec
-                    .packages
-                    .get(package)
-                    .is_some_and(|p| p.version == *version);
-                let Some(e) = state.find_mut(package, version).filter(|e| {
-                    current
-                        && e.stage == *stage
-                        && matches!(e.state, State::InProgress | State::Unknown)
-                }) else {
-                    // Stale: recorded already, superseded, or the package left the spec.
-                    delete(actions);
-                    continue;
-                };
-                match &job.phase {
-                    JobPhase::Active { failed, last } => {
-                        e.attempts = *failed as i32;
-                        if let Some(r) = last {
-                            e.message = summary(r);
-                        }
-                    }
-                    JobPhase::Succeeded(result) => {
-                        e.state = State::Complete;
-                        e.message.clear();
-                        if *stage == Stage::Plan {
-                            e.planned = Some(planned(result.as_ref()));
-                        }
-                        delete(actions);
-                    }
-                    JobPhase::Failed {
-                        genuine: true,
-                        attempts,
-                        reason,
-                        last,
-                    } => {
-                        e.state = State::Erroring;
-                        e.attempts = *attempts as i32;
-                        e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
-                        failures.push(format!("{package}: {}", e.message));
-                        actions.push(Action::Event(Event {
-                            target: Target::Cr(cr.name.clone()),
-                            warning: true,
-                            reason: "StageFailed",
-                            message: format!("{} of {package} {version} failed on {} after {attempts} attempt(s): {}", stage.as_str(), node.name, e.message),
-                        }));
-                        delete(actions);
-                    }
-                    JobPhase::Failed { genuine: false, .. } => delete(actions), // disruptions only: run again
-                }
+                let what = (package.as_str(), version.as_str(), *stage);
+                record_package(cr, node, state, job, what, actions, failures)
             }
             Work::Interrupt { stage, kind, owner } => {
-                let at_stage: Vec<String> = state
-                    .iter()
-                    .filter(|(_, e)| {
-                        e.stage == *stage
-                            && matches!(
-                                e.state,
-                                State::InProgress | State::Skipped | State::Unknown
-                            )
-                    })
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                let owner_key = at_stage.iter().find(|k| state[*k].name == *owner).cloned();
-                let Some(owner_key) = owner_key else {
-                    delete(actions);
-                    continue;
-                };
-                match &job.phase {
-                    JobPhase::Active { .. } => {}
-                    JobPhase::Succeeded(_) => {
-                        if *kind == InterruptType::Reboot
-                            && state[&owner_key].boot_id == node.boot_id
-                        {
-                            continue; // the node has not come back with a new boot ID yet
-                        }
-                        if *stage == Stage::UninstallInterrupt {
-                            state.remove(&owner_key);
-                        } else {
-                            for k in at_stage {
-                                if let Some(e) = state.get_mut(&k) {
-                                    e.state = State::Complete;
-                                }
-                            }
-                        }
-                        delete(actions);
-                    }
-                    JobPhase::Failed {
-                        genuine,
-                        reason,
-                        last,
-                        ..
-                    } => {
-                        if *genuine
-                            || *kind == InterruptType::Reboot
-                            || reason == "DeadlineExceeded"
-                        {
-                            let e = state.get_mut(&owner_key).expect("found above");
-                            e.state = State::Erroring;
-                            e.message =
-                                last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
-                            failures.push(format!("{owner}: {}", e.message));
-                        }
-                        delete(actions);
+                let what = (*stage, *kind, owner.as_str());
+                record_interrupt(node, state, job, what, failures)
+            }
+        };
+        if delete {
+            actions.push(Action::DeleteJob {
+                name: job.name.clone(),
+                node: node.name.clone(),
+                running: job.running(),
+            });
+        }
+    }
+}
+
+/// A package stage's Job into its entry: attempts while it runs, complete (with a plan's
+/// findings), or erroring with a `StageFailed` event. True when the Job is to be deleted:
+/// finished, retried after a disruption, or stale (recorded already, superseded, or the
+/// package left the spec).
+fn record_package(
+    cr: &Cr,
+    node: &ObservedNode,
+    state: &mut NodeState,
+    job: &ObservedJob,
+    (package, version, stage): (&str, &str, Stage),
+    actions: &mut Vec<Action>,
+    failures: &mut Vec<String>,
+) -> bool {
+    let current = cr
+        .spec
+        .packages
+        .get(package)
+        .is_some_and(|p| p.version == version);
+    let Some(e) = state.find_mut(package, version).filter(|e| {
+        current && e.stage == stage && matches!(e.state, State::InProgress | State::Unknown)
+    }) else {
+        return true;
+    };
+    match &job.phase {
+        JobPhase::Active { failed, last } => {
+            e.attempts = *failed as i32;
+            if let Some(r) = last {
+                e.message = summary(r);
+            }
+            false
+        }
+        JobPhase::Succeeded(result) => {
+            e.state = State::Complete;
+            e.message.clear();
+            if stage == Stage::Plan {
+                e.planned = Some(planned(result.as_ref()));
+            }
+            true
+        }
+        JobPhase::Failed {
+            genuine: true,
+            attempts,
+            reason,
+            last,
+        } => {
+            e.state = State::Erroring;
+            e.attempts = *attempts as i32;
+            e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
+            failures.push(format!("{package}: {}", e.message));
+            actions.push(Action::Event(Event {
+                target: Target::Cr(cr.name.clone()),
+                warning: true,
+                reason: "StageFailed",
+                message: format!(
+                    "{} of {package} {version} failed on {} after {attempts} attempt(s): {}",
+                    stage.as_str(),
+                    node.name,
+                    e.message
+                ),
+            }));
+            true
+        }
+        // Disruptions only: run again.
+        JobPhase::Failed { genuine: false, .. } => true,
+    }
+}
+
+/// An interrupt's Job into the entries at its stage: complete once it succeeded (a reboot
+/// only once the node is back with a new boot ID; an uninstall interrupt's owner entry
+/// removed), the owner erroring when it failed for good. True when the Job is to be
+/// deleted.
+fn record_interrupt(
+    node: &ObservedNode,
+    state: &mut NodeState,
+    job: &ObservedJob,
+    (stage, kind, owner): (Stage, InterruptType, &str),
+    failures: &mut Vec<String>,
+) -> bool {
+    let at_stage: Vec<String> = state
+        .iter()
+        .filter(|(_, e)| {
+            e.stage == stage
+                && matches!(e.state, State::InProgress | State::Skipped | State::Unknown)
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    let Some(owner_key) = at_stage.iter().find(|k| state[*k].name == owner).cloned() else {
+        return true;
+    };
+    match &job.phase {
+        JobPhase::Active { .. } => false,
+        JobPhase::Succeeded(_) => {
+            if kind == InterruptType::Reboot && state[&owner_key].boot_id == node.boot_id {
+                return false; // the node has not come back with a new boot ID yet
+            }
+            if stage == Stage::UninstallInterrupt {
+                state.remove(&owner_key);
+            } else {
+                for k in at_stage {
+                    if let Some(e) = state.get_mut(&k) {
+                        e.state = State::Complete;
                     }
                 }
             }
+            true
+        }
+        JobPhase::Failed {
+            genuine,
+            reason,
+            last,
+            ..
+        } => {
+            if *genuine || kind == InterruptType::Reboot || reason == "DeadlineExceeded" {
+                let e = state.get_mut(&owner_key).expect("found above");
+                e.state = State::Erroring;
+                e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
+                failures.push(format!("{owner}: {}", e.message));
+            }
+            true
         }
     }
 }
