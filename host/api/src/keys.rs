@@ -22,6 +22,9 @@ pub const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 pub const KARPENTER_DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
 /// Node annotation: which Karpenter annotations nodewright added (so only those are removed).
 pub const KARPENTER_OWNED: &str = "nodewright.io/karpenter-owned";
+/// Lease label: `"true"` on the Lease an operator's leader holds (whatever `--lease-name`
+/// calls it), so tools find it.
+pub const OPERATOR_LEASE: &str = "nodewright.io/operator-lease";
 
 /// Node annotation holding the JSON [`crate::node_state::NodeState`] of `cr`: the source of truth.
 pub fn node_state(cr: &str) -> String {

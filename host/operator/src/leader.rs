@@ -6,6 +6,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodewright_api::keys;
 use serde_json::json;
 
 /// A held (or wanted) lease.
@@ -67,8 +68,9 @@ impl Leader {
             "leaseDurationSeconds": self.duration.as_secs(),
             "renewTime": micro_now(),
         });
+        let labels = json!({ keys::OPERATOR_LEASE: "true" });
         let Some(lease) = self.api.get_opt(&self.name).await? else {
-            let mut body = json!({"metadata": {"name": self.name}, "spec": spec});
+            let mut body = json!({"metadata": {"name": self.name, "labels": labels}, "spec": spec});
             body["spec"]["acquireTime"] = json!(micro_now());
             return match self
                 .api
@@ -89,8 +91,10 @@ impl Leader {
         if !ours && !expired {
             return Ok(false);
         }
-        let mut body =
-            json!({"metadata": {"resourceVersion": lease.metadata.resource_version}, "spec": spec});
+        // The label too: a Lease an earlier operator made gets it on the next renewal.
+        let metadata =
+            json!({"resourceVersion": lease.metadata.resource_version, "labels": labels});
+        let mut body = json!({"metadata": metadata, "spec": spec});
         if !ours {
             body["spec"]["acquireTime"] = json!(micro_now());
         }

@@ -244,25 +244,29 @@ pub async fn version(ctx: &Ctx, client_only: bool) -> Result<ExitCode> {
             d.metadata.name.clone().unwrap_or_default()
         );
     }
-    match Api::<Lease>::namespaced(c, &ctx.namespace)
-        .get_opt("nodewright-operator")
+    // The operator labels its Lease, whatever `--lease-name` calls it.
+    let leases = Api::<Lease>::namespaced(c, &ctx.namespace)
+        .list(&ListParams::default().labels(&format!("{}=true", keys::OPERATOR_LEASE)))
         .await?
-    {
-        Some(l) => {
-            let spec = l.spec.unwrap_or_default();
-            let renewed = spec
-                .renew_time
-                .map(|t| t.0.to_string())
-                .unwrap_or_else(|| "never".into());
-            println!(
-                "leader:   {} (renewed {renewed})",
-                spec.holder_identity.unwrap_or_else(|| "none".into())
-            );
-        }
-        None => println!(
-            "leader:   no Lease nodewright-operator in namespace {} (leader election off, or no operator has run)",
+        .items;
+    if leases.is_empty() {
+        println!(
+            "leader:   no Lease labelled {}=true in namespace {} (leader election off, or no operator has run)",
+            keys::OPERATOR_LEASE,
             ctx.namespace
-        ),
+        );
+    }
+    for l in leases {
+        let spec = l.spec.unwrap_or_default();
+        let renewed = spec
+            .renew_time
+            .map(|t| t.0.to_string())
+            .unwrap_or_else(|| "never".into());
+        println!(
+            "leader:   {} (Lease {}, renewed {renewed})",
+            spec.holder_identity.unwrap_or_else(|| "none".into()),
+            l.metadata.name.unwrap_or_default()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

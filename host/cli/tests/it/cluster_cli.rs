@@ -31,7 +31,12 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
         &work.path().join("cache"),
         &work.path().join("operator.log"),
         "info,kube=warn",
-        &["--job-backoff-limit=0", "--leader-elect"],
+        // A Lease name of its own: `version` finds the leader by the Lease's label.
+        &[
+            "--job-backoff-limit=0",
+            "--leader-elect",
+            "--lease-name=nw-cli-test",
+        ],
     )
     .unwrap();
     let env = Env {

@@ -101,8 +101,8 @@ pub async fn verbs(env: &Env) {
     }
     assert!(
         out.lines()
-            .any(|l| l.starts_with("leader:   ") && !l.contains("no Lease")),
-        "the operator's Lease holder:\n{out}"
+            .any(|l| l.starts_with("leader:   ") && l.contains("(Lease nw-cli-test, renewed")),
+        "the operator's Lease holder, found by its label under a name of its own:\n{out}"
     );
 
     // node list / status.
