@@ -387,9 +387,23 @@ async fn nodewright_as_installed_on_a_real_node() {
         "capabilities": {"commands": [{"path": "/etc/nodewright-localcluster/slow.sh"}]},
         "configMap": {"apply": "/etc/nodewright-localcluster/slow.sh"}
     });
-    apply(&c, cr("slow", json!({"packages": {"slow": slow}})))
-        .await
-        .unwrap();
+    // Step 4's reboot restarted the operator's pods with their node. Until one serves again
+    // its fail-closed webhook refuses every NodeWright write (the operator's availability
+    // across its own node's reboot is #32's): wait for the pods, then for the webhook's
+    // endpoint to answer, as an admin would, and only then write.
+    wait(&c, "the operator back after its node's reboot", || async {
+        operator_ready(&c, Some(&operator_v1)).await.then_some(())
+    })
+    .await;
+    wait(&c, "the webhook answering", || async {
+        match apply(&c, cr("slow", json!({"packages": {"slow": slow.clone()}}))).await {
+            Ok(()) => Some(Ok(())),
+            Err(e) if e.to_string().contains("failed calling webhook") => None,
+            Err(e) => Some(Err(e)),
+        }
+    })
+    .await
+    .unwrap();
     let chart = nodewright_testcluster::chart_dir();
     c.helm(&format!(
         "helm upgrade nodewright {} --namespace nodewright --reuse-values --set image.digest={operator_v2} --set agent.image.digest={}",
