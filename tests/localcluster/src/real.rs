@@ -8,6 +8,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use kube::Client;
+use nodewright_api::pinned::PinnedRef;
 use nodewright_oci::{Registry, RegistryConfig};
 pub use nodewright_testcluster::realnode::real_node_available;
 use nodewright_testcluster::realnode::{RealNodeConfig, pause_image};
@@ -46,17 +47,16 @@ pub struct Published {
     /// The `helm install ...` line, exactly as printed.
     pub helm_install: String,
     /// Every pinned reference it pushed (`.../operator@sha256:...`, `.../plugins/<name>@...`).
-    pub pinned: Vec<String>,
+    pub pinned: Vec<PinnedRef>,
 }
 
 impl Published {
     /// The pinned reference of `repository` (`operator`, `agent`, `plugins/sysctl`).
-    pub fn pinned(&self, repository: &str) -> Option<&str> {
-        self.pinned.iter().map(String::as_str).find(|p| {
-            p.split('@')
-                .next()
-                .is_some_and(|r| r.ends_with(&format!("/{repository}")))
-        })
+    pub fn pinned(&self, repository: &str) -> Option<&PinnedRef> {
+        let suffix = format!("/{repository}");
+        self.pinned
+            .iter()
+            .find(|p| p.repository().ends_with(&suffix))
     }
 }
 
@@ -151,8 +151,11 @@ impl RealCluster {
             .lines()
             .map(str::trim)
             .filter(|l| l.contains("@sha256:") && !l.contains(' '))
-            .map(String::from)
-            .collect();
+            .map(|l| {
+                l.parse::<PinnedRef>()
+                    .with_context(|| format!("publish printed {l:?}"))
+            })
+            .collect::<Result<_>>()?;
         Ok(Published {
             helm_install,
             pinned,

@@ -154,9 +154,8 @@ async fn operator_ready(c: &RealCluster, digest: Option<&str>) -> bool {
 
 fn digest(p: &Published, repository: &str) -> String {
     p.pinned(repository)
-        .and_then(|r| r.split('@').nth(1))
+        .map(|r| r.digest().to_string())
         .unwrap_or_else(|| panic!("{repository} not published: {p:?}"))
-        .to_string()
 }
 
 /// The webhook of the installed chart refuses what validation refuses.

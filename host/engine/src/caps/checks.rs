@@ -231,9 +231,9 @@ impl CapState {
     /// Runs a host operation that only asks the kernel — a file read, stat, listing,
     /// directory, mode or owner under a grant, a sysctl, `/proc/modules` — in place, on the
     /// thread running the plugin: it cannot wait on another process (FIFOs and devices are
-    /// refused before they are opened; reads are bounded), and a hand-off to the blocking pool and back cost more than the operation
-    /// (about 15 µs of the 60 a `plan` with three calls spent). A panic in it is the host's
-    /// failure, as on the pool.
+    /// refused before they are opened; reads are bounded), and a hand-off to the blocking
+    /// pool and back cost more than the operation (about 15 µs of the 60 a `plan` with three
+    /// calls spent). A panic in it is the host's failure, as on the pool.
     pub(super) fn host_in_place<T>(
         &mut self,
         cap: Capability,
