@@ -44,7 +44,9 @@ use tokio::sync::Notify;
 #[command(
     name = "nodewright-operator",
     version,
-    about = "Rolls NodeWright packages out to nodes, safely"
+    about = "Rolls NodeWright packages out to nodes, safely",
+    // A flag given again replaces the earlier value: the chart's `extraArgs` come last.
+    args_override_self = true
 )]
 struct Flags {
     /// Namespace of the agent Jobs and the leader Lease.

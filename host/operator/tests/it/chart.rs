@@ -6,11 +6,11 @@
 //! machine's address) and verifies the certificate against the Service's DNS name. The test
 //! cluster has no scheduler or image pulls, so two things differ from a real install, each
 //! said where it happens: the Deployment is applied with zero replicas and the operator
-//! runs as a local process; listener addresses and the agent backend are local ones.
+//! runs as a local process with exactly the rendered arguments; listener addresses and the
+//! agent backend are local ones, set through the chart's `extraArgs`.
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -23,49 +23,108 @@ use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_localcluster::{Binaries, Cluster, Operator};
 use serde_json::{Value, json};
 
-fn render(registry: &str) -> Vec<Value> {
-    nodewright_testcluster::render_chart(
-        NS,
-        &[
-            "--set",
-            "replicas=0",
-            "--set",
-            &format!("registry={registry}/nodewright"),
-            "--set",
-            &format!("insecureRegistries[0]={registry}"),
-        ],
-    )
-    .unwrap()
+/// The chart rendered with `values` (`key=value` pairs for `--set`).
+fn render(values: &[String]) -> Vec<Value> {
+    let args: Vec<&str> = values.iter().flat_map(|v| ["--set", v.as_str()]).collect();
+    nodewright_testcluster::render_chart(NS, &args).unwrap()
 }
 
-/// The operator's arguments from the rendered Deployment, with the local differences.
-fn operator_args(
-    deployment: &Value,
-    bins: &Binaries,
-    work: &Path,
-    webhook: SocketAddr,
-    metrics: u16,
-) -> Vec<String> {
-    let local = ["--metrics-addr=", "--webhook-addr=", "--plugin-cache-dir="];
-    let mut args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+/// The operator's arguments as the rendered Deployment passes them.
+fn rendered_args(docs: &[Value]) -> Vec<String> {
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the chart renders a Deployment");
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| a.as_str().unwrap().to_string())
-        .filter(|a| !local.iter().any(|l| a.starts_with(l)))
+        .collect()
+}
+
+/// The operator's long flags, from its own `--help`.
+fn operator_flags() -> Vec<String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodewright-operator"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let mut flags: Vec<String> = help
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("--"))
+        .map(|w| {
+            w.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .filter(|f| !f.is_empty())
         .collect();
-    args.extend([
-        format!("--metrics-addr=127.0.0.1:{metrics}"),
-        format!("--webhook-addr={webhook}"),
-        format!(
-            "--plugin-cache-dir={}",
-            work.join("operator-cache").display()
-        ),
-        "--agent-backend=sim".into(),
-        format!("--agent-command={}", bins.agent.display()),
-        "--resync-seconds=5".into(),
+    flags.sort();
+    flags.dedup();
+    flags
+}
+
+/// Every operator flag is a chart value: with every optional value set, the rendered
+/// Deployment passes each flag but those a pod gets otherwise (its identity comes from
+/// `POD_NAME`) or that exist for tests (the simulated backend and its agent command), and
+/// `extraArgs` reaches those too, last, so they replace a rendered value.
+#[test]
+fn every_operator_flag_is_a_chart_value() {
+    nodewright_testregistry::require!(Helm);
+    let flags = operator_flags();
+    assert!(
+        flags.len() > 20 && flags.contains(&"reapply-on-reboot".to_string()),
+        "{flags:?}"
+    );
+    let docs = render(&[
+        "registry=registry.example.com/nodewright".into(),
+        "agent.serviceAccount=nodewright-agent".into(),
+        "insecureRegistries[0]=registry.local:5000".into(),
+        "webhook.extraHosts[0]=nodewright.example.com".into(),
+        "reapplyOnReboot=true".into(),
+        "restartAllServices={containerd.service,kubelet.service}".into(),
     ]);
-    args
+    let args = rendered_args(&docs);
+    let not_chart_values = [
+        "help",
+        "version",
+        "identity",
+        "agent-backend",
+        "agent-command",
+    ];
+    let missing: Vec<&String> = flags
+        .iter()
+        .filter(|f| !not_chart_values.contains(&f.as_str()))
+        .filter(|f| !args.iter().any(|a| a.starts_with(&format!("--{f}="))))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "flags with no chart value: {missing:?}\nrendered: {args:?}"
+    );
+    assert!(
+        args.contains(&"--restart-all-services=containerd.service,kubelet.service".into())
+            && args.contains(&"--reapply-on-reboot=true".into()),
+        "{args:?}"
+    );
+    let pod = &docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["env"][1],
+        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+        "the Lease identity is the pod's name"
+    );
+
+    let extra = rendered_args(&render(&[
+        "registry=registry.example.com/nodewright".into(),
+        "extraArgs={--resync-seconds=5,--agent-backend=sim}".into(),
+    ]));
+    assert_eq!(
+        extra[extra.len() - 2..],
+        ["--resync-seconds=5", "--agent-backend=sim"],
+        "extraArgs come last"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -82,7 +141,41 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
         nodewright_testregistry::free_port(),
         nodewright_testregistry::free_port(),
     );
-    let docs = render(cluster.registry.host());
+    let ip = nodewright_localcluster::host_ip().unwrap();
+    let bins = Binaries::in_dir(
+        Path::new(env!("CARGO_BIN_EXE_nodewright-operator"))
+            .parent()
+            .unwrap(),
+    )
+    .unwrap();
+    let registry = cluster.registry.host();
+    // What differs from a real install goes in through the chart's own `extraArgs`: local
+    // listener addresses and cache, the simulated agent backend, a short resync. They come
+    // after the rendered flags and replace those values.
+    let extra = [
+        format!("--metrics-addr=127.0.0.1:{metrics}"),
+        format!("--webhook-addr={ip}:{webhook}"),
+        format!(
+            "--plugin-cache-dir={}",
+            work.path().join("operator-cache").display()
+        ),
+        "--agent-backend=sim".into(),
+        format!("--agent-command={}", bins.agent.display()),
+        "--resync-seconds=5".into(),
+    ];
+    let mut values = vec![
+        "replicas=0".to_string(),
+        format!("registry={registry}/nodewright"),
+        format!("insecureRegistries[0]={registry}"),
+    ];
+    values.extend(
+        extra
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("extraArgs[{i}]={a}")),
+    );
+    let docs = render(&values);
+    let args = rendered_args(&docs);
 
     // An object from before the install: the chart's CRDs must take over the served ones
     // (the same version here: no older release exists yet) without losing it.
@@ -100,9 +193,8 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
 
     // Install: the chart's CRDs go over the ones already served (an upgrade in place), then
     // everything else, as rendered.
-    let mut deployment = None;
     let mut webhook_service = None;
-    for doc in docs {
+    for doc in &docs {
         if doc["kind"] == "ValidatingWebhookConfiguration" {
             let service = &doc["webhooks"][0]["clientConfig"]["service"];
             webhook_service = Some((
@@ -110,25 +202,19 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
                 service["namespace"].as_str().unwrap().to_string(),
             ));
         }
-        if doc["kind"] == "Deployment" {
-            deployment = Some(doc.clone());
-        }
-        cluster.apply(&doc).await.unwrap_or_else(|e| {
+        cluster.apply(doc).await.unwrap_or_else(|e| {
             panic!(
                 "{} {} rejected: {e:#}",
                 doc["kind"], doc["metadata"]["name"]
             )
         });
     }
-    let deployment = deployment.expect("the chart renders a Deployment");
     // The Service's endpoint: the operator process, listening on this machine's address.
     let (service, namespace) = webhook_service.expect("the chart renders a webhook configuration");
-    let ip = nodewright_localcluster::host_ip().unwrap();
     cluster
         .route_service(&namespace, &service, "webhook", ip, webhook)
         .await
         .unwrap();
-    let webhook = SocketAddr::from((ip, webhook));
     for crd in nodewright_api::crdgen::CRD_NAMES {
         let crd = Api::<CustomResourceDefinition>::all(cluster.client.clone())
             .get(crd)
@@ -161,8 +247,10 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
             .len(),
         1
     );
-    let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-        .as_str()
+    let sa = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .and_then(|d| d["spec"]["template"]["spec"]["serviceAccountName"].as_str())
         .unwrap();
 
     // The chart's ServiceAccount, and nothing more.
@@ -191,17 +279,11 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
     )
     .unwrap();
 
-    let bins = Binaries::in_dir(
-        Path::new(env!("CARGO_BIN_EXE_nodewright-operator"))
-            .parent()
-            .unwrap(),
-    )
-    .unwrap();
     let log = work.path().join("operator.log");
     let _operator = Operator::start_with(
         &bins.operator,
         &sa_kubeconfig,
-        &operator_args(&deployment, &bins, work.path(), webhook, metrics),
+        &args,
         &log,
         "info,kube=warn",
     )

@@ -116,6 +116,7 @@ fn rendered_objects_are_what_the_operator_needs() {
         "Deployment",
         "Service",
         "ValidatingWebhookConfiguration",
+        "PodDisruptionBudget",
     ] {
         assert!(kinds.contains_key(k), "chart renders no {k}");
     }
@@ -234,6 +235,94 @@ fn rendered_objects_are_what_the_operator_needs() {
             .iter()
             .any(|d| d["kind"] == "ClusterRole" && d.to_string().contains("secrets")),
         "secrets are namespaced only"
+    );
+}
+
+/// `values.schema.json` makes Helm refuse a value the chart does not read, or one of the
+/// wrong shape, naming it, instead of installing with the default silently.
+#[test]
+fn a_mistyped_or_malformed_value_is_refused_naming_it() {
+    nodewright_testregistry::require!(Helm);
+    for (set, named) in [
+        ("jobs.backofLimit=5", "backofLimit"),
+        ("replica=3", "replica"),
+        ("webhook.failurePolicy=Ignor", "/webhook/failurePolicy"),
+        ("sandbox.maxMemory=lots", "/sandbox/maxMemory"),
+        ("image.digest=sha256:abc", "/image/digest"),
+        (
+            "restartAllServices={systemd-reboot}",
+            "/restartAllServices/0",
+        ),
+        ("extraArgs={resync-seconds=5}", "/extraArgs/0"),
+    ] {
+        let err = render_chart(
+            "nodewright-system",
+            &[
+                "--set",
+                "registry=registry.example.com/nodewright",
+                "--set",
+                set,
+            ],
+        )
+        .map(|_| ())
+        .expect_err(set)
+        .to_string();
+        assert!(
+            err.contains("schema") && err.contains(named),
+            "--set {set}: {err}"
+        );
+    }
+    // Every default passes its own schema, and so do the values the docs show.
+    render(&[
+        "--set",
+        "jobs.stageTimeout=0",
+        "--set",
+        "podDisruptionBudget.minAvailable=50%",
+        "--set",
+        "image.tag=1.2",
+    ]);
+}
+
+/// The replicas prefer different nodes and a PodDisruptionBudget keeps one through other
+/// tools' drains; an admin's own affinity replaces the default preference, and one replica
+/// gets no budget that would block every drain of its node.
+#[test]
+fn replicas_spread_over_nodes_and_keep_one_through_drains() {
+    nodewright_testregistry::require!(Helm);
+    let docs = render(&[]);
+    let kinds = by_kind(&docs);
+    let pdb = kinds["PodDisruptionBudget"][0];
+    let pod = &kinds["Deployment"][0]["spec"]["template"];
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        pod["metadata"]["labels"]
+    );
+    let term = &pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        [0]["podAffinityTerm"];
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(
+        term["labelSelector"]["matchLabels"],
+        pod["metadata"]["labels"]
+    );
+
+    let one = render(&[
+        "--set",
+        "replicas=1",
+        "--set",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+        "--set",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+    ]);
+    let kinds = by_kind(&one);
+    assert!(
+        !kinds.contains_key("PodDisruptionBudget"),
+        "one replica, no budget"
+    );
+    let affinity = &kinds["Deployment"][0]["spec"]["template"]["spec"]["affinity"];
+    assert!(
+        affinity.get("podAntiAffinity").is_none() && affinity.get("nodeAffinity").is_some(),
+        "{affinity}"
     );
 }
 
