@@ -405,7 +405,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     .unwrap();
     let chart = nodewright_testcluster::chart_dir();
     c.helm(&format!(
-        "helm upgrade nodewright {} --namespace nodewright --reuse-values --set image.digest={operator_v2} --set agent.image.digest={}",
+        "helm upgrade nodewright {} --namespace nodewright --reset-then-reuse-values --set image.digest={operator_v2} --set agent.image.digest={}",
         chart.display(),
         digest(&v2, "agent")
     ))
