@@ -26,6 +26,13 @@ pub const KARPENTER_OWNED: &str = "nodewright.io/karpenter-owned";
 /// calls it), so tools find it.
 pub const OPERATOR_LEASE: &str = "nodewright.io/operator-lease";
 
+/// Namespace label: the Pod Security level enforced there. The stage Jobs' namespace needs
+/// [`POD_SECURITY_PRIVILEGED`]: the agent runs privileged, in the host's PID and network
+/// namespaces, with the host's root mounted.
+pub const POD_SECURITY_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
+/// The level the stage Jobs' namespace must enforce (at most).
+pub const POD_SECURITY_PRIVILEGED: &str = "privileged";
+
 /// Node annotation holding the JSON [`crate::node_state::NodeState`] of `cr`: the source of truth.
 pub fn node_state(cr: &str) -> String {
     format!("nodewright.io/state.{cr}")
@@ -86,6 +93,9 @@ pub mod reason {
     pub const OUTSIDE_MAINTENANCE_WINDOW: &str = "OutsideMaintenanceWindow";
     /// A health gate holds new disruptive work.
     pub const HEALTH_GATE_FAILING: &str = "HealthGateFailing";
+    /// The API server refuses the agent's pods (Pod Security, a policy engine): nothing new
+    /// starts.
+    pub const AGENT_PODS_REFUSED: &str = "AgentPodsRefused";
     /// A drain waits on pods no controller owns (`drainConfig.force` is off).
     pub const UNMANAGED_POD: &str = "UnmanagedPod";
     /// A drain waits on pods with emptyDir data (`drainConfig.deleteEmptyDirData` is off).

@@ -8,6 +8,7 @@ use nodewright_planner::{Action, Settings, plan};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::admission::Admission;
 use crate::execute::{Executor, PassWrites};
 use crate::gates::Gates;
 use crate::leader::Leader;
@@ -38,6 +39,8 @@ pub const GATE_MIN: Duration = Duration::from_millis(200);
 pub struct Loop {
     /// The watched cluster.
     pub world: World,
+    /// Whether the agent's pods are admitted.
+    pub admission: Admission,
     /// Plugin resolution and checks.
     pub plugins: Plugins,
     /// Health gates.
@@ -96,9 +99,10 @@ impl Loop {
     /// way (Jobs exist, or it acted).
     async fn pass(&self, observe: bool) -> (PassWrites, bool) {
         let started = std::time::Instant::now();
+        let agent_pods = self.admission.check().await;
         let snapshot = self
             .world
-            .snapshot(&self.settings, &self.plugins, &self.gates);
+            .snapshot(&self.settings, &self.plugins, &self.gates, agent_pods);
         self.metrics.rollout.observe_jobs(&snapshot);
         if observe {
             self.metrics.rollout.observe(&snapshot);

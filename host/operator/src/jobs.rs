@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use nodewright_api::agent::{AgentCall, Backend, Common, InterruptCall, StageCall};
+use nodewright_api::agent::{AgentCall, Backend, Common, InterruptAsk, InterruptCall, StageCall};
 use nodewright_api::keys::job as label;
 use nodewright_api::result::{Blame, StageResult};
+use nodewright_api::v1alpha1::InterruptType;
 use nodewright_planner::{Ask, JobPhase, JobRequest, Work};
 use serde_json::{Value, json};
 
@@ -168,6 +169,44 @@ fn pod_spec(req: &JobRequest, cfg: &JobConfig) -> Value {
         });
     }
     pod
+}
+
+/// The pod a stage Job of this deployment creates, as admission sees it (the same image,
+/// privileges, host namespaces and volumes; a placeholder node and call): what
+/// [`crate::admission`] asks the API server about.
+pub fn probe_pod(cfg: &JobConfig) -> Pod {
+    let req = JobRequest {
+        name: "nodewright-admission-probe".into(),
+        cr: "nodewright-admission-probe".into(),
+        cr_uid: String::new(),
+        generation: 0,
+        run: 0,
+        node: "nodewright-admission-probe".into(),
+        deadline: None,
+        backoff_limit: 0,
+        tolerations: vec![],
+        ask: Ask::Interrupt {
+            uninstall: false,
+            call: InterruptAsk {
+                kind: InterruptType::Service,
+                package: "probe".into(),
+                services: vec![],
+            },
+        },
+    };
+    let mut spec = pod_spec(&req, cfg);
+    spec["restartPolicy"] = json!("Never");
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "nodewright-admission-probe",
+            "namespace": cfg.namespace,
+            "labels": labels(&req),
+        },
+        "spec": spec,
+    }))
+    .expect("the probe we build is a valid Pod")
 }
 
 /// What the Job's agent is asked to do: the planner's ask with this deployment's settings.
@@ -371,8 +410,8 @@ pub(crate) mod tests {
             backoff_limit: 6,
             ask: Ask::Interrupt {
                 uninstall: false,
-                call: nodewright_api::agent::InterruptAsk {
-                    kind: nodewright_api::v1alpha1::InterruptType::Reboot,
+                call: InterruptAsk {
+                    kind: InterruptType::Reboot,
                     package: "tuning".into(),
                     services: vec![],
                 },

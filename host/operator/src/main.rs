@@ -13,6 +13,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod admission;
 mod control;
 mod convert;
 mod events;
@@ -267,6 +268,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     );
     tracing::info!(namespace = %flags.namespace, "operator started");
     control::Loop {
+        admission: admission::Admission::new(client.clone(), &flags.job_config()),
         world,
         plugins,
         gates,

@@ -17,7 +17,7 @@ use kube::{Api, Client, Resource};
 use nodewright_api::keys;
 use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright};
-use nodewright_planner::{Refusal, Settings, Snapshot, StateCache};
+use nodewright_planner::{AgentPods, Refusal, Settings, Snapshot, StateCache};
 use tokio::sync::Notify;
 
 use crate::gates::Gates;
@@ -351,7 +351,13 @@ impl World {
     /// The planner's snapshot, with our unseen writes applied and seen ones forgotten.
     // Long on purpose: the overlay rules (seen writes forgotten, unseen ones applied)
     // beside the conversion they adjust.
-    pub fn snapshot(&self, settings: &Settings, plugins: &Plugins, gates: &Gates) -> Snapshot {
+    pub fn snapshot(
+        &self,
+        settings: &Settings,
+        plugins: &Plugins,
+        gates: &Gates,
+        agent_pods: AgentPods,
+    ) -> Snapshot {
         let mut overlay = self.overlay();
         let mut nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
         for n in &mut nodes {
@@ -445,6 +451,7 @@ impl World {
             refusals: refusals.clone(),
             settings: settings.clone(),
             states: self.states.clone(),
+            agent_pods,
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::packages::{Digests, node_done};
 use crate::plan::{NO_PINS, Parsed, Pass};
 use crate::rollout::{self, Era, Standing};
 use crate::select;
-use crate::snapshot::{Cr, ObservedNode, PluginCheck};
+use crate::snapshot::{AgentPods, Cr, ObservedNode, PluginCheck};
 use crate::status::Report;
 use crate::work::Env;
 
@@ -47,7 +47,12 @@ struct CrPass<'c> {
 }
 
 impl<'c> CrPass<'c> {
-    fn new(cr: &'c Cr, policies: &'c BTreeMap<String, DeploymentPolicySpec>, now: i64) -> Self {
+    fn new(
+        cr: &'c Cr,
+        policies: &'c BTreeMap<String, DeploymentPolicySpec>,
+        now: i64,
+        agent_pods: &AgentPods,
+    ) -> Self {
         let policy = cr
             .spec
             .deployment_policy
@@ -71,7 +76,7 @@ impl<'c> CrPass<'c> {
                 versions: crate::packages::version_list(&cr.spec),
                 reset_on_version_change: rollout::resets_batch_state(cr, spec_policy),
             },
-            holds: hold::evaluate(cr, spec_policy, now),
+            holds: hold::evaluate(cr, spec_policy, now, agent_pods),
             pinned,
             unusable,
             blocked: unusable || (cr.paused && !cr.deleting) || cr.disabled,
@@ -131,7 +136,7 @@ impl<'a> Pass<'a> {
         if cr.deleting && !cr.has_finalizer {
             return;
         }
-        let c = CrPass::new(cr, &self.s.policies, self.now);
+        let c = CrPass::new(cr, &self.s.policies, self.now, &self.s.agent_pods);
         let selected = self.select(&c);
         let mut report = Report::new(cr, self.now, c.era.clone());
         report.plugins(&cr.plugins);

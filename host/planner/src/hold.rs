@@ -1,5 +1,5 @@
 //! What holds a CR's new disruptive work this pass: its maintenance windows (the CR's own,
-//! else its policy's) and its failing health gates.
+//! else its policy's), its failing health gates, and agent pods the API server refuses.
 //!
 //! A hold applies to nodes that have not *started*: a node that carries the CR's cordon mark
 //! or has one of its Jobs finishes its current stage chain whatever the clock or the gates
@@ -12,7 +12,7 @@ use nodewright_api::gates::NodeHealthGate;
 use nodewright_api::v1alpha1::DeploymentPolicySpec;
 use nodewright_api::windows::{MaintenanceWindows, WindowState};
 
-use crate::snapshot::{Cr, GateFinding, ObservedNode};
+use crate::snapshot::{AgentPods, Cr, GateFinding, ObservedNode};
 
 /// How much new work a node that has not started may begin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,6 +46,8 @@ pub struct Holds {
     pub window: Option<WindowState>,
     /// Failing gates.
     pub gates: Vec<GateFinding>,
+    /// Why the API server refuses the agent's pods, when it does.
+    pub agent_pods_refused: Option<String>,
 }
 
 /// The windows that apply to `cr`: its own, else its policy's.
@@ -59,8 +61,13 @@ pub fn windows<'a>(
         .or(policy.and_then(|p| p.maintenance_windows.as_ref()))
 }
 
-/// The holds on `cr` at `now` (unix seconds).
-pub fn evaluate(cr: &Cr, policy: Option<&DeploymentPolicySpec>, now: i64) -> Holds {
+/// The holds on `cr` at `now` (unix seconds), with the agent pods' admission.
+pub fn evaluate(
+    cr: &Cr,
+    policy: Option<&DeploymentPolicySpec>,
+    now: i64,
+    agent_pods: &AgentPods,
+) -> Holds {
     let mut hold = Hold::Open;
     let window = windows(cr, policy).map(|w| {
         let state = w.at(Timestamp::from_second(now).unwrap_or(Timestamp::UNIX_EPOCH));
@@ -76,10 +83,20 @@ pub fn evaluate(cr: &Cr, policy: Option<&DeploymentPolicySpec>, now: i64) -> Hol
     if !cr.failing_gates.is_empty() {
         hold = hold.max(Hold::Disruption);
     }
+    // Every step but the cordon needs a pod, and a cordon with no pod to follow it would
+    // strand the node: nothing new starts.
+    let agent_pods_refused = match agent_pods {
+        AgentPods::Refused(why) => {
+            hold = Hold::All;
+            Some(why.clone())
+        }
+        AgentPods::Admitted | AgentPods::Unknown => None,
+    };
     Holds {
         hold,
         window,
         gates: cr.failing_gates.clone(),
+        agent_pods_refused,
     }
 }
 
@@ -128,12 +145,24 @@ mod tests {
         };
         let mut cr = Cr::default();
         assert_eq!(
-            evaluate(&cr, Some(&policy), at("2026-12-01T12:00:00Z")).hold,
+            evaluate(
+                &cr,
+                Some(&policy),
+                at("2026-12-01T12:00:00Z"),
+                &AgentPods::Unknown
+            )
+            .hold,
             Hold::Disruption,
             "the policy's window is closed at noon"
         );
         assert_eq!(
-            evaluate(&cr, Some(&policy), at("2026-12-01T23:00:00Z")).hold,
+            evaluate(
+                &cr,
+                Some(&policy),
+                at("2026-12-01T23:00:00Z"),
+                &AgentPods::Unknown
+            )
+            .hold,
             Hold::Open
         );
         cr.spec.maintenance_windows = Some(MaintenanceWindows {
@@ -144,11 +173,16 @@ mod tests {
             }],
             ..Default::default()
         });
-        let h = evaluate(&cr, Some(&policy), at("2026-12-01T12:00:00Z"));
+        let h = evaluate(
+            &cr,
+            Some(&policy),
+            at("2026-12-01T12:00:00Z"),
+            &AgentPods::Unknown,
+        );
         assert_eq!(h.hold, Hold::Open, "the CR's own window is open at noon");
         assert!(matches!(h.window, Some(WindowState::Open { .. })));
         assert_eq!(
-            evaluate(&Cr::default(), None, 0),
+            evaluate(&Cr::default(), None, 0, &AgentPods::Unknown),
             Holds::default(),
             "no windows, no gates: open"
         );
@@ -159,7 +193,7 @@ mod tests {
         let mut cr = Cr::default();
         cr.spec.maintenance_windows = Some(nightly(true));
         assert_eq!(
-            evaluate(&cr, None, at("2026-12-01T12:00:00Z")).hold,
+            evaluate(&cr, None, at("2026-12-01T12:00:00Z"), &AgentPods::Unknown).hold,
             Hold::All
         );
         cr.failing_gates = vec![GateFinding {
@@ -168,12 +202,12 @@ mod tests {
             message: "NodeDown".into(),
         }];
         assert_eq!(
-            evaluate(&cr, None, at("2026-12-01T12:00:00Z")).hold,
+            evaluate(&cr, None, at("2026-12-01T12:00:00Z"), &AgentPods::Unknown).hold,
             Hold::All,
             "the stricter hold wins"
         );
         assert_eq!(
-            evaluate(&cr, None, at("2026-12-01T23:00:00Z")).hold,
+            evaluate(&cr, None, at("2026-12-01T23:00:00Z"), &AgentPods::Unknown).hold,
             Hold::Disruption,
             "inside the window the gate still holds disruption"
         );

@@ -39,7 +39,7 @@ pub mod work;
 pub use action::{Action, Ask, Event, JobRequest, NodePatch, Target};
 pub use plan::plan;
 pub use snapshot::{
-    Cr, GateFinding, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Refusal,
-    Resolved, Settings, Snapshot, Work,
+    AgentPods, Cr, GateFinding, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck,
+    Refusal, Resolved, Settings, Snapshot, Work,
 };
 pub use states::StateCache;

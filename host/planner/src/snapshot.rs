@@ -31,6 +31,23 @@ pub struct Snapshot {
     pub settings: Settings,
     /// Node states parsed by earlier passes (a memo: an empty cache gives the same plan).
     pub states: Arc<StateCache>,
+    /// Whether the API server admits the agent's pods in the Jobs' namespace.
+    pub agent_pods: AgentPods,
+}
+
+/// The API server's answer, as the operator last asked it (a server-side dry run of the
+/// pod its stage Jobs create), to "may the agent's pods run in the Jobs' namespace?". Pod
+/// Security admission, or a policy engine, refusing them would leave every Job without a
+/// pod and every node it started cordoned: a refusal holds all new work instead.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AgentPods {
+    /// Not asked, or the question itself failed (the operator logs why): nothing holds.
+    #[default]
+    Unknown,
+    /// Admitted.
+    Admitted,
+    /// Refused: the message says by what, and what to change.
+    Refused(String),
 }
 
 /// Operator settings the rules depend on.

@@ -367,7 +367,10 @@ impl<'a> Report<'a> {
             rolled,
             Status::Waiting | Status::InProgress | Status::Unknown
         ) {
-            if let Some(WindowState::Closed { .. }) = &self.holds.window {
+            if let Some(why) = &self.holds.agent_pods_refused {
+                ready_reason = reason::AGENT_PODS_REFUSED;
+                ready_msg = format!("{ready_msg}; {why}{waiting}");
+            } else if let Some(WindowState::Closed { .. }) = &self.holds.window {
                 ready_reason = reason::OUTSIDE_MAINTENANCE_WINDOW;
                 let next = self.status.next_window.clone().unwrap_or_default();
                 ready_msg = format!(
@@ -453,6 +456,13 @@ impl<'a> Report<'a> {
             .flatten()
         {
             (true, reason::DEPENDENCY_UNINSTALLED, m)
+        } else if let Some(why) = self
+            .holds
+            .agent_pods_refused
+            .as_ref()
+            .filter(|_| rolled != Status::Complete)
+        {
+            (true, reason::AGENT_PODS_REFUSED, why.clone())
         } else if !self.barrier.is_empty() {
             (
                 true,

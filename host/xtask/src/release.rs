@@ -228,15 +228,19 @@ pub fn publish(target: &Path, args: &[String], budget: &mut Budget) -> Result<()
         Ok((refs, format!("{} plugins", PLUGINS.len())))
     })?;
     let mut helm = format!(
-        "helm install nodewright {} --namespace nodewright --create-namespace --set registry={} --set image.digest={operator} --set agent.image.digest={agent}",
+        "helm install nodewright {} --namespace nodewright --set registry={} --set image.digest={operator} --set agent.image.digest={agent}",
         workspace().join("deploy/chart/nodewright").display(),
         args.registry,
     );
     if let Some(host) = insecure {
         helm.push_str(&format!(" --set insecureRegistries[0]={host}"));
     }
+    // The stage Jobs' pods are privileged: a cluster enforcing Pod Security `baseline` by
+    // default refuses them unless the namespace says otherwise.
     println!(
-        "\nInstall it with:\n\n  {helm}\n\nand name the plugins by digest in your NodeWrights, e.g.\n  plugin: {}",
+        "\nInstall it with:\n\n  {}\n  {}\n  {helm}\n\nand name the plugins by digest in your NodeWrights, e.g.\n  plugin: {}",
+        "kubectl create namespace nodewright",
+        "kubectl label namespace nodewright pod-security.kubernetes.io/enforce=privileged",
         plugin_refs.first().cloned().unwrap_or_default()
     );
     Ok(())

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodewright_api::keys;
 use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_testcluster::{ControlPlane, NodeSpec, SimKubelet};
 use nodewright_testregistry::TestRegistry;
@@ -54,7 +55,12 @@ impl Cluster {
         let cp = tokio::task::spawn_blocking(move || ControlPlane::start_in(&dir)).await??;
         let client = cp.client().await?;
         install_crds(&client).await?;
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
+        // Labelled as the getting-started guide says: the test apiserver enforces
+        // `baseline` wherever a namespace says nothing.
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {
+            "name": NS,
+            "labels": {keys::POD_SECURITY_ENFORCE: keys::POD_SECURITY_PRIVILEGED}
+        }}))?;
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)
             .await

@@ -44,6 +44,8 @@ impl std::fmt::Debug for RealCluster {
 /// What `cargo xtask publish` printed.
 #[derive(Clone, Debug)]
 pub struct Published {
+    /// The `kubectl ...` lines printed before it (the namespace and its Pod Security label).
+    pub kubectl: Vec<String>,
     /// The `helm install ...` line, exactly as printed.
     pub helm_install: String,
     /// Every pinned reference it pushed (`.../operator@sha256:...`, `.../plugins/<name>@...`).
@@ -141,6 +143,12 @@ impl RealCluster {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        let kubectl = stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("kubectl "))
+            .map(String::from)
+            .collect();
         let helm_install = stdout
             .lines()
             .map(str::trim)
@@ -157,9 +165,34 @@ impl RealCluster {
             })
             .collect::<Result<_>>()?;
         Ok(Published {
+            kubectl,
             helm_install,
             pinned,
         })
+    }
+
+    /// Runs a `kubectl ...` command line (as printed, split on whitespace) with the test
+    /// control plane's kubectl and the admin kubeconfig; returns its output.
+    pub fn kubectl(&self, line: &str) -> Result<String> {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("kubectl") {
+            bail!("not a kubectl command: {line}");
+        }
+        let out = Command::new(nodewright_testcluster::ktest_binary()?)
+            .arg("kubectl")
+            .args(words)
+            .env("KUBECONFIG", self.cp.kubeconfig())
+            .output()
+            .context("running kubectl")?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() {
+            bail!("{line}\n{text}");
+        }
+        Ok(text)
     }
 
     /// Runs a `helm ...` command line (as printed, split on whitespace) with the real helm

@@ -195,8 +195,14 @@ async fn nodewright_as_installed_on_a_real_node() {
         .unwrap_or_else(|e| panic!("{e:#}"));
 
     step("1. publish and helm install");
-    // 1. Publish, then exactly the printed helm install: a working operator.
+    // 1. Publish, then exactly the printed commands (the namespace labelled for the
+    // agent's privileged pods: this apiserver enforces Pod Security `baseline` by default,
+    // then the helm install): a working operator.
     let v1 = c.publish(None).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(v1.kubectl.len(), 2, "{:?}", v1.kubectl);
+    for line in &v1.kubectl {
+        c.kubectl(line).unwrap_or_else(|e| panic!("{e:#}"));
+    }
     c.helm(&v1.helm_install).unwrap_or_else(|e| panic!("{e:#}"));
     let operator_v1 = digest(&v1, "operator");
     wait(&c, "the operator pods ready", || async {

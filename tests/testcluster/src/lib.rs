@@ -48,6 +48,26 @@ pub struct Options {
     pub workloads: bool,
 }
 
+/// The apiserver's admission configuration: Pod Security's cluster-wide default is
+/// `baseline`, enforced (Kubernetes' own default is `privileged`).
+const POD_SECURITY_BASELINE: &str = "\
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: PodSecurity
+    configuration:
+      apiVersion: pod-security.admission.config.k8s.io/v1
+      kind: PodSecurityConfiguration
+      defaults:
+        enforce: baseline
+        enforce-version: latest
+        audit: baseline
+        audit-version: latest
+        warn: baseline
+        warn-version: latest
+      exemptions: {}
+";
+
 /// A running control plane.
 #[derive(Debug)]
 pub struct ControlPlane {
@@ -270,6 +290,11 @@ impl ControlPlane {
             cp.log_contains("etcd", "etcd ready")
         })?;
 
+        // Pod Security enforces `baseline` wherever a namespace says nothing, as a hardened
+        // cluster does: the agent's privileged pods run only where the namespace is labelled
+        // for them, in every test.
+        let admission = dir.join("admission.yaml");
+        std::fs::write(&admission, POD_SECURITY_BASELINE)?;
         let bind = if options.extra_addresses.is_empty() {
             "127.0.0.1"
         } else {
@@ -302,6 +327,7 @@ impl ControlPlane {
                     "ServiceAccount"
                 }
             ),
+            format!("--admission-control-config-file={}", admission.display()),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
             "--enable-priority-and-fairness=false".into(),

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{E2e, held_reboot_package, release};
+use nodewright_api::keys;
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(240);
@@ -313,4 +314,70 @@ async fn with_cordon_after_barrier_a_node_stays_schedulable_until_its_protected_
     e.wait_complete("barrier", LIMIT).await;
     assert_eq!(e.reboots("b1"), 1);
     assert!(!cordoned(&e, "b1").await, "released at the end");
+}
+
+/// Sets (or, with `None`, removes) the Pod Security `enforce` label of the Jobs' namespace.
+async fn pod_security(e: &E2e, level: Option<&str>) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, Patch, PatchParams};
+    Api::<Namespace>::all(e.client.clone())
+        .patch(
+            common::NS,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {keys::POD_SECURITY_ENFORCE: level}}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// The test apiserver enforces Pod Security `baseline` wherever a namespace says nothing (as
+/// a hardened cluster does). With the Jobs' namespace as `helm install --create-namespace`
+/// leaves it, the operator finds out before it touches a node (a dry run of the agent's
+/// pod): no cordon, no Job, and Ready and Blocked say what refused the pods and which
+/// label to set. Once the admin sets it, the rollout completes by itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_pods_refused_by_pod_security_hold_the_rollout_until_the_namespace_allows_them() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("p1", &[])]).await;
+    e.host_file("p1", "/proc/sys/vm/swappiness", "60");
+    pod_security(&e, None).await;
+    e.start_operator(&[]);
+    e.apply(cr(
+        "psa",
+        json!({"packages": {"tuning": {
+            "version": "1.0.0", "plugin": e.plugin("sysctl"),
+            "capabilities": {"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]},
+            "configMap": {"vm.swappiness": "10"}
+        }}}),
+    ))
+    .await;
+    let message = e
+        .wait("Ready=False/AgentPodsRefused", LIMIT, || async {
+            let (_, reason, message) = e.condition("psa", "Ready").await?;
+            (reason == keys::reason::AGENT_PODS_REFUSED).then_some(message)
+        })
+        .await;
+    assert!(
+        message.contains("PodSecurity \"baseline:latest\"")
+            && message.contains("pod-security.kubernetes.io/enforce=privileged")
+            && message.contains(&format!("namespace {}", common::NS)),
+        "{message}"
+    );
+    let (blocked, reason, _) = e.condition("psa", "Blocked").await.unwrap();
+    assert_eq!(
+        (blocked.as_str(), reason.as_str()),
+        ("True", "AgentPodsRefused")
+    );
+    // A few passes more: still nothing started.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!cordoned(&e, "p1").await, "cordoned with no pod to follow");
+    assert!(e.jobs().await.is_empty(), "a Job whose pod is refused");
+
+    pod_security(&e, Some(keys::POD_SECURITY_PRIVILEGED)).await;
+    e.wait_complete("psa", LIMIT).await;
+    assert_eq!(
+        e.read_host_file("p1", "/proc/sys/vm/swappiness").as_deref(),
+        Some("10")
+    );
+    assert_eq!(e.condition("psa", "Blocked").await.unwrap().0, "False");
 }

@@ -415,3 +415,45 @@ fn uninstall_and_dependency_conditions() {
     );
     assert!(msg.contains("dependent depends on base"), "{msg}");
 }
+
+/// Agent pods the API server refuses (Pod Security enforcing `baseline` on the Jobs'
+/// namespace) would leave every Job podless and every node it started cordoned: nothing
+/// new starts, not even a non-disruptive stage, and the status says why and what to change;
+/// once admitted, the rollout goes on.
+#[test]
+fn refused_agent_pods_hold_all_new_work_and_say_why() {
+    let refusal = "the API server refuses the agent's pods in namespace nodewright: violates \
+                   PodSecurity \"baseline:latest\"; label it pod-security.kubernetes.io/enforce=privileged";
+    let mut w = World::new(2);
+    w.snap.agent_pods = nodewright_planner::AgentPods::Refused(refusal.into());
+    w.add_cr(
+        "gpu",
+        spec(json!({"packages": {"driver": reboot_pkg(), "tuning": plain_pkg()}})),
+    );
+    passes(&mut w, 10);
+    for n in ["node-0", "node-1"] {
+        assert!(!ever_cordoned(&w, n), "{n} cordoned with no pod to follow");
+        assert!(stages_on(&w, n).is_empty(), "{n}: {:?}", stages_on(&w, n));
+    }
+    let (ready, reason, msg) = condition(&w, "gpu", "Ready");
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("False", "AgentPodsRefused")
+    );
+    assert!(
+        msg.contains("enforce=privileged") && msg.contains("2 node(s) wait"),
+        "{msg}"
+    );
+    let (blocked, reason, msg) = condition(&w, "gpu", "Blocked");
+    assert_eq!(
+        (blocked.as_str(), reason.as_str()),
+        ("True", "AgentPodsRefused")
+    );
+    assert!(msg.contains("PodSecurity"), "{msg}");
+
+    w.snap.agent_pods = nodewright_planner::AgentPods::Admitted;
+    w.run(("reboot", 1), 80);
+    assert_eq!(w.cr("gpu").status.status, Some(Status::Complete));
+    assert_eq!(condition(&w, "gpu", "Blocked").0, "False");
+    assert_eq!(condition(&w, "gpu", "Ready").1, "NodesConverged");
+}
