@@ -4,10 +4,9 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::prometheus::Prometheus;
 use common::{E2e, held_reboot_package, release};
 use nodewright_api::keys;
 use serde_json::{Value, json};
@@ -113,87 +112,13 @@ async fn outside_its_window_nothing_disrupts_and_moving_the_window_to_now_comple
     assert_eq!(e.nodewright("win").await.status.unwrap().next_window, None);
 }
 
-/// A real Prometheus on a loopback port, evaluating one alert rule the test rewrites.
-struct Prometheus {
-    child: Option<Child>,
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Prometheus {
-    fn start(dir: &Path, firing: bool) -> Prometheus {
-        std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(
-            dir.join("prometheus.yml"),
-            "global:\n  evaluation_interval: 1s\nrule_files: [rules.yml]\n",
-        )
-        .unwrap();
-        let mut p = Prometheus {
-            child: None,
-            dir: dir.to_path_buf(),
-            port: nodewright_testregistry::free_port(),
-        };
-        p.rules(firing);
-        p.up();
-        p
-    }
-
-    /// `NodeDown{severity="critical"}` fires while `firing`; a `Noise` alert always fires and
-    /// must not hold the rollout (the gate selects by name and label).
-    fn rules(&self, firing: bool) {
-        let expr = if firing { "vector(1)" } else { "vector(1) < 0" };
-        let rules = format!(
-            "groups:\n- name: nodewright-localcluster\n  interval: 1s\n  rules:\n  - alert: NodeDown\n    expr: {expr}\n    labels: {{severity: critical}}\n  - alert: Noise\n    expr: vector(1)\n    labels: {{severity: info}}\n"
-        );
-        std::fs::write(self.dir.join("rules.yml"), rules).unwrap();
-    }
-
-    fn up(&mut self) {
-        let log = std::fs::File::create(self.dir.join("prometheus.log")).unwrap();
-        let child = Command::new("/usr/bin/prometheus")
-            .arg(format!(
-                "--config.file={}",
-                self.dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                self.dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect(
-                "/usr/bin/prometheus (Debian's prometheus package; cargo xtask setup installs it)",
-            );
-        self.child = Some(child);
-    }
-
-    /// Rewrites the rule and has Prometheus reload it (SIGHUP).
-    fn set(&self, firing: bool) {
-        self.rules(firing);
-        let pid = self.child.as_ref().unwrap().id();
-        let _ = Command::new("kill")
-            .args(["-HUP", &pid.to_string()])
-            .status();
-    }
-
-    fn down(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        self.down();
-    }
+/// `NodeDown{severity="critical"}` fires while `firing`; a `Noise` alert always fires and must
+/// not hold the rollout (the gate selects by name and label).
+fn gate_rules(firing: bool) -> String {
+    let expr = if firing { "vector(1)" } else { "vector(1) < 0" };
+    format!(
+        "groups:\n- name: nodewright-localcluster\n  interval: 1s\n  rules:\n  - alert: NodeDown\n    expr: {expr}\n    labels: {{severity: critical}}\n  - alert: Noise\n    expr: vector(1)\n    labels: {{severity: info}}\n"
+    )
 }
 
 async fn gate(e: &E2e) -> (String, String, String) {
@@ -207,7 +132,7 @@ async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus
     nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("p1", &[]), ("p2", &[])]).await;
     let work = tempfile::tempdir().unwrap();
-    let mut prom = Prometheus::start(&work.path().join("prometheus"), true);
+    let mut prom = Prometheus::start(&work.path().join("prometheus"), &gate_rules(true), None);
     e.start_operator(&["--health-gate-interval=1"]);
     let pkg = held_reboot_package(&e, "1.0.0");
     for n in ["p1", "p2"] {
@@ -233,7 +158,8 @@ async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus
     assert!(!cordoned(&e, "p1").await && !cordoned(&e, "p2").await);
 
     // Resolved: the first node starts (its apply waits on us).
-    prom.set(false);
+    prom.write_rules(&gate_rules(false));
+    prom.reload();
     let first = e
         .wait("a node cordoned once the alert resolves", LIMIT, || async {
             for n in ["p1", "p2"] {
@@ -246,7 +172,8 @@ async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus
         .await;
     assert_eq!(gate(&e).await.0, "True");
     // Firing again mid-rollout: the node past its cordon finishes, the other does not start.
-    prom.set(true);
+    prom.write_rules(&gate_rules(true));
+    prom.reload();
     e.wait("the gate fails again", LIMIT, || async {
         (gate(&e).await.0 == "False").then_some(())
     })
@@ -279,7 +206,7 @@ async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus
     assert_eq!(e.reboots(other), 0);
 
     // Back, with the alert resolved: the rollout completes.
-    prom.rules(false);
+    prom.write_rules(&gate_rules(false));
     prom.up();
     e.wait_complete("gated", LIMIT).await;
     assert_eq!((e.reboots("p1"), e.reboots("p2")), (1, 1));

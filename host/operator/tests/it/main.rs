@@ -2,8 +2,10 @@
 //! each linking the whole dependency tree). Test names read `<file>::<test>`.
 
 mod common;
+mod prometheus;
 mod specs;
 
+mod alerts;
 mod chart;
 mod dashboard;
 mod holds;

@@ -326,6 +326,62 @@ fn replicas_spread_over_nodes_and_keep_one_through_drains() {
     );
 }
 
+/// Monitoring objects are off by default (they need the Prometheus Operator's CRDs); on, the
+/// ServiceMonitor selects the metrics Service and nothing else, and the PrometheusRule carries
+/// exactly the shipped rule file, runbook links prefixed when asked.
+#[test]
+fn monitoring_objects_render_the_shipped_rules_when_asked() {
+    nodewright_testregistry::require!(Helm);
+    let kinds = by_kind(&render(&[])).into_keys().collect::<Vec<_>>();
+    assert!(
+        !kinds.contains(&"ServiceMonitor".to_string())
+            && !kinds.contains(&"PrometheusRule".to_string()),
+        "{kinds:?}"
+    );
+    let docs = render(&[
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.serviceMonitor.labels.release=prom",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.runbookBaseUrl=https://docs.example.com/nodewright/",
+    ]);
+    let kinds = by_kind(&docs);
+    let monitor = kinds["ServiceMonitor"][0];
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prom");
+    let selector = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    let selected: Vec<&str> = kinds["Service"]
+        .iter()
+        .filter(|svc| {
+            selector
+                .iter()
+                .all(|(k, v)| &svc["metadata"]["labels"][k] == v)
+        })
+        .map(|svc| svc["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(selected, ["nw-operator-metrics"]);
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+
+    let shipped = std::fs::read_to_string(chart_dir().join("files/alerts.yaml"))
+        .unwrap()
+        .replace(
+            "runbook_url: \"docs/",
+            "runbook_url: \"https://docs.example.com/nodewright/docs/",
+        );
+    let shipped: Value = serde_yaml_ng::from_str(&shipped).unwrap();
+    assert_eq!(kinds["PrometheusRule"][0]["spec"], shipped);
+    assert!(
+        shipped
+            .to_string()
+            .contains("https://docs.example.com/nodewright/docs/operations.md#runbook-"),
+        "the links were prefixed"
+    );
+}
+
 #[test]
 fn values_switch_the_webhook_and_set_job_defaults() {
     nodewright_testregistry::require!(Helm);
