@@ -1,6 +1,7 @@
 //! Agent Jobs: built from the planner's requests, and read back into the planner's view.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -37,6 +38,10 @@ pub const CONTAINER: &str = "agent";
 
 /// Where the agent writes its result (the container's `terminationMessagePath`).
 const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// The time a stage's agent has after its package's `gracefulShutdown`, before the kubelet
+/// kills it: to stop the plugin cleanly and write its result.
+const GRACE_MARGIN: Duration = Duration::from_secs(10);
 
 /// Builds the Job for a planner request: its labels, its pod, how it retries, its owner.
 pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
@@ -158,6 +163,12 @@ fn pod_spec(req: &JobRequest, cfg: &JobConfig) -> Value {
     });
     if let Some(sa) = &cfg.service_account {
         pod["serviceAccountName"] = json!(sa);
+    }
+    if let Ask::Stage { call, .. } = &req.ask {
+        // The pod's grace covers the package's: Kubernetes' default (30 s) would cut a
+        // longer `gracefulShutdown` short, and leave none for the agent's own stop.
+        pod["terminationGracePeriodSeconds"] =
+            json!((call.graceful_shutdown + GRACE_MARGIN).as_secs());
     }
     if let Ask::Stage {
         resources: Some(r), ..
@@ -343,7 +354,6 @@ fn genuine_failure(p: &Pod) -> bool {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::time::Duration;
 
     use super::*;
     use nodewright_api::agent::{RunStage, StageAsk};
@@ -393,6 +403,27 @@ pub(crate) mod tests {
                 resources: None,
             },
         }
+    }
+
+    /// `operator-agent/sigterm_grace`: a pod deleted mid-stage gets the package's
+    /// `gracefulShutdown` and the agent's margin before the kubelet kills it.
+    #[test]
+    fn the_pods_grace_covers_the_packages() {
+        let mut req = request();
+        let Ask::Stage { call, .. } = &mut req.ask else {
+            unreachable!("a stage request")
+        };
+        call.graceful_shutdown = Duration::from_secs(120);
+        let job = serde_json::to_value(build(&req, &cfg())).unwrap();
+        assert_eq!(
+            job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+            130
+        );
+        let default = serde_json::to_value(build(&request(), &cfg())).unwrap();
+        assert_eq!(
+            default["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 40,
+            "above Kubernetes' 30 s even at the default gracefulShutdown"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod admission;
 mod control;
 mod convert;
+mod crds;
 mod events;
 mod execute;
 mod gates;
@@ -47,7 +48,8 @@ use tokio::sync::Notify;
     version,
     about = "Rolls NodeWright packages out to nodes, safely",
     // A flag given again replaces the earlier value: the chart's `extraArgs` come last.
-    args_override_self = true
+    args_override_self = true,
+    after_help = "`nodewright-operator apply-crds --help`: the chart's CRD upgrade hook."
 )]
 struct Flags {
     /// Namespace of the agent Jobs and the leader Lease.
@@ -196,6 +198,17 @@ fn bytes(s: &str) -> Result<u64, String> {
 }
 
 fn main() -> anyhow::Result<()> {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "apply-crds")
+    {
+        // The chart's pre-upgrade hook, from the same image.
+        let args = crds::ApplyCrds::parse_from(std::env::args_os().skip(1));
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(crds::run(args));
+    }
     let flags = Flags::parse();
     // Before any thread (see nodewright_oci::prepare_roots).
     nodewright_oci::prepare_roots(&flags.plugin_cache_dir.join("tls"))

@@ -2,8 +2,9 @@
 //! `cargo xtask publish`, the chart installed with the `helm install` it prints, and then
 //! rollouts whose agents run in real containers under the real kubelet — a sysctl written
 //! in the node's network namespace, a host command tree that runs in the node's namespaces
-//! and dies with its stage's deadline, a reboot carried out as a restart of the node, and a
-//! helm upgrade and rollback across two built versions in the middle of a rollout.
+//! and dies with its stage's deadline, a reboot carried out as a restart of the node, a
+//! helm upgrade (carrying a CRD schema change) and rollback across two built versions in the
+//! middle of a rollout, a roll forward, and `helm uninstall`.
 //!
 //! One cluster for all of it (a real node takes a while to start); the phases run in
 //! order and each says what it checks.
@@ -21,6 +22,65 @@ use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(300);
 const NODE: &str = "real-1";
+
+/// The CRD whose schema the next chart changes.
+const NODEWRIGHT_CRD: &str = "nodewrights.nodewright.io";
+
+/// A copy of the chart as its next version would be: version 0.1.1, and one more NodeWright
+/// spec field (`contact`), so the upgrade carries a CRD schema change.
+fn next_chart(work: &std::path::Path) -> std::path::PathBuf {
+    let dir = work.join("chart-0.1.1");
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(nodewright_testcluster::chart_dir())
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let edit = |file: &str, from: &str, to: &str| {
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{file} has no {from:?}");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    };
+    edit("Chart.yaml", "version: 0.1.0", "version: 0.1.1");
+    edit(
+        "crds/nodewright.io_nodewrights.yaml",
+        "              additionalTolerations:\n",
+        "              contact:\n                description: Who to ask about this rollout.\n                type: string\n              additionalTolerations:\n",
+    );
+    dir
+}
+
+/// The NodeWright CRD: the chart version that applied it, and whether its schema has the
+/// next chart's `contact` field.
+async fn nodewright_crd(c: &RealCluster) -> (Option<String>, bool) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd = Api::<CustomResourceDefinition>::all(c.client.clone())
+        .get(NODEWRIGHT_CRD)
+        .await
+        .unwrap();
+    let version = crd
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("nodewright.io/chart-version").cloned());
+    let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+    let has_contact = schema["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        .get("contact")
+        .is_some();
+    (version, has_contact)
+}
+
+/// A NodeWright as stored (every field, including ones this build's types do not know).
+async fn stored(c: &RealCluster, name: &str) -> Value {
+    let ar = kube::core::ApiResource::erase::<NodeWright>(&());
+    let obj = Api::<kube::core::DynamicObject>::all_with(c.client.clone(), &ar)
+        .get(name)
+        .await
+        .unwrap();
+    serde_json::to_value(obj).unwrap()
+}
 
 /// A NodeWright selecting the real node only.
 fn cr(name: &str, mut spec: Value) -> Value {
@@ -409,18 +469,40 @@ async fn nodewright_as_installed_on_a_real_node() {
     })
     .await
     .unwrap();
-    let chart = nodewright_testcluster::chart_dir();
-    c.helm(&format!(
+    // The second version's chart adds a NodeWright field: its pre-upgrade hook (a Job
+    // running the new operator image) applies the new CRDs before anything else changes.
+    assert_eq!(
+        nodewright_crd(&c).await,
+        (None, false),
+        "as crds/ installed it"
+    );
+    let chart = next_chart(&work);
+    let upgrade = format!(
         "helm upgrade nodewright {} --namespace nodewright --reset-then-reuse-values --set image.digest={operator_v2} --set agent.image.digest={}",
         chart.display(),
         digest(&v2, "agent")
-    ))
-    .unwrap_or_else(|e| panic!("{e:#}"));
+    );
+    c.helm(&upgrade).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(
+        nodewright_crd(&c).await,
+        (Some("0.1.1".into()), true),
+        "the upgrade applied the new CRD"
+    );
     wait(&c, "the operator on the second version", || async {
         operator_ready(&c, Some(&operator_v2)).await.then_some(())
     })
     .await;
     webhook_refuses(&c).await;
+    // An admin uses the new field, mid-rollout.
+    Api::<NodeWright>::all(c.client.clone())
+        .patch(
+            "slow",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"contact": "gpu-team"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored(&c, "slow").await["spec"]["contact"], "gpu-team");
     std::fs::write(held.join("go"), "").unwrap();
     wait_complete(&c, "slow").await;
     c.helm("helm rollback nodewright 1 --namespace nodewright")
@@ -430,6 +512,13 @@ async fn nodewright_as_installed_on_a_real_node() {
     })
     .await;
     webhook_refuses(&c).await;
+    // The rollback ran no hook: the newer CRD stands, and the field set under it survives.
+    assert_eq!(nodewright_crd(&c).await, (Some("0.1.1".into()), true));
+    assert_eq!(
+        stored(&c, "slow").await["spec"]["contact"],
+        "gpu-team",
+        "the rollback pruned nothing"
+    );
     let d = Api::<Deployment>::namespaced(c.client.clone(), "nodewright")
         .list(&ListParams::default())
         .await
@@ -468,5 +557,58 @@ async fn nodewright_as_installed_on_a_real_node() {
     assert!(
         ours.is_empty(),
         "the simulated node was never targeted: {ours:?}"
+    );
+
+    step("6. roll forward, then helm uninstall");
+    // 6. Forward to the second version again (its hook applies the same CRDs again), then
+    //    uninstall: the operator and everything the chart made go, the hook's short-lived
+    //    account went when the hook succeeded, and the CRDs and every NodeWright stay.
+    c.helm(&upgrade).unwrap_or_else(|e| panic!("{e:#}"));
+    wait(&c, "the operator on the second version again", || async {
+        operator_ready(&c, Some(&operator_v2)).await.then_some(())
+    })
+    .await;
+    webhook_refuses(&c).await;
+    assert_eq!(nodewright_crd(&c).await, (Some("0.1.1".into()), true));
+    c.helm("helm uninstall nodewright --namespace nodewright")
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    wait(&c, "the operator's pods gone", || async {
+        let pods = Api::<Pod>::namespaced(c.client.clone(), "nodewright")
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        pods.items.is_empty().then_some(())
+    })
+    .await;
+    for name in nodewright_api::crdgen::CRD_NAMES {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        assert!(
+            Api::<CustomResourceDefinition>::all(c.client.clone())
+                .get_opt(name)
+                .await
+                .unwrap()
+                .is_some(),
+            "{name} outlives the uninstall"
+        );
+    }
+    assert_eq!(stored(&c, "slow").await["spec"]["contact"], "gpu-team");
+    assert!(
+        Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(c.client.clone())
+            .get_opt("nodewright-operator-crds")
+            .await
+            .unwrap()
+            .is_none(),
+        "the hook's account lives only while the hook runs"
+    );
+    let webhooks =
+        Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(
+            c.client.clone(),
+        )
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        webhooks.items.is_empty(),
+        "no webhook left to refuse NodeWright writes"
     );
 }

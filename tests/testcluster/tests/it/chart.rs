@@ -326,6 +326,81 @@ fn replicas_spread_over_nodes_and_keep_one_through_drains() {
     );
 }
 
+/// The CRD upgrade hook: only on `helm upgrade` (never on rollback, install or uninstall),
+/// carrying exactly the chart's CRDs, run by an account that may write only those CRDs and
+/// is deleted with the hook; off with `crds.upgrade=false`.
+#[test]
+fn the_crd_upgrade_hook_runs_on_upgrade_only_with_the_charts_crds() {
+    nodewright_testregistry::require!(Helm);
+    let docs = render(&[]);
+    let hooks: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["metadata"]["annotations"].get("helm.sh/hook").is_some())
+        .collect();
+    let kinds: Vec<&str> = hooks.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "ConfigMap",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Job"
+        ]
+    );
+    for h in &hooks {
+        let a = &h["metadata"]["annotations"];
+        assert_eq!(a["helm.sh/hook"], "pre-upgrade", "{}", h["kind"]);
+        assert_eq!(
+            a["helm.sh/hook-delete-policy"],
+            "before-hook-creation,hook-succeeded"
+        );
+    }
+    let of = |kind: &str| *hooks.iter().find(|h| h["kind"] == kind).unwrap();
+    let data = of("ConfigMap")["data"].as_object().unwrap();
+    let mut carried: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(chart_dir().join("crds")).unwrap() {
+        let path = entry.unwrap().path();
+        let key = path.file_name().unwrap().to_str().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(data[key], text.as_str(), "{key} carried byte for byte");
+        let yaml: Value = serde_yaml_ng::from_str(&text).unwrap();
+        carried.push(yaml["metadata"]["name"].as_str().unwrap().to_string());
+    }
+    assert_eq!(data.len(), carried.len());
+    let rules = of("ClusterRole")["rules"].as_array().unwrap();
+    let mut names: Vec<String> = rules[0]["resourceNames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    carried.sort();
+    assert_eq!(names, carried, "it may write exactly the chart's CRDs");
+    assert_eq!(rules[0]["verbs"], serde_json::json!(["get", "patch"]));
+    assert!(
+        rules
+            .iter()
+            .all(|r| r["resources"] == serde_json::json!(["customresourcedefinitions"]))
+    );
+    let job = &of("Job")["spec"]["template"]["spec"];
+    assert_eq!(
+        job["containers"][0]["args"],
+        serde_json::json!(["apply-crds", "--dir=/crds", "--chart-version=0.1.0"])
+    );
+    assert_eq!(
+        job["containers"][0]["image"],
+        "registry.example.com/nodewright/operator:0.1.0"
+    );
+
+    let off = render(&["--set", "crds.upgrade=false"]);
+    assert!(
+        !off.iter()
+            .any(|d| d["metadata"]["annotations"].get("helm.sh/hook").is_some())
+    );
+}
+
 /// Monitoring objects are off by default (they need the Prometheus Operator's CRDs); on, the
 /// ServiceMonitor selects the metrics Service and nothing else, and the PrometheusRule carries
 /// exactly the shipped rule file, runbook links prefixed when asked.
