@@ -93,6 +93,8 @@ pub mod reason {
     pub const OUTSIDE_MAINTENANCE_WINDOW: &str = "OutsideMaintenanceWindow";
     /// A health gate holds new disruptive work.
     pub const HEALTH_GATE_FAILING: &str = "HealthGateFailing";
+    /// A node's reboot waits for an operator replica to become ready on another node.
+    pub const OPERATOR_REPLICA_STARTING: &str = "OperatorReplicaStarting";
     /// The API server refuses the agent's pods (Pod Security, a policy engine): nothing new
     /// starts.
     pub const AGENT_PODS_REFUSED: &str = "AgentPodsRefused";

@@ -133,3 +133,17 @@ pub fn pod(p: &Pod) -> Option<nodewright_planner::ObservedPod> {
             .is_some_and(|l| l.get(keys::job::MANAGED).is_some_and(|v| v == "true")),
     })
 }
+
+/// One of the operator's replicas, once bound to a node.
+pub fn replica(p: &Pod) -> Option<nodewright_planner::Replica> {
+    let ready = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    Some(nodewright_planner::Replica {
+        pod: p.metadata.name.clone()?,
+        node: p.spec.as_ref()?.node_name.clone()?,
+        ready: ready && p.metadata.deletion_timestamp.is_none(),
+    })
+}

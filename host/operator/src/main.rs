@@ -139,6 +139,10 @@ struct Flags {
         default_value = "nodewright-operator"
     )]
     lease_name: String,
+    /// The label selector of this operator's replicas (in --namespace): a rollout does not
+    /// reboot the node of the last ready one while another is still starting elsewhere.
+    #[arg(long, env = "NODEWRIGHT_REPLICA_SELECTOR")]
+    replica_selector: Option<String>,
     /// Identity in the Lease (default: the hostname and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -236,7 +240,13 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     }
 
     let notify = Arc::new(Notify::new());
-    let world = world::World::start(client.clone(), &flags.namespace, notify.clone()).await?;
+    let world = world::World::start(
+        client.clone(),
+        &flags.namespace,
+        flags.replica_selector.as_deref(),
+        notify.clone(),
+    )
+    .await?;
     let trust = trust::Trust::new(world.trust_policies());
     if let Some(addr) = flags.webhook_addr {
         start_webhook(

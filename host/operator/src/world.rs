@@ -32,6 +32,8 @@ pub struct World {
     nodes: Store<Node>,
     jobs: Store<Job>,
     pods: Store<Pod>,
+    /// The operator's own replicas (empty without `--replica-selector`).
+    replicas: Store<Pod>,
     /// Our own writes the caches have not shown yet.
     overlay: Arc<Mutex<Overlay>>,
     /// Evictions a PodDisruptionBudget refused, by `namespace/name`.
@@ -279,6 +281,7 @@ impl World {
             nodes: reflector::store().0,
             jobs: reflector::store().0,
             pods: reflector::store().0,
+            replicas: reflector::store().0,
             overlay: Arc::default(),
             refusals: Arc::default(),
             states: Arc::default(),
@@ -289,6 +292,7 @@ impl World {
     pub async fn start(
         client: Client,
         namespace: &str,
+        replica_selector: Option<&str>,
         notify: Arc<Notify>,
     ) -> anyhow::Result<World> {
         // Our Jobs only, by label; pods only once bound to a node (the planner reads pods
@@ -307,7 +311,17 @@ impl World {
                 keep,
                 notify.clone(),
             ),
-            pods: watch(Api::all(client), pods_cfg, slim_pod, notify),
+            pods: watch(Api::all(client.clone()), pods_cfg, slim_pod, notify.clone()),
+            // A handful of pods, kept whole: where each runs and whether it is ready.
+            replicas: match replica_selector {
+                Some(s) => watch(
+                    Api::namespaced(client, namespace),
+                    watcher::Config::default().labels(s),
+                    keep,
+                    notify,
+                ),
+                None => reflector::store().0,
+            },
             overlay: Arc::default(),
             refusals: Arc::default(),
             states: Arc::default(),
@@ -318,6 +332,9 @@ impl World {
         world.nodes.wait_until_ready().await?;
         world.jobs.wait_until_ready().await?;
         world.pods.wait_until_ready().await?;
+        if replica_selector.is_some() {
+            world.replicas.wait_until_ready().await?;
+        }
         Ok(world)
     }
 
@@ -452,6 +469,12 @@ impl World {
             settings: settings.clone(),
             states: self.states.clone(),
             agent_pods,
+            replicas: self
+                .replicas
+                .state()
+                .iter()
+                .filter_map(|p| crate::convert::replica(p))
+                .collect(),
         }
     }
 }

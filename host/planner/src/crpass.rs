@@ -347,6 +347,7 @@ impl<'a> Pass<'a> {
             digests: &c.digests,
             hold: c.holds.hold,
             orders: &batches.orders,
+            replicas: &self.s.replicas,
         };
         for n in selected {
             let Some((stand, mut node_status)) = standing.get(n.name.as_str()).copied() else {

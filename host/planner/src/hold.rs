@@ -12,7 +12,7 @@ use nodewright_api::gates::NodeHealthGate;
 use nodewright_api::v1alpha1::DeploymentPolicySpec;
 use nodewright_api::windows::{MaintenanceWindows, WindowState};
 
-use crate::snapshot::{AgentPods, Cr, GateFinding, ObservedNode};
+use crate::snapshot::{AgentPods, Cr, GateFinding, ObservedNode, Replica};
 
 /// How much new work a node that has not started may begin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -98,6 +98,20 @@ pub fn evaluate(
         gates: cr.failing_gates.clone(),
         agent_pods_refused,
     }
+}
+
+/// The replica a reboot of `node` must wait for, if any: `node` runs a ready operator replica,
+/// no other node does, and a replica elsewhere is on its way (not ready yet). Rebooting the
+/// node then would leave no replica to lead or to answer the fail-closed webhook until one
+/// of them is back. With no replica on its way there is nothing to wait for (every replica
+/// runs on this node): the reboot goes ahead.
+pub fn operator_waits<'r>(replicas: &'r [Replica], node: &str) -> Option<&'r Replica> {
+    let here = replicas.iter().any(|r| r.node == node && r.ready);
+    let elsewhere = replicas.iter().any(|r| r.node != node && r.ready);
+    if !here || elsewhere {
+        return None;
+    }
+    replicas.iter().find(|r| r.node != node && !r.ready)
 }
 
 /// The `nodeHealth` conditions a node that finished an interrupt cycle for `cr` does not
@@ -186,6 +200,39 @@ mod tests {
             Holds::default(),
             "no windows, no gates: open"
         );
+    }
+
+    fn replica(pod: &str, node: &str, ready: bool) -> Replica {
+        Replica {
+            pod: pod.into(),
+            node: node.into(),
+            ready,
+        }
+    }
+
+    #[test]
+    fn a_reboot_waits_only_for_a_replica_on_its_way_elsewhere() {
+        let starting = [replica("op-a", "a", true), replica("op-b", "b", false)];
+        assert_eq!(
+            operator_waits(&starting, "a").map(|r| r.pod.as_str()),
+            Some("op-b"),
+            "a hosts the last ready replica; b's is starting"
+        );
+        assert_eq!(operator_waits(&starting, "b"), None, "b hosts no ready one");
+        assert_eq!(operator_waits(&starting, "c"), None);
+        let spread = [replica("op-a", "a", true), replica("op-b", "b", true)];
+        assert_eq!(
+            operator_waits(&spread, "a"),
+            None,
+            "another is ready elsewhere"
+        );
+        let together = [replica("op-1", "a", true), replica("op-2", "a", false)];
+        assert_eq!(
+            operator_waits(&together, "a"),
+            None,
+            "nothing elsewhere to wait for"
+        );
+        assert_eq!(operator_waits(&[], "a"), None, "replicas unknown");
     }
 
     #[test]

@@ -40,6 +40,6 @@ pub use action::{Action, Ask, Event, JobRequest, NodePatch, Target};
 pub use plan::plan;
 pub use snapshot::{
     AgentPods, Cr, GateFinding, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck,
-    Refusal, Resolved, Settings, Snapshot, Work,
+    Refusal, Replica, Resolved, Settings, Snapshot, Work,
 };
 pub use states::StateCache;

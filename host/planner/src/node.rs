@@ -11,7 +11,7 @@ mod start;
 use nodewright_api::agent::RunStage;
 use nodewright_api::keys;
 use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State};
-use nodewright_api::v1alpha1::{Interrupt, Package, Status};
+use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package, Status};
 
 use crate::action::{Action, Event, Target};
 use crate::drain::{self, Blocked, Drain};
@@ -33,6 +33,9 @@ pub struct NodeOutcome {
     pub failures: Vec<String>,
     /// A window or gate kept this node from starting.
     pub held: bool,
+    /// Its reboot waits for this operator replica to become ready on another node (the
+    /// node runs the last ready one).
+    pub awaits_replica: Option<String>,
 }
 
 /// What a runnable package does next.
@@ -115,7 +118,7 @@ pub(crate) fn pass(
         // disruption) until a new generation or a reset re-arms it.
         runnable.clear();
     }
-    let held = v.hold(work, &mut runnable);
+    let (held, awaits_replica) = v.hold(work, &mut runnable);
     let prep = v.prepare(work, &runnable, actions);
     if !prep.timed_out {
         start::start(v, state, &runnable, prep.ready, actions);
@@ -123,7 +126,9 @@ pub(crate) fn pass(
     let started = actions[first_action..]
         .iter()
         .any(|a| matches!(a, Action::CreateJob(_)));
-    v.conclude(work, state, failures, prep, held, started)
+    let mut out = v.conclude(work, state, failures, prep, held, started);
+    out.awaits_replica = awaits_replica;
+    out
 }
 
 /// Whether a step disrupts the node (needs the cordon and drain first): a stage with an
@@ -227,17 +232,39 @@ impl Visit<'_, '_> {
     /// A window or a gate: a node that has not started begins only what the hold allows.
     /// One past its cordon finishes its whole chain; one with a Job of ours, the
     /// non-disruptive part of it. True when the hold kept something back.
-    fn hold(&self, work: &NodeWork<'_>, runnable: &mut Vec<Runnable<'_>>) -> bool {
+    /// The operator's own availability holds a node the same way when its reboot would
+    /// take down the last ready replica while another is on its way (the replica waited
+    /// for is returned).
+    fn hold(
+        &self,
+        work: &NodeWork<'_>,
+        runnable: &mut Vec<Runnable<'_>>,
+    ) -> (bool, Option<String>) {
         let cordoned = work.get(&keys::cordon(&self.cr.name)).is_some();
-        if cordoned || self.env.hold == Hold::Open {
-            return false;
+        if cordoned {
+            return (false, None);
+        }
+        let reboots = runnable
+            .iter()
+            .any(|r| r.disruptive() && r.scope.iter().any(|i| i.kind == InterruptType::Reboot));
+        let awaits = reboots
+            .then(|| hold::operator_waits(self.env.replicas, &self.node.name))
+            .flatten()
+            .map(|r| r.pod.clone());
+        let hold = if awaits.is_some() {
+            self.env.hold.max(Hold::Disruption)
+        } else {
+            self.env.hold
+        };
+        if hold == Hold::Open {
+            return (false, None);
         }
         let before = runnable.len();
         runnable.retain(|r| {
             let disruptive = r.disruptive();
-            self.env.hold.allows(disruptive) || (!disruptive && !self.jobs.is_empty())
+            hold.allows(disruptive) || (!disruptive && !self.jobs.is_empty())
         });
-        runnable.len() < before
+        (runnable.len() < before, awaits)
     }
 
     /// Cordon → (next pass) barrier → drain, when any runnable step disrupts. With
@@ -344,6 +371,7 @@ impl Visit<'_, '_> {
             drain_blocked: prep.drain_blocked,
             failures,
             held,
+            awaits_replica: None,
         }
     }
 }

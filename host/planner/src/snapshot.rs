@@ -33,6 +33,20 @@ pub struct Snapshot {
     pub states: Arc<StateCache>,
     /// Whether the API server admits the agent's pods in the Jobs' namespace.
     pub agent_pods: AgentPods,
+    /// The operator's own replicas (empty: unknown, and nothing waits for them).
+    pub replicas: Vec<Replica>,
+}
+
+/// One of the operator's replicas: its pod, where it runs, and whether it is ready (it
+/// serves the fail-closed webhook and may lead).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replica {
+    /// The pod's name.
+    pub pod: String,
+    /// Its node.
+    pub node: String,
+    /// Its `Ready` condition is true.
+    pub ready: bool,
 }
 
 /// The API server's answer, as the operator last asked it (a server-side dry run of the

@@ -28,6 +28,8 @@ pub struct Report<'a> {
     holds: Holds,
     /// How many nodes a window or gate kept from starting.
     held: usize,
+    /// Nodes whose reboot waits for an operator replica to become ready elsewhere.
+    awaiting_replicas: Vec<String>,
     /// Nodes uninstalling a package, and nodes whose uninstall failed.
     uninstalling: Vec<String>,
     uninstall_failed: Vec<String>,
@@ -58,6 +60,7 @@ impl<'a> Report<'a> {
             drain_blocked: vec![],
             failures: vec![],
             holds: Holds::default(),
+            awaiting_replicas: Vec::new(),
             held: 0,
             uninstalling: vec![],
             uninstall_failed: vec![],
@@ -183,6 +186,10 @@ impl<'a> Report<'a> {
                 .push((d.reason, format!("{node}: {}", d.message)));
         }
         self.held += usize::from(out.held);
+        if let Some(replica) = &out.awaits_replica {
+            self.awaiting_replicas
+                .push(format!("{node} waits for operator replica {replica}"));
+        }
         for f in &out.failures {
             self.failures.push(format!("{node}: {f}"));
         }
@@ -379,6 +386,13 @@ impl<'a> Report<'a> {
             } else if !self.holds.gates.is_empty() {
                 ready_reason = reason::HEALTH_GATE_FAILING;
                 ready_msg = format!("{ready_msg}; held by health gates{waiting}");
+            } else if !self.awaiting_replicas.is_empty() {
+                ready_reason = reason::OPERATOR_REPLICA_STARTING;
+                ready_msg = format!(
+                    "{ready_msg}; {} (its node runs the last ready one: rebooting it now would \
+                     leave no replica to serve the webhook)",
+                    self.awaiting_replicas.join("; ")
+                );
             }
         }
         self.condition(

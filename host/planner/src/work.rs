@@ -173,4 +173,6 @@ pub struct Env<'a> {
     pub hold: Hold,
     /// Each batch member's rollout order (see [`crate::JobRequest::node_order`]).
     pub orders: &'a HashMap<String, u32>,
+    /// The operator's replicas (a reboot of the last ready one's node waits).
+    pub replicas: &'a [crate::snapshot::Replica],
 }

@@ -308,3 +308,90 @@ async fn agent_pods_refused_by_pod_security_hold_the_rollout_until_the_namespace
     );
     assert_eq!(e.condition("psa", "Blocked").await.unwrap().0, "False");
 }
+
+/// Sets the `Ready` condition of pod `name` in the operator's namespace, as its kubelet would.
+async fn set_ready(e: &E2e, name: &str, ready: bool) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams};
+    let status = if ready { "True" } else { "False" };
+    Api::<Pod>::namespaced(e.client.clone(), common::NS)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [
+                {"type": "Ready", "status": status},
+                {"type": "ContainersReady", "status": status}
+            ]}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// The operator's availability across its own rollouts: two replicas (pods the operator
+/// finds by `--replica-selector`, as the chart passes it), one on each node; the one on r1 is
+/// still starting. A reboot of r0 would leave no ready replica, so r0 waits, uncordoned,
+/// and Ready says for which replica, while r1 (whose reboot leaves r0's replica serving)
+/// goes ahead; once the replica is ready, r0 reboots too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reboot_waits_while_its_node_runs_the_last_ready_operator_replica() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("r0", &[]), ("r1", &[])]).await;
+    let pods = Api::<Pod>::namespaced(e.client.clone(), common::NS);
+    for (name, node) in [("op-0", "r0"), ("op-1", "r1")] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "nw-replica-test"}},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                     "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{"name": "operator", "image": "sleeper"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    e.wait("both replicas running", LIMIT, || async {
+        let all = pods.list(&Default::default()).await.ok()?;
+        let ready = all
+            .items
+            .iter()
+            .filter_map(nodewright_operator_replica_ready)
+            .filter(|r| *r)
+            .count();
+        (ready == 2).then_some(())
+    })
+    .await;
+    set_ready(&e, "op-1", false).await;
+    e.start_operator(&["--replica-selector=app=nw-replica-test"]);
+    e.apply(cr(
+        "drivers",
+        json!({"interruptionBudget": {"count": 2}, "packages": {"driver": crate::specs::reboot_package(&e)}}),
+    ))
+    .await;
+    let message = e
+        .wait("Ready=False/OperatorReplicaStarting", LIMIT, || async {
+            let (_, reason, message) = e.condition("drivers", "Ready").await?;
+            (reason == keys::reason::OPERATOR_REPLICA_STARTING).then_some(message)
+        })
+        .await;
+    assert!(
+        message.contains("r0 waits for operator replica op-1"),
+        "{message}"
+    );
+    assert!(!cordoned(&e, "r0").await, "the last ready replica's node");
+    assert_eq!(e.reboots("r0"), 0);
+
+    set_ready(&e, "op-1", true).await;
+    e.wait_complete("drivers", LIMIT).await;
+    assert_eq!((e.reboots("r0"), e.reboots("r1")), (1, 1));
+}
+
+/// A pod's `Ready` condition, if it reports one.
+fn nodewright_operator_replica_ready(p: &k8s_openapi::api::core::v1::Pod) -> Option<bool> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status == "True")
+}

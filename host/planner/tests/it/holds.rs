@@ -457,3 +457,49 @@ fn refused_agent_pods_hold_all_new_work_and_say_why() {
     assert_eq!(condition(&w, "gpu", "Blocked").0, "False");
     assert_eq!(condition(&w, "gpu", "Ready").1, "NodesConverged");
 }
+
+/// The operator's own availability: a node whose reboot would take down the last ready
+/// operator replica, while another replica is still starting elsewhere, waits (uncordoned)
+/// and the status says for which replica; once it is ready, the rollout goes on. A node that
+/// hosts no replica is not held.
+#[test]
+fn a_reboot_waits_while_its_node_runs_the_last_ready_operator_replica() {
+    use nodewright_planner::Replica;
+    let replica = |pod: &str, node: &str, ready: bool| Replica {
+        pod: pod.into(),
+        node: node.into(),
+        ready,
+    };
+    let mut w = World::new(3);
+    w.snap.replicas = vec![
+        replica("op-0", "node-0", true),
+        replica("op-1", "node-1", false),
+    ];
+    w.add_cr(
+        "gpu",
+        spec(json!({"interruptionBudget": {"count": 3}, "packages": {"driver": reboot_pkg()}})),
+    );
+    passes(&mut w, 12);
+    assert!(
+        !ever_cordoned(&w, "node-0"),
+        "the last ready replica's node"
+    );
+    assert_eq!(stages_on(&w, "node-0"), ["driver:plan"]);
+    for n in ["node-1", "node-2"] {
+        assert!(ever_cordoned(&w, n), "{n} is not held");
+    }
+    let (ready, reason, msg) = condition(&w, "gpu", "Ready");
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("False", "OperatorReplicaStarting")
+    );
+    assert!(
+        msg.contains("node-0 waits for operator replica op-1"),
+        "{msg}"
+    );
+
+    w.snap.replicas[1].ready = true;
+    w.run(("reboot", 1), 80);
+    assert_eq!(w.cr("gpu").status.status, Some(Status::Complete));
+    assert!(ever_cordoned(&w, "node-0"));
+}
