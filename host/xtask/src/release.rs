@@ -238,9 +238,7 @@ pub fn publish(target: &Path, args: &[String], budget: &mut Budget) -> Result<()
     // The stage Jobs' pods are privileged: a cluster enforcing Pod Security `baseline` by
     // default refuses them unless the namespace says otherwise.
     println!(
-        "\nInstall it with:\n\n  {}\n  {}\n  {helm}\n\nand name the plugins by digest in your NodeWrights, e.g.\n  plugin: {}",
-        "kubectl create namespace nodewright",
-        "kubectl label namespace nodewright pod-security.kubernetes.io/enforce=privileged",
+        "\nInstall it with:\n\n  kubectl create namespace nodewright\n  kubectl label namespace nodewright pod-security.kubernetes.io/enforce=privileged\n  {helm}\n\nand name the plugins by digest in your NodeWrights, e.g.\n  plugin: {}",
         plugin_refs.first().cloned().unwrap_or_default()
     );
     Ok(())
