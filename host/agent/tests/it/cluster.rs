@@ -94,7 +94,12 @@ async fn the_agent_runs_in_a_job_pod_and_reboots_the_node() {
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+            // The agent's pods are privileged: the test apiserver enforces Pod Security
+            // `baseline` wherever a namespace says nothing.
+            &serde_json::from_value(json!({"metadata": {"name": ns, "labels": {
+                nodewright_api::keys::POD_SECURITY_ENFORCE: nodewright_api::keys::POD_SECURITY_PRIVILEGED
+            }}}))
+            .unwrap(),
         )
         .await
         .unwrap();
