@@ -184,6 +184,7 @@ fn parse_test_args(args: &[String]) -> Result<TestArgs> {
 // Long on purpose: the phases in the order they run, each one line in the budget.
 fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
     let args = parse_test_args(args)?;
+    setup::require_root("test")?;
     let triple = musl_triple();
     // The Go builds need only Go: they start first and run beside everything else.
     let go = setup::go_builds(&[KTEST, HELM, COSIGN], &target.join("logs/go"))?;

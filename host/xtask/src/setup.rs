@@ -98,12 +98,7 @@ pub fn apt(packages: &[Apt]) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    if !root {
+    if !is_root() {
         bail!(
             "missing Debian packages {}: run `sudo apt-get install -y {}`",
             missing.join(", "),
@@ -115,6 +110,76 @@ pub fn apt(packages: &[Apt]) -> Result<()> {
         .args(["install", "-y", "-qq"])
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Fails at once, saying why, when `task` is not run as root.
+pub fn require_root(task: &str) -> Result<()> {
+    if !is_root() {
+        bail!(
+            "cargo xtask {task} needs root: it installs Debian packages and runs a real kubelet \
+             (containerd, runc) in namespaces of its own; run it as root (CI does)"
+        );
+    }
+    Ok(())
+}
+
+/// The Go the tools' modules name (`go 1.26.0` in their go.mod); the scripts build with
+/// `GOTOOLCHAIN=local`, so an older Go is never upgraded behind the user's back.
+const MIN_GO: (u32, u32) = (1, 26);
+
+/// `(major, minor)` of `go version`'s output (`go version go1.26.1 linux/amd64`).
+fn go_version(output: &str) -> Option<(u32, u32)> {
+    let v = output.split_whitespace().nth(2)?.strip_prefix("go")?;
+    let mut parts = v.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor: String = parts
+        .next()?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some((major, minor.parse().ok()?))
+}
+
+/// Fails at once, before minutes of cargo, when a tool must be built and no Go new enough is
+/// on the PATH.
+fn require_go(uncached: &[&str]) -> Result<()> {
+    let found = Command::new("go")
+        .arg("version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let (want_major, want_minor) = MIN_GO;
+    match found.as_deref().map(|f| (f, go_version(f))) {
+        Some((_, Some(v))) if v >= MIN_GO => Ok(()),
+        found => bail!(
+            "Go {want_major}.{want_minor} or newer is needed to build {} (found: {}); install it \
+             (https://go.dev/dl, or Debian's golang package when it is new enough) and put `go` \
+             on the PATH",
+            uncached.join(", "),
+            found.map_or("no `go` on the PATH", |(f, _)| f)
+        ),
+    }
+}
+
+/// Whether `tool` is built already (its script asked only that).
+fn cached(tool: GoTool) -> Result<Option<PathBuf>, String> {
+    let script = workspace().join(tool.script);
+    let out = Command::new("bash")
+        .arg(&script)
+        .env("NODEWRIGHT_CHECK_ONLY", "1")
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    Ok(out.status.success().then(|| path_of(&out.stdout)))
 }
 
 /// Go tools building in the background, one after another.
@@ -140,6 +205,14 @@ enum GoOutcome {
 /// each build goes to `<logs>/<name>.log`.
 pub fn go_builds(tools: &[GoTool], logs: &Path) -> Result<GoBuilds> {
     std::fs::create_dir_all(logs)?;
+    let uncached: Vec<&str> = tools
+        .iter()
+        .filter(|t| !matches!(cached(**t), Ok(Some(_))))
+        .map(|t| t.name)
+        .collect();
+    if !uncached.is_empty() {
+        require_go(&uncached)?;
+    }
     let tools = tools.to_vec();
     let logs = logs.to_path_buf();
     let handle = std::thread::spawn(move || {
@@ -161,14 +234,8 @@ pub fn go_builds(tools: &[GoTool], logs: &Path) -> Result<GoBuilds> {
 
 fn build_go(tool: GoTool, log: &Path) -> Result<GoOutcome, String> {
     let script = workspace().join(tool.script);
-    let cached = Command::new("bash")
-        .arg(&script)
-        .env("NODEWRIGHT_CHECK_ONLY", "1")
-        .stderr(Stdio::null())
-        .output()
-        .map_err(|e| format!("running {}: {e}", script.display()))?;
-    if cached.status.success() {
-        return Ok(GoOutcome::Cached(path_of(&cached.stdout)));
+    if let Some(path) = cached(tool)? {
+        return Ok(GoOutcome::Cached(path));
     }
     let err = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     // Compiling at the lowest priority: the Go builds run beside cargo and fill the
@@ -225,5 +292,22 @@ impl GoBuilds {
             Some(e) => bail!("{e}"),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_versions_are_read_and_compared() {
+        assert_eq!(go_version("go version go1.26.1 linux/amd64"), Some((1, 26)));
+        assert_eq!(
+            go_version("go version go1.27rc1 linux/arm64"),
+            Some((1, 27))
+        );
+        assert_eq!(go_version("go version go1.22.2 linux/amd64"), Some((1, 22)));
+        assert_eq!(go_version("bash: go: command not found"), None);
+        assert!(Some((1, 22)) < Some(MIN_GO) && (1, 26) >= MIN_GO && (2, 0) >= MIN_GO);
     }
 }
