@@ -309,7 +309,36 @@ pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::ObservedJob>
         work,
         phase,
         stopping,
+        stuck: pods.iter().find_map(|p| cannot_start(p)),
     })
+}
+
+/// Why the agent's container cannot start, when the kubelet says it cannot: the image
+/// cannot be pulled or the container created. Other waits (creating, a pull under way) are
+/// progress.
+fn cannot_start(p: &Pod) -> Option<String> {
+    const STUCK: [&str; 5] = [
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    ];
+    let c = p
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == CONTAINER)?;
+    let waiting = c.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref().filter(|r| STUCK.contains(r))?;
+    Some(format!(
+        "the agent pod {} cannot start: {reason}: {} (image {})",
+        p.metadata.name.as_deref().unwrap_or_default(),
+        waiting.message.as_deref().unwrap_or("no message"),
+        c.image
+    ))
 }
 
 /// The agent's result in a pod's termination message, if it wrote one.
@@ -424,6 +453,39 @@ pub(crate) mod tests {
             default["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 40,
             "above Kubernetes' 30 s even at the default gracefulShutdown"
         );
+    }
+
+    /// A pod whose agent container waits for `reason` (with the kubelet's `message`).
+    fn waiting(reason: &str, message: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "nw-tune-tuning-apply-n1-0-x7k2p"},
+            "status": {"phase": "Pending", "containerStatuses": [{
+                "name": CONTAINER, "image": "registry.example/nodewright/agent@sha256:0",
+                "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": reason, "message": message}}
+            }]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_that_cannot_start_says_why_and_names_the_image() {
+        let job = build(&request(), &cfg());
+        let pull = waiting(
+            "ImagePullBackOff",
+            "Back-off pulling image \"registry.example/nodewright/agent@sha256:0\": 401 Unauthorized",
+        );
+        let stuck = read(&job, &[&pull]).unwrap().stuck.unwrap();
+        assert!(
+            stuck.contains("cannot start: ImagePullBackOff")
+                && stuck.contains("401 Unauthorized")
+                && stuck.contains("(image registry.example/nodewright/agent@sha256:0)")
+                && stuck.contains("x7k2p"),
+            "{stuck}"
+        );
+        let creating = waiting("ContainerCreating", "");
+        assert_eq!(read(&job, &[&creating]).unwrap().stuck, None, "progress");
+        assert_eq!(read(&job, &[]).unwrap().stuck, None);
     }
 
     #[test]

@@ -131,6 +131,7 @@ fn snapshot(nodes: usize) -> Snapshot {
                         last: None,
                     },
                     stopping: false,
+                    stuck: None,
                 });
             }
             annotations.insert(keys::cordon("fleet"), "true".into());

@@ -159,6 +159,9 @@ impl Visit<'_, '_> {
         for e in state.values().filter(|e| parked(cr, e)) {
             failures.push(format!("{}: {}", e.name, e.message));
         }
+        // A Job whose pod cannot start: nothing new starts on the node, and it reads
+        // erroring until the kubelet succeeds (it keeps trying; the Job stays).
+        failures.extend(self.jobs.iter().filter_map(|j| j.stuck.clone()));
         let started = drain::started(work.get(&keys::drain_start(&cr.name)));
         if let Some(why) = drain::timed_out(cr, started, self.env.now) {
             if work.get(&keys::node_status(&cr.name)) != Some("erroring") {

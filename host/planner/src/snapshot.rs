@@ -279,6 +279,10 @@ pub struct ObservedJob {
     /// Being deleted (its pods are stopping): no longer the planner's to record, but it
     /// still holds its node and its name until it is gone.
     pub stopping: bool,
+    /// Its pod cannot start (the image cannot be pulled, the container cannot be created):
+    /// the kubelet's reason and message, naming the image. The kubelet keeps trying; the
+    /// node reads erroring, with this, until it succeeds.
+    pub stuck: Option<String>,
 }
 
 impl ObservedJob {

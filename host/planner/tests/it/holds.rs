@@ -503,3 +503,37 @@ fn a_reboot_waits_while_its_node_runs_the_last_ready_operator_replica() {
     assert_eq!(w.cr("gpu").status.status, Some(Status::Complete));
     assert!(ever_cordoned(&w, "node-0"));
 }
+
+/// A Job whose pod cannot start (the kubelet cannot pull the agent image): the node reads
+/// erroring with the kubelet's reason and the image, nothing more starts there, and the Job
+/// is left to the kubelet's retries; once the pod starts, the rollout goes on by itself.
+#[test]
+fn a_job_whose_pod_cannot_start_leaves_its_node_erroring_until_it_starts() {
+    let mut w = World::new(1);
+    w.add_cr("tune", spec(json!({"packages": {"tuning": plain_pkg()}})));
+    w.step();
+    let stuck = "the agent pod p cannot start: ImagePullBackOff: 401 Unauthorized (image r.example/agent@sha256:0)";
+    let job = w.snap.jobs.first_mut().expect("the first stage's Job");
+    job.stuck = Some(stuck.into());
+    let name = job.name.clone();
+    for _ in 0..5 {
+        w.step();
+    }
+    assert_eq!(w.node_status("tune", "node-0"), Some(Status::Erroring));
+    let (_, _, msg) = condition(&w, "tune", "Ready");
+    assert!(
+        msg.contains("ImagePullBackOff") && msg.contains("r.example/agent"),
+        "{msg}"
+    );
+    assert_eq!(w.snap.jobs.len(), 1, "nothing else started; the Job stays");
+    assert!(
+        !w.history
+            .iter()
+            .any(|(_, a)| matches!(a, Action::DeleteJob { name: n, .. } if *n == name)),
+        "the kubelet keeps trying: the Job is not deleted"
+    );
+
+    w.snap.jobs[0].stuck = None;
+    w.run(("reboot", 1), 40);
+    assert_eq!(w.cr("tune").status.status, Some(Status::Complete));
+}

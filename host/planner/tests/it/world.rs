@@ -254,6 +254,7 @@ impl World {
                             last: None,
                         },
                         stopping: false,
+                        stuck: None,
                     });
                 }
             }
