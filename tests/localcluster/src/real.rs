@@ -123,13 +123,18 @@ impl RealCluster {
     /// Runs `cargo xtask publish --registry <node registry>/nodewright --insecure [--tag T]`
     /// and reads what it printed.
     pub fn publish(&self, tag: Option<&str>) -> Result<Published> {
+        self.publish_under("nodewright", tag)
+    }
+
+    /// The same, into `<node registry>/<path>`.
+    pub fn publish_under(&self, path: &str, tag: Option<&str>) -> Result<Published> {
         let workspace = nodewright_testregistry::workspace();
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(&workspace).args([
             "xtask",
             "publish",
             "--registry",
-            &format!("{}/nodewright", self.node_registry),
+            &format!("{}/{path}", self.node_registry),
             "--insecure",
         ]);
         if let Some(t) = tag {

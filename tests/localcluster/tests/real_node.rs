@@ -4,7 +4,8 @@
 //! in the node's network namespace, a host command tree that runs in the node's namespaces
 //! and dies with its stage's deadline, a reboot carried out as a restart of the node, a
 //! helm upgrade (carrying a CRD schema change) and rollback across two built versions in the
-//! middle of a rollout, a roll forward, and `helm uninstall`.
+//! middle of a rollout, a roll forward, an agent image the kubelet cannot pull until it is
+//! pushed, and `helm uninstall`.
 //!
 //! One cluster for all of it (a real node takes a while to start); the phases run in
 //! order and each says what it checks.
@@ -570,6 +571,60 @@ async fn nodewright_as_installed_on_a_real_node() {
     .await;
     webhook_refuses(&c).await;
     assert_eq!(nodewright_crd(&c).await, (Some("0.1.1".into()), true));
+
+    step("7. an agent image the kubelet cannot pull yet");
+    // 7. The agent image moved to a repository nothing was pushed to yet: the stage Job's
+    //    pod cannot start, and the node says so (naming the image and the kubelet's
+    //    message) instead of reading in progress for the stage's deadline; once the image
+    //    is there, the kubelet's next try starts the pod and the rollout completes by itself.
+    let mirror = format!("{}/mirror/agent", c.node_registry);
+    c.helm(&format!("{upgrade} --set agent.image.repository={mirror}"))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    wait(&c, "the operator with the moved agent image", || async {
+        let d = Api::<Deployment>::namespaced(c.client.clone(), "nodewright")
+            .get("nodewright-operator")
+            .await
+            .ok()?;
+        let args = serde_json::to_string(&d.spec?.template.spec?.containers[0].args).ok()?;
+        (args.contains(&mirror) && operator_ready(&c, Some(&operator_v2)).await).then_some(())
+    })
+    .await;
+    webhook_refuses(&c).await;
+    apply(&c, cr("pulled", json!({"packages": {"tuning": {
+        "version": "1.0.0", "plugin": v1.pinned("plugins/sysctl").unwrap(),
+        "configMap": {"net.ipv4.tcp_keepalive_time": "733"},
+        "capabilities": {"sysctl": ["net.ipv4.tcp_keepalive_time"], "files": [{"path": "/etc/sysctl.d", "access": "readWrite"}]}
+    }}}))).await.unwrap();
+    let message = wait(&c, "the node erroring on the image pull", || async {
+        let nw = Api::<NodeWright>::all(c.client.clone())
+            .get("pulled")
+            .await
+            .ok()?;
+        let status = nw.status?;
+        (status.node_status.get(NODE) == Some(&Status::Erroring)).then_some(())?;
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.message.contains("cannot start"))
+            .map(|c| c.message.clone())
+    })
+    .await;
+    assert!(
+        (message.contains("ErrImagePull") || message.contains("ImagePullBackOff"))
+            && message.contains(&mirror),
+        "{message}"
+    );
+    let mirrored = c
+        .publish_under("mirror", Some("0.1.1"))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(
+        digest(&mirrored, "agent"),
+        digest(&v2, "agent"),
+        "the same tree and tag build the same image, byte for byte"
+    );
+    wait_complete(&c, "pulled").await;
+    assert_eq!(c.node.in_netns(&["cat", key]).unwrap(), "733");
+
     c.helm("helm uninstall nodewright --namespace nodewright")
         .unwrap_or_else(|e| panic!("{e:#}"));
     wait(&c, "the operator's pods gone", || async {
