@@ -183,21 +183,11 @@ impl RealCluster {
         if words.next() != Some("kubectl") {
             bail!("not a kubectl command: {line}");
         }
-        let out = Command::new(nodewright_testcluster::ktest_binary()?)
-            .arg("kubectl")
+        let mut cmd = Command::new(nodewright_testcluster::ktest_binary()?);
+        cmd.arg("kubectl")
             .args(words)
-            .env("KUBECONFIG", self.cp.kubeconfig())
-            .output()
-            .context("running kubectl")?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if !out.status.success() {
-            bail!("{line}\n{text}");
-        }
-        Ok(text)
+            .env("KUBECONFIG", self.cp.kubeconfig());
+        printed(line, &mut cmd)
     }
 
     /// Runs a `helm ...` command line (as printed, split on whitespace) with the real helm
@@ -207,22 +197,27 @@ impl RealCluster {
         if words.next() != Some("helm") {
             bail!("not a helm command: {line}");
         }
-        let out = Command::new(nodewright_testcluster::helm_binary()?)
-            .args(words)
+        let mut cmd = Command::new(nodewright_testcluster::helm_binary()?);
+        cmd.args(words)
             .env("KUBECONFIG", self.cp.kubeconfig())
             .env("HELM_CACHE_HOME", self.work.join("helm/cache"))
             .env("HELM_CONFIG_HOME", self.work.join("helm/config"))
-            .env("HELM_DATA_HOME", self.work.join("helm/data"))
-            .output()
-            .context("running helm")?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if !out.status.success() {
-            bail!("{line}\n{text}");
-        }
-        Ok(text)
+            .env("HELM_DATA_HOME", self.work.join("helm/data"));
+        printed(line, &mut cmd)
     }
+}
+
+/// Runs `cmd` (the command `line` an admin was told to run): its output, or an error with
+/// the line and the output.
+fn printed(line: &str, cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {line}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        bail!("{line}\n{text}");
+    }
+    Ok(text)
 }

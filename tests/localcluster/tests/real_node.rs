@@ -584,13 +584,18 @@ async fn nodewright_as_installed_on_a_real_node() {
         "{upgrade} --set agent.image.repository={mirror} --set agent.image.digest= --set agent.image.tag=0.1.2"
     ))
     .unwrap_or_else(|e| panic!("{e:#}"));
-    wait(&c, "the operator with the moved agent image", || async {
-        let d = Api::<Deployment>::namespaced(c.client.clone(), "nodewright")
-            .get("nodewright-operator")
+    // Every replica on the new settings, the old ones gone (one still stopping may hold the
+    // Lease and create Jobs with the old image).
+    wait(&c, "only operators with the moved agent image", || async {
+        let pods = Api::<Pod>::namespaced(c.client.clone(), "nodewright")
+            .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
             .await
             .ok()?;
-        let args = serde_json::to_string(&d.spec?.template.spec?.containers[0].args).ok()?;
-        (args.contains(&mirror) && operator_ready(&c, Some(&operator_v2)).await).then_some(())
+        let moved = pods.items.iter().all(|p| {
+            serde_json::to_string(&p.spec.as_ref().map(|s| &s.containers[0].args))
+                .is_ok_and(|a| a.contains(&mirror))
+        });
+        (moved && operator_ready(&c, Some(&operator_v2)).await).then_some(())
     })
     .await;
     webhook_refuses(&c).await;
