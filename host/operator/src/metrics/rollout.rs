@@ -97,6 +97,9 @@ pub struct Rollout {
     stage_failures: Family<Failure, Counter>,
     /// Failed Jobs already counted (forgotten once the Job is gone).
     counted: Mutex<HashSet<String>>,
+    /// The stage-failure series that exist (a counter is never cleared with the gauges:
+    /// each goes when its NodeWright, or its package there, is gone).
+    failure_series: Mutex<HashSet<Failure>>,
 }
 
 /// A blame's serialized name (`package`, `denied`, ...).
@@ -343,15 +346,37 @@ impl Rollout {
                     .as_ref()
                     .map(|r| blame_name(&r.blame))
                     .unwrap_or_else(|| reason.clone());
-                self.stage_failures
-                    .get_or_create(&Failure {
-                        nodewright: j.cr.clone(),
-                        package,
-                        stage,
-                        blame,
-                    })
-                    .inc();
+                let series = Failure {
+                    nodewright: j.cr.clone(),
+                    package,
+                    stage,
+                    blame,
+                };
+                self.stage_failures.get_or_create(&series).inc();
+                self.failure_series
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(series);
             }
         }
+        self.forget_failures(s);
+    }
+
+    /// Removes the stage-failure series of NodeWrights, and packages of them, that are gone.
+    fn forget_failures(&self, s: &Snapshot) {
+        let mut series = self
+            .failure_series
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        series.retain(|f| {
+            let live = s
+                .nodewrights
+                .iter()
+                .any(|cr| cr.name == f.nodewright && cr.spec.packages.contains_key(&f.package));
+            if !live {
+                self.stage_failures.remove(f);
+            }
+            live
+        });
     }
 }

@@ -146,6 +146,24 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
         e.read_host_file("f2", "/proc/sys/vm/swappiness").as_deref(),
         Some("10")
     );
+
+    // Deleted, a NodeWright leaves no series behind: not its gauges, not its stage-failure
+    // counters (NodeWright's `metrics` and `delete-skyhook` tests); the others' stay.
+    e.delete("denied").await;
+    e.wait("denied gone", LIMIT, || async {
+        (!e.exists("denied").await).then_some(())
+    })
+    .await;
+    let text = e
+        .wait("no series of denied", Duration::from_secs(30), || async {
+            let text = common::http_get(metrics, "/metrics").await;
+            (!text.contains("nodewright=\"denied\"")).then_some(text)
+        })
+        .await;
+    assert!(
+        text.contains("nodewright_stage_failures_total{nodewright=\"fails\",package=\"broken\",stage=\"apply\",blame=\"package\"} 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
