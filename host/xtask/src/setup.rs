@@ -205,22 +205,28 @@ enum GoOutcome {
 /// each build goes to `<logs>/<name>.log`.
 pub fn go_builds(tools: &[GoTool], logs: &Path) -> Result<GoBuilds> {
     std::fs::create_dir_all(logs)?;
-    let uncached: Vec<&str> = tools
+    // Each tool's cache asked once, here: what must be built needs Go, checked now.
+    let checked: Vec<(GoTool, Result<Option<PathBuf>, String>)> =
+        tools.iter().map(|t| (*t, cached(*t))).collect();
+    let uncached: Vec<&str> = checked
         .iter()
-        .filter(|t| !matches!(cached(**t), Ok(Some(_))))
-        .map(|t| t.name)
+        .filter(|(_, c)| !matches!(c, Ok(Some(_))))
+        .map(|(t, _)| t.name)
         .collect();
     if !uncached.is_empty() {
         require_go(&uncached)?;
     }
-    let tools = tools.to_vec();
     let logs = logs.to_path_buf();
     let handle = std::thread::spawn(move || {
-        tools
+        checked
             .into_iter()
-            .map(|tool| {
+            .map(|(tool, cached)| {
                 let start = Instant::now();
-                let outcome = build_go(tool, &logs.join(format!("{}.log", tool.name)));
+                let outcome = match cached {
+                    Ok(Some(path)) => Ok(GoOutcome::Cached(path)),
+                    Ok(None) => build_go(tool, &logs.join(format!("{}.log", tool.name))),
+                    Err(e) => Err(e),
+                };
                 GoResult {
                     tool,
                     wall: start.elapsed(),
@@ -232,11 +238,9 @@ pub fn go_builds(tools: &[GoTool], logs: &Path) -> Result<GoBuilds> {
     Ok(GoBuilds { handle })
 }
 
+/// Builds `tool`, which is not cached.
 fn build_go(tool: GoTool, log: &Path) -> Result<GoOutcome, String> {
     let script = workspace().join(tool.script);
-    if let Some(path) = cached(tool)? {
-        return Ok(GoOutcome::Cached(path));
-    }
     let err = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     // Compiling at the lowest priority: the Go builds run beside cargo and fill the
     // stretches where cargo has one crate left to compile (k8s-openapi, cranelift-codegen,
