@@ -73,6 +73,8 @@ pub mod condition {
     pub const UNINSTALL_IN_PROGRESS: &str = "UninstallInProgress";
     /// Some node's uninstall failed.
     pub const UNINSTALL_FAILED: &str = "UninstallFailed";
+    /// The CR is being deleted, and its pause or disable keeps uninstalls from running.
+    pub const DELETION_BLOCKED: &str = "DeletionBlocked";
 }
 
 /// Condition and event reasons.
@@ -106,6 +108,10 @@ pub mod reason {
     pub const MULTIPLE_CAUSES: &str = "MultipleCauses";
     /// A package waits on a dependency that is being (or has been) uninstalled.
     pub const DEPENDENCY_UNINSTALLED: &str = "DependencyUninstalled";
+    /// Deletion waits: the CR is paused and some node has an uninstall to run.
+    pub const PAUSED_WITH_PENDING_UNINSTALL: &str = "PausedWithPendingUninstall";
+    /// Deletion waits: the CR is disabled and some node has an uninstall to run.
+    pub const DISABLED_WITH_PENDING_UNINSTALL: &str = "DisabledWithPendingUninstall";
 }
 
 /// Node annotation: why the drain of `cr` is blocked (cleared once it proceeds).

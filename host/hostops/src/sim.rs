@@ -13,6 +13,10 @@
 //!
 //! Commands are run only if they exist as executables *inside* the root (tests drop small
 //! scripts there); the simulated node has no other binaries.
+//!
+//! Units: every unit is taken to exist (tests name units without writing unit files), except
+//! a masked one — its unit file a symlink to `/dev/null` in `/etc/systemd/system` (or another
+//! unit directory) — whose start, restart, reload and enable fail as systemctl's do.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -277,20 +281,14 @@ impl SimHost {
     /// (`Key=value` lines read as `systemctl show` prints them; sections and comments
     /// skipped). A unit without a file has none, like systemd's not-found unit.
     fn unit_power_props(&self, unit: &str) -> UnitPowerProps {
-        const DIRS: [&str; 4] = [
-            "etc/systemd/system",
-            "run/systemd/system",
-            "usr/lib/systemd/system",
-            "lib/systemd/system",
-        ];
         let mut text = String::new();
-        if let Some(file) = DIRS
+        if let Some(file) = UNIT_DIRS
             .iter()
             .find_map(|d| std::fs::read_to_string(self.root.join(d).join(unit)).ok())
         {
             text.push_str(&file);
         }
-        for d in DIRS {
+        for d in UNIT_DIRS {
             let Ok(entries) = std::fs::read_dir(self.root.join(d).join(format!("{unit}.d"))) else {
                 continue;
             };
@@ -312,6 +310,15 @@ impl SimHost {
         UnitPowerProps::from_show(&lines.join("\n"))
     }
 
+    /// The unit is masked (its unit file a symlink to `/dev/null` in a unit directory):
+    /// systemd refuses to start, restart, reload or enable it.
+    fn masked(&self, unit: &str) -> bool {
+        UNIT_DIRS.iter().any(|d| {
+            std::fs::read_link(self.root.join(d).join(unit))
+                .is_ok_and(|target| target == Path::new("/dev/null"))
+        })
+    }
+
     fn services(&self) -> BTreeMap<String, UnitStatus> {
         std::fs::read_to_string(self.root.join(SIM_RUN).join("services.json"))
             .ok()
@@ -319,6 +326,14 @@ impl SimHost {
             .unwrap_or_default()
     }
 }
+
+/// systemd's unit directories, most important first, relative to the root.
+const UNIT_DIRS: [&str; 4] = [
+    "etc/systemd/system",
+    "run/systemd/system",
+    "usr/lib/systemd/system",
+    "lib/systemd/system",
+];
 
 fn new_boot_id() -> String {
     // Not a security token: unique enough for a simulated boot. Mix time and pid.
@@ -409,7 +424,17 @@ impl HostOps for SimHost {
     fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
         let argv = argv::systemctl(verb, unit)?;
         refuse_power_change(verb, unit, || Ok(self.unit_power_props(unit)))?;
+        let command = argv.join(" ");
         self.run_helper(argv)?;
+        let refused = !matches!(verb, ServiceVerb::Stop | ServiceVerb::Disable);
+        if refused && self.masked(unit) {
+            // What systemctl prints and exits with for a masked unit.
+            return Err(HostError::Command {
+                command,
+                status: "exit status: 1".into(),
+                stderr: format!("Failed to {verb} {unit}: Unit {unit} is masked."),
+            });
+        }
         let mut all = self.services();
         let state = all.entry(unit.to_string()).or_insert_with(|| UnitStatus {
             active_state: "inactive".into(),

@@ -79,7 +79,7 @@ impl<'c> CrPass<'c> {
             holds: hold::evaluate(cr, spec_policy, now, agent_pods),
             pinned,
             unusable,
-            blocked: unusable || (cr.paused && !cr.deleting) || cr.disabled,
+            blocked: unusable || cr.paused || cr.disabled,
             tolerations: tolerations(cr),
             digests: crate::packages::digests(&cr.spec),
             state_key: keys::node_state(&cr.name),
@@ -111,6 +111,35 @@ fn tolerations(cr: &Cr) -> Vec<Toleration> {
         });
     }
     t
+}
+
+/// On a deleting CR, each node that is not through its uninstalls, with the packages it
+/// still has to uninstall (`"node: a, b"`), by node name.
+fn pending_uninstalls(cr: &Cr, standing: &Standings<'_>, states: &States<'_>) -> Vec<String> {
+    let mut out: Vec<String> = standing
+        .iter()
+        .filter(|(_, (s, _))| *s != Standing::Done)
+        .map(|(node, _)| {
+            let installed = |name: &str, version: &str| {
+                states
+                    .get(node)
+                    .and_then(|p| (**p).as_ref().ok())
+                    .is_some_and(|st| st.values().any(|e| e.name == name && e.version == version))
+            };
+            let packages: Vec<&str> = cr
+                .spec
+                .packages
+                .iter()
+                .filter(|(name, p)| {
+                    crate::packages::uninstall_requested(p, true) && installed(name, &p.version)
+                })
+                .map(|(name, _)| name.as_str())
+                .collect();
+            format!("{node}: {}", packages.join(", "))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// Each selected node's standing (for batching) and status, by name.
@@ -145,6 +174,9 @@ impl<'a> Pass<'a> {
             report.policy_missing(name);
         }
         let (standing, states) = self.standings(&c, &selected, before, &mut report);
+        if cr.deleting && (cr.paused || cr.disabled) {
+            report.deletion_blocked(pending_uninstalls(cr, &standing, &states));
+        }
         let batches = self.batches(&c, &selected, &standing, &mut report);
         self.node_passes(&c, &selected, &standing, states, &batches, &mut report);
         if cr.deleting && self.release_for_deletion(cr, &selected, &standing) {
@@ -255,7 +287,7 @@ impl<'a> Pass<'a> {
             }
         } else if cr.disabled {
             (Standing::Ineligible, Status::Disabled)
-        } else if cr.paused && !cr.deleting {
+        } else if cr.paused {
             (Standing::Ineligible, Status::Paused)
         } else if parked && self.busy(cr, n) {
             // Failed, but other Jobs still run: the batch waits for them.

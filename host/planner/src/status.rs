@@ -1,7 +1,7 @@
 //! The CR's status, conditions and transition events, derived from the pass.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use nodewright_api::keys::{condition, reason};
+use nodewright_api::keys::{self, condition, reason};
 use nodewright_api::node_state::{NodeState, Stage, State};
 use nodewright_api::v1alpha1::{CompartmentStatus, NodeWrightStatus, Status};
 use nodewright_api::windows::WindowState;
@@ -33,6 +33,8 @@ pub struct Report<'a> {
     /// Nodes uninstalling a package, and nodes whose uninstall failed.
     uninstalling: Vec<String>,
     uninstall_failed: Vec<String>,
+    /// A deletion its pause or disable holds: the reason, and each node with its packages.
+    deletion_blocked: Option<(&'static str, Vec<String>)>,
     /// Each compartment's nodes, to count completions after the node passes.
     compartment_nodes: Vec<(String, Vec<&'a str>)>,
     /// The batch counters' era (and whether completion resets them).
@@ -64,6 +66,7 @@ impl<'a> Report<'a> {
             held: 0,
             uninstalling: vec![],
             uninstall_failed: vec![],
+            deletion_blocked: None,
             compartment_nodes: vec![],
             era,
             nodes: NodeTally::new(&cr.status),
@@ -117,6 +120,17 @@ impl<'a> Report<'a> {
             _ => None,
         };
         self.holds = holds.clone();
+    }
+
+    /// A deleting CR that is paused or disabled: the nodes (`"node: packages"`) whose
+    /// uninstalls it keeps from running, which hold the deletion.
+    pub fn deletion_blocked(&mut self, pending: Vec<String>) {
+        let why = if self.cr.disabled {
+            reason::DISABLED_WITH_PENDING_UNINSTALL
+        } else {
+            reason::PAUSED_WITH_PENDING_UNINSTALL
+        };
+        self.deletion_blocked = (!pending.is_empty()).then_some((why, pending));
     }
 
     /// A node's package entries, for the uninstall conditions.
@@ -205,7 +219,7 @@ impl<'a> Report<'a> {
         if cr.disabled {
             return Status::Disabled;
         }
-        if cr.paused && !cr.deleting {
+        if cr.paused {
             return Status::Paused;
         }
         if self.policy_missing.is_some() || self.plugins.as_ref().is_some_and(|p| !p.0) {
@@ -266,6 +280,7 @@ impl<'a> Report<'a> {
         self.ready_condition(rolled, complete, total);
         self.gates_condition();
         self.uninstall_conditions();
+        actions.extend(self.deletion_condition());
         self.blocked_condition(rolled);
         self.drain_condition();
         if let Some((ok, why, msg)) = self.plugins.clone() {
@@ -454,6 +469,44 @@ impl<'a> Report<'a> {
                 self.condition(kind, false, "None", String::new());
             }
         }
+    }
+
+    /// `DeletionBlocked` while a pause or disable holds a deletion's uninstalls (with a
+    /// warning event when it starts to), cleared once after.
+    fn deletion_condition(&mut self) -> Option<Action> {
+        let kind = condition::DELETION_BLOCKED;
+        let was = self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == kind && c.status == "True");
+        let Some((why, nodes)) = self.deletion_blocked.take() else {
+            if self.status.conditions.iter().any(|c| c.type_ == kind) {
+                self.condition(kind, false, "NotBlocked", String::new());
+            }
+            return None;
+        };
+        let (annotation, verb) = if why == reason::DISABLED_WITH_PENDING_UNINSTALL {
+            (keys::DISABLE, "enable")
+        } else {
+            (keys::PAUSE, "resume")
+        };
+        let message = format!(
+            "deletion waits for uninstalls that the {annotation} annotation keeps from running \
+             ({}); `nodewright {verb} {}` (or removing the annotation) lets them run and the \
+             NodeWright go",
+            nodes.join("; "),
+            self.cr.name
+        );
+        self.condition(kind, true, why, message.clone());
+        (!was).then(|| {
+            Action::Event(Event {
+                target: Target::Cr(self.cr.name.clone()),
+                warning: true,
+                reason: condition::DELETION_BLOCKED,
+                message,
+            })
+        })
     }
 
     /// `Blocked`: a missing policy, an uninstalled dependency, a barrier, blocked nodes.

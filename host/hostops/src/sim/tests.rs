@@ -154,3 +154,45 @@ fn a_unit_that_reaches_power_is_refused_before_systemctl() {
         ]
     );
 }
+
+/// A masked unit fails to start, restart, reload and enable as systemctl's does (exit 1,
+/// naming the unit), records no effect, and stops and disables as systemd lets it.
+#[test]
+fn a_masked_unit_is_refused_as_systemd_refuses_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
+    let etc = tmp.path().join("etc/systemd/system");
+    std::fs::create_dir_all(&etc).unwrap();
+    std::os::unix::fs::symlink("/dev/null", etc.join("gone.service")).unwrap();
+    for verb in [
+        ServiceVerb::Start,
+        ServiceVerb::Restart,
+        ServiceVerb::Reload,
+        ServiceVerb::Enable,
+    ] {
+        match host.service(verb, "gone.service") {
+            Err(e @ HostError::Command { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains(&format!("systemctl {verb} -- gone.service"))
+                        && text.contains("Unit gone.service is masked."),
+                    "{text}"
+                );
+            }
+            other => panic!("{verb}: {other:?}"),
+        }
+    }
+    host.service(ServiceVerb::Stop, "gone.service").unwrap();
+    host.service(ServiceVerb::Disable, "gone.service").unwrap();
+    let effects: Vec<String> = SimHost::journal(tmp.path())
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        effects,
+        [
+            "systemctl stop gone.service",
+            "systemctl disable gone.service"
+        ]
+    );
+}

@@ -359,6 +359,75 @@ fn deleting_the_nodewright_uninstalls_releases_and_drops_the_finalizer() {
     );
 }
 
+/// Mirrors NodeWright's `delete-blocked-when-paused` and `delete-blocked-when-disabled`: a
+/// pause or disable holds a deletion's uninstalls (and so the finalizer), says so, and
+/// lifting it lets them run; with nothing to uninstall the deletion is not held.
+#[test]
+fn a_paused_or_disabled_deletion_with_uninstalls_pending_waits_and_says_how_to_go_on() {
+    for (flag, reason, verb) in [
+        ("paused", "PausedWithPendingUninstall", "resume"),
+        ("disabled", "DisabledWithPendingUninstall", "enable"),
+    ] {
+        let mut w = World::new(2);
+        w.add_cr("gpu", spec(json!({"packages": {
+            "driver": {"version": "1.0.0", "plugin": "r.example/driver:1", "uninstall": {"enabled": true}},
+            "keep": {"version": "1.0.0", "plugin": "r.example/keep:1"}
+        }})));
+        w.run(("none", 0), 30);
+        let set = |w: &mut World, on: bool| match flag {
+            "paused" => w.cr_mut("gpu").paused = on,
+            _ => w.cr_mut("gpu").disabled = on,
+        };
+        set(&mut w, true);
+        w.cr_mut("gpu").deleting = true;
+        w.run(("none", 0), 10);
+        assert!(
+            !w.snap.nodewrights.is_empty(),
+            "{flag}: the finalizer stays"
+        );
+        assert!(
+            !stages_on(&w, "node-0").contains(&"driver:uninstall".to_string()),
+            "{flag}: no uninstall starts"
+        );
+        let (on, why, message) = condition(&w, "gpu", "DeletionBlocked");
+        assert_eq!((on.as_str(), why.as_str()), ("True", reason), "{flag}");
+        assert!(
+            message.contains("node-0: driver")
+                && message.contains("node-1: driver")
+                && message.contains(&format!("nodewright {verb} gpu")),
+            "{flag}: {message}"
+        );
+        let events = w.events("DeletionBlocked");
+        assert_eq!(
+            events.len(),
+            1,
+            "{flag}: one warning, not one a pass: {events:?}"
+        );
+
+        set(&mut w, false);
+        w.step();
+        assert_eq!(condition(&w, "gpu", "DeletionBlocked").0, "False", "{flag}");
+        w.run(("none", 0), 30);
+        assert!(
+            w.snap.nodewrights.is_empty(),
+            "{flag}: lifted, the deletion finishes"
+        );
+        assert!(stages_on(&w, "node-1").contains(&"driver:uninstall".to_string()));
+    }
+    // Nothing to uninstall: a paused NodeWright is deleted at once.
+    let mut w = World::new(1);
+    w.add_cr(
+        "t",
+        spec(json!({"packages": {"keep": {"version": "1.0.0", "plugin": "r.example/keep:1"}}})),
+    );
+    w.run(("none", 0), 30);
+    w.cr_mut("t").paused = true;
+    w.cr_mut("t").deleting = true;
+    w.run(("none", 0), 5);
+    assert!(w.snap.nodewrights.is_empty());
+    assert!(w.events("DeletionBlocked").is_empty());
+}
+
 #[test]
 fn deleting_uninstalls_a_package_whose_install_failed() {
     let mut w = World::new(1);
