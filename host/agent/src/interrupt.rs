@@ -91,6 +91,13 @@ pub(crate) async fn interrupt(call: &InterruptCall) -> StageResult {
                     Err(e @ HostError::PowerUnit { .. }) => {
                         return fail(Blame::Denied, format!("restart {unit}: {e}"));
                     }
+                    // systemctl ran and systemd refused the unit (not found, masked, its
+                    // start failed): a verdict on the unit the package named, counted
+                    // against the retries like a failed stage — not a host hiccup to
+                    // retry for ever.
+                    Err(e @ HostError::Command { .. }) => {
+                        return fail(Blame::Package, format!("restart {unit}: {e}"));
+                    }
                     Err(e) => return fail(Blame::Host, format!("restart {unit}: {e}")),
                 }
             }

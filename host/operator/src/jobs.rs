@@ -52,14 +52,14 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
         "template": {"metadata": {"labels": labels}, "spec": pod_spec(req, cfg)}
     });
     let deadline = req.deadline.map(|d| d.as_secs());
-    match &req.ask {
-        Ask::Interrupt { .. } => {
+    match Attempts::of(&req.ask) {
+        Attempts::InPlace => {
             // Reboots restart the pod in place; the whole stage is bounded by the deadline.
             if let Some(d) = deadline {
                 spec["activeDeadlineSeconds"] = json!(d);
             }
         }
-        Ask::Stage { .. } => {
+        Attempts::PerPod => {
             spec["podReplacementPolicy"] = json!("Failed");
             // Disruptions and the agent's verdicts that are not the package's fault (host,
             // disruption) do not count against backoffLimit.
@@ -128,13 +128,32 @@ fn labels(req: &JobRequest) -> BTreeMap<String, String> {
     labels
 }
 
+/// How a Job's attempts run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempts {
+    /// A reboot: the reboot ends the pod, which starts again in place on the new boot and
+    /// finishes the interrupt; the Job's deadline bounds it all.
+    InPlace,
+    /// A stage or a service restart: each attempt a pod of its own, whose exit code says
+    /// whether it counts against `backoffLimit`, each under the per-attempt deadline.
+    PerPod,
+}
+
+impl Attempts {
+    fn of(ask: &Ask) -> Self {
+        match ask {
+            Ask::Interrupt { call, .. } if call.kind == InterruptType::Reboot => Attempts::InPlace,
+            Ask::Interrupt { .. } | Ask::Stage { .. } => Attempts::PerPod,
+        }
+    }
+}
+
 /// The agent's pod: on the node, in its PID and network namespaces, privileged, the host's
 /// `/` at `/host`, no API token.
 fn pod_spec(req: &JobRequest, cfg: &JobConfig) -> Value {
-    let restart = match req.ask {
-        // A reboot ends the pod; it starts again in place and finishes the interrupt.
-        Ask::Interrupt { .. } => "OnFailure",
-        Ask::Stage { .. } => "Never",
+    let restart = match Attempts::of(&req.ask) {
+        Attempts::InPlace => "OnFailure",
+        Attempts::PerPod => "Never",
     };
     let mut pod = json!({
         "nodeName": req.node,
@@ -532,6 +551,25 @@ pub(crate) mod tests {
         );
         let args = job["spec"]["template"]["spec"]["containers"][0]["args"].clone();
         assert_eq!(args[0], "interrupt", "{args}");
+
+        // A service restart involves no reboot: its attempts are pods, as a stage's are.
+        let restart = JobRequest {
+            backoff_limit: 3,
+            ask: Ask::Interrupt {
+                uninstall: false,
+                call: InterruptAsk {
+                    kind: InterruptType::Service,
+                    package: "tuning".into(),
+                    services: vec!["app.service".into()],
+                },
+            },
+            ..request()
+        };
+        let job = serde_json::to_value(build(&restart, &cfg())).unwrap();
+        assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
+        assert_eq!(job["spec"]["template"]["spec"]["activeDeadlineSeconds"], 60);
+        assert!(job["spec"]["podFailurePolicy"]["rules"].is_array());
+        assert!(job["spec"]["activeDeadlineSeconds"].is_null());
     }
 
     #[test]

@@ -73,9 +73,10 @@ fn deadline(env: &Env<'_>, p: Option<&Package>) -> Option<Duration> {
     (seconds > 0).then(|| Duration::from_secs(seconds))
 }
 
-/// Restarts an interrupt Job's pod may have: a reboot restarts it in place, and the whole
-/// interrupt is bounded by its deadline rather than by a count.
-const INTERRUPT_RESTARTS: i32 = 6;
+/// Restarts a reboot's Job may have: the reboot restarts its pod in place, and the whole
+/// interrupt is bounded by its deadline rather than by a count. Service restarts involve no
+/// reboot and are retried like a stage (the operator's `backoffLimit`).
+const REBOOT_RESTARTS: i32 = 6;
 
 /// The request for one package stage on one node, running `plugin`.
 pub(crate) fn package_job(
@@ -138,7 +139,11 @@ pub(crate) fn interrupt_job(
     };
     let ask = Ask::Interrupt { uninstall, call };
     let deadline = deadline(env, cr.spec.packages.get(owner));
-    request(cr, node, run, deadline, INTERRUPT_RESTARTS, ask)
+    let backoff = match interrupt.kind {
+        InterruptType::Reboot => REBOOT_RESTARTS,
+        _ => env.settings.backoff_limit,
+    };
+    request(cr, node, run, deadline, backoff, ask)
 }
 
 /// The request for `ask` on `node`, named after the work it is.

@@ -55,8 +55,29 @@ pub fn parse_interrupt(value: Option<&str>) -> Result<Interrupt, StepError> {
     }
 }
 
-/// Runs the command under `key`; returns its exit code.
-fn run(ctx: &Context, key: &str) -> Result<Option<i32>, StepError> {
+/// A command's exit code and the last line it wrote to stderr (what a failure quotes).
+struct Ran {
+    code: i32,
+    last_error: Option<String>,
+}
+
+impl Ran {
+    /// The failure of `key`'s command: its exit code, and its last stderr line if any.
+    fn failure(&self, key: &str) -> StepError {
+        let mut message = format!("{key} command exited with {}", self.code);
+        if let Some(line) = &self.last_error {
+            message.push_str(": ");
+            message.push_str(line);
+        }
+        StepError::failed(message)
+    }
+}
+
+/// How much of a stderr line a failure quotes (the whole output is in the stage's log).
+const QUOTED: usize = 240;
+
+/// Runs the command under `key`, if configured.
+fn run(ctx: &Context, key: &str) -> Result<Option<Ran>, StepError> {
     let Some(line) = ctx.config(key) else {
         return Ok(None);
     };
@@ -65,22 +86,29 @@ fn run(ctx: &Context, key: &str) -> Result<Option<i32>, StepError> {
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         log::info(line);
     }
-    for line in String::from_utf8_lossy(&out.stderr).lines() {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in stderr.lines() {
         log::warn(line);
     }
-    Ok(Some(out.status.unwrap_or(-1)))
+    let last_error = stderr
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .map(|l| l.chars().take(QUOTED).collect());
+    Ok(Some(Ran {
+        code: out.status.unwrap_or(-1),
+        last_error,
+    }))
 }
 
 fn run_required(ctx: &Context, key: &str) -> Result<Outcome, StepError> {
     match run(ctx, key)? {
         None => Ok(Outcome::converged()),
-        Some(0) => Ok(Outcome::changed(
+        Some(Ran { code: 0, .. }) => Ok(Outcome::changed(
             vec![Change::new("command", ctx.config(key).unwrap_or(""), "ran")],
             Interrupt::None,
         )),
-        Some(code) => Err(StepError::failed(format!(
-            "{key} command exited with {code}"
-        ))),
+        Some(failed) => Err(failed.failure(key)),
     }
 }
 
@@ -93,8 +121,8 @@ impl Package for Shell {
         // The plan command must not change the host, but a granted command could; it is
         // the admin's promise, as with any check script.
         match run(ctx, "plan")? {
-            Some(0) => Ok(Outcome::converged()),
-            Some(1) | None => Ok(Outcome::changed(
+            Some(Ran { code: 0, .. }) => Ok(Outcome::converged()),
+            Some(Ran { code: 1, .. }) | None => Ok(Outcome::changed(
                 vec![Change::new(
                     "command",
                     ctx.config("apply").unwrap_or(""),
@@ -102,9 +130,7 @@ impl Package for Shell {
                 )],
                 interrupt,
             )),
-            Some(code) => Err(StepError::failed(format!(
-                "plan command exited with {code}"
-            ))),
+            Some(failed) => Err(failed.failure("plan")),
         }
     }
 
@@ -134,10 +160,8 @@ impl Package for Shell {
     fn check(ctx: &Context) -> Result<Outcome, StepError> {
         match ctx.stage {
             Stage::Apply | Stage::Config | Stage::Upgrade => match run(ctx, "check")? {
-                None | Some(0) => Ok(Outcome::converged()),
-                Some(code) => Err(StepError::failed(format!(
-                    "check command exited with {code}"
-                ))),
+                None | Some(Ran { code: 0, .. }) => Ok(Outcome::converged()),
+                Some(failed) => Err(failed.failure("check")),
             },
             _ => Ok(Outcome::converged()),
         }

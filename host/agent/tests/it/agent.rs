@@ -316,6 +316,36 @@ fn a_service_interrupt_never_reaches_power_through_the_unit_on_the_node() {
     );
 }
 
+/// A unit systemd refuses to restart (masked here) fails the interrupt as the package's
+/// verdict — exit 1, counted against the retries — quoting systemctl, rather than as a host
+/// failure retried for ever.
+#[test]
+fn a_service_restart_systemd_refuses_is_the_packages_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    node(tmp.path());
+    let units = tmp.path().join("etc/systemd/system");
+    std::fs::create_dir_all(&units).unwrap();
+    std::os::unix::fs::symlink("/dev/null", units.join("gone.service")).unwrap();
+    let args = [
+        "interrupt",
+        "--type",
+        "service",
+        "--service",
+        "gone.service",
+    ];
+    let (out, r) = agent(tmp.path(), &args);
+    assert_eq!(
+        (out.status.code(), r["blame"].as_str()),
+        (Some(1), Some("package")),
+        "{r}"
+    );
+    let message = r["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("restart gone.service:") && message.contains("is masked"),
+        "{r}"
+    );
+}
+
 /// The hostile guest through the real agent: a result the plugin inflates is bounded when
 /// it is built, and an error the plugin invents cannot pick its blame.
 #[tokio::test(flavor = "multi_thread")]

@@ -96,7 +96,10 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
         "backoffLimit 1: two attempts, then parked"
     );
     let ready = e.condition("fails", "Ready").await.unwrap();
-    assert!(ready.2.contains("exited with 1"), "{ready:?}");
+    assert!(
+        ready.2.contains("exited with 1: no driver for this card"),
+        "{ready:?}"
+    );
     assert!(
         e.events("fails")
             .await
