@@ -6,6 +6,7 @@ use crate::common;
 use crate::specs;
 
 use common::E2e;
+use nodewright_api::node_state::{Stage, State};
 use nodewright_api::v1alpha1::Status;
 use nodewright_hostops::{HostAction, ServiceVerb};
 use serde_json::{Value, json};
@@ -236,4 +237,102 @@ async fn a_paused_or_disabled_deletion_waits_for_its_uninstalls_until_lifted() {
         wait_gone(&e, name).await;
     }
     assert_eq!(removals(&e, "h1"), ["held-p", "held-d"]);
+}
+
+/// Mirrors NodeWright's `downgrade-enabled-false-preserves-state` and the sequence that once
+/// read complete with nothing run: 1.1.0, down to 1.0.0, back up to 1.1.0 — each version
+/// runs on the host. Then a package removed from the spec while its apply runs is stopped,
+/// and its entry stays as a record that no longer reads as running.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_downgrade_and_back_up_runs_each_version_on_the_host() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("v1", &[])]).await;
+    const INSTALL: &str = "/usr/local/bin/ver-install";
+    const HOLD: &str = "/usr/local/bin/ver-hold";
+    e.script(
+        INSTALL,
+        "mkdir -p etc && echo \"$1\" > etc/version && echo \"$1\" >> etc/installs",
+    );
+    e.script(
+        HOLD,
+        "while [ ! -f release-hold ]; do sleep 0.1; done; touch etc/held",
+    );
+    e.start_operator(&[]);
+    let version = |v: &str| {
+        json!({
+            "version": v, "plugin": e.plugin("shell"),
+            "capabilities": commands(&[INSTALL]),
+            "configMap": {"apply": format!("{INSTALL} {v}")}
+        })
+    };
+    e.apply(cr("ver", json!({"packages": {"tool": version("1.1.0")}})))
+        .await;
+    e.wait_complete("ver", LIMIT).await;
+    for v in ["1.0.0", "1.1.0"] {
+        e.patch("ver", json!({"spec": {"packages": {"tool": version(v)}}}))
+            .await;
+        e.wait_complete("ver", LIMIT).await;
+        assert_eq!(
+            e.read_host_file("v1", "/etc/version").as_deref(),
+            Some(format!("{v}\n").as_str()),
+            "the host runs {v}"
+        );
+    }
+    assert_eq!(
+        e.read_host_file("v1", "/etc/installs").as_deref(),
+        Some("1.1.0\n1.0.0\n1.1.0\n")
+    );
+
+    // Added, then removed while its apply waits.
+    e.patch(
+        "ver",
+        json!({"spec": {"packages": {"held": {
+            "version": "1.0.0", "plugin": e.plugin("shell"),
+            "capabilities": commands(&[HOLD]), "configMap": {"apply": HOLD},
+            "gracefulShutdown": "2s"
+        }}}}),
+    )
+    .await;
+    let held_job = |j: &k8s_openapi::api::batch::v1::Job, stage: &str| {
+        let labels = j.metadata.labels.clone().unwrap_or_default();
+        labels.get("nodewright.io/package").map(String::as_str) == Some("held")
+            && labels.get("nodewright.io/stage").map(String::as_str) == Some(stage)
+    };
+    e.wait("held's apply Job", LIMIT, || async {
+        let (jobs, pods) = e.cr_jobs("ver").await;
+        let running = pods.iter().any(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("nodewright.io/package"))
+                .map(String::as_str)
+                == Some("held")
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        });
+        (running && jobs.iter().any(|j| held_job(j, "apply"))).then_some(())
+    })
+    .await;
+    e.patch("ver", json!({"spec": {"packages": {"held": null}}}))
+        .await;
+    e.wait_complete("ver", LIMIT).await;
+    let held = e
+        .wait("held's entry settled", LIMIT, || async {
+            e.state("ver", "v1")
+                .await
+                .get("held|1.0.0")
+                .filter(|h| h.state != State::InProgress)
+                .cloned()
+        })
+        .await;
+    assert_eq!((held.stage, held.state), (Stage::Apply, State::Unknown));
+    assert!(
+        held.message.contains("left the spec during apply"),
+        "{held:?}"
+    );
+    e.wait("held's Job stopped and gone", LIMIT, || async {
+        let (jobs, _) = e.cr_jobs("ver").await;
+        (!jobs.iter().any(|j| held_job(j, "apply"))).then_some(())
+    })
+    .await;
+    assert_eq!(e.read_host_file("v1", "/etc/held"), None);
 }

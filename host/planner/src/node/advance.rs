@@ -15,6 +15,18 @@ pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &m
     for (name, p) in &cr.spec.packages {
         advance_package(cr, name, p, &all_digests[name], state);
     }
+    // A package that left the spec mid-stage: its Job is stopped (`record`). Its entry
+    // stays, as every removed package's does (a record that its files may remain), but must
+    // not read as running for ever.
+    for e in state.values_mut() {
+        if e.state == State::InProgress && !cr.spec.packages.contains_key(&e.name) {
+            e.state = State::Unknown;
+            e.message = format!(
+                "left the spec during {}: the host may hold part of its changes",
+                e.stage.as_str()
+            );
+        }
+    }
 }
 
 /// One package's entry along the stage graph, in order: a version change, a re-arm or

@@ -359,6 +359,57 @@ fn deleting_the_nodewright_uninstalls_releases_and_drops_the_finalizer() {
     );
 }
 
+/// A package removed from the spec while its apply runs: the Job is stopped, and its entry
+/// stays as the record that its files may remain — not as a stage running for ever.
+#[test]
+fn a_package_removed_mid_apply_is_stopped_and_its_entry_no_longer_reads_running() {
+    let mut w = World::new(1);
+    w.add_cr(
+        "t",
+        spec(json!({"packages": {
+            "keep": {"version": "1.0.0", "plugin": "r.example/keep:1"},
+            "gone": {"version": "1.0.0", "plugin": "r.example/gone:1"}
+        }})),
+    );
+    for _ in 0..10 {
+        w.step();
+        let applying = w.snap.jobs.iter().any(|j| {
+            j.running()
+                && matches!(&j.work, Work::Package { package, stage: Stage::Apply, .. } if package == "gone")
+        });
+        if applying {
+            break;
+        }
+        w.succeed_all(("none", 1));
+    }
+    assert_eq!(
+        (
+            w.state("t", "node-0")["gone|1.0.0"].stage,
+            w.state("t", "node-0")["gone|1.0.0"].state
+        ),
+        (Stage::Apply, State::InProgress)
+    );
+    w.edit("t", |s| {
+        s.packages.remove("gone");
+    });
+    let acted = w.step();
+    assert!(
+        acted
+            .iter()
+            .any(|a| matches!(a, Action::DeleteJob { running: true, .. })),
+        "the apply is stopped: {acted:?}"
+    );
+    w.run(("none", 0), 20);
+    let e = &w.state("t", "node-0")["gone|1.0.0"];
+    assert_eq!((e.stage, e.state), (Stage::Apply, State::Unknown));
+    assert!(
+        e.message.contains("left the spec during apply"),
+        "{}",
+        e.message
+    );
+    assert_eq!(w.cr("t").status.status, Some(Status::Complete));
+}
+
 /// Mirrors NodeWright's `delete-blocked-when-paused` and `delete-blocked-when-disabled`: a
 /// pause or disable holds a deletion's uninstalls (and so the finalizer), says so, and
 /// lifting it lets them run; with nothing to uninstall the deletion is not held.
