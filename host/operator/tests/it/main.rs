@@ -11,6 +11,7 @@ mod dashboard;
 mod holds;
 mod interrupts;
 mod lifecycle;
+mod ordering;
 mod recovery;
 mod rollout;
 mod scenarios;

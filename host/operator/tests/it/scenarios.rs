@@ -314,3 +314,27 @@ async fn seed_002_canary_stops_while_production_and_default_continue() {
     );
     assert_eq!(status.compartment_statuses["__default__"].matched, 1);
 }
+
+/// Mirrors NodeWright's `drain-config`: with `drainConfig.disableEviction` a pod whose
+/// PodDisruptionBudget allows no disruption is deleted directly, and the rollout completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn disable_eviction_deletes_a_pod_its_budget_would_keep() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("x1", &[])]).await;
+    let package = reboot_package(&e);
+    e.workload_pod("x1", "db", json!({"app": "db"})).await;
+    e.pdb("db", json!({"app": "db"})).await;
+    e.start_operator(&[]);
+    e.apply(cr(
+        "direct",
+        json!({"drainConfig": {"disableEviction": true}, "packages": {"driver": package}}),
+    ))
+    .await;
+    e.wait_complete("direct", LIMIT).await;
+    assert!(!e.pod_exists("db").await, "deleted despite its budget");
+    assert_eq!(e.reboots("x1"), 1);
+    assert_eq!(
+        e.condition("direct", "DrainBlocked").await.unwrap().0,
+        "False"
+    );
+}
