@@ -1,12 +1,23 @@
 //! Killing a simulated container the way a container runtime does: every process it
 //! started, including commands that moved to a process group of their own (the agent runs
-//! each host command in one, so its timeout can kill what the command started).
+//! each host command in one, so its timeout can kill what the command started) and ones
+//! started, or orphaned, after the stop began. A runtime kills the container's cgroup; the
+//! simulated kubelet starts each container in a session of its own and kills the session
+//! (with every descendant, for one that made a session of its own), until none is left.
 
 use std::collections::{BTreeSet, HashMap};
 
-/// The processes descending from `root` (not `root` itself), from `/proc`.
-pub fn descendants(root: u32) -> BTreeSet<u32> {
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+/// A live process as `/proc/<pid>/stat` has it.
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    group: u32,
+    session: u32,
+}
+
+/// Every process, from `/proc`.
+fn processes() -> Vec<Proc> {
+    let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry
             .file_name()
@@ -15,17 +26,44 @@ pub fn descendants(root: u32) -> BTreeSet<u32> {
         else {
             continue;
         };
-        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+        // `pid (comm) state ppid pgrp session ...`: comm may hold spaces and parentheses.
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        let Some(ppid) = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
-        else {
+        let Some((_, rest)) = stat.rsplit_once(')') else {
             continue;
         };
-        children.entry(ppid).or_default().push(pid);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            continue; // a zombie is dead; only its parent's wait is left
+        }
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u32>().ok());
+        if let (Some(ppid), Some(group), Some(session)) = (field(1), field(2), field(3)) {
+            out.push(Proc {
+                pid,
+                ppid,
+                group,
+                session,
+            });
+        }
+    }
+    out
+}
+
+/// The live processes of session `sid` (its leader included).
+pub fn session(sid: u32) -> BTreeSet<u32> {
+    processes()
+        .into_iter()
+        .filter(|p| p.session == sid)
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// The processes descending from `root` (not `root` itself), from `/proc`.
+pub fn descendants(root: u32) -> BTreeSet<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for p in processes() {
+        children.entry(p.ppid).or_default().push(p.pid);
     }
     let mut found = BTreeSet::new();
     let mut queue = vec![root];
@@ -58,6 +96,31 @@ pub fn kill_all(pgid: u32, tree: &BTreeSet<u32>) {
             .stderr(std::process::Stdio::null())
             .status();
     }
+}
+
+/// SIGKILLs what a container started as session `sid` left, as a runtime kills its cgroup:
+/// the session, the descendants of `sid` and of every process in `earlier` (a process that
+/// made a session of its own), again until none is alive (a fork may race a pass).
+pub fn kill_session(sid: u32, earlier: &BTreeSet<u32>) {
+    for _ in 0..50 {
+        let mut left = session(sid);
+        left.extend(descendants(sid));
+        for pid in earlier {
+            left.extend(descendants(*pid));
+        }
+        let live: BTreeSet<u32> = alive(earlier).into_iter().chain(left).collect();
+        if live.is_empty() {
+            return;
+        }
+        kill_all(sid, &live);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Those of `pids` still alive (not zombies).
+fn alive(pids: &BTreeSet<u32>) -> BTreeSet<u32> {
+    let live: BTreeSet<u32> = processes().into_iter().map(|p| p.pid).collect();
+    pids.intersection(&live).copied().collect()
 }
 
 #[cfg(test)]
@@ -103,5 +166,54 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(!tree.iter().any(alive), "kill_all got it");
+    }
+
+    /// A command in a process group of its own, started after the stop began and orphaned
+    /// (so no longer anyone's descendant), keeps the container's session: what the stop
+    /// recorded and the group kill miss it, the session kill gets it.
+    #[test]
+    fn an_orphan_started_late_in_its_own_group_is_killed_with_the_session() {
+        let late = "sleep 0.3; (perl -e 'setpgrp(0, 0); exec @ARGV' sleep 300 &); sleep 300";
+        let mut sh = std::process::Command::new("setsid")
+            .args(["sh", "-c", late])
+            .spawn()
+            .unwrap();
+        let sid = sh.id();
+        let at_stop = descendants(sid);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let orphans = loop {
+            // Reparented (its parent is not in the session any more), leading its group.
+            let members: Vec<Proc> = processes()
+                .into_iter()
+                .filter(|p| p.session == sid)
+                .collect();
+            let o: BTreeSet<u32> = members
+                .iter()
+                .filter(|p| p.pid != sid && !members.iter().any(|q| q.pid == p.ppid))
+                .filter(|p| p.group == p.pid)
+                .map(|p| p.pid)
+                .collect();
+            if !o.is_empty() || Instant::now() > deadline {
+                break o;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(!orphans.is_empty(), "the late command was orphaned");
+        let alive = |p: &u32| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| !s.contains(") Z "))
+        };
+        kill_all(sid, &at_stop);
+        let _ = sh.wait();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            orphans.iter().all(alive),
+            "the recorded tree and the group kill leave it running"
+        );
+        kill_session(sid, &at_stop);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while orphans.iter().any(alive) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!orphans.iter().any(alive), "the session kill got it");
     }
 }

@@ -127,6 +127,71 @@ fn every_operator_flag_is_a_chart_value() {
     );
 }
 
+/// Mirrors NodeWright's chart tests of its scheduling values: `affinity`, `nodeSelector`,
+/// `tolerations` and `resources` reach the operator's pod exactly as given (a set
+/// `affinity` replaces the default spread); the CRD-upgrade hook's pod is placed by the same
+/// `nodeSelector` and `tolerations`, so it can run wherever the operator can.
+#[test]
+fn scheduling_and_resource_values_reach_the_pods_as_given() {
+    nodewright_testregistry::require!(Helm);
+    let affinity = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "role", "operator": "In", "values": ["infra"]}]}]
+    }}});
+    let tolerations = json!([{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}]);
+    let resources =
+        json!({"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}});
+    let set_json = [
+        format!("affinity={affinity}"),
+        format!("tolerations={tolerations}"),
+        format!("resources={resources}"),
+    ];
+    let mut args = vec![
+        "--set",
+        "registry=registry.example.com/nodewright",
+        "--set",
+        "nodeSelector.role=infra",
+    ];
+    for v in &set_json {
+        args.extend(["--set-json", v.as_str()]);
+    }
+    let docs = nodewright_testcluster::render_chart(NS, &args).unwrap();
+    let pod_of = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} rendered"))["spec"]["template"]["spec"]
+            .clone()
+    };
+    let operator = pod_of("Deployment");
+    assert_eq!(operator["affinity"], affinity);
+    assert_eq!(operator["nodeSelector"], json!({"role": "infra"}));
+    assert_eq!(operator["tolerations"], tolerations);
+    assert_eq!(operator["containers"][0]["resources"], resources);
+    let hook = pod_of("Job");
+    assert_eq!(hook["nodeSelector"], json!({"role": "infra"}));
+    assert_eq!(hook["tolerations"], tolerations);
+
+    // Unset: the default spread and the cordon toleration.
+    let defaults = pod_of_default();
+    assert!(
+        defaults["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            .is_array(),
+        "{defaults}"
+    );
+    assert_eq!(
+        defaults["tolerations"][0]["key"],
+        "node.kubernetes.io/unschedulable"
+    );
+}
+
+/// The operator's pod as the chart renders it with no scheduling values.
+fn pod_of_default() -> Value {
+    render(&["registry=registry.example.com/nodewright".into()])
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment")["spec"]["template"]["spec"]
+        .clone()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
     nodewright_testregistry::require!(ControlPlane, Registry, Helm);

@@ -313,3 +313,69 @@ async fn nodes_joining_and_leaving_and_a_registry_outage_do_not_stall_a_rollout(
         "the removed node is not counted"
     );
 }
+
+/// Mirrors NodeWright's `auto-taint-new-nodes`: a node joining the cluster is tainted
+/// `nodewright.io=runtime-required:NoSchedule` by the one runtime-required NodeWright that
+/// asks for it (`autoTaintNewNodes`, here the second of two), so no workload lands before
+/// the node's runtime packages; the taint is lifted once every runtime-required NodeWright
+/// is complete there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_joining_node_is_tainted_until_its_runtime_packages_are_in() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("r1", &[])]).await;
+    let hold = "while [ ! -f release-base ]; do sleep 0.1; done; mkdir -p etc && touch etc/base";
+    e.script("/usr/local/bin/base", hold);
+    e.script("/usr/local/bin/gpu", "mkdir -p etc && touch etc/gpu");
+    release(&e, "r1", "base");
+    e.start_operator(&[]);
+    let package = |e: &E2e, cmd: &str| {
+        json!({"version": "1.0.0", "plugin": e.plugin("shell"),
+               "capabilities": {"commands": [{"path": cmd}]}, "configMap": {"apply": cmd}})
+    };
+    e.apply(cr(
+        "base",
+        json!({"priority": 100, "runtimeRequired": true, "packages": {"base": package(&e, "/usr/local/bin/base")}}),
+    ))
+    .await;
+    e.apply(cr(
+        "gpu",
+        json!({"priority": 200, "runtimeRequired": true, "autoTaintNewNodes": true,
+               "packages": {"gpu": package(&e, "/usr/local/bin/gpu")}}),
+    ))
+    .await;
+    e.wait_complete("base", LIMIT).await;
+    e.wait_complete("gpu", LIMIT).await;
+
+    e.add_node("r2", &[]).await;
+    e.script("/usr/local/bin/base", hold);
+    e.script("/usr/local/bin/gpu", "mkdir -p etc && touch etc/gpu");
+    let tainted = |n: k8s_openapi::api::core::v1::Node| {
+        n.spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| {
+                t.key == keys::RUNTIME_REQUIRED_TAINT_KEY
+                    && t.value.as_deref() == Some(keys::RUNTIME_REQUIRED_TAINT_VALUE)
+                    && t.effect == "NoSchedule"
+            })
+    };
+    e.wait("r2 tainted", LIMIT, || async {
+        tainted(e.node("r2").await).then_some(())
+    })
+    .await;
+    assert!(!tainted(e.node("r1").await), "a node already set up is not");
+    // Held in base's apply: still tainted, gpu waits behind it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(tainted(e.node("r2").await));
+    assert_eq!(e.read_host_file("r2", "/etc/gpu"), None);
+
+    release(&e, "r2", "base");
+    e.wait_complete("base", LIMIT).await;
+    e.wait_complete("gpu", LIMIT).await;
+    e.wait("r2's taint lifted", LIMIT, || async {
+        (!tainted(e.node("r2").await)).then_some(())
+    })
+    .await;
+    assert!(e.read_host_file("r2", "/etc/gpu").is_some());
+}

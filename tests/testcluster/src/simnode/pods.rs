@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::{Control, Inner, now};
-use crate::proctree::{descendants, kill_all, kill_group};
+use crate::proctree::{descendants, kill_group, kill_session};
 
 pub(super) async fn watch_pods(inner: Arc<Inner>) {
     let api: Api<Pod> = Api::all(inner.client.clone());
@@ -339,7 +339,10 @@ impl ContainerCtx {
         let mut argv: Vec<String> = self.container.command.clone().unwrap_or_default();
         argv.extend(self.container.args.clone().unwrap_or_default());
         let (program, args) = argv.split_first()?;
-        let mut cmd = tokio::process::Command::new(rewrite(program, &self.mounts));
+        // In a session of its own (`setsid` execs in place: the pid is the container's),
+        // which is what the stop kills, as a runtime kills the container's cgroup.
+        let mut cmd = tokio::process::Command::new("setsid");
+        cmd.arg(rewrite(program, &self.mounts));
         cmd.args(args.iter().map(|a| rewrite(a, &self.mounts)));
         cmd.env_clear().env(
             "PATH",
@@ -361,9 +364,7 @@ impl ContainerCtx {
                 cmd.env(&e.name, rewrite(&v, &self.mounts));
             }
         }
-        cmd.current_dir(&self.cwd)
-            .stdin(Stdio::null())
-            .process_group(0);
+        cmd.current_dir(&self.cwd).stdin(Stdio::null());
         Some(cmd)
     }
 }
@@ -472,8 +473,9 @@ async fn run_container(
                                 137
                             }
                         };
-                        // Whatever it started goes with the container.
-                        kill_all(pid, &tree);
+                        // Whatever it started goes with the container, what it started
+                        // during the grace period and what was orphaned too.
+                        kill_session(pid, &tree);
                         break (code, Control::Delete(grace));
                     }
                 }
@@ -481,7 +483,7 @@ async fn run_container(
                     let rebooting = *node_control.borrow() == Control::Reboot;
                     if rebooting {
                         if let Some(pid) = pid {
-                            kill_all(pid, &descendants(pid));
+                            kill_session(pid, &descendants(pid));
                             let _ = child.as_mut().expect("child").wait().await;
                         }
                         break (137, Control::Reboot);
