@@ -261,3 +261,101 @@ async fn an_operator_restart_mid_reboot_finishes_with_one_reboot_and_karpenter_i
         "removed afterwards"
     );
 }
+
+/// The running apply pod of `cr`'s `package`, once it runs.
+async fn running_apply_pod(e: &E2e, cr: &str) -> String {
+    e.wait("the apply pod running", LIMIT, || async {
+        let (_, pods) = e.cr_jobs(cr).await;
+        pods.into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(keys::job::STAGE))
+                    .map(String::as_str)
+                    == Some("apply")
+            })
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .and_then(|p| p.metadata.name)
+    })
+    .await
+}
+
+/// Mirrors NodeWright's `operator-agent/sigterm_grace`: an agent pod deleted mid-stage lets
+/// the running stage finish within `gracefulShutdown` and its result counts (applied once);
+/// a stage that outlives the grace is stopped with everything it started, and the retry
+/// applies once — the stopped attempt never finishes behind its pod's back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_agent_pod_finishes_within_its_grace_or_stops_and_applies_once() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("g1", &[("pool", "g1")]), ("g2", &[("pool", "g2")])]).await;
+    // `<seconds>`: marks its start; two seconds later starts a command in a process group
+    // of its own that sleeps, then marks the end — so a pod deleted in those two seconds
+    // stops while a command it had not started yet when the stop began is still to come.
+    e.script(
+        "/usr/local/bin/slow-apply",
+        "mkdir -p etc && echo start >> etc/starts && sleep 2 && \
+         perl -e 'setpgrp(0, 0); sleep $ARGV[0]; open(my $f, \">>\", \"etc/applies\") or die; print $f \"done\\n\"' \"$1\"",
+    );
+    e.start_operator(&[]);
+    let package = |seconds: &str, grace: &str| {
+        json!({"version": "1.0.0", "plugin": e.plugin("shell"), "gracefulShutdown": grace,
+               "capabilities": commands(&["/usr/local/bin/slow-apply"]),
+               "configMap": {"apply": format!("/usr/local/bin/slow-apply {seconds}")}})
+    };
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(e.client.clone(), common::NS);
+    let lines = |e: &E2e, node: &str, file: &str| {
+        e.read_host_file(node, file)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+
+    // Within the grace: the stage finishes and counts.
+    e.apply(cr(
+        "within",
+        json!({"nodeSelectors": {"matchLabels": {"pool": "g1"}}, "packages": {"slow": package("3", "20s")}}),
+    ))
+    .await;
+    let pod = running_apply_pod(&e, "within").await;
+    pods.delete(&pod, &Default::default()).await.unwrap();
+    e.wait_complete("within", LIMIT).await;
+    assert_eq!(
+        (
+            lines(&e, "g1", "/etc/starts"),
+            lines(&e, "g1", "/etc/applies")
+        ),
+        (1, 1),
+        "finished in its grace, not run again"
+    );
+
+    // Past the grace: stopped, the retry applies once.
+    e.apply(cr(
+        "past",
+        json!({"nodeSelectors": {"matchLabels": {"pool": "g2"}}, "packages": {"slow": package("6", "4s")}}),
+    ))
+    .await;
+    let first = running_apply_pod(&e, "past").await;
+    e.wait("the first attempt started", LIMIT, || async {
+        (lines(&e, "g2", "/etc/starts") == 1).then_some(())
+    })
+    .await;
+    pods.delete(&first, &Default::default()).await.unwrap();
+    e.wait_complete("past", LIMIT).await;
+    // Deleted within its first two seconds, the first attempt started its late command
+    // during the 4 s grace; had that command outlived the pod, it would have marked its end
+    // 8 s after the attempt began — before the retry (a new pod, the same 8 s) completed.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        (
+            lines(&e, "g2", "/etc/starts"),
+            lines(&e, "g2", "/etc/applies")
+        ),
+        (2, 1),
+        "stopped once, applied once"
+    );
+    let st = e.state("past", "g2").await;
+    assert_eq!(st["slow|1.0.0"].state, State::Complete);
+}
