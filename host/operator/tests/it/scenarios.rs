@@ -5,7 +5,7 @@
 use crate::common;
 use crate::specs;
 
-use common::E2e;
+use common::{E2e, release};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::Status;
 use nodewright_hostops::{HostAction, ServiceVerb};
@@ -337,4 +337,101 @@ async fn disable_eviction_deletes_a_pod_its_budget_would_keep() {
         e.condition("direct", "DrainBlocked").await.unwrap().0,
         "False"
     );
+}
+
+/// NodeWright's chart ships a LimitRange and its e2e runs under one: agent pods in a
+/// namespace with a LimitRange take its defaults where a package names no resources, keep
+/// a package's own where it does, and the rollout completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_pods_take_a_limit_ranges_defaults_unless_the_package_sets_its_own() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("lr1", &[])]).await;
+    let limits: k8s_openapi::api::core::v1::LimitRange = serde_json::from_value(json!({
+        "metadata": {"name": "agents"},
+        "spec": {"limits": [{"type": "Container",
+            "default": {"cpu": "500m", "memory": "512Mi"},
+            "defaultRequest": {"cpu": "250m", "memory": "256Mi"},
+            "max": {"memory": "1Gi"}}]}
+    }))
+    .unwrap();
+    kube::Api::namespaced(e.client.clone(), common::NS)
+        .create(&Default::default(), &limits)
+        .await
+        .unwrap();
+    for p in ["a", "b"] {
+        e.script(
+            &format!("/usr/local/bin/hold-{p}"),
+            &format!("while [ ! -f release-{p} ]; do sleep 0.1; done"),
+        );
+    }
+    e.start_operator(&[]);
+    let package = |p: &str| {
+        let cmd = format!("/usr/local/bin/hold-{p}");
+        json!({"version": "1.0.0", "plugin": e.plugin("shell"),
+               "capabilities": commands(&[cmd.as_str()]), "configMap": {"apply": cmd}})
+    };
+    let mut b = package("b");
+    b["resources"] = json!({"cpuRequest": "100m", "cpuLimit": "200m", "memoryRequest": "300Mi", "memoryLimit": "600Mi"});
+    e.apply(cr(
+        "limited",
+        json!({"packages": {"a": package("a"), "b": b}}),
+    ))
+    .await;
+    let resources = e
+        .wait("both apply pods running", LIMIT, || async {
+            let (_, pods) = e.cr_jobs("limited").await;
+            let of = |name: &str| {
+                pods.iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .find(|p| {
+                        let l = p.metadata.labels.clone().unwrap_or_default();
+                        l.get(keys::job::PACKAGE).map(String::as_str) == Some(name)
+                            && l.get(keys::job::STAGE).map(String::as_str) == Some("apply")
+                    })
+                    .and_then(|p| p.spec.as_ref()?.containers[0].resources.clone())
+            };
+            Some((of("a")?, of("b")?))
+        })
+        .await;
+    let quantities = |r: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| {
+        r.clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = resources;
+    assert_eq!(
+        (quantities(&a.requests), quantities(&a.limits)),
+        (
+            vec![
+                ("cpu".into(), "250m".into()),
+                ("memory".into(), "256Mi".into())
+            ],
+            vec![
+                ("cpu".into(), "500m".into()),
+                ("memory".into(), "512Mi".into())
+            ]
+        ),
+        "the LimitRange's defaults"
+    );
+    assert_eq!(
+        (quantities(&b.requests), quantities(&b.limits)),
+        (
+            vec![
+                ("cpu".into(), "100m".into()),
+                ("memory".into(), "300Mi".into())
+            ],
+            vec![
+                ("cpu".into(), "200m".into()),
+                ("memory".into(), "600Mi".into())
+            ]
+        ),
+        "the package's own"
+    );
+    release(&e, "lr1", "a");
+    release(&e, "lr1", "b");
+    e.wait_complete("limited", LIMIT).await;
 }
