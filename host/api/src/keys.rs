@@ -137,6 +137,9 @@ pub mod job {
     pub const INTERRUPT: &str = "nodewright.io/interrupt";
     /// CR generation the Job was created for.
     pub const GENERATION: &str = "nodewright.io/generation";
+    /// The node-state entry's `run` the Job was created for: a Job kept after it failed is
+    /// told from the entry's next attempt by it (and by the generation).
+    pub const RUN: &str = "nodewright.io/run";
     /// The Job's name: finished Jobs are deleted many to a request, by a set-based selector
     /// on it.
     pub const JOB: &str = "nodewright.io/job";

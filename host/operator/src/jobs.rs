@@ -107,6 +107,7 @@ fn labels(req: &JobRequest) -> BTreeMap<String, String> {
         (label::CR.into(), req.cr.clone()),
         (label::NODE.into(), req.node.clone()),
         (label::GENERATION.into(), req.generation.to_string()),
+        (label::RUN.into(), req.run.to_string()),
         (label::JOB.into(), req.name.clone()),
     ]);
     match req.work() {
@@ -319,12 +320,14 @@ pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::ObservedJob>
     let generation = get(label::GENERATION)
         .and_then(|g| g.parse().ok())
         .unwrap_or(0);
+    let run = get(label::RUN).and_then(|r| r.parse().ok()).unwrap_or(0);
     let stopping = job.metadata.deletion_timestamp.is_some();
     Some(nodewright_planner::ObservedJob {
         name: job.metadata.name.clone()?,
         cr: get(label::CR)?,
         node: get(label::NODE)?,
         generation,
+        run,
         work,
         phase,
         stopping,

@@ -272,6 +272,8 @@ pub struct ObservedJob {
     pub node: String,
     /// CR generation it was created for.
     pub generation: i64,
+    /// The node-state entry's `run` it was created for (0: unknown).
+    pub run: i64,
     /// What it does.
     pub work: Work,
     /// How it is going.

@@ -106,6 +106,18 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
             .iter()
             .any(|(r, _)| r == "StageFailed")
     );
+    // The failed Job is kept, with its pods, for their logs.
+    let (jobs, pods) = e.cr_jobs("fails").await;
+    assert_eq!(jobs.len(), 1, "the parked stage's Job is kept");
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(e.client.clone(), common::NS);
+    let pod = pods
+        .iter()
+        .filter_map(|p| p.metadata.name.as_deref())
+        .next()
+        .expect("its pods kept too");
+    let log = api.logs(pod, &Default::default()).await.unwrap();
+    assert!(log.contains("no driver for this card"), "{log}");
 
     e.wait("denied erroring", LIMIT, || async {
         (e.node_status("denied", "f2").await == Some(Status::Erroring)).then_some(())

@@ -44,8 +44,10 @@ pub(super) fn record_jobs(
 
 /// A package stage's Job into its entry: attempts while it runs, complete (with a plan's
 /// findings), or erroring with a `StageFailed` event. True when the Job is to be deleted:
-/// finished, retried after a disruption, or stale (recorded already, superseded, or the
-/// package left the spec).
+/// succeeded, retried after a disruption, or stale (superseded, the package left the spec,
+/// or the entry moved on). A genuinely failed Job is kept, with its pods and their logs,
+/// while its entry stays parked on that failure — until the stage runs again (the entry
+/// re-armed: a newer generation or a new run) or the Job's `ttlSecondsAfterFinished`.
 fn record_package(
     cr: &Cr,
     node: &ObservedNode,
@@ -60,11 +62,26 @@ fn record_package(
         .packages
         .get(package)
         .is_some_and(|p| p.version == version);
-    let Some(e) = state.find_mut(package, version).filter(|e| {
-        current && e.stage == stage && matches!(e.state, State::InProgress | State::Unknown)
-    }) else {
+    let Some(e) = state
+        .find_mut(package, version)
+        .filter(|e| current && e.stage == stage)
+    else {
         return true;
     };
+    if let JobPhase::Failed { .. } = job.phase {
+        // A failure from before the entry was re-armed (a newer generation, or the entry
+        // made again: a rerun, a reset) says nothing of the attempt to come.
+        if job.generation < e.generation || (job.run != 0 && job.run != e.run) {
+            return true;
+        }
+    }
+    if e.state == State::Erroring {
+        // The parked failure this Job recorded: kept for its logs.
+        return !matches!(job.phase, JobPhase::Failed { genuine: true, .. });
+    }
+    if !matches!(e.state, State::InProgress | State::Unknown) {
+        return true;
+    }
     match &job.phase {
         JobPhase::Active { failed, last } => {
             e.attempts = *failed as i32;
@@ -102,7 +119,8 @@ fn record_package(
                     e.message
                 ),
             }));
-            true
+            // Kept, with its pods, for `kubectl logs` (see above).
+            false
         }
         // Disruptions only: run again.
         JobPhase::Failed { genuine: false, .. } => true,

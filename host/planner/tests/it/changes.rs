@@ -145,7 +145,7 @@ fn apply_event(w: &mut World, f: &Fleet, e: &Event, added: &mut usize) {
 /// What must hold once a rollout with mid-rollout changes has settled.
 fn check_settled(w: &World, external: &BTreeSet<String>) -> Result<(), TestCaseError> {
     prop_assert!(
-        w.snap.jobs.is_empty(),
+        w.at_rest(),
         "Jobs left: {:?}",
         w.snap.jobs.iter().map(|j| &j.name).collect::<Vec<_>>()
     );
@@ -251,7 +251,7 @@ proptest! {
                 }
             }
             let pending = events.iter().any(|(at, _)| *at > pass);
-            if !pending && acted.iter().all(|a| matches!(a, Action::Event(_))) && w.snap.jobs.is_empty() {
+            if !pending && acted.iter().all(|a| matches!(a, Action::Event(_))) && w.at_rest() {
                 quiet = true;
                 break;
             }

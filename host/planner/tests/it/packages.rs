@@ -36,9 +36,40 @@ fn a_terminal_failure_parks_the_stage_names_the_grant_and_a_new_generation_rearm
         ["tuning:apply"],
         "parked: no new attempt"
     );
+    let kept: Vec<String> = w.kept_failures().iter().map(|j| j.name.clone()).collect();
+    assert_eq!(
+        kept.len(),
+        1,
+        "the failed Job is kept for its logs: {:?}",
+        w.snap.jobs
+    );
+    assert_eq!(
+        w.events("StageFailed").len(),
+        1,
+        "recorded once, however long it is kept"
+    );
     w.edit("tune", |s| {
         s.packages.get_mut("tuning").unwrap().capabilities.sysctl = vec!["vm.swappiness".into()]
     });
+    // Re-armed (this pass), the kept Job goes (the next) before the stage runs again under
+    // its name.
+    let mut acted = w.step();
+    acted.extend(w.step());
+    assert!(
+        acted.iter().any(
+            |a| matches!(a, Action::DeleteJob { name, running: false, .. } if *name == kept[0])
+        ),
+        "{acted:?}"
+    );
+    assert!(
+        !acted.iter().any(|a| matches!(a, Action::CreateJob(_))),
+        "{acted:?}"
+    );
+    assert_eq!(
+        w.state("tune", "node-0")["tuning|1.0.0"].state,
+        State::InProgress,
+        "the old failure is not recorded again"
+    );
     w.run(("none", 0), 20);
     assert_eq!(
         stages_on(&w, "node-0"),

@@ -221,10 +221,7 @@ fn rollout_keeps_its_invariants(f: &Fleet) -> Result<(), TestCaseError> {
             // Quiet only once a pass has seen the holds lifted and the protected pods gone.
             let holds_ahead = pass <= HELD_PASSES
                 && (!f.windows.is_empty() || f.gate_fails.contains(&true) || f.protected != 0);
-            if acted.iter().all(|a| matches!(a, Action::Event(_)))
-                && w.snap.jobs.is_empty()
-                && !holds_ahead
-            {
+            if acted.iter().all(|a| matches!(a, Action::Event(_))) && w.at_rest() && !holds_ahead {
                 quiet = true;
                 break;
             }

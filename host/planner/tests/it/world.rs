@@ -248,6 +248,7 @@ impl World {
                         cr: req.cr.clone(),
                         node: req.node.clone(),
                         generation: req.generation,
+                        run: req.run,
                         work: req.work(),
                         phase: JobPhase::Active {
                             failed: 0,
@@ -358,8 +359,7 @@ impl World {
         for i in 0..max {
             let acted = self.step();
             self.succeed_all(plan_says);
-            let quiet =
-                acted.iter().all(|a| matches!(a, Action::Event(_))) && self.snap.jobs.is_empty();
+            let quiet = acted.iter().all(|a| matches!(a, Action::Event(_))) && self.at_rest();
             if quiet {
                 return i;
             }
@@ -368,6 +368,40 @@ impl World {
             "no convergence in {max} passes; jobs: {:?}",
             self.snap.jobs.iter().map(|j| &j.name).collect::<Vec<_>>()
         );
+    }
+
+    /// No Job runs, stops or waits to be recorded: the only ones left are genuinely failed
+    /// ones kept (for their logs) beside the parked entry they recorded.
+    pub fn at_rest(&self) -> bool {
+        self.kept_failures().len() == self.snap.jobs.len()
+    }
+
+    /// The Jobs kept as the record of a parked failure: genuinely failed, not stopping, and
+    /// their CR's entry on their node erroring at their stage.
+    pub fn kept_failures(&self) -> Vec<&ObservedJob> {
+        self.snap
+            .jobs
+            .iter()
+            .filter(|j| !j.stopping && matches!(j.phase, JobPhase::Failed { genuine: true, .. }))
+            .filter(|j| match &j.work {
+                Work::Package {
+                    package,
+                    version,
+                    stage,
+                } => {
+                    self.snap.nodewrights.iter().any(|c| c.name == j.cr)
+                        && self.snap.nodes.iter().any(|n| n.name == j.node)
+                        && self
+                            .state(&j.cr, &j.node)
+                            .find(package, version)
+                            .is_some_and(|e| {
+                                e.stage == *stage
+                                    && e.state == nodewright_api::node_state::State::Erroring
+                            })
+                }
+                Work::Interrupt { .. } => false,
+            })
+            .collect()
     }
 
     pub fn created(&self) -> Vec<(usize, Work, &str)> {
