@@ -147,11 +147,19 @@ async fn update_state(c: &Client, ctx: &Ctx, args: UpdateState) -> Result<ExitCo
     let key = state_key(&package, &version);
     // One edit, checked against what the nodes hold now and applied again to what they
     // hold if the operator writes them meanwhile.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
     let edit = |mut st: NodeState| {
         match st.get_mut(&key) {
             Some(e) => {
                 e.stage = stage;
                 e.state = state;
+                if state == State::InProgress {
+                    // A new attempt: a failed Job the operator kept from the last one (for
+                    // its logs) is not this one's answer.
+                    e.run = now.max(e.run + 1);
+                }
             }
             None => {
                 let mut e = PackageStatus::new(&package, &version, stage, generation);
