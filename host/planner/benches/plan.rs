@@ -125,6 +125,7 @@ fn snapshot(nodes: usize) -> Snapshot {
                     cr: "fleet".into(),
                     node: name.clone(),
                     generation: 1,
+                    run: 0,
                     work,
                     phase: JobPhase::Active {
                         failed: 0,

@@ -11,6 +11,8 @@ use std::collections::{BTreeSet, HashMap};
 struct Proc {
     pid: u32,
     ppid: u32,
+    /// Its process group: the tests tell a command that made a group of its own by it.
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by the tests only"))]
     group: u32,
     session: u32,
 }

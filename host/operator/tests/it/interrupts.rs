@@ -1,6 +1,8 @@
 //! End to end: interrupts — a service restart that fails, config interrupts chosen by key
 //! pattern and coalesced across packages. Each test names the NodeWright e2e test it mirrors.
 
+use std::time::Duration;
+
 use crate::common;
 use crate::specs;
 
@@ -59,7 +61,7 @@ async fn a_service_interrupt_that_fails_leaves_the_node_erroring_naming_the_unit
     assert_eq!(attempts, 2, "backoffLimit 1: two attempts, then parked");
     assert_eq!(restarts(&e, "s1", "gone.service"), 0);
     // Parked: later passes neither retry it nor call the node complete.
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(e.node_status("svc", "s1").await, Some(Status::Erroring));
     assert_ne!(
         e.nodewright("svc").await.status.unwrap().status,

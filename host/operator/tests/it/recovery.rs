@@ -359,7 +359,7 @@ async fn a_deleted_agent_pod_finishes_within_its_grace_or_stops_and_applies_once
     // Deleted within its first two seconds, the first attempt started its late command
     // during the 4 s grace; had that command outlived the pod, it would have marked its end
     // 8 s after the attempt began — before the retry (a new pod, the same 8 s) completed.
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         (
             lines(&e, "g2", "/etc/starts"),
