@@ -507,10 +507,12 @@ impl HostOps for SimHost {
 
     fn request_reboot(&self, reason: &str) -> Result<()> {
         self.run_helper(argv::reboot())?;
-        self.write_local(&format!("{SIM_RUN}/reboot-requested"), reason)?;
+        // Recorded before it is requested: the simulated kubelet reboots the node (killing
+        // this agent) as soon as it sees the request, which could otherwise beat the record.
         self.record(HostAction::RebootRequested {
             reason: reason.to_string(),
-        })
+        })?;
+        self.write_local(&format!("{SIM_RUN}/reboot-requested"), reason)
     }
 
     fn node_info(&self) -> NodeInfo {
