@@ -8,16 +8,9 @@ use crate::specs;
 
 use common::E2e;
 use nodewright_api::v1alpha1::Status;
-use nodewright_hostops::{HostAction, ServiceVerb, SimHost};
+use nodewright_hostops::SimHost;
 use serde_json::json;
 use specs::*;
-
-fn restarts(e: &E2e, node: &str, unit: &str) -> usize {
-    e.journal(node)
-        .iter()
-        .filter(|a| matches!(a, HostAction::Service { verb: ServiceVerb::Restart, unit: u } if u == unit))
-        .count()
-}
 
 /// Mirrors NodeWright's `failing_service_interrupt`: the restart of a unit systemd refuses
 /// (here masked, as a removed unit is) fails on every attempt; the node ends `erroring`

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::common::E2e;
+use nodewright_hostops::{HostAction, ServiceVerb};
 use serde_json::{Value, json};
 
 pub const LIMIT: Duration = Duration::from_secs(240);
@@ -27,4 +28,12 @@ pub fn reboot_package(e: &E2e) -> Value {
         "capabilities": {"commands": [{"path": "/usr/local/bin/install-driver"}, {"path": "/usr/local/bin/driver-ok", "readOnly": true}]},
         "configMap": {"apply": "/usr/local/bin/install-driver", "plan": "/usr/local/bin/driver-ok", "interrupt": "reboot"}
     })
+}
+
+/// How many times `unit` was restarted on `node`.
+pub fn restarts(e: &E2e, node: &str, unit: &str) -> usize {
+    e.journal(node)
+        .iter()
+        .filter(|a| matches!(a, HostAction::Service { verb: ServiceVerb::Restart, unit: u } if u == unit))
+        .count()
 }

@@ -8,7 +8,6 @@ use crate::specs;
 use common::E2e;
 use nodewright_api::node_state::{Stage, State};
 use nodewright_api::v1alpha1::Status;
-use nodewright_hostops::{HostAction, ServiceVerb};
 use serde_json::{Value, json};
 use specs::*;
 
@@ -41,13 +40,6 @@ fn driver(e: &E2e, name: &str, uninstall: &str) -> Value {
         },
         "uninstall": {"enabled": true}
     })
-}
-
-fn restarts(e: &E2e, node: &str, unit: &str) -> usize {
-    e.journal(node)
-        .iter()
-        .filter(|a| matches!(a, HostAction::Service { verb: ServiceVerb::Restart, unit: u } if u == unit))
-        .count()
 }
 
 /// The packages `node` has removed, in order.
