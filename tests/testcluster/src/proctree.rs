@@ -52,21 +52,22 @@ fn processes() -> Vec<Proc> {
     out
 }
 
-/// The live processes of session `sid` (its leader included).
-pub fn session(sid: u32) -> BTreeSet<u32> {
-    processes()
-        .into_iter()
-        .filter(|p| p.session == sid)
-        .map(|p| p.pid)
-        .collect()
-}
-
 /// The processes descending from `root` (not `root` itself), from `/proc`.
 pub fn descendants(root: u32) -> BTreeSet<u32> {
+    descendants_in(&children(&processes()), root)
+}
+
+/// Each parent's children among `procs`.
+fn children(procs: &[Proc]) -> HashMap<u32, Vec<u32>> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for p in processes() {
+    for p in procs {
         children.entry(p.ppid).or_default().push(p.pid);
     }
+    children
+}
+
+/// The processes descending from `root` in `children` (not `root` itself).
+fn descendants_in(children: &HashMap<u32, Vec<u32>>, root: u32) -> BTreeSet<u32> {
     let mut found = BTreeSet::new();
     let mut queue = vec![root];
     while let Some(p) = queue.pop() {
@@ -105,24 +106,24 @@ pub fn kill_all(pgid: u32, tree: &BTreeSet<u32>) {
 /// made a session of its own), again until none is alive (a fork may race a pass).
 pub fn kill_session(sid: u32, earlier: &BTreeSet<u32>) {
     for _ in 0..50 {
-        let mut left = session(sid);
-        left.extend(descendants(sid));
+        // One scan of `/proc` a pass (zombies are left out: they are dead).
+        let procs = processes();
+        let children = children(&procs);
+        let mut live: BTreeSet<u32> = procs
+            .iter()
+            .filter(|p| p.session == sid || earlier.contains(&p.pid))
+            .map(|p| p.pid)
+            .collect();
+        live.extend(descendants_in(&children, sid));
         for pid in earlier {
-            left.extend(descendants(*pid));
+            live.extend(descendants_in(&children, *pid));
         }
-        let live: BTreeSet<u32> = alive(earlier).into_iter().chain(left).collect();
         if live.is_empty() {
             return;
         }
         kill_all(sid, &live);
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-}
-
-/// Those of `pids` still alive (not zombies).
-fn alive(pids: &BTreeSet<u32>) -> BTreeSet<u32> {
-    let live: BTreeSet<u32> = processes().into_iter().map(|p| p.pid).collect();
-    pids.intersection(&live).copied().collect()
 }
 
 #[cfg(test)]
