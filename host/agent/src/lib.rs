@@ -248,6 +248,15 @@ mod tests {
         let mut stage = StageCall::new(common(), ask);
         stage.min_free_bytes = 1 << 30;
         stage.insecure_registries = vec!["localhost:5000".into()];
+        stage.registry_configs = vec![
+            "/etc/nodewright/registry/secrets/a/.dockerconfigjson".into(),
+            "/etc/nodewright/registry/secrets/b/.dockerconfigjson".into(),
+        ];
+        stage.registry_cas = vec![
+            "reg.example:5000=/etc/nodewright/registry/ca/corp/ca.crt"
+                .parse()
+                .unwrap(),
+        ];
         let call = AgentCall::Run(stage);
         assert_eq!(parsed(&call), call);
         // The defaults survive too (nothing optional is lost or invented).

@@ -14,7 +14,7 @@ use nodewright_engine::{
     StepFailure,
 };
 use nodewright_hostops::HostOps;
-use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig};
+use nodewright_oci::{Credentials, NodeCache, Puller, Registry, RegistryConfig};
 
 use crate::host::host;
 use crate::markers;
@@ -307,6 +307,27 @@ async fn run_prepared(call: &StageCall) -> Result<StageResult, Refused> {
     Ok(run.result)
 }
 
+/// How the agent reaches registries: the operator's insecure list, the mounted docker
+/// configs (asked in order) and CA bundles.
+fn registry_config(call: &StageCall) -> RegistryConfig {
+    RegistryConfig {
+        insecure: call.insecure_registries.clone(),
+        ca_bundles: call
+            .registry_cas
+            .iter()
+            .map(|c| (c.registry.clone(), c.pem.clone().into()))
+            .collect(),
+        credentials: Credentials::Chain(
+            call.registry_configs
+                .iter()
+                .cloned()
+                .map(Credentials::DockerConfig)
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
 /// The pinned plugin pulled through the node cache (a registry that cannot be reached is
 /// the host's fault, content that is not a plugin the spec's), compiled (or loaded from
 /// the code cache) and linked against `grants` (imports they do not cover: denied).
@@ -317,10 +338,7 @@ async fn pull_and_prepare(call: &StageCall, grants: &GrantSet) -> Result<Prepare
         .clone()
         .unwrap_or_else(|| markers::state_dir(&call.common.host_root).join("plugins"));
     let cache = NodeCache::open(&cache_dir).map_err(|e| host_fault(&e))?;
-    let registry = Registry::new(RegistryConfig {
-        insecure: call.insecure_registries.clone(),
-        ..Default::default()
-    });
+    let registry = Registry::new(registry_config(call));
     let puller = Puller::new(registry, cache);
     let pulled = match puller
         .pull_pinned(&call.ask.plugin, &|p| eprintln!("{p:?}"))

@@ -355,6 +355,13 @@ pub struct StageCall {
     /// Registries reachable over plain HTTP.
     #[cfg_attr(feature = "cli", arg(long = "insecure-registry"))]
     pub insecure_registries: Vec<String>,
+    /// Registry credentials: docker config files (mounted `kubernetes.io/dockerconfigjson`
+    /// Secrets), asked in order; the first with an entry for a registry gives its login.
+    #[cfg_attr(feature = "cli", arg(long = "registry-config"))]
+    pub registry_configs: Vec<PathBuf>,
+    /// CA bundles trusted for one registry each (`HOST=PEM-FILE`).
+    #[cfg_attr(feature = "cli", arg(long = "registry-ca"))]
+    pub registry_cas: Vec<RegistryCa>,
     /// Plugin cache (default: `<host-root>/var/lib/nodewright/plugins`).
     #[cfg_attr(feature = "cli", arg(long))]
     pub cache_dir: Option<PathBuf>,
@@ -371,6 +378,8 @@ impl StageCall {
             ask,
             min_free_bytes: limits::DEFAULT_MIN_FREE_BYTES,
             insecure_registries: Vec::new(),
+            registry_configs: Vec::new(),
+            registry_cas: Vec::new(),
             cache_dir: None,
             no_check: false,
         }
@@ -385,6 +394,16 @@ impl StageCall {
                 .iter()
                 .map(|r| format!("--insecure-registry={r}")),
         );
+        args.extend(
+            self.registry_configs
+                .iter()
+                .map(|p| format!("--registry-config={}", p.display())),
+        );
+        args.extend(
+            self.registry_cas
+                .iter()
+                .map(|c| format!("--registry-ca={c}")),
+        );
         if let Some(dir) = &self.cache_dir {
             args.push(format!("--cache-dir={}", dir.display()));
         }
@@ -393,6 +412,34 @@ impl StageCall {
         }
         args.extend(self.common.to_args());
         args
+    }
+}
+
+/// A CA bundle trusted for one registry: `HOST[:PORT]=PEM-FILE` on a command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegistryCa {
+    /// The registry (`host[:port]`), as it appears in plugin references.
+    pub registry: String,
+    /// The PEM file.
+    pub pem: PathBuf,
+}
+
+impl FromStr for RegistryCa {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once('=') {
+            Some((registry, pem)) if !registry.is_empty() && !pem.is_empty() => Ok(RegistryCa {
+                registry: registry.into(),
+                pem: pem.into(),
+            }),
+            _ => Err(format!("{s:?} is not HOST=PEM-FILE")),
+        }
+    }
+}
+
+impl fmt::Display for RegistryCa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.registry, self.pem.display())
     }
 }
 

@@ -18,6 +18,12 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
         && !s.ends_with('-')
 }
 
+/// A DNS subdomain (most object names, Secrets among them): dot-separated DNS labels,
+/// at most 253 characters.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(|l| is_dns_label(l, 63))
+}
+
 /// Package names: `^[a-z][-a-z0-9]{0,41}[a-z]$`, as NodeWright.
 pub fn is_package_name(s: &str) -> bool {
     let b = s.as_bytes();

@@ -1,6 +1,6 @@
 //! Registry credentials: explicit, or a docker `config.json`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use base64::Engine as _;
 use oci_client::secrets::RegistryAuth;
@@ -25,6 +25,19 @@ pub enum Credentials {
     /// (`credsStore`, `credHelpers`) are not run: a registry that only has a helper is an
     /// error naming it, rather than a silent anonymous pull.
     DockerConfig(PathBuf),
+    /// A docker config's text already in hand: a `kubernetes.io/dockerconfigjson` Secret's
+    /// `.dockerconfigjson`, read the same way as a `config.json`; `origin` names it in errors
+    /// (e.g. `secret nodewright/regcred`).
+    DockerConfigText {
+        /// Where the text came from.
+        origin: String,
+        /// The JSON.
+        json: String,
+    },
+    /// Several sources asked in order: the first that has credentials for a registry gives
+    /// them; a registry none of them knows is accessed anonymously. A source that fails
+    /// (unreadable, malformed, helper-only) is an error, never skipped.
+    Chain(Vec<Credentials>),
 }
 
 impl Credentials {
@@ -47,14 +60,31 @@ impl Credentials {
             Credentials::Basic { username, password } => {
                 Ok(RegistryAuth::Basic(username.clone(), password.clone()))
             }
-            Credentials::DockerConfig(path) => docker_config_auth(path, registry),
+            Credentials::DockerConfig(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    config_err(&path.display(), format!("cannot read docker config: {e}"))
+                })?;
+                docker_config_auth(&path.display(), &text, registry)
+            }
+            Credentials::DockerConfigText { origin, json } => {
+                docker_config_auth(origin, json, registry)
+            }
+            Credentials::Chain(sources) => {
+                for source in sources {
+                    match source.for_registry(registry)? {
+                        RegistryAuth::Anonymous => continue,
+                        auth => return Ok(auth),
+                    }
+                }
+                Ok(RegistryAuth::Anonymous)
+            }
         }
     }
 }
 
-fn config_err(path: &Path, reason: impl Into<String>) -> Error {
+fn config_err(origin: &dyn std::fmt::Display, reason: impl Into<String>) -> Error {
     Error::Config {
-        path: path.display().to_string(),
+        path: origin.to_string(),
         reason: reason.into(),
     }
 }
@@ -68,11 +98,14 @@ fn key_host(key: &str) -> &str {
     k.split('/').next().unwrap_or(k)
 }
 
-fn docker_config_auth(path: &Path, registry: &str) -> Result<RegistryAuth> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| config_err(path, format!("cannot read docker config: {e}")))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| config_err(path, format!("not valid JSON: {e}")))?;
+/// The auth a docker config's JSON (`origin` names it) gives `registry`.
+fn docker_config_auth(
+    path: &dyn std::fmt::Display,
+    text: &str,
+    registry: &str,
+) -> Result<RegistryAuth> {
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| config_err(path, format!("not valid JSON: {e}")))?;
     let entry = json["auths"].as_object().and_then(|auths| {
         auths
             .iter()
@@ -183,6 +216,43 @@ mod tests {
             err.to_string()
                 .contains("auths.r.example.auth is not base64"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_chain_takes_the_first_source_that_knows_the_registry() {
+        let (_d, p) = write(r#"{"auths": {"a.example": {"username": "file", "password": "1"}}}"#);
+        let secret = Credentials::DockerConfigText {
+            origin: "secret nodewright/regcred".into(),
+            json: r#"{"auths": {"a.example": {"username": "secret", "password": "2"}, "b.example": {"username": "bee", "password": "3"}}}"#.into(),
+        };
+        let chain = Credentials::Chain(vec![secret, Credentials::DockerConfig(p)]);
+        assert_eq!(
+            basic(chain.for_registry("a.example").unwrap()),
+            Some(("secret".into(), "2".into()))
+        );
+        assert_eq!(
+            basic(chain.for_registry("b.example").unwrap()),
+            Some(("bee".into(), "3".into()))
+        );
+        assert!(matches!(
+            chain.for_registry("c.example").unwrap(),
+            RegistryAuth::Anonymous
+        ));
+        let broken = Credentials::Chain(vec![
+            Credentials::DockerConfigText {
+                origin: "secret nodewright/broken".into(),
+                json: "{".into(),
+            },
+            Credentials::Basic {
+                username: "u".into(),
+                password: "p".into(),
+            },
+        ]);
+        let err = broken.for_registry("a.example").unwrap_err();
+        assert!(
+            err.to_string().contains("secret nodewright/broken"),
+            "a malformed source is named, not skipped: {err}"
         );
     }
 }

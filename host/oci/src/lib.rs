@@ -49,5 +49,5 @@ pub use progress::Progress;
 pub use pull::{Pulled, Puller};
 #[cfg(feature = "push")]
 pub use registry::{Blob, Pushed};
-pub use registry::{PullLimits, Registry, RegistryConfig, pin};
+pub use registry::{Pem, PullLimits, Registry, RegistryConfig, pin};
 pub use tls::{prepare_roots, system_roots};

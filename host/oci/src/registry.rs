@@ -48,9 +48,49 @@ pub struct RegistryConfig {
     /// is: there is no fallback from HTTPS to HTTP.
     pub insecure: Vec<String>,
     /// Extra CA bundles (PEM) trusted for one registry each, keyed by `host[:port]`.
-    pub ca_bundles: BTreeMap<String, PathBuf>,
+    pub ca_bundles: BTreeMap<String, Pem>,
     /// Credentials.
     pub credentials: Credentials,
+}
+
+/// PEM text: a file read when a client is built, or text already in hand (a ConfigMap's
+/// key, read through the API).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pem {
+    /// A file.
+    File(PathBuf),
+    /// Text; `origin` names it in errors (e.g. `configmap nodewright/corp-ca key ca.crt`).
+    Text {
+        /// Where the text came from.
+        origin: String,
+        /// The PEM.
+        pem: String,
+    },
+}
+
+impl From<PathBuf> for Pem {
+    fn from(path: PathBuf) -> Self {
+        Pem::File(path)
+    }
+}
+
+impl Pem {
+    fn read(&self) -> Result<Vec<u8>> {
+        match self {
+            Pem::File(path) => std::fs::read(path).map_err(|e| Error::Config {
+                path: path.display().to_string(),
+                reason: format!("cannot read CA bundle: {e}"),
+            }),
+            Pem::Text { pem, .. } => Ok(pem.clone().into_bytes()),
+        }
+    }
+
+    fn origin(&self) -> String {
+        match self {
+            Pem::File(path) => path.display().to_string(),
+            Pem::Text { origin, .. } => origin.clone(),
+        }
+    }
 }
 
 /// A registry client. Clients are built once per registry host.
@@ -125,11 +165,18 @@ impl Registry {
             return Ok(c.clone());
         }
         let mut extra = Vec::new();
-        if let Some(path) = self.config.ca_bundles.get(registry) {
-            let data = std::fs::read(path).map_err(|e| Error::Config {
-                path: path.display().to_string(),
-                reason: format!("cannot read CA bundle: {e}"),
-            })?;
+        if let Some(pem) = self.config.ca_bundles.get(registry) {
+            let data = pem.read()?;
+            use rustls_pki_types::pem::PemObject as _;
+            if rustls_pki_types::CertificateDer::pem_slice_iter(&data)
+                .next()
+                .is_none_or(|c| c.is_err())
+            {
+                return Err(Error::Config {
+                    path: pem.origin(),
+                    reason: format!("the CA bundle for {registry} holds no PEM certificate"),
+                });
+            }
             extra.push(Certificate {
                 encoding: CertificateEncoding::Pem,
                 data,

@@ -25,8 +25,8 @@ pub struct JobConfig {
     pub backend: Backend,
     /// `ttlSecondsAfterFinished`.
     pub ttl_seconds: i32,
-    /// Registries the agents may reach over plain HTTP.
-    pub insecure_registries: Vec<String>,
+    /// How the agents reach plugin registries (and the kubelet the agent image).
+    pub registry: crate::registries::RegistryAccess,
     /// Service account of the agent pods (none: the namespace default).
     pub service_account: Option<String>,
     /// Free space every plugin write must leave on the node.
@@ -184,7 +184,18 @@ fn pod_spec(req: &JobRequest, cfg: &JobConfig) -> Value {
     if let Some(sa) = &cfg.service_account {
         pod["serviceAccountName"] = json!(sa);
     }
+    let access = cfg.registry.for_pod(req.image_pull_secret.as_deref());
+    if !access.image_pull_secrets.is_empty() {
+        pod["imagePullSecrets"] = access
+            .image_pull_secrets
+            .iter()
+            .map(|name| json!({"name": name}))
+            .collect();
+    }
     if let Ask::Stage { call, .. } = &req.ask {
+        // Only a stage pulls a plugin: its pod mounts the logins and CA bundles it is told.
+        extend(&mut pod["volumes"], access.volumes);
+        extend(&mut pod["containers"][0]["volumeMounts"], access.mounts);
         // The pod's grace covers the package's: Kubernetes' default (30 s) would cut a
         // longer `gracefulShutdown` short, and leave none for the agent's own stop.
         pod["terminationGracePeriodSeconds"] =
@@ -202,6 +213,12 @@ fn pod_spec(req: &JobRequest, cfg: &JobConfig) -> Value {
     pod
 }
 
+fn extend(list: &mut Value, more: Vec<Value>) {
+    if let Value::Array(items) = list {
+        items.extend(more);
+    }
+}
+
 /// The pod a stage Job of this deployment creates, as admission sees it (the same image,
 /// privileges, host namespaces and volumes; a placeholder node and call): what
 /// [`crate::admission`] asks the API server about.
@@ -216,6 +233,7 @@ pub fn probe_pod(cfg: &JobConfig) -> Pod {
         deadline: None,
         backoff_limit: 0,
         tolerations: vec![],
+        image_pull_secret: None,
         ask: Ask::Interrupt {
             uninstall: false,
             call: InterruptAsk {
@@ -255,7 +273,10 @@ pub fn call(req: &JobRequest, cfg: &JobConfig) -> AgentCall {
         Ask::Stage { call, .. } => {
             let mut c = StageCall::new(common, call.clone());
             c.min_free_bytes = cfg.min_free_bytes;
-            c.insecure_registries = cfg.insecure_registries.clone();
+            let access = cfg.registry.for_pod(req.image_pull_secret.as_deref());
+            c.insecure_registries = cfg.registry.insecure.clone();
+            c.registry_configs = access.configs;
+            c.registry_cas = access.cas;
             AgentCall::Run(c)
         }
         Ask::Interrupt { call, .. } => {
@@ -418,7 +439,7 @@ pub(crate) mod tests {
             command: "/usr/local/bin/nodewright-agent".into(),
             backend: Backend::Linux,
             ttl_seconds: 60,
-            insecure_registries: vec![],
+            registry: Default::default(),
             service_account: None,
             min_free_bytes: 1 << 28,
         }
@@ -449,6 +470,7 @@ pub(crate) mod tests {
             deadline: Some(Duration::from_secs(60)),
             backoff_limit: 3,
             tolerations: vec![],
+            image_pull_secret: None,
             ask: Ask::Stage {
                 call,
                 resources: None,
@@ -573,6 +595,74 @@ pub(crate) mod tests {
         assert_eq!(job["spec"]["template"]["spec"]["activeDeadlineSeconds"], 60);
         assert!(job["spec"]["podFailurePolicy"]["rules"].is_array());
         assert!(job["spec"]["activeDeadlineSeconds"].is_null());
+    }
+
+    #[test]
+    fn a_stage_pod_mounts_its_registry_logins_and_every_pod_pulls_with_its_secrets() {
+        let mut cfg = cfg();
+        cfg.registry = crate::registries::RegistryAccess {
+            namespace: "nodewright".into(),
+            secrets: vec!["fleet".into()],
+            cas: vec!["reg.example:5000=corp-ca".parse().unwrap()],
+            image_pull_secrets: vec!["agent-pull".into()],
+            ..Default::default()
+        };
+        let stage = JobRequest {
+            image_pull_secret: Some("team".into()),
+            ..request()
+        };
+        let pod =
+            serde_json::to_value(build(&stage, &cfg)).unwrap()["spec"]["template"]["spec"].clone();
+        assert_eq!(
+            pod["imagePullSecrets"],
+            json!([{"name": "team"}, {"name": "agent-pull"}])
+        );
+        let volumes: Vec<&Value> = pod["volumes"].as_array().unwrap().iter().collect();
+        let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
+        for v in volumes.iter().skip(1) {
+            let name = &v["name"];
+            assert!(
+                mounts
+                    .iter()
+                    .any(|m| &m["name"] == name && m["readOnly"] == true),
+                "{name} is mounted read-only"
+            );
+        }
+        assert_eq!(volumes[1]["secret"]["secretName"], "team");
+        assert_eq!(volumes[2]["secret"]["secretName"], "fleet");
+        assert_eq!(volumes[3]["configMap"]["name"], "corp-ca");
+        let args: Vec<String> =
+            serde_json::from_value(pod["containers"][0]["args"].clone()).unwrap();
+        for arg in [
+            "--registry-config=/etc/nodewright/registry/logins/0/.dockerconfigjson",
+            "--registry-config=/etc/nodewright/registry/logins/1/.dockerconfigjson",
+            "--registry-ca=reg.example:5000=/etc/nodewright/registry/ca/0/ca.pem",
+        ] {
+            assert!(args.iter().any(|a| a == arg), "{arg} in {args:?}");
+        }
+
+        // An interrupt pulls no plugin: no logins mounted, but the kubelet still needs the
+        // agent image's secrets.
+        let interrupt = JobRequest {
+            image_pull_secret: Some("team".into()),
+            ask: Ask::Interrupt {
+                uninstall: false,
+                call: InterruptAsk {
+                    kind: InterruptType::Reboot,
+                    package: "tuning".into(),
+                    services: vec![],
+                },
+            },
+            ..request()
+        };
+        let pod =
+            serde_json::to_value(build(&interrupt, &cfg)).unwrap()["spec"]["template"]["spec"]
+                .clone();
+        assert_eq!(pod["volumes"].as_array().unwrap().len(), 1, "{pod}");
+        assert_eq!(
+            pod["imagePullSecrets"],
+            json!([{"name": "team"}, {"name": "agent-pull"}])
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod jobs;
 mod leader;
 mod metrics;
 mod plugins;
+mod registries;
 mod serve;
 mod trust;
 mod webhook;
@@ -116,6 +117,31 @@ struct Flags {
         value_delimiter = ','
     )]
     insecure_registries: Vec<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret in the operator's namespace holding logins
+    /// for every NodeWright's plugin pulls (repeatable; asked after a NodeWright's own
+    /// `spec.imagePullSecret`). The operator reads it; agent pods mount it.
+    #[arg(
+        long = "registry-secret",
+        env = "NODEWRIGHT_REGISTRY_SECRETS",
+        value_delimiter = ','
+    )]
+    registry_secrets: Vec<String>,
+    /// A CA bundle for one registry with an internal CA, from a ConfigMap in the operator's
+    /// namespace: `HOST[:PORT]=CONFIGMAP[/KEY]` (key default `ca.crt`; repeatable).
+    #[arg(
+        long = "registry-ca",
+        env = "NODEWRIGHT_REGISTRY_CAS",
+        value_delimiter = ','
+    )]
+    registry_cas: Vec<registries::CaRef>,
+    /// A Secret the kubelet pulls the agent image with (repeatable): every agent pod's
+    /// `imagePullSecrets`, beside its NodeWright's `spec.imagePullSecret`.
+    #[arg(
+        long = "image-pull-secret",
+        env = "NODEWRIGHT_IMAGE_PULL_SECRETS",
+        value_delimiter = ','
+    )]
+    image_pull_secrets: Vec<String>,
     /// Reset a node's packages when it reboots outside nodewright's own interrupts.
     #[arg(long, env = "NODEWRIGHT_REAPPLY_ON_REBOOT", action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     reapply_on_reboot: bool,
@@ -271,8 +297,9 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         notify.clone(),
     );
     let plugins = plugins::Plugins::new(
+        client.clone(),
         flags.plugin_cache_dir.clone(),
-        flags.insecure_registries.clone(),
+        flags.registry_access(),
         flags.ceilings(),
         trust,
         notify.clone(),
@@ -341,6 +368,17 @@ impl Flags {
         }
     }
 
+    /// How the operator and its agents reach plugin registries.
+    fn registry_access(&self) -> registries::RegistryAccess {
+        registries::RegistryAccess {
+            namespace: self.namespace.clone(),
+            insecure: self.insecure_registries.clone(),
+            secrets: self.registry_secrets.clone(),
+            cas: self.registry_cas.clone(),
+            image_pull_secrets: self.image_pull_secrets.clone(),
+        }
+    }
+
     /// Where and how the agent Jobs run.
     fn job_config(&self) -> jobs::JobConfig {
         jobs::JobConfig {
@@ -349,7 +387,7 @@ impl Flags {
             command: self.agent_command.clone(),
             backend: self.agent_backend,
             ttl_seconds: self.job_ttl_seconds_after_finished,
-            insecure_registries: self.insecure_registries.clone(),
+            registry: self.registry_access(),
             service_account: self.agent_service_account.clone(),
             min_free_bytes: self.agent_min_free_disk,
         }
@@ -439,11 +477,13 @@ async fn start_webhook(
         .await
         .map_err(|e| anyhow::anyhow!("--webhook-addr {addr}: {e}"))?;
     tracing::info!(%addr, secret = %cfg.secret, "serving the admission webhook");
-    let registry = nodewright_oci::Registry::new(nodewright_oci::RegistryConfig {
-        insecure: flags.insecure_registries.clone(),
-        ..Default::default()
-    });
-    let admission = webhook::Admission::new(client.clone(), world, metrics, trust, registry);
+    let admission = webhook::Admission::new(
+        client.clone(),
+        world,
+        metrics,
+        trust,
+        flags.registry_access(),
+    );
     tokio::spawn(serve::serve(
         listener,
         Some(serve::tls_acceptor(resolver.clone())),

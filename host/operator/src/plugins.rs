@@ -13,10 +13,11 @@ use nodewright_api::limits::{Ceilings, StageLimits};
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::v1alpha1::{NodeWrightSpec, Package};
 use nodewright_engine::{Engine, EngineConfig, LoadedPlugin};
-use nodewright_oci::{NodeCache, Puller, Registry, RegistryConfig, pin};
+use nodewright_oci::{NodeCache, Puller, Registry, pin};
 use nodewright_planner::{PluginCheck as Verdict, Resolved};
 use tokio::sync::Notify;
 
+use crate::registries::RegistryAccess;
 use crate::trust::Trust;
 
 /// How long a retryable failure (registry unreachable) is kept before trying again.
@@ -35,7 +36,9 @@ impl std::fmt::Debug for Plugins {
 }
 
 struct Inner {
-    puller: Puller,
+    client: kube::Client,
+    access: RegistryAccess,
+    cache: NodeCache,
     engine: Arc<Engine>,
     ceilings: Ceilings,
     trust: Trust,
@@ -54,11 +57,13 @@ struct Entry {
 }
 
 impl Plugins {
-    /// A checker pulling into `cache_dir`, reaching `insecure` registries over HTTP, holding
-    /// packages to the sandbox `ceilings` and plugins to the `trust` policies.
+    /// A checker pulling into `cache_dir`, reaching registries as `access` says (its
+    /// Secrets and ConfigMaps read through `client`), holding packages to the sandbox
+    /// `ceilings` and plugins to the `trust` policies.
     pub fn new(
+        client: kube::Client,
         cache_dir: PathBuf,
-        insecure: Vec<String>,
+        access: RegistryAccess,
         ceilings: Ceilings,
         trust: Trust,
         notify: Arc<Notify>,
@@ -68,12 +73,10 @@ impl Plugins {
             cache_dir: Some(cache.code_dir()),
             ..Default::default()
         })?);
-        let registry = Registry::new(RegistryConfig {
-            insecure,
-            ..Default::default()
-        });
         let inner = Inner {
-            puller: Puller::new(registry, cache),
+            client,
+            access,
+            cache,
             engine,
             ceilings,
             trust,
@@ -135,9 +138,27 @@ impl Plugins {
     }
 
     async fn check(&self, spec: &NodeWrightSpec) -> (Verdict, bool) {
+        let inner = &self.inner;
+        // The logins and CA bundles as they are now: a Secret created or rotated after a
+        // refusal is used at the next try.
+        let config = match inner
+            .access
+            .config(&inner.client, spec.image_pull_secret.as_deref())
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let verdict = Verdict::NotReady {
+                    reason: "RegistryAccess".into(),
+                    message: e.to_string(),
+                };
+                return (verdict, true);
+            }
+        };
+        let puller = Puller::new(Registry::new(config), inner.cache.clone());
         let mut resolved = Resolved::default();
         for (name, p) in &spec.packages {
-            if let Err(n) = self.check_package(name, p, &mut resolved).await {
+            if let Err(n) = self.check_package(&puller, name, p, &mut resolved).await {
                 let verdict = Verdict::NotReady {
                     reason: n.reason,
                     message: n.message,
@@ -153,17 +174,18 @@ impl Plugins {
     /// against what the component imports.
     async fn check_package(
         &self,
+        puller: &Puller,
         name: &str,
         p: &Package,
         resolved: &mut Resolved,
     ) -> Result<(), NotReady> {
-        let registry = self.inner.puller.registry();
+        let registry = puller.registry();
         let reference = registry
             .resolve(&p.plugin)
             .await
             .and_then(|d| pin(&p.plugin, &d))
             .map_err(|e| {
-                let message = format!("spec.packages.{name}.plugin: {e}");
+                let message = format!("spec.packages.{name}.plugin: {e}{}", login_hint(&e));
                 not_ready("ResolveFailed", message, e.is_retryable())
             })?;
         let judgement = self
@@ -188,7 +210,7 @@ impl Plugins {
             resolved.signers.insert(name.into(), judgement.signers);
         }
         resolved.warnings.extend(judgement.warnings);
-        let loaded = self.load(name, &reference).await?;
+        let loaded = self.load(puller, name, &reference).await?;
         self.admits(name, &reference, p, &loaded)?;
         resolved.pinned.insert(name.into(), reference);
         Ok(())
@@ -196,16 +218,16 @@ impl Plugins {
 
     /// The plugin pulled by digest and compiled (off the async workers: compiling blocks,
     /// bounded by the engine's load limits).
-    async fn load(&self, name: &str, reference: &PinnedRef) -> Result<LoadedPlugin, NotReady> {
-        let pulled = self
-            .inner
-            .puller
-            .pull_pinned(reference, &|_| {})
-            .await
-            .map_err(|e| {
-                let message = format!("spec.packages.{name}.plugin: {e}");
-                not_ready("PullFailed", message, e.is_retryable())
-            })?;
+    async fn load(
+        &self,
+        puller: &Puller,
+        name: &str,
+        reference: &PinnedRef,
+    ) -> Result<LoadedPlugin, NotReady> {
+        let pulled = puller.pull_pinned(reference, &|_| {}).await.map_err(|e| {
+            let message = format!("spec.packages.{name}.plugin: {e}{}", login_hint(&e));
+            not_ready("PullFailed", message, e.is_retryable())
+        })?;
         let engine = self.inner.engine.clone();
         match tokio::task::spawn_blocking(move || engine.load(&pulled.bytes)).await {
             Ok(Ok(l)) => Ok(l),
@@ -269,6 +291,16 @@ struct NotReady {
     reason: String,
     message: String,
     retryable: bool,
+}
+
+/// What to do about a registry that wants a login.
+fn login_hint(e: &nodewright_oci::Error) -> &'static str {
+    match e {
+        nodewright_oci::Error::Unauthorized { .. } => {
+            " (a registry login: spec.imagePullSecret naming a kubernetes.io/dockerconfigjson Secret the chart lists in pluginRegistries.packageSecrets, or pluginRegistries.secrets for every NodeWright)"
+        }
+        _ => "",
+    }
 }
 
 fn not_ready(reason: &str, message: String, retryable: bool) -> NotReady {

@@ -29,6 +29,7 @@ use nodewright_api::validate::{self, FieldError};
 use nodewright_oci::Registry;
 
 use crate::metrics::{AdmissionLabels, Metrics};
+use crate::registries::RegistryAccess;
 use crate::trust::Trust;
 use crate::world::World;
 
@@ -39,7 +40,7 @@ pub struct Admission {
     world: World,
     metrics: Arc<Metrics>,
     trust: Trust,
-    registry: Arc<Registry>,
+    access: Arc<RegistryAccess>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -74,20 +75,20 @@ fn spec_of(obj: &DynamicObject) -> Result<NodeWrightSpec, String> {
 
 impl Admission {
     /// An admission handler reading through `client` and the operator's caches, verifying
-    /// plugins' signatures through `registry`.
+    /// plugins' signatures in registries reached as `access` says.
     pub fn new(
         client: Client,
         world: World,
         metrics: Arc<Metrics>,
         trust: Trust,
-        registry: Registry,
+        access: RegistryAccess,
     ) -> Self {
         Admission {
             client,
             world,
             metrics,
             trust,
-            registry: Arc::new(registry),
+            access: Arc::new(access),
         }
     }
 
@@ -195,6 +196,14 @@ impl Admission {
                         v.errors.extend(errors);
                         v.warnings.extend(warnings);
                     }
+                    if let Some(secret) = spec.image_pull_secret.as_deref()
+                        && old.as_ref().and_then(|o| o.image_pull_secret.as_deref()) != Some(secret)
+                        && let Err(e) = self.access.config(&self.client, Some(secret)).await
+                    {
+                        // A warning, not a refusal: applying a directory may create the
+                        // NodeWright before its Secret; the rollout waits for it and says so.
+                        v.warnings.push(e.to_string());
+                    }
                     let needed = authority::to_authorize(old.as_ref(), &spec);
                     if !needed.is_empty() {
                         v.errors
@@ -226,7 +235,13 @@ impl Admission {
         spec: &NodeWrightSpec,
         v: &mut Verdict,
     ) -> Result<(), String> {
-        for (name, _pinned, judgement) in trust.judge_all(&self.registry, &spec.packages).await? {
+        let config = self
+            .access
+            .config(&self.client, spec.image_pull_secret.as_deref())
+            .await
+            .map_err(|e| e.to_string())?;
+        let registry = Registry::new(config);
+        for (name, _pinned, judgement) in trust.judge_all(&registry, &spec.packages).await? {
             let path = format!("spec.packages.{name}.plugin");
             v.errors
                 .extend(judgement.refusals.iter().map(|f| FieldError {

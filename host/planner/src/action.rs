@@ -91,6 +91,9 @@ pub struct JobRequest {
     pub backoff_limit: i32,
     /// Tolerations: our cordon, the runtime-required taint, the CR's additional ones.
     pub tolerations: Vec<Toleration>,
+    /// The CR's `imagePullSecret`: the first login asked for the plugin pull, and an
+    /// `imagePullSecrets` entry of the agent pod.
+    pub image_pull_secret: Option<String>,
     /// What the agent is asked.
     pub ask: Ask,
 }

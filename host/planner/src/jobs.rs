@@ -165,6 +165,7 @@ fn request(
         deadline,
         backoff_limit,
         tolerations: tolerations(cr),
+        image_pull_secret: cr.spec.image_pull_secret.clone(),
         ask,
     };
     req.name = job_name(&cr.name, node, &req.work());

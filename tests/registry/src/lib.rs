@@ -157,6 +157,12 @@ impl TestRegistry {
         Self::launch_with(None, true)
     }
 
+    /// A TLS registry (as [`TestRegistry::start_tls`]) that also requires HTTP basic auth
+    /// for `user`/`password`: a private registry with an internal CA.
+    pub fn start_tls_with_auth(user: &str, password: &str) -> Self {
+        Self::launch_with(Some((user, password)), true)
+    }
+
     /// The CA that signed a TLS registry's certificate.
     pub fn ca_file(&self) -> PathBuf {
         self.dir.path().join("ca.crt")

@@ -41,6 +41,12 @@ pub struct NodeWrightSpec {
     /// Name of a cluster-scoped DeploymentPolicy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment_policy: Option<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret in the operator's namespace: the login for
+    /// this NodeWright's plugin pulls (asked before the operator-wide `pluginRegistries.secrets`), and
+    /// an `imagePullSecrets` entry of its agent pods. The operator may read only the Secrets
+    /// the chart names (`pluginRegistries.packageSecrets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secret: Option<String>,
     /// Per-CR overrides of the policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment_policy_options: Option<DeploymentPolicyOptions>,

@@ -3,7 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::names::{
-    MAX_NODEWRIGHT_NAME, check_plugin_reference, config_key_matches, is_dns_label, is_package_name,
+    MAX_NODEWRIGHT_NAME, check_plugin_reference, config_key_matches, is_dns_label,
+    is_dns_subdomain, is_package_name,
 };
 use crate::units::parse_quantity;
 use crate::v1alpha1::{NodeWrightSpec, Package};
@@ -258,6 +259,14 @@ pub fn validate_nodewright(name: &str, spec: &NodeWrightSpec) -> Vec<FieldError>
         errs.add(
             "spec.deploymentPolicy",
             format!("{p:?} is not a valid object name"),
+        );
+    }
+    if let Some(s) = &spec.image_pull_secret
+        && !is_dns_subdomain(s)
+    {
+        errs.add(
+            "spec.imagePullSecret",
+            format!("{s:?} is not a valid Secret name"),
         );
     }
     if let Some(b) = &spec.interruption_budget {

@@ -31,6 +31,12 @@ fn nodewright_cases() -> Vec<(&'static str, Value, &'static str, &'static str)> 
             "outside 0-100",
         ),
         (
+            "pull secret name",
+            json!({"imagePullSecret": "Reg_Cred"}),
+            "spec.imagePullSecret",
+            "not a valid Secret name",
+        ),
+        (
             "priority",
             json!({"priority": 0}),
             "spec.priority",

@@ -1,10 +1,11 @@
 //! Where a plugin comes from: a file, or an OCI reference pulled through the local cache.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
+use nodewright_api::agent::RegistryCa;
 use nodewright_engine::{Engine, LoadedPlugin};
 use nodewright_oci::{Credentials, NodeCache, Progress, Puller, Registry, RegistryConfig};
 
@@ -16,7 +17,7 @@ pub struct RegistryArgs {
     insecure: Vec<String>,
     /// Extra CA bundle for one registry: HOST=PEM-FILE. Repeatable.
     #[arg(long = "registry-ca", value_name = "HOST=PEM")]
-    ca: Vec<String>,
+    ca: Vec<RegistryCa>,
     /// Registry username (else the docker config.json is used).
     #[arg(long, env = "NODEWRIGHT_REGISTRY_USERNAME")]
     username: Option<String>,
@@ -27,13 +28,11 @@ pub struct RegistryArgs {
 
 impl RegistryArgs {
     pub fn config(&self) -> anyhow::Result<RegistryConfig> {
-        let mut ca_bundles = std::collections::BTreeMap::new();
-        for entry in &self.ca {
-            let (host, path) = entry
-                .split_once('=')
-                .with_context(|| format!("--registry-ca {entry:?} is not HOST=PEM-FILE"))?;
-            ca_bundles.insert(host.to_string(), PathBuf::from(path));
-        }
+        let ca_bundles = self
+            .ca
+            .iter()
+            .map(|c| (c.registry.clone(), c.pem.clone().into()))
+            .collect();
         let credentials = match (&self.username, &self.password) {
             (Some(u), Some(p)) => Credentials::Basic {
                 username: u.clone(),

@@ -125,7 +125,7 @@ async fn tls_registries_need_their_ca_and_never_fall_back_to_http() {
     );
     // With the registry's CA bundle it works.
     let trusted = Registry::new(RegistryConfig {
-        ca_bundles: [(reg.host().to_string(), reg.ca_file())].into(),
+        ca_bundles: [(reg.host().to_string(), reg.ca_file().into())].into(),
         ..Default::default()
     });
     let pushed = trusted
@@ -138,7 +138,7 @@ async fn tls_registries_need_their_ca_and_never_fall_back_to_http() {
     );
     // A CA bundle for another registry does not help this one.
     let other = Registry::new(RegistryConfig {
-        ca_bundles: [("elsewhere:443".to_string(), reg.ca_file())].into(),
+        ca_bundles: [("elsewhere:443".to_string(), reg.ca_file().into())].into(),
         ..Default::default()
     });
     assert!(other.resolve(&reference).await.is_err());

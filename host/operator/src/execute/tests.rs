@@ -111,7 +111,7 @@ fn executor(conflict: &[&'static str]) -> (Executor, Seen) {
         command: "/agent".into(),
         backend: Backend::Sim,
         ttl_seconds: 60,
-        insecure_registries: vec![],
+        registry: Default::default(),
         service_account: None,
         min_free_bytes: 0,
     };

@@ -13,6 +13,7 @@ mod interrupts;
 mod lifecycle;
 mod ordering;
 mod recovery;
+mod registries;
 mod rollout;
 mod scenarios;
 mod sharing;

@@ -166,11 +166,14 @@ fn rewrite(value: &str, mounts: &[(String, PathBuf)]) -> String {
         {
             return format!("{}{rest}", to.display());
         }
-        // `--flag=/mount/path` forms.
+        // `--flag=/mount/path` and `--flag=NAME=/mount/path` forms.
         if let Some((flag, v)) = value.split_once('=')
-            && (v == from || v.starts_with(&format!("{from}/")))
+            && (v == from || v.starts_with(&format!("{from}/")) || v.contains('='))
         {
-            return format!("{flag}={}", rewrite(v, mounts));
+            let inner = rewrite(v, mounts);
+            if inner != v {
+                return format!("{flag}={inner}");
+            }
         }
     }
     value.to_string()
@@ -200,7 +203,7 @@ async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Rece
         .insert(format!("{ns}/{name}"), pod_dir.clone());
     let Some(sim) = inner.node(&node) else { return };
     let node_root = sim.spec.root.clone();
-    let host_mounts: HashMap<String, PathBuf> = spec
+    let mut host_mounts: HashMap<String, PathBuf> = spec
         .volumes
         .iter()
         .flatten()
@@ -213,6 +216,29 @@ async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Rece
             })
         })
         .collect();
+    // Secret and ConfigMap volumes: written into the pod's directory before any container
+    // starts; while one cannot be read the pod waits, as a kubelet's mount does.
+    for v in spec.volumes.iter().flatten() {
+        if v.secret.is_none() && v.config_map.is_none() {
+            continue;
+        }
+        let dir = pod_dir.join("volumes").join(&v.name);
+        loop {
+            match materialise(&inner.client, &ns, v, &dir).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::debug!(pod = %name, volume = %v.name, error = %e, "mount waits");
+                    if !matches!(*control.borrow(), Control::Run) {
+                        inner.pods.lock().expect("pods lock").remove(&uid);
+                        finish_delete(&inner.client, &pod).await;
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        host_mounts.insert(v.name.clone(), dir);
+    }
 
     let runs = Arc::new(Mutex::new(
         spec.containers
@@ -282,6 +308,58 @@ async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Rece
     if stopped {
         finish_delete(&inner.client, &pod).await;
     }
+}
+
+/// Writes a Secret or ConfigMap volume's files (all keys, or the `items` asked for) into
+/// `dir`.
+async fn materialise(
+    client: &Client,
+    ns: &str,
+    volume: &k8s_openapi::api::core::v1::Volume,
+    dir: &Path,
+) -> Result<(), String> {
+    use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Secret};
+    let (data, items): (
+        std::collections::BTreeMap<String, Vec<u8>>,
+        Option<Vec<KeyToPath>>,
+    ) = if let Some(src) = &volume.secret {
+        let name = src.secret_name.clone().unwrap_or_default();
+        let secret = Api::<Secret>::namespaced(client.clone(), ns)
+            .get(&name)
+            .await
+            .map_err(|e| format!("secret {name}: {e}"))?;
+        let data = secret.data.unwrap_or_default();
+        (
+            data.into_iter().map(|(k, v)| (k, v.0)).collect(),
+            src.items.clone(),
+        )
+    } else if let Some(src) = &volume.config_map {
+        let name = src.name.clone();
+        let map = Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get(&name)
+            .await
+            .map_err(|e| format!("configmap {name}: {e}"))?;
+        let data = map.data.unwrap_or_default();
+        (
+            data.into_iter().map(|(k, v)| (k, v.into_bytes())).collect(),
+            src.items.clone(),
+        )
+    } else {
+        return Ok(());
+    };
+    let files: Vec<(String, String)> = match items {
+        Some(items) => items.into_iter().map(|i| (i.key, i.path)).collect(),
+        None => data.keys().map(|k| (k.clone(), k.clone())).collect(),
+    };
+    for (key, path) in files {
+        let bytes = data.get(&key).ok_or_else(|| format!("no key {key}"))?;
+        let file = dir.join(&path);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        }
+        std::fs::write(&file, bytes).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 fn pod_env(pod: &Pod, node: &str, root: &Path) -> Vec<(String, String)> {
@@ -545,6 +623,11 @@ mod tests {
         assert_eq!(rewrite("/host/etc/x", &mounts), "/tmp/n1/etc/x");
         assert_eq!(rewrite("/hostile", &mounts), "/hostile");
         assert_eq!(rewrite("--root=/host/var", &mounts), "--root=/tmp/n1/var");
+        assert_eq!(
+            rewrite("--registry-ca=r.example:5000=/host/ca.pem", &mounts),
+            "--registry-ca=r.example:5000=/tmp/n1/ca.pem"
+        );
+        assert_eq!(rewrite("--x=a=b", &mounts), "--x=a=b");
         assert_eq!(
             rewrite("--termination-log=/dev/termination-log", &mounts),
             "--termination-log=/tmp/p/t"
