@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use nodewright_images::{Image, ImageKind, Inputs};
-use nodewright_oci::{Registry, RegistryConfig};
+use nodewright_oci::{Credentials, Registry, RegistryConfig};
 
 /// Largest compressed image we accept.
 const MAX_IMAGE_BYTES: usize = 25 << 20;
@@ -48,6 +48,12 @@ struct Args {
     /// A registry host reached over plain HTTP (repeatable).
     #[arg(long = "insecure-registry", value_name = "HOST")]
     insecure: Vec<String>,
+    /// Registry username for the push (else the docker config.json is used).
+    #[arg(long, env = "NODEWRIGHT_REGISTRY_USERNAME")]
+    username: Option<String>,
+    /// Registry password.
+    #[arg(long, env = "NODEWRIGHT_REGISTRY_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -113,6 +119,10 @@ fn run(args: Args) -> Result<()> {
     };
     let registry = Registry::new(RegistryConfig {
         insecure: args.insecure.clone(),
+        credentials: Credentials::explicit_or_environment(
+            args.username.clone(),
+            args.password.clone(),
+        )?,
         ..Default::default()
     });
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -53,6 +53,22 @@ impl Credentials {
         }
     }
 
+    /// A username and password when both are given, the environment's docker config when
+    /// neither is; one without the other is an error (never a silent anonymous push).
+    pub fn explicit_or_environment(
+        username: Option<String>,
+        password: Option<String>,
+    ) -> Result<Credentials> {
+        match (username, password) {
+            (Some(username), Some(password)) => Ok(Credentials::Basic { username, password }),
+            (None, None) => Ok(Credentials::from_environment()),
+            _ => Err(Error::Config {
+                path: "registry login".into(),
+                reason: "a username and a password go together".into(),
+            }),
+        }
+    }
+
     /// The auth to use for `registry` (`host[:port]`).
     pub(crate) fn for_registry(&self, registry: &str) -> Result<RegistryAuth> {
         match self {

@@ -33,16 +33,9 @@ impl RegistryArgs {
             .iter()
             .map(|c| (c.registry.clone(), c.pem.clone().into()))
             .collect();
-        let credentials = match (&self.username, &self.password) {
-            (Some(u), Some(p)) => Credentials::Basic {
-                username: u.clone(),
-                password: p.clone(),
-            },
-            (Some(_), None) | (None, Some(_)) => {
-                anyhow::bail!("--username and --password go together")
-            }
-            (None, None) => Credentials::from_environment(),
-        };
+        let credentials =
+            Credentials::explicit_or_environment(self.username.clone(), self.password.clone())
+                .context("--username and --password")?;
         Ok(RegistryConfig {
             insecure: self.insecure.clone(),
             ca_bundles,

@@ -86,6 +86,11 @@ fn every_operator_flag_is_a_chart_value() {
         "webhook.extraHosts[0]=nodewright.example.com".into(),
         "reapplyOnReboot=true".into(),
         "restartAllServices={containerd.service,kubelet.service}".into(),
+        "imagePullSecrets[0]=agent-pull".into(),
+        "pluginRegistries.secrets[0]=fleet-login".into(),
+        "pluginRegistries.packageSecrets={team-login,fleet-login}".into(),
+        "pluginRegistries.caBundles[0].registry=registry.corp.example:5000".into(),
+        "pluginRegistries.caBundles[0].configMap=corp-ca".into(),
     ]);
     let args = rendered_args(&docs);
     let not_chart_values = [
@@ -110,6 +115,33 @@ fn every_operator_flag_is_a_chart_value() {
         "{args:?}"
     );
     let pod = &docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"];
+    assert!(
+        args.contains(&"--registry-ca=registry.corp.example:5000=corp-ca/ca.crt".into())
+            && args.contains(&"--registry-secret=fleet-login".into())
+            && args.contains(&"--image-pull-secret=agent-pull".into()),
+        "{args:?}"
+    );
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "agent-pull"}]));
+    // The operator may read the registry Secrets and CA ConfigMaps it is given, by name,
+    // and no others.
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "nw-operator")
+        .expect("the operator's Role (release nw)");
+    let named = |resource: &str| -> Vec<Value> {
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["resources"] == json!([resource]) && r["verbs"] == json!(["get"]))
+            .map(|r| r["resourceNames"].clone())
+            .collect()
+    };
+    assert!(
+        named("secrets").contains(&json!(["fleet-login", "team-login"])),
+        "{role}"
+    );
+    assert_eq!(named("configmaps"), [json!(["corp-ca"])], "{role}");
     assert_eq!(
         pod["containers"][0]["env"][1],
         json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),

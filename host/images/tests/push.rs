@@ -1,0 +1,111 @@
+//! `nodewright-images --push` against a real registry that needs a login: refused
+//! anonymously (saying so), pushed with the login from the environment or from a docker
+//! config.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use nodewright_testregistry::TestRegistry;
+
+/// A minimal static ELF (64-bit, one PT_LOAD, no interpreter): what the images accept.
+fn static_elf() -> Vec<u8> {
+    let mut e = vec![0u8; 64 + 56 * 2];
+    e[..4].copy_from_slice(b"\x7fELF");
+    e[4] = 2;
+    e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+    e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+    e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
+    e[64..68].copy_from_slice(&1u32.to_le_bytes());
+    e[120..124].copy_from_slice(&1u32.to_le_bytes());
+    e
+}
+
+fn push(dir: &Path, reg: &TestRegistry, env: &[(&str, &str)]) -> Output {
+    let bins = dir.join("bin");
+    std::fs::create_dir_all(&bins).unwrap();
+    for name in ["nodewright-operator", "nodewright-agent"] {
+        std::fs::write(bins.join(name), static_elf()).unwrap();
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodewright-images"));
+    cmd.arg("--binaries")
+        .arg(&bins)
+        .arg("--out")
+        .arg(dir.join("out"))
+        .args(["--version", "0.1.0", "--push"])
+        .arg(format!("{}/nodewright", reg.host()))
+        .args(["--insecure-registry", reg.host()])
+        // Nothing from the machine running the test: its own docker config or login.
+        .env("DOCKER_CONFIG", dir.join("no-docker-config"))
+        .env_remove("NODEWRIGHT_REGISTRY_USERNAME")
+        .env_remove("NODEWRIGHT_REGISTRY_PASSWORD");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_push_to_a_registry_with_a_login_uses_the_environments_credentials() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start_with_auth("publisher", "s3cret");
+    let dir = tempfile::tempdir().unwrap();
+
+    let anonymous = push(dir.path(), &reg, &[]);
+    let err = String::from_utf8_lossy(&anonymous.stderr);
+    assert!(!anonymous.status.success());
+    assert!(
+        err.contains("not authorized") && err.contains("/nodewright/"),
+        "the refusal names the registry's answer and the image: {err}"
+    );
+
+    let half = push(
+        dir.path(),
+        &reg,
+        &[("NODEWRIGHT_REGISTRY_USERNAME", "publisher")],
+    );
+    assert!(
+        String::from_utf8_lossy(&half.stderr).contains("go together"),
+        "{}",
+        String::from_utf8_lossy(&half.stderr)
+    );
+
+    let login = push(
+        dir.path(),
+        &reg,
+        &[
+            ("NODEWRIGHT_REGISTRY_USERNAME", "publisher"),
+            ("NODEWRIGHT_REGISTRY_PASSWORD", "s3cret"),
+        ],
+    );
+    assert!(
+        login.status.success(),
+        "{}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+    let out = String::from_utf8_lossy(&login.stdout);
+    assert!(
+        out.contains(&format!("pushed {}/nodewright/agent:0.1.0", reg.host())),
+        "{out}"
+    );
+
+    let docker = dir.path().join("docker");
+    std::fs::create_dir_all(&docker).unwrap();
+    std::fs::write(
+        docker.join("config.json"),
+        format!(
+            r#"{{"auths": {{"{}": {{"username": "publisher", "password": "s3cret"}}}}}}"#,
+            reg.host()
+        ),
+    )
+    .unwrap();
+    let from_config = push(
+        dir.path(),
+        &reg,
+        &[("DOCKER_CONFIG", docker.to_str().unwrap())],
+    );
+    assert!(
+        from_config.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_config.stderr)
+    );
+}
