@@ -186,7 +186,7 @@ impl Plugins {
             .and_then(|d| pin(&p.plugin, &d))
             .map_err(|e| {
                 let message = format!("spec.packages.{name}.plugin: {e}{}", login_hint(&e));
-                not_ready("ResolveFailed", message, e.is_retryable())
+                not_ready("ResolveFailed", message, retry(&e))
             })?;
         let judgement = self
             .inner
@@ -226,7 +226,7 @@ impl Plugins {
     ) -> Result<LoadedPlugin, NotReady> {
         let pulled = puller.pull_pinned(reference, &|_| {}).await.map_err(|e| {
             let message = format!("spec.packages.{name}.plugin: {e}{}", login_hint(&e));
-            not_ready("PullFailed", message, e.is_retryable())
+            not_ready("PullFailed", message, retry(&e))
         })?;
         let engine = self.inner.engine.clone();
         match tokio::task::spawn_blocking(move || engine.load(&pulled.bytes)).await {
@@ -291,6 +291,12 @@ struct NotReady {
     reason: String,
     message: String,
     retryable: bool,
+}
+
+/// Whether to try again later without a new generation: a registry that was unavailable,
+/// or one that refused the login (a Secret may be created or rotated meanwhile).
+fn retry(e: &nodewright_oci::Error) -> bool {
+    e.is_retryable() || matches!(e, nodewright_oci::Error::Unauthorized { .. })
 }
 
 /// What to do about a registry that wants a login.

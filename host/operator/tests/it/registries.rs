@@ -101,20 +101,43 @@ async fn a_plugin_behind_a_login_and_a_private_ca_needs_its_secret() {
         "{message}"
     );
 
-    // The Secret arrives: the rollout goes on by itself, the agent pulling with it.
-    let auth = base64_of("fleet:s3cret");
-    let login: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "fleet-login", "namespace": NS},
-        "type": "kubernetes.io/dockerconfigjson",
-        "stringData": {".dockerconfigjson": json!({"auths": {host.clone(): {"auth": auth}}}).to_string()}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(e.client.clone(), NS)
-        .create(&PostParams::default(), &login)
+    // The Secret arrives, with a wrong password: the registry's refusal again.
+    let secrets = Api::<Secret>::namespaced(e.client.clone(), NS);
+    let login = |password: &str| -> Secret {
+        let auth = base64_of(&format!("fleet:{password}"));
+        serde_json::from_value(json!({
+            "metadata": {"name": "fleet-login", "namespace": NS},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": json!({"auths": {host.clone(): {"auth": auth}}}).to_string()}
+        }))
+        .unwrap()
+    };
+    secrets
+        .create(&PostParams::default(), &login("wrong"))
+        .await
+        .unwrap();
+    let (_, _, message) = e
+        .wait("the wrong login refused", MINUTES, || async {
+            e.condition("private", "PluginsReady")
+                .await
+                .filter(|(_, reason, _)| reason == "ResolveFailed")
+        })
+        .await;
+    assert!(message.contains("401 Unauthorized"), "{message}");
+
+    // The Secret rotated, nothing else changed (same generation): the rollout goes on by
+    // itself, the agent pulling with the login too.
+    let generation = e.nodewright("private").await.metadata.generation;
+    secrets
+        .replace("fleet-login", &PostParams::default(), &login("s3cret"))
         .await
         .unwrap();
     e.wait_complete("private", MINUTES).await;
     assert_eq!(e.node_status("private", "n1").await, Some(Status::Complete));
+    assert_eq!(
+        e.nodewright("private").await.metadata.generation,
+        generation
+    );
     assert_eq!(
         e.read_host_file("n1", "/proc/sys/vm/swappiness").as_deref(),
         Some("15")
