@@ -395,27 +395,29 @@ pub fn system_ca_bundle() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
+/// A minimal ELF header (64-bit, one `PT_LOAD`, a `PT_INTERP` when `interp`, so dynamically
+/// linked): the smallest input the image builder accepts or refuses. For tests.
+#[doc(hidden)]
+pub fn minimal_elf(interp: bool) -> Vec<u8> {
+    let mut e = vec![0u8; 64 + 56 * 2];
+    e[..4].copy_from_slice(b"\x7fELF");
+    e[4] = 2;
+    e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+    e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+    e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
+    e[64..68].copy_from_slice(&1u32.to_le_bytes());
+    e[120..124].copy_from_slice(&(if interp { 3u32 } else { 1 }).to_le_bytes());
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::Value;
 
-    /// A minimal static ELF header: 64-bit, one PT_LOAD, no PT_INTERP.
-    fn elf(interp: bool) -> Vec<u8> {
-        let mut e = vec![0u8; 64 + 56 * 2];
-        e[..4].copy_from_slice(b"\x7fELF");
-        e[4] = 2;
-        e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
-        e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
-        e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
-        e[64..68].copy_from_slice(&1u32.to_le_bytes());
-        e[120..124].copy_from_slice(&(if interp { 3u32 } else { 1 }).to_le_bytes());
-        e
-    }
-
     fn inputs(dir: &Path, interp: bool) -> Inputs {
         let bin = dir.join("bin");
-        std::fs::write(&bin, elf(interp)).unwrap();
+        std::fs::write(&bin, minimal_elf(interp)).unwrap();
         Inputs {
             binary: bin,
             ca_bundle: None,

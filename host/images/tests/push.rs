@@ -7,24 +7,11 @@ use std::process::{Command, Output};
 
 use nodewright_testregistry::TestRegistry;
 
-/// A minimal static ELF (64-bit, one PT_LOAD, no interpreter): what the images accept.
-fn static_elf() -> Vec<u8> {
-    let mut e = vec![0u8; 64 + 56 * 2];
-    e[..4].copy_from_slice(b"\x7fELF");
-    e[4] = 2;
-    e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
-    e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
-    e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
-    e[64..68].copy_from_slice(&1u32.to_le_bytes());
-    e[120..124].copy_from_slice(&1u32.to_le_bytes());
-    e
-}
-
 fn push(dir: &Path, reg: &TestRegistry, env: &[(&str, &str)]) -> Output {
     let bins = dir.join("bin");
     std::fs::create_dir_all(&bins).unwrap();
     for name in ["nodewright-operator", "nodewright-agent"] {
-        std::fs::write(bins.join(name), static_elf()).unwrap();
+        std::fs::write(bins.join(name), nodewright_images::minimal_elf(false)).unwrap();
     }
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodewright-images"));
     cmd.arg("--binaries")

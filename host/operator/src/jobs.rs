@@ -480,6 +480,21 @@ pub(crate) mod tests {
 
     /// `operator-agent/sigterm_grace`: a pod deleted mid-stage gets the package's
     /// `gracefulShutdown` and the agent's margin before the kubelet kills it.
+    /// A reboot interrupt's request.
+    fn reboot() -> JobRequest {
+        JobRequest {
+            ask: Ask::Interrupt {
+                uninstall: false,
+                call: InterruptAsk {
+                    kind: InterruptType::Reboot,
+                    package: "tuning".into(),
+                    services: vec![],
+                },
+            },
+            ..request()
+        }
+    }
+
     #[test]
     fn the_pods_grace_covers_the_packages() {
         let mut req = request();
@@ -545,15 +560,7 @@ pub(crate) mod tests {
 
         let interrupt = JobRequest {
             backoff_limit: 6,
-            ask: Ask::Interrupt {
-                uninstall: false,
-                call: InterruptAsk {
-                    kind: InterruptType::Reboot,
-                    package: "tuning".into(),
-                    services: vec![],
-                },
-            },
-            ..request()
+            ..reboot()
         };
         let job = serde_json::to_value(build(&interrupt, &cfg())).unwrap();
         assert_eq!(
@@ -645,15 +652,7 @@ pub(crate) mod tests {
         // agent image's secrets.
         let interrupt = JobRequest {
             image_pull_secret: Some("team".into()),
-            ask: Ask::Interrupt {
-                uninstall: false,
-                call: InterruptAsk {
-                    kind: InterruptType::Reboot,
-                    package: "tuning".into(),
-                    services: vec![],
-                },
-            },
-            ..request()
+            ..reboot()
         };
         let pod =
             serde_json::to_value(build(&interrupt, &cfg)).unwrap()["spec"]["template"]["spec"]

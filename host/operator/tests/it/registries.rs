@@ -68,16 +68,10 @@ async fn a_plugin_behind_a_login_and_a_private_ca_needs_its_secret() {
         }}}
     });
     e.apply(nw.clone()).await;
-    let (_, reason, message) = e
-        .wait("the pull refused without a login", MINUTES, || async {
-            e.condition("private", "PluginsReady")
-                .await
-                .filter(|(_, reason, _)| reason == "ResolveFailed")
-        })
-        .await;
+    let message = plugins_not_ready(&e, "the pull refused without a login", "ResolveFailed").await;
     assert!(
         message.contains("spec.packages.tuning.plugin") && message.contains(&host),
-        "{reason}: {message}"
+        "{message}"
     );
     assert!(
         message.contains("401 Unauthorized") && message.contains("spec.imagePullSecret"),
@@ -88,13 +82,7 @@ async fn a_plugin_behind_a_login_and_a_private_ca_needs_its_secret() {
     // Naming a Secret that does not exist yet: the condition says which and where.
     nw["spec"]["imagePullSecret"] = json!("fleet-login");
     e.apply(nw.clone()).await;
-    let (_, _, message) = e
-        .wait("the missing Secret named", MINUTES, || async {
-            e.condition("private", "PluginsReady")
-                .await
-                .filter(|(_, reason, _)| reason == "RegistryAccess")
-        })
-        .await;
+    let message = plugins_not_ready(&e, "the missing Secret named", "RegistryAccess").await;
     assert!(
         message.contains("spec.imagePullSecret")
             && message.contains(&format!("secret {NS}/fleet-login")),
@@ -116,13 +104,7 @@ async fn a_plugin_behind_a_login_and_a_private_ca_needs_its_secret() {
         .create(&PostParams::default(), &login("wrong"))
         .await
         .unwrap();
-    let (_, _, message) = e
-        .wait("the wrong login refused", MINUTES, || async {
-            e.condition("private", "PluginsReady")
-                .await
-                .filter(|(_, reason, _)| reason == "ResolveFailed")
-        })
-        .await;
+    let message = plugins_not_ready(&e, "the wrong login refused", "ResolveFailed").await;
     assert!(message.contains("401 Unauthorized"), "{message}");
 
     // The Secret rotated, nothing else changed (same generation): the rollout goes on by
@@ -142,6 +124,18 @@ async fn a_plugin_behind_a_login_and_a_private_ca_needs_its_secret() {
         e.read_host_file("n1", "/proc/sys/vm/swappiness").as_deref(),
         Some("15")
     );
+}
+
+/// Waits until `PluginsReady` gives `reason`; its message.
+async fn plugins_not_ready(e: &E2e, what: &str, reason: &str) -> String {
+    let (_, _, message) = e
+        .wait(what, MINUTES, || async {
+            e.condition("private", "PluginsReady")
+                .await
+                .filter(|(_, r, _)| r == reason)
+        })
+        .await;
+    message
 }
 
 fn base64_of(s: &str) -> String {
