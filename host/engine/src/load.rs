@@ -22,7 +22,10 @@ pub struct LoadLimits {
     pub max_bytes: usize,
     /// Most function bodies across all of the component's core modules.
     pub max_functions: u32,
-    /// Longest compilation.
+    /// Most CPU time one compilation may use (all of the process's threads, while it
+    /// runs): the work a component demands, which a loaded machine does not inflate. Wall
+    /// time is bounded too, at [`WALL_FACTOR`] times this, for a machine so starved that
+    /// even a fair compile cannot finish.
     pub compile_timeout: Duration,
 }
 
@@ -71,7 +74,26 @@ pub(crate) fn check_functions(bytes: &[u8], limits: &LoadLimits) -> Result<()> {
     Ok(())
 }
 
-/// Compiles on a thread of its own, giving up after `timeout`.
+/// The wall-time bound of a compilation, as a multiple of its CPU-time bound.
+pub const WALL_FACTOR: u32 = 4;
+
+/// How often a compilation's CPU time is read.
+const CPU_CHECK: Duration = Duration::from_millis(250);
+
+/// The CPU time this process has used (user + system, all threads), from
+/// `/proc/self/stat`; `None` where there is no procfs.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ: 100 on every Linux architecture's user-space ABI.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// Compiles on a thread of its own, giving up once it has used `timeout` of CPU time (or
+/// [`WALL_FACTOR`] times that of wall time).
 pub(crate) fn compile(
     engine: &wasmtime::Engine,
     bytes: &[u8],
@@ -89,19 +111,57 @@ pub(crate) fn compile(
             what: "compile",
             source,
         })?;
-    match rx.recv_timeout(timeout) {
-        Ok(result) => result.map_err(Error::compile),
-        Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::TooLarge(format!(
-            "compiling the component took longer than {:.0}s",
-            timeout.as_secs_f64()
-        ))),
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::CompileLost),
+    let started = std::time::Instant::now();
+    let cpu_before = process_cpu();
+    let wall = timeout * WALL_FACTOR;
+    loop {
+        match rx.recv_timeout(CPU_CHECK.min(timeout.max(Duration::from_millis(1)))) {
+            Ok(result) => return result.map_err(Error::compile),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Error::CompileLost),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let used = match (cpu_before, process_cpu()) {
+            (Some(before), Some(now)) => now.saturating_sub(before),
+            // No CPU clock: wall time stands in for it.
+            _ => started.elapsed(),
+        };
+        if used > timeout {
+            return Err(Error::TooLarge(format!(
+                "compiling the component used more than {:.0}s of CPU time",
+                timeout.as_secs_f64()
+            )));
+        }
+        if started.elapsed() > wall {
+            return Err(Error::TooLarge(format!(
+                "compiling the component took longer than {:.0}s (it had used {:.0}s of CPU)",
+                wall.as_secs_f64(),
+                used.as_secs_f64()
+            )));
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_clock_counts_this_process_s_work() {
+        let before = process_cpu().expect("procfs");
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let used = process_cpu().unwrap() - before;
+        // Other tests' threads share the process: at most every core for the whole time.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        assert!(
+            used >= Duration::from_millis(10)
+                && used <= start.elapsed() * cores + Duration::from_millis(50),
+            "300 ms of spinning read as {used:?}"
+        );
+    }
 
     #[test]
     fn size_is_checked_first() {

@@ -7,8 +7,9 @@ use oci_client::secrets::RegistryAuth;
 
 use crate::error::{Error, Result};
 
-/// Where credentials come from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Where credentials come from. Its `Debug` names the sources, never a password or a
+/// config's text (a Secret's content must not reach a log).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub enum Credentials {
     /// No credentials.
     #[default]
@@ -94,6 +95,24 @@ impl Credentials {
                 }
                 Ok(RegistryAuth::Anonymous)
             }
+        }
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::Anonymous => f.write_str("Anonymous"),
+            Credentials::Basic { username, .. } => f
+                .debug_struct("Basic")
+                .field("username", username)
+                .finish_non_exhaustive(),
+            Credentials::DockerConfig(path) => f.debug_tuple("DockerConfig").field(path).finish(),
+            Credentials::DockerConfigText { origin, .. } => f
+                .debug_struct("DockerConfigText")
+                .field("origin", origin)
+                .finish_non_exhaustive(),
+            Credentials::Chain(sources) => f.debug_list().entries(sources).finish(),
         }
     }
 }
@@ -232,6 +251,27 @@ mod tests {
             err.to_string()
                 .contains("auths.r.example.auth is not base64"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn debug_output_holds_no_secret() {
+        let c = Credentials::Chain(vec![
+            Credentials::Basic {
+                username: "u".into(),
+                password: "hunter2".into(),
+            },
+            Credentials::DockerConfigText {
+                origin: "secret nodewright/login".into(),
+                json: r#"{"auths": {"r": {"auth": "c2VjcmV0"}}}"#.into(),
+            },
+        ]);
+        let text = format!("{c:?}");
+        assert!(
+            !text.contains("hunter2")
+                && !text.contains("c2VjcmV0")
+                && text.contains("nodewright/login"),
+            "{text}"
         );
     }
 
