@@ -5,8 +5,13 @@
 //! does its own `setns(2)` and `kill(2)`). An image is built from bytes: one layer (a tar
 //! with sorted entries, mtime 0, uid/gid 0, gzip without a timestamp), an OCI config with
 //! the entrypoint, the user and the `org.opencontainers.image.*` labels, and an OCI
-//! manifest. The same inputs give the same digests, byte for byte; [`Image::push`] sends
-//! it to any registry through nodewright's own OCI client.
+//! manifest. The same inputs give the same digests, byte for byte.
+//!
+//! An image is built for the architecture its binary's ELF header names (never a label
+//! given beside it, so an arm64 image cannot hold an amd64 binary), and published as an
+//! [`Index`]: the OCI image index over one image per architecture, which a node's runtime
+//! resolves to its own platform. [`Index::push`] sends it to any registry through
+//! nodewright's own OCI client.
 //!
 //! - the agent runs as root in the privileged stage Jobs (it must);
 //! - the operator runs as `65532:65532` and writes only to its cache volume, so the pod
@@ -30,7 +35,12 @@ pub mod media {
     pub const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
     /// gzip-compressed layer.
     pub const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+    /// Image index (one manifest per platform).
+    pub const INDEX: &str = "application/vnd.oci.image.index.v1+json";
 }
+
+mod index;
+pub use index::Index;
 
 /// Where the binaries live in the images.
 pub const BIN_DIR: &str = "/usr/local/bin";
@@ -59,6 +69,19 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A binary is not an executable for an architecture nodewright ships images for.
+    #[error(
+        "{path} is not an x86-64 or aarch64 ELF executable (ELF machine {machine:?}); nodewright's images are linux/amd64 and linux/arm64"
+    )]
+    UnknownArch {
+        /// The file.
+        path: String,
+        /// Its ELF `e_machine`, when it is an ELF file at all.
+        machine: Option<u16>,
+    },
+    /// Two images of an index are for the same architecture, or are not the same image.
+    #[error("cannot index {0}")]
+    Index(String),
     /// A binary is not statically linked, so it would not run `FROM scratch`.
     #[error(
         "{0} is not a static executable (an ELF with a program interpreter needs a libc the image does not have); build it for the musl target (`cargo xtask images` does)"
@@ -67,6 +90,80 @@ pub enum Error {
     /// Pushing failed.
     #[error(transparent)]
     Push(#[from] nodewright_oci::Error),
+}
+
+/// A CPU architecture nodewright's images are built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Arch {
+    /// x86-64: `linux/amd64`.
+    Amd64,
+    /// AArch64: `linux/arm64/v8` (Grace, Graviton, Ampere).
+    Arm64,
+}
+
+impl Arch {
+    /// Every architecture, in the order an index lists them.
+    pub const ALL: [Arch; 2] = [Arch::Amd64, Arch::Arm64];
+
+    /// The OCI platform's `architecture`.
+    pub fn oci(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+
+    /// The OCI platform's `variant` (arm64's is `v8`, what runtimes normalise it to).
+    pub fn variant(self) -> Option<&'static str> {
+        match self {
+            Arch::Amd64 => None,
+            Arch::Arm64 => Some("v8"),
+        }
+    }
+
+    /// `linux/amd64`, `linux/arm64/v8`: how `docker`, `crane` and containerd name it.
+    pub fn platform(self) -> String {
+        match self.variant() {
+            Some(v) => format!("linux/{}/{v}", self.oci()),
+            None => format!("linux/{}", self.oci()),
+        }
+    }
+
+    /// The ELF `e_machine` of its executables.
+    fn elf_machine(self) -> u16 {
+        match self {
+            Arch::Amd64 => 62,
+            Arch::Arm64 => 183,
+        }
+    }
+
+    /// The architecture an ELF executable is for: `Err(machine)` when it is none of these
+    /// (`None` when `elf` is not a 64-bit little-endian ELF file at all).
+    pub fn of_elf(elf: &[u8]) -> Result<Arch, Option<u16>> {
+        if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
+            return Err(None);
+        }
+        let machine = u16::from_le_bytes([elf[0x12], elf[0x13]]);
+        Arch::ALL
+            .into_iter()
+            .find(|a| a.elf_machine() == machine)
+            .ok_or(Some(machine))
+    }
+
+    /// The architecture of the machine running this program.
+    pub fn host() -> Arch {
+        if cfg!(target_arch = "aarch64") {
+            Arch::Arm64
+        } else {
+            Arch::Amd64
+        }
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.platform())
+    }
 }
 
 /// One of nodewright's images.
@@ -132,10 +229,12 @@ pub struct Inputs {
     pub created: String,
 }
 
-/// What goes into an image: its files and how it runs. [`Image::build`] makes one for a
-/// [`Kind`]; tests make others (a pause image for a real node).
+/// What goes into an image: its files and how it runs. [`Image::build`] makes one for an
+/// [`ImageKind`]; tests make others (a pause image for a real node).
 #[derive(Clone, Debug)]
 pub struct Contents {
+    /// The architecture its executables are for.
+    pub arch: Arch,
     /// `org.opencontainers.image.title`.
     pub title: String,
     /// `org.opencontainers.image.description`.
@@ -159,6 +258,10 @@ pub struct Image {
     pub config: Vec<u8>,
     /// The manifest JSON.
     pub manifest: Vec<u8>,
+    /// The architecture it runs on.
+    pub arch: Arch,
+    /// Its `org.opencontainers.image.*` labels (the index carries them too).
+    labels: serde_json::Value,
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -251,9 +354,14 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 }
 
 impl Image {
-    /// Assembles `kind` from `inputs`. Refuses a binary that is not static.
+    /// Assembles `kind` from `inputs`, for the architecture the binary is built for.
+    /// Refuses a binary that is not static or not for an architecture we ship.
     pub fn build(kind: ImageKind, inputs: &Inputs) -> Result<Image, Error> {
         let binary = read(&inputs.binary)?;
+        let arch = Arch::of_elf(&binary).map_err(|machine| Error::UnknownArch {
+            path: inputs.binary.display().to_string(),
+            machine,
+        })?;
         if !is_static(&binary) {
             return Err(Error::NotStatic(inputs.binary.display().to_string()));
         }
@@ -266,6 +374,7 @@ impl Image {
             files.push(("etc/ssl/certs/ca-certificates.crt".into(), read(ca)?, 0o644));
         }
         let contents = Contents {
+            arch,
             title: kind.binary().into(),
             description: kind.title().into(),
             files,
@@ -289,8 +398,8 @@ impl Image {
             "org.opencontainers.image.licenses": "Apache-2.0",
             "org.opencontainers.image.created": inputs.created,
         });
-        let config = json!({
-            "architecture": "amd64",
+        let mut config = json!({
+            "architecture": contents.arch.oci(),
             "os": "linux",
             "created": inputs.created,
             "config": {
@@ -302,6 +411,9 @@ impl Image {
             "rootfs": {"type": "layers", "diff_ids": [sha256(&tar)]},
             "history": [{"created": inputs.created, "created_by": "cargo xtask images (nodewright-images)"}],
         });
+        if let Some(variant) = contents.arch.variant() {
+            config["variant"] = variant.into();
+        }
         let config = serde_json::to_vec(&config).expect("JSON");
         let manifest = json!({
             "schemaVersion": 2,
@@ -316,6 +428,8 @@ impl Image {
             layer,
             config,
             manifest,
+            arch: contents.arch,
+            labels,
         }
     }
 
@@ -329,63 +443,13 @@ impl Image {
         self.layer.len() + self.config.len() + self.manifest.len()
     }
 
-    /// Writes the image as an OCI image layout in `dir` (`oci-layout`, `index.json`,
-    /// `blobs/sha256/…`), which `skopeo copy oci:DIR …` and other OCI tools read.
-    pub fn write_layout(&self, dir: &Path) -> Result<(), Error> {
-        let write = |path: PathBuf, bytes: &[u8]| {
-            std::fs::write(&path, bytes).map_err(|source| Error::Write {
-                path: path.display().to_string(),
-                source,
-            })
-        };
-        let blobs = dir.join("blobs/sha256");
-        std::fs::create_dir_all(&blobs).map_err(|source| Error::Write {
-            path: blobs.display().to_string(),
-            source,
-        })?;
-        for bytes in [&self.layer, &self.config, &self.manifest] {
-            let digest = sha256(bytes);
-            write(blobs.join(digest.trim_start_matches("sha256:")), bytes)?;
-        }
-        write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
-        let index = json!({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [{"mediaType": media::MANIFEST, "digest": self.digest(), "size": self.manifest.len()}],
-        });
-        write(
-            dir.join("index.json"),
-            &serde_json::to_vec(&index).expect("JSON"),
-        )
-    }
-
-    /// Pushes it to `repository:tag` and returns the pinned reference.
-    pub async fn push(
-        &self,
-        registry: &Registry,
-        reference: &str,
-        progress: &(dyn Fn(nodewright_oci::Progress) + Sync),
-    ) -> Result<String, Error> {
-        let blobs = [
-            Blob {
-                what: "layer",
-                bytes: self.layer.clone(),
-            },
-            Blob {
-                what: "config",
-                bytes: self.config.clone(),
-            },
-        ];
-        let (pinned, _) = registry
-            .push_manifest(
-                reference,
-                &blobs,
-                self.manifest.clone(),
-                media::MANIFEST,
-                progress,
-            )
-            .await?;
-        Ok(pinned)
+    /// Its layer, config and manifest, each named.
+    fn blobs(&self) -> [(&'static str, &[u8]); 3] {
+        [
+            ("layer", &self.layer),
+            ("config", &self.config),
+            ("manifest", &self.manifest),
+        ]
     }
 }
 
@@ -395,13 +459,16 @@ pub fn system_ca_bundle() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-/// A minimal ELF header (64-bit, one `PT_LOAD`, a `PT_INTERP` when `interp`, so dynamically
-/// linked): the smallest input the image builder accepts or refuses. For tests.
+/// A minimal ELF header for `arch` (64-bit, little-endian, one `PT_LOAD`, a `PT_INTERP` when
+/// `interp`, so dynamically linked): the smallest input the image builder accepts or
+/// refuses. For tests.
 #[doc(hidden)]
-pub fn minimal_elf(interp: bool) -> Vec<u8> {
+pub fn minimal_elf(arch: Arch, interp: bool) -> Vec<u8> {
     let mut e = vec![0u8; 64 + 56 * 2];
     e[..4].copy_from_slice(b"\x7fELF");
     e[4] = 2;
+    e[5] = 1;
+    e[0x12..0x14].copy_from_slice(&arch.elf_machine().to_le_bytes());
     e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
     e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
     e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
@@ -416,8 +483,12 @@ mod tests {
     use serde_json::Value;
 
     fn inputs(dir: &Path, interp: bool) -> Inputs {
-        let bin = dir.join("bin");
-        std::fs::write(&bin, minimal_elf(interp)).unwrap();
+        inputs_for(dir, Arch::Amd64, interp)
+    }
+
+    fn inputs_for(dir: &Path, arch: Arch, interp: bool) -> Inputs {
+        let bin = dir.join(format!("bin-{}", arch.oci()));
+        std::fs::write(&bin, minimal_elf(arch, interp)).unwrap();
         Inputs {
             binary: bin,
             ca_bundle: None,
@@ -478,6 +549,132 @@ mod tests {
             Image::build(ImageKind::Agent, &inputs(tmp.path(), true)),
             Err(Error::NotStatic(_))
         ));
+    }
+
+    #[test]
+    fn the_architecture_is_the_binary_s_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let arm = Image::build(
+            ImageKind::Agent,
+            &inputs_for(tmp.path(), Arch::Arm64, false),
+        )
+        .unwrap();
+        assert_eq!(arm.arch, Arch::Arm64);
+        let config: Value = serde_json::from_slice(&arm.config).unwrap();
+        assert_eq!(config["architecture"], "arm64");
+        assert_eq!(config["variant"], "v8");
+        let amd = Image::build(ImageKind::Agent, &inputs(tmp.path(), false)).unwrap();
+        let config: Value = serde_json::from_slice(&amd.config).unwrap();
+        assert_eq!(config["architecture"], "amd64");
+        assert!(config.get("variant").is_none());
+
+        // Any other machine (RISC-V here) is refused, naming it, as is a non-ELF file.
+        let mut riscv = minimal_elf(Arch::Amd64, false);
+        riscv[0x12..0x14].copy_from_slice(&243u16.to_le_bytes());
+        let bin = tmp.path().join("riscv");
+        std::fs::write(&bin, riscv).unwrap();
+        let other = Inputs {
+            binary: bin,
+            ..inputs(tmp.path(), false)
+        };
+        let err = Image::build(ImageKind::Agent, &other).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::UnknownArch {
+                    machine: Some(243),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        std::fs::write(&other.binary, "#!/bin/sh\n").unwrap();
+        assert!(matches!(
+            Image::build(ImageKind::Agent, &other),
+            Err(Error::UnknownArch { machine: None, .. })
+        ));
+    }
+
+    #[test]
+    fn an_index_names_each_architecture_s_manifest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let build =
+            |arch| Image::build(ImageKind::Agent, &inputs_for(tmp.path(), arch, false)).unwrap();
+        let (amd, arm) = (build(Arch::Amd64), build(Arch::Arm64));
+        // Given in any order, listed in one: the same inputs give the same index.
+        let index = Index::new(vec![arm.clone(), amd.clone()]).unwrap();
+        assert_eq!(
+            index.digest(),
+            Index::new(vec![amd.clone(), arm.clone()]).unwrap().digest()
+        );
+        let json: Value = serde_json::from_slice(&index.index).unwrap();
+        assert_eq!(json["mediaType"], media::INDEX);
+        let manifests = json["manifests"].as_array().unwrap();
+        let listed: Vec<(&str, &str, Option<&str>)> = manifests
+            .iter()
+            .map(|m| {
+                (
+                    m["digest"].as_str().unwrap(),
+                    m["platform"]["architecture"].as_str().unwrap(),
+                    m["platform"]["variant"].as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (amd.digest().as_str(), "amd64", None),
+                (arm.digest().as_str(), "arm64", Some("v8"))
+            ]
+        );
+        assert_eq!(manifests[0]["size"], amd.manifest.len());
+        assert_eq!(
+            json["annotations"]["org.opencontainers.image.revision"],
+            "abc"
+        );
+
+        // The layout holds every blob the index reaches.
+        let dir = tmp.path().join("layout");
+        index.write_layout(&dir).unwrap();
+        let blob = |digest: &str| {
+            std::fs::read(
+                dir.join("blobs/sha256")
+                    .join(digest.trim_start_matches("sha256:")),
+            )
+            .unwrap()
+        };
+        let top: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+        assert_eq!(top["manifests"][0]["digest"], index.digest());
+        assert_eq!(blob(&index.digest()), index.index);
+        for image in [&amd, &arm] {
+            let manifest: Value = serde_json::from_slice(&blob(&image.digest())).unwrap();
+            blob(manifest["config"]["digest"].as_str().unwrap());
+            blob(manifest["layers"][0]["digest"].as_str().unwrap());
+        }
+    }
+
+    #[test]
+    fn an_index_refuses_two_builds_of_one_architecture_or_two_images() {
+        let tmp = tempfile::tempdir().unwrap();
+        let agent = Image::build(ImageKind::Agent, &inputs(tmp.path(), false)).unwrap();
+        let err = Index::new(vec![agent.clone(), agent.clone()]).unwrap_err();
+        assert!(
+            err.to_string().contains("two images for linux/amd64"),
+            "{err}"
+        );
+        let operator = Image::build(
+            ImageKind::Operator,
+            &inputs_for(tmp.path(), Arch::Arm64, false),
+        )
+        .unwrap();
+        let err = Index::new(vec![agent.clone(), operator]).unwrap_err();
+        assert!(err.to_string().contains("one image"), "{err}");
+        let mut later = inputs_for(tmp.path(), Arch::Arm64, false);
+        later.version = "0.2.0".into();
+        let later = Image::build(ImageKind::Agent, &later).unwrap();
+        assert!(Index::new(vec![agent, later]).is_err());
+        assert!(Index::new(Vec::new()).is_err());
     }
 
     #[test]

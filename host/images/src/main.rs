@@ -1,20 +1,24 @@
 //! `nodewright-images`: the operator and agent images from the static binaries of a build.
 //!
-//! Assembles each image twice and refuses one whose digests differ (not reproducible) or
-//! that is over the size budget, writes both as OCI image layouts under `--out`, and with
-//! `--push REGISTRY` sends them to `REGISTRY/operator:VERSION` and `REGISTRY/agent:VERSION`.
-//! `cargo xtask images` and `cargo xtask publish` run it on the binaries of the one musl
-//! build the tests also use, so what is published is what was tested.
+//! Each `--binaries DIR` holds one build's `nodewright-operator` and `nodewright-agent`; the
+//! architecture of each image is read from its binary's ELF header. Assembles each image
+//! twice and refuses one whose digests differ (not reproducible) or that is over the size
+//! budget, indexes each image's architectures in one OCI image index, writes both as OCI
+//! image layouts under `--out`, and with `--push REGISTRY` sends them to
+//! `REGISTRY/operator:VERSION` and `REGISTRY/agent:VERSION`. `cargo xtask images` and
+//! `cargo xtask publish` run it on the binaries of the musl builds the tests also use, so
+//! what is published is what was tested.
 //!
-//! Output, one block per image: `<repository> <digest> <size> compressed (<size> binary)`,
-//! then, when pushed, `pushed <reference>` and the pinned reference on a line of its own.
+//! Output, one block per image: `<repository> <index digest> index of <platforms>`, then a
+//! line per platform, `  <platform> <digest> <size> compressed (<size> binary)`, then, when
+//! pushed, `pushed <reference>` and the pinned reference on a line of its own.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use nodewright_images::{Image, ImageKind, Inputs};
+use nodewright_images::{Image, ImageKind, Index, Inputs};
 use nodewright_oci::{Credentials, Registry, RegistryConfig};
 
 /// Largest compressed image we accept.
@@ -24,9 +28,10 @@ const MAX_IMAGE_BYTES: usize = 25 << 20;
 #[derive(Debug, Parser)]
 #[command(name = "nodewright-images", version)]
 struct Args {
-    /// The directory holding the static `nodewright-operator` and `nodewright-agent`.
-    #[arg(long)]
-    binaries: PathBuf,
+    /// A directory holding one build's static `nodewright-operator` and `nodewright-agent`
+    /// (repeatable: one per architecture).
+    #[arg(long, required = true)]
+    binaries: Vec<PathBuf>,
     /// Where the OCI layouts go (`<out>/operator`, `<out>/agent`).
     #[arg(long)]
     out: PathBuf,
@@ -90,29 +95,49 @@ fn reproducible(kind: ImageKind, inputs: &Inputs) -> Result<Image> {
 }
 
 fn run(args: Args) -> Result<()> {
-    let mut images = Vec::new();
+    let mut indexes = Vec::new();
     for kind in ImageKind::ALL {
-        let inputs = Inputs {
-            binary: args.binaries.join(kind.binary()),
-            ca_bundle: nodewright_images::system_ca_bundle(),
-            version: args.version.clone(),
-            revision: args.revision.clone(),
-            source: args.source.clone(),
-            created: args.created.clone(),
-        };
-        let image = reproducible(kind, &inputs)?;
-        image.write_layout(&args.out.join(kind.repository()))?;
-        let binary = std::fs::metadata(&inputs.binary)
-            .with_context(|| inputs.binary.display().to_string())?
-            .len();
+        let mut images = Vec::new();
+        let mut lines = Vec::new();
+        for dir in &args.binaries {
+            let inputs = Inputs {
+                binary: dir.join(kind.binary()),
+                ca_bundle: nodewright_images::system_ca_bundle(),
+                version: args.version.clone(),
+                revision: args.revision.clone(),
+                source: args.source.clone(),
+                created: args.created.clone(),
+            };
+            let image = reproducible(kind, &inputs)?;
+            let binary = std::fs::metadata(&inputs.binary)
+                .with_context(|| inputs.binary.display().to_string())?
+                .len();
+            lines.push((
+                image.arch,
+                format!(
+                    "  {:<14} {}  {:>5.1} MB compressed ({:.1} MB binary)",
+                    image.arch.platform(),
+                    image.digest(),
+                    image.compressed_size() as f64 / 1e6,
+                    binary as f64 / 1e6,
+                ),
+            ));
+            images.push(image);
+        }
+        let index = Index::new(images)?;
+        index.write_layout(&args.out.join(kind.repository()))?;
+        lines.sort();
+        let platforms: Vec<String> = index.images.iter().map(|i| i.arch.platform()).collect();
         println!(
-            "{:<9} {}  {:>5.1} MB compressed ({:.1} MB binary)",
+            "{:<9} {}  index of {}",
             kind.repository(),
-            image.digest(),
-            image.compressed_size() as f64 / 1e6,
-            binary as f64 / 1e6,
+            index.digest(),
+            platforms.join(", ")
         );
-        images.push((kind, image));
+        for (_, line) in lines {
+            println!("{line}");
+        }
+        indexes.push((kind, index));
     }
     let Some(prefix) = &args.push else {
         return Ok(());
@@ -128,7 +153,7 @@ fn run(args: Args) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    for (kind, image) in &images {
+    for (kind, index) in &indexes {
         let reference = format!(
             "{}/{}:{}",
             prefix.trim_end_matches('/'),
@@ -136,7 +161,7 @@ fn run(args: Args) -> Result<()> {
             args.version
         );
         let pinned = rt
-            .block_on(image.push(&registry, &reference, &|_| {}))
+            .block_on(index.push(&registry, &reference, &|_| {}))
             .with_context(|| format!("pushing {reference}"))?;
         println!("pushed {reference}\n  {pinned}");
     }

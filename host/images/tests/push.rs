@@ -1,22 +1,25 @@
 //! `nodewright-images --push` against a real registry that needs a login: refused
 //! anonymously (saying so), pushed with the login from the environment or from a docker
-//! config.
+//! config; what lands is one index per image naming its amd64 and arm64 manifests.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
+use nodewright_images::Arch;
+use nodewright_oci::{Credentials, Registry, RegistryConfig};
 use nodewright_testregistry::TestRegistry;
 
 fn push(dir: &Path, reg: &TestRegistry, env: &[(&str, &str)]) -> Output {
-    let bins = dir.join("bin");
-    std::fs::create_dir_all(&bins).unwrap();
-    for name in ["nodewright-operator", "nodewright-agent"] {
-        std::fs::write(bins.join(name), nodewright_images::minimal_elf(false)).unwrap();
-    }
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodewright-images"));
-    cmd.arg("--binaries")
-        .arg(&bins)
-        .arg("--out")
+    for arch in Arch::ALL {
+        let bins = dir.join(arch.oci());
+        std::fs::create_dir_all(&bins).unwrap();
+        for name in ["nodewright-operator", "nodewright-agent"] {
+            std::fs::write(bins.join(name), nodewright_images::minimal_elf(arch, false)).unwrap();
+        }
+        cmd.arg("--binaries").arg(&bins);
+    }
+    cmd.arg("--out")
         .arg(dir.join("out"))
         .args(["--version", "0.1.0", "--push"])
         .arg(format!("{}/nodewright", reg.host()))
@@ -70,10 +73,44 @@ fn a_push_to_a_registry_with_a_login_uses_the_environments_credentials() {
         String::from_utf8_lossy(&login.stderr)
     );
     let out = String::from_utf8_lossy(&login.stdout);
-    assert!(
-        out.contains(&format!("pushed {}/nodewright/agent:0.1.0", reg.host())),
-        "{out}"
-    );
+    let agent = format!("{}/nodewright/agent", reg.host());
+    assert!(out.contains(&format!("pushed {agent}:0.1.0")), "{out}");
+
+    // The tag names the index; each platform's manifest is in the registry by its digest.
+    // The agent's block: `agent <index> index of …`, then a line per platform.
+    let block = out
+        .split_once("\nagent ")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("no agent block: {out}"));
+    let second = |line: &str| {
+        line.split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let agent_index = block.split_whitespace().next().unwrap().to_string();
+    let registry = Registry::new(RegistryConfig {
+        insecure: vec![reg.host().into()],
+        credentials: Credentials::Basic {
+            username: "publisher".into(),
+            password: "s3cret".into(),
+        },
+        ..Default::default()
+    });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tagged = rt
+        .block_on(registry.resolve(&format!("{agent}:0.1.0")))
+        .unwrap();
+    assert_eq!(tagged, agent_index, "{out}");
+    for platform in ["linux/amd64", "linux/arm64/v8"] {
+        let line = block
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{platform} ")))
+            .unwrap_or_else(|| panic!("no {platform} line: {out}"));
+        let digest = second(line);
+        rt.block_on(registry.fetch_manifest(&format!("{agent}@{digest}")))
+            .unwrap_or_else(|e| panic!("{platform} {digest}: {e}"));
+    }
 
     let docker = dir.path().join("docker");
     std::fs::create_dir_all(&docker).unwrap();

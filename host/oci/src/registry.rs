@@ -426,8 +426,9 @@ pub struct Blob {
 
 #[cfg(feature = "push")]
 impl Registry {
-    /// Pushes `blobs` (config and layers, any order), then `manifest` (a JSON manifest of
-    /// `media_type` naming them) to `reference`, which must carry a tag. Returns the pinned
+    /// Pushes `blobs` (config and layers, any order), then `manifest` (a JSON manifest or
+    /// index of `media_type` naming them) to `reference`: `repo:tag`, or `repo@digest` where
+    /// the digest is the manifest's own (an index's platform images). Returns the pinned
     /// reference. Used for plugins ([`Registry::push`]) and for container images alike.
     pub async fn push_manifest(
         &self,
@@ -438,10 +439,18 @@ impl Registry {
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<(String, String)> {
         let r = parse_reference(reference)?;
-        if r.tag().is_none() || r.digest().is_some() {
+        let manifest_digest = sha256_digest(&manifest);
+        let fits = match (r.tag(), r.digest()) {
+            (Some(_), None) => true,
+            (None, Some(digest)) => digest == manifest_digest,
+            _ => false,
+        };
+        if !fits {
             return Err(Error::InvalidReference {
                 reference: reference.into(),
-                reason: "push needs a tag (repo:tag) and no digest".into(),
+                reason: format!(
+                    "push needs a tag (repo:tag) or the manifest's own digest (repo@{manifest_digest}), not both"
+                ),
             });
         }
         let auth = self.config.credentials.for_registry(r.resolve_registry())?;
@@ -462,7 +471,6 @@ impl Registry {
                 .await
                 .map_err(|e| Error::from_oci(reference, e))?;
         }
-        let manifest_digest = sha256_digest(&manifest);
         progress(Progress::Uploading {
             what: "manifest",
             digest: manifest_digest.clone(),

@@ -11,7 +11,8 @@
 //!   local control plane with simulated nodes (`nodewright-demo`).
 //! - `author-demo`: the plugin author loop on a scratch simulated node.
 //! - `images`: the operator and agent images (static musl binaries, FROM scratch,
-//!   byte-reproducible), as OCI layouts under `<target>/images/`, with sizes and digests.
+//!   byte-reproducible, one OCI index over linux/amd64 and linux/arm64 each), as OCI
+//!   layouts under `<target>/images/`, with sizes and digests.
 //! - `publish --registry REG [--insecure] [--tag T]`: the images and the first-party plugins
 //!   pushed to `REG`, then the `helm install` that uses them.
 //! - `bench [--compare FILE] [--save FILE]`: the engine, language and planner benchmarks,
@@ -37,6 +38,7 @@ use anyhow::{Context, Result, bail};
 mod bench;
 mod budget;
 mod cargo;
+mod cross;
 mod polyglot;
 mod release;
 mod setup;
@@ -190,12 +192,14 @@ fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
     let go = setup::go_builds(&[KTEST, HELM, COSIGN], &target.join("logs/go"))?;
     budget.phase("setup: targets, Debian packages", || {
         setup::rust_build_targets()?;
-        setup::apt(&[APT_BUILD, APT_CLUSTER, APT_TESTS].concat())?;
+        setup::apt(&[APT_BUILD, APT_CLUSTER, APT_TESTS, &[cross::qemu()]].concat())?;
         Ok(((), "present".into()))
     })?;
     budget.phase("fmt", || fmt_check().map(|()| ((), "clean".into())))?;
-    let tools = budget.phase("setup: Python and JavaScript tools", || {
-        Ok((polyglot::setup(target)?, "present".into()))
+    let tools = budget.phase("setup: Python and JavaScript tools, zig", || {
+        let tools = polyglot::setup(target)?;
+        cross::setup(target)?;
+        Ok((tools, "present".into()))
     })?;
     // Lints gate before the long build and suite. Same target, profile and environment as
     // the build, so build scripts and proc-macros are compiled once for both.
@@ -216,6 +220,14 @@ fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
         let b = release::build_bins(target)?;
         Ok(((), b.note()))
     })?;
+    // The images' other architecture: the suite runs it under qemu-user and publishes it.
+    budget.phase(
+        &format!("cargo build: images' binaries, {}", cross::triple()),
+        || {
+            let b = cross::build(target)?;
+            Ok(((), b.note()))
+        },
+    )?;
     let built = budget.phase("cargo build: tests", || {
         let mut cmd = cargo(target);
         cmd.args(["test", "--workspace", "--no-run", "--release", "--locked"])
@@ -245,6 +257,10 @@ fn test(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
         .map(|(k, v)| (k.to_string(), v.as_os_str().to_owned()))
         .collect();
     env.push(("CARGO_TARGET_DIR".into(), target.as_os_str().to_owned()));
+    env.push((
+        "NODEWRIGHT_CROSS_BINARIES".into(),
+        cross::bin_dir(target).into_os_string(),
+    ));
     for var in [
         cargo::BUILT_ONCE,
         "NODEWRIGHT_REQUIRE_POLYGLOT",
@@ -368,11 +384,12 @@ fn setup_all(target: &Path, budget: &mut Budget) -> Result<()> {
     let go = setup::go_builds(&[KTEST, HELM, COSIGN], &target.join("logs/go"))?;
     budget.phase("setup: targets, Debian packages", || {
         setup::rust_build_targets()?;
-        setup::apt(&[APT_BUILD, APT_CLUSTER, APT_TESTS].concat())?;
+        setup::apt(&[APT_BUILD, APT_CLUSTER, APT_TESTS, &[cross::qemu()]].concat())?;
         Ok(((), "present".into()))
     })?;
-    budget.phase("setup: Python and JavaScript tools", || {
+    budget.phase("setup: Python and JavaScript tools, zig", || {
         polyglot::setup(target)?;
+        cross::setup(target)?;
         Ok(((), "present".into()))
     })?;
     go.wait(budget)

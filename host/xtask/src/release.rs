@@ -1,8 +1,8 @@
 //! `cargo xtask images` and `cargo xtask publish`: nodewright as something to install.
 //!
 //! Both use the binaries of the one musl build (`cargo build --workspace --bins` for this
-//! machine's musl target, which the test build shares), so publishing after a test run
-//! compiles nothing. `nodewright-images` assembles the images (and pushes them); the
+//! machine's musl target, which the test build shares) and of the other architecture's
+//! (`cross`), so publishing after a test run compiles nothing. `nodewright-images` assembles the images (and pushes them); the
 //! `nodewright` CLI pushes the plugins. `publish --registry REG [--insecure] [--tag T]`
 //! pushes `REG/operator:T`, `REG/agent:T` and `REG/plugins/<name>:T` (T, default the crate
 //! version, is also the images' version label), then prints the pinned references and the
@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::budget::Budget;
 use crate::cargo::{self, Built, cargo, musl_triple};
-use crate::workspace;
+use crate::{cross, workspace};
 
 /// The first-party plugins, by package and published name.
 const PLUGINS: [(&str, &str); 5] = [
@@ -57,12 +57,32 @@ fn git(args: &[&str]) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// Runs `nodewright-images` on the build's binaries; `push` is `(registry, insecure)`.
+/// Both architectures' binaries of the images, each phase in `budget`.
+fn build_image_bins(target: &Path, budget: &mut Budget) -> Result<()> {
+    budget.phase("cargo build: binaries", || {
+        let b = build_bins(target)?;
+        let note = b.note();
+        Ok(((), note))
+    })?;
+    budget.phase(
+        &format!("cargo build: images' binaries, {}", cross::triple()),
+        || {
+            cross::setup(target)?;
+            let b = cross::build(target)?;
+            let note = b.note();
+            Ok(((), note))
+        },
+    )
+}
+
+/// Runs `nodewright-images` on both builds' binaries; `push` is `(registry, insecure)`.
 fn run_images(target: &Path, version: &str, push: Option<(&str, Option<&str>)>) -> Result<String> {
     let bins = bin_dir(target);
     let mut cmd = Command::new(bins.join("nodewright-images"));
     cmd.arg("--binaries")
         .arg(&bins)
+        .arg("--binaries")
+        .arg(cross::bin_dir(target))
         .arg("--out")
         .arg(target.join("images"))
         .args(["--version", version]);
@@ -92,11 +112,7 @@ fn run_images(target: &Path, version: &str, push: Option<(&str, Option<&str>)>) 
 
 /// `cargo xtask images`.
 pub fn images(target: &Path, budget: &mut Budget) -> Result<()> {
-    budget.phase("cargo build: binaries", || {
-        let b = build_bins(target)?;
-        let note = b.note();
-        Ok(((), note))
-    })?;
+    build_image_bins(target, budget)?;
     let out = budget.phase("images", || {
         Ok((
             run_images(target, VERSION, None)?,
@@ -104,7 +120,7 @@ pub fn images(target: &Path, budget: &mut Budget) -> Result<()> {
         ))
     })?;
     println!(
-        "\nimages (FROM scratch, static musl binaries; OCI layouts in {}):\n{out}",
+        "\nimages (FROM scratch, static musl binaries, an index of both architectures; OCI layouts in {}):\n{out}",
         target.join("images").display()
     );
     Ok(())
@@ -189,11 +205,7 @@ pub fn publish(target: &Path, args: &[String], budget: &mut Budget) -> Result<()
     let args = parse(args)?;
     let host = args.registry.split('/').next().unwrap_or_default();
     let insecure = args.insecure.then_some(host);
-    budget.phase("cargo build: binaries", || {
-        let b = build_bins(target)?;
-        let note = b.note();
-        Ok(((), note))
-    })?;
+    build_image_bins(target, budget)?;
     budget.phase("cargo build: plugins (wasm)", || {
         let b = build_plugins(target)?;
         let note = b.note();

@@ -21,6 +21,28 @@ pub enum Need {
     Helm,
     /// cosign, built from its Go module.
     Cosign,
+    /// The images' other architecture's build (`NODEWRIGHT_CROSS_BINARIES`, which `cargo
+    /// xtask test` sets) and the qemu-user that runs it here.
+    Cross,
+}
+
+/// The other architecture's binaries of the images and the qemu-user program that runs
+/// them on this machine: `(qemu, directory)`, when both are there.
+pub fn cross() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let (qemu, triple) = if std::env::consts::ARCH == "aarch64" {
+        ("/usr/bin/qemu-x86_64-static", "x86_64-unknown-linux-musl")
+    } else {
+        ("/usr/bin/qemu-aarch64-static", "aarch64-unknown-linux-musl")
+    };
+    let dir = std::env::var_os("NODEWRIGHT_CROSS_BINARIES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| crate::workspace().join("target"), Into::into);
+            target.join(triple).join("release")
+        });
+    (Path::new(qemu).is_file() && dir.join("nodewright-agent").is_file())
+        .then(|| (qemu.into(), dir))
 }
 
 impl Need {
@@ -33,6 +55,7 @@ impl Need {
             }
             Need::Helm => built("tests/cluster/build-helm.sh"),
             Need::Cosign => built("tests/cluster/build-cosign.sh"),
+            Need::Cross => cross().is_some(),
         };
         (!there).then_some(match self {
             Need::Registry => "Debian's docker-registry",

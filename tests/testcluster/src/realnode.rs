@@ -744,6 +744,7 @@ pub fn pause_image(work: &Path) -> Result<nodewright_images::Image> {
         bail!("compiling the pause binary failed");
     }
     let contents = nodewright_images::Contents {
+        arch: nodewright_images::Arch::host(),
         title: "pause".into(),
         description: "the real test node's pod sandbox".into(),
         files: vec![("pause".into(), std::fs::read(&binary)?, 0o755)],

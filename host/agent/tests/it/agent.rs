@@ -9,10 +9,10 @@ use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_testregistry::TestRegistry;
 use serde_json::Value;
 
-const CAPS: &str =
+pub(crate) const CAPS: &str =
     r#"{"files": [{"path": "/etc/sysctl.d", "access": "readWrite"}], "sysctl": ["vm.swappiness"]}"#;
 
-async fn pushed(reg: &TestRegistry) -> String {
+pub(crate) async fn pushed(reg: &TestRegistry) -> String {
     let registry = Registry::new(RegistryConfig {
         insecure: vec![reg.host().into()],
         ..Default::default()
@@ -35,8 +35,24 @@ fn agent(root: &Path, args: &[&str]) -> (Output, Value) {
 }
 
 fn agent_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
+    run_agent(
+        Command::new(env!("CARGO_BIN_EXE_nodewright-agent")),
+        root,
+        args,
+        env,
+    )
+}
+
+/// Runs `cmd` (the agent, or qemu-user and the agent) with `args` against the simulated
+/// node at `root`: its output and the structured result it wrote.
+pub(crate) fn run_agent(
+    mut cmd: Command,
+    root: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, Value) {
     let term = root.join("termination-log");
-    let out = Command::new(env!("CARGO_BIN_EXE_nodewright-agent"))
+    let out = cmd
         .args(args)
         .envs(env.iter().copied())
         .args([
@@ -60,7 +76,12 @@ fn agent_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> (Output, Value
     (out, result)
 }
 
-fn run_args<'a>(plugin: &'a str, host: &'a str, caps: &'a str, stage: &'a str) -> Vec<&'a str> {
+pub(crate) fn run_args<'a>(
+    plugin: &'a str,
+    host: &'a str,
+    caps: &'a str,
+    stage: &'a str,
+) -> Vec<&'a str> {
     vec![
         "run",
         "--stage",
@@ -80,7 +101,7 @@ fn run_args<'a>(plugin: &'a str, host: &'a str, caps: &'a str, stage: &'a str) -
     ]
 }
 
-fn node(root: &Path) -> SimHost {
+pub(crate) fn node(root: &Path) -> SimHost {
     std::fs::create_dir_all(root.join("proc/sys/vm")).unwrap();
     std::fs::write(root.join("proc/sys/vm/swappiness"), "60").unwrap();
     SimHost::new(root, NodeIdentity::default()).unwrap()

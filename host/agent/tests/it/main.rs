@@ -3,3 +3,4 @@
 
 mod agent;
 mod cluster;
+mod cross;
