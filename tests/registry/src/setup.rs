@@ -62,6 +62,9 @@ impl Need {
             Need::ControlPlane => "the test control plane (a Go-built Kubernetes) and curl",
             Need::Helm => "helm (built from its Go module)",
             Need::Cosign => "cosign (built from its Go module)",
+            Need::Cross => {
+                "the images' other architecture's build (NODEWRIGHT_CROSS_BINARIES) and Debian's qemu-user-static"
+            }
         })
     }
 }

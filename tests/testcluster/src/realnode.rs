@@ -725,8 +725,9 @@ impl Drop for RealNode {
 }
 
 /// The sandbox ("pause") image every pod of the node starts with: a static binary that
-/// sleeps until it is signalled, compiled with musl-gcc into `work`.
-pub fn pause_image(work: &Path) -> Result<nodewright_images::Image> {
+/// sleeps until it is signalled, compiled with musl-gcc into `work`; an index of the
+/// host's architecture alone, as a published pause image is.
+pub fn pause_image(work: &Path) -> Result<nodewright_images::Index> {
     std::fs::create_dir_all(work)?;
     let source = work.join("pause.c");
     std::fs::write(
@@ -759,5 +760,6 @@ pub fn pause_image(work: &Path) -> Result<nodewright_images::Image> {
         source: "nodewright tests".into(),
         created: "1970-01-01T00:00:00Z".into(),
     };
-    Ok(nodewright_images::Image::assemble(&contents, &inputs))
+    let image = nodewright_images::Image::assemble(&contents, &inputs);
+    Ok(nodewright_images::Index::new(vec![image])?)
 }
