@@ -111,6 +111,21 @@ fn a_push_to_a_registry_with_a_login_uses_the_environments_credentials() {
         rt.block_on(registry.fetch_manifest(&format!("{agent}@{digest}")))
             .unwrap_or_else(|e| panic!("{platform} {digest}: {e}"));
     }
+    // A manifest is pushed by digest only under its own: any other is refused, naming it.
+    let moved = rt
+        .block_on(registry.push_manifest(
+            &format!("{agent}@{agent_index}"),
+            &[],
+            b"{}".to_vec(),
+            nodewright_images::media::MANIFEST,
+            &|_| {},
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(moved, nodewright_oci::Error::InvalidReference { .. })
+            && moved.to_string().contains("the manifest's own digest"),
+        "{moved}"
+    );
 
     let docker = dir.path().join("docker");
     std::fs::create_dir_all(&docker).unwrap();

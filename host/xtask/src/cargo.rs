@@ -35,11 +35,17 @@ pub fn cargo_bin() -> String {
 }
 
 /// A cargo command in the workspace, building into `target`. Every build gets the same
-/// environment — the Python and JavaScript tools once installed, which the artifacts'
-/// build script reads — so no build undoes another's.
+/// environment — Debian's `musl-gcc` for this machine's musl target, the Python and
+/// JavaScript tools once installed, which the artifacts' build script reads — so no build
+/// undoes another's. (The other architecture's C is zig's: [`crate::cross`].)
 pub fn cargo(target: &Path) -> Command {
     let mut cmd = Command::new(cargo_bin());
-    cmd.current_dir(workspace()).env("CARGO_TARGET_DIR", target);
+    cmd.current_dir(workspace())
+        .env("CARGO_TARGET_DIR", target)
+        .env(
+            format!("CC_{}", musl_triple().replace('-', "_")),
+            "musl-gcc",
+        );
     let tools = Tools::at(target);
     if tools.installed() {
         cmd.envs(tools.env());

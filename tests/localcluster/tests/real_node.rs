@@ -625,7 +625,13 @@ async fn nodewright_as_installed_on_a_real_node() {
     );
     c.publish_under("mirror", Some("0.1.2"))
         .unwrap_or_else(|e| panic!("{e:#}"));
+    let pushed = std::time::Instant::now();
     wait_complete(&c, "pulled").await;
+    // A figure for the log (the kubelet's image back-off sets most of it), not a bound.
+    eprintln!(
+        "step 7: the agent image pushed -> the rollout complete in {:.1} s",
+        pushed.elapsed().as_secs_f64()
+    );
     assert_eq!(c.node.in_netns(&["cat", key]).unwrap(), "733");
 
     c.helm("helm uninstall nodewright --namespace nodewright")
