@@ -7,8 +7,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use nodewright_api::pinned::PinnedRef;
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::{Client, Reference};
+use oci_client::Reference;
+use oci_client::client::{Certificate, CertificateEncoding};
+#[cfg(feature = "push")]
+use oci_client::{
+    Client,
+    client::{ClientConfig, ClientProtocol},
+};
 
 use crate::artifact::{self, Descriptor, Manifest};
 use crate::auth::Credentials;
@@ -101,11 +106,12 @@ pub struct Registry {
     tokens: Mutex<HashMap<(String, String), Credential>>,
 }
 
-/// The clients for one registry: oci-client for the protocol, and a plain HTTP client
-/// with the same TLS settings for the requests whose bodies must be bounded
-/// ([`crate::bounded`]).
+/// The clients for one registry: a plain HTTP client for the requests whose bodies must
+/// be bounded ([`crate::bounded`]: every pull), and, for pushes, oci-client's with the same
+/// TLS settings.
 #[derive(Clone)]
 pub(crate) struct Clients {
+    #[cfg(feature = "push")]
     pub(crate) oci: Client,
     pub(crate) http: reqwest::Client,
     pub(crate) scheme: &'static str,
@@ -201,6 +207,7 @@ impl Registry {
                 .map_err(|e| setup_failed(e.to_string()))?;
             http = http.tls_certs_merge(certs);
         }
+        #[cfg(feature = "push")]
         let oci = Client::try_from(ClientConfig {
             protocol: if plain {
                 ClientProtocol::Http
@@ -214,6 +221,7 @@ impl Registry {
         })
         .map_err(|e| setup_failed(e.to_string()))?;
         let clients = Clients {
+            #[cfg(feature = "push")]
             oci,
             http: http.build().map_err(|e| setup_failed(e.to_string()))?,
             scheme: if plain { "http" } else { "https" },
