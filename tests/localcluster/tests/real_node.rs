@@ -625,7 +625,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     );
     c.publish_under("mirror", Some("0.1.2"))
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let pushed = std::time::Instant::now();
+    let pushed = Instant::now();
     wait_complete(&c, "pulled").await;
     // A figure for the log (the kubelet's image back-off sets most of it), not a bound.
     eprintln!(
