@@ -169,7 +169,11 @@ async fn prometheus_alerts_hold_and_release_the_rollout_and_an_absent_prometheus
             None
         })
         .await;
-    assert_eq!(gate(&e).await.0, "True");
+    // The cordon may be written before the status that says why it was allowed.
+    e.wait("the gate reads passing", LIMIT, || async {
+        (gate(&e).await.0 == "True").then_some(())
+    })
+    .await;
     // Firing again mid-rollout: the node past its cordon finishes, the other does not start.
     prom.write_rules(&gate_rules(true));
     prom.reload();
