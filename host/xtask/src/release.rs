@@ -2,7 +2,8 @@
 //!
 //! Both use the binaries of the one musl build (`cargo build --workspace --bins` for this
 //! machine's musl target, which the test build shares) and of the other architecture's
-//! (`cross`), so publishing after a test run compiles nothing. `nodewright-images` assembles the images (and pushes them); the
+//! (`cross`), so publishing after a test run compiles nothing. `nodewright-images`
+//! assembles the images, one index over both architectures each (and pushes them); the
 //! `nodewright` CLI pushes the plugins. `publish --registry REG [--insecure] [--tag T]`
 //! pushes `REG/operator:T`, `REG/agent:T` and `REG/plugins/<name>:T` (T, default the crate
 //! version, is also the images' version label), then prints the pinned references and the
