@@ -9,12 +9,10 @@
 //! this and not Debian's cross gcc.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::cargo::{self, Built, cargo};
-use crate::run;
 
 /// The zig release `cargo-zigbuild` drives (PyPI `ziglang`).
 const ZIG: &str = "0.15.2";
@@ -58,20 +56,14 @@ pub fn setup(target: &Path) -> Result<()> {
     if venv.join("bin/cargo-zigbuild").is_file() {
         return Ok(());
     }
-    eprintln!(
-        "installing zig {ZIG} and cargo-zigbuild {ZIGBUILD} (PyPI) into {}",
-        venv.display()
-    );
-    let _ = std::fs::remove_dir_all(&venv);
-    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-        .context("python3 with venv is needed to install zig for the arm64 build")?;
-    run(Command::new(venv.join("bin/pip")).args([
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        &format!("ziglang=={ZIG}"),
-        &format!("cargo-zigbuild=={ZIGBUILD}"),
-    ]))
+    crate::setup::pip_venv(
+        &venv,
+        &[
+            format!("ziglang=={ZIG}"),
+            format!("cargo-zigbuild=={ZIGBUILD}"),
+        ],
+        "the images' other architecture (zig)",
+    )
 }
 
 /// The operator and agent for [`triple`], into `target`. Host build scripts and

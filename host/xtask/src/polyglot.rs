@@ -63,19 +63,11 @@ pub(crate) fn setup(target: &Path) -> Result<Tools> {
         .expect("<venv>/bin/componentize-py")
         .to_path_buf();
     if !tools.componentize_py.is_file() {
-        eprintln!(
-            "installing componentize-py {COMPONENTIZE_PY} (PyPI) into {}",
-            venv.display()
-        );
-        let _ = std::fs::remove_dir_all(&venv);
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-            .context("python3 with venv is needed for Python plugins")?;
-        run(Command::new(venv.join("bin/pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            &format!("componentize-py=={COMPONENTIZE_PY}"),
-        ]))?;
+        crate::setup::pip_venv(
+            &venv,
+            &[format!("componentize-py=={COMPONENTIZE_PY}")],
+            "Python plugins",
+        )?;
     }
     let js = tools
         .js_tools

@@ -299,6 +299,22 @@ impl GoBuilds {
     }
 }
 
+/// A fresh Python virtualenv at `venv` with `packages` (pinned `name==version`) from PyPI;
+/// `what` says what needs them.
+pub fn pip_venv(venv: &Path, packages: &[String], what: &str) -> Result<()> {
+    eprintln!(
+        "installing {} (PyPI) into {}",
+        packages.join(", "),
+        venv.display()
+    );
+    let _ = std::fs::remove_dir_all(venv);
+    run(Command::new("python3").args(["-m", "venv"]).arg(venv))
+        .with_context(|| format!("python3 with venv is needed for {what}"))?;
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .args(packages))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
