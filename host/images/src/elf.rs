@@ -49,7 +49,7 @@ impl Arch {
     /// The architecture an ELF executable is for: `Err(machine)` when it is none of these
     /// (`None` when `elf` is not a 64-bit little-endian ELF file at all).
     pub fn of_elf(elf: &[u8]) -> Result<Arch, Option<u16>> {
-        if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
+        if !is_elf64_le(elf) {
             return Err(None);
         }
         let machine = u16::from_le_bytes([elf[0x12], elf[0x13]]);
@@ -75,9 +75,15 @@ impl std::fmt::Display for Arch {
     }
 }
 
+/// Whether `elf` is a whole 64-bit little-endian ELF header, the only kind the fields
+/// below are read from.
+fn is_elf64_le(elf: &[u8]) -> bool {
+    elf.len() >= 64 && elf[..4] == *b"\x7fELF" && elf[4] == 2 && elf[5] == 1
+}
+
 /// Whether `elf` is an executable that needs no dynamic loader (no `PT_INTERP`).
 pub fn is_static(elf: &[u8]) -> bool {
-    if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 {
+    if !is_elf64_le(elf) {
         return false;
     }
     let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;

@@ -5,29 +5,20 @@
 
 use std::process::Command;
 
+use nodewright_images::Arch;
 use nodewright_testregistry::TestRegistry;
 
 use crate::agent::{CAPS, node, pushed, run_agent, run_args};
-
-/// The ELF `e_machine` of the other architecture's executables.
-fn other_machine() -> u16 {
-    if std::env::consts::ARCH == "aarch64" {
-        62 // x86-64
-    } else {
-        183 // aarch64
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_other_architecture_s_agent_runs_a_plan_under_qemu() {
     nodewright_testregistry::require!(Registry, Cross);
     let (qemu, dir) = nodewright_testregistry::setup::cross().expect("checked by require!");
     let agent = dir.join("nodewright-agent");
-    let elf = std::fs::read(&agent).unwrap();
-    assert_eq!(
-        u16::from_le_bytes([elf[0x12], elf[0x13]]),
-        other_machine(),
-        "{} is built for the other architecture",
+    let arch = Arch::of_elf(&std::fs::read(&agent).unwrap());
+    assert!(
+        arch.is_ok_and(|a| a != Arch::host()),
+        "{} is built for the other architecture: {arch:?}",
         agent.display()
     );
 
