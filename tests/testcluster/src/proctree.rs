@@ -142,10 +142,15 @@ mod tests {
             .spawn()
             .unwrap();
         let root = sh.id();
+        // Wait for the sleeper to lead a group of its own: the shell's forked child is a
+        // descendant before `setsid` has run, and a group kill in that moment takes it.
         let deadline = Instant::now() + Duration::from_secs(5);
         let tree = loop {
             let t = descendants(root);
-            if !t.is_empty() || Instant::now() > deadline {
+            let moved = processes()
+                .iter()
+                .any(|p| t.contains(&p.pid) && p.group == p.pid);
+            if moved || Instant::now() > deadline {
                 break t;
             }
             std::thread::sleep(Duration::from_millis(20));
