@@ -39,6 +39,12 @@ fn main() {
         .collect();
     stats("compile (Cranelift, no cache)", compile);
 
+    // Engine creation: what every agent process pays once (the epoch ticker, the pool).
+    let engines: Vec<_> = (0..50)
+        .map(|_| time(|| Engine::new(EngineConfig::default()).unwrap()).1)
+        .collect();
+    stats("engine creation", engines);
+
     // Cached load: a fresh engine each time so nothing is in memory, the same cache dir.
     let cache = tmp.path().join("cache");
     Engine::new(EngineConfig {

@@ -4,7 +4,8 @@
 //! The lifecycle, from cheapest-to-repeat to most expensive:
 //!
 //! 1. [`Engine::new`] — one per process. Epoch interruption is on and a ticker thread
-//!    advances the epoch every [`EPOCH_TICK`].
+//!    advances the epoch every [`EPOCH_TICK`]; runs take their instances from a pool of
+//!    slots mapped here and reset between runs ([`EngineConfig::concurrent_runs`]).
 //! 2. [`Engine::load`] — bytes → [`LoadedPlugin`]. Checks the bytes are a component within
 //!    the [`LoadLimits`] (size and function count, measured before anything compiles), then
 //!    loads precompiled native code from the on-disk cache (keyed by the content digest and
@@ -53,6 +54,7 @@ mod error;
 mod inspect;
 mod load;
 mod plugin;
+mod pool;
 mod report;
 mod run;
 mod sandbox;
@@ -60,6 +62,7 @@ mod stage;
 mod state;
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -68,6 +71,7 @@ pub use inspect::{EXPECTED_EXPORT, ImportKind, PluginImport, STAGE_FUNCTIONS};
 pub use load::LoadLimits;
 pub use nodewright_api::grants::{Capability, GrantSet};
 pub use plugin::{LoadedPlugin, PreparedPlugin, check_grants};
+pub use pool::DEFAULT_CONCURRENT_RUNS;
 pub use report::{
     Change, Denial, LogLevel, LogLine, LogSource, MAX_DENIALS_KEPT, RequestedInterrupt, RunReport,
     StageOutcome, StepFailure,
@@ -81,13 +85,26 @@ use bindings::PluginPre;
 use state::HostState;
 
 /// Engine settings.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// Directory for precompiled native code. `None` disables the on-disk cache (every
     /// load compiles). Created with mode 0700: its contents are native code.
     pub cache_dir: Option<PathBuf>,
     /// Bounds checked before and during compilation.
     pub load_limits: LoadLimits,
+    /// Runs admitted at once: the pool's slots, mapped when the engine is built and reset
+    /// between runs. One more run waits for a slot.
+    pub concurrent_runs: NonZeroU32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            cache_dir: None,
+            load_limits: LoadLimits::default(),
+            concurrent_runs: DEFAULT_CONCURRENT_RUNS,
+        }
+    }
 }
 
 /// One wasmtime engine, its code cache and its linkers.
@@ -95,6 +112,7 @@ pub struct Engine {
     inner: wasmtime::Engine,
     cache: Option<cache::CodeCache>,
     load_limits: LoadLimits,
+    slots: pool::RunSlots,
     linkers: Mutex<HashMap<u8, Arc<wasmtime::component::Linker<HostState>>>>,
     pres: Mutex<HashMap<(String, u8), PluginPre<HostState>>>,
 }
@@ -122,6 +140,7 @@ impl Engine {
         wasm.wasm_component_model(true)
             .epoch_interruption(true)
             .parallel_compilation(true);
+        pool::configure(&mut wasm, config.concurrent_runs);
         let inner = wasmtime::Engine::new(&wasm).map_err(Error::engine)?;
         let weak = inner.weak();
         std::thread::Builder::new()
@@ -145,6 +164,7 @@ impl Engine {
             inner,
             cache,
             load_limits: config.load_limits,
+            slots: pool::RunSlots::new(config.concurrent_runs),
             linkers: Mutex::default(),
             pres: Mutex::default(),
         })
@@ -199,6 +219,7 @@ impl Engine {
             return Ok(PreparedPlugin {
                 pre: pre.clone(),
                 engine: self.inner.clone(),
+                slots: self.slots.clone(),
                 digest: plugin.digest.clone(),
             });
         }
@@ -214,6 +235,7 @@ impl Engine {
         Ok(PreparedPlugin {
             pre,
             engine: self.inner.clone(),
+            slots: self.slots.clone(),
             digest: plugin.digest.clone(),
         })
     }

@@ -54,6 +54,7 @@ impl LoadedPlugin {
 pub struct PreparedPlugin {
     pub(crate) pre: PluginPre<HostState>,
     pub(crate) engine: wasmtime::Engine,
+    pub(crate) slots: crate::pool::RunSlots,
     pub(crate) digest: String,
 }
 

@@ -53,6 +53,9 @@ fn step_failure(e: wit::StepError, issued: &HashSet<u64>) -> StepFailure {
 impl PreparedPlugin {
     /// Runs one stage in a fresh store against `host`, with `grants` checked on every call.
     ///
+    /// Waits for a free slot first ([`EngineConfig::concurrent_runs`](crate::EngineConfig));
+    /// the stage's deadline starts once it has one.
+    ///
     /// Returns `Ok` when the plugin returned (successfully or with its own error) and
     /// [`RunError`] when the sandbox stopped it (deadline, memory, trap).
     pub async fn run(
@@ -63,6 +66,9 @@ impl PreparedPlugin {
         grants: Arc<GrantSet>,
         limits: &SandboxLimits,
     ) -> Result<RunReport, RunError> {
+        // Declared before the store, so dropped after it: the slot is free again only
+        // once the store has given back its instances.
+        let _slot = self.slots.acquire().await;
         let log = Arc::new(Mutex::new(LogBuffer::new(limits)));
         let stdout = CapturedStream::new(log.clone(), LogSource::Stdout);
         let stderr = CapturedStream::new(log.clone(), LogSource::Stderr);

@@ -75,7 +75,13 @@ pub(crate) struct MemoryLimitExceeded {
 }
 
 /// Table elements one store may hold across all its tables.
-const MAX_TABLE_ELEMENTS: u64 = 200_000;
+pub(crate) const MAX_TABLE_ELEMENTS: u64 = 200_000;
+/// Core instances one store may hold (a component's modules, adapters and shims).
+pub(crate) const STORE_INSTANCES: u32 = 32;
+/// Tables one store may hold.
+pub(crate) const STORE_TABLES: u32 = 32;
+/// Linear memories one store may hold (their bytes together are capped by the limit).
+pub(crate) const STORE_MEMORIES: u32 = 16;
 
 /// Caps the *total* linear memory and table elements of one store (a component may have
 /// several core instances, each with its own memories), and instance counts.
@@ -141,13 +147,13 @@ impl wasmtime::ResourceLimiter for Limiter {
     }
 
     fn instances(&self) -> usize {
-        32
+        STORE_INSTANCES as usize
     }
     fn tables(&self) -> usize {
-        32
+        STORE_TABLES as usize
     }
     fn memories(&self) -> usize {
-        16
+        STORE_MEMORIES as usize
     }
 }
 

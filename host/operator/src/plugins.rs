@@ -5,6 +5,7 @@
 //! is.
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -69,8 +70,11 @@ impl Plugins {
         notify: Arc<Notify>,
     ) -> anyhow::Result<Self> {
         let cache = NodeCache::open(&cache_dir)?;
+        // It compiles and inspects plugins, never runs one: one slot, so the pool checks a
+        // component as the agent's does (a component no store can hold is refused here).
         let engine = Arc::new(Engine::new(EngineConfig {
             cache_dir: Some(cache.code_dir()),
+            concurrent_runs: NonZeroU32::MIN,
             ..Default::default()
         })?);
         let inner = Inner {

@@ -158,22 +158,37 @@ async fn memories_count_together_against_one_limit() {
     );
 }
 
-/// More core instances and memories than a store allows: wasmtime refuses the component
-/// while instantiating it. The component asked for them, so the failure is the package's
-/// (counted, not retried forever as the host's).
-#[tokio::test(flavor = "multi_thread")]
-async fn instantiation_counts_past_the_store_s_limits_are_the_package_s() {
+/// More core instances and memories than a store allows: the pool's slots are sized to
+/// the store's limits and wasmtime checks a component against them when it is loaded, so
+/// the component is refused at load, naming the count and the bound, by an engine of any
+/// size (the operator's one-slot engine refuses it before any node would run it), and
+/// loads neither from the code cache.
+#[test]
+fn counts_past_the_store_s_limits_are_refused_at_load() {
     let bytes = nodewright_artifacts::crafted::with_extra_memories(
         &nodewright_artifacts::read(nodewright_artifacts::HOSTILE),
         40,
         1,
     );
-    let err = crafted_stage(&bytes, RunStage::Plan, SandboxLimits::default().memory).await;
-    assert!(
-        matches!(&err, RunError::Instantiate { error, .. } if error.to_string().contains("count too high")),
-        "{err}"
-    );
-    assert!(err.is_package_fault(), "{err}");
+    let cache = tempfile::tempdir().unwrap();
+    for runs in [1, 4] {
+        let engine = nodewright_engine::Engine::new(nodewright_engine::EngineConfig {
+            cache_dir: Some(cache.path().to_path_buf()),
+            concurrent_runs: std::num::NonZeroU32::new(runs).unwrap(),
+            ..Default::default()
+        })
+        .unwrap();
+        for attempt in ["compiled", "again, with a cache"] {
+            let err = engine.load(&bytes).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                matches!(err, Error::Compile(_))
+                    && text.contains("core module instances")
+                    && text.contains("maximum of 32"),
+                "{runs} slot(s), {attempt}: {text}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -14,3 +14,4 @@ mod fuzz;
 mod hostile;
 mod plugins;
 mod polyglot;
+mod pool;

@@ -205,6 +205,14 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             files.write("/etc/single/below", b"owned", None)?
         }
         "fuzz" => return fuzz::fuzz(ctx),
+        // What an earlier run left in this instance's memory: a fresh store starts from the
+        // component's image, so every run finds the counter at zero.
+        "remember" => {
+            static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let before = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            log::info(&format!("runs before this one: {before}"));
+            return Ok(Outcome::converged());
+        }
         "reboot-flood" => {
             for _ in 0..1000 {
                 ctx.power().request_reboot("again")?;
