@@ -186,6 +186,9 @@ fn main() {
         Ok(n) => vec![n.parse().expect("PLAN_BENCH_NODES is a number")],
         Err(_) => vec![1_000, 5_000, 10_000],
     };
+    // `PLAN_BENCH_PASSES=500` times more passes (for a profiler started after the setup).
+    let passes: usize = std::env::var("PLAN_BENCH_PASSES")
+        .map_or(15, |n| n.parse().expect("PLAN_BENCH_PASSES is a number"));
     let mut medians = Vec::new();
     for nodes in sizes {
         let mut snap = snapshot(nodes);
@@ -223,7 +226,7 @@ fn main() {
         let mut peak = 0;
         let mut actions = 0;
         let mut kinds = BTreeMap::new();
-        for _ in 0..15 {
+        for _ in 0..passes {
             let base = CURRENT.load(Ordering::Relaxed);
             PEAK.store(base, Ordering::Relaxed);
             let t = Instant::now();
