@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{Attack, Run, denial, engine, sim};
-use nodewright_engine::{Error, MAX_DENIALS_KEPT, RunError, RunStage, SandboxLimits, StepFailure};
+use nodewright_engine::{Error, MAX_DENIALS_KEPT, RunError, RunStage, StepFailure};
 
 const FILES: &[&str] = &["files=/etc/app:rw"];
 
