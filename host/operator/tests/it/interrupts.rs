@@ -47,14 +47,26 @@ async fn a_service_interrupt_that_fails_leaves_the_node_erroring_naming_the_unit
         message.contains("gone.service") && message.contains("masked"),
         "{message}"
     );
-    let attempts = SimHost::argv_log(&e.sim.root("s1"))
-        .iter()
-        .filter(|a| a.iter().any(|x| x == "restart") && a.iter().any(|x| x == "gone.service"))
-        .count();
-    assert_eq!(attempts, 2, "backoffLimit 1: two attempts, then parked");
+    let attempts = || {
+        SimHost::argv_log(&e.sim.root("s1"))
+            .iter()
+            .filter(|a| a.iter().any(|x| x == "restart") && a.iter().any(|x| x == "gone.service"))
+            .count()
+    };
+    // backoffLimit 1: two attempts that count against it. The Job's podFailurePolicy
+    // ignores a pod failure that is not the package's (a DisruptionTarget condition, or an
+    // exit code of the host's or a disruption's blame), and such an attempt is retried
+    // without counting: once, in a loaded suite, this test saw three attempts. Never fewer
+    // than two, and none once the node is parked.
+    let parked_after = attempts();
+    assert!(
+        parked_after >= 2,
+        "backoffLimit 1: retried once ({parked_after} attempts)"
+    );
     assert_eq!(restarts(&e, "s1", "gone.service"), 0);
     // Parked: later passes neither retry it nor call the node complete.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(attempts(), parked_after, "no attempt once parked");
     assert_eq!(e.node_status("svc", "s1").await, Some(Status::Erroring));
     assert_ne!(
         e.nodewright("svc").await.status.unwrap().status,
