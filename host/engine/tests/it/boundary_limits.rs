@@ -7,7 +7,7 @@ use crate::common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Attack, Run, denial, engine, sim};
+use common::{Attack, EVERY_CAPABILITY, Run, denial, engine, sim};
 use nodewright_engine::{Error, MAX_DENIALS_KEPT, RunError, RunStage, StepFailure};
 
 const FILES: &[&str] = &["files=/etc/app:rw"];
@@ -126,15 +126,7 @@ async fn crafted_stage(bytes: &[u8], stage: RunStage, memory: u64) -> RunError {
     let plugin = engine().load(bytes).expect("the crafted component loads");
     let tmp = tempfile::tempdir().unwrap();
     let host = sim(tmp.path());
-    let all = [
-        "files=/etc/app:rw",
-        "kmod=x",
-        "service=x.service",
-        "sysctl=x",
-        "command=/x",
-        "power",
-    ];
-    let mut run = Run::new(&plugin, "hostile", &all).config(&[("attack", "traverse")]);
+    let mut run = Run::new(&plugin, "hostile", &EVERY_CAPABILITY).config(&[("attack", "traverse")]);
     run.limits.memory = memory;
     run.stage(&host, stage).await.unwrap_err()
 }

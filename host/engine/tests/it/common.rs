@@ -100,6 +100,17 @@ impl<'a> Run<'a> {
     }
 }
 
+/// One narrow grant for each capability the hostile guest imports (it links only when each
+/// is granted).
+pub const EVERY_CAPABILITY: [&str; 6] = [
+    "files=/etc/app:rw",
+    "kmod=br_netfilter",
+    "service=containerd.service",
+    "sysctl=net.ipv4.ip_forward",
+    "command=/usr/bin/tool:--safe",
+    "power",
+];
+
 /// One attack of the hostile guest: its `attack` config, the grants, the limits, and a
 /// simulated node prepared by `setup`.
 pub struct Attack<'a> {
@@ -139,18 +150,10 @@ impl<'a> Attack<'a> {
         let host = sim(tmp.path());
         let config = [("attack", self.name)];
         // The guest imports every capability: grant each narrowly unless the attack does.
-        const DEFAULTS: [&str; 6] = [
-            "files=/etc/app:rw",
-            "kmod=br_netfilter",
-            "service=containerd.service",
-            "sysctl=net.ipv4.ip_forward",
-            "command=/usr/bin/tool:--safe",
-            "power",
-        ];
         let key = |g: &str| g.split('=').next().unwrap_or(g).to_string();
         let mut grants: Vec<&str> = self.grants.to_vec();
         grants.extend(
-            DEFAULTS
+            EVERY_CAPABILITY
                 .iter()
                 .filter(|d| !self.grants.iter().any(|g| key(g) == key(d))),
         );

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use nodewright_engine::{Engine, EngineConfig, LogSource, RunReport, RunStage, SandboxLimits};
 use nodewright_engine::{PreparedPlugin, StageContext};
 
-use crate::common::{grants, sim};
+use crate::common::{EVERY_CAPABILITY, grants, sim};
 
-/// An engine with one slot, the hostile guest prepared in it (it imports every capability,
-/// so each is granted; the `remember` attack uses none).
+/// An engine with one slot, the hostile guest prepared in it (each capability it imports
+/// granted; the `remember` attack uses none).
 fn one_slot() -> (PreparedPlugin, Arc<nodewright_api::grants::GrantSet>) {
     let engine = Engine::new(EngineConfig {
         concurrent_runs: NonZeroU32::MIN,
@@ -20,15 +20,7 @@ fn one_slot() -> (PreparedPlugin, Arc<nodewright_api::grants::GrantSet>) {
     let plugin = engine
         .load(&nodewright_artifacts::read(nodewright_artifacts::HOSTILE))
         .unwrap();
-    let all = [
-        "files=/etc/app:rw",
-        "kmod=x",
-        "service=x.service",
-        "sysctl=x",
-        "command=/x",
-        "power",
-    ];
-    let grants = grants(&all, "hostile");
+    let grants = grants(&EVERY_CAPABILITY, "hostile");
     (engine.prepare(&plugin, &grants).unwrap(), grants)
 }
 
