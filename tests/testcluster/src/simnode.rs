@@ -81,6 +81,9 @@ struct SimNode {
     spec: NodeSpec,
     host: SimHost,
     control: watch::Sender<Control>,
+    /// Container processes running on it: a reboot changes the boot ID only once none is
+    /// (no process may see the boot that ends it).
+    live: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 struct Inner {
@@ -180,6 +183,7 @@ async fn register(client: &Client, spec: NodeSpec, kubelet_port: u16) -> Result<
         spec,
         host,
         control,
+        live: Arc::default(),
     })
 }
 
@@ -432,6 +436,16 @@ async fn reboot(inner: &Arc<Inner>, name: &str) -> Result<String> {
     )
     .await?;
     node.control.send_replace(Control::Reboot);
+    // Every container is killed before the boot ID changes, as a real reboot ends every
+    // process first: after a fixed wait, a slow container could read the new boot ID.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while node.live.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "node {name}: containers still running 30 s into its reboot"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let boot = node.host.reboot()?;
     api.patch_status(

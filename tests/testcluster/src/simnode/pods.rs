@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -287,6 +288,7 @@ async fn run_pod(inner: Arc<Inner>, pod: Pod, node: String, control: watch::Rece
             changed_tx.clone(),
             control.clone(),
             sim.control.subscribe(),
+            sim.live.clone(),
         )));
     }
     drop(changed_tx);
@@ -462,12 +464,29 @@ fn terminated(code: i32, message: String, started: &str) -> Value {
     }})
 }
 
+/// A container process counted among its node's live ones until dropped.
+struct Live(Arc<AtomicUsize>);
+
+impl Live {
+    fn new(live: &Arc<AtomicUsize>) -> Self {
+        live.fetch_add(1, Ordering::SeqCst);
+        Live(live.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 async fn run_container(
     ctx: ContainerCtx,
     runs: Arc<Mutex<Vec<ContainerRun>>>,
     changed: tokio::sync::mpsc::UnboundedSender<()>,
     mut pod_control: watch::Receiver<Control>,
     mut node_control: watch::Receiver<Control>,
+    live: Arc<AtomicUsize>,
 ) {
     let set = |f: &dyn Fn(&mut ContainerRun)| {
         f(&mut runs.lock().expect("runs lock")[ctx.index]);
@@ -524,6 +543,8 @@ async fn run_container(
             c.state = json!({"running": {"startedAt": started}});
         });
         let pid = child.as_ref().and_then(|c| c.id());
+        // Counted on the node from its start until it has been waited for.
+        let counted = child.as_ref().map(|_| Live::new(&live));
         // Wait for the process (or forever, for a sleeper) or a control change.
         let mut child = child;
         let outcome: (i32, Control) = loop {
@@ -569,6 +590,7 @@ async fn run_container(
                 }
             }
         };
+        drop(counted);
         let (code, why) = outcome;
         let mut message = std::fs::read_to_string(&ctx.term_file).unwrap_or_default();
         if message.is_empty() && code != 0 && ctx.fallback_to_logs {
