@@ -100,12 +100,15 @@ async fn failures_are_retried_then_parked_and_denials_name_the_grant() {
         ready.2.contains("exited with 1: no driver for this card"),
         "{ready:?}"
     );
-    assert!(
+    // Events are published from a queue, after the status that says why: wait for it.
+    e.wait("a StageFailed event", LIMIT, || async {
         e.events("fails")
             .await
             .iter()
             .any(|(r, _)| r == "StageFailed")
-    );
+            .then_some(())
+    })
+    .await;
     // The failed Job is kept, with its pods, for their logs.
     let (jobs, pods) = e.cr_jobs("fails").await;
     assert_eq!(jobs.len(), 1, "the parked stage's Job is kept");
