@@ -537,14 +537,14 @@ async fn run_container(
                 }
             }
         };
+        // Counted on the node from its start until it has been waited for.
+        let counted = child.as_ref().map(|_| Live::new(&live));
         set(&|c| {
             c.running = true;
             c.exit = None;
             c.state = json!({"running": {"startedAt": started}});
         });
         let pid = child.as_ref().and_then(|c| c.id());
-        // Counted on the node from its start until it has been waited for.
-        let counted = child.as_ref().map(|_| Live::new(&live));
         // Wait for the process (or forever, for a sleeper) or a control change.
         let mut child = child;
         let outcome: (i32, Control) = loop {
