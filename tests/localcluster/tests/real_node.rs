@@ -623,6 +623,31 @@ async fn nodewright_as_installed_on_a_real_node() {
             && message.contains(&mirror),
         "{message}"
     );
+    // The pod that cannot start is a failed attempt of the stage, in the node's state
+    // (written beside the status, not necessarily before it).
+    wait(
+        &c,
+        "the stage's entry counting a failed attempt",
+        || async {
+            let node = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone())
+                .get(NODE)
+                .await
+                .ok()?;
+            let state = nodewright_api::node_state::NodeState::from_annotation(
+                NODE,
+                "pulled",
+                node.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(&keys::node_state("pulled")))
+                    .map(String::as_str),
+            )
+            .ok()?;
+            let attempts: Vec<i32> = state.values().map(|e| e.attempts).collect();
+            (attempts == [1]).then_some(())
+        },
+    )
+    .await;
     c.publish_under("mirror", Some("0.1.2"))
         .unwrap_or_else(|e| panic!("{e:#}"));
     let pushed = Instant::now();

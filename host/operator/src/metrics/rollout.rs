@@ -319,7 +319,10 @@ impl Rollout {
         counted.retain(|name| live.contains(name.as_str()));
         for j in &s.jobs {
             let (phase, failed) = match &j.phase {
-                JobPhase::Active { failed, .. } => ("active", i64::from(*failed)),
+                // A pod that cannot start is one failed attempt while it cannot.
+                JobPhase::Active { failed, .. } => {
+                    ("active", i64::from(*failed) + i64::from(j.stuck.is_some()))
+                }
                 JobPhase::Succeeded(_) => ("succeeded", 0),
                 JobPhase::Failed { .. } => ("failed", 0),
             };
@@ -378,5 +381,56 @@ impl Rollout {
             }
             live
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nodewright_api::node_state::Stage;
+    use nodewright_planner::ObservedJob;
+    use prometheus_client::encoding::text::encode;
+
+    use super::*;
+
+    fn job(failed: u32, stuck: Option<&str>) -> ObservedJob {
+        ObservedJob {
+            name: "j".into(),
+            cr: "tune".into(),
+            node: "n".into(),
+            generation: 1,
+            run: 1,
+            work: Work::Package {
+                package: "p".into(),
+                version: "1".into(),
+                stage: Stage::Apply,
+            },
+            phase: JobPhase::Active { failed, last: None },
+            stopping: false,
+            stuck: stuck.map(String::from),
+        }
+    }
+
+    fn attempts_failed(j: ObservedJob) -> String {
+        let rollout = Rollout::default();
+        let mut r = Registry::default();
+        rollout.register(&mut r);
+        rollout.observe_jobs(&Snapshot {
+            jobs: vec![j],
+            ..Default::default()
+        });
+        let mut text = String::new();
+        encode(&mut text, &r).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("nodewright_job_attempts_failed{"))
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[test]
+    fn a_pod_that_cannot_start_is_a_failed_attempt() {
+        let line = attempts_failed(job(1, Some("cannot start: ErrImagePull")));
+        assert!(line.ends_with(" 2"), "{line}");
+        let line = attempts_failed(job(1, None));
+        assert!(line.ends_with(" 1"), "{line}");
     }
 }

@@ -84,8 +84,13 @@ fn record_package(
     }
     match &job.phase {
         JobPhase::Active { failed, last } => {
-            e.attempts = *failed as i32;
-            if let Some(r) = last {
+            // A pod that cannot start is a failed attempt for as long as it cannot (the
+            // kubelet's next try is the next attempt); it does not spend the retry budget,
+            // which counts runs of the stage, so the node goes on by itself once it starts.
+            e.attempts = (*failed + u32::from(job.stuck.is_some())) as i32;
+            if let Some(stuck) = &job.stuck {
+                e.message.clone_from(stuck);
+            } else if let Some(r) = last {
                 e.message = summary(r);
             }
             false

@@ -526,6 +526,18 @@ fn a_job_whose_pod_cannot_start_leaves_its_node_erroring_until_it_starts() {
         "{msg}"
     );
     assert_eq!(w.snap.jobs.len(), 1, "nothing else started; the Job stays");
+    let entry = |w: &World| {
+        w.state("tune", "node-0")
+            .values()
+            .next()
+            .map(|e| (e.attempts, e.message.clone()))
+            .expect("the stage's entry")
+    };
+    assert_eq!(
+        entry(&w),
+        (1, stuck.to_string()),
+        "the pod that cannot start counts as a failed attempt of the stage, and says why"
+    );
     assert!(
         !w.history
             .iter()
@@ -534,6 +546,12 @@ fn a_job_whose_pod_cannot_start_leaves_its_node_erroring_until_it_starts() {
     );
 
     w.snap.jobs[0].stuck = None;
+    w.step();
+    assert_eq!(
+        entry(&w).0,
+        0,
+        "started: the kubelet's try that ran is the attempt now"
+    );
     w.run(("reboot", 1), 40);
     assert_eq!(w.cr("tune").status.status, Some(Status::Complete));
 }
