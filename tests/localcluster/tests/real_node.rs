@@ -599,6 +599,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     })
     .await;
     webhook_refuses(&c).await;
+    let applied = Instant::now();
     apply(&c, cr("pulled", json!({"packages": {"tuning": {
         "version": "1.0.0", "plugin": v1.pinned("plugins/sysctl").unwrap(),
         "configMap": {"net.ipv4.tcp_keepalive_time": "733"},
@@ -622,6 +623,11 @@ async fn nodewright_as_installed_on_a_real_node() {
         (message.contains("ErrImagePull") || message.contains("ImagePullBackOff"))
             && message.contains(&mirror),
         "{message}"
+    );
+    // A figure for the log: the bound is two minutes (the wait's limit is five).
+    eprintln!(
+        "step 7: applied -> the node erroring on the image pull in {:.1} s",
+        applied.elapsed().as_secs_f64()
     );
     // The pod that cannot start is a failed attempt of the stage, in the node's state
     // (written beside the status, not necessarily before it).
