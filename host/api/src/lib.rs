@@ -33,6 +33,7 @@ pub mod keys;
 pub mod limits;
 pub mod names;
 pub mod node_state;
+pub mod payload;
 pub mod pinned;
 pub mod result;
 pub mod trust;

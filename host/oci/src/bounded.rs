@@ -221,6 +221,21 @@ impl Registry {
         accept: Option<&str>,
         body: Body<'_>,
     ) -> Result<Vec<u8>> {
+        let response = self.get_response(reference, r, path, accept, None).await?;
+        read_within(reference, response, body).await
+    }
+
+    /// The successful response to `GET /v2/<repository>/<path>`, its body unread; from
+    /// byte `from` on when given (`Range`; the caller reads the status to see whether the
+    /// registry honoured it). Errors name `reference`.
+    pub(crate) async fn get_response(
+        &self,
+        reference: &str,
+        r: &Reference,
+        path: &str,
+        accept: Option<&str>,
+        from: Option<u64>,
+    ) -> Result<reqwest::Response> {
         let clients = self.clients(r.resolve_registry())?;
         let credential = self.credential(reference, &clients, r).await?;
         let url = format!(
@@ -232,6 +247,9 @@ impl Registry {
         let mut request = clients.http.get(&url);
         if let Some(accept) = accept {
             request = request.header(reqwest::header::ACCEPT, accept);
+        }
+        if let Some(from) = from {
+            request = request.header(reqwest::header::RANGE, format!("bytes={from}-"));
         }
         request = match credential {
             Credential::Bearer(token, _) => request.bearer_auth(token),
@@ -245,7 +263,7 @@ impl Registry {
         if !response.status().is_success() {
             return Err(refusal(reference, &url, response).await);
         }
-        read_within(reference, response, body).await
+        Ok(response)
     }
 
     /// The raw manifest `r` names, accepting `media_types`, read to at most

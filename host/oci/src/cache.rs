@@ -2,13 +2,17 @@
 //!
 //! ```text
 //! <root>/blobs/sha256/<hex>        component layers (and configs)
+//! <root>/blobs/sha256/<hex>.partial  a payload layer while it downloads (resumed from)
 //! <root>/manifests/sha256/<hex>    manifests, by manifest digest
+//! <root>/trees/sha256/<hex>        payload layers unpacked (read-only files), by layer digest
 //! <root>/code/                     the engine's precompiled code (see nodewright-engine)
 //! <root>/.lock                     shared by readers and writers, exclusive for gc
 //! ```
 //!
 //! Guarantees:
-//! - a file is only ever visible complete (written to a temp name, then renamed);
+//! - a file or tree is only ever visible complete (written to a temp name, then renamed);
+//! - a payload tree is unpacked from its blob while the blob is hashed, and kept only when
+//!   the hash matches; a tree once made is used as it is (the cache is root's, mode 0700);
 //! - every load re-hashes the content; a mismatch moves the file aside and is an error, so
 //!   a corrupted or tampered file is never used (the puller then fetches it again);
 //! - any number of processes may read and write at once (identical content under identical
@@ -22,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use crate::digest::{parse_digest, sha256_digest};
 use crate::error::{Error, Result};
+use crate::payload::{self, Payload, UnpackLimits};
 
 /// The node cache.
 #[derive(Clone, Debug)]
@@ -53,10 +58,13 @@ impl Kind {
     }
 }
 
+/// Where payload trees live.
+const TREES: &str = "trees/sha256";
+
 impl NodeCache {
     /// Opens (creating, mode 0700) the cache at `root`.
     pub fn open(root: &Path) -> Result<Self> {
-        for dir in [Kind::Blob.dir(), Kind::Manifest.dir(), "code"] {
+        for dir in [Kind::Blob.dir(), Kind::Manifest.dir(), TREES, "code"] {
             let d = root.join(dir);
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -156,6 +164,94 @@ impl NodeCache {
         self.store(Kind::Manifest, digest, bytes)
     }
 
+    /// Where a payload blob downloads to before it is complete (kept between pulls, so an
+    /// interrupted download resumes).
+    pub fn partial_path(&self, digest: &str) -> Result<PathBuf> {
+        Ok(self.path(Kind::Blob, digest)?.with_extension("partial"))
+    }
+
+    /// Makes a complete, verified [`NodeCache::partial_path`] the blob.
+    pub fn commit_partial(&self, digest: &str) -> Result<()> {
+        let blob = self.path(Kind::Blob, digest)?;
+        let partial = self.partial_path(digest)?;
+        let _guard = self.lock(false)?;
+        std::fs::rename(&partial, &blob).map_err(|e| Error::cache(&partial, e))
+    }
+
+    /// The read-only tree of `payload`, unpacked from its blob the first time it is asked
+    /// for — hashing the blob as it is read, and keeping the tree only when the hash
+    /// matches; `None` when the blob is not here. A blob that does not match is moved aside
+    /// ([`Error::CacheCorrupt`]: fetch it again); an entry a payload may not hold is
+    /// [`Error::UnsafePayload`].
+    pub fn payload_tree(
+        &self,
+        reference: &str,
+        payload: &Payload,
+        limits: UnpackLimits,
+    ) -> Result<Option<PathBuf>> {
+        let digest = &payload.layer.digest;
+        let hex = parse_digest(digest).ok_or_else(|| Error::InvalidArtifact {
+            reference: reference.into(),
+            reason: format!("payload {} digest is not sha256", payload.name),
+        })?;
+        let trees = self.root.join(TREES);
+        let tree = trees.join(hex);
+        let _guard = self.lock(false)?;
+        if tree.is_dir() {
+            return Ok(Some(tree));
+        }
+        let blob = self.path(Kind::Blob, digest)?;
+        let file = match File::open(&blob) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::cache(&blob, e)),
+        };
+        let unique = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let tmp = trees.join(format!(".{hex}.{}.{unique}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&tmp)
+            .map_err(|e| Error::cache(&tmp, e))?;
+        let mut reader = HashingReader::new(std::io::BufReader::with_capacity(1 << 16, file));
+        let unpacked = payload::unpack(&payload.name, &mut reader, &tmp, limits);
+        // The hash covers the whole blob, past the tar's end-of-archive too.
+        let drained = std::io::copy(&mut reader, &mut std::io::sink());
+        let discard = || {
+            let _ = std::fs::remove_dir_all(&tmp);
+        };
+        let actual = reader.digest();
+        if actual != *digest {
+            discard();
+            let _ = std::fs::rename(&blob, blob.with_extension("corrupt"));
+            tracing::warn!(%digest, %actual, "cached payload does not match its digest; moved aside");
+            return Err(Error::CacheCorrupt {
+                digest: digest.clone(),
+                actual,
+            });
+        }
+        if let Err(source) = unpacked {
+            discard();
+            return Err(Error::UnsafePayload {
+                reference: reference.into(),
+                source,
+            });
+        }
+        if let Err(e) = drained {
+            discard();
+            return Err(Error::cache(&blob, e));
+        }
+        if let Err(e) = std::fs::rename(&tmp, &tree) {
+            discard();
+            // Another process made the same tree first.
+            if !tree.is_dir() {
+                return Err(Error::cache(&tree, e));
+            }
+        }
+        Ok(Some(tree))
+    }
+
     /// Removes every manifest not in `keep` and every blob not referenced by a kept
     /// manifest, plus leftovers (temp files, corrupt files). Precompiled code for removed
     /// layers is removed too.
@@ -206,7 +302,47 @@ impl NodeCache {
                 report.removed.push(digest);
             }
         }
+        // Trees of payloads no kept manifest names, and unpacks a crash left behind.
+        let trees = self.root.join(TREES);
+        for entry in std::fs::read_dir(&trees).map_err(|e| Error::cache(&trees, e))? {
+            let entry = entry.map_err(|e| Error::cache(&trees, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !keep_blobs.contains(&format!("sha256:{name}")) {
+                std::fs::remove_dir_all(entry.path())
+                    .map_err(|e| Error::cache(&entry.path(), e))?;
+            }
+        }
         Ok(report)
+    }
+}
+
+/// A reader that hashes what passes through it.
+struct HashingReader<R> {
+    inner: R,
+    hasher: sha2::Sha256,
+}
+
+impl<R> HashingReader<R> {
+    fn new(inner: R) -> Self {
+        use sha2::Digest as _;
+        HashingReader {
+            inner,
+            hasher: sha2::Sha256::new(),
+        }
+    }
+
+    fn digest(self) -> String {
+        use sha2::Digest as _;
+        format!("sha256:{}", hex::encode(self.hasher.finalize()))
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use sha2::Digest as _;
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
     }
 }
 
@@ -253,16 +389,16 @@ mod tests {
                 schema_version: 2,
                 media_type: Some(crate::artifact::OCI_MANIFEST.into()),
                 artifact_type: None,
-                config: crate::artifact::Descriptor {
-                    media_type: crate::artifact::WASM_CONFIG.into(),
-                    digest: sha256_digest(b"{}"),
-                    size: 2,
-                },
-                layers: vec![crate::artifact::Descriptor {
-                    media_type: crate::artifact::WASM_LAYER.into(),
-                    digest: sha256_digest(layer),
-                    size: 1,
-                }],
+                config: crate::artifact::Descriptor::new(
+                    crate::artifact::WASM_CONFIG,
+                    sha256_digest(b"{}"),
+                    2,
+                ),
+                layers: vec![crate::artifact::Descriptor::new(
+                    crate::artifact::WASM_LAYER,
+                    sha256_digest(layer),
+                    1,
+                )],
             };
             serde_json::to_vec(&m).unwrap()
         };

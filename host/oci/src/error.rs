@@ -118,6 +118,16 @@ pub enum Error {
         /// The deadline.
         seconds: f64,
     },
+    /// A payload's tar holds an entry a payload may not (a link, a device, an escape, a
+    /// setuid bit, more than its limits); nothing of it is used.
+    #[error("{reference}: {source}")]
+    UnsafePayload {
+        /// The reference.
+        reference: String,
+        /// Which payload, which entry, why.
+        #[source]
+        source: crate::payload::Unsafe,
+    },
     /// A cached file did not match its digest; it was moved aside.
     #[error("cached {digest} is corrupt (hashes to {actual}); moved aside")]
     CacheCorrupt {

@@ -14,6 +14,8 @@
 //!   explicit keep-set, safe for concurrent processes. The engine's precompiled-code cache
 //!   lives beside it in `code/`.
 //! - [`Puller`]: the agent's path: cache first, registry on a miss, everything verified.
+//! - [`payload`]: the files a package carries beside its component — more layers of the
+//!   same manifest, streamed to the node's disk and unpacked into read-only trees.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), nodewright_oci::Error> {
@@ -35,6 +37,7 @@ mod cache;
 mod digest;
 mod error;
 mod oci_errors;
+pub mod payload;
 mod progress;
 mod pull;
 mod registry;
@@ -46,8 +49,8 @@ pub use cache::{GcReport, NodeCache};
 pub use digest::{parse_digest, sha256_digest};
 pub use error::{Error, Result};
 pub use progress::Progress;
-pub use pull::{Pulled, Puller};
+pub use pull::{Pulled, PulledPayload, Puller};
 #[cfg(feature = "push")]
 pub use registry::{Blob, Pushed};
-pub use registry::{Pem, PullLimits, Registry, RegistryConfig, pin};
+pub use registry::{DEFAULT_MAX_PAYLOAD_BYTES, Pem, PullLimits, Registry, RegistryConfig, pin};
 pub use tls::{prepare_roots, system_roots};

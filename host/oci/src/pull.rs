@@ -1,9 +1,13 @@
 //! The agent's pull path: pinned references only, cache first, everything verified.
 
+use std::path::PathBuf;
+
+use nodewright_api::payload::PayloadName;
 use nodewright_api::pinned::PinnedRef;
 
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
+use crate::payload::{Payload, UnpackLimits};
 use crate::progress::Progress;
 use crate::registry::{Registry, parse_manifest};
 
@@ -18,8 +22,23 @@ pub struct Pulled {
     pub layer_digest: String,
     /// The component.
     pub bytes: Vec<u8>,
+    /// The payloads, unpacked on the node, in the manifest's order.
+    pub payloads: Vec<PulledPayload>,
     /// Whether nothing was downloaded.
     pub from_cache: bool,
+}
+
+/// A payload on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PulledPayload {
+    /// Its name.
+    pub name: PayloadName,
+    /// Its layer's digest.
+    pub digest: String,
+    /// Its layer's size in bytes.
+    pub size: u64,
+    /// Its read-only tree.
+    pub tree: PathBuf,
 }
 
 /// Pulls pinned plugins through the node cache.
@@ -86,7 +105,8 @@ impl Puller {
             }
         };
         let manifest = parse_manifest(reference, &raw)?;
-        let layer = manifest.wasm_layer(reference)?.clone();
+        let (layer, payloads) = manifest.plugin_layers(reference)?;
+        let layer = layer.clone();
         let bytes = match self.cached(|c| c.blob(&layer.digest))? {
             Some(b) => {
                 progress(Progress::Cached {
@@ -107,13 +127,69 @@ impl Puller {
                 b
             }
         };
+        let mut pulled = Vec::with_capacity(payloads.len());
+        for payload in payloads {
+            let (tree, cached) = self.payload(reference, &payload, progress).await?;
+            from_cache &= cached;
+            pulled.push(PulledPayload {
+                name: payload.name,
+                digest: payload.layer.digest,
+                size: payload.layer.size.max(0) as u64,
+                tree,
+            });
+        }
         Ok(Pulled {
             reference: pinned.clone(),
             manifest_digest,
             layer_digest: layer.digest,
             bytes,
+            payloads: pulled,
             from_cache,
         })
+    }
+
+    /// A payload's tree: from the cache, else its blob streamed to disk (resuming what an
+    /// earlier pull left) and unpacked. Whether it was all cached.
+    async fn payload(
+        &self,
+        reference: &str,
+        payload: &Payload,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<(PathBuf, bool)> {
+        let limits = UnpackLimits::default();
+        let digest = &payload.layer.digest;
+        let tree = |cache: &NodeCache| match cache.payload_tree(reference, payload, limits) {
+            Err(Error::CacheCorrupt { .. }) => Ok(None),
+            other => other,
+        };
+        if let Some(tree) = tree(&self.cache)? {
+            progress(Progress::Cached {
+                what: "payload",
+                digest: digest.clone(),
+            });
+            return Ok((tree, true));
+        }
+        progress(Progress::Downloading {
+            what: "payload",
+            digest: digest.clone(),
+            bytes: payload.layer.size.max(0) as u64,
+        });
+        let partial = self.cache.partial_path(digest)?;
+        self.registry
+            .fetch_blob_to_file(reference, &payload.layer, u64::MAX, &partial)
+            .await?;
+        self.cache.commit_partial(digest)?;
+        let tree = self
+            .cache
+            .payload_tree(reference, payload, limits)?
+            .ok_or_else(|| Error::InvalidArtifact {
+                reference: reference.into(),
+                reason: format!(
+                    "payload {} vanished from the cache once fetched",
+                    payload.name
+                ),
+            })?;
+        Ok((tree, false))
     }
 
     /// A cache read where corruption means "fetch again".

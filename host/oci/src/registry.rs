@@ -1,7 +1,8 @@
 //! Talking to registries: resolve, fetch by digest, push.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -21,7 +22,14 @@ use crate::bounded::{Body, Credential};
 use crate::digest::{parse_digest, sha256_digest};
 use crate::error::{Error, Result};
 #[cfg(feature = "push")]
+use crate::payload::{PAYLOAD_LAYER, TITLE};
+#[cfg(feature = "push")]
 use crate::progress::Progress;
+#[cfg(feature = "push")]
+use nodewright_api::payload::PayloadName;
+
+/// The default bound on one payload layer: 8 GiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: u64 = 8 << 30;
 
 /// Bounds on what one pull may cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,16 +37,20 @@ pub struct PullLimits {
     /// Largest layer accepted: checked against the manifest's declared size before
     /// anything is allocated, and against the bytes as they stream in.
     pub max_blob_bytes: u64,
+    /// Largest payload layer accepted (streamed to disk, never held in memory), checked
+    /// the same way.
+    pub max_payload_bytes: u64,
     /// Wall-clock bound on a whole pull or resolve, so a registry that stalls or trickles
     /// cannot hold a caller forever.
     pub deadline: Duration,
 }
 
 impl Default for PullLimits {
-    /// 100 MiB (the engine's component size limit), 5 minutes.
+    /// 100 MiB (the engine's component size limit), 8 GiB per payload, 5 minutes.
     fn default() -> Self {
         PullLimits {
             max_blob_bytes: 100 << 20,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             deadline: Duration::from_secs(300),
         }
     }
@@ -348,26 +360,8 @@ impl Registry {
         limit: u64,
     ) -> Result<Vec<u8>> {
         let limit = limit.min(self.config.limits.max_blob_bytes);
-        let too_large = |size: u64| Error::TooLarge {
-            reference: pinned.into(),
-            what: "layer".into(),
-            size,
-            limit,
-        };
-        let declared = u64::try_from(descriptor.size).map_err(|_| Error::InvalidArtifact {
-            reference: pinned.into(),
-            reason: format!("layer size {} is negative", descriptor.size),
-        })?;
-        if declared > limit {
-            return Err(too_large(declared));
-        }
+        let declared = declared_size(pinned, descriptor, limit)?;
         let r = parse_reference(pinned)?;
-        if parse_digest(&descriptor.digest).is_none() {
-            return Err(Error::InvalidArtifact {
-                reference: pinned.into(),
-                reason: format!("layer digest {:?} is not sha256", descriptor.digest),
-            });
-        }
         // Read to at most the declared size: a body past it is refused as it arrives.
         let body = Body {
             what: "layer",
@@ -386,6 +380,144 @@ impl Registry {
         }
         Ok(out)
     }
+}
+
+impl Registry {
+    /// Fetches a payload blob (bounded by `limit` and the payload limit) into `partial`, streaming: never more than a chunk in memory, the
+    /// digest computed as the bytes arrive, the declared size checked against `limit` before
+    /// the request and against the bytes as they come. A `partial` left by an interrupted
+    /// fetch is resumed with a range request when the registry honours it (its bytes are
+    /// hashed again first), and started over when it does not. On success `partial` holds
+    /// exactly the blob; on a wrong digest or a body past its size it is removed; on a
+    /// transport error it is kept for the next try.
+    pub async fn fetch_blob_to_file(
+        &self,
+        pinned: &str,
+        descriptor: &Descriptor,
+        limit: u64,
+        partial: &Path,
+    ) -> Result<()> {
+        use sha2::Digest as _;
+        use std::io::{Read as _, Seek as _, Write as _};
+        let limit = limit.min(self.config.limits.max_payload_bytes);
+        let declared = declared_size(pinned, descriptor, limit)?;
+        let r = parse_reference(pinned)?;
+        let cache_error = |e: std::io::Error| Error::cache(partial, e);
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .open(partial)
+            .map_err(cache_error)?;
+        let mut have = file.metadata().map_err(cache_error)?.len();
+        if have > declared {
+            file.set_len(0).map_err(cache_error)?;
+            have = 0;
+        }
+        let path = format!("blobs/{}", descriptor.digest);
+        let range = (have > 0).then_some(have);
+        let mut response = self.get_response(pinned, &r, &path, None, range).await?;
+        let mut hasher = sha2::Sha256::new();
+        if range.is_some() && response.status() == reqwest::StatusCode::PARTIAL_CONTENT {
+            // Resume: the bytes already on disk count, hashed again.
+            file.rewind().map_err(cache_error)?;
+            let mut buf = vec![0u8; 1 << 16];
+            let mut left = have;
+            while left > 0 {
+                let n = file.read(&mut buf).map_err(cache_error)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                left -= n as u64;
+            }
+            tracing::info!(digest = %descriptor.digest, bytes = have, "resuming an interrupted download");
+        } else {
+            file.set_len(0).map_err(cache_error)?;
+            file.rewind().map_err(cache_error)?;
+            have = 0;
+        }
+        let mut got = have;
+        let discard = |e: Error| {
+            let _ = std::fs::remove_file(partial);
+            e
+        };
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    got += chunk.len() as u64;
+                    if got > declared {
+                        return Err(discard(Error::TooLarge {
+                            reference: pinned.into(),
+                            what: "layer (past its declared size)".into(),
+                            size: got,
+                            limit: declared,
+                        }));
+                    }
+                    hasher.update(&chunk);
+                    // Page-cache writes of one chunk: short enough to do in place.
+                    file.write_all(&chunk).map_err(cache_error)?;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = file.flush();
+                    return Err(Error::Unavailable {
+                        reference: pinned.into(),
+                        detail: format!(
+                            "reading layer {} stopped at {got} of {declared} bytes (kept; the next pull resumes): {e}",
+                            descriptor.digest
+                        ),
+                    });
+                }
+            }
+        }
+        if got < declared {
+            return Err(Error::Unavailable {
+                reference: pinned.into(),
+                detail: format!(
+                    "layer {} ended at {got} of {declared} bytes (kept; the next pull resumes)",
+                    descriptor.digest
+                ),
+            });
+        }
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != descriptor.digest {
+            return Err(discard(Error::DigestMismatch {
+                reference: pinned.into(),
+                what: "layer".into(),
+                expected: descriptor.digest.clone(),
+                actual,
+            }));
+        }
+        file.sync_all().map_err(cache_error)?;
+        Ok(())
+    }
+}
+
+/// A layer's declared size, refused before anything is fetched when it is negative or past
+/// `limit`, or when its digest is not sha256.
+fn declared_size(pinned: &str, descriptor: &Descriptor, limit: u64) -> Result<u64> {
+    let declared = u64::try_from(descriptor.size).map_err(|_| Error::InvalidArtifact {
+        reference: pinned.into(),
+        reason: format!("layer size {} is negative", descriptor.size),
+    })?;
+    if declared > limit {
+        return Err(Error::TooLarge {
+            reference: pinned.into(),
+            what: "layer".into(),
+            size: declared,
+            limit,
+        });
+    }
+    if parse_digest(&descriptor.digest).is_none() {
+        return Err(Error::InvalidArtifact {
+            reference: pinned.into(),
+            reason: format!("layer digest {:?} is not sha256", descriptor.digest),
+        });
+    }
+    Ok(declared)
 }
 
 /// `registry/repo@digest` for the repository `reference` names (its tag is dropped).
@@ -506,12 +638,37 @@ impl Registry {
         info: artifact::ComponentInfo,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Pushed> {
+        self.push_package(reference, component, info, &[], progress)
+            .await
+    }
+
+    /// Pushes `component` and its `payloads` (tars from [`crate::payload::pack`]) to
+    /// `reference` (which must carry a tag): the wasm layer first, then one layer per
+    /// payload, named by its title annotation, all under one manifest digest.
+    pub async fn push_package(
+        &self,
+        reference: &str,
+        component: &[u8],
+        info: artifact::ComponentInfo,
+        payloads: &[(PayloadName, Vec<u8>)],
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Pushed> {
         let layer_digest = sha256_digest(component);
+        let mut layers = vec![Descriptor::new(
+            artifact::WASM_LAYER,
+            layer_digest.clone(),
+            component.len() as i64,
+        )];
+        for (name, tar) in payloads {
+            let mut d = Descriptor::new(PAYLOAD_LAYER, sha256_digest(tar), tar.len() as i64);
+            d.annotations = Some(BTreeMap::from([(TITLE.to_string(), name.to_string())]));
+            layers.push(d);
+        }
         let config = artifact::WasmConfig {
             created: None,
             architecture: "wasm".into(),
             os: "wasip2".into(),
-            layer_digests: vec![layer_digest.clone()],
+            layer_digests: layers.iter().map(|l| l.digest.clone()).collect(),
             component: Some(info),
         };
         let config_bytes = serde_json::to_vec(&config).expect("config serializes");
@@ -519,28 +676,28 @@ impl Registry {
             schema_version: 2,
             media_type: Some(artifact::OCI_MANIFEST.into()),
             artifact_type: Some(artifact::WASM_CONFIG.into()),
-            config: Descriptor {
-                media_type: artifact::WASM_CONFIG.into(),
-                digest: sha256_digest(&config_bytes),
-                size: config_bytes.len() as i64,
-            },
-            layers: vec![Descriptor {
-                media_type: artifact::WASM_LAYER.into(),
-                digest: layer_digest.clone(),
-                size: component.len() as i64,
-            }],
+            config: Descriptor::new(
+                artifact::WASM_CONFIG,
+                sha256_digest(&config_bytes),
+                config_bytes.len() as i64,
+            ),
+            layers,
         };
+        // What is pushed is what a node will accept.
+        manifest.plugin_layers(reference)?;
         let body = serde_json::to_vec(&manifest).expect("manifest serializes");
-        let blobs = [
-            Blob {
-                what: "layer",
-                bytes: component.to_vec(),
-            },
-            Blob {
-                what: "config",
-                bytes: config_bytes,
-            },
-        ];
+        let mut blobs = vec![Blob {
+            what: "layer",
+            bytes: component.to_vec(),
+        }];
+        blobs.extend(payloads.iter().map(|(_, tar)| Blob {
+            what: "payload",
+            bytes: tar.clone(),
+        }));
+        blobs.push(Blob {
+            what: "config",
+            bytes: config_bytes,
+        });
         let (pinned, manifest_digest) = self
             .push_manifest(reference, &blobs, body, artifact::OCI_MANIFEST, progress)
             .await?;

@@ -159,11 +159,7 @@ async fn a_layer_declared_larger_than_the_limit_is_refused_before_allocating() {
     .await;
     // A manifest claiming a 2^62-byte layer: refused from the declaration alone (allocating
     // for it would abort the process).
-    let bomb = Descriptor {
-        media_type: "application/wasm".into(),
-        digest: pushed.layer_digest.clone(),
-        size: 1 << 62,
-    };
+    let bomb = Descriptor::new("application/wasm", pushed.layer_digest.clone(), 1 << 62);
     let err = registry
         .fetch_blob(pushed.pinned.as_str(), &bomb)
         .await

@@ -1,0 +1,113 @@
+//! Payloads: the files a package carries beside its component, named once here for the
+//! artifact (the layer's title), the node (the tree it unpacks to) and the sandbox (the
+//! directory the guest reads them from).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the guest sees its payloads: `/payload/<name>`, read-only.
+pub const GUEST_ROOT: &str = "/payload";
+
+/// The longest payload name.
+pub const MAX_NAME: usize = 128;
+
+/// A payload's name: ASCII letters, digits, `.`, `_` and `-`, starting with a letter or a
+/// digit, at most [`MAX_NAME`] bytes — one path component that is never `.`, `..` or
+/// hidden, so `/payload/<name>` is always a directory of its own.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct PayloadName(String);
+
+/// A name that is not a payload name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{name:?} is not a payload name: {reason}")]
+pub struct BadName {
+    /// The text given.
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl PayloadName {
+    /// Checks `name`.
+    pub fn parse(name: &str) -> Result<Self, BadName> {
+        let bad = |reason| BadName {
+            name: name.into(),
+            reason,
+        };
+        let first = name.bytes().next().ok_or_else(|| bad("it is empty"))?;
+        if name.len() > MAX_NAME {
+            return Err(bad("it is longer than 128 bytes"));
+        }
+        if !first.is_ascii_alphanumeric() {
+            return Err(bad("it must start with a letter or a digit"));
+        }
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            return Err(bad("only letters, digits, '.', '_' and '-' are allowed"));
+        }
+        Ok(PayloadName(name.into()))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Where the guest reads this payload.
+    pub fn guest_path(&self) -> String {
+        format!("{GUEST_ROOT}/{}", self.0)
+    }
+}
+
+impl fmt::Display for PayloadName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for PayloadName {
+    type Error = BadName;
+    fn try_from(s: String) -> Result<Self, BadName> {
+        PayloadName::parse(&s)
+    }
+}
+
+impl From<PayloadName> for String {
+    fn from(n: PayloadName) -> String {
+        n.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for ok in ["nvidia-560.35.03.ko", "firmware", "a", "x_1"] {
+            assert_eq!(PayloadName::parse(ok).unwrap().as_str(), ok);
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "-x",
+            "a/b",
+            "a b",
+            "a\0",
+            "é",
+            &"a".repeat(129),
+        ] {
+            assert!(PayloadName::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            PayloadName::parse("fw").unwrap().guest_path(),
+            "/payload/fw"
+        );
+    }
+}

@@ -1,0 +1,575 @@
+//! Payloads: files a package carries beside its component, as layers of the plugin's own
+//! manifest.
+//!
+//! A payload layer is an uncompressed tar with the media type [`PAYLOAD_LAYER`] and the
+//! payload's name in the `org.opencontainers.image.title` annotation. Because it is a layer
+//! of the same manifest, the digest a NodeWright pins — and every signature and trust
+//! policy over it — covers every payload byte.
+//!
+//! On the node a payload is a blob in the cache, like the component, and a tree unpacked
+//! from it under `trees/sha256/<layer hex>`, which the sandbox opens read-only to the
+//! guest at `/payload/<name>`. A payload tar holds regular files and directories only: no
+//! links, devices or fifos, no setuid, setgid or sticky bit, no absolute path and no `..`.
+//! [`pack`] refuses what [`unpack`] refuses, so an author learns it when pushing.
+
+use std::io::Read;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use nodewright_api::payload::PayloadName;
+
+use crate::artifact::Descriptor;
+
+/// The payload layer media type.
+pub const PAYLOAD_LAYER: &str = "application/vnd.nodewright.payload.v1.tar";
+
+/// The annotation that names a layer (OCI's; ORAS uses it for file names too).
+pub const TITLE: &str = "org.opencontainers.image.title";
+
+/// One payload of a plugin artifact.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Payload {
+    /// Its name.
+    pub name: PayloadName,
+    /// Its layer.
+    pub layer: Descriptor,
+}
+
+/// Bounds on unpacking one payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnpackLimits {
+    /// Bytes of file content, as the entries declare them, before any is written.
+    pub max_bytes: u64,
+    /// Entries (files and directories).
+    pub max_entries: u32,
+}
+
+impl Default for UnpackLimits {
+    /// 8 GiB, 100,000 entries.
+    fn default() -> Self {
+        UnpackLimits {
+            max_bytes: 8 << 30,
+            max_entries: 100_000,
+        }
+    }
+}
+
+/// Why a payload's tar was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// An absolute path, a `..`, or an empty name.
+    #[error("its path leaves the payload's root")]
+    Escapes,
+    /// A symlink or a hard link.
+    #[error("it is a link (a payload holds regular files and directories only)")]
+    Link,
+    /// A device, fifo or anything else that is neither a file nor a directory.
+    #[error("it is a {0} (a payload holds regular files and directories only)")]
+    Special(String),
+    /// A setuid, setgid or sticky bit.
+    #[error("its mode {0:o} has a setuid, setgid or sticky bit")]
+    SetId(u32),
+    /// Declared content past the limit.
+    #[error("it takes the payload to {total} bytes; the limit is {limit}")]
+    TooLarge {
+        /// Bytes declared so far, with this entry.
+        total: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// More entries than the limit.
+    #[error("it is entry number {0}, past the limit")]
+    TooManyEntries(u32),
+    /// The same path twice, or a file where a directory is.
+    #[error("the path is already in the payload")]
+    Duplicate,
+    /// The tar ends before the entry does.
+    #[error("the tar ends inside it ({declared} bytes declared, {read} read)")]
+    Truncated {
+        /// Declared size.
+        declared: u64,
+        /// Bytes there were.
+        read: u64,
+    },
+    /// Not a tar, or an I/O error reading or writing it.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// A refused entry: which payload, which entry, why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("payload {payload}: entry {entry:?}: {refusal}")]
+pub struct Unsafe {
+    /// The payload.
+    pub payload: String,
+    /// The entry's path as the tar gives it.
+    pub entry: String,
+    /// Why.
+    pub refusal: Refusal,
+}
+
+/// What unpacking wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unpacked {
+    /// Files.
+    pub files: u32,
+    /// Directories.
+    pub dirs: u32,
+    /// Content bytes.
+    pub bytes: u64,
+}
+
+/// `path` relative to the payload's root, or why it cannot be.
+fn inside(path: &Path) -> Result<PathBuf, Refusal> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::RootDir | Component::ParentDir | Component::Prefix(_) => {
+                return Err(Refusal::Escapes);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Unpacks the payload tar read from `tar` into `into` (a new, empty directory of ours):
+/// files read-only (`0444`, or `0555` when any execute bit is set), directories `0755`.
+/// Stops at the first refused entry; the caller removes `into` then.
+pub fn unpack(
+    payload: &PayloadName,
+    tar: impl Read,
+    into: &Path,
+    limits: UnpackLimits,
+) -> Result<Unpacked, Unsafe> {
+    let mut done = Unpacked::default();
+    let mut archive = tar::Archive::new(tar);
+    let fail = |entry: &str, refusal: Refusal| Unsafe {
+        payload: payload.to_string(),
+        entry: entry.into(),
+        refusal,
+    };
+    let io = |e: std::io::Error| Refusal::Io(e.to_string());
+    let entries = archive.entries().map_err(|e| fail("", io(e)))?;
+    for (n, entry) in entries.enumerate() {
+        let mut entry = entry.map_err(|e| fail("", io(e)))?;
+        let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let n = u32::try_from(n + 1).unwrap_or(u32::MAX);
+        if n > limits.max_entries {
+            return Err(fail(&raw, Refusal::TooManyEntries(n)));
+        }
+        let header = entry.header();
+        let kind = header.entry_type();
+        let mode = header.mode().map_err(|e| fail(&raw, io(e)))?;
+        let declared = header.size().map_err(|e| fail(&raw, io(e)))?;
+        let rel = inside(Path::new(&raw)).map_err(|r| fail(&raw, r))?;
+        match kind {
+            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::Directory => {}
+            tar::EntryType::Symlink | tar::EntryType::Link => {
+                return Err(fail(&raw, Refusal::Link));
+            }
+            other => return Err(fail(&raw, Refusal::Special(format!("{other:?}")))),
+        }
+        if mode & 0o7000 != 0 {
+            return Err(fail(&raw, Refusal::SetId(mode)));
+        }
+        let target = into.join(&rel);
+        if kind == tar::EntryType::Directory {
+            if rel.as_os_str().is_empty() {
+                continue;
+            }
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&target)
+                .map_err(|e| fail(&raw, duplicate_or(e)))?;
+            done.dirs += 1;
+            continue;
+        }
+        if rel.as_os_str().is_empty() {
+            return Err(fail(&raw, Refusal::Escapes));
+        }
+        let total = done.bytes.saturating_add(declared);
+        if total > limits.max_bytes {
+            return Err(fail(
+                &raw,
+                Refusal::TooLarge {
+                    total,
+                    limit: limits.max_bytes,
+                },
+            ));
+        }
+        if let Some(parent) = target.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)
+                .map_err(|e| fail(&raw, duplicate_or(e)))?;
+        }
+        // Nothing but us writes under `into`, and no entry makes a link, so no path
+        // component can lead elsewhere; `create_new` (O_EXCL) refuses a second entry for a
+        // path, and a link there if one ever were.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&target)
+            .map_err(|e| fail(&raw, duplicate_or(e)))?;
+        let read = std::io::copy(&mut (&mut entry).take(declared), &mut file)
+            .map_err(|e| fail(&raw, io(e)))?;
+        if read != declared {
+            return Err(fail(&raw, Refusal::Truncated { declared, read }));
+        }
+        let ro = if mode & 0o111 != 0 { 0o555 } else { 0o444 };
+        file.set_permissions(std::fs::Permissions::from_mode(ro))
+            .map_err(|e| fail(&raw, io(e)))?;
+        done.files += 1;
+        done.bytes = total;
+    }
+    Ok(done)
+}
+
+fn duplicate_or(e: std::io::Error) -> Refusal {
+    if e.kind() == std::io::ErrorKind::AlreadyExists
+        || e.kind() == std::io::ErrorKind::NotADirectory
+    {
+        Refusal::Duplicate
+    } else {
+        Refusal::Io(e.to_string())
+    }
+}
+
+/// Packs `path` — a file, or a directory's contents — as a payload tar, reproducibly
+/// (entries sorted, times zero, owner root, permissions kept but for write bits). Refuses
+/// what [`unpack`] would: links, special files, setuid/setgid/sticky bits.
+#[cfg(feature = "push")]
+pub fn pack(name: &PayloadName, path: &Path) -> Result<Vec<u8>, Unsafe> {
+    let fail = |entry: &Path, refusal: Refusal| Unsafe {
+        payload: name.to_string(),
+        entry: entry.display().to_string(),
+        refusal,
+    };
+    let io = |e: std::io::Error| Refusal::Io(e.to_string());
+    let mut out = tar::Builder::new(Vec::new());
+    let meta = std::fs::symlink_metadata(path).map_err(|e| fail(path, io(e)))?;
+    let mut entries = Vec::new();
+    if meta.is_dir() {
+        walk(path, Path::new(""), &mut entries).map_err(|(p, r)| fail(&p, r))?;
+    } else {
+        let file_name = path
+            .file_name()
+            .map(PathBuf::from)
+            .ok_or_else(|| fail(path, Refusal::Escapes))?;
+        entries.push((file_name, path.to_path_buf()));
+    }
+    for (rel, source) in entries {
+        let meta = std::fs::symlink_metadata(&source).map_err(|e| fail(&source, io(e)))?;
+        let kind = meta.file_type();
+        let mode = meta.permissions().mode() & 0o7777;
+        if kind.is_symlink() {
+            return Err(fail(&source, Refusal::Link));
+        }
+        if !kind.is_file() && !kind.is_dir() {
+            return Err(fail(&source, Refusal::Special(format!("{kind:?}"))));
+        }
+        if mode & 0o7000 != 0 {
+            return Err(fail(&source, Refusal::SetId(mode)));
+        }
+        let mut h = tar::Header::new_gnu();
+        h.set_mtime(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mode(mode & 0o755);
+        if kind.is_dir() {
+            h.set_entry_type(tar::EntryType::Directory);
+            h.set_size(0);
+            out.append_data(&mut h, &rel, std::io::empty())
+                .map_err(|e| fail(&source, io(e)))?;
+        } else {
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_size(meta.len());
+            let file = std::fs::File::open(&source).map_err(|e| fail(&source, io(e)))?;
+            out.append_data(&mut h, &rel, file.take(meta.len()))
+                .map_err(|e| fail(&source, io(e)))?;
+        }
+    }
+    out.into_inner().map_err(|e| fail(path, io(e)))
+}
+
+/// Every entry under `dir`, depth first in name order, as (path in the tar, path on disk).
+#[cfg(feature = "push")]
+fn walk(
+    dir: &Path,
+    rel: &Path,
+    out: &mut Vec<(PathBuf, PathBuf)>,
+) -> Result<(), (PathBuf, Refusal)> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| (dir.to_path_buf(), Refusal::Io(e.to_string())))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| (dir.to_path_buf(), Refusal::Io(e.to_string())))?;
+    names.sort();
+    for name in names {
+        let source = dir.join(&name);
+        let inner = rel.join(&name);
+        out.push((inner.clone(), source.clone()));
+        let is_dir = std::fs::symlink_metadata(&source)
+            .map_err(|e| (source.clone(), Refusal::Io(e.to_string())))?
+            .is_dir();
+        if is_dir {
+            walk(&source, &inner, out)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tar entry written byte by byte, whatever its name (the builder refuses `..`).
+    fn entry(tar: &mut Vec<u8>, name: &str, kind: tar::EntryType, mode: u32, data: &[u8]) {
+        entry_declaring(tar, name, kind, mode, data.len() as u64, data);
+    }
+
+    fn entry_declaring(
+        tar: &mut Vec<u8>,
+        name: &str,
+        kind: tar::EntryType,
+        mode: u32,
+        size: u64,
+        data: &[u8],
+    ) {
+        let mut h = tar::Header::new_gnu();
+        h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(size);
+        if kind == tar::EntryType::Symlink || kind == tar::EntryType::Link {
+            h.set_link_name("/etc/shadow").unwrap();
+        }
+        h.set_cksum();
+        tar.extend_from_slice(h.as_bytes());
+        tar.extend_from_slice(data);
+        tar.resize(tar.len().div_ceil(512) * 512, 0);
+    }
+
+    fn finish(mut tar: Vec<u8>) -> Vec<u8> {
+        tar.extend_from_slice(&[0; 1024]);
+        tar
+    }
+
+    fn name() -> PayloadName {
+        PayloadName::parse("driver").unwrap()
+    }
+
+    fn unpack_bytes(
+        tar: &[u8],
+        limits: UnpackLimits,
+    ) -> (tempfile::TempDir, Result<Unpacked, Unsafe>) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = unpack(&name(), tar, dir.path(), limits);
+        (dir, out)
+    }
+
+    #[test]
+    fn files_and_directories_unpack_read_only() {
+        let mut tar = Vec::new();
+        entry(&mut tar, "./", tar::EntryType::Directory, 0o755, b"");
+        entry(&mut tar, "lib/", tar::EntryType::Directory, 0o755, b"");
+        entry(
+            &mut tar,
+            "lib/nvidia.ko",
+            tar::EntryType::Regular,
+            0o644,
+            b"module",
+        );
+        entry(&mut tar, "bin/tool", tar::EntryType::Regular, 0o755, b"#!");
+        let (dir, out) = unpack_bytes(&finish(tar), UnpackLimits::default());
+        assert_eq!(
+            out.unwrap(),
+            Unpacked {
+                files: 2,
+                dirs: 1,
+                bytes: 8
+            }
+        );
+        let ko = dir.path().join("lib/nvidia.ko");
+        assert_eq!(std::fs::read(&ko).unwrap(), b"module");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&ko), 0o444);
+        assert_eq!(mode(&dir.path().join("bin/tool")), 0o555);
+    }
+
+    /// Every entry a payload may not hold, each refused with its own reason and nothing
+    /// written outside the directory.
+    #[test]
+    fn hostile_tars_are_refused_naming_the_entry() {
+        use tar::EntryType as T;
+        let cases: Vec<(&str, Vec<u8>, fn(&Refusal) -> bool)> = vec![
+            ("../escape", one("../escape", T::Regular, 0o644), |r| {
+                *r == Refusal::Escapes
+            }),
+            (
+                "a/../../escape",
+                one("a/../../escape", T::Regular, 0o644),
+                |r| *r == Refusal::Escapes,
+            ),
+            ("/etc/evil", one("/etc/evil", T::Regular, 0o644), |r| {
+                *r == Refusal::Escapes
+            }),
+            ("link", one("link", T::Symlink, 0o777), |r| {
+                *r == Refusal::Link
+            }),
+            ("hard", one("hard", T::Link, 0o644), |r| *r == Refusal::Link),
+            ("dev", one("dev", T::Char, 0o600), |r| {
+                matches!(r, Refusal::Special(_))
+            }),
+            ("blk", one("blk", T::Block, 0o600), |r| {
+                matches!(r, Refusal::Special(_))
+            }),
+            ("fifo", one("fifo", T::Fifo, 0o600), |r| {
+                matches!(r, Refusal::Special(_))
+            }),
+            ("suid", one("suid", T::Regular, 0o4755), |r| {
+                *r == Refusal::SetId(0o4755)
+            }),
+            ("sgid", one("sgid", T::Regular, 0o2755), |r| {
+                *r == Refusal::SetId(0o2755)
+            }),
+            ("sticky", one("sticky", T::Directory, 0o1777), |r| {
+                *r == Refusal::SetId(0o1777)
+            }),
+            (
+                "twice",
+                {
+                    let mut t = Vec::new();
+                    entry(&mut t, "twice", T::Regular, 0o644, b"a");
+                    entry(&mut t, "twice", T::Regular, 0o644, b"b");
+                    finish(t)
+                },
+                |r| *r == Refusal::Duplicate,
+            ),
+            (
+                "bomb",
+                {
+                    // A header declaring 2^40 bytes, with none behind it.
+                    let mut t = Vec::new();
+                    entry_declaring(&mut t, "bomb", T::Regular, 0o644, 1 << 40, b"");
+                    t
+                },
+                |r| matches!(r, Refusal::TooLarge { total, .. } if *total == 1 << 40),
+            ),
+            (
+                "short",
+                {
+                    let mut t = Vec::new();
+                    entry_declaring(&mut t, "short", T::Regular, 0o644, 4096, b"only this");
+                    t
+                },
+                |r| {
+                    matches!(
+                        r,
+                        Refusal::Truncated { declared: 4096, .. } | Refusal::Io(_)
+                    )
+                },
+            ),
+        ];
+        for (entry_name, tar, expected) in cases {
+            let outside = tempfile::tempdir().unwrap();
+            let root = outside.path().join("root");
+            std::fs::create_dir(&root).unwrap();
+            let err = unpack(&name(), tar.as_slice(), &root, UnpackLimits::default())
+                .expect_err(entry_name);
+            assert_eq!(err.payload, "driver");
+            assert_eq!(err.entry, entry_name);
+            assert!(expected(&err.refusal), "{entry_name}: {err}");
+            let escaped: Vec<_> = std::fs::read_dir(outside.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(escaped, ["root"], "{entry_name}: nothing beside the root");
+            assert!(!Path::new("/etc/evil").exists());
+        }
+        let mut many = Vec::new();
+        for i in 0..3 {
+            entry(
+                &mut many,
+                &format!("f{i}"),
+                tar::EntryType::Regular,
+                0o644,
+                b"x",
+            );
+        }
+        let limits = UnpackLimits {
+            max_bytes: 10,
+            max_entries: 2,
+        };
+        let (_d, out) = unpack_bytes(&finish(many), limits);
+        assert_eq!(out.unwrap_err().refusal, Refusal::TooManyEntries(3));
+    }
+
+    fn one(name: &str, kind: tar::EntryType, mode: u32) -> Vec<u8> {
+        let mut t = Vec::new();
+        entry(
+            &mut t,
+            name,
+            kind,
+            mode,
+            if kind == tar::EntryType::Regular {
+                b"x"
+            } else {
+                b""
+            },
+        );
+        finish(t)
+    }
+
+    #[cfg(feature = "push")]
+    #[test]
+    fn pack_is_reproducible_and_refuses_what_unpack_would() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir(src.path().join("lib")).unwrap();
+        std::fs::write(src.path().join("lib/b.ko"), b"bee").unwrap();
+        std::fs::write(src.path().join("a.txt"), b"a").unwrap();
+        let one = pack(&name(), src.path()).unwrap();
+        assert_eq!(one, pack(&name(), src.path()).unwrap(), "byte for byte");
+        let out = tempfile::tempdir().unwrap();
+        let done = unpack(&name(), one.as_slice(), out.path(), UnpackLimits::default()).unwrap();
+        assert_eq!((done.files, done.dirs, done.bytes), (2, 1, 4));
+        assert_eq!(std::fs::read(out.path().join("lib/b.ko")).unwrap(), b"bee");
+
+        let file = pack(&name(), &src.path().join("a.txt")).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        unpack(
+            &name(),
+            file.as_slice(),
+            out.path(),
+            UnpackLimits::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read(out.path().join("a.txt")).unwrap(),
+            b"a",
+            "a file packs under its own name"
+        );
+
+        std::os::unix::fs::symlink("/etc/shadow", src.path().join("lib/link")).unwrap();
+        assert_eq!(
+            pack(&name(), src.path()).unwrap_err().refusal,
+            Refusal::Link
+        );
+        std::fs::remove_file(src.path().join("lib/link")).unwrap();
+        std::fs::set_permissions(
+            src.path().join("a.txt"),
+            std::fs::Permissions::from_mode(0o4755),
+        )
+        .unwrap();
+        assert_eq!(
+            pack(&name(), src.path()).unwrap_err().refusal,
+            Refusal::SetId(0o4755)
+        );
+    }
+}
