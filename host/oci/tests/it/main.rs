@@ -3,5 +3,6 @@
 
 mod support;
 
+mod payloads;
 mod registry;
 mod transport;

@@ -1,0 +1,219 @@
+//! Payloads against the real registry: pushed as layers of the plugin's manifest, pulled to
+//! disk and unpacked into read-only trees, resumed, refused when the bytes are wrong.
+
+use crate::support::*;
+
+use std::path::Path;
+
+use nodewright_api::payload::PayloadName;
+use nodewright_oci::payload::pack;
+use nodewright_oci::{Error, NodeCache, Puller, Pushed, Registry};
+use nodewright_testregistry::TestRegistry;
+
+/// A driver-like payload directory (a module of `size` bytes and a nested file) and a
+/// single firmware file, written under `dir`.
+fn sources(dir: &Path, size: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+    let driver = dir.join("driver");
+    std::fs::create_dir_all(driver.join("lib/modules")).unwrap();
+    let module: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+    std::fs::write(driver.join("lib/modules/nvidia.ko"), module).unwrap();
+    std::fs::write(driver.join("VERSION"), b"560.35.03\n").unwrap();
+    let firmware = dir.join("gsp.bin");
+    std::fs::write(&firmware, b"firmware blob").unwrap();
+    (driver, firmware)
+}
+
+fn payloads(driver: &Path, firmware: &Path) -> Vec<(PayloadName, Vec<u8>)> {
+    [("driver", driver), ("firmware", firmware)]
+        .into_iter()
+        .map(|(name, path)| {
+            let name = PayloadName::parse(name).unwrap();
+            let tar = pack(&name, path).unwrap();
+            (name, tar)
+        })
+        .collect()
+}
+
+async fn push_with(registry: &Registry, reference: &str, p: Vec<(PayloadName, Vec<u8>)>) -> Pushed {
+    let sysctl = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
+    registry
+        .push_package(reference, &sysctl, info(), &p, &|_| {})
+        .await
+        .expect("push")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn payloads_travel_in_the_manifest_and_land_as_read_only_trees() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start();
+    let registry = Registry::new(config(&reg));
+    let src = tempfile::tempdir().unwrap();
+    let (driver, firmware) = sources(src.path(), 3 << 20);
+    let reference = format!("{}/plugins/driver:1.0.0", reg.host());
+    let pushed = push_with(&registry, &reference, payloads(&driver, &firmware)).await;
+
+    let cache_dir = tempfile::tempdir().unwrap();
+    let puller = Puller::new(registry, NodeCache::open(cache_dir.path()).unwrap());
+    let pulled = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    assert!(!pulled.from_cache);
+    let names: Vec<&str> = pulled.payloads.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["driver", "firmware"]);
+    let tree = &pulled.payloads[0].tree;
+    assert_eq!(
+        std::fs::read(tree.join("lib/modules/nvidia.ko")).unwrap(),
+        std::fs::read(driver.join("lib/modules/nvidia.ko")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(pulled.payloads[1].tree.join("gsp.bin")).unwrap(),
+        b"firmware blob"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(tree.join("VERSION"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o444, "payload files are read-only");
+    assert!(
+        !std::fs::read_dir(cache_dir.path().join("blobs/sha256"))
+            .unwrap()
+            .any(|e| e.unwrap().path().extension().is_some()),
+        "no partial download left"
+    );
+
+    let again = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    assert!(again.from_cache, "payloads are served by the node cache");
+    assert_eq!(again.payloads, pulled.payloads);
+
+    // The manifest digest covers every payload byte.
+    std::fs::write(driver.join("VERSION"), b"560.35.04\n").unwrap();
+    let changed = push_with(puller.registry(), &reference, payloads(&driver, &firmware)).await;
+    assert_ne!(changed.manifest_digest, pushed.manifest_digest);
+    assert_eq!(
+        changed.layer_digest, pushed.layer_digest,
+        "the component is the same"
+    );
+    let next = puller.pull_pinned(&changed.pinned, &|_| {}).await.unwrap();
+    assert_eq!(
+        next.payloads[1], pulled.payloads[1],
+        "an unchanged payload is one copy"
+    );
+    assert_ne!(next.payloads[0].tree, pulled.payloads[0].tree);
+
+    // Collected with the last manifest that names them.
+    let keep = [changed.manifest_digest.clone()].into_iter().collect();
+    puller.cache().gc(&keep).unwrap();
+    assert!(
+        !pulled.payloads[0].tree.exists(),
+        "the old driver tree is collected"
+    );
+    assert!(next.payloads[0].tree.exists() && next.payloads[1].tree.exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_download_resumes_and_wrong_bytes_are_never_used() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start();
+    let registry = Registry::new(config(&reg));
+    let src = tempfile::tempdir().unwrap();
+    let (driver, firmware) = sources(src.path(), 1 << 20);
+    let p = payloads(&driver, &firmware);
+    let tar = p[0].1.clone();
+    let pushed = push_with(&registry, &format!("{}/plugins/driver:1", reg.host()), p).await;
+    let (_, manifest) = registry
+        .fetch_manifest(pushed.pinned.as_str())
+        .await
+        .unwrap();
+    let layer = manifest.layers[1].clone();
+    assert_eq!(layer.digest, nodewright_oci::sha256_digest(&tar));
+
+    // A download cut off half way, with the right bytes: the pull goes on from there.
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = NodeCache::open(cache_dir.path()).unwrap();
+    let partial = cache.partial_path(&layer.digest).unwrap();
+    std::fs::write(&partial, &tar[..tar.len() / 2]).unwrap();
+    let puller = Puller::new(registry, cache);
+    let pulled = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    assert_eq!(
+        std::fs::read(pulled.payloads[0].tree.join("VERSION")).unwrap(),
+        b"560.35.03\n"
+    );
+    assert!(!partial.exists());
+
+    // Half a download of the wrong bytes: resumed (so the registry's range was used), then
+    // refused by the digest, and thrown away — the next pull starts over and succeeds.
+    let fresh = tempfile::tempdir().unwrap();
+    let cache = NodeCache::open(fresh.path()).unwrap();
+    let partial = cache.partial_path(&layer.digest).unwrap();
+    std::fs::write(&partial, vec![0u8; tar.len() / 2]).unwrap();
+    let puller = Puller::new(Registry::new(config(&reg)), cache);
+    let err = puller
+        .pull_pinned(&pushed.pinned, &|_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::DigestMismatch { expected, .. } if *expected == layer.digest),
+        "{err}"
+    );
+    assert!(!partial.exists(), "wrong bytes are not kept");
+    puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+
+    // The registry serving other bytes for the payload: refused, no tree, no blob kept.
+    let mut evil = tar.clone();
+    let at = evil.len() / 3;
+    evil[at] ^= 0xff;
+    std::fs::write(reg.blob_path(&layer.digest), &evil).unwrap();
+    let third = tempfile::tempdir().unwrap();
+    let puller = Puller::new(
+        Registry::new(config(&reg)),
+        NodeCache::open(third.path()).unwrap(),
+    );
+    let err = puller
+        .pull_pinned(&pushed.pinned, &|_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
+    let trees: Vec<_> = std::fs::read_dir(third.path().join("trees/sha256"))
+        .unwrap()
+        .collect();
+    assert!(trees.is_empty(), "nothing unpacked from wrong bytes");
+    assert!(
+        !third
+            .path()
+            .join("blobs/sha256")
+            .join(layer.digest.trim_start_matches("sha256:"))
+            .exists()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_past_the_limit_is_refused_before_a_byte_is_fetched() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start();
+    let registry = Registry::new(config(&reg));
+    let src = tempfile::tempdir().unwrap();
+    let (driver, firmware) = sources(src.path(), 64 << 10);
+    let pushed = push_with(
+        &registry,
+        &format!("{}/plugins/driver:1", reg.host()),
+        payloads(&driver, &firmware),
+    )
+    .await;
+    let mut small = config(&reg);
+    small.limits.max_payload_bytes = 4096;
+    let cache_dir = tempfile::tempdir().unwrap();
+    let puller = Puller::new(
+        Registry::new(small),
+        NodeCache::open(cache_dir.path()).unwrap(),
+    );
+    let err = puller
+        .pull_pinned(&pushed.pinned, &|_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TooLarge { limit: 4096, .. }), "{err}");
+    assert!(
+        std::fs::read_dir(cache_dir.path().join("blobs/sha256"))
+            .unwrap()
+            .all(|e| e.unwrap().path().extension().is_none()),
+        "no partial file for a refused payload"
+    );
+}
