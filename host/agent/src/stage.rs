@@ -3,11 +3,14 @@
 //! blame. [`run_checked`] and [`judge`] are what `nodewright plugin run` shares with the
 //! agent, so a local run reports the blame a node would.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nodewright_api::agent::{RunStage, StageCall};
 use nodewright_api::grants::{GrantSet, GrantSource};
+use nodewright_api::payload::PayloadName;
 use nodewright_api::result::{self, Blame, Needs, StageResult};
 use nodewright_engine::{
     Engine, EngineConfig, PreparedPlugin, RunError, RunReport, SandboxLimits, StageContext,
@@ -274,7 +277,7 @@ async fn run_prepared(call: &StageCall) -> Result<StageResult, Refused> {
         (Blame::Config, text.join("; "))
     })?;
     let host = host(&call.common).map_err(|e| (Blame::Host, format!("host: {e:#}")))?;
-    let prepared = pull_and_prepare(call, &grants).await?;
+    let (prepared, payloads) = pull_and_prepare(call, &grants).await?;
     let ctx = StageContext {
         node: call.common.node.clone(),
         package: call.ask.package.clone(),
@@ -283,6 +286,7 @@ async fn run_prepared(call: &StageCall) -> Result<StageResult, Refused> {
         config: call.ask.config.clone(),
         changed_keys: call.ask.changed_keys.clone(),
         node_order: call.ask.node_order,
+        payloads,
     };
     let limits = SandboxLimits {
         timeout: call.ask.timeout,
@@ -328,10 +332,17 @@ fn registry_config(call: &StageCall) -> RegistryConfig {
     }
 }
 
-/// The pinned plugin pulled through the node cache (a registry that cannot be reached is
-/// the host's fault, content that is not a plugin the spec's), compiled (or loaded from
-/// the code cache) and linked against `grants` (imports they do not cover: denied).
-async fn pull_and_prepare(call: &StageCall, grants: &GrantSet) -> Result<PreparedPlugin, Refused> {
+/// What a stage's plugin reads its payloads from: each name's tree in the node cache.
+type PayloadTrees = BTreeMap<PayloadName, PathBuf>;
+
+/// The pinned plugin pulled through the node cache with its payloads (a registry that
+/// cannot be reached is the host's fault, content that is not a plugin the spec's),
+/// compiled (or loaded from the code cache) and linked against `grants` (imports they do
+/// not cover: denied).
+async fn pull_and_prepare(
+    call: &StageCall,
+    grants: &GrantSet,
+) -> Result<(PreparedPlugin, PayloadTrees), Refused> {
     let host_fault = |e: &dyn std::fmt::Display| (Blame::Host, e.to_string());
     let cache_dir = call
         .cache_dir
@@ -356,8 +367,14 @@ async fn pull_and_prepare(call: &StageCall, grants: &GrantSet) -> Result<Prepare
     let plugin = engine
         .load(&pulled.bytes)
         .map_err(|e| (Blame::Config, format!("{}: {e}", call.ask.plugin)))?;
-    engine.prepare(&plugin, grants).map_err(|e| match e {
+    let prepared = engine.prepare(&plugin, grants).map_err(|e| match e {
         nodewright_engine::Error::MissingGrants { .. } => (Blame::Denied, e.to_string()),
         e => host_fault(&e),
-    })
+    })?;
+    let trees = pulled
+        .payloads
+        .into_iter()
+        .map(|p| (p.name, p.tree))
+        .collect();
+    Ok((prepared, trees))
 }

@@ -4,6 +4,7 @@ mod build;
 mod inspect;
 mod new;
 mod oci;
+mod payloads;
 mod run;
 mod sign;
 mod source;

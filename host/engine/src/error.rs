@@ -142,6 +142,19 @@ pub enum RunError {
         /// Why.
         error: WasmError,
     },
+    /// A payload's tree could not be opened for the guest: the node's fault, not the
+    /// package's.
+    #[error("stage {stage}: cannot open payload {payload} at {path}: {reason}")]
+    Payload {
+        /// Stage.
+        stage: String,
+        /// The payload's name.
+        payload: String,
+        /// Its tree on the host.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl RunError {
@@ -151,7 +164,7 @@ impl RunError {
             RunError::Timeout { logs, .. }
             | RunError::MemoryLimit { logs, .. }
             | RunError::Trap { logs, .. } => logs,
-            RunError::Instantiate { .. } => &[],
+            RunError::Instantiate { .. } | RunError::Payload { .. } => &[],
         }
     }
 
@@ -162,6 +175,7 @@ impl RunError {
             | RunError::MemoryLimit { .. }
             | RunError::Trap { .. }
             | RunError::Instantiate { .. } => true,
+            RunError::Payload { .. } => false,
         }
     }
 }

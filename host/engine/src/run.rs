@@ -9,7 +9,7 @@ use nodewright_api::grants::GrantSet;
 use nodewright_hostops::HostOps;
 use wasmtime::Store;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::bindings::types as wit;
 use crate::error::RunError;
@@ -74,7 +74,7 @@ impl PreparedPlugin {
         let stderr = CapturedStream::new(log.clone(), LogSource::Stderr);
         let caps = CapState::new(grants, host, stage, log.clone(), limits);
         let streams = (stdout.clone(), stderr.clone());
-        let mut store = self.store(caps, streams, ctx.node_order, limits);
+        let mut store = self.store(caps, streams, &ctx, stage, limits)?;
 
         let started = Instant::now();
         let timeout = |logs: Vec<LogLine>| RunError::Timeout {
@@ -135,20 +135,31 @@ impl PreparedPlugin {
 
 impl PreparedPlugin {
     /// A fresh store for one run: nothing inherited — no environment but the node order,
-    /// no arguments, preopens or sockets (wasmtime-wasi denies TCP, UDP and name lookup
-    /// unless allowed) — stdout and stderr into the bounded log, the memory limiter, and
+    /// no arguments or sockets (wasmtime-wasi denies TCP, UDP and name lookup unless
+    /// allowed), no directory but the package's payloads, each read-only at
+    /// `/payload/<name>` — stdout and stderr into the bounded log, the memory limiter, and
     /// the epoch deadline of `limits.timeout`.
     fn store(
         &self,
         caps: CapState,
         (stdout, stderr): (CapturedStream, CapturedStream),
-        node_order: Option<u32>,
+        ctx: &StageContext,
+        stage: RunStage,
         limits: &SandboxLimits,
-    ) -> Store<HostState> {
+    ) -> Result<Store<HostState>, RunError> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(stdout).stderr(stderr);
-        if let Some(order) = node_order {
+        if let Some(order) = ctx.node_order {
             wasi.env(NODE_ORDER_ENV, order.to_string());
+        }
+        for (name, tree) in &ctx.payloads {
+            wasi.preopened_dir(tree, name.guest_path(), FsPerms::ReadOnly)
+                .map_err(|e| RunError::Payload {
+                    stage: stage.to_string(),
+                    payload: name.to_string(),
+                    path: tree.display().to_string(),
+                    reason: format!("{e:#}"),
+                })?;
         }
         let state = HostState {
             wasi: wasi.build(),
@@ -161,7 +172,7 @@ impl PreparedPlugin {
         let ticks = (limits.timeout.as_millis() / EPOCH_TICK.as_millis()) as u64 + 1;
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        store
+        Ok(store)
     }
 }
 

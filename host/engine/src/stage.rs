@@ -2,6 +2,9 @@
 //! runs ([`StageContext`]), as the plugin's WIT `context` sees them.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use nodewright_api::payload::PayloadName;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +34,10 @@ pub struct StageContext {
     /// sees it as the environment variable `NODEWRIGHT_NODE_ORDER` (the only variable it
     /// sees), as NodeWright packages see theirs.
     pub node_order: Option<u32>,
+    /// The package's payloads: each name's read-only tree on the host, which the plugin
+    /// reads at `/payload/<name>` (read-only, nothing else of the host's filesystem).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub payloads: BTreeMap<PayloadName, PathBuf>,
 }
 
 impl StageContext {
@@ -42,6 +49,12 @@ impl StageContext {
             version: version.into(),
             ..Default::default()
         }
+    }
+
+    /// Adds a payload tree.
+    pub fn with_payload(mut self, name: PayloadName, tree: PathBuf) -> Self {
+        self.payloads.insert(name, tree);
+        self
     }
 
     /// Adds a config entry.

@@ -86,6 +86,11 @@ fn print_json(source: &Source, check: Option<&GrantCheck>) -> anyhow::Result<()>
         "stages": STAGE_FUNCTIONS,
         "requiredCapabilities": required(plugin),
         "imports": imports,
+        "payloads": source.payloads.iter().map(|p| json!({
+            "name": p.name,
+            "size": p.size,
+            "digest": p.digest,
+        })).collect::<Vec<_>>(),
     });
     if let Some(check) = check {
         out["grantCheck"] = json!({
@@ -128,6 +133,17 @@ fn print_text(source: &Source, check: Option<&GrantCheck>) {
             ImportKind::Wasi => "wasi (nothing granted behind it)".to_string(),
         };
         println!("  {:<40} {kind}", i.name);
+    }
+    if !source.payloads.is_empty() {
+        println!("payloads      (read at /payload/NAME)");
+        for p in &source.payloads {
+            println!(
+                "  {:<24} {:>10}  {}",
+                p.name.as_str(),
+                super::human_size(p.size as usize),
+                p.digest
+            );
+        }
     }
     if let Some(check) = check {
         if check.missing.is_empty() {

@@ -17,6 +17,11 @@ pub struct PushArgs {
     file: PathBuf,
     /// Where to push: registry/repository:tag.
     reference: String,
+    /// A file or directory the package carries beside its component, as a layer of the
+    /// same artifact (covered by its digest and signatures); the plugin reads it at
+    /// /payload/NAME. NAME defaults to the file or directory name. Repeatable.
+    #[arg(long = "payload", value_name = "[NAME=]PATH")]
+    payloads: Vec<super::payloads::PayloadArg>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -52,15 +57,19 @@ pub async fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
         exports: plugin.exports.clone(),
         target: Some("nodewright:plugin/plugin@0.1.0".into()),
     };
+    let payloads = super::payloads::packed(&args.payloads)?;
     eprintln!(
         "pushing {} ({}) to {}",
         args.file.display(),
         super::human_size(bytes.len()),
         args.reference
     );
+    for (name, tar) in &payloads {
+        eprintln!("  payload  {name} ({})", super::human_size(tar.len()));
+    }
     let registry = Registry::new(args.registry.config()?);
     let pushed = registry
-        .push(&args.reference, &bytes, info, &print_progress)
+        .push_package(&args.reference, &bytes, info, &payloads, &print_progress)
         .await?;
     println!("{}", pushed.pinned);
     Ok(ExitCode::SUCCESS)

@@ -66,6 +66,11 @@ pub struct RunArgs {
     /// The node's rollout order, as the operator would pass it (`NODEWRIGHT_NODE_ORDER`).
     #[arg(long)]
     node_order: Option<u32>,
+    /// A file or directory served to the plugin at /payload/NAME, staged as a node stages
+    /// a pulled payload (packed, then unpacked read-only; refused for what a node would
+    /// refuse). Replaces a pulled payload of the same name. Repeatable.
+    #[arg(long = "payload", value_name = "[NAME=]PATH")]
+    payloads: Vec<super::payloads::PayloadArg>,
     /// Config key reported as changed (repeatable).
     #[arg(long = "changed-key")]
     changed_keys: Vec<String>,
@@ -177,6 +182,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let prepared = engine
         .prepare(&source.plugin, &grants)
         .with_context(|| source.display.clone())?;
+    let pulled = source
+        .payloads
+        .iter()
+        .map(|p| (p.name.clone(), p.tree.clone()))
+        .collect();
+    let payloads = super::payloads::stage_local(&super::cache_root()?, &args.payloads, pulled)?;
     std::fs::create_dir_all(&args.root)
         .with_context(|| format!("cannot create {}", args.root.display()))?;
     let host = Arc::new(SimHost::new(
@@ -200,6 +211,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             config,
             changed_keys: args.changed_keys.clone(),
             node_order: args.node_order,
+            payloads,
         },
         host: host.clone(),
         grants: Arc::new(grants),

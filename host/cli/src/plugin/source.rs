@@ -90,6 +90,8 @@ pub struct Source {
     pub display: String,
     /// For references: whether the artifact came from the local cache.
     pub pulled_from_cache: Option<bool>,
+    /// For references: the artifact's payloads, unpacked in the local cache.
+    pub payloads: Vec<nodewright_oci::PulledPayload>,
 }
 
 /// Whether `s` names an OCI reference rather than a file.
@@ -129,6 +131,7 @@ pub async fn load(
             load_time,
             display: source.to_string(),
             pulled_from_cache: None,
+            payloads: Vec::new(),
         });
     }
     let pulled = pull(source, registry).await?;
@@ -141,5 +144,6 @@ pub async fn load(
         load_time: started.elapsed(),
         display: pulled.reference.to_string(),
         pulled_from_cache: Some(pulled.from_cache),
+        payloads: pulled.payloads,
     })
 }

@@ -341,3 +341,71 @@ async fn the_plugin_environment_holds_the_node_order_and_nothing_of_the_host() {
     }
     assert_eq!(nodewright_engine::NODE_ORDER_ENV, "NODEWRIGHT_NODE_ORDER");
 }
+
+/// A payload is readable at `/payload/<name>` and nothing else of the host's filesystem is:
+/// every way of changing it, leaving it (`..`, a link planted in the tree) or reaching the
+/// host's root is refused, in `apply` as in `plan`, and the tree is as it was.
+#[tokio::test]
+async fn a_payload_is_read_only_and_the_only_directory_the_plugin_sees() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let plugin = load(nodewright_artifacts::HOSTILE);
+    let tmp = fixture();
+    let host = sim(tmp.path());
+    let tree = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tree.path().join("lib")).unwrap();
+    let version = tree.path().join("lib/VERSION");
+    std::fs::write(&version, "560.35.03").unwrap();
+    std::fs::set_permissions(&version, std::fs::Permissions::from_mode(0o444)).unwrap();
+    // Unpacked trees never hold links; this one is planted to show one could not leave.
+    std::os::unix::fs::symlink("/etc/shadow", tree.path().join("out")).unwrap();
+    let granted = grants(GRANTS, "hostile");
+    let prepared = engine().prepare(&plugin, &granted).expect("prepare");
+    for stage in [RunStage::Plan, RunStage::Apply] {
+        let ctx = nodewright_engine::StageContext::new("node-1", "hostile", "1.0.0")
+            .with_config("attack", "payload")
+            .with_payload(
+                nodewright_api::payload::PayloadName::parse("fw").unwrap(),
+                tree.path().to_path_buf(),
+            );
+        let report = prepared
+            .run(
+                stage,
+                ctx,
+                host.clone(),
+                granted.clone(),
+                &SandboxLimits::default(),
+            )
+            .await
+            .expect("runs");
+        let message = report.result.expect("reports").message.unwrap_or_default();
+        assert_eq!(
+            message,
+            "read=Ok(\"560.35.03\") write=refused create=refused remove=refused mkdir=refused \
+             escape=refused link-out=refused host-root=refused",
+            "{stage}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&version).unwrap(), "560.35.03");
+    let mut left: Vec<_> = std::fs::read_dir(tree.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["lib", "out"]);
+
+    // Without the payload, the same read is refused: no directory is opened by default.
+    let ctx = nodewright_engine::StageContext::new("node-1", "hostile", "1.0.0")
+        .with_config("attack", "payload");
+    let report = prepared
+        .run(
+            RunStage::Apply,
+            ctx,
+            host,
+            granted,
+            &SandboxLimits::default(),
+        )
+        .await
+        .expect("runs");
+    let message = report.result.expect("reports").message.unwrap_or_default();
+    assert!(message.starts_with("read=Err("), "{message}");
+}

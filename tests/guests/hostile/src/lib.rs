@@ -213,6 +213,31 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             log::info(&format!("runs before this one: {before}"));
             return Ok(Outcome::converged());
         }
+        // Its payload, through WASI's filesystem: read what is there, then try to change
+        // it, leave it, and reach the host's root. Each attempt's result is reported.
+        "payload" => {
+            let read = std::fs::read_to_string("/payload/fw/lib/VERSION");
+            let tries = [
+                ("write", std::fs::write("/payload/fw/lib/VERSION", b"owned")),
+                ("create", std::fs::write("/payload/fw/new", b"x")),
+                ("remove", std::fs::remove_file("/payload/fw/lib/VERSION")),
+                ("mkdir", std::fs::create_dir("/payload/fw/d")),
+                (
+                    "escape",
+                    std::fs::read("/payload/fw/../../etc/shadow").map(drop),
+                ),
+                ("link-out", std::fs::read("/payload/fw/out").map(drop)),
+                ("host-root", std::fs::read("/etc/shadow").map(drop)),
+            ];
+            let mut report = vec![format!("read={read:?}")];
+            for (what, result) in tries {
+                report.push(format!(
+                    "{what}={}",
+                    if result.is_ok() { "ALLOWED" } else { "refused" }
+                ));
+            }
+            return Ok(Outcome::converged().with_message(report.join(" ")));
+        }
         "reboot-flood" => {
             for _ in 0..1000 {
                 ctx.power().request_reboot("again")?;
