@@ -281,6 +281,119 @@ fn push_then_run_by_reference() {
     );
 }
 
+/// A package with a payload, from the outside: pushed with `--payload`, listed by
+/// `inspect`, read by the plugin at /payload/NAME when run by reference, and the same when
+/// run from the file with a local `--payload`; a payload a node would refuse is refused at
+/// push, naming it.
+#[test]
+fn a_payload_is_pushed_listed_and_read_by_the_plugin() {
+    nodewright_testregistry::require!(Registry);
+    let reg = nodewright_testregistry::TestRegistry::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let insecure = ["--insecure-registry", reg.host()];
+    let fw = tmp.path().join("fw");
+    std::fs::create_dir_all(fw.join("lib")).unwrap();
+    std::fs::write(fw.join("lib/VERSION"), "560.35.03").unwrap();
+    let payload = format!("fw={}", fw.display());
+    let reference = format!("{}/plugins/hostile:1.0.0", reg.host());
+    let push = nodewright(
+        &cache,
+        &[
+            &["plugin", "push", nodewright_artifacts::HOSTILE, &reference][..],
+            &["--payload", &payload],
+            &insecure,
+        ]
+        .concat(),
+    );
+    assert!(push.status.success(), "{}", text(&push));
+    assert!(text(&push).contains("payload  fw ("), "{}", text(&push));
+
+    let inspect = nodewright(
+        &cache,
+        &[
+            &["plugin", "inspect", &reference, "-o", "json"][..],
+            &insecure,
+        ]
+        .concat(),
+    );
+    assert!(inspect.status.success(), "{}", text(&inspect));
+    let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(v["payloads"][0]["name"], "fw");
+    assert!(
+        v["payloads"][0]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(v["payloads"][0]["size"].as_u64().unwrap() > 9);
+
+    let root = tmp.path().join("root");
+    let grants: Vec<&str> = [
+        "files=/etc/app:rw",
+        "kmod=br_netfilter",
+        "service=containerd.service",
+        "sysctl=net.ipv4.ip_forward",
+        "command=/usr/bin/tool:--safe",
+        "power",
+    ]
+    .iter()
+    .flat_map(|g| ["--grant", g])
+    .collect();
+    let run = |source: &str, extra: &[&str]| {
+        let out = nodewright(
+            &cache,
+            &[
+                &[
+                    "plugin",
+                    "run",
+                    source,
+                    "--stage",
+                    "plan",
+                    "--root",
+                    root.to_str().unwrap(),
+                    "-c",
+                    "attack=payload",
+                    "-o",
+                    "json",
+                ][..],
+                &grants,
+                extra,
+                &insecure,
+            ]
+            .concat(),
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["report"]["result"]["Ok"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let seen = "read=Ok(\"560.35.03\") write=refused";
+    let by_reference = run(&reference, &[]);
+    assert!(by_reference.starts_with(seen), "{by_reference}");
+    let from_file = run(nodewright_artifacts::HOSTILE, &["--payload", &payload]);
+    assert!(from_file.starts_with(seen), "{from_file}");
+
+    std::os::unix::fs::symlink("/etc/shadow", fw.join("lib/link")).unwrap();
+    let refused = nodewright(
+        &cache,
+        &[
+            &["plugin", "push", nodewright_artifacts::HOSTILE, &reference][..],
+            &["--payload", &payload],
+            &insecure,
+        ]
+        .concat(),
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("payload fw: entry") && text(&refused).contains("it is a link"),
+        "{}",
+        text(&refused)
+    );
+}
+
 #[test]
 fn validate_accepts_the_examples_and_names_bad_fields() {
     let tmp = tempfile::tempdir().unwrap();
