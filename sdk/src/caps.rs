@@ -70,6 +70,13 @@ impl Files {
     pub fn set_mode(&self, path: &str, mode: u32) -> Result<(), CapError> {
         files::set_mode(path, mode)
     }
+
+    /// Installs a payload file — `source` as the plugin reads it, `/payload/NAME/PATH` — at
+    /// `path`, as [`Files::write`] writes, without the bytes passing through the plugin.
+    /// `mode` defaults to 0o755 for a payload file with an execute bit, else 0o644.
+    pub fn install(&self, source: &str, path: &str, mode: Option<u32>) -> Result<(), CapError> {
+        files::install(source, path, mode)
+    }
 }
 
 /// Kernel modules under `capabilities.kernelModules`.

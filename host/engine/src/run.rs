@@ -72,7 +72,14 @@ impl PreparedPlugin {
         let log = Arc::new(Mutex::new(LogBuffer::new(limits)));
         let stdout = CapturedStream::new(log.clone(), LogSource::Stdout);
         let stderr = CapturedStream::new(log.clone(), LogSource::Stderr);
-        let caps = CapState::new(grants, host, stage, log.clone(), limits);
+        let caps = CapState::new(
+            grants,
+            host,
+            stage,
+            log.clone(),
+            limits,
+            ctx.payloads.clone(),
+        );
         let streams = (stdout.clone(), stderr.clone());
         let mut store = self.store(caps, streams, &ctx, stage, limits)?;
 

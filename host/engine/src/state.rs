@@ -2,11 +2,13 @@
 //! capability implementations see (grants, host, budgets, denials, the errors the host
 //! raised).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use nodewright_api::grants::GrantSet;
+use nodewright_api::payload::PayloadName;
 use nodewright_hostops::{ExecLimits, HostOps};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -73,6 +75,8 @@ pub(crate) struct CapState {
     pub(crate) exec_limits: ExecLimits,
     pub(crate) budget: IoBudget,
     pub(crate) reboot_requested: bool,
+    /// The package's payload trees, by name (`files.install` takes its sources there).
+    pub(crate) payloads: BTreeMap<PayloadName, PathBuf>,
     /// Set when the run's store is dropped: a granted command still running then (the
     /// stage's deadline passed while it ran) is killed.
     #[expect(dead_code, reason = "held for its Drop")]
@@ -115,14 +119,15 @@ impl DenialLedger {
 
 impl CapState {
     /// What the capability implementations of one run of `stage` see: `grants` over
-    /// `host`, the budgets of `limits`, the run's `log`. A granted command still running
-    /// when the run's store is dropped is killed.
+    /// `host`, the budgets of `limits`, the run's `log`, the package's `payloads`. A
+    /// granted command still running when the run's store is dropped is killed.
     pub(crate) fn new(
         grants: Arc<GrantSet>,
         host: Arc<dyn HostOps>,
         stage: RunStage,
         log: Arc<Mutex<LogBuffer>>,
         limits: &SandboxLimits,
+        payloads: BTreeMap<PayloadName, PathBuf>,
     ) -> Self {
         let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         CapState {
@@ -140,6 +145,7 @@ impl CapState {
             },
             budget: IoBudget::new(limits),
             reboot_requested: false,
+            payloads,
             ended: EndOfRun(ended),
         }
     }

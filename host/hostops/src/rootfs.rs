@@ -316,9 +316,20 @@ impl RootFs {
                 }),
             }
         };
+        // A directory is opened for reading, never as cap-std's `open_dir` would (`O_PATH`,
+        // on which `fchmod` and `fchown` fail with `EBADF`).
+        let open_dir = |rel: &Path| {
+            let mut open = OpenOptions::new();
+            open.read(true)
+                .custom_flags(safe_open_flags(false) | OFlags::DIRECTORY.bits() as i32);
+            s.dir
+                .open_with(rel, &open)
+                .map(cap_std::fs::File::into_std)
+                .map_err(|e| self.map(op, path, base.path, e))
+        };
         if s.rel.as_os_str().is_empty() {
             refuse(FileKind::Directory)?;
-            return Ok(s.dir.into_std_file());
+            return open_dir(Path::new("."));
         }
         let meta = if follow {
             s.dir.metadata(&s.rel)
@@ -328,11 +339,7 @@ impl RootFs {
         let meta = meta.map_err(|e| self.map(op, path, base.path, e))?;
         refuse(kind_of(&meta))?;
         if meta.is_dir() {
-            return s
-                .dir
-                .open_dir(&s.rel)
-                .map(Dir::into_std_file)
-                .map_err(|e| self.map(op, path, base.path, e));
+            return open_dir(&s.rel);
         }
         let mut open = OpenOptions::new();
         open.read(true).custom_flags(safe_open_flags(follow));

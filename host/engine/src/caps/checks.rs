@@ -273,6 +273,64 @@ impl CapState {
         }
     }
 
+    /// Resolves a payload path as the plugin reads it (`/payload/<name>/<path>`) to (the
+    /// payload's tree, the path inside it), or a denial naming what a source must be: one
+    /// of this package's payloads, a relative path below it without `..`.
+    pub(super) fn payload_file(
+        &mut self,
+        op: &str,
+        raw: &str,
+    ) -> Result<(PathBuf, PathBuf), CapError> {
+        let refuse =
+            |this: &mut Self, why: String| Err(this.deny_with(Capability::Files, op, raw, why));
+        let Some(rest) = raw
+            .strip_prefix(nodewright_api::payload::GUEST_ROOT)
+            .and_then(|r| r.strip_prefix('/'))
+        else {
+            return refuse(
+                self,
+                format!(
+                    "the source must be a file of one of the package's payloads, {}/<name>/<path>",
+                    nodewright_api::payload::GUEST_ROOT
+                ),
+            );
+        };
+        let (name, inner) = rest.split_once('/').unwrap_or((rest, ""));
+        let known: Vec<&str> = self.payloads.keys().map(|n| n.as_str()).collect();
+        let Some(tree) = nodewright_api::payload::PayloadName::parse(name)
+            .ok()
+            .and_then(|n| self.payloads.get(&n).cloned())
+        else {
+            let has = if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            };
+            return refuse(
+                self,
+                format!(
+                    "the package has no payload named {name:?} (it has: {has}); payloads are pushed with the plugin (`plugin push --payload`)"
+                ),
+            );
+        };
+        let rel = Path::new(inner);
+        if inner.is_empty()
+            || inner.contains('\0')
+            || !rel
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+        {
+            return refuse(
+                self,
+                format!(
+                    "the source must name a file below {}/{name}/, without `..`",
+                    nodewright_api::payload::GUEST_ROOT
+                ),
+            );
+        }
+        Ok((tree, rel.to_path_buf()))
+    }
+
     /// Resolves a guest path to (the rule granting it, normalised path), or a denial: the
     /// shape and the grant ([`nodewright_api::grants::GrantSet::check_file`]), then the
     /// stage.

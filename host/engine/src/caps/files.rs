@@ -87,6 +87,40 @@ impl files::Host for CapState {
         })
     }
 
+    async fn install(
+        &mut self,
+        source: String,
+        path: String,
+        mode: Option<u32>,
+    ) -> Result<(), CapError> {
+        let (tree, rel) = self.payload_file("install", &source)?;
+        let (rule, normalized) = self.file_scope("install", &path, true)?;
+        let special_modes = self.check_mode("install", &normalized, mode)?;
+        // The budget is spent on the payload file's size as it is now; the host checks the
+        // bytes it copies against it.
+        let size = std::fs::metadata(tree.join(&rel)).map_or(0, |m| m.len());
+        self.spend("install", &path, size, 1)?;
+        let options = WriteOptions {
+            mode,
+            special_modes,
+            min_free_bytes: self.budget.min_free,
+            max_new_dirs: Some(self.budget.files_left),
+        };
+        let (made, copied) = self
+            .host(Capability::Files, "install", &path, move |h| {
+                h.fs()
+                    .install(rule.granted(), &normalized, &tree, &rel, &options)
+            })
+            .await?;
+        if copied > size {
+            // The payload is read-only; a file that grew under us is still within bounds
+            // of what was copied, but the budget counts what was written.
+            self.budget.bytes_left = self.budget.bytes_left.saturating_sub(copied - size);
+        }
+        self.budget.files_left = self.budget.files_left.saturating_sub(made);
+        Ok(())
+    }
+
     async fn set_mode(&mut self, path: String, mode: u32) -> Result<(), CapError> {
         let (rule, normalized) = self.file_scope("set-mode", &path, true)?;
         self.check_mode("set-mode", &normalized, Some(mode))?;

@@ -1,6 +1,6 @@
 //! Shared fixtures: one engine per test process, a simulated node per test.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -66,6 +66,8 @@ pub struct Run<'a> {
     pub grants: &'a [&'a str],
     pub config: &'a [(&'a str, &'a str)],
     pub limits: SandboxLimits,
+    /// Payload trees the plugin reads at `/payload/<name>`.
+    pub payloads: Vec<(&'a str, PathBuf)>,
 }
 
 impl<'a> Run<'a> {
@@ -79,6 +81,7 @@ impl<'a> Run<'a> {
                 timeout: Duration::from_secs(30),
                 ..Default::default()
             },
+            payloads: Vec::new(),
         }
     }
 
@@ -93,6 +96,10 @@ impl<'a> Run<'a> {
         let mut ctx = StageContext::new("node-1", self.package, "1.0.0");
         for (k, v) in self.config {
             ctx = ctx.with_config(k, v);
+        }
+        for (name, tree) in &self.payloads {
+            let name = nodewright_api::payload::PayloadName::parse(name).expect("payload name");
+            ctx = ctx.with_payload(name, tree.clone());
         }
         prepared
             .run(stage, ctx, host.clone(), grants, &self.limits)

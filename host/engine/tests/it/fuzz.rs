@@ -13,7 +13,9 @@
 //!   plus headroom;
 //! - the single-file grant is still a regular file (or gone), never a directory;
 //! - a granted unit whose file on the node pulls in `reboot.target` was never started,
-//!   stopped, restarted or reloaded.
+//!   stopped, restarted or reloaded;
+//! - the payload `files.install` takes its sources from (outside the grants) is unchanged,
+//!   and no source outside it was ever installed.
 //!
 //! `NODEWRIGHT_FUZZ_SEEDS` (default 8) and `NODEWRIGHT_FUZZ_OPS` (default 500) size the run;
 //! CI runs the default (seed 7 of it once found a NUL byte in a command argument answered as
@@ -33,6 +35,9 @@ use sha2::{Digest, Sha256};
 use crate::common::*;
 
 const ATTACKER: u32 = 1000;
+
+/// Where the payload tree lives under the root.
+const PAYLOAD: &str = "opt/payload/fw";
 
 /// The node: `/etc` to protect, the grants `/srv/grant` (with a directory another user
 /// owns), `/srv/file.conf` and `/var/lib/svc/data` (a link another user placed), and the
@@ -93,6 +98,15 @@ fn lay_out(root: &Path) {
         0,
     )
     .unwrap();
+    // The package's payload `fw` (outside every grant, so protected): a file, an
+    // executable, and a link out that no unpacked tree would hold, planted.
+    let fw = root.join(PAYLOAD);
+    std::fs::create_dir_all(fw.join("lib")).unwrap();
+    std::fs::create_dir_all(fw.join("bin")).unwrap();
+    std::fs::write(fw.join("lib/VERSION"), "560.35.03").unwrap();
+    std::fs::write(fw.join("bin/tool"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(fw.join("bin/tool"), std::fs::Permissions::from_mode(0o555)).unwrap();
+    symlink("/etc/shadow", fw.join("out")).unwrap();
     // Another user's directory inside the grant, with that user's link to /etc.
     let shared = root.join("srv/grant/shared");
     symlink("/etc", shared.join("l")).unwrap();
@@ -215,6 +229,7 @@ async fn random_host_ops_against_racing_links_change_nothing_outside_the_grants(
             ("ops", ops.as_str()),
         ];
         let mut run = Run::new(&plugin, "hostile", &grants).config(&config);
+        run.payloads = vec![("fw", tmp.path().join(PAYLOAD))];
         run.limits.memory = 32 << 20;
         run.limits.timeout = Duration::from_secs(60);
         let stop = Arc::new(AtomicBool::new(false));

@@ -409,3 +409,176 @@ async fn a_payload_is_read_only_and_the_only_directory_the_plugin_sees() {
     let message = report.result.expect("reports").message.unwrap_or_default();
     assert!(message.starts_with("read=Err("), "{message}");
 }
+
+/// `files.install`: a payload file reaches a granted path with its bytes and a mode that
+/// follows its execute bit; every other way of using it is refused with a denial naming
+/// what a source must be or the grant to add, and nothing outside the grant changes.
+#[tokio::test]
+async fn a_payload_file_installs_only_from_the_payload_to_a_granted_path() {
+    let plugin = load(nodewright_artifacts::HOSTILE);
+    let tmp = fixture();
+    let host = sim(tmp.path());
+    let tree = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tree.path().join("lib")).unwrap();
+    std::fs::create_dir_all(tree.path().join("bin")).unwrap();
+    let module: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(tree.path().join("lib/nvidia.ko"), &module).unwrap();
+    std::fs::write(tree.path().join("bin/tool"), "#!/bin/sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        tree.path().join("bin/tool"),
+        std::fs::Permissions::from_mode(0o555),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/etc/shadow", tree.path().join("out")).unwrap();
+    let install = |source: &'static str, dest: &'static str, stage, write_bytes| {
+        install_one(
+            &plugin,
+            &host,
+            tree.path(),
+            (source, dest),
+            stage,
+            write_bytes,
+        )
+    };
+    let ok = install(
+        "/payload/fw/lib/nvidia.ko",
+        "/etc/app/modules/nvidia.ko",
+        RunStage::Apply,
+        None,
+    )
+    .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let placed = tmp.path().join("etc/app/modules/nvidia.ko");
+    assert_eq!(std::fs::read(&placed).unwrap(), module);
+    assert_eq!(
+        std::fs::metadata(&placed).unwrap().permissions().mode() & 0o7777,
+        0o644
+    );
+    let ok = install(
+        "/payload/fw/bin/tool",
+        "/etc/app/tool",
+        RunStage::Apply,
+        None,
+    )
+    .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    assert_eq!(
+        std::fs::metadata(tmp.path().join("etc/app/tool"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o755,
+        "an executable payload file installs executable"
+    );
+
+    for (source, dest, stage, says) in [
+        (
+            "/payload/fw/../../etc/shadow",
+            "/etc/app/x",
+            RunStage::Apply,
+            "without `..`",
+        ),
+        (
+            "/payload/fw/lib/../../x",
+            "/etc/app/x",
+            RunStage::Apply,
+            "without `..`",
+        ),
+        (
+            "/etc/shadow",
+            "/etc/app/x",
+            RunStage::Apply,
+            "/payload/<name>/<path>",
+        ),
+        (
+            "/payload/other/x",
+            "/etc/app/x",
+            RunStage::Apply,
+            "no payload named \"other\" (it has: fw)",
+        ),
+        (
+            "/payload/fw/",
+            "/etc/app/x",
+            RunStage::Apply,
+            "must name a file below /payload/fw/",
+        ),
+        ("/payload/fw/out", "/etc/app/x", RunStage::Apply, "symlink"),
+        (
+            "/payload/fw/lib",
+            "/etc/app/x",
+            RunStage::Apply,
+            "a directory",
+        ),
+        (
+            "/payload/fw/lib/nvidia.ko",
+            "/etc/shadow",
+            RunStage::Apply,
+            "capabilities.files",
+        ),
+        (
+            "/payload/fw/lib/nvidia.ko",
+            "/etc/ro/x",
+            RunStage::Apply,
+            "readWrite",
+        ),
+    ] {
+        match install(source, dest, stage, None).await {
+            Err(StepFailure::Denied(d)) => {
+                assert!(
+                    d.message.contains(says),
+                    "{source} -> {dest}: {}",
+                    d.message
+                );
+                assert_eq!(d.capability, "files", "{source}");
+            }
+            other => panic!("{source} -> {dest}: expected a denial, got {other:?}"),
+        }
+    }
+    match install(
+        "/payload/fw/lib/nvidia.ko",
+        "/etc/app/y",
+        RunStage::Plan,
+        None,
+    )
+    .await
+    {
+        Err(StepFailure::WrongStage(_) | StepFailure::Denied(_)) => {}
+        other => panic!("install in plan: {other:?}"),
+    }
+    match install(
+        "/payload/fw/lib/nvidia.ko",
+        "/etc/app/y",
+        RunStage::Apply,
+        Some(1000),
+    )
+    .await
+    {
+        Err(StepFailure::Denied(d)) => assert!(d.message.contains("writeBytes"), "{}", d.message),
+        other => panic!("over the write budget: {other:?}"),
+    }
+    assert!(!tmp.path().join("etc/app/x").exists() && !tmp.path().join("etc/app/y").exists());
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("etc/shadow")).unwrap(),
+        "secret"
+    );
+}
+
+/// One `install` attack: `source` to `dest` with the payload `fw` at `tree`.
+async fn install_one(
+    plugin: &nodewright_engine::LoadedPlugin,
+    host: &std::sync::Arc<SimHost>,
+    tree: &Path,
+    (source, dest): (&str, &str),
+    stage: RunStage,
+    write_bytes: Option<u64>,
+) -> Result<nodewright_engine::StageOutcome, StepFailure> {
+    let config = [("attack", "install"), ("source", source), ("dest", dest)];
+    let mut run = Run::new(plugin, "hostile", GRANTS).config(&config);
+    run.payloads = vec![("fw", tree.to_path_buf())];
+    if let Some(b) = write_bytes {
+        run.limits.write_bytes = b;
+    }
+    run.stage(host, stage).await.expect("runs").result
+}

@@ -89,6 +89,25 @@ const VALUES: &[&str] = &[
 const MODULES: &[&str] = &["x", "-x", "nvidia/../../x", "x y", "nvidia"];
 const PARAMS: &[&str] = &["a=1", "-C", "a=1\ninstall x /bin/sh", "a=\"b c\"", "=1"];
 const COMMANDS: &[&str] = &["/x", "/bin/sh", "/x/../bin/sh", "x", "/usr/bin/./x"];
+/// Payload sources for `files.install`: the test's payload `fw` holds `lib/VERSION`,
+/// `bin/tool` and (planted, as no unpacked tree would) a link out and a FIFO.
+const SOURCES: &[&str] = &[
+    "/payload/fw/lib/VERSION",
+    "/payload/fw/bin/tool",
+    "/payload/fw/lib",
+    "/payload/fw/out",
+    "/payload/fw/fifo",
+    "/payload/fw/../../etc/shadow",
+    "/payload/fw/lib/../../../etc/shadow",
+    "/payload/fw/",
+    "/payload/fw",
+    "/payload/none/x",
+    "/payload/../etc/shadow",
+    "/etc/shadow",
+    "/payload/fw/missing",
+    "/payload/fw/nul\0x",
+    "",
+];
 
 fn long_path(rng: &mut Rng) -> String {
     match rng.below(3) {
@@ -150,7 +169,7 @@ pub fn fuzz(ctx: &Context) -> Result<Outcome, StepError> {
     let files = ctx.files();
     for _ in 0..ops {
         let p = path(&mut rng);
-        match rng.below(18) {
+        match rng.below(19) {
             0 => t.record("read", &p, files.read(&p)),
             1 => {
                 let size = [0usize, 10, 4096, 1 << 20][rng.below(4)];
@@ -208,6 +227,11 @@ pub fn fuzz(ctx: &Context) -> Result<Outcome, StepError> {
                 let c = rng.pick(COMMANDS);
                 let args = vec![p.clone()];
                 t.record("exec.run", c, ctx.exec().run(c, &args));
+            }
+            17 => {
+                let src = rng.pick(SOURCES);
+                let mode = [None, Some(0o644u32), Some(0o4755)][rng.below(3)];
+                t.record("install", src, files.install(src, &p, mode));
             }
             _ => t.record("request-reboot", "", ctx.power().request_reboot("fuzz")),
         }

@@ -238,6 +238,8 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             }
             return Ok(Outcome::converged().with_message(report.join(" ")));
         }
+        // One payload install, as the config says.
+        "install" => files.install(ctx.require("source")?, ctx.require("dest")?, None)?,
         "reboot-flood" => {
             for _ in 0..1000 {
                 ctx.power().request_reboot("again")?;
