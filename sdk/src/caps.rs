@@ -84,6 +84,11 @@ impl Files {
 pub struct Kmod(pub(crate) ());
 
 impl Kmod {
+    /// `depmod -a RELEASE`: after installing a module under `/lib/modules/RELEASE`.
+    pub fn depmod(&self, release: &str) -> Result<(), CapError> {
+        kmod::depmod(release)
+    }
+
     /// `modprobe NAME PARAMS...`
     pub fn load(&self, name: &str, params: &[String]) -> Result<(), CapError> {
         kmod::load(name, params)

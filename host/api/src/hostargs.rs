@@ -50,6 +50,40 @@ pub fn module_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The longest kernel release nodewright accepts (`uname -r`; `__NEW_UTS_LEN` is 64).
+pub const MAX_KERNEL_RELEASE: usize = 64;
+
+/// A kernel release as `uname -r` prints it and `/lib/modules/<release>` names it:
+/// `[A-Za-z0-9._+~-]`, starting with a letter or digit, no `..`, at most
+/// [`MAX_KERNEL_RELEASE`] characters — neither an option nor a path.
+pub fn kernel_release(release: &str) -> Result<(), String> {
+    let Some(first) = release.chars().next() else {
+        return Err("a kernel release must not be empty".into());
+    };
+    if release.len() > MAX_KERNEL_RELEASE {
+        return Err(format!(
+            "a kernel release has at most {MAX_KERNEL_RELEASE} characters"
+        ));
+    }
+    if !first.is_ascii_alphanumeric() {
+        return Err(format!(
+            "{release:?} must start with a letter or a digit, as `uname -r` does"
+        ));
+    }
+    if let Some(bad) = release
+        .chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '~' | '-')))
+    {
+        return Err(format!(
+            "{release:?} contains {bad:?}; kernel releases use only A-Z, a-z, 0-9, '.', '_', '+', '~' and '-'"
+        ));
+    }
+    if release.contains("..") {
+        return Err(format!("{release:?} contains '..'"));
+    }
+    Ok(())
+}
+
 /// A module parameter as `modprobe` takes it: `key=value`. The key is `[A-Za-z0-9_-]`
 /// and does not start with `-`; the value has no control characters and no whitespace
 /// unless the whole value is in double quotes (the kernel's own quoting), and no other
@@ -189,6 +223,31 @@ mod tests {
     fn a_command_argument_holds_anything_but_nul() {
         assert!(command_arg("--flag=a b\n").is_ok());
         assert!(command_arg("a\0b").unwrap_err().contains("NUL byte at 1"));
+    }
+
+    #[test]
+    fn kernel_releases() {
+        for ok in [
+            "6.8.0-45-generic",
+            "5.14.0-427.13.1.el9_4.x86_64",
+            "6.1.0+rpt-arm64",
+            "6.6~rc1",
+        ] {
+            assert_eq!(kernel_release(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "-a",
+            ".6",
+            "6.8/../..",
+            "6..8",
+            "6 8",
+            "6.8\n",
+            "x/y",
+            &"1".repeat(65),
+        ] {
+            assert!(kernel_release(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -12,6 +12,8 @@ use crate::ops::ServiceVerb;
 
 /// `modprobe` on the host.
 pub const MODPROBE: &str = "/sbin/modprobe";
+/// `depmod` on the host.
+pub const DEPMOD: &str = "/sbin/depmod";
 /// `systemctl` on the host.
 pub const SYSTEMCTL: &str = "/bin/systemctl";
 
@@ -38,6 +40,12 @@ pub fn modprobe_load(name: &str, params: &[String]) -> Result<Vec<String>> {
 pub fn modprobe_unload(name: &str) -> Result<Vec<String>> {
     hostargs::module_name(name).map_err(|r| invalid("kernel module", r))?;
     Ok(owned(&[MODPROBE, "-r", "--", name]))
+}
+
+/// `depmod -a -- RELEASE`
+pub fn depmod(release: &str) -> Result<Vec<String>> {
+    hostargs::kernel_release(release).map_err(|r| invalid("kernel release", r))?;
+    Ok(owned(&[DEPMOD, "-a", "--", release]))
 }
 
 /// `systemctl VERB -- UNIT`

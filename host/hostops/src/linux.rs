@@ -102,6 +102,10 @@ impl HostOps for LinuxHost {
         self.helper(argv::modprobe_unload(name)?).map(drop)
     }
 
+    fn depmod(&self, release: &str) -> Result<()> {
+        self.helper(argv::depmod(release)?).map(drop)
+    }
+
     fn kmod_is_loaded(&self, name: &str) -> Result<bool> {
         // /sys/module/<name> also lists built-ins; /proc/modules only loadable ones, which is
         // what load/unload act on.

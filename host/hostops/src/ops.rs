@@ -100,6 +100,8 @@ pub trait HostOps: Send + Sync + fmt::Debug {
     fn kmod_unload(&self, name: &str) -> Result<()>;
     /// Whether a kernel module is loaded.
     fn kmod_is_loaded(&self, name: &str) -> Result<bool>;
+    /// Rebuilds the module dependency lists of kernel `release` (`depmod -a`).
+    fn depmod(&self, release: &str) -> Result<()>;
     /// Runs a systemctl verb on a unit.
     fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()>;
     /// Reads a unit's state.

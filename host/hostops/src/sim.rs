@@ -67,6 +67,11 @@ pub enum HostAction {
     },
     /// `systemctl daemon-reload`.
     DaemonReload,
+    /// `depmod -a` for a kernel release.
+    Depmod {
+        /// The release.
+        release: String,
+    },
     /// A command run.
     Exec {
         /// Host path.
@@ -101,6 +106,7 @@ impl std::fmt::Display for HostAction {
             HostAction::KmodUnload { name } => write!(f, "modprobe -r {name}"),
             HostAction::Service { verb, unit } => write!(f, "systemctl {verb} {unit}"),
             HostAction::DaemonReload => f.write_str("systemctl daemon-reload"),
+            HostAction::Depmod { release } => write!(f, "depmod {release}"),
             HostAction::Exec { path, args, status } => {
                 write!(
                     f,
@@ -408,6 +414,13 @@ impl HostOps for SimHost {
         self.write_local("proc/modules", &kept)?;
         self.record(HostAction::KmodUnload {
             name: name.to_string(),
+        })
+    }
+
+    fn depmod(&self, release: &str) -> Result<()> {
+        self.run_helper(argv::depmod(release)?)?;
+        self.record(HostAction::Depmod {
+            release: release.to_string(),
         })
     }
 

@@ -34,6 +34,19 @@ impl kmod::Host for CapState {
         .await
     }
 
+    async fn depmod(&mut self, release: String) -> Result<(), CapError> {
+        // Linked only when some module is granted, so the grant check is the link itself.
+        if let Err(reason) = hostargs::kernel_release(&release) {
+            return Err(self.deny_with(Capability::Kmod, "depmod", &release, reason));
+        }
+        if let Some(e) = self.refuse_write(Capability::Kmod, "depmod") {
+            return Err(e);
+        }
+        let r = release.clone();
+        self.host(Capability::Kmod, "depmod", &release, move |h| h.depmod(&r))
+            .await
+    }
+
     async fn is_loaded(&mut self, name: String) -> Result<bool, CapError> {
         let checked = self.grants.check_module(&name);
         self.check_name(Capability::Kmod, "is-loaded", &name, checked, false)?;

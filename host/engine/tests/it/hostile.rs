@@ -582,3 +582,39 @@ async fn install_one(
     }
     run.stage(host, stage).await.expect("runs").result
 }
+
+/// `kmod.depmod`: runs `depmod -a -- RELEASE` for a release that is neither an option nor a
+/// path, only where the host may change.
+#[tokio::test]
+async fn depmod_takes_only_a_kernel_release_and_only_when_the_host_may_change() {
+    let plugin = load(nodewright_artifacts::HOSTILE);
+    let tmp = fixture();
+    let host = sim(tmp.path());
+    let depmod = |release: &'static str, stage| {
+        let host = host.clone();
+        let plugin = &plugin;
+        async move {
+            let config = [("attack", "depmod"), ("release", release)];
+            Run::new(plugin, "hostile", GRANTS)
+                .config(&config)
+                .stage(&host, stage)
+                .await
+                .expect("runs")
+                .result
+        }
+    };
+    let ok = depmod("6.8.0-45-generic", RunStage::Apply).await;
+    assert!(ok.is_ok(), "{ok:?}");
+    assert_eq!(
+        SimHost::argv_log(tmp.path()),
+        [["/sbin/depmod", "-a", "--", "6.8.0-45-generic"]]
+    );
+    for bad in ["-a", "../../etc", "6.8/x"] {
+        match depmod(bad, RunStage::Apply).await {
+            Err(StepFailure::Denied(d)) => assert_eq!(d.capability, "kmod", "{bad}"),
+            other => panic!("{bad}: expected a denial, got {other:?}"),
+        }
+    }
+    assert!(depmod("6.8.0-45-generic", RunStage::Plan).await.is_err());
+    assert_eq!(SimHost::argv_log(tmp.path()).len(), 1, "nothing else ran");
+}

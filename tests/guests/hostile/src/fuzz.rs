@@ -88,6 +88,15 @@ const VALUES: &[&str] = &[
 ];
 const MODULES: &[&str] = &["x", "-x", "nvidia/../../x", "x y", "nvidia"];
 const PARAMS: &[&str] = &["a=1", "-C", "a=1\ninstall x /bin/sh", "a=\"b c\"", "=1"];
+const RELEASES: &[&str] = &[
+    "6.8.0-45-generic",
+    "-a",
+    "../../etc",
+    "6..8",
+    "",
+    "6 8",
+    "x/y",
+];
 const COMMANDS: &[&str] = &["/x", "/bin/sh", "/x/../bin/sh", "x", "/usr/bin/./x"];
 /// Payload sources for `files.install`: the test's payload `fw` holds `lib/VERSION`,
 /// `bin/tool` and (planted, as no unpacked tree would) a link out and a FIFO.
@@ -169,7 +178,7 @@ pub fn fuzz(ctx: &Context) -> Result<Outcome, StepError> {
     let files = ctx.files();
     for _ in 0..ops {
         let p = path(&mut rng);
-        match rng.below(19) {
+        match rng.below(20) {
             0 => t.record("read", &p, files.read(&p)),
             1 => {
                 let size = [0usize, 10, 4096, 1 << 20][rng.below(4)];
@@ -232,6 +241,10 @@ pub fn fuzz(ctx: &Context) -> Result<Outcome, StepError> {
                 let src = rng.pick(SOURCES);
                 let mode = [None, Some(0o644u32), Some(0o4755)][rng.below(3)];
                 t.record("install", src, files.install(src, &p, mode));
+            }
+            18 => {
+                let r = rng.pick(RELEASES);
+                t.record("kmod.depmod", r, ctx.kmod().depmod(r));
             }
             _ => t.record("request-reboot", "", ctx.power().request_reboot("fuzz")),
         }

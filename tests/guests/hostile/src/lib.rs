@@ -238,6 +238,7 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             }
             return Ok(Outcome::converged().with_message(report.join(" ")));
         }
+        "depmod" => ctx.kmod().depmod(ctx.require("release")?)?,
         // One payload install, as the config says.
         "install" => files.install(ctx.require("source")?, ctx.require("dest")?, None)?,
         "reboot-flood" => {
