@@ -9,6 +9,7 @@ use std::process::Command;
 const GUESTS: &[(&str, &str)] = &[
     ("SYSCTL", "nodewright-plugin-sysctl"),
     ("KERNEL_MODULE", "nodewright-plugin-kernel-module"),
+    ("DRIVER", "nodewright-plugin-driver"),
     ("FILES", "nodewright-plugin-files"),
     ("SYSTEMD", "nodewright-plugin-systemd"),
     ("SHELL", "nodewright-plugin-shell"),

@@ -217,6 +217,11 @@ impl SimHost {
         let _ = std::fs::remove_dir_all(&run);
         std::fs::create_dir_all(&run).map_err(|e| HostError::io("create", &run, e))?;
         // Modules do not survive a reboot; the ones configured to load at boot come back.
+        let sys = self.root.join("sys/module");
+        if sys.exists() {
+            std::fs::remove_dir_all(&sys).map_err(|e| HostError::io("remove", &sys, e))?;
+        }
+        let mut boot_loaded = Vec::new();
         let mut modules = String::new();
         if let Ok(entries) = std::fs::read_dir(self.root.join("etc/modules-load.d")) {
             for entry in entries.flatten() {
@@ -230,16 +235,45 @@ impl SimHost {
                         && !modules_contains(&modules, name)
                     {
                         modules.push_str(&format!("{} 0 0 - Live 0x0\n", name.replace('-', "_")));
+                        boot_loaded.push(name.to_string());
                     }
                 }
             }
         }
         self.write_local("proc/modules", &modules)?;
+        for name in &boot_loaded {
+            self.sys_module_loaded(name)?;
+        }
         self.write_local("proc/sys/kernel/random/boot_id", &boot_id)?;
         self.record(HostAction::Rebooted {
             boot_id: boot_id.clone(),
         })?;
         Ok(boot_id)
+    }
+
+    /// What the kernel shows of a module it loaded: `/sys/module/<name>/refcnt` (0), and
+    /// `version` when the module file modprobe would take (`/lib/modules/<release>/updates/
+    /// <name>.ko`, where installed modules go) declares one in its modinfo, as a real
+    /// module's `.modinfo` section does (`version=…`, NUL-terminated).
+    fn sys_module_loaded(&self, name: &str) -> Result<()> {
+        let want = name.replace('-', "_");
+        let release = self.proc.read_opt("kernel/osrelease").unwrap_or_default();
+        let file = self
+            .root
+            .join("lib/modules")
+            .join(release.trim())
+            .join("updates")
+            .join(format!("{name}.ko"));
+        self.write_local(&format!("sys/module/{want}/refcnt"), "0\n")?;
+        if let Ok(bytes) = std::fs::read(&file)
+            && let Some(version) = modinfo_version(&bytes)
+        {
+            self.write_local(
+                &format!("sys/module/{want}/version"),
+                &format!("{version}\n"),
+            )?;
+        }
+        Ok(())
     }
 
     fn write_local(&self, rel: &str, contents: &str) -> Result<()> {
@@ -392,6 +426,7 @@ impl HostOps for SimHost {
                 "proc/modules",
                 &format!("{modules}{} 0 0 - Live 0x0\n", name.replace('-', "_")),
             )?;
+            self.sys_module_loaded(name)?;
         }
         self.record(HostAction::KmodLoad {
             name: name.to_string(),
@@ -412,6 +447,10 @@ impl HostOps for SimHost {
             .map(|l| format!("{l}\n"))
             .collect();
         self.write_local("proc/modules", &kept)?;
+        let sys = self.root.join("sys/module").join(&want);
+        if sys.exists() {
+            std::fs::remove_dir_all(&sys).map_err(|e| HostError::io("remove", &sys, e))?;
+        }
         self.record(HostAction::KmodUnload {
             name: name.to_string(),
         })
@@ -531,6 +570,14 @@ impl HostOps for SimHost {
     fn node_info(&self) -> NodeInfo {
         node_info(&self.fs, &self.proc, &self.identity, std::env::consts::ARCH)
     }
+}
+
+/// The `version=` entry of a module's modinfo strings, if it has one.
+pub fn modinfo_version(module: &[u8]) -> Option<String> {
+    const KEY: &[u8] = b"\0version=";
+    let at = module.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let end = module[at..].iter().position(|&b| b == 0)? + at;
+    String::from_utf8(module[at..end].to_vec()).ok()
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ use crate::cargo::{self, Built, cargo, musl_triple};
 use crate::{cross, workspace};
 
 /// The first-party plugins, by package and published name.
-const PLUGINS: [(&str, &str); 5] = [
+const PLUGINS: [(&str, &str); 6] = [
+    ("nodewright-plugin-driver", "driver"),
     ("nodewright-plugin-files", "files"),
     ("nodewright-plugin-kernel-module", "kernel-module"),
     ("nodewright-plugin-shell", "shell"),

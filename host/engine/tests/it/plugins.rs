@@ -10,7 +10,7 @@ use common::{Run, grants, load, sim};
 use nodewright_engine::{
     Capability, RequestedInterrupt, RunStage, StageOutcome, StepFailure, check_grants,
 };
-use nodewright_hostops::{HostAction, ServiceVerb};
+use nodewright_hostops::{HostAction, HostOps as _, ServiceVerb};
 
 fn ok(report: nodewright_engine::RunReport) -> StageOutcome {
     report
@@ -360,4 +360,119 @@ fn grant_check_reports_missing_and_excess() {
         check.hints,
         ["grant it with spec.packages.tuning.capabilities.sysctl"]
     );
+}
+
+/// A payload module with a modinfo `version=` entry, as a driver's `.ko` carries one.
+fn module_file(version: &str) -> Vec<u8> {
+    let mut bytes = b"\x7fELF".to_vec();
+    bytes.extend(std::iter::repeat_n(0x5a, 100_000));
+    bytes.extend_from_slice(format!("\0license=GPL\0version={version}\0").as_bytes());
+    bytes.extend(std::iter::repeat_n(0xa5, 50_000));
+    bytes
+}
+
+/// The `driver` plugin on a simulated node: the loaded module is replaced in place when it
+/// is idle, at a reboot when it is in use; `plan` reports the version change and touches
+/// nothing; the installed file is the payload's, byte for byte.
+#[tokio::test(flavor = "multi_thread")]
+async fn driver_installs_the_payload_module_and_swaps_it_idle_or_at_a_reboot() {
+    let plugin = load(nodewright_artifacts::DRIVER);
+    let tmp = tempfile::tempdir().unwrap();
+    let host = sim(tmp.path());
+    let root = tmp.path();
+    // The node: kernel 6.1.0-nodewright-sim (the simulated node's), nvidia 550.54.14 loaded.
+    std::fs::write(root.join("proc/modules"), "nvidia 1 0 - Live 0x0\n").unwrap();
+    std::fs::create_dir_all(root.join("sys/module/nvidia")).unwrap();
+    std::fs::write(root.join("sys/module/nvidia/version"), "550.54.14\n").unwrap();
+    std::fs::write(root.join("sys/module/nvidia/refcnt"), "0\n").unwrap();
+    std::fs::create_dir_all(root.join("lib/modules/6.1.0-nodewright-sim/kernel")).unwrap();
+    let payload = tempfile::tempdir().unwrap();
+    let ko = payload.path().join("nvidia.ko");
+    std::fs::write(&ko, module_file("560.35.03")).unwrap();
+    let g = [
+        "files=/lib/modules:rw",
+        "files=/sys/module",
+        "kmod=nvidia",
+        "power",
+    ];
+    let config = [("module", "nvidia")];
+    let mut run = Run::new(&plugin, "gpu", &g).config(&config);
+    run.payloads = vec![("driver", payload.path().to_path_buf())];
+    let dest = root.join("lib/modules/6.1.0-nodewright-sim/updates/nvidia.ko");
+
+    let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
+    let seen: Vec<(String, String)> = plan
+        .changes
+        .iter()
+        .map(|c| (c.target.clone(), c.detail.clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "/lib/modules/6.1.0-nodewright-sim/updates/nvidia.ko".to_string(),
+                "install nvidia 560.35.03".to_string()
+            ),
+            ("nvidia".to_string(), "550.54.14 -> 560.35.03".to_string()),
+        ]
+    );
+    assert_eq!(plan.interrupt, RequestedInterrupt::None);
+    assert!(
+        host.recorded().is_empty() && !dest.exists(),
+        "plan touches nothing"
+    );
+
+    ok(run.stage(&host, RunStage::Apply).await.unwrap());
+    assert_eq!(std::fs::read(&dest).unwrap(), std::fs::read(&ko).unwrap());
+    assert_eq!(
+        host.recorded(),
+        [
+            HostAction::Depmod {
+                release: "6.1.0-nodewright-sim".into()
+            },
+            HostAction::KmodUnload {
+                name: "nvidia".into()
+            },
+            HostAction::KmodLoad {
+                name: "nvidia".into(),
+                params: vec![]
+            },
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("sys/module/nvidia/version")).unwrap(),
+        "560.35.03\n",
+        "the kernel runs the installed module"
+    );
+    ok(run.stage(&host, RunStage::ApplyCheck).await.unwrap());
+    assert!(ok(run.stage(&host, RunStage::Plan).await.unwrap()).is_converged());
+
+    // The next version while the module is in use: installed now, swapped at the reboot.
+    std::fs::write(&ko, module_file("565.57.01")).unwrap();
+    std::fs::write(root.join("sys/module/nvidia/refcnt"), "3\n").unwrap();
+    let plan = ok(run.stage(&host, RunStage::Plan).await.unwrap());
+    assert_eq!(plan.interrupt, RequestedInterrupt::Reboot, "{plan:?}");
+    let applied = ok(run.stage(&host, RunStage::Apply).await.unwrap());
+    assert_eq!(applied.interrupt, RequestedInterrupt::Reboot);
+    assert_eq!(
+        std::fs::read_to_string(root.join("sys/module/nvidia/version")).unwrap(),
+        "560.35.03\n",
+        "still the old module until the reboot"
+    );
+    ok(run.stage(&host, RunStage::ApplyCheck).await.unwrap());
+    host.reboot().unwrap();
+    ok(run.stage(&host, RunStage::PostInterrupt).await.unwrap());
+    ok(run
+        .stage(&host, RunStage::PostInterruptCheck)
+        .await
+        .unwrap());
+    assert_eq!(
+        std::fs::read_to_string(root.join("sys/module/nvidia/version")).unwrap(),
+        "565.57.01\n"
+    );
+    assert!(ok(run.stage(&host, RunStage::Plan).await.unwrap()).is_converged());
+
+    ok(run.stage(&host, RunStage::Uninstall).await.unwrap());
+    assert!(!dest.exists());
+    assert!(!host.kmod_is_loaded("nvidia").unwrap());
 }
