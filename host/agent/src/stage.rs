@@ -371,10 +371,14 @@ async fn pull_and_prepare(
         nodewright_engine::Error::MissingGrants { .. } => (Blame::Denied, e.to_string()),
         e => host_fault(&e),
     })?;
-    let trees = pulled
-        .payloads
-        .into_iter()
-        .map(|p| (p.name, p.tree))
-        .collect();
+    let staged = match puller
+        .stage_payloads(&call.ask.plugin, &pulled.payloads, &|p| eprintln!("{p:?}"))
+        .await
+    {
+        Ok(s) => s,
+        Err(e) if e.is_retryable() => return Err(host_fault(&e)),
+        Err(e) => return Err((Blame::Config, e.to_string())),
+    };
+    let trees = staged.into_iter().map(|p| (p.name, p.tree)).collect();
     Ok((prepared, trees))
 }

@@ -407,7 +407,8 @@ mod tests {
     #[test]
     fn hostile_tars_are_refused_naming_the_entry() {
         use tar::EntryType as T;
-        let cases: Vec<(&str, Vec<u8>, fn(&Refusal) -> bool)> = vec![
+        type Case = (&'static str, Vec<u8>, fn(&Refusal) -> bool);
+        let cases: Vec<Case> = vec![
             ("../escape", one("../escape", T::Regular, 0o644), |r| {
                 *r == Refusal::Escapes
             }),

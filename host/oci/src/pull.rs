@@ -22,8 +22,9 @@ pub struct Pulled {
     pub layer_digest: String,
     /// The component.
     pub bytes: Vec<u8>,
-    /// The payloads, unpacked on the node, in the manifest's order.
-    pub payloads: Vec<PulledPayload>,
+    /// The payloads the artifact carries, in the manifest's order: listed, not fetched
+    /// ([`Puller::stage_payloads`] fetches them).
+    pub payloads: Vec<Payload>,
     /// Whether nothing was downloaded.
     pub from_cache: bool,
 }
@@ -39,6 +40,8 @@ pub struct PulledPayload {
     pub size: u64,
     /// Its read-only tree.
     pub tree: PathBuf,
+    /// Whether nothing was downloaded for it.
+    pub from_cache: bool,
 }
 
 /// Pulls pinned plugins through the node cache.
@@ -127,25 +130,43 @@ impl Puller {
                 b
             }
         };
-        let mut pulled = Vec::with_capacity(payloads.len());
-        for payload in payloads {
-            let (tree, cached) = self.payload(reference, &payload, progress).await?;
-            from_cache &= cached;
-            pulled.push(PulledPayload {
-                name: payload.name,
-                digest: payload.layer.digest,
-                size: payload.layer.size.max(0) as u64,
-                tree,
-            });
-        }
         Ok(Pulled {
             reference: pinned.clone(),
             manifest_digest,
             layer_digest: layer.digest,
             bytes,
-            payloads: pulled,
+            payloads,
             from_cache,
         })
+    }
+
+    /// Fetches `payloads` of `reference` (from its [`Pulled`]) into the node cache and
+    /// unpacks them, within the registry's pull deadline: what is there already is used as
+    /// it is, a download cut off earlier is resumed. Separate from [`Puller::pull_pinned`]
+    /// so that what only checks a plugin (the operator) never downloads its payloads.
+    pub async fn stage_payloads(
+        &self,
+        reference: &PinnedRef,
+        payloads: &[Payload],
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Vec<PulledPayload>> {
+        self.registry
+            .bounded(reference.as_str(), async {
+                let mut staged = Vec::with_capacity(payloads.len());
+                for payload in payloads {
+                    let (tree, from_cache) =
+                        self.payload(reference.as_str(), payload, progress).await?;
+                    staged.push(PulledPayload {
+                        name: payload.name.clone(),
+                        digest: payload.layer.digest.clone(),
+                        size: payload.layer.size.max(0) as u64,
+                        tree,
+                        from_cache,
+                    });
+                }
+                Ok(staged)
+            })
+            .await
     }
 
     /// A payload's tree: from the cache, else its blob streamed to disk (resuming what an

@@ -21,8 +21,6 @@
 //! Grants: `files: [{path: /lib/modules, access: readWrite}, {path: /sys/module, access:
 //! read}]`, `kernelModules: [<module>]`, and `interrupt: {type: reboot}` on the package.
 
-use std::io::Read as _;
-
 use nodewright_sdk::{
     Change, Context, Interrupt, Outcome, Package, Stage, StepError, export_package, log,
 };

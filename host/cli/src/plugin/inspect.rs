@@ -88,8 +88,8 @@ fn print_json(source: &Source, check: Option<&GrantCheck>) -> anyhow::Result<()>
         "imports": imports,
         "payloads": source.payloads.iter().map(|p| json!({
             "name": p.name,
-            "size": p.size,
-            "digest": p.digest,
+            "size": p.layer.size,
+            "digest": p.layer.digest,
         })).collect::<Vec<_>>(),
     });
     if let Some(check) = check {
@@ -140,8 +140,8 @@ fn print_text(source: &Source, check: Option<&GrantCheck>) {
             println!(
                 "  {:<24} {:>10}  {}",
                 p.name.as_str(),
-                super::human_size(p.size as usize),
-                p.digest
+                super::human_size(p.layer.size.max(0) as usize),
+                p.layer.digest
             );
         }
     }

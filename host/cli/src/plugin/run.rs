@@ -182,11 +182,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let prepared = engine
         .prepare(&source.plugin, &grants)
         .with_context(|| source.display.clone())?;
-    let pulled = source
-        .payloads
-        .iter()
-        .map(|p| (p.name.clone(), p.tree.clone()))
-        .collect();
+    let pulled = super::source::stage(&source, &args.registry).await?;
     let payloads = super::payloads::stage_local(&super::cache_root()?, &args.payloads, pulled)?;
     std::fs::create_dir_all(&args.root)
         .with_context(|| format!("cannot create {}", args.root.display()))?;

@@ -1,12 +1,16 @@
 //! Where a plugin comes from: a file, or an OCI reference pulled through the local cache.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
 use nodewright_api::agent::RegistryCa;
+use nodewright_api::payload::PayloadName;
+use nodewright_api::pinned::PinnedRef;
 use nodewright_engine::{Engine, LoadedPlugin};
+use nodewright_oci::payload::Payload;
 use nodewright_oci::{Credentials, NodeCache, Progress, Puller, Registry, RegistryConfig};
 
 /// Registry flags shared by the commands that talk to registries.
@@ -90,8 +94,31 @@ pub struct Source {
     pub display: String,
     /// For references: whether the artifact came from the local cache.
     pub pulled_from_cache: Option<bool>,
-    /// For references: the artifact's payloads, unpacked in the local cache.
-    pub payloads: Vec<nodewright_oci::PulledPayload>,
+    /// For references: the pinned reference.
+    pub pinned: Option<PinnedRef>,
+    /// For references: the artifact's payloads, listed ([`stage`] fetches them).
+    pub payloads: Vec<Payload>,
+}
+
+/// The payloads of a pulled reference, fetched into the local cache (laid out like a
+/// node's) and unpacked, by name; none for a file.
+pub async fn stage(
+    source: &Source,
+    registry: &RegistryArgs,
+) -> anyhow::Result<BTreeMap<PayloadName, PathBuf>> {
+    let Some(pinned) = source
+        .pinned
+        .as_ref()
+        .filter(|_| !source.payloads.is_empty())
+    else {
+        return Ok(BTreeMap::new());
+    };
+    let cache = NodeCache::open(&super::cache_root()?)?;
+    let puller = Puller::new(Registry::new(registry.config()?), cache);
+    let staged = puller
+        .stage_payloads(pinned, &source.payloads, &print_progress)
+        .await?;
+    Ok(staged.into_iter().map(|p| (p.name, p.tree)).collect())
 }
 
 /// Whether `s` names an OCI reference rather than a file.
@@ -131,6 +158,7 @@ pub async fn load(
             load_time,
             display: source.to_string(),
             pulled_from_cache: None,
+            pinned: None,
             payloads: Vec::new(),
         });
     }
@@ -144,6 +172,7 @@ pub async fn load(
         load_time: started.elapsed(),
         display: pulled.reference.to_string(),
         pulled_from_cache: Some(pulled.from_cache),
+        pinned: Some(pulled.reference.clone()),
         payloads: pulled.payloads,
     })
 }

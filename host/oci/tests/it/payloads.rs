@@ -7,7 +7,7 @@ use std::path::Path;
 
 use nodewright_api::payload::PayloadName;
 use nodewright_oci::payload::pack;
-use nodewright_oci::{Error, NodeCache, Puller, Pushed, Registry};
+use nodewright_oci::{Error, NodeCache, Pulled, PulledPayload, Puller, Pushed, Registry};
 use nodewright_testregistry::TestRegistry;
 
 /// A driver-like payload directory (a module of `size` bytes and a nested file) and a
@@ -42,6 +42,16 @@ async fn push_with(registry: &Registry, reference: &str, p: Vec<(PayloadName, Ve
         .expect("push")
 }
 
+async fn try_stage(puller: &Puller, pulled: &Pulled) -> Result<Vec<PulledPayload>, Error> {
+    puller
+        .stage_payloads(&pulled.reference, &pulled.payloads, &|_| {})
+        .await
+}
+
+async fn stage(puller: &Puller, pulled: &Pulled) -> Vec<PulledPayload> {
+    try_stage(puller, pulled).await.expect("staged")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn payloads_travel_in_the_manifest_and_land_as_read_only_trees() {
     nodewright_testregistry::require!(Registry);
@@ -54,17 +64,26 @@ async fn payloads_travel_in_the_manifest_and_land_as_read_only_trees() {
 
     let cache_dir = tempfile::tempdir().unwrap();
     let puller = Puller::new(registry, NodeCache::open(cache_dir.path()).unwrap());
-    let pulled = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
-    assert!(!pulled.from_cache);
-    let names: Vec<&str> = pulled.payloads.iter().map(|p| p.name.as_str()).collect();
+    let listed = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    assert!(!listed.from_cache);
+    assert!(
+        std::fs::read_dir(cache_dir.path().join("trees/sha256"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "pulling the component lists the payloads and fetches none of them"
+    );
+    let pulled = stage(&puller, &listed).await;
+    assert!(pulled.iter().all(|p| !p.from_cache));
+    let names: Vec<&str> = pulled.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["driver", "firmware"]);
-    let tree = &pulled.payloads[0].tree;
+    let tree = &pulled[0].tree;
     assert_eq!(
         std::fs::read(tree.join("lib/modules/nvidia.ko")).unwrap(),
         std::fs::read(driver.join("lib/modules/nvidia.ko")).unwrap()
     );
     assert_eq!(
-        std::fs::read(pulled.payloads[1].tree.join("gsp.bin")).unwrap(),
+        std::fs::read(pulled[1].tree.join("gsp.bin")).unwrap(),
         b"firmware blob"
     );
     use std::os::unix::fs::PermissionsExt as _;
@@ -81,8 +100,14 @@ async fn payloads_travel_in_the_manifest_and_land_as_read_only_trees() {
     );
 
     let again = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
-    assert!(again.from_cache, "payloads are served by the node cache");
-    assert_eq!(again.payloads, pulled.payloads);
+    assert!(again.from_cache);
+    let again = stage(&puller, &again).await;
+    assert!(
+        again.iter().all(|p| p.from_cache),
+        "payloads are served by the node cache"
+    );
+    let trees = |s: &[PulledPayload]| s.iter().map(|p| p.tree.clone()).collect::<Vec<_>>();
+    assert_eq!(trees(&again), trees(&pulled));
 
     // The manifest digest covers every payload byte.
     std::fs::write(driver.join("VERSION"), b"560.35.04\n").unwrap();
@@ -93,20 +118,22 @@ async fn payloads_travel_in_the_manifest_and_land_as_read_only_trees() {
         "the component is the same"
     );
     let next = puller.pull_pinned(&changed.pinned, &|_| {}).await.unwrap();
+    let next = stage(&puller, &next).await;
+    assert!(
+        next[1].from_cache,
+        "an unchanged payload is not fetched again"
+    );
     assert_eq!(
-        next.payloads[1], pulled.payloads[1],
+        next[1].tree, pulled[1].tree,
         "an unchanged payload is one copy"
     );
-    assert_ne!(next.payloads[0].tree, pulled.payloads[0].tree);
+    assert_ne!(next[0].tree, pulled[0].tree);
 
     // Collected with the last manifest that names them.
     let keep = [changed.manifest_digest.clone()].into_iter().collect();
     puller.cache().gc(&keep).unwrap();
-    assert!(
-        !pulled.payloads[0].tree.exists(),
-        "the old driver tree is collected"
-    );
-    assert!(next.payloads[0].tree.exists() && next.payloads[1].tree.exists());
+    assert!(!pulled[0].tree.exists(), "the old driver tree is collected");
+    assert!(next[0].tree.exists() && next[1].tree.exists());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -132,9 +159,10 @@ async fn an_interrupted_download_resumes_and_wrong_bytes_are_never_used() {
     let partial = cache.partial_path(&layer.digest).unwrap();
     std::fs::write(&partial, &tar[..tar.len() / 2]).unwrap();
     let puller = Puller::new(registry, cache);
-    let pulled = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    let listed = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    let pulled = stage(&puller, &listed).await;
     assert_eq!(
-        std::fs::read(pulled.payloads[0].tree.join("VERSION")).unwrap(),
+        std::fs::read(pulled[0].tree.join("VERSION")).unwrap(),
         b"560.35.03\n"
     );
     assert!(!partial.exists());
@@ -146,16 +174,14 @@ async fn an_interrupted_download_resumes_and_wrong_bytes_are_never_used() {
     let partial = cache.partial_path(&layer.digest).unwrap();
     std::fs::write(&partial, vec![0u8; tar.len() / 2]).unwrap();
     let puller = Puller::new(Registry::new(config(&reg)), cache);
-    let err = puller
-        .pull_pinned(&pushed.pinned, &|_| {})
-        .await
-        .unwrap_err();
+    let listed = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    let err = try_stage(&puller, &listed).await.unwrap_err();
     assert!(
         matches!(&err, Error::DigestMismatch { expected, .. } if *expected == layer.digest),
         "{err}"
     );
     assert!(!partial.exists(), "wrong bytes are not kept");
-    puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    try_stage(&puller, &listed).await.unwrap();
 
     // The registry serving other bytes for the payload: refused, no tree, no blob kept.
     let mut evil = tar.clone();
@@ -167,10 +193,8 @@ async fn an_interrupted_download_resumes_and_wrong_bytes_are_never_used() {
         Registry::new(config(&reg)),
         NodeCache::open(third.path()).unwrap(),
     );
-    let err = puller
-        .pull_pinned(&pushed.pinned, &|_| {})
-        .await
-        .unwrap_err();
+    let listed = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    let err = try_stage(&puller, &listed).await.unwrap_err();
     assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
     let trees: Vec<_> = std::fs::read_dir(third.path().join("trees/sha256"))
         .unwrap()
@@ -205,10 +229,8 @@ async fn a_payload_past_the_limit_is_refused_before_a_byte_is_fetched() {
         Registry::new(small),
         NodeCache::open(cache_dir.path()).unwrap(),
     );
-    let err = puller
-        .pull_pinned(&pushed.pinned, &|_| {})
-        .await
-        .unwrap_err();
+    let listed = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    let err = try_stage(&puller, &listed).await.unwrap_err();
     assert!(matches!(err, Error::TooLarge { limit: 4096, .. }), "{err}");
     assert!(
         std::fs::read_dir(cache_dir.path().join("blobs/sha256"))
