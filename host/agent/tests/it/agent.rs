@@ -506,3 +506,80 @@ async fn no_system_ca_certificates_is_not_a_panic() {
         "{r}"
     );
 }
+
+/// A package with a payload through the real agent: the `driver` plugin pushed with its
+/// module as a payload, pulled by digest with it, the module installed on the node from
+/// the payload (byte for byte) and loaded — and the payload's tree left in the node cache.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_reaches_the_node_through_the_agent() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start();
+    let src = tempfile::tempdir().unwrap();
+    let mut module = b"\x7fELF".to_vec();
+    module.extend(std::iter::repeat_n(0x42, 300_000));
+    module.extend_from_slice(b"\0version=560.35.03\0");
+    std::fs::write(src.path().join("nvidia.ko"), &module).unwrap();
+    let name = nodewright_api::payload::PayloadName::parse("driver").unwrap();
+    let tar = nodewright_oci::payload::pack(&name, src.path()).unwrap();
+    let registry = Registry::new(RegistryConfig {
+        insecure: vec![reg.host().into()],
+        ..Default::default()
+    });
+    let pinned: String = registry
+        .push_package(
+            &format!("{}/plugins/driver:1.0.0", reg.host()),
+            &nodewright_artifacts::read(nodewright_artifacts::DRIVER),
+            Default::default(),
+            &[(name, tar)],
+            &|_| {},
+        )
+        .await
+        .unwrap()
+        .pinned
+        .into();
+    let tmp = tempfile::tempdir().unwrap();
+    let host = node(tmp.path());
+    let release = host.node_info().kernel_release;
+    std::fs::create_dir_all(tmp.path().join("lib/modules").join(&release)).unwrap();
+    let caps = r#"{"files": [{"path": "/lib/modules", "access": "readWrite"}, {"path": "/sys/module", "access": "read"}], "kernelModules": ["nvidia"]}"#;
+    let (out, result) = agent(
+        tmp.path(),
+        &[
+            "run",
+            "--stage",
+            "apply",
+            "--package",
+            "gpu",
+            "--version",
+            "560.35.3",
+            "--plugin",
+            &pinned,
+            "--capabilities",
+            caps,
+            "--config",
+            r#"{"module": "nvidia"}"#,
+            "--insecure-registry",
+            reg.host(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{result} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(result["blame"], "none", "{result}");
+    let installed = tmp
+        .path()
+        .join("lib/modules")
+        .join(&release)
+        .join("updates/nvidia.ko");
+    assert_eq!(std::fs::read(installed).unwrap(), module);
+    assert!(host.kmod_is_loaded("nvidia").unwrap());
+    let trees = tmp.path().join("var/lib/nodewright/plugins/trees/sha256");
+    assert_eq!(
+        trees.read_dir().unwrap().count(),
+        1,
+        "the payload's tree is cached"
+    );
+}
