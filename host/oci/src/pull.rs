@@ -197,7 +197,7 @@ impl Puller {
         });
         let partial = self.cache.partial_path(digest)?;
         self.registry
-            .fetch_blob_to_file(reference, &payload.layer, u64::MAX, &partial)
+            .fetch_blob_to_file(reference, &payload.layer, &partial)
             .await?;
         self.cache.commit_partial(digest)?;
         let tree = self

@@ -383,24 +383,23 @@ impl Registry {
 }
 
 impl Registry {
-    /// Fetches a payload blob (bounded by `limit` and the payload limit) into `partial`, streaming: never more than a chunk in memory, the
-    /// digest computed as the bytes arrive, the declared size checked against `limit` before
-    /// the request and against the bytes as they come. A `partial` left by an interrupted
-    /// fetch is resumed with a range request when the registry honours it (its bytes are
-    /// hashed again first), and started over when it does not. On success `partial` holds
-    /// exactly the blob; on a wrong digest or a body past its size it is removed; on a
-    /// transport error it is kept for the next try.
+    /// Fetches a payload blob into `partial`, streaming: never more than a chunk in memory,
+    /// the digest computed as the bytes arrive, the declared size checked against the
+    /// payload limit before the request and against the bytes as they come. A `partial`
+    /// left by an interrupted fetch is resumed with a range request when the registry
+    /// honours it (its bytes are hashed again first), started over when it does not, and
+    /// only verified when it is already whole. On success `partial` holds exactly the blob;
+    /// on a wrong digest or a body past its size it is removed; on a transport error it is
+    /// kept for the next try.
     pub async fn fetch_blob_to_file(
         &self,
         pinned: &str,
         descriptor: &Descriptor,
-        limit: u64,
         partial: &Path,
     ) -> Result<()> {
         use sha2::Digest as _;
-        use std::io::{Read as _, Seek as _, Write as _};
-        let limit = limit.min(self.config.limits.max_payload_bytes);
-        let declared = declared_size(pinned, descriptor, limit)?;
+        use std::io::{Seek as _, Write as _};
+        let declared = declared_size(pinned, descriptor, self.config.limits.max_payload_bytes)?;
         let r = parse_reference(pinned)?;
         let cache_error = |e: std::io::Error| Error::cache(partial, e);
         let mut file = std::fs::OpenOptions::new()
@@ -416,23 +415,49 @@ impl Registry {
             file.set_len(0).map_err(cache_error)?;
             have = 0;
         }
+        let mismatch = |actual: String| {
+            let _ = std::fs::remove_file(partial);
+            Error::DigestMismatch {
+                reference: pinned.into(),
+                what: "layer".into(),
+                expected: descriptor.digest.clone(),
+                actual,
+            }
+        };
+        let hash_file = |file: &mut std::fs::File, len: u64| -> std::io::Result<sha2::Sha256> {
+            let mut hasher = sha2::Sha256::new();
+            file.rewind()?;
+            std::io::copy(&mut std::io::Read::take(&mut *file, len), &mut hasher)?;
+            Ok(hasher)
+        };
+        if have == declared {
+            // Whole already (a crash between the last byte and the rename): verify only.
+            let actual = format!(
+                "sha256:{}",
+                hex::encode(hash_file(&mut file, have).map_err(cache_error)?.finalize())
+            );
+            return if actual == descriptor.digest {
+                Ok(())
+            } else {
+                Err(mismatch(actual))
+            };
+        }
         let path = format!("blobs/{}", descriptor.digest);
         let range = (have > 0).then_some(have);
-        let mut response = self.get_response(pinned, &r, &path, None, range).await?;
-        let mut hasher = sha2::Sha256::new();
-        if range.is_some() && response.status() == reqwest::StatusCode::PARTIAL_CONTENT {
-            // Resume: the bytes already on disk count, hashed again.
-            file.rewind().map_err(cache_error)?;
-            let mut buf = vec![0u8; 1 << 16];
-            let mut left = have;
-            while left > 0 {
-                let n = file.read(&mut buf).map_err(cache_error)?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
-                left -= n as u64;
+        let mut response = match self.get_response(pinned, &r, &path, None, range).await {
+            // A range the registry cannot serve: start over.
+            Err(Error::Registry { detail, .. }) if range.is_some() && detail.contains("416") => {
+                have = 0;
+                self.get_response(pinned, &r, &path, None, None).await?
             }
+            other => other?,
+        };
+        let mut hasher = sha2::Sha256::new();
+        if have > 0 && response.status() == reqwest::StatusCode::PARTIAL_CONTENT {
+            // Resume: the bytes already on disk count, hashed again.
+            hasher = hash_file(&mut file, have).map_err(cache_error)?;
+            file.seek(std::io::SeekFrom::Start(have))
+                .map_err(cache_error)?;
             tracing::info!(digest = %descriptor.digest, bytes = have, "resuming an interrupted download");
         } else {
             file.set_len(0).map_err(cache_error)?;
@@ -440,21 +465,18 @@ impl Registry {
             have = 0;
         }
         let mut got = have;
-        let discard = |e: Error| {
-            let _ = std::fs::remove_file(partial);
-            e
-        };
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
                     got += chunk.len() as u64;
                     if got > declared {
-                        return Err(discard(Error::TooLarge {
+                        let _ = std::fs::remove_file(partial);
+                        return Err(Error::TooLarge {
                             reference: pinned.into(),
                             what: "layer (past its declared size)".into(),
                             size: got,
                             limit: declared,
-                        }));
+                        });
                     }
                     hasher.update(&chunk);
                     // Page-cache writes of one chunk: short enough to do in place.
@@ -462,7 +484,6 @@ impl Registry {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    let _ = file.flush();
                     return Err(Error::Unavailable {
                         reference: pinned.into(),
                         detail: format!(
@@ -484,12 +505,7 @@ impl Registry {
         }
         let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
         if actual != descriptor.digest {
-            return Err(discard(Error::DigestMismatch {
-                reference: pinned.into(),
-                what: "layer".into(),
-                expected: descriptor.digest.clone(),
-                actual,
-            }));
+            return Err(mismatch(actual));
         }
         file.sync_all().map_err(cache_error)?;
         Ok(())

@@ -126,7 +126,9 @@ fn protected(root: &Path) -> BTreeMap<PathBuf, String> {
         "srv/file.conf",
         "run",
         "var/lib/nodewright-sim",
+        // The simulated kernel's views, as on a node.
         "proc",
+        "sys",
     ];
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];

@@ -207,6 +207,19 @@ async fn an_interrupted_download_resumes_and_wrong_bytes_are_never_used() {
             .join(layer.digest.trim_start_matches("sha256:"))
             .exists()
     );
+
+    // A download that was whole when the agent died (before the rename): verified, not
+    // fetched again — the registry, still serving the wrong bytes, is never asked.
+    let fourth = tempfile::tempdir().unwrap();
+    let cache = NodeCache::open(fourth.path()).unwrap();
+    std::fs::write(cache.partial_path(&layer.digest).unwrap(), &tar).unwrap();
+    let puller = Puller::new(Registry::new(config(&reg)), cache);
+    let listed = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
+    let staged = try_stage(&puller, &listed).await.unwrap();
+    assert_eq!(
+        std::fs::read(staged[0].tree.join("VERSION")).unwrap(),
+        b"560.35.03\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
