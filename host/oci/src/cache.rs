@@ -170,6 +170,42 @@ impl NodeCache {
         Ok(self.path(Kind::Blob, digest)?.with_extension("partial"))
     }
 
+    /// Whether `payload`'s tree is here.
+    pub fn has_tree(&self, payload: &Payload) -> bool {
+        parse_digest(&payload.layer.digest)
+            .is_some_and(|hex| self.root.join(TREES).join(hex).is_dir())
+    }
+
+    /// Refuses (before a byte is fetched) `payloads` whose layers and unpacked trees would
+    /// leave fewer than `floor` bytes free on the cache's filesystem; what a partial
+    /// download already holds counts as there.
+    pub fn room_for(&self, reference: &str, payloads: &[&Payload], floor: u64) -> Result<()> {
+        let (mut size, mut needed) = (0u64, 0u64);
+        for payload in payloads {
+            let layer = u64::try_from(payload.layer.size).unwrap_or(0);
+            let partial = std::fs::metadata(self.partial_path(&payload.layer.digest)?)
+                .map_or(0, |m| m.len())
+                .min(layer);
+            size = size.saturating_add(layer);
+            needed = needed.saturating_add(layer - partial).saturating_add(layer);
+        }
+        let st = rustix::fs::statvfs(&self.root).map_err(|e| Error::cache(&self.root, e.into()))?;
+        let available = st.f_bavail.saturating_mul(st.f_frsize);
+        if available < needed.saturating_add(floor) {
+            let names: Vec<String> = payloads.iter().map(|p| p.name.to_string()).collect();
+            return Err(Error::NoRoom {
+                reference: reference.into(),
+                payload: names.join(", "),
+                size,
+                needed,
+                available,
+                floor,
+                path: self.root.display().to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// Makes a complete, verified [`NodeCache::partial_path`] the blob.
     pub fn commit_partial(&self, digest: &str) -> Result<()> {
         let blob = self.path(Kind::Blob, digest)?;

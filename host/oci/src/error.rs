@@ -118,6 +118,27 @@ pub enum Error {
         /// The deadline.
         seconds: f64,
     },
+    /// The node cache's filesystem has no room for a payload (its layer and its unpacked
+    /// tree) with the free-space floor kept; nothing was fetched.
+    #[error(
+        "{reference}: payload {payload} ({size} bytes) needs {needed} bytes in {path} (its layer and its unpacked tree) with {floor} left free; {available} are free"
+    )]
+    NoRoom {
+        /// The reference.
+        reference: String,
+        /// The payload's name.
+        payload: String,
+        /// Its layer's size.
+        size: u64,
+        /// Bytes it still needs.
+        needed: u64,
+        /// Bytes free now.
+        available: u64,
+        /// Bytes that must stay free.
+        floor: u64,
+        /// The cache's root.
+        path: String,
+    },
     /// A payload's tar holds an entry a payload may not (a link, a device, an escape, a
     /// setuid bit, more than its limits); nothing of it is used.
     #[error("{reference}: {source}")]
@@ -143,7 +164,10 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Unavailable { .. } | Error::CacheCorrupt { .. } | Error::Deadline { .. }
+            Error::Unavailable { .. }
+                | Error::CacheCorrupt { .. }
+                | Error::Deadline { .. }
+                | Error::NoRoom { .. }
         )
     }
 

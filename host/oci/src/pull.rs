@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use futures::{StreamExt as _, TryStreamExt as _};
+
 use nodewright_api::payload::PayloadName;
 use nodewright_api::pinned::PinnedRef;
 
@@ -43,6 +45,9 @@ pub struct PulledPayload {
     /// Whether nothing was downloaded for it.
     pub from_cache: bool,
 }
+
+/// Payload layers fetched at once.
+const PARALLEL_PAYLOADS: usize = 3;
 
 /// Pulls pinned plugins through the node cache.
 #[derive(Debug)]
@@ -141,8 +146,10 @@ impl Puller {
     }
 
     /// Fetches `payloads` of `reference` (from its [`Pulled`]) into the node cache and
-    /// unpacks them, within the registry's pull deadline: what is there already is used as
-    /// it is, a download cut off earlier is resumed. Separate from [`Puller::pull_pinned`]
+    /// unpacks them, a few layers at once, within the registry's pull deadline: what is
+    /// there already is used as it is, a download cut off earlier is resumed, and nothing
+    /// is fetched when the cache's filesystem has no room for all that is missing
+    /// ([`Error::NoRoom`]). Separate from [`Puller::pull_pinned`]
     /// so that what only checks a plugin (the operator) never downloads its payloads.
     pub async fn stage_payloads(
         &self,
@@ -150,23 +157,41 @@ impl Puller {
         payloads: &[Payload],
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Vec<PulledPayload>> {
+        let missing: Vec<&Payload> = payloads
+            .iter()
+            .filter(|p| !self.cache.has_tree(p))
+            .collect();
+        self.cache.room_for(
+            reference.as_str(),
+            &missing,
+            self.registry.limits().min_free_bytes,
+        )?;
         self.registry
-            .bounded(reference.as_str(), async {
-                let mut staged = Vec::with_capacity(payloads.len());
-                for payload in payloads {
-                    let (tree, from_cache) =
-                        self.payload(reference.as_str(), payload, progress).await?;
-                    staged.push(PulledPayload {
-                        name: payload.name.clone(),
-                        digest: payload.layer.digest.clone(),
-                        size: payload.layer.size.max(0) as u64,
-                        tree,
-                        from_cache,
-                    });
-                }
-                Ok(staged)
-            })
+            .bounded(
+                reference.as_str(),
+                futures::stream::iter(payloads)
+                    .map(|p| self.staged(reference.as_str(), p, progress))
+                    .buffered(PARALLEL_PAYLOADS)
+                    .try_collect(),
+            )
             .await
+    }
+
+    /// One payload staged.
+    async fn staged(
+        &self,
+        reference: &str,
+        payload: &Payload,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<PulledPayload> {
+        let (tree, from_cache) = self.payload(reference, payload, progress).await?;
+        Ok(PulledPayload {
+            name: payload.name.clone(),
+            digest: payload.layer.digest.clone(),
+            size: payload.layer.size.max(0) as u64,
+            tree,
+            from_cache,
+        })
     }
 
     /// A payload's tree: from the cache, else its blob streamed to disk (resuming what an

@@ -43,15 +43,21 @@ pub struct PullLimits {
     /// Wall-clock bound on a whole pull or resolve, so a registry that stalls or trickles
     /// cannot hold a caller forever.
     pub deadline: Duration,
+    /// Bytes that must stay free on the node cache's filesystem once a payload's layer and
+    /// its unpacked tree are there; a payload that would leave less is refused before a
+    /// byte is fetched.
+    pub min_free_bytes: u64,
 }
 
 impl Default for PullLimits {
-    /// 100 MiB (the engine's component size limit), 8 GiB per payload, 5 minutes.
+    /// 100 MiB (the engine's component size limit), 8 GiB per payload, 5 minutes, 256 MiB
+    /// left free (the sandbox's disk floor).
     fn default() -> Self {
         PullLimits {
             max_blob_bytes: 100 << 20,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             deadline: Duration::from_secs(300),
+            min_free_bytes: nodewright_api::limits::DEFAULT_MIN_FREE_BYTES,
         }
     }
 }

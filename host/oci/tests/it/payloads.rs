@@ -196,10 +196,11 @@ async fn an_interrupted_download_resumes_and_wrong_bytes_are_never_used() {
     let listed = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
     let err = try_stage(&puller, &listed).await.unwrap_err();
     assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
-    let trees: Vec<_> = std::fs::read_dir(third.path().join("trees/sha256"))
-        .unwrap()
-        .collect();
-    assert!(trees.is_empty(), "nothing unpacked from wrong bytes");
+    let hex = layer.digest.trim_start_matches("sha256:");
+    assert!(
+        !third.path().join("trees/sha256").join(hex).exists(),
+        "nothing unpacked from wrong bytes"
+    );
     assert!(
         !third
             .path()
@@ -245,6 +246,23 @@ async fn a_payload_past_the_limit_is_refused_before_a_byte_is_fetched() {
     let listed = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
     let err = try_stage(&puller, &listed).await.unwrap_err();
     assert!(matches!(err, Error::TooLarge { limit: 4096, .. }), "{err}");
+
+    // No room on the node for the payload and the floor: refused before a byte is
+    // fetched, naming the payload, its size and the free space; retryable (the node's).
+    let mut full = config(&reg);
+    full.limits.min_free_bytes = u64::MAX / 4;
+    let puller = Puller::new(
+        Registry::new(full),
+        NodeCache::open(cache_dir.path()).unwrap(),
+    );
+    let err = try_stage(&puller, &listed).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(&err, Error::NoRoom { payload, .. } if payload == "driver, firmware")
+            && text.contains("are free")
+            && err.is_retryable(),
+        "{text}"
+    );
     assert!(
         std::fs::read_dir(cache_dir.path().join("blobs/sha256"))
             .unwrap()
