@@ -5,6 +5,17 @@ include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
 
 pub mod crafted;
 
+/// One narrow grant for each capability the hostile guest ([`HOSTILE`]) imports, as
+/// `--grant` flags take them (it links only when each is granted).
+pub const HOSTILE_GRANTS: [&str; 6] = [
+    "files=/etc/app:rw",
+    "kmod=br_netfilter",
+    "service=containerd.service",
+    "sysctl=net.ipv4.ip_forward",
+    "command=/usr/bin/tool:--safe",
+    "power",
+];
+
 /// Reads a built component.
 pub fn read(path: &str) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("read {path}: {e}"))

@@ -329,17 +329,10 @@ fn a_payload_is_pushed_listed_and_read_by_the_plugin() {
     assert!(v["payloads"][0]["size"].as_u64().unwrap() > 9);
 
     let root = tmp.path().join("root");
-    let grants: Vec<&str> = [
-        "files=/etc/app:rw",
-        "kmod=br_netfilter",
-        "service=containerd.service",
-        "sysctl=net.ipv4.ip_forward",
-        "command=/usr/bin/tool:--safe",
-        "power",
-    ]
-    .iter()
-    .flat_map(|g| ["--grant", g])
-    .collect();
+    let grants: Vec<&str> = nodewright_artifacts::HOSTILE_GRANTS
+        .iter()
+        .flat_map(|g| ["--grant", g])
+        .collect();
     let run = |source: &str, extra: &[&str]| {
         let out = nodewright(
             &cache,

@@ -98,7 +98,7 @@ impl files::Host for CapState {
         let special_modes = self.check_mode("install", &normalized, mode)?;
         // The budget is spent on the payload file's size as it is now; the host checks the
         // bytes it copies against it.
-        let size = std::fs::metadata(tree.join(&rel)).map_or(0, |m| m.len());
+        let size = std::fs::symlink_metadata(tree.join(&rel)).map_or(0, |m| m.len());
         self.spend("install", &path, size, 1)?;
         let options = WriteOptions {
             mode,

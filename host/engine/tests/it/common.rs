@@ -107,16 +107,8 @@ impl<'a> Run<'a> {
     }
 }
 
-/// One narrow grant for each capability the hostile guest imports (it links only when each
-/// is granted).
-pub const EVERY_CAPABILITY: [&str; 6] = [
-    "files=/etc/app:rw",
-    "kmod=br_netfilter",
-    "service=containerd.service",
-    "sysctl=net.ipv4.ip_forward",
-    "command=/usr/bin/tool:--safe",
-    "power",
-];
+/// One narrow grant for each capability the hostile guest imports.
+pub const EVERY_CAPABILITY: [&str; 6] = nodewright_artifacts::HOSTILE_GRANTS;
 
 /// One attack of the hostile guest: its `attack` config, the grants, the limits, and a
 /// simulated node prepared by `setup`.
