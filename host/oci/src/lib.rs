@@ -51,6 +51,6 @@ pub use error::{Error, Result};
 pub use progress::Progress;
 pub use pull::{Pulled, PulledPayload, Puller};
 #[cfg(feature = "push")]
-pub use registry::{Blob, Pushed};
+pub use registry::{Blob, PayloadFile, Pushed};
 pub use registry::{DEFAULT_MAX_PAYLOAD_BYTES, Pem, PullLimits, Registry, RegistryConfig, pin};
 pub use tls::{prepare_roots, system_roots};

@@ -245,13 +245,74 @@ fn duplicate_or(e: std::io::Error) -> Refusal {
 /// what [`unpack`] would: links, special files, setuid/setgid/sticky bits.
 #[cfg(feature = "push")]
 pub fn pack(name: &PayloadName, path: &Path) -> Result<Vec<u8>, Unsafe> {
+    pack_into(name, path, Vec::new())
+}
+
+/// [`pack`], written to the file `dest` (created) instead of memory, for payloads of any
+/// size: returns its digest and size, computed as it was written.
+#[cfg(feature = "push")]
+pub fn pack_to(name: &PayloadName, path: &Path, dest: &Path) -> Result<(String, u64), Unsafe> {
+    use sha2::Digest as _;
+    let fail = |refusal: Refusal| Unsafe {
+        payload: name.to_string(),
+        entry: dest.display().to_string(),
+        refusal,
+    };
+    let file = std::fs::File::create(dest).map_err(|e| fail(Refusal::Io(e.to_string())))?;
+    let out = pack_into(
+        name,
+        path,
+        HashingWriter {
+            inner: std::io::BufWriter::with_capacity(1 << 20, file),
+            hasher: sha2::Sha256::new(),
+            size: 0,
+        },
+    )?;
+    let HashingWriter {
+        inner,
+        hasher,
+        size,
+    } = out;
+    inner
+        .into_inner()
+        .map_err(|e| fail(Refusal::Io(e.to_string())))?
+        .sync_all()
+        .map_err(|e| fail(Refusal::Io(e.to_string())))?;
+    Ok((format!("sha256:{}", hex::encode(hasher.finalize())), size))
+}
+
+/// A writer that hashes and counts what passes through it.
+#[cfg(feature = "push")]
+struct HashingWriter<W> {
+    inner: W,
+    hasher: sha2::Sha256,
+    size: u64,
+}
+
+#[cfg(feature = "push")]
+impl<W: std::io::Write> std::io::Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use sha2::Digest as _;
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(feature = "push")]
+fn pack_into<W: std::io::Write>(name: &PayloadName, path: &Path, sink: W) -> Result<W, Unsafe> {
     let fail = |entry: &Path, refusal: Refusal| Unsafe {
         payload: name.to_string(),
         entry: entry.display().to_string(),
         refusal,
     };
     let io = |e: std::io::Error| Refusal::Io(e.to_string());
-    let mut out = tar::Builder::new(Vec::new());
+    let mut out = tar::Builder::new(sink);
     let meta = std::fs::symlink_metadata(path).map_err(|e| fail(path, io(e)))?;
     let mut entries = Vec::new();
     if meta.is_dir() {
@@ -537,6 +598,17 @@ mod tests {
         std::fs::write(src.path().join("a.txt"), b"a").unwrap();
         let one = pack(&name(), src.path()).unwrap();
         assert_eq!(one, pack(&name(), src.path()).unwrap(), "byte for byte");
+        let on_disk = src.path().with_extension("tar");
+        let (digest, size) = pack_to(&name(), src.path(), &on_disk).unwrap();
+        assert_eq!(
+            std::fs::read(&on_disk).unwrap(),
+            one,
+            "packed to a file, the same bytes"
+        );
+        assert_eq!(
+            (digest, size),
+            (crate::digest::sha256_digest(&one), one.len() as u64)
+        );
         let out = tempfile::tempdir().unwrap();
         let done = unpack(&name(), one.as_slice(), out.path(), UnpackLimits::default()).unwrap();
         assert_eq!((done.files, done.dirs, done.bytes), (2, 1, 4));

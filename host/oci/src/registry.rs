@@ -576,6 +576,39 @@ pub struct Pushed {
     pub layer_digest: String,
 }
 
+/// A payload to push: its name and its tar on disk, with the digest and size
+/// [`crate::payload::pack_to`] computed while writing it.
+#[cfg(feature = "push")]
+#[derive(Clone, Debug)]
+pub struct PayloadFile {
+    /// The payload's name.
+    pub name: PayloadName,
+    /// The tar.
+    pub path: PathBuf,
+    /// Its digest.
+    pub digest: String,
+    /// Its size.
+    pub size: u64,
+}
+
+#[cfg(feature = "push")]
+impl PayloadFile {
+    /// Packs `source` (a file or a directory) as payload `name` into the tar `dest`.
+    pub fn pack(
+        name: PayloadName,
+        source: &Path,
+        dest: PathBuf,
+    ) -> std::result::Result<Self, crate::payload::Unsafe> {
+        let (digest, size) = crate::payload::pack_to(&name, source, &dest)?;
+        Ok(PayloadFile {
+            name,
+            path: dest,
+            digest,
+            size,
+        })
+    }
+}
+
 /// A blob to push: its media type and bytes.
 #[cfg(feature = "push")]
 #[derive(Clone, Debug)]
@@ -615,12 +648,7 @@ impl Registry {
                 ),
             });
         }
-        let auth = self.config.credentials.for_registry(r.resolve_registry())?;
-        let client = self.clients(r.resolve_registry())?.oci;
-        client
-            .auth(&r, &auth, oci_client::RegistryOperation::Push)
-            .await
-            .map_err(|e| Error::from_oci(reference, e))?;
+        let client = self.push_client(reference, &r).await?;
         for blob in blobs {
             let digest = sha256_digest(&blob.bytes);
             progress(Progress::Uploading {
@@ -652,6 +680,62 @@ impl Registry {
         ))
     }
 
+    /// The push client for `r`, authenticated for pushing.
+    async fn push_client(&self, reference: &str, r: &Reference) -> Result<Client> {
+        let auth = self.config.credentials.for_registry(r.resolve_registry())?;
+        let client = self.clients(r.resolve_registry())?.oci;
+        client
+            .auth(r, &auth, oci_client::RegistryOperation::Push)
+            .await
+            .map_err(|e| Error::from_oci(reference, e))?;
+        Ok(client)
+    }
+
+    /// Streams payload tars from disk to `reference`'s repository, a few MiB at a time.
+    async fn push_payloads(
+        &self,
+        reference: &str,
+        payloads: &[PayloadFile],
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<()> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let r = parse_reference(reference)?;
+        let client = self.push_client(reference, &r).await?;
+        for p in payloads {
+            progress(Progress::Uploading {
+                what: "payload",
+                digest: p.digest.clone(),
+                bytes: p.size,
+            });
+            let file = std::fs::File::open(&p.path).map_err(|e| Error::Config {
+                path: p.path.display().to_string(),
+                reason: format!("cannot read payload {}: {e}", p.name),
+            })?;
+            let chunks = futures::stream::unfold(file, |mut file| async move {
+                use std::io::Read as _;
+                let mut buf = vec![0u8; 4 << 20];
+                match file.read(&mut buf) {
+                    Ok(0) => None,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Some((Ok(bytes::Bytes::from(buf)), file))
+                    }
+                    Err(e) => Some((
+                        Err(oci_client::errors::OciDistributionError::IoError(e)),
+                        file,
+                    )),
+                }
+            });
+            client
+                .push_blob_stream(&r, chunks, &p.digest, Some(p.size))
+                .await
+                .map_err(|e| Error::from_oci(reference, e))?;
+        }
+        Ok(())
+    }
+
     /// Pushes `component` to `reference` (which must carry a tag) in the CNCF wasm layout.
     pub async fn push(
         &self,
@@ -664,15 +748,16 @@ impl Registry {
             .await
     }
 
-    /// Pushes `component` and its `payloads` (tars from [`crate::payload::pack`]) to
-    /// `reference` (which must carry a tag): the wasm layer first, then one layer per
-    /// payload, named by its title annotation, all under one manifest digest.
+    /// Pushes `component` and its `payloads` (tars on disk from
+    /// [`crate::payload::pack_to`], streamed, never held in memory) to `reference` (which
+    /// must carry a tag): the wasm layer first, then one layer per payload, named by its
+    /// title annotation, all under one manifest digest.
     pub async fn push_package(
         &self,
         reference: &str,
         component: &[u8],
         info: artifact::ComponentInfo,
-        payloads: &[(PayloadName, Vec<u8>)],
+        payloads: &[PayloadFile],
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Pushed> {
         let layer_digest = sha256_digest(component);
@@ -681,9 +766,10 @@ impl Registry {
             layer_digest.clone(),
             component.len() as i64,
         )];
-        for (name, tar) in payloads {
-            let mut d = Descriptor::new(PAYLOAD_LAYER, sha256_digest(tar), tar.len() as i64);
-            d.annotations = Some(BTreeMap::from([(TITLE.to_string(), name.to_string())]));
+        for p in payloads {
+            let size = i64::try_from(p.size).unwrap_or(i64::MAX);
+            let mut d = Descriptor::new(PAYLOAD_LAYER, p.digest.clone(), size);
+            d.annotations = Some(BTreeMap::from([(TITLE.to_string(), p.name.to_string())]));
             layers.push(d);
         }
         let config = artifact::WasmConfig {
@@ -708,18 +794,17 @@ impl Registry {
         // What is pushed is what a node will accept.
         manifest.plugin_layers(reference)?;
         let body = serde_json::to_vec(&manifest).expect("manifest serializes");
-        let mut blobs = vec![Blob {
-            what: "layer",
-            bytes: component.to_vec(),
-        }];
-        blobs.extend(payloads.iter().map(|(_, tar)| Blob {
-            what: "payload",
-            bytes: tar.clone(),
-        }));
-        blobs.push(Blob {
-            what: "config",
-            bytes: config_bytes,
-        });
+        self.push_payloads(reference, payloads, progress).await?;
+        let blobs = [
+            Blob {
+                what: "layer",
+                bytes: component.to_vec(),
+            },
+            Blob {
+                what: "config",
+                bytes: config_bytes,
+            },
+        ];
         let (pinned, manifest_digest) = self
             .push_manifest(reference, &blobs, body, artifact::OCI_MANIFEST, progress)
             .await?;

@@ -520,7 +520,10 @@ async fn a_payload_reaches_the_node_through_the_agent() {
     module.extend_from_slice(b"\0version=560.35.03\0");
     std::fs::write(src.path().join("nvidia.ko"), &module).unwrap();
     let name = nodewright_api::payload::PayloadName::parse("driver").unwrap();
-    let tar = nodewright_oci::payload::pack(&name, src.path()).unwrap();
+    let packed = tempfile::tempdir().unwrap();
+    let payload =
+        nodewright_oci::PayloadFile::pack(name, src.path(), packed.path().join("driver.tar"))
+            .unwrap();
     let registry = Registry::new(RegistryConfig {
         insecure: vec![reg.host().into()],
         ..Default::default()
@@ -530,7 +533,7 @@ async fn a_payload_reaches_the_node_through_the_agent() {
             &format!("{}/plugins/driver:1.0.0", reg.host()),
             &nodewright_artifacts::read(nodewright_artifacts::DRIVER),
             Default::default(),
-            &[(name, tar)],
+            &[payload],
             &|_| {},
         )
         .await

@@ -57,19 +57,29 @@ pub async fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
         exports: plugin.exports.clone(),
         target: Some("nodewright:plugin/plugin@0.1.0".into()),
     };
-    let payloads = super::payloads::packed(&args.payloads)?;
+    let payloads = super::payloads::PackedFiles::pack(&args.payloads)?;
     eprintln!(
         "pushing {} ({}) to {}",
         args.file.display(),
         super::human_size(bytes.len()),
         args.reference
     );
-    for (name, tar) in &payloads {
-        eprintln!("  payload  {name} ({})", super::human_size(tar.len()));
+    for p in &payloads.files {
+        eprintln!(
+            "  payload  {} ({})",
+            p.name,
+            super::human_size(p.size as usize)
+        );
     }
     let registry = Registry::new(args.registry.config()?);
     let pushed = registry
-        .push_package(&args.reference, &bytes, info, &payloads, &print_progress)
+        .push_package(
+            &args.reference,
+            &bytes,
+            info,
+            &payloads.files,
+            &print_progress,
+        )
         .await?;
     println!("{}", pushed.pinned);
     Ok(ExitCode::SUCCESS)

@@ -7,9 +7,9 @@ use std::str::FromStr;
 
 use anyhow::Context as _;
 use nodewright_api::payload::PayloadName;
-use nodewright_oci::NodeCache;
 use nodewright_oci::artifact::Descriptor;
 use nodewright_oci::payload::{PAYLOAD_LAYER, Payload, UnpackLimits, pack};
+use nodewright_oci::{NodeCache, PayloadFile};
 
 /// A payload given on the command line: a file or a directory, and its name (by default
 /// the file or directory name).
@@ -39,19 +39,62 @@ impl FromStr for PayloadArg {
     }
 }
 
-/// Each payload packed as its layer will be, refused (naming the file) for what a node
-/// would refuse; names must be distinct.
-pub fn packed(args: &[PayloadArg]) -> anyhow::Result<Vec<(PayloadName, Vec<u8>)>> {
-    let mut out: Vec<(PayloadName, Vec<u8>)> = Vec::with_capacity(args.len());
-    for arg in args {
-        if out.iter().any(|(n, _)| *n == arg.name) {
+fn distinct(args: &[PayloadArg]) -> anyhow::Result<()> {
+    for (i, arg) in args.iter().enumerate() {
+        if args[..i].iter().any(|a| a.name == arg.name) {
             anyhow::bail!("two payloads are named {}", arg.name);
         }
-        let tar = pack(&arg.name, &arg.path)
-            .with_context(|| format!("--payload {}={}", arg.name, arg.path.display()))?;
-        out.push((arg.name.clone(), tar));
     }
-    Ok(out)
+    Ok(())
+}
+
+fn context(arg: &PayloadArg) -> String {
+    format!("--payload {}={}", arg.name, arg.path.display())
+}
+
+/// Each payload packed in memory as its layer will be (for a local run), refused (naming
+/// the file) for what a node would refuse; names must be distinct.
+fn packed(args: &[PayloadArg]) -> anyhow::Result<Vec<(PayloadName, Vec<u8>)>> {
+    distinct(args)?;
+    args.iter()
+        .map(|arg| {
+            let tar = pack(&arg.name, &arg.path).with_context(|| context(arg))?;
+            Ok((arg.name.clone(), tar))
+        })
+        .collect()
+}
+
+/// The payloads of a push, each packed into a tar file under a directory of this process's
+/// own (removed when dropped), so a payload of any size is never held in memory.
+pub struct PackedFiles {
+    dir: PathBuf,
+    pub files: Vec<PayloadFile>,
+}
+
+impl PackedFiles {
+    pub fn pack(args: &[PayloadArg]) -> anyhow::Result<Self> {
+        distinct(args)?;
+        let dir = std::env::temp_dir().join(format!("nodewright-push-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut packed = PackedFiles {
+            dir,
+            files: Vec::with_capacity(args.len()),
+        };
+        for arg in args {
+            let dest = packed.dir.join(format!("{}.tar", arg.name));
+            let file = PayloadFile::pack(arg.name.clone(), &arg.path, dest)
+                .with_context(|| context(arg))?;
+            packed.files.push(file);
+        }
+        Ok(packed)
+    }
+}
+
+impl Drop for PackedFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Local payloads staged as a node stages them — packed, stored by digest in the local

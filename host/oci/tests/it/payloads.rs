@@ -7,7 +7,9 @@ use std::path::Path;
 
 use nodewright_api::payload::PayloadName;
 use nodewright_oci::payload::pack;
-use nodewright_oci::{Error, NodeCache, Pulled, PulledPayload, Puller, Pushed, Registry};
+use nodewright_oci::{
+    Error, NodeCache, PayloadFile, Pulled, PulledPayload, Puller, Pushed, Registry,
+};
 use nodewright_testregistry::TestRegistry;
 
 /// A driver-like payload directory (a module of `size` bytes and a nested file) and a
@@ -36,8 +38,22 @@ fn payloads(driver: &Path, firmware: &Path) -> Vec<(PayloadName, Vec<u8>)> {
 
 async fn push_with(registry: &Registry, reference: &str, p: Vec<(PayloadName, Vec<u8>)>) -> Pushed {
     let sysctl = nodewright_artifacts::read(nodewright_artifacts::SYSCTL);
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<PayloadFile> = p
+        .into_iter()
+        .map(|(name, tar)| {
+            let path = dir.path().join(format!("{name}.tar"));
+            std::fs::write(&path, &tar).unwrap();
+            PayloadFile {
+                name,
+                path,
+                digest: nodewright_oci::sha256_digest(&tar),
+                size: tar.len() as u64,
+            }
+        })
+        .collect();
     registry
-        .push_package(reference, &sysctl, info(), &p, &|_| {})
+        .push_package(reference, &sysctl, info(), &files, &|_| {})
         .await
         .expect("push")
 }
