@@ -342,22 +342,31 @@ async fn the_plugin_environment_holds_the_node_order_and_nothing_of_the_host() {
     assert_eq!(nodewright_engine::NODE_ORDER_ENV, "NODEWRIGHT_NODE_ORDER");
 }
 
+/// A payload tree holding `files` (path, contents, mode), and a link `out` to the host's
+/// `/etc/shadow` — which unpacked trees never hold: planted to show none could leave.
+fn payload_tree(files: &[(&str, &[u8], u32)]) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tree = tempfile::tempdir().unwrap();
+    for (path, contents, mode) in files {
+        let file = tree.path().join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, contents).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(*mode)).unwrap();
+    }
+    std::os::unix::fs::symlink("/etc/shadow", tree.path().join("out")).unwrap();
+    tree
+}
+
 /// A payload is readable at `/payload/<name>` and nothing else of the host's filesystem is:
 /// every way of changing it, leaving it (`..`, a link planted in the tree) or reaching the
 /// host's root is refused, in `apply` as in `plan`, and the tree is as it was.
 #[tokio::test]
 async fn a_payload_is_read_only_and_the_only_directory_the_plugin_sees() {
-    use std::os::unix::fs::PermissionsExt as _;
     let plugin = load(nodewright_artifacts::HOSTILE);
     let tmp = fixture();
     let host = sim(tmp.path());
-    let tree = tempfile::tempdir().unwrap();
-    std::fs::create_dir(tree.path().join("lib")).unwrap();
+    let tree = payload_tree(&[("lib/VERSION", b"560.35.03", 0o444)]);
     let version = tree.path().join("lib/VERSION");
-    std::fs::write(&version, "560.35.03").unwrap();
-    std::fs::set_permissions(&version, std::fs::Permissions::from_mode(0o444)).unwrap();
-    // Unpacked trees never hold links; this one is planted to show one could not leave.
-    std::os::unix::fs::symlink("/etc/shadow", tree.path().join("out")).unwrap();
     let granted = grants(GRANTS, "hostile");
     let prepared = engine().prepare(&plugin, &granted).expect("prepare");
     for stage in [RunStage::Plan, RunStage::Apply] {
@@ -418,19 +427,12 @@ async fn a_payload_file_installs_only_from_the_payload_to_a_granted_path() {
     let plugin = load(nodewright_artifacts::HOSTILE);
     let tmp = fixture();
     let host = sim(tmp.path());
-    let tree = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(tree.path().join("lib")).unwrap();
-    std::fs::create_dir_all(tree.path().join("bin")).unwrap();
     let module: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-    std::fs::write(tree.path().join("lib/nvidia.ko"), &module).unwrap();
-    std::fs::write(tree.path().join("bin/tool"), "#!/bin/sh\n").unwrap();
+    let tree = payload_tree(&[
+        ("lib/nvidia.ko", &module, 0o444),
+        ("bin/tool", b"#!/bin/sh\n", 0o555),
+    ]);
     use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(
-        tree.path().join("bin/tool"),
-        std::fs::Permissions::from_mode(0o555),
-    )
-    .unwrap();
-    std::os::unix::fs::symlink("/etc/shadow", tree.path().join("out")).unwrap();
     let install = |source: &'static str, dest: &'static str, stage, write_bytes| {
         install_one(
             &plugin,
