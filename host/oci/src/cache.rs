@@ -24,7 +24,7 @@ use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::digest::{parse_digest, sha256_digest};
+use crate::digest::{Hashing, parse_digest, sha256_digest};
 use crate::error::{Error, Result};
 use crate::payload::{self, Payload, UnpackLimits};
 
@@ -250,14 +250,14 @@ impl NodeCache {
             .mode(0o755)
             .create(&tmp)
             .map_err(|e| Error::cache(&tmp, e))?;
-        let mut reader = HashingReader::new(std::io::BufReader::with_capacity(1 << 16, file));
+        let mut reader = Hashing::new(std::io::BufReader::with_capacity(1 << 16, file));
         let unpacked = payload::unpack(&payload.name, &mut reader, &tmp, limits);
         // The hash covers the whole blob, past the tar's end-of-archive too.
         let drained = std::io::copy(&mut reader, &mut std::io::sink());
         let discard = || {
             let _ = std::fs::remove_dir_all(&tmp);
         };
-        let actual = reader.digest();
+        let (actual, _) = reader.finish();
         if actual != *digest {
             discard();
             let _ = std::fs::rename(&blob, blob.with_extension("corrupt"));
@@ -349,36 +349,6 @@ impl NodeCache {
             }
         }
         Ok(report)
-    }
-}
-
-/// A reader that hashes what passes through it.
-struct HashingReader<R> {
-    inner: R,
-    hasher: sha2::Sha256,
-}
-
-impl<R> HashingReader<R> {
-    fn new(inner: R) -> Self {
-        use sha2::Digest as _;
-        HashingReader {
-            inner,
-            hasher: sha2::Sha256::new(),
-        }
-    }
-
-    fn digest(self) -> String {
-        use sha2::Digest as _;
-        format!("sha256:{}", hex::encode(self.hasher.finalize()))
-    }
-}
-
-impl<R: std::io::Read> std::io::Read for HashingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use sha2::Digest as _;
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
     }
 }
 

@@ -252,7 +252,6 @@ pub fn pack(name: &PayloadName, path: &Path) -> Result<Vec<u8>, Unsafe> {
 /// size: returns its digest and size, computed as it was written.
 #[cfg(feature = "push")]
 pub fn pack_to(name: &PayloadName, path: &Path, dest: &Path) -> Result<(String, u64), Unsafe> {
-    use sha2::Digest as _;
     let fail = |refusal: Refusal| Unsafe {
         payload: name.to_string(),
         entry: dest.display().to_string(),
@@ -262,46 +261,16 @@ pub fn pack_to(name: &PayloadName, path: &Path, dest: &Path) -> Result<(String, 
     let out = pack_into(
         name,
         path,
-        HashingWriter {
-            inner: std::io::BufWriter::with_capacity(1 << 20, file),
-            hasher: sha2::Sha256::new(),
-            size: 0,
-        },
+        crate::digest::Hashing::new(std::io::BufWriter::with_capacity(1 << 20, file)),
     )?;
-    let HashingWriter {
-        inner,
-        hasher,
-        size,
-    } = out;
+    let size = out.size;
+    let (digest, inner) = out.finish();
     inner
         .into_inner()
         .map_err(|e| fail(Refusal::Io(e.to_string())))?
         .sync_all()
         .map_err(|e| fail(Refusal::Io(e.to_string())))?;
-    Ok((format!("sha256:{}", hex::encode(hasher.finalize())), size))
-}
-
-/// A writer that hashes and counts what passes through it.
-#[cfg(feature = "push")]
-struct HashingWriter<W> {
-    inner: W,
-    hasher: sha2::Sha256,
-    size: u64,
-}
-
-#[cfg(feature = "push")]
-impl<W: std::io::Write> std::io::Write for HashingWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        use sha2::Digest as _;
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.size += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
+    Ok((digest, size))
 }
 
 #[cfg(feature = "push")]

@@ -438,10 +438,7 @@ impl Registry {
         };
         if have == declared {
             // Whole already (a crash between the last byte and the rename): verify only.
-            let actual = format!(
-                "sha256:{}",
-                hex::encode(hash_file(&mut file, have).map_err(cache_error)?.finalize())
-            );
+            let actual = crate::digest::finish(hash_file(&mut file, have).map_err(cache_error)?);
             return if actual == descriptor.digest {
                 Ok(())
             } else {
@@ -509,7 +506,7 @@ impl Registry {
                 ),
             });
         }
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        let actual = crate::digest::finish(hasher);
         if actual != descriptor.digest {
             return Err(mismatch(actual));
         }
