@@ -3,6 +3,7 @@
 //! directory the guest reads them from).
 
 use std::fmt;
+use std::path::{Component, Path};
 
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +64,13 @@ impl PayloadName {
     }
 }
 
+/// Whether `rel` names something below a payload's root: relative, not empty, and nothing
+/// but plain names (no `..`, no root) — what a payload file may be called, by the plugin
+/// (`files.install`'s source) and again by the host that opens it.
+pub fn is_below_root(rel: &Path) -> bool {
+    !rel.as_os_str().is_empty() && rel.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
 impl fmt::Display for PayloadName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -109,5 +117,11 @@ mod tests {
             PayloadName::parse("fw").unwrap().guest_path(),
             "/payload/fw"
         );
+        for ok in ["lib/nvidia.ko", "a", "a/./b"] {
+            assert!(is_below_root(Path::new(ok)), "{ok}");
+        }
+        for bad in ["", "/etc/shadow", "../x", "a/../../x", "."] {
+            assert!(!is_below_root(Path::new(bad)), "{bad}");
+        }
     }
 }

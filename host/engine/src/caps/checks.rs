@@ -314,12 +314,7 @@ impl CapState {
             );
         };
         let rel = Path::new(inner);
-        if inner.is_empty()
-            || inner.contains('\0')
-            || !rel
-                .components()
-                .all(|c| matches!(c, std::path::Component::Normal(_)))
-        {
+        if inner.contains('\0') || !nodewright_api::payload::is_below_root(rel) {
             return refuse(
                 self,
                 format!(

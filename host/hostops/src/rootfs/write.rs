@@ -101,11 +101,7 @@ impl<R: std::io::Read> std::io::Read for Hashing<R> {
 /// refused), and a regular file.
 fn open_payload_file(tree: &Path, rel: &Path) -> Result<std::fs::File> {
     let shown = || rel.display().to_string();
-    if rel.as_os_str().is_empty()
-        || !rel
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)))
-    {
+    if !nodewright_api::payload::is_below_root(rel) {
         return Err(HostError::Escape {
             path: shown(),
             base: tree.display().to_string(),
