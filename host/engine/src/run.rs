@@ -61,7 +61,7 @@ impl PreparedPlugin {
     pub async fn run(
         &self,
         stage: RunStage,
-        ctx: StageContext,
+        mut ctx: StageContext,
         host: Arc<dyn HostOps>,
         grants: Arc<GrantSet>,
         limits: &SandboxLimits,
@@ -78,10 +78,12 @@ impl PreparedPlugin {
             stage,
             log.clone(),
             limits,
-            ctx.payloads.clone(),
+            // The capabilities keep the payloads (install's sources); the store's
+            // directories are opened from them.
+            std::mem::take(&mut ctx.payloads),
         );
         let streams = (stdout.clone(), stderr.clone());
-        let mut store = self.store(caps, streams, &ctx, stage, limits)?;
+        let mut store = self.store(caps, streams, ctx.node_order, stage, limits)?;
 
         let started = Instant::now();
         let timeout = |logs: Vec<LogLine>| RunError::Timeout {
@@ -150,16 +152,16 @@ impl PreparedPlugin {
         &self,
         caps: CapState,
         (stdout, stderr): (CapturedStream, CapturedStream),
-        ctx: &StageContext,
+        node_order: Option<u32>,
         stage: RunStage,
         limits: &SandboxLimits,
     ) -> Result<Store<HostState>, RunError> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(stdout).stderr(stderr);
-        if let Some(order) = ctx.node_order {
+        if let Some(order) = node_order {
             wasi.env(NODE_ORDER_ENV, order.to_string());
         }
-        for (name, tree) in &ctx.payloads {
+        for (name, tree) in &caps.payloads {
             wasi.preopened_dir(tree, name.guest_path(), FsPerms::ReadOnly)
                 .map_err(|e| RunError::Payload {
                     stage: stage.to_string(),
