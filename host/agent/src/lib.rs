@@ -15,6 +15,7 @@
 mod host;
 mod interrupt;
 pub mod markers;
+mod prestage;
 mod stage;
 
 use std::process::ExitCode;
@@ -57,31 +58,28 @@ pub fn run(call: &AgentCall) -> ExitCode {
             return ExitCode::from(Blame::Host.exit_code());
         }
     };
-    let (key, remembered) = match call {
-        AgentCall::Run(c) => (
-            MarkerKey {
-                cr_uid: common.cr_uid.clone(),
-                generation: common.generation,
-                run: common.run,
-                package: c.ask.package.clone(),
-                version: c.ask.version.clone(),
-                stage: c.ask.stage.as_str().into(),
-            },
-            !c.ask.stage.read_only(),
-        ),
-        AgentCall::Interrupt(c) => (
-            MarkerKey {
-                cr_uid: common.cr_uid.clone(),
-                generation: common.generation,
-                run: common.run,
-                package: c.ask.package.clone(),
-                version: String::new(),
-                stage: format!("interrupt-{}", c.ask.kind),
-            },
-            true,
-        ),
+    // What an idempotence marker remembers: stages that change the host, and interrupts.
+    // Staging payloads is content-addressed: doing it again finds them and changes nothing.
+    let key = match call {
+        AgentCall::Run(c) => (!c.ask.stage.read_only()).then(|| MarkerKey {
+            cr_uid: common.cr_uid.clone(),
+            generation: common.generation,
+            run: common.run,
+            package: c.ask.package.clone(),
+            version: c.ask.version.clone(),
+            stage: c.ask.stage.as_str().into(),
+        }),
+        AgentCall::Interrupt(c) => Some(MarkerKey {
+            cr_uid: common.cr_uid.clone(),
+            generation: common.generation,
+            run: common.run,
+            package: c.ask.package.clone(),
+            version: String::new(),
+            stage: format!("interrupt-{}", c.ask.kind),
+        }),
+        AgentCall::Prestage(_) => None,
     };
-    if remembered && let Some(done) = key.done(&state) {
+    if let Some(done) = key.as_ref().and_then(|k| k.done(&state)) {
         match call {
             AgentCall::Run(c) => eprintln!(
                 "{} of {} {} already succeeded for this generation; not running it again",
@@ -90,6 +88,7 @@ pub fn run(call: &AgentCall) -> ExitCode {
             AgentCall::Interrupt(_) => {
                 eprintln!("the interrupt already completed for this generation")
             }
+            AgentCall::Prestage(_) => {}
         }
         return finish(common, &done);
     }
@@ -97,12 +96,13 @@ pub fn run(call: &AgentCall) -> ExitCode {
         match call {
             AgentCall::Run(c) => stage::run_stage(c).await,
             AgentCall::Interrupt(c) => interrupt::interrupt(c).await,
+            AgentCall::Prestage(c) => prestage::prestage(c).await,
         }
     });
     // A host call still blocked past the stage deadline must not keep the pod alive: give
     // blocking threads a moment, then leave them.
     rt.shutdown_timeout(Duration::from_secs(1));
-    if remembered
+    if let Some(key) = &key
         && result.blame == Blame::None
         && let Err(e) = key.record(&state, &result)
     {
@@ -164,7 +164,8 @@ mod tests {
 
     use clap::Parser;
     use nodewright_api::agent::{
-        Backend, InterruptAsk, InterruptCall, RunStage, StageAsk, StageCall,
+        Backend, InterruptAsk, InterruptCall, PrestageAsk, PrestageCall, Pulling, RunStage,
+        StageAsk, StageCall,
     };
     use nodewright_api::grants::Capabilities;
     use nodewright_api::pinned::PinnedRef;
@@ -247,16 +248,20 @@ mod tests {
         ask.graceful_shutdown = Duration::from_secs(45);
         let mut stage = StageCall::new(common(), ask);
         stage.min_free_bytes = 1 << 30;
-        stage.insecure_registries = vec!["localhost:5000".into()];
-        stage.registry_configs = vec![
-            "/etc/nodewright/registry/secrets/a/.dockerconfigjson".into(),
-            "/etc/nodewright/registry/secrets/b/.dockerconfigjson".into(),
-        ];
-        stage.registry_cas = vec![
-            "reg.example:5000=/etc/nodewright/registry/ca/corp/ca.crt"
-                .parse()
-                .unwrap(),
-        ];
+        stage.pulling = Pulling {
+            insecure_registries: vec!["localhost:5000".into()],
+            registry_configs: vec![
+                "/etc/nodewright/registry/secrets/a/.dockerconfigjson".into(),
+                "/etc/nodewright/registry/secrets/b/.dockerconfigjson".into(),
+            ],
+            registry_cas: vec![
+                "reg.example:5000=/etc/nodewright/registry/ca/corp/ca.crt"
+                    .parse()
+                    .unwrap(),
+            ],
+            cache_dir: Some("/var/cache/nw".into()),
+        };
+        let pulling = stage.pulling.clone();
         let call = AgentCall::Run(stage);
         assert_eq!(parsed(&call), call);
         // The defaults survive too (nothing optional is lost or invented).
@@ -276,6 +281,15 @@ mod tests {
         );
         interrupt.reboot_wait = Duration::from_millis(200);
         let call = AgentCall::Interrupt(interrupt);
+        assert_eq!(parsed(&call), call);
+
+        let call = AgentCall::Prestage(PrestageCall {
+            common: common(),
+            ask: PrestageAsk {
+                plugins: vec![pinned("driver"), pinned("firmware")],
+            },
+            pulling,
+        });
         assert_eq!(parsed(&call), call);
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodewright_api::agent::{RunStage, StageCall};
+use nodewright_api::agent::{Common, Pulling, RunStage, StageCall};
 use nodewright_api::grants::{GrantSet, GrantSource};
 use nodewright_api::payload::PayloadName;
 use nodewright_api::result::{self, Blame, Needs, StageResult};
@@ -261,7 +261,7 @@ pub(crate) async fn run_stage(call: &StageCall) -> StageResult {
 }
 
 /// A step before the plugin ran failed: whose fault, and what happened.
-type Refused = (Blame, String);
+pub(crate) type Refused = (Blame, String);
 
 async fn run_prepared(call: &StageCall) -> Result<StageResult, Refused> {
     let grants = GrantSet::parse(
@@ -313,16 +313,17 @@ async fn run_prepared(call: &StageCall) -> Result<StageResult, Refused> {
 
 /// How the agent reaches registries: the operator's insecure list, the mounted docker
 /// configs (asked in order) and CA bundles.
-fn registry_config(call: &StageCall) -> RegistryConfig {
+fn registry_config(pulling: &Pulling) -> RegistryConfig {
     RegistryConfig {
-        insecure: call.insecure_registries.clone(),
-        ca_bundles: call
+        insecure: pulling.insecure_registries.clone(),
+        ca_bundles: pulling
             .registry_cas
             .iter()
             .map(|c| (c.registry.clone(), c.pem.clone().into()))
             .collect(),
         credentials: Credentials::Chain(
-            call.registry_configs
+            pulling
+                .registry_configs
                 .iter()
                 .cloned()
                 .map(Credentials::DockerConfig)
@@ -330,6 +331,28 @@ fn registry_config(call: &StageCall) -> RegistryConfig {
         ),
         ..Default::default()
     }
+}
+
+/// A puller into the node cache (`--cache-dir`, else the agent's state directory on the
+/// host) reaching registries as `pulling` says.
+pub(crate) fn puller(common: &Common, pulling: &Pulling) -> Result<Puller, Refused> {
+    let cache_dir = pulling
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| markers::state_dir(&common.host_root).join("plugins"));
+    let cache = NodeCache::open(&cache_dir).map_err(|e| (Blame::Host, e.to_string()))?;
+    Ok(Puller::new(Registry::new(registry_config(pulling)), cache))
+}
+
+/// Whose fault a failed pull or staging is: a registry or node that may do better later is
+/// the host's (retried), content that is not what the spec pins the spec's.
+pub(crate) fn pull_fault(e: nodewright_oci::Error) -> Refused {
+    let blame = if e.is_retryable() {
+        Blame::Host
+    } else {
+        Blame::Config
+    };
+    (blame, e.to_string())
 }
 
 /// What a stage's plugin reads its payloads from: each name's tree in the node cache.
@@ -344,21 +367,11 @@ async fn pull_and_prepare(
     grants: &GrantSet,
 ) -> Result<(PreparedPlugin, PayloadTrees), Refused> {
     let host_fault = |e: &dyn std::fmt::Display| (Blame::Host, e.to_string());
-    let cache_dir = call
-        .cache_dir
-        .clone()
-        .unwrap_or_else(|| markers::state_dir(&call.common.host_root).join("plugins"));
-    let cache = NodeCache::open(&cache_dir).map_err(|e| host_fault(&e))?;
-    let registry = Registry::new(registry_config(call));
-    let puller = Puller::new(registry, cache);
-    let pulled = match puller
+    let puller = puller(&call.common, &call.pulling)?;
+    let pulled = puller
         .pull_pinned(&call.ask.plugin, &|p| eprintln!("{p:?}"))
         .await
-    {
-        Ok(p) => p,
-        Err(e) if e.is_retryable() => return Err(host_fault(&e)),
-        Err(e) => return Err((Blame::Config, e.to_string())),
-    };
+        .map_err(pull_fault)?;
     let engine = Engine::new(EngineConfig {
         cache_dir: Some(puller.cache().code_dir()),
         ..Default::default()
@@ -371,14 +384,10 @@ async fn pull_and_prepare(
         nodewright_engine::Error::MissingGrants { .. } => (Blame::Denied, e.to_string()),
         e => host_fault(&e),
     })?;
-    let staged = match puller
+    let staged = puller
         .stage_payloads(&call.ask.plugin, &pulled.payloads, &|p| eprintln!("{p:?}"))
         .await
-    {
-        Ok(s) => s,
-        Err(e) if e.is_retryable() => return Err(host_fault(&e)),
-        Err(e) => return Err((Blame::Config, e.to_string())),
-    };
+        .map_err(pull_fault)?;
     let trees = staged.into_iter().map(|p| (p.name, p.tree)).collect();
     Ok((prepared, trees))
 }

@@ -352,6 +352,44 @@ pub struct StageCall {
     /// Free space every write must leave on its filesystem.
     #[cfg_attr(feature = "cli", arg(long, default_value = "256Mi", value_parser = units::bytes))]
     pub min_free_bytes: u64,
+    /// How it reaches registries and where it caches what it pulls.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub pulling: Pulling,
+    /// Run only the stage, not its check afterwards.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_check: bool,
+}
+
+impl StageCall {
+    /// `ask` with the deployment defaults; the caller sets what its deployment differs in.
+    pub fn new(common: Common, ask: StageAsk) -> Self {
+        StageCall {
+            common,
+            ask,
+            min_free_bytes: limits::DEFAULT_MIN_FREE_BYTES,
+            pulling: Pulling::default(),
+            no_check: false,
+        }
+    }
+
+    fn to_args(&self) -> Vec<String> {
+        let mut args = vec!["run".to_string()];
+        args.extend(self.ask.to_args());
+        args.push(format!("--min-free-bytes={}", self.min_free_bytes));
+        args.extend(self.pulling.to_args());
+        if self.no_check {
+            args.push("--no-check".into());
+        }
+        args.extend(self.common.to_args());
+        args
+    }
+}
+
+/// How an invocation that pulls reaches registries (the deployment's settings and the
+/// pod's mounted logins), and the node cache it pulls into.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct Pulling {
     /// Registries reachable over plain HTTP.
     #[cfg_attr(feature = "cli", arg(long = "insecure-registry"))]
     pub insecure_registries: Vec<String>,
@@ -365,35 +403,15 @@ pub struct StageCall {
     /// Plugin cache (default: `<host-root>/var/lib/nodewright/plugins`).
     #[cfg_attr(feature = "cli", arg(long))]
     pub cache_dir: Option<PathBuf>,
-    /// Run only the stage, not its check afterwards.
-    #[cfg_attr(feature = "cli", arg(long))]
-    pub no_check: bool,
 }
 
-impl StageCall {
-    /// `ask` with the deployment defaults; the caller sets what its deployment differs in.
-    pub fn new(common: Common, ask: StageAsk) -> Self {
-        StageCall {
-            common,
-            ask,
-            min_free_bytes: limits::DEFAULT_MIN_FREE_BYTES,
-            insecure_registries: Vec::new(),
-            registry_configs: Vec::new(),
-            registry_cas: Vec::new(),
-            cache_dir: None,
-            no_check: false,
-        }
-    }
-
+impl Pulling {
     fn to_args(&self) -> Vec<String> {
-        let mut args = vec!["run".to_string()];
-        args.extend(self.ask.to_args());
-        args.push(format!("--min-free-bytes={}", self.min_free_bytes));
-        args.extend(
-            self.insecure_registries
-                .iter()
-                .map(|r| format!("--insecure-registry={r}")),
-        );
+        let mut args: Vec<String> = self
+            .insecure_registries
+            .iter()
+            .map(|r| format!("--insecure-registry={r}"))
+            .collect();
         args.extend(
             self.registry_configs
                 .iter()
@@ -407,9 +425,42 @@ impl StageCall {
         if let Some(dir) = &self.cache_dir {
             args.push(format!("--cache-dir={}", dir.display()));
         }
-        if self.no_check {
-            args.push("--no-check".into());
-        }
+        args
+    }
+}
+
+/// What the planner asks of a node before its cordon: stage the payloads of these
+/// plugins into the node cache, so that no download happens while the node is out of
+/// service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct PrestageAsk {
+    /// The plugins, pinned by digest, whose payloads to stage.
+    #[cfg_attr(feature = "cli", arg(long = "plugin", required = true))]
+    pub plugins: Vec<PinnedRef>,
+}
+
+/// Staging a node's payloads ahead of its cordon: the planner's [`PrestageAsk`] with the
+/// deployment's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct PrestageCall {
+    /// What every invocation is told.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub common: Common,
+    /// What to stage.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub ask: PrestageAsk,
+    /// How it reaches registries and where it caches what it pulls.
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub pulling: Pulling,
+}
+
+impl PrestageCall {
+    fn to_args(&self) -> Vec<String> {
+        let mut args = vec!["prestage".to_string()];
+        args.extend(self.ask.plugins.iter().map(|p| format!("--plugin={p}")));
+        args.extend(self.pulling.to_args());
         args.extend(self.common.to_args());
         args
     }
@@ -520,6 +571,8 @@ pub enum AgentCall {
     Run(StageCall),
     /// Perform the node's merged interrupt (reboot protocol or service restarts).
     Interrupt(InterruptCall),
+    /// Stage plugins' payloads into the node cache (before the node's cordon).
+    Prestage(PrestageCall),
 }
 
 impl AgentCall {
@@ -528,6 +581,7 @@ impl AgentCall {
         match self {
             AgentCall::Run(c) => c.to_args(),
             AgentCall::Interrupt(c) => c.to_args(),
+            AgentCall::Prestage(c) => c.to_args(),
         }
     }
 
@@ -536,6 +590,7 @@ impl AgentCall {
         match self {
             AgentCall::Run(c) => &c.common,
             AgentCall::Interrupt(c) => &c.common,
+            AgentCall::Prestage(c) => &c.common,
         }
     }
 }

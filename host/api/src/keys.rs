@@ -53,6 +53,12 @@ pub fn drain_start(cr: &str) -> String {
     format!("nodewright.io/drain-start.{cr}")
 }
 
+/// Node annotation: which of `cr`'s payloads the node has staged, and how many bytes
+/// ([`crate::node_state::Staged`]).
+pub fn staged(cr: &str) -> String {
+    format!("nodewright.io/staged.{cr}")
+}
+
 /// Condition types on the CR.
 pub mod condition {
     /// True iff the CR is complete.
@@ -135,6 +141,9 @@ pub mod job {
     pub const STAGE: &str = "nodewright.io/stage";
     /// Interrupt type (interrupt Jobs).
     pub const INTERRUPT: &str = "nodewright.io/interrupt";
+    /// The payload set a prestage Job stages (prestage Jobs; see
+    /// [`crate::node_state::Staged`]).
+    pub const PRESTAGE: &str = "nodewright.io/prestage";
     /// CR generation the Job was created for.
     pub const GENERATION: &str = "nodewright.io/generation";
     /// The node-state entry's `run` the Job was created for: a Job kept after it failed is

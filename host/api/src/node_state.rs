@@ -16,20 +16,22 @@ use crate::keys;
 use crate::pinned::PinnedRef;
 use crate::v1alpha1::{Interrupt, is_zero};
 
-/// The annotations `cr` may write on a node: state, status, cordon mark, drain start and
-/// drain-blocked. A node the CR no longer targets carries none of them.
-pub fn keys(cr: &str) -> [String; 5] {
+/// The annotations `cr` may write on a node: state, status, cordon mark, drain start,
+/// drain-blocked and staged payloads. A node the CR no longer targets carries none of them.
+pub fn keys(cr: &str) -> [String; 6] {
     [
         keys::node_state(cr),
         keys::node_status(cr),
         keys::cordon(cr),
         keys::drain_start(cr),
         keys::drain_blocked(cr),
+        keys::staged(cr),
     ]
 }
 
 /// What starting `cr` over on a node clears (as a patch: every value `None`): the state,
-/// the roll-up status and the drain marks, so a drain that timed out starts again too. The
+/// the roll-up status, the drain marks, so a drain that timed out starts again too, and the
+/// staged mark, so the node's payloads are checked again before its next cordon. The
 /// cordon mark stays: the planner releases it (or keeps it) as the new run proceeds.
 pub fn reset(cr: &str) -> BTreeMap<String, Option<String>> {
     [
@@ -37,10 +39,45 @@ pub fn reset(cr: &str) -> BTreeMap<String, Option<String>> {
         keys::node_status(cr),
         keys::drain_start(cr),
         keys::drain_blocked(cr),
+        keys::staged(cr),
     ]
     .into_iter()
     .map(|k| (k, None))
     .collect()
+}
+
+/// What a node has staged of a CR's payloads, as its [`keys::staged`] annotation says:
+/// `<set> <bytes>` — the payload set's fingerprint (the planner's hash of the pinned
+/// plugins that carry payloads) and their total size. Written when the node's prestage Job
+/// succeeded; a different set (a new pin) is staged again before the next cordon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Staged {
+    /// The payload set's fingerprint.
+    pub set: String,
+    /// Bytes of payload staged.
+    pub bytes: u64,
+}
+
+impl std::fmt::Display for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.set, self.bytes)
+    }
+}
+
+impl std::str::FromStr for Staged {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not `<set> <bytes>`");
+        let (set, bytes) = s.split_once(' ').ok_or_else(bad)?;
+        if set.is_empty() || !set.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(bad());
+        }
+        Ok(Staged {
+            set: set.into(),
+            bytes: bytes.parse().map_err(|_| bad())?,
+        })
+    }
 }
 
 /// Whether `key` is [`state_key`]`(name, version)`.

@@ -97,6 +97,25 @@ pub fn bytes(s: &str) -> Result<u64, String> {
     }
 }
 
+/// A byte count for people: `512 B`, `1.5 KiB`, `210.0 MiB`, `2.00 GiB`.
+pub fn format_bytes(n: u64) -> String {
+    const UNITS: [(&str, u32, usize); 4] = [
+        ("TiB", 40, 2),
+        ("GiB", 30, 2),
+        ("MiB", 20, 1),
+        ("KiB", 10, 1),
+    ];
+    UNITS
+        .iter()
+        .find(|(_, shift, _)| n >= 1 << shift)
+        .map_or_else(
+            || format!("{n} B"),
+            |(unit, shift, places)| {
+                format!("{:.*} {unit}", places, n as f64 / (1u64 << shift) as f64)
+            },
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +136,16 @@ mod tests {
         ] {
             assert_eq!(duration(&format_duration(d)), Ok(d));
         }
+    }
+
+    #[test]
+    fn byte_counts_read_in_their_largest_whole_unit() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(210 << 20), "210.0 MiB");
+        assert_eq!(format_bytes(2 << 30), "2.00 GiB");
+        assert_eq!(format_bytes(3 << 40), "3.00 TiB");
     }
 
     #[test]

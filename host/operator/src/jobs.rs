@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use nodewright_api::agent::{AgentCall, Backend, Common, InterruptAsk, InterruptCall, StageCall};
+use nodewright_api::agent::{
+    AgentCall, Backend, Common, InterruptAsk, InterruptCall, PrestageCall, Pulling, StageCall,
+};
 use nodewright_api::keys::job as label;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::InterruptType;
@@ -125,6 +127,9 @@ fn labels(req: &JobRequest) -> BTreeMap<String, String> {
             labels.insert(label::STAGE.into(), stage.as_str().into());
             labels.insert(label::INTERRUPT.into(), kind.as_str().into());
         }
+        Work::Prestage { set } => {
+            labels.insert(label::PRESTAGE.into(), set);
+        }
     }
     labels
 }
@@ -144,7 +149,7 @@ impl Attempts {
     fn of(ask: &Ask) -> Self {
         match ask {
             Ask::Interrupt { call, .. } if call.kind == InterruptType::Reboot => Attempts::InPlace,
-            Ask::Interrupt { .. } | Ask::Stage { .. } => Attempts::PerPod,
+            Ask::Interrupt { .. } | Ask::Stage { .. } | Ask::Prestage { .. } => Attempts::PerPod,
         }
     }
 }
@@ -192,10 +197,13 @@ fn pod_spec(req: &JobRequest, cfg: &JobConfig) -> Value {
             .map(|name| json!({"name": name}))
             .collect();
     }
-    if let Ask::Stage { call, .. } = &req.ask {
-        // Only a stage pulls a plugin: its pod mounts the logins and CA bundles it is told.
+    if matches!(req.ask, Ask::Stage { .. } | Ask::Prestage { .. }) {
+        // Only a stage and a prestage pull: their pods mount the logins and CA bundles
+        // they are told.
         extend(&mut pod["volumes"], access.volumes);
         extend(&mut pod["containers"][0]["volumeMounts"], access.mounts);
+    }
+    if let Ask::Stage { call, .. } = &req.ask {
         // The pod's grace covers the package's: Kubernetes' default (30 s) would cut a
         // longer `gracefulShutdown` short, and leave none for the agent's own stop.
         pod["terminationGracePeriodSeconds"] =
@@ -273,15 +281,29 @@ pub fn call(req: &JobRequest, cfg: &JobConfig) -> AgentCall {
         Ask::Stage { call, .. } => {
             let mut c = StageCall::new(common, call.clone());
             c.min_free_bytes = cfg.min_free_bytes;
-            let access = cfg.registry.for_pod(req.image_pull_secret.as_deref());
-            c.insecure_registries = cfg.registry.insecure.clone();
-            c.registry_configs = access.configs;
-            c.registry_cas = access.cas;
+            c.pulling = pulling(req, cfg);
             AgentCall::Run(c)
         }
         Ask::Interrupt { call, .. } => {
             AgentCall::Interrupt(InterruptCall::new(common, call.clone()))
         }
+        Ask::Prestage { call, .. } => AgentCall::Prestage(PrestageCall {
+            common,
+            ask: call.clone(),
+            pulling: pulling(req, cfg),
+        }),
+    }
+}
+
+/// How the Job's agent reaches registries: the deployment's insecure list, and the logins
+/// and CA bundles its pod mounts.
+fn pulling(req: &JobRequest, cfg: &JobConfig) -> Pulling {
+    let access = cfg.registry.for_pod(req.image_pull_secret.as_deref());
+    Pulling {
+        insecure_registries: cfg.registry.insecure.clone(),
+        registry_configs: access.configs,
+        registry_cas: access.cas,
+        cache_dir: None,
     }
 }
 
@@ -289,17 +311,22 @@ pub fn call(req: &JobRequest, cfg: &JobConfig) -> AgentCall {
 pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::ObservedJob> {
     let labels = job.metadata.labels.as_ref()?;
     let get = |k: &str| labels.get(k).cloned();
-    let stage: nodewright_api::node_state::Stage = get(label::STAGE)?.parse().ok()?;
-    let work = match get(label::INTERRUPT) {
-        Some(kind) => Work::Interrupt {
-            stage,
+    let stage = || {
+        get(label::STAGE)?
+            .parse::<nodewright_api::node_state::Stage>()
+            .ok()
+    };
+    let work = match (get(label::PRESTAGE), get(label::INTERRUPT)) {
+        (Some(set), _) => Work::Prestage { set },
+        (None, Some(kind)) => Work::Interrupt {
+            stage: stage()?,
             kind: kind.parse().ok()?,
             owner: get(label::PACKAGE)?,
         },
-        None => Work::Package {
+        (None, None) => Work::Package {
             package: get(label::PACKAGE)?,
             version: get(label::VERSION)?,
-            stage,
+            stage: stage()?,
         },
     };
     let status = job.status.clone().unwrap_or_default();
@@ -662,6 +689,65 @@ pub(crate) mod tests {
             pod["imagePullSecrets"],
             json!([{"name": "team"}, {"name": "agent-pull"}])
         );
+    }
+
+    /// A request to stage the payloads of two plugins on `n1`.
+    fn prestage() -> JobRequest {
+        let pin = |n: &str| {
+            format!("r.example/{n}@sha256:{}", "2".repeat(64))
+                .parse()
+                .unwrap()
+        };
+        JobRequest {
+            ask: Ask::Prestage {
+                set: "0a1b2c3d4e5f6a7b".into(),
+                call: nodewright_api::agent::PrestageAsk {
+                    plugins: vec![pin("driver"), pin("firmware")],
+                },
+            },
+            ..request()
+        }
+    }
+
+    #[test]
+    fn a_prestage_job_pulls_with_the_stages_logins_and_reads_back_as_the_set_it_stages() {
+        let mut cfg = cfg();
+        cfg.registry = crate::registries::RegistryAccess {
+            namespace: "nodewright".into(),
+            secrets: vec!["fleet".into()],
+            insecure: vec!["reg.example:5000".into()],
+            ..Default::default()
+        };
+        let req = JobRequest {
+            image_pull_secret: Some("team".into()),
+            ..prestage()
+        };
+        let job = build(&req, &cfg);
+        let pod = serde_json::to_value(&job).unwrap()["spec"]["template"]["spec"].clone();
+        assert_eq!(pod["volumes"][1]["secret"]["secretName"], "team");
+        assert_eq!(pod["volumes"][2]["secret"]["secretName"], "fleet");
+        let args: Vec<String> =
+            serde_json::from_value(pod["containers"][0]["args"].clone()).unwrap();
+        let Ask::Prestage { call: asked, .. } = &req.ask else {
+            unreachable!()
+        };
+        match call(&req, &cfg) {
+            AgentCall::Prestage(c) => {
+                assert_eq!(&c.ask, asked);
+                assert_eq!(c.pulling.insecure_registries, ["reg.example:5000"]);
+                assert_eq!(c.pulling.registry_configs.len(), 2, "{:?}", c.pulling);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(args[0], "prestage");
+        let observed = read(&job, &[]).expect("one of ours");
+        assert_eq!(
+            observed.work,
+            Work::Prestage {
+                set: "0a1b2c3d4e5f6a7b".into()
+            }
+        );
+        assert_eq!(observed.work, req.work());
     }
 
     #[test]

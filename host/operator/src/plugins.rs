@@ -214,27 +214,36 @@ impl Plugins {
             resolved.signers.insert(name.into(), judgement.signers);
         }
         resolved.warnings.extend(judgement.warnings);
-        let loaded = self.load(puller, name, &reference).await?;
+        let (loaded, payload_bytes) = self.load(puller, name, &reference).await?;
         self.admits(name, &reference, p, &loaded)?;
+        if payload_bytes > 0 {
+            resolved.payloads.insert(name.into(), payload_bytes);
+        }
         resolved.pinned.insert(name.into(), reference);
         Ok(())
     }
 
     /// The plugin pulled by digest and compiled (off the async workers: compiling blocks,
-    /// bounded by the engine's load limits).
+    /// bounded by the engine's load limits), with the bytes of payload its manifest lists
+    /// (listed, never fetched here: the nodes stage them).
     async fn load(
         &self,
         puller: &Puller,
         name: &str,
         reference: &PinnedRef,
-    ) -> Result<LoadedPlugin, NotReady> {
+    ) -> Result<(LoadedPlugin, u64), NotReady> {
         let pulled = puller.pull_pinned(reference, &|_| {}).await.map_err(|e| {
             let message = format!("spec.packages.{name}.plugin: {e}{}", login_hint(&e));
             not_ready("PullFailed", message, retry(&e))
         })?;
+        let payload_bytes = pulled
+            .payloads
+            .iter()
+            .map(|p| p.layer.size.max(0) as u64)
+            .fold(0u64, u64::saturating_add);
         let engine = self.inner.engine.clone();
         match tokio::task::spawn_blocking(move || engine.load(&pulled.bytes)).await {
-            Ok(Ok(l)) => Ok(l),
+            Ok(Ok(l)) => Ok((l, payload_bytes)),
             Ok(Err(e)) => Err(not_ready(
                 "InvalidPlugin",
                 format!("spec.packages.{name}.plugin {reference}: {e}"),

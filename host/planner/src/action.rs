@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
-use nodewright_api::agent::{InterruptAsk, StageAsk};
+use nodewright_api::agent::{InterruptAsk, PrestageAsk, StageAsk};
 use nodewright_api::node_state::Stage;
 use nodewright_api::v1alpha1::{NodeWrightStatus, Resources};
 
@@ -119,6 +119,13 @@ pub enum Ask {
         /// The interrupt, with `restartAllServices` expanded to units.
         call: InterruptAsk,
     },
+    /// The node's payloads staged before its cordon.
+    Prestage {
+        /// The payload set's fingerprint (the Job's key).
+        set: String,
+        /// The plugins whose payloads to stage.
+        call: PrestageAsk,
+    },
 }
 
 impl JobRequest {
@@ -139,6 +146,7 @@ impl JobRequest {
                 kind: call.kind,
                 owner: call.package.clone(),
             },
+            Ask::Prestage { set, .. } => Work::Prestage { set: set.clone() },
         }
     }
 
@@ -146,7 +154,7 @@ impl JobRequest {
     pub fn stage(&self) -> Option<&StageAsk> {
         match &self.ask {
             Ask::Stage { call, .. } => Some(call),
-            Ask::Interrupt { .. } => None,
+            Ask::Interrupt { .. } | Ask::Prestage { .. } => None,
         }
     }
 }

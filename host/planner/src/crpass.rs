@@ -17,6 +17,7 @@ use crate::hold::{self, Holds};
 use crate::node::{self, NodeOutcome};
 use crate::packages::{Digests, node_done};
 use crate::plan::{NO_PINS, Parsed, Pass};
+use crate::prestage::{self, PayloadSet};
 use crate::rollout::{self, Era, Standing};
 use crate::select;
 use crate::snapshot::{AgentPods, Cr, ObservedNode, PluginCheck};
@@ -44,6 +45,8 @@ struct CrPass<'c> {
     drain_key: String,
     /// Nodes in the CR's current batches.
     in_batch: HashSet<&'c str>,
+    /// The payloads it stages ahead of a node's cordon.
+    prestage: Option<PayloadSet>,
 }
 
 impl<'c> CrPass<'c> {
@@ -92,6 +95,7 @@ impl<'c> CrPass<'c> {
                 .values()
                 .flat_map(|c| c.batch_nodes.iter().map(String::as_str))
                 .collect(),
+            prestage: PayloadSet::of(cr),
         }
     }
 
@@ -380,6 +384,7 @@ impl<'a> Pass<'a> {
             hold: c.holds.hold,
             orders: &batches.orders,
             replicas: &self.s.replicas,
+            prestage: c.prestage.as_ref(),
         };
         for n in selected {
             let Some((stand, mut node_status)) = standing.get(n.name.as_str()).copied() else {
@@ -389,7 +394,9 @@ impl<'a> Pass<'a> {
             let runs = !c.blocked
                 && (member
                     || stand == Standing::Failed
-                    || (stand == Standing::Done && self.holds_anything(cr, n, c)));
+                    || (stand == Standing::Done && self.holds_anything(cr, n, c))
+                    || (stand == Standing::Eligible
+                        && prestage::ahead(env.prestage, &cr.name, &self.work[n.name.as_str()])));
             match states.remove(n.name.as_str()) {
                 Some(parsed) if runs => {
                     let Ok(before) = parsed.as_ref() else {

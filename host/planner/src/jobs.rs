@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Toleration;
-use nodewright_api::agent::{InterruptAsk, RunStage, StageAsk};
+use nodewright_api::agent::{InterruptAsk, PrestageAsk, RunStage, StageAsk};
 use nodewright_api::keys;
 use nodewright_api::limits::StageLimits;
 use nodewright_api::node_state::PackageStatus;
@@ -19,7 +19,8 @@ use crate::work::Env;
 
 /// `nw-<readable prefix>-<10 hex of the full key>`, at most 63 characters, a DNS label.
 /// Package Jobs are keyed by (CR, package, version, stage, node); interrupt Jobs by
-/// (CR, stage, type, node) — one merged interrupt per node, whoever owns it.
+/// (CR, stage, type, node) — one merged interrupt per node, whoever owns it; prestage Jobs
+/// by (CR, node).
 pub fn job_name(cr: &str, node: &str, work: &Work) -> String {
     let key = match work {
         Work::Package {
@@ -30,12 +31,14 @@ pub fn job_name(cr: &str, node: &str, work: &Work) -> String {
         Work::Interrupt { stage, kind, .. } => {
             format!("{cr}\0{}\0{}\0{node}", stage.as_str(), kind.as_str())
         }
+        Work::Prestage { .. } => format!("{cr}\0prestage\0{node}"),
     };
     let hash = Sha256::digest(key.as_bytes());
     let hex: String = hash.iter().take(5).map(|b| format!("{b:02x}")).collect();
     let what = match work {
         Work::Package { package, stage, .. } => format!("{package}-{}", stage.as_str()),
         Work::Interrupt { stage, .. } => stage.as_str().to_string(),
+        Work::Prestage { .. } => "prestage".into(),
     };
     let readable: String = format!("{cr}-{what}-{node}")
         .to_ascii_lowercase()
@@ -146,6 +149,23 @@ pub(crate) fn interrupt_job(
     request(cr, node, run, deadline, backoff, ask)
 }
 
+/// The request for staging the payloads of `plugins` (the set `set`) on `node`, under the
+/// operator's stage timeout and retry budget.
+pub(crate) fn prestage_job(
+    env: &Env<'_>,
+    cr: &Cr,
+    node: &str,
+    set: &str,
+    plugins: Vec<PinnedRef>,
+) -> JobRequest {
+    let ask = Ask::Prestage {
+        set: set.into(),
+        call: PrestageAsk { plugins },
+    };
+    let deadline = deadline(env, None);
+    request(cr, node, 0, deadline, env.settings.backoff_limit, ask)
+}
+
 /// The request for `ask` on `node`, named after the work it is.
 fn request(
     cr: &Cr,
@@ -198,6 +218,8 @@ mod tests {
             int(Stage::Interrupt, Reboot, "b"),
             int(Stage::Interrupt, Service, "a"),
             int(Stage::UninstallInterrupt, Reboot, "a"),
+            Work::Prestage { set: "1".into() },
+            Work::Prestage { set: "2".into() },
         ];
         for x in &works {
             for y in &works {

@@ -27,6 +27,7 @@ pub mod jobs;
 pub mod node;
 pub mod packages;
 mod plan;
+pub mod prestage;
 pub mod rollout;
 pub mod select;
 pub mod snapshot;

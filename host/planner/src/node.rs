@@ -1,5 +1,6 @@
 //! One CR on one node in one pass: record finished Jobs, move entries along the stage
-//! graph, cordon and drain when an interrupt is in scope, coalesce interrupts, start Jobs.
+//! graph, stage payloads first ([`crate::prestage`]), cordon and drain when an interrupt is
+//! in scope, coalesce interrupts, start Jobs.
 //!
 //! [`pass`] runs the steps in that order; each is a function of its own here or in
 //! [`record`] (finished Jobs), [`advance`] (the stage graph) and [`start`] (new Jobs).
@@ -17,6 +18,7 @@ use crate::action::{Action, Event, Target};
 use crate::drain::{self, Blocked, Drain};
 use crate::hold::{self, Hold};
 use crate::packages::{done, effective, uninstall_requested};
+use crate::prestage;
 use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod};
 use crate::work::{Env, NodeWork};
 
@@ -110,15 +112,22 @@ pub(crate) fn pass(
     let first_action = actions.len();
     let mut failures = Vec::new();
     record::record_jobs(cr, node, state, jobs, actions, &mut failures);
+    prestage::record(v, work, actions, &mut failures);
     advance::advance(cr, v.env.digests, state);
     v.failures(work, state, actions, &mut failures);
     let mut runnable = v.runnable(state);
+    let wanted = failures.is_empty() && !runnable.is_empty();
     if !may_start || !failures.is_empty() {
         // Not in a batch, or failed: a failed node gets no more work (and no more
         // disruption) until a new generation or a reset re-arms it.
         runnable.clear();
     }
     let (held, awaits_replica) = v.hold(work, &mut runnable);
+    if prestage::holds(v, work, wanted, may_start, actions) {
+        // Its payloads first: nothing of the CR starts, and the node is not cordoned,
+        // until they are staged.
+        runnable.clear();
+    }
     let prep = v.prepare(work, &runnable, actions);
     if !prep.timed_out {
         start::start(v, state, &runnable, prep.ready, actions);

@@ -161,6 +161,9 @@ pub struct Resolved {
     pub signers: BTreeMap<String, Vec<String>>,
     /// Trust findings of policies in `warn` mode: rolled out anyway, reported.
     pub warnings: Vec<String>,
+    /// Package → the bytes of payload its plugin carries (packages without payloads are
+    /// absent), as its manifest declares them.
+    pub payloads: BTreeMap<String, u64>,
 }
 
 impl From<BTreeMap<String, PinnedRef>> for Resolved {
@@ -228,13 +231,18 @@ pub enum Work {
         /// The package that owns it.
         owner: String,
     },
+    /// Staging the CR's payloads on the node before its cordon.
+    Prestage {
+        /// The payload set's fingerprint ([`nodewright_api::node_state::Staged::set`]).
+        set: String,
+    },
 }
 
 impl Work {
     /// Whether a Job doing `self` is the Job that would do `other`: the same key its name
     /// is made from ([`crate::jobs::job_name`]) — package, version and stage for a package
     /// stage; stage and type for an interrupt, whoever owns it (one merged interrupt per
-    /// node).
+    /// node); the node alone for a prestage.
     pub fn same_job(&self, other: &Work) -> bool {
         match (self, other) {
             (
@@ -255,8 +263,11 @@ impl Work {
                     stage: s, kind: k, ..
                 },
             ) => stage == s && kind == k,
-            (Work::Package { .. }, Work::Interrupt { .. })
-            | (Work::Interrupt { .. }, Work::Package { .. }) => false,
+            // One per node and CR, whatever set it stages.
+            (Work::Prestage { .. }, Work::Prestage { .. }) => true,
+            (Work::Package { .. } | Work::Prestage { .. }, Work::Interrupt { .. })
+            | (Work::Interrupt { .. } | Work::Prestage { .. }, Work::Package { .. })
+            | (Work::Package { .. } | Work::Interrupt { .. }, Work::Prestage { .. }) => false,
         }
     }
 }

@@ -175,4 +175,6 @@ pub struct Env<'a> {
     pub orders: &'a HashMap<String, u32>,
     /// The operator's replicas (a reboot of the last ready one's node waits).
     pub replicas: &'a [crate::snapshot::Replica],
+    /// The payloads the CR stages before a node's cordon.
+    pub prestage: Option<&'a crate::prestage::PayloadSet>,
 }

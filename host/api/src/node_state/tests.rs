@@ -131,3 +131,25 @@ fn a_reset_clears_state_status_and_drain_marks_but_not_the_cordon() {
     assert!(!cleared.contains_key(&keys::cordon("gpu")));
     assert_eq!(cleared.len(), all.len() - 1);
 }
+
+#[test]
+fn a_staged_mark_parses_what_it_prints_and_refuses_anything_else() {
+    let staged = Staged {
+        set: "0a1b2c3d4e5f6a7b".into(),
+        bytes: 210 << 20,
+    };
+    assert_eq!(staged.to_string(), "0a1b2c3d4e5f6a7b 220200960");
+    assert_eq!(staged.to_string().parse::<Staged>(), Ok(staged));
+    for bad in [
+        "",
+        "0a1b",
+        "0a1b x",
+        " 12",
+        "0a-1 12",
+        "0a1b -1",
+        "0a1b 12 13",
+    ] {
+        let err = bad.parse::<Staged>().unwrap_err();
+        assert!(err.contains("<set> <bytes>"), "{bad:?}: {err}");
+    }
+}

@@ -56,6 +56,11 @@ pub struct NodeWrightSpec {
     /// How this CR gates lower-priority CRs: `node` (default) or `all`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequencing: Option<Sequencing>,
+    /// When a node's payloads are pulled into its cache, before it is cordoned: `batch`
+    /// (default: once the node is picked for its batch), `all` (on every targeted node as the
+    /// rollout starts) or `none` (by each stage, after the cordon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prestage: Option<Prestage>,
     /// One package per node per pass.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub serial: bool,
@@ -124,6 +129,20 @@ pub enum Sequencing {
     Node,
     /// Lower-priority CRs wait until every node finished this one.
     All,
+}
+
+/// How far ahead of its cordon a node's payloads are staged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Prestage {
+    /// When the node is picked for its batch, before its cordon.
+    #[default]
+    Batch,
+    /// On every node the rollout targets, from its start (while the canary compartment
+    /// runs), whatever batch the node is in.
+    All,
+    /// Not ahead: each stage pulls what it needs, after the cordon.
+    None,
 }
 
 /// Drain tuning.
@@ -329,5 +348,10 @@ impl NodeWrightSpec {
     /// `priority`, defaulted.
     pub fn priority(&self) -> i32 {
         self.priority.unwrap_or(DEFAULT_PRIORITY)
+    }
+
+    /// `prestage`, defaulted.
+    pub fn prestage(&self) -> Prestage {
+        self.prestage.unwrap_or_default()
     }
 }

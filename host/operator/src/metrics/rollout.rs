@@ -344,6 +344,8 @@ impl Rollout {
                     Work::Interrupt { owner, stage, .. } => {
                         (owner.clone(), stage.as_str().to_string())
                     }
+                    // The node's payloads, not one package's.
+                    Work::Prestage { .. } => ("payloads".into(), "prestage".into()),
                 };
                 let blame = last
                     .as_ref()

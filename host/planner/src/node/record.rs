@@ -31,6 +31,8 @@ pub(super) fn record_jobs(
                 let what = (*stage, *kind, owner.as_str());
                 record_interrupt(node, state, job, what, failures)
             }
+            // Recorded in the node's annotations (`crate::prestage::record`).
+            Work::Prestage { .. } => false,
         };
         if delete {
             actions.push(Action::DeleteJob {

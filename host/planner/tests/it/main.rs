@@ -9,6 +9,7 @@ mod cordons;
 mod holds;
 mod lifecycle;
 mod packages;
+mod prestage;
 mod properties;
 mod rollout;
 mod scenarios;

@@ -79,6 +79,8 @@ fn check_pass(
                     );
                 }
             }
+            // (The CRs here carry no payloads: `prestage.rs` holds staging's rules.)
+            Work::Prestage { .. } => {}
             // 3. A merged interrupt runs at most once per node, generation and owner (a disrupted
             //    attempt is re-created; a finished one never), and alone.
             Work::Interrupt { owner, .. } => {

@@ -49,6 +49,7 @@ pub fn stages_on(w: &World, node: &str) -> Vec<String> {
         .map(|(_, work, _)| match work {
             Work::Package { package, stage, .. } => format!("{package}:{}", stage.as_str()),
             Work::Interrupt { kind, owner, .. } => format!("interrupt:{}:{owner}", kind.as_str()),
+            Work::Prestage { .. } => "prestage".into(),
         })
         .collect()
 }
@@ -136,6 +137,15 @@ impl World {
             plugins: PluginCheck::Ready(pinned.into()),
             ..Default::default()
         });
+    }
+
+    /// The CR's plugins carry payloads: package → bytes, as the operator's plugin check
+    /// reads them from the manifests.
+    pub fn with_payloads(&mut self, cr: &str, payloads: &[(&str, u64)]) {
+        let PluginCheck::Ready(resolved) = &mut self.cr_mut(cr).plugins else {
+            panic!("{cr}'s plugins are not ready");
+        };
+        resolved.payloads = payloads.iter().map(|(p, b)| (p.to_string(), *b)).collect();
     }
 
     pub fn cr(&self, name: &str) -> &Cr {
@@ -400,6 +410,8 @@ impl World {
                             })
                 }
                 Work::Interrupt { .. } => false,
+                // The node reads erroring beside it until its TTL ends it.
+                Work::Prestage { .. } => true,
             })
             .collect()
     }

@@ -1,0 +1,59 @@
+//! Staging a node's payloads before its cordon: each pinned plugin pulled through the node
+//! cache and its payloads fetched and unpacked there, so the stages that run once the node
+//! is out of service find them local. Nothing runs; nothing on the host is touched but the
+//! cache.
+
+use nodewright_api::agent::PrestageCall;
+use nodewright_api::result::{Blame, StageResult};
+use nodewright_api::units::format_bytes;
+
+use crate::stage::{Refused, pull_fault, puller};
+
+/// What the result names as its package: the node's payloads, not one package's.
+const SUBJECT: &str = "payloads";
+
+/// Stages every plugin's payloads; the result says how many bytes are staged and how many
+/// of them came from the cache, or what failed (a registry or a full disk: the host's,
+/// retried; content that is not what the spec pins: the spec's).
+pub async fn prestage(call: &PrestageCall) -> StageResult {
+    match staged(call).await {
+        Ok(message) => StageResult::failed(None, SUBJECT, Blame::None, message),
+        Err((blame, message)) => StageResult::failed(None, SUBJECT, blame, message),
+    }
+}
+
+async fn staged(call: &PrestageCall) -> Result<String, Refused> {
+    let puller = puller(&call.common, &call.pulling)?;
+    let progress = |p| eprintln!("{p:?}");
+    let (mut payloads, mut bytes, mut cached) = (0usize, 0u64, 0u64);
+    for plugin in &call.ask.plugins {
+        let pulled = puller
+            .pull_pinned(plugin, &progress)
+            .await
+            .map_err(pull_fault)?;
+        let staged = puller
+            .stage_payloads(plugin, &pulled.payloads, &progress)
+            .await
+            .map_err(pull_fault)?;
+        for p in &staged {
+            eprintln!(
+                "staged {plugin} payload {} ({}, {}){}",
+                p.name,
+                p.digest,
+                format_bytes(p.size),
+                if p.from_cache { " from the cache" } else { "" }
+            );
+            payloads += 1;
+            bytes += p.size;
+            if p.from_cache {
+                cached += p.size;
+            }
+        }
+    }
+    Ok(format!(
+        "staged {payloads} payload(s) of {} plugin(s): {} ({} already in the cache)",
+        call.ask.plugins.len(),
+        format_bytes(bytes),
+        format_bytes(cached)
+    ))
+}
