@@ -15,7 +15,7 @@
 //! version beside it, runs `depmod` for the running kernel, and loads the module — after
 //! unloading the old one when it is not in use; when it is, the reboot takes it away and
 //! `post-interrupt` loads the new one. The check passes once the loaded module has the
-//! payload's version (or, after `apply`, only the reboot is pending). `uninstall` removes
+//! payload's version (or, before the interrupt, only the reboot is pending). `uninstall` removes
 //! the file and its record, runs `depmod`, and unloads the module when it is not in use.
 //!
 //! Grants: `files: [{path: /lib/modules, access: readWrite}, {path: /sys/module, access:
@@ -257,8 +257,10 @@ impl Package for Driver {
 
     fn check(ctx: &Context) -> Result<Outcome, StepError> {
         let p = plan(ctx)?;
-        // After apply, a module in use waits for the reboot: installed, swap pending.
-        if ctx.stage == Stage::Apply && !p.install && p.swap && p.busy {
+        // Before the interrupt (after apply or upgrade, and the config that follows), a
+        // module in use waits for the reboot: installed, swap pending.
+        let before_interrupt = matches!(ctx.stage, Stage::Apply | Stage::Upgrade | Stage::Config);
+        if before_interrupt && !p.install && p.swap && p.busy {
             return Ok(Outcome::changed(Vec::new(), Interrupt::Reboot));
         }
         if p.changes.is_empty() {

@@ -12,6 +12,7 @@ mod holds;
 mod interrupts;
 mod lifecycle;
 mod ordering;
+mod payloads;
 mod recovery;
 mod registries;
 mod rollout;

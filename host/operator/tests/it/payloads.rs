@@ -1,0 +1,195 @@
+//! End to end: a package whose plugin carries a payload — the `driver` plugin with its
+//! kernel module — staged on every node before it is cordoned, then rolled out from the
+//! staged copy alone.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common;
+use crate::specs;
+
+use common::E2e;
+use nodewright_api::keys;
+use nodewright_api::node_state::Staged;
+use nodewright_api::payload::PayloadName;
+use nodewright_api::v1alpha1::Status;
+use nodewright_hostops::HostAction;
+use nodewright_oci::{PayloadFile, Registry, RegistryConfig};
+use serde_json::json;
+use specs::*;
+
+const NODES: [&str; 2] = ["p1", "p2"];
+
+/// A module file as a driver ships one: ELF magic, a body, and its modinfo `version=`.
+fn module(version: &str, body: usize) -> Vec<u8> {
+    let mut m = b"\x7fELF".to_vec();
+    m.extend(std::iter::repeat_n(0x5a, body));
+    m.extend_from_slice(format!("\0version={version}\0").as_bytes());
+    m
+}
+
+/// When each node first showed its staged mark and its cordon, as a watcher polling the
+/// API every 50 ms saw them.
+#[derive(Default)]
+struct Seen {
+    staged: BTreeMap<String, (Instant, Staged)>,
+    cordoned: BTreeMap<String, Instant>,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_needs_no_registry_after()
+ {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("p1", &[]), ("p2", &[])]).await;
+
+    // The driver plugin pushed with a 4 MiB module as its payload.
+    let src = tempfile::tempdir().unwrap();
+    let new = module("560.35.03", 4 << 20);
+    std::fs::write(src.path().join("nvidia.ko"), &new).unwrap();
+    let packed = tempfile::tempdir().unwrap();
+    let payload = PayloadFile::pack(
+        PayloadName::parse("driver").unwrap(),
+        src.path(),
+        packed.path().join("driver.tar"),
+    )
+    .unwrap();
+    let payload_bytes = std::fs::metadata(packed.path().join("driver.tar"))
+        .unwrap()
+        .len();
+    let reference = format!("{}/plugins/gpu-driver:560.35.3", e.registry.host());
+    Registry::new(RegistryConfig {
+        insecure: vec![e.registry.host().into()],
+        ..Default::default()
+    })
+    .push_package(
+        &reference,
+        &nodewright_artifacts::read(nodewright_artifacts::DRIVER),
+        Default::default(),
+        &[payload],
+        &|_| {},
+    )
+    .await
+    .unwrap();
+
+    // Each node runs the old module, held by a workload: replacing it takes a reboot.
+    for n in NODES {
+        let release = e.read_host_file(n, "/proc/sys/kernel/osrelease").unwrap();
+        std::fs::create_dir_all(e.host_path(n, &format!("/lib/modules/{}", release.trim())))
+            .unwrap();
+        e.host_file(
+            n,
+            "/proc/modules",
+            "nvidia 57540608 12 - Live 0x0000000000000000\n",
+        );
+        e.host_file(n, "/sys/module/nvidia/refcnt", "12\n");
+        e.host_file(n, "/sys/module/nvidia/version", "550.54.14\n");
+    }
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let watcher = {
+        let (client, seen) = (e.client.clone(), seen.clone());
+        tokio::spawn(async move {
+            let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+            loop {
+                for n in NODES {
+                    let Ok(node) = nodes.get(n).await else {
+                        continue;
+                    };
+                    let now = Instant::now();
+                    let mut seen = seen.lock().unwrap();
+                    let staged = node
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(&keys::staged("gpu")))
+                        .and_then(|v| v.parse::<Staged>().ok());
+                    if let Some(s) = staged {
+                        seen.staged.entry(n.into()).or_insert((now, s));
+                    }
+                    if node.spec.and_then(|s| s.unschedulable) == Some(true) {
+                        seen.cordoned.entry(n.into()).or_insert(now);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+
+    e.start_operator(&[]);
+    let applied = Instant::now();
+    e.apply(cr(
+        "gpu",
+        json!({
+            "interruptionBudget": {"count": 1},
+            "prestage": "all",
+            "packages": {"nvidia-driver": {
+                "version": "560.35.3", "plugin": reference,
+                "interrupt": {"type": "reboot"},
+                "capabilities": {
+                    "files": [{"path": "/lib/modules", "access": "readWrite"}, {"path": "/sys/module", "access": "read"}],
+                    "kernelModules": ["nvidia"]
+                },
+                "configMap": {"module": "nvidia", "payload": "driver"}
+            }}
+        }),
+    ))
+    .await;
+
+    // `all`: both nodes stage at the start, the one outside the first batch too.
+    e.wait("both nodes staged", LIMIT, || async {
+        (seen.lock().unwrap().staged.len() == NODES.len()).then_some(())
+    })
+    .await;
+    let staged_in = applied.elapsed();
+    // From here on nothing may need the registry: the stages run from the node cache.
+    e.registry_down();
+    e.wait_complete("gpu", LIMIT).await;
+    let completed_in = applied.elapsed();
+    watcher.abort();
+
+    let seen = seen.lock().unwrap();
+    for n in NODES {
+        let (staged_at, mark) = &seen.staged[n];
+        assert_eq!(mark.bytes, payload_bytes, "{n}: the payload's size");
+        let cordoned_at = seen.cordoned.get(n).expect("the reboot cordons the node");
+        assert!(
+            staged_at < cordoned_at,
+            "{n}: cordoned {:?} before its payload was staged",
+            staged_at.duration_since(*cordoned_at)
+        );
+        assert_eq!(e.node_status("gpu", n).await, Some(Status::Complete));
+        // The module installed from the payload, byte for byte, and the new one loaded
+        // after the reboot.
+        let release = e.read_host_file(n, "/proc/sys/kernel/osrelease").unwrap();
+        let installed = e.host_path(
+            n,
+            &format!("/lib/modules/{}/updates/nvidia.ko", release.trim()),
+        );
+        assert_eq!(std::fs::read(installed).unwrap(), new, "{n}");
+        let journal = e.journal(n);
+        assert!(
+            journal
+                .iter()
+                .any(|a| matches!(a, HostAction::Rebooted { .. })),
+            "{n}: {journal:?}"
+        );
+        assert_eq!(
+            e.read_host_file(n, "/sys/module/nvidia/version").as_deref(),
+            Some("560.35.03\n"),
+            "{n}"
+        );
+        let trees = e.host_path(n, "/var/lib/nodewright/plugins/trees/sha256");
+        assert_eq!(trees.read_dir().unwrap().count(), 1, "{n}: one staged tree");
+    }
+    let events = e.events("p2").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "Staged" && m.contains("staged 1 payload(s)")),
+        "{events:?}"
+    );
+    eprintln!(
+        "payload {payload_bytes} bytes: both nodes staged {staged_in:?} after the apply, rollout complete after {completed_in:?}"
+    );
+}
