@@ -6,6 +6,7 @@
 //! <root>/manifests/sha256/<hex>    manifests, by manifest digest
 //! <root>/trees/sha256/<hex>        payload layers unpacked (read-only files), by layer digest
 //! <root>/code/                     the engine's precompiled code (see nodewright-engine)
+//! <root>/locks/sha256/<hex>        held by the one process downloading a payload layer
 //! <root>/.lock                     shared by readers and writers, exclusive for gc
 //! ```
 //!
@@ -16,7 +17,9 @@
 //! - every load re-hashes the content; a mismatch moves the file aside and is an error, so
 //!   a corrupted or tampered file is never used (the puller then fetches it again);
 //! - any number of processes may read and write at once (identical content under identical
-//!   names); garbage collection takes the lock exclusively and removes only what is not in
+//!   names), and one at a time downloads a payload layer (the others wait for its tree);
+//!   the empty lock files stay, since removing one another process waits on would let a
+//!   third take a new one beside it; garbage collection takes the lock exclusively and removes only what is not in
 //!   the keep-set it is given.
 
 use std::collections::BTreeSet;
@@ -60,11 +63,12 @@ impl Kind {
 
 /// Where payload trees live.
 const TREES: &str = "trees/sha256";
+const LOCKS: &str = "locks/sha256";
 
 impl NodeCache {
     /// Opens (creating, mode 0700) the cache at `root`.
     pub fn open(root: &Path) -> Result<Self> {
-        for dir in [Kind::Blob.dir(), Kind::Manifest.dir(), TREES, "code"] {
+        for dir in [Kind::Blob.dir(), Kind::Manifest.dir(), TREES, LOCKS, "code"] {
             let d = root.join(dir);
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -98,6 +102,14 @@ impl NodeCache {
             .map_err(|e| Error::cache(&path, e))?;
         if exclusive { f.lock() } else { f.lock_shared() }.map_err(|e| Error::cache(&path, e))?;
         Ok(f)
+    }
+
+    fn lock_path(&self, digest: &str) -> Result<PathBuf> {
+        let hex = parse_digest(digest).ok_or_else(|| Error::InvalidArtifact {
+            reference: digest.into(),
+            reason: "not a sha256 digest".into(),
+        })?;
+        Ok(self.root.join(LOCKS).join(hex))
     }
 
     fn path(&self, kind: Kind, digest: &str) -> Result<PathBuf> {
@@ -168,6 +180,23 @@ impl NodeCache {
     /// interrupted download resumes).
     pub fn partial_path(&self, digest: &str) -> Result<PathBuf> {
         Ok(self.path(Kind::Blob, digest)?.with_extension("partial"))
+    }
+
+    /// Holds the download of one payload blob for this process: an exclusive lock on
+    /// `locks/sha256/<hex>`, taken blocking, released when the file is dropped. Two stages
+    /// or prestages on one node sharing a layer would otherwise append to one `.partial`
+    /// together; the second waits, then finds the tree the first left.
+    pub fn lock_download(&self, digest: &str) -> Result<File> {
+        let path = self.lock_path(digest)?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::cache(&path, e))?;
+        f.lock().map_err(|e| Error::cache(&path, e))?;
+        Ok(f)
     }
 
     /// Whether `payload`'s tree is here.
@@ -355,6 +384,34 @@ impl NodeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_download_of_a_layer_at_a_time_across_cache_handles() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Two handles on one directory, as two agent processes on one node have.
+        let (a, b) = (
+            NodeCache::open(tmp.path()).unwrap(),
+            NodeCache::open(tmp.path()).unwrap(),
+        );
+        let d = sha256_digest(b"layer");
+        let held = a.lock_download(&d).unwrap();
+        let path = a.lock_path(&d).unwrap();
+        let probe = File::open(&path).unwrap();
+        assert!(
+            matches!(probe.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+            "held while the first download runs"
+        );
+        let other = sha256_digest(b"another layer");
+        drop(b.lock_download(&other).unwrap()); // another layer is not held up
+        drop(held);
+        let second = b.lock_download(&d).unwrap();
+        assert!(matches!(
+            probe.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ));
+        drop(second);
+        probe.try_lock().expect("free once both are done");
+    }
 
     #[test]
     fn stores_verifies_and_refuses_corruption() {

@@ -208,12 +208,27 @@ impl Puller {
             Err(Error::CacheCorrupt { .. }) => Ok(None),
             other => other,
         };
-        if let Some(tree) = tree(&self.cache)? {
+        let cached = |tree: PathBuf| {
             progress(Progress::Cached {
                 what: "payload",
                 digest: digest.clone(),
             });
-            return Ok((tree, true));
+            Ok((tree, true))
+        };
+        if let Some(tree) = tree(&self.cache)? {
+            return cached(tree);
+        }
+        // One download of a layer at a time on a node; whoever waited finds it staged.
+        let cache = self.cache.clone();
+        let lock_digest = digest.clone();
+        let _download = tokio::task::spawn_blocking(move || cache.lock_download(&lock_digest))
+            .await
+            .map_err(|e| Error::Cache {
+                path: self.cache.root().display().to_string(),
+                source: std::io::Error::other(e),
+            })??;
+        if let Some(tree) = tree(&self.cache)? {
+            return cached(tree);
         }
         progress(Progress::Downloading {
             what: "payload",

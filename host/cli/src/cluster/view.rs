@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 use nodewright_api::keys;
-use nodewright_api::node_state::{NodeState, PackageStatus};
+use nodewright_api::node_state::{NodeState, PackageStatus, Staged};
+use nodewright_api::units::format_bytes;
 use nodewright_api::v1alpha1::NodeWright;
 use serde::Serialize;
 
@@ -172,6 +173,10 @@ pub struct NodeRow {
     pub node: String,
     pub status: String,
     pub cordoned: bool,
+    /// Bytes of the NodeWright's payloads the node has staged (its `nodewright.io/staged.*`
+    /// annotation), if it staged any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub staged: Option<u64>,
     /// `package → stage/state`.
     pub packages: BTreeMap<String, String>,
     /// `package → last message` (failures, waits), where there is one.
@@ -196,6 +201,13 @@ pub fn node_rows(cr: &NodeWright, nodes: &[Node]) -> Vec<NodeRow> {
                     .map(|s| s.as_str().to_string())
                     .unwrap_or_else(|| "-".into()),
                 cordoned: cordoned(n),
+                staged: n
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(&keys::staged(&name_)))
+                    .and_then(|v| v.parse::<Staged>().ok())
+                    .map(|s| s.bytes),
                 packages: state
                     .values()
                     .map(|p| (p.name.clone(), stage_state(p)))
@@ -212,11 +224,15 @@ pub fn node_rows(cr: &NodeWright, nodes: &[Node]) -> Vec<NodeRow> {
     rows
 }
 
-/// The per-node table of one NodeWright: a column per package of its spec; `wide` adds
-/// each node's messages.
+/// The per-node table of one NodeWright: a column per package of its spec, the payload
+/// bytes staged when a node staged any; `wide` adds each node's messages.
 pub fn node_rows_table(cr: &NodeWright, rows: &[NodeRow], wide: bool) -> String {
     let packages: Vec<&String> = cr.spec.packages.keys().collect();
+    let staging = rows.iter().any(|r| r.staged.is_some());
     let mut header = vec!["NODE", "STATUS", "CORDONED"];
+    if staging {
+        header.push("STAGED");
+    }
     header.extend(packages.iter().map(|p| p.as_str()));
     if wide {
         header.push("MESSAGES");
@@ -225,6 +241,9 @@ pub fn node_rows_table(cr: &NodeWright, rows: &[NodeRow], wide: bool) -> String 
         .iter()
         .map(|r| {
             let mut c = vec![r.node.clone(), r.status.clone(), yes(r.cordoned)];
+            if staging {
+                c.push(r.staged.map_or_else(|| "-".into(), format_bytes));
+            }
             c.extend(
                 packages
                     .iter()

@@ -286,3 +286,45 @@ async fn a_payload_past_the_limit_is_refused_before_a_byte_is_fetched() {
         "no partial file for a refused payload"
     );
 }
+
+/// Two processes on one node staging the same payload at once (two packages, or two
+/// NodeWrights' prestages, sharing a layer): one downloads it, the other waits and takes
+/// the tree it left — never two writers on one partial file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_layer_staged_twice_at_once_is_downloaded_once() {
+    nodewright_testregistry::require!(Registry);
+    let reg = TestRegistry::start();
+    let registry = Registry::new(config(&reg));
+    let src = tempfile::tempdir().unwrap();
+    let (driver, firmware) = sources(src.path(), 24 << 20);
+    let reference = format!("{}/plugins/driver:1.0.0", reg.host());
+    push_with(&registry, &reference, payloads(&driver, &firmware)).await;
+    let cache_dir = tempfile::tempdir().unwrap();
+    let puller = || {
+        Puller::new(
+            Registry::new(config(&reg)),
+            NodeCache::open(cache_dir.path()).unwrap(),
+        )
+    };
+    let (a, b) = (puller(), puller());
+    let pinned =
+        nodewright_oci::pin(&reference, &registry.resolve(&reference).await.unwrap()).unwrap();
+    let (pa, pb) = (
+        a.pull_pinned(&pinned, &|_| {}).await.unwrap(),
+        b.pull_pinned(&pinned, &|_| {}).await.unwrap(),
+    );
+    let (sa, sb) = tokio::join!(stage(&a, &pa), stage(&b, &pb));
+    for (x, y) in sa.iter().zip(&sb) {
+        assert_eq!(x.tree, y.tree, "{}: one tree", x.name);
+        assert_eq!(
+            u8::from(x.from_cache) + u8::from(y.from_cache),
+            1,
+            "{}: downloaded by exactly one of them",
+            x.name
+        );
+    }
+    assert_eq!(
+        std::fs::read(sa[0].tree.join("lib/modules/nvidia.ko")).unwrap(),
+        std::fs::read(driver.join("lib/modules/nvidia.ko")).unwrap()
+    );
+}

@@ -1,4 +1,4 @@
-use nodewright_api::node_state::{Stage, State};
+use nodewright_api::node_state::{Stage, Staged, State};
 use serde_json::json;
 
 use super::*;
@@ -104,6 +104,37 @@ fn node_rows_have_a_column_per_package() {
         ("b", "apply", "erroring")
     );
     assert!(package_rows("gpu", Some("other"), &nodes).is_empty());
+}
+
+#[test]
+fn a_node_that_staged_payloads_shows_how_much() {
+    let mut staged = node("a", false, Some(&state(Stage::Plan, State::InProgress)));
+    staged.metadata.annotations.as_mut().unwrap().insert(
+        keys::staged("gpu"),
+        Staged {
+            set: "0a1b2c3d4e5f6a7b".into(),
+            bytes: 300 << 20,
+        }
+        .to_string(),
+    );
+    let nodes = [
+        staged,
+        node("b", true, Some(&state(Stage::Apply, State::Erroring))),
+    ];
+    let rows = node_rows(&cr(), &nodes);
+    assert_eq!(
+        rows.iter().map(|r| r.staged).collect::<Vec<_>>(),
+        [Some(300 << 20), None]
+    );
+    let t = node_rows_table(&cr(), &rows, false);
+    assert!(
+        t.lines().next().unwrap().contains("CORDONED  STAGED"),
+        "{t}"
+    );
+    assert!(t.contains("300.0 MiB"), "{t}");
+    // Without any staged payload the column is left out.
+    let t = node_rows_table(&cr(), &node_rows(&cr(), &nodes[1..]), false);
+    assert!(!t.contains("STAGED"), "{t}");
 }
 
 #[test]
