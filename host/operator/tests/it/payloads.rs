@@ -148,7 +148,7 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
     let completed_in = applied.elapsed();
     watcher.abort();
 
-    let seen = seen.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
     for n in NODES {
         let (staged_at, mark) = &seen.staged[n];
         assert_eq!(mark.bytes, payload_bytes, "{n}: the payload's size");
