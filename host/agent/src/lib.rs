@@ -246,6 +246,17 @@ mod tests {
         ask.limits.write_bytes = 7;
         ask.limits.write_files = 9;
         ask.graceful_shutdown = Duration::from_secs(45);
+        ask.payload_images = vec![
+            format!("fw=reg.example/nvidia/fw@sha256:{}", "1".repeat(64))
+                .parse()
+                .unwrap(),
+            format!(
+                "driver=reg.example/nvidia/driver@sha256:{}#/opt/nvidia",
+                "2".repeat(64)
+            )
+            .parse()
+            .unwrap(),
+        ];
         let mut stage = StageCall::new(common(), ask);
         stage.min_free_bytes = 1 << 30;
         stage.pulling = Pulling {
@@ -287,6 +298,14 @@ mod tests {
             common: common(),
             ask: PrestageAsk {
                 plugins: vec![pinned("driver"), pinned("firmware")],
+                images: vec![
+                    format!(
+                        "fw=reg.example/nvidia/fw@sha256:{}#/lib/firmware",
+                        "1".repeat(64)
+                    )
+                    .parse()
+                    .unwrap(),
+                ],
             },
             pulling,
         });

@@ -1,5 +1,6 @@
 //! Staging a node's payloads before its cordon: each pinned plugin pulled through the node
-//! cache and its payloads fetched and unpacked there, so the stages that run once the node
+//! cache and its payloads fetched and unpacked there, and each image payload's layers
+//! applied into its tree, so the stages that run once the node
 //! is out of service find them local. Nothing runs; nothing on the host is touched but the
 //! cache.
 
@@ -26,33 +27,45 @@ async fn staged(call: &PrestageCall) -> Result<String, Refused> {
     let puller = puller(&call.common, &call.pulling)?;
     let progress = |p| eprintln!("{p:?}");
     let (mut payloads, mut bytes, mut cached) = (0usize, 0u64, 0u64);
+    let mut staged = Vec::new();
     for plugin in &call.ask.plugins {
         let pulled = puller
             .pull_pinned(plugin, &progress)
             .await
             .map_err(pull_fault)?;
-        let staged = puller
+        for p in puller
             .stage_payloads(plugin, &pulled.payloads, &progress)
             .await
+            .map_err(pull_fault)?
+        {
+            staged.push((plugin.as_str(), p));
+        }
+    }
+    for image in &call.ask.images {
+        let p = puller
+            .stage_image(image, &progress)
+            .await
             .map_err(pull_fault)?;
-        for p in &staged {
-            eprintln!(
-                "staged {plugin} payload {} ({}, {}){}",
-                p.name,
-                p.digest,
-                format_bytes(p.size),
-                if p.from_cache { " from the cache" } else { "" }
-            );
-            payloads += 1;
-            bytes += p.size;
-            if p.from_cache {
-                cached += p.size;
-            }
+        staged.push((image.image.as_str(), p));
+    }
+    for (source, p) in &staged {
+        eprintln!(
+            "staged {source} payload {} ({}, {}){}",
+            p.name,
+            p.digest,
+            format_bytes(p.size),
+            if p.from_cache { " from the cache" } else { "" }
+        );
+        payloads += 1;
+        bytes += p.size;
+        if p.from_cache {
+            cached += p.size;
         }
     }
     Ok(format!(
-        "staged {payloads} payload(s) of {} plugin(s): {} ({} already in the cache)",
+        "staged {payloads} payload(s) of {} plugin(s) and {} image(s): {} ({} already in the cache)",
         call.ask.plugins.len(),
+        call.ask.images.len(),
         format_bytes(bytes),
         format_bytes(cached)
     ))

@@ -384,10 +384,31 @@ async fn pull_and_prepare(
         nodewright_engine::Error::MissingGrants { .. } => (Blame::Denied, e.to_string()),
         e => host_fault(&e),
     })?;
-    let staged = puller
-        .stage_payloads(&call.ask.plugin, &pulled.payloads, &|p| eprintln!("{p:?}"))
+    let progress = |p| eprintln!("{p:?}");
+    let mut staged = puller
+        .stage_payloads(&call.ask.plugin, &pulled.payloads, &progress)
         .await
         .map_err(pull_fault)?;
-    let trees = staged.into_iter().map(|p| (p.name, p.tree)).collect();
+    for image in &call.ask.payload_images {
+        staged.push(
+            puller
+                .stage_image(image, &progress)
+                .await
+                .map_err(pull_fault)?,
+        );
+    }
+    let mut trees = PayloadTrees::new();
+    for p in staged {
+        if trees.contains_key(&p.name) {
+            return Err((
+                Blame::Config,
+                format!(
+                    "payload {} is named twice: by the plugin {} and by spec.packages.{}.payloads",
+                    p.name, call.ask.plugin, call.ask.package
+                ),
+            ));
+        }
+        trees.insert(p.name, p.tree);
+    }
     Ok((prepared, trees))
 }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::grants::Capabilities;
 use crate::limits::{self, StageLimits};
 use crate::node_state::Stage;
+use crate::payload::ImagePayload;
 use crate::pinned::PinnedRef;
 use crate::units;
 use crate::v1alpha1::InterruptType;
@@ -258,6 +259,9 @@ pub struct StageAsk {
     /// The plugin, pinned by digest.
     #[cfg_attr(feature = "cli", arg(long))]
     pub plugin: PinnedRef,
+    /// Payloads from container images (`NAME=IMAGE@DIGEST[#/PATH]`), beside the plugin's.
+    #[cfg_attr(feature = "cli", arg(long = "payload-image"))]
+    pub payload_images: Vec<ImagePayload>,
     /// The package's `capabilities`, as JSON.
     #[cfg_attr(feature = "cli", arg(long, default_value = "{}", value_parser = json::<Capabilities>))]
     pub capabilities: Capabilities,
@@ -291,6 +295,7 @@ impl StageAsk {
             previous_version: None,
             node_order: None,
             plugin,
+            payload_images: Vec::new(),
             capabilities: Capabilities::default(),
             reboot_allowed: false,
             config: BTreeMap::new(),
@@ -310,6 +315,11 @@ impl StageAsk {
             format!("--capabilities={}", to_json(&self.capabilities)),
             format!("--config={}", to_json(&self.config)),
         ];
+        args.extend(
+            self.payload_images
+                .iter()
+                .map(|p| format!("--payload-image={p}")),
+        );
         args.extend(
             self.changed_keys
                 .iter()
@@ -436,8 +446,11 @@ impl Pulling {
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct PrestageAsk {
     /// The plugins, pinned by digest, whose payloads to stage.
-    #[cfg_attr(feature = "cli", arg(long = "plugin", required = true))]
+    #[cfg_attr(feature = "cli", arg(long = "plugin"))]
     pub plugins: Vec<PinnedRef>,
+    /// Payloads from container images to stage (`NAME=IMAGE@DIGEST[#/PATH]`).
+    #[cfg_attr(feature = "cli", arg(long = "payload-image"))]
+    pub images: Vec<ImagePayload>,
 }
 
 /// Staging a node's payloads ahead of its cordon: the planner's [`PrestageAsk`] with the
@@ -460,6 +473,12 @@ impl PrestageCall {
     fn to_args(&self) -> Vec<String> {
         let mut args = vec!["prestage".to_string()];
         args.extend(self.ask.plugins.iter().map(|p| format!("--plugin={p}")));
+        args.extend(
+            self.ask
+                .images
+                .iter()
+                .map(|p| format!("--payload-image={p}")),
+        );
         args.extend(self.pulling.to_args());
         args.extend(self.common.to_args());
         args

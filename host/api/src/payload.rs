@@ -3,7 +3,9 @@
 //! directory the guest reads them from).
 
 use std::fmt;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
+
+use crate::pinned::PinnedRef;
 
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +73,75 @@ pub fn is_below_root(rel: &Path) -> bool {
     !rel.as_os_str().is_empty() && rel.components().all(|c| matches!(c, Component::Normal(_)))
 }
 
+/// A payload taken from a container image rather than the plugin's artifact: the image's
+/// layers applied in order into one read-only tree (only what lies under `path` in the
+/// image, re-rooted there). Written `NAME=IMAGE@sha256:HEX` or `NAME=IMAGE@sha256:HEX#/PATH`
+/// on an agent's command line.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ImagePayload {
+    /// The payload's name (`/payload/<name>` to the guest).
+    pub name: PayloadName,
+    /// The image (or image index), pinned by digest.
+    pub image: PinnedRef,
+    /// Where in the image the payload's root is: relative, plain names only (empty: the
+    /// image's root).
+    pub path: PathBuf,
+}
+
+impl ImagePayload {
+    /// `path` as the image spells it (`/opt/driver`), normalised to what [`ImagePayload::path`]
+    /// holds; `None` when it leaves the image's root or is not absolute.
+    pub fn image_path(path: &str) -> Option<PathBuf> {
+        let p = Path::new(path);
+        if !p.is_absolute() {
+            return None;
+        }
+        let mut out = PathBuf::new();
+        for c in p.components() {
+            match c {
+                Component::RootDir | Component::CurDir => {}
+                Component::Normal(n) => out.push(n),
+                Component::ParentDir | Component::Prefix(_) => return None,
+            }
+        }
+        Some(out)
+    }
+}
+
+impl fmt::Display for ImagePayload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.name, self.image)?;
+        if !self.path.as_os_str().is_empty() {
+            write!(f, "#/{}", self.path.display())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for ImagePayload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, rest) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not NAME=IMAGE@DIGEST[#/PATH]"))?;
+        let (image, path) = match rest.split_once('#') {
+            Some((image, path)) => (
+                image,
+                ImagePayload::image_path(path)
+                    .ok_or_else(|| format!("{path:?} is not an absolute path inside the image"))?,
+            ),
+            None => (rest, PathBuf::new()),
+        };
+        Ok(ImagePayload {
+            name: PayloadName::parse(name).map_err(|e| e.to_string())?,
+            image: image
+                .parse()
+                .map_err(|e: crate::pinned::NotPinned| e.to_string())?,
+            path,
+        })
+    }
+}
+
 impl fmt::Display for PayloadName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -93,6 +164,29 @@ impl From<PayloadName> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn image_payloads_parse_what_they_print() {
+        let pinned = format!("reg.example:5000/nvidia/driver@sha256:{}", "a".repeat(64));
+        for text in [
+            format!("driver={pinned}"),
+            format!("driver={pinned}#/opt/nvidia/560"),
+        ] {
+            let p: ImagePayload = text.parse().unwrap();
+            assert_eq!(p.to_string(), text);
+        }
+        let p: ImagePayload = format!("fw={pinned}#/lib/./firmware/").parse().unwrap();
+        assert_eq!(p.path, PathBuf::from("lib/firmware"));
+        for bad in [
+            format!("driver=reg.example/nvidia/driver:560#/opt"),
+            format!(".x={pinned}"),
+            format!("driver={pinned}#opt"),
+            format!("driver={pinned}#/opt/../etc"),
+            pinned.clone(),
+        ] {
+            assert!(bad.parse::<ImagePayload>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn names() {

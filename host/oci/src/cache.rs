@@ -201,8 +201,7 @@ impl NodeCache {
 
     /// Whether `payload`'s tree is here.
     pub fn has_tree(&self, payload: &Payload) -> bool {
-        parse_digest(&payload.layer.digest)
-            .is_some_and(|hex| self.root.join(TREES).join(hex).is_dir())
+        self.tree(&payload.layer.digest).is_ok_and(|t| t.is_some())
     }
 
     /// Refuses (before a byte is fetched) `payloads` whose layers and unpacked trees would
@@ -255,57 +254,73 @@ impl NodeCache {
         limits: UnpackLimits,
     ) -> Result<Option<PathBuf>> {
         let digest = &payload.layer.digest;
-        let hex = parse_digest(digest).ok_or_else(|| Error::InvalidArtifact {
-            reference: reference.into(),
-            reason: format!("payload {} digest is not sha256", payload.name),
-        })?;
-        let trees = self.root.join(TREES);
-        let tree = trees.join(hex);
-        let _guard = self.lock(false)?;
-        if tree.is_dir() {
+        if let Some(tree) = self.tree(digest)? {
             return Ok(Some(tree));
         }
-        let blob = self.path(Kind::Blob, digest)?;
-        let file = match File::open(&blob) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::cache(&blob, e)),
-        };
+        if !self.has_blob(digest) {
+            return Ok(None);
+        }
+        self.make_tree(digest, |tmp| {
+            self.read_blob(digest, |tar| {
+                payload::unpack(&payload.name, tar, tmp, limits)
+            })?
+            .map(drop)
+            .map_err(|source| Error::UnsafePayload {
+                reference: reference.into(),
+                source,
+            })
+        })
+        .map(Some)
+    }
+
+    /// The tree kept under `key` (`sha256:<hex>`: a payload layer's digest, or an image
+    /// payload's key), if it was made.
+    pub fn tree(&self, key: &str) -> Result<Option<PathBuf>> {
+        let tree = self.tree_path(key)?;
+        Ok(tree.is_dir().then_some(tree))
+    }
+
+    fn tree_path(&self, key: &str) -> Result<PathBuf> {
+        let hex = parse_digest(key).ok_or_else(|| Error::InvalidArtifact {
+            reference: key.into(),
+            reason: "a tree's key is not a sha256 digest".into(),
+        })?;
+        Ok(self.root.join(TREES).join(hex))
+    }
+
+    /// Whether blob `digest` is in the cache (its content is verified when it is read).
+    pub fn has_blob(&self, digest: &str) -> bool {
+        self.path(Kind::Blob, digest).is_ok_and(|p| p.is_file())
+    }
+
+    /// The tree under `key`, made by `build` the first time: into a new directory of ours,
+    /// renamed into place only when `build` succeeds (removed when it fails); a tree another
+    /// process made first is used as it is.
+    pub(crate) fn make_tree(
+        &self,
+        key: &str,
+        build: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<PathBuf> {
+        let tree = self.tree_path(key)?;
+        let _guard = self.lock(false)?;
+        if tree.is_dir() {
+            return Ok(tree);
+        }
         let unique = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let tmp = trees.join(format!(".{hex}.{}.{unique}", std::process::id()));
+        let name = tree.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = tree.with_file_name(format!(".{name}.{}.{unique}", std::process::id()));
         std::fs::DirBuilder::new()
             .mode(0o755)
             .create(&tmp)
             .map_err(|e| Error::cache(&tmp, e))?;
-        let mut reader = Hashing::new(std::io::BufReader::with_capacity(1 << 16, file));
-        let unpacked = payload::unpack(&payload.name, &mut reader, &tmp, limits);
-        // The hash covers the whole blob, past the tar's end-of-archive too.
-        let drained = std::io::copy(&mut reader, &mut std::io::sink());
         let discard = || {
             let _ = std::fs::remove_dir_all(&tmp);
         };
-        let (actual, _) = reader.finish();
-        if actual != *digest {
+        if let Err(e) = build(&tmp) {
             discard();
-            let _ = std::fs::rename(&blob, blob.with_extension("corrupt"));
-            tracing::warn!(%digest, %actual, "cached payload does not match its digest; moved aside");
-            return Err(Error::CacheCorrupt {
-                digest: digest.clone(),
-                actual,
-            });
-        }
-        if let Err(source) = unpacked {
-            discard();
-            return Err(Error::UnsafePayload {
-                reference: reference.into(),
-                source,
-            });
-        }
-        if let Err(e) = drained {
-            discard();
-            return Err(Error::cache(&blob, e));
+            return Err(e);
         }
         if let Err(e) = std::fs::rename(&tmp, &tree) {
             discard();
@@ -314,7 +329,33 @@ impl NodeCache {
                 return Err(Error::cache(&tree, e));
             }
         }
-        Ok(Some(tree))
+        Ok(tree)
+    }
+
+    /// Streams blob `digest` through `read`, hashing every byte (what `read` leaves unread
+    /// is drained so the hash covers the whole blob). A blob that does not hash to its name
+    /// is moved aside and is [`Error::CacheCorrupt`], whatever `read` made of it.
+    pub(crate) fn read_blob<T>(
+        &self,
+        digest: &str,
+        read: impl FnOnce(&mut dyn std::io::Read) -> T,
+    ) -> Result<T> {
+        let blob = self.path(Kind::Blob, digest)?;
+        let file = File::open(&blob).map_err(|e| Error::cache(&blob, e))?;
+        let mut reader = Hashing::new(std::io::BufReader::with_capacity(1 << 16, file));
+        let out = read(&mut reader);
+        let drained = std::io::copy(&mut reader, &mut std::io::sink());
+        let (actual, _) = reader.finish();
+        if actual != digest {
+            let _ = std::fs::rename(&blob, blob.with_extension("corrupt"));
+            tracing::warn!(%digest, %actual, "cached blob does not match its digest; moved aside");
+            return Err(Error::CacheCorrupt {
+                digest: digest.into(),
+                actual,
+            });
+        }
+        drained.map_err(|e| Error::cache(&blob, e))?;
+        Ok(out)
     }
 
     /// Removes every manifest not in `keep` and every blob not referenced by a kept

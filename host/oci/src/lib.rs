@@ -36,6 +36,8 @@ mod bounded;
 mod cache;
 mod digest;
 mod error;
+mod image;
+pub mod layers;
 mod oci_errors;
 pub mod payload;
 mod progress;
@@ -48,6 +50,7 @@ pub use bounded::{MAX_MANIFEST_BYTES, MAX_TOKEN_BYTES};
 pub use cache::{GcReport, NodeCache};
 pub use digest::{parse_digest, sha256_digest};
 pub use error::{Error, Result};
+pub use image::this_architecture;
 pub use progress::Progress;
 pub use pull::{Pulled, PulledPayload, Puller};
 #[cfg(feature = "push")]

@@ -230,7 +230,7 @@ pub fn unpack(
     Ok(done)
 }
 
-fn duplicate_or(e: std::io::Error) -> Refusal {
+pub(crate) fn duplicate_or(e: std::io::Error) -> Refusal {
     if e.kind() == std::io::ErrorKind::AlreadyExists
         || e.kind() == std::io::ErrorKind::NotADirectory
     {

@@ -7,6 +7,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use nodewright_api::payload::PayloadName;
 use nodewright_api::pinned::PinnedRef;
 
+use crate::artifact::Descriptor;
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
 use crate::payload::{Payload, UnpackLimits};
@@ -208,38 +209,16 @@ impl Puller {
             Err(Error::CacheCorrupt { .. }) => Ok(None),
             other => other,
         };
-        let cached = |tree: PathBuf| {
+        if let Some(tree) = tree(&self.cache)? {
             progress(Progress::Cached {
                 what: "payload",
                 digest: digest.clone(),
             });
-            Ok((tree, true))
-        };
-        if let Some(tree) = tree(&self.cache)? {
-            return cached(tree);
+            return Ok((tree, true));
         }
-        // One download of a layer at a time on a node; whoever waited finds it staged.
-        let cache = self.cache.clone();
-        let lock_digest = digest.clone();
-        let _download = tokio::task::spawn_blocking(move || cache.lock_download(&lock_digest))
-            .await
-            .map_err(|e| Error::Cache {
-                path: self.cache.root().display().to_string(),
-                source: std::io::Error::other(e),
-            })??;
-        if let Some(tree) = tree(&self.cache)? {
-            return cached(tree);
-        }
-        progress(Progress::Downloading {
-            what: "payload",
-            digest: digest.clone(),
-            bytes: payload.layer.size.max(0) as u64,
-        });
-        let partial = self.cache.partial_path(digest)?;
-        self.registry
-            .fetch_blob_to_file(reference, &payload.layer, &partial)
+        let fetched = self
+            .blob_to_cache(reference, &payload.layer, progress)
             .await?;
-        self.cache.commit_partial(digest)?;
         let tree = self
             .cache
             .payload_tree(reference, payload, limits)?
@@ -250,7 +229,45 @@ impl Puller {
                     payload.name
                 ),
             })?;
-        Ok((tree, false))
+        Ok((tree, !fetched))
+    }
+
+    /// Puts the payload-sized blob `layer` in the cache unless it is there: streamed to its
+    /// `.partial` (resuming what an earlier pull left), verified, renamed into place. One
+    /// process at a time fetches a layer on a node; one that waited finds it there. True
+    /// when this call downloaded it.
+    pub(crate) async fn blob_to_cache(
+        &self,
+        reference: &str,
+        layer: &Descriptor,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<bool> {
+        let digest = &layer.digest;
+        if self.cache.has_blob(digest) {
+            return Ok(false);
+        }
+        let cache = self.cache.clone();
+        let lock_digest = digest.clone();
+        let _download = tokio::task::spawn_blocking(move || cache.lock_download(&lock_digest))
+            .await
+            .map_err(|e| Error::Cache {
+                path: self.cache.root().display().to_string(),
+                source: std::io::Error::other(e),
+            })??;
+        if self.cache.has_blob(digest) {
+            return Ok(false);
+        }
+        progress(Progress::Downloading {
+            what: "payload",
+            digest: digest.clone(),
+            bytes: layer.size.max(0) as u64,
+        });
+        let partial = self.cache.partial_path(digest)?;
+        self.registry
+            .fetch_blob_to_file(reference, layer, &partial)
+            .await?;
+        self.cache.commit_partial(digest)?;
+        Ok(true)
     }
 
     /// A cache read where corruption means "fetch again".

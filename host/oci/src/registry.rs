@@ -148,7 +148,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What resolving a tag accepts: single manifests and indexes, OCI's and Docker's (what
 /// `docker`, `crane` and oci-client ask for).
-const RESOLVE_TYPES: &[&str] = &[
+pub(crate) const RESOLVE_TYPES: &[&str] = &[
     artifact::OCI_MANIFEST,
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",

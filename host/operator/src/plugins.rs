@@ -11,9 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodewright_api::limits::{Ceilings, StageLimits};
+use nodewright_api::payload::{ImagePayload, PayloadName};
 use nodewright_api::pinned::PinnedRef;
-use nodewright_api::v1alpha1::{NodeWrightSpec, Package};
+use nodewright_api::v1alpha1::{NodeWrightSpec, Package, PayloadSource};
 use nodewright_engine::{Engine, EngineConfig, LoadedPlugin};
+use nodewright_oci::payload::Payload;
 use nodewright_oci::{NodeCache, Puller, Registry, pin};
 use nodewright_planner::{PluginCheck as Verdict, Resolved};
 use tokio::sync::Notify;
@@ -214,36 +216,59 @@ impl Plugins {
             resolved.signers.insert(name.into(), judgement.signers);
         }
         resolved.warnings.extend(judgement.warnings);
-        let (loaded, payload_bytes) = self.load(puller, name, &reference).await?;
+        let (loaded, payloads) = self.load(puller, name, &reference).await?;
         self.admits(name, &reference, p, &loaded)?;
-        if payload_bytes > 0 {
-            resolved.payloads.insert(name.into(), payload_bytes);
+        let mut bytes = payloads
+            .iter()
+            .map(|p| p.layer.size.max(0) as u64)
+            .fold(0u64, u64::saturating_add);
+        let mut images = Vec::new();
+        for (i, source) in p.payloads.iter().enumerate() {
+            let field = format!("spec.packages.{name}.payloads[{i}]");
+            if payloads.iter().any(|a| a.name.as_str() == source.name) {
+                return Err(not_ready(
+                    "InvalidPayload",
+                    format!(
+                        "{field}.name: the plugin {reference} already carries a payload named {:?}",
+                        source.name
+                    ),
+                    false,
+                ));
+            }
+            let (image, size) = self
+                .check_image(puller, name, &field, source, p, resolved)
+                .await?;
+            bytes = bytes.saturating_add(size);
+            images.push(image);
+        }
+        if bytes > 0 || !images.is_empty() {
+            resolved.payloads.insert(name.into(), bytes);
+        }
+        if !images.is_empty() {
+            resolved.images.insert(name.into(), images);
         }
         resolved.pinned.insert(name.into(), reference);
         Ok(())
     }
 
     /// The plugin pulled by digest and compiled (off the async workers: compiling blocks,
-    /// bounded by the engine's load limits), with the bytes of payload its manifest lists
-    /// (listed, never fetched here: the nodes stage them).
+    /// bounded by the engine's load limits), with the payloads its manifest lists (listed,
+    /// never fetched here: the nodes stage them).
     async fn load(
         &self,
         puller: &Puller,
         name: &str,
         reference: &PinnedRef,
-    ) -> Result<(LoadedPlugin, u64), NotReady> {
+    ) -> Result<(LoadedPlugin, Vec<Payload>), NotReady> {
         let pulled = puller.pull_pinned(reference, &|_| {}).await.map_err(|e| {
             let message = format!("spec.packages.{name}.plugin: {e}{}", login_hint(&e));
             not_ready("PullFailed", message, retry(&e))
         })?;
-        let payload_bytes = pulled
-            .payloads
-            .iter()
-            .map(|p| p.layer.size.max(0) as u64)
-            .fold(0u64, u64::saturating_add);
+        let payloads = pulled.payloads;
         let engine = self.inner.engine.clone();
-        match tokio::task::spawn_blocking(move || engine.load(&pulled.bytes)).await {
-            Ok(Ok(l)) => Ok((l, payload_bytes)),
+        let bytes = pulled.bytes;
+        match tokio::task::spawn_blocking(move || engine.load(&bytes)).await {
+            Ok(Ok(l)) => Ok((l, payloads)),
             Ok(Err(e)) => Err(not_ready(
                 "InvalidPlugin",
                 format!("spec.packages.{name}.plugin {reference}: {e}"),
@@ -255,6 +280,74 @@ impl Plugins {
                 false,
             )),
         }
+    }
+
+    /// One payload taken from a container image: its tag resolved and pinned, its
+    /// signatures judged by the trust policies as the plugin's are, its layers checked as a
+    /// node can apply them; with their size (for this operator's platform).
+    async fn check_image(
+        &self,
+        puller: &Puller,
+        name: &str,
+        field: &str,
+        source: &PayloadSource,
+        p: &Package,
+        resolved: &mut Resolved,
+    ) -> Result<(ImagePayload, u64), NotReady> {
+        let registry = puller.registry();
+        let image = registry
+            .resolve(&source.image)
+            .await
+            .and_then(|d| pin(&source.image, &d))
+            .map_err(|e| {
+                let message = format!("{field}.image: {e}{}", login_hint(&e));
+                not_ready("ResolveFailed", message, retry(&e))
+            })?;
+        let judgement = self
+            .inner
+            .trust
+            .judge(registry, name, &image, p)
+            .await
+            .map_err(|e| {
+                let retryable =
+                    matches!(&e, nodewright_trust::Error::Registry(r) if r.is_retryable());
+                not_ready(
+                    "SignatureUnverifiable",
+                    format!("{field}.image {image}: {e}"),
+                    retryable,
+                )
+            })?;
+        if let Some(first) = judgement.refusals.first() {
+            return Err(not_ready(
+                first.reason(),
+                format!("{field}.image {image}: {}", joined(&judgement.refusals)),
+                false,
+            ));
+        }
+        resolved.warnings.extend(judgement.warnings);
+        let (_, layers) = puller.image_layers(&image).await.map_err(|e| {
+            let message = format!("{field}.image: {e}{}", login_hint(&e));
+            not_ready("PullFailed", message, retry(&e))
+        })?;
+        let size = layers
+            .iter()
+            .map(|l| l.size.max(0) as u64)
+            .fold(0u64, u64::saturating_add);
+        let bad = |reason: String| not_ready("InvalidPayload", reason, false);
+        let payload = ImagePayload {
+            name: PayloadName::parse(&source.name)
+                .map_err(|e| bad(format!("{field}.name: {e}")))?,
+            image,
+            path: match &source.path {
+                None => Default::default(),
+                Some(path) => ImagePayload::image_path(path).ok_or_else(|| {
+                    bad(format!(
+                        "{field}.path: {path:?} is not an absolute path inside the image"
+                    ))
+                })?,
+            },
+        };
+        Ok((payload, size))
     }
 
     /// The package's sandbox bounds within the operator's ceilings, and grants that cover

@@ -9,6 +9,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use k8s_openapi::api::core::v1::Toleration;
 use nodewright_api::keys;
 use nodewright_api::node_state::{self, NodeState, State};
+use nodewright_api::payload::ImagePayload;
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::v1alpha1::{DeploymentPolicySpec, Status};
 
@@ -16,7 +17,7 @@ use crate::action::{Action, Event, Target};
 use crate::hold::{self, Holds};
 use crate::node::{self, NodeOutcome};
 use crate::packages::{Digests, node_done};
-use crate::plan::{NO_PINS, Parsed, Pass};
+use crate::plan::{NO_IMAGES, NO_PINS, Parsed, Pass};
 use crate::prestage::{self, PayloadSet};
 use crate::rollout::{self, Era, Standing};
 use crate::select;
@@ -32,6 +33,8 @@ struct CrPass<'c> {
     era: Era,
     holds: Holds,
     pinned: Option<&'c BTreeMap<String, PinnedRef>>,
+    /// Each package's payloads from container images, pinned (with the pins).
+    images: Option<&'c BTreeMap<String, Vec<ImagePayload>>>,
     /// Plugins not ready or the policy missing: nothing of the CR may run.
     unusable: bool,
     /// Unusable, paused or disabled: batches are kept as they are.
@@ -64,11 +67,13 @@ impl<'c> CrPass<'c> {
         let spec_policy = policy.and_then(|(_, p)| p);
         // Ready only with a pin for every package: the node passes start a package's Job
         // with its pin and nothing else.
-        let pinned = match &cr.plugins {
+        let (pinned, images) = match &cr.plugins {
             PluginCheck::Ready(r) if cr.spec.packages.keys().all(|p| r.pinned.contains_key(p)) => {
-                Some(&r.pinned)
+                (Some(&r.pinned), Some(&r.images))
             }
-            PluginCheck::Ready(_) | PluginCheck::Pending | PluginCheck::NotReady { .. } => None,
+            PluginCheck::Ready(_) | PluginCheck::Pending | PluginCheck::NotReady { .. } => {
+                (None, None)
+            }
         };
         let unusable = pinned.is_none() || matches!(policy, Some((_, None)));
         CrPass {
@@ -81,6 +86,7 @@ impl<'c> CrPass<'c> {
             },
             holds: hold::evaluate(cr, spec_policy, now, agent_pods),
             pinned,
+            images,
             unusable,
             blocked: unusable || cr.paused || cr.disabled,
             tolerations: tolerations(cr),
@@ -380,6 +386,7 @@ impl<'a> Pass<'a> {
             now: self.now,
             refusals: &self.s.refusals,
             pinned: c.pinned.unwrap_or(&NO_PINS),
+            images: c.images.unwrap_or(&NO_IMAGES),
             digests: &c.digests,
             hold: c.holds.hold,
             orders: &batches.orders,

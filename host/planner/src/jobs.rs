@@ -14,6 +14,7 @@ use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package};
 use sha2::{Digest, Sha256};
 
 use crate::action::{Ask, JobRequest};
+use crate::prestage::PayloadSet;
 use crate::snapshot::{Cr, Work};
 use crate::work::Env;
 
@@ -94,6 +95,7 @@ pub(crate) fn package_job(
     let name = &e.name;
     let deadline = deadline(env, Some(p));
     let mut call = StageAsk::new(stage, name, &p.version, plugin.clone());
+    call.payload_images = env.images.get(name).cloned().unwrap_or_default();
     call.capabilities = p.capabilities.clone();
     call.reboot_allowed = p.grants_power();
     call.config = p.config_map.clone();
@@ -149,18 +151,15 @@ pub(crate) fn interrupt_job(
     request(cr, node, run, deadline, backoff, ask)
 }
 
-/// The request for staging the payloads of `plugins` (the set `set`) on `node`, under the
-/// operator's stage timeout and retry budget.
-pub(crate) fn prestage_job(
-    env: &Env<'_>,
-    cr: &Cr,
-    node: &str,
-    set: &str,
-    plugins: Vec<PinnedRef>,
-) -> JobRequest {
+/// The request for staging the payload set `set` on `node`, under the operator's stage
+/// timeout and retry budget.
+pub(crate) fn prestage_job(env: &Env<'_>, cr: &Cr, node: &str, set: &PayloadSet) -> JobRequest {
     let ask = Ask::Prestage {
-        set: set.into(),
-        call: PrestageAsk { plugins },
+        set: set.fingerprint.clone(),
+        call: PrestageAsk {
+            plugins: set.plugins.clone(),
+            images: set.images.clone(),
+        },
     };
     let deadline = deadline(env, None);
     request(cr, node, 0, deadline, env.settings.backoff_limit, ask)

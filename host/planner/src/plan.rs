@@ -273,6 +273,10 @@ impl<'a> Pass<'a> {
 /// The empty pin map of a CR whose plugins are not ready.
 pub(crate) static NO_PINS: BTreeMap<String, nodewright_api::pinned::PinnedRef> = BTreeMap::new();
 
+/// The empty image payloads of a CR whose plugins are not ready.
+pub(crate) static NO_IMAGES: BTreeMap<String, Vec<nodewright_api::payload::ImagePayload>> =
+    BTreeMap::new();
+
 fn runtime_taint() -> Taint {
     Taint {
         key: keys::RUNTIME_REQUIRED_TAINT_KEY.into(),

@@ -11,6 +11,7 @@
 
 use nodewright_api::keys;
 use nodewright_api::node_state::Staged;
+use nodewright_api::payload::ImagePayload;
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::StageResult;
 use nodewright_api::units::format_bytes;
@@ -33,6 +34,8 @@ pub struct PayloadSet {
     pub fingerprint: String,
     /// Those plugins, sorted.
     pub plugins: Vec<PinnedRef>,
+    /// The CR's payloads from container images, sorted.
+    pub images: Vec<ImagePayload>,
     /// Their payloads' total size.
     pub bytes: u64,
 }
@@ -58,13 +61,20 @@ impl PayloadSet {
                 bytes = bytes.saturating_add(*size);
             }
         }
-        if plugins.is_empty() {
+        let mut images: Vec<ImagePayload> = resolved.images.values().flatten().cloned().collect();
+        if plugins.is_empty() && images.is_empty() {
             return None;
         }
         plugins.sort();
+        images.sort();
+        images.dedup();
         let mut hash = Sha256::new();
         for p in &plugins {
             hash.update(p.as_str().as_bytes());
+            hash.update(b"\n");
+        }
+        for i in &images {
+            hash.update(i.to_string().as_bytes());
             hash.update(b"\n");
         }
         let fingerprint = hash
@@ -77,6 +87,7 @@ impl PayloadSet {
             mode,
             fingerprint,
             plugins,
+            images,
             bytes,
         })
     }
@@ -219,7 +230,7 @@ pub(crate) fn holds(
                 cr.name
             ),
         }));
-        let req = prestage_job(env, cr, &v.node.name, &set.fingerprint, set.plugins.clone());
+        let req = prestage_job(env, cr, &v.node.name, set);
         actions.push(Action::CreateJob(Box::new(req)));
     }
     true

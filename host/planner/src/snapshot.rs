@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::states::StateCache;
 use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::node_state::Stage;
+use nodewright_api::payload::ImagePayload;
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::{
@@ -161,9 +162,11 @@ pub struct Resolved {
     pub signers: BTreeMap<String, Vec<String>>,
     /// Trust findings of policies in `warn` mode: rolled out anyway, reported.
     pub warnings: Vec<String>,
-    /// Package → the bytes of payload its plugin carries (packages without payloads are
-    /// absent), as its manifest declares them.
+    /// Package → the bytes of payload it stages — its plugin's payloads and its image
+    /// payloads, as their manifests declare them (packages without payloads are absent).
     pub payloads: BTreeMap<String, u64>,
+    /// Package → its payloads from container images, pinned (packages without are absent).
+    pub images: BTreeMap<String, Vec<ImagePayload>>,
 }
 
 impl From<BTreeMap<String, PinnedRef>> for Resolved {

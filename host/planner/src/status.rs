@@ -83,6 +83,15 @@ impl<'a> Report<'a> {
                     .iter()
                     .map(|(name, pin)| (name.clone(), pin.to_string()))
                     .collect();
+                self.status.resolved_payloads = r
+                    .images
+                    .iter()
+                    .flat_map(|(package, images)| {
+                        images
+                            .iter()
+                            .map(move |i| (format!("{package}/{}", i.name), i.image.to_string()))
+                    })
+                    .collect();
                 self.status.plugin_signers = r.signers.clone();
                 let mut message = format!(
                     "{} plugin(s) pinned and their grants cover their imports",

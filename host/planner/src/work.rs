@@ -167,6 +167,8 @@ pub struct Env<'a> {
     pub refusals: &'a BTreeMap<String, Refusal>,
     /// Pinned plugin per package.
     pub pinned: &'a BTreeMap<String, PinnedRef>,
+    /// Payloads from container images per package, pinned.
+    pub images: &'a BTreeMap<String, Vec<nodewright_api::payload::ImagePayload>>,
     /// Config digests per package.
     pub digests: &'a crate::packages::Digests,
     /// What a node that has not started may begin (windows, gates).

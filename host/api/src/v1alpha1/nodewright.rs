@@ -218,6 +218,10 @@ pub struct NodeWrightStatus {
     /// Package name → pinned plugin reference (`repo@sha256:…`) resolved from the spec.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolved_plugins: BTreeMap<String, String>,
+    /// `<package>/<payload>` → pinned image reference, for each payload a package takes from
+    /// a container image (`spec.packages.<name>.payloads`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resolved_payloads: BTreeMap<String, String>,
     /// Package name → the trusted signers whose signatures of its resolved plugin verified
     /// (set when a `PluginTrustPolicy` applies).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -249,6 +253,7 @@ impl NodeWrightStatus {
             node_boot_ids: _,
             next_window,
             resolved_plugins,
+            resolved_payloads,
             plugin_signers,
             compartment_statuses,
             nodes_in_progress,
@@ -263,6 +268,7 @@ impl NodeWrightStatus {
             node_boot_ids: BTreeMap::new(),
             next_window: next_window.clone(),
             resolved_plugins: resolved_plugins.clone(),
+            resolved_payloads: resolved_payloads.clone(),
             plugin_signers: plugin_signers.clone(),
             compartment_statuses: compartment_statuses.clone(),
             nodes_in_progress: *nodes_in_progress,

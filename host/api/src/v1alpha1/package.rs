@@ -16,6 +16,12 @@ pub struct Package {
     /// OCI reference of the plugin: `registry/repo:tag` or `registry/repo@sha256:…`.
     /// A tag is resolved to a digest once and recorded in status.
     pub plugin: String,
+    /// Payloads taken from existing container images, beside those the plugin's artifact
+    /// carries: each image (or index) resolved and pinned like the plugin, judged by the
+    /// same trust policies, and its layers applied in order into a read-only tree the
+    /// plugin reads at `/payload/<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub payloads: Vec<PayloadSource>,
     /// What the plugin may touch on the host. Everything else is denied.
     #[serde(default)]
     pub capabilities: Capabilities,
@@ -48,6 +54,22 @@ pub struct Package {
     /// Uninstall support.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uninstall: Option<Uninstall>,
+}
+
+/// A payload taken from a container image.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PayloadSource {
+    /// The payload's name: letters, digits, `.`, `_`, `-`; unique among the package's
+    /// payloads (the artifact's too).
+    pub name: String,
+    /// OCI reference of the image or image index (`registry/repo:tag` or `…@sha256:…`);
+    /// a tag is resolved once, like the plugin's, and recorded in status.
+    pub image: String,
+    /// Where in the image the payload's root is (absolute, e.g. `/opt/nvidia`): only what
+    /// lies under it is kept. Unset: the whole image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// An interrupt.

@@ -6,6 +6,7 @@ use crate::names::{
     MAX_NODEWRIGHT_NAME, check_plugin_reference, config_key_matches, is_dns_label,
     is_dns_subdomain, is_package_name,
 };
+use crate::payload::{ImagePayload, PayloadName};
 use crate::units::parse_quantity;
 use crate::v1alpha1::{NodeWrightSpec, Package};
 
@@ -29,6 +30,7 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
     if let Err(e) = check_plugin_reference(&p.plugin) {
         errs.add(format!("{base}.plugin"), e);
     }
+    check_payloads(errs, &base, p);
     if let Err(grant_errors) = p.grant_set(name) {
         for e in grant_errors {
             errs.add(format!("{base}.capabilities.{}", e.field), e.message);
@@ -60,6 +62,33 @@ fn check_package(errs: &mut Errors, name: &str, p: &Package, all: &BTreeMap<Stri
         );
     }
     check_dependencies(errs, &base, name, p, all);
+}
+
+/// `payloads`: names a payload may have, each once; references; paths inside the image.
+fn check_payloads(errs: &mut Errors, base: &str, p: &Package) {
+    let mut seen = BTreeSet::new();
+    for (i, source) in p.payloads.iter().enumerate() {
+        let at = format!("{base}.payloads[{i}]");
+        if let Err(e) = PayloadName::parse(&source.name) {
+            errs.add(format!("{at}.name"), e.to_string());
+        } else if !seen.insert(source.name.as_str()) {
+            errs.add(
+                format!("{at}.name"),
+                format!("payload {:?} is named twice", source.name),
+            );
+        }
+        if let Err(e) = check_plugin_reference(&source.image) {
+            errs.add(format!("{at}.image"), e);
+        }
+        if let Some(path) = &source.path
+            && ImagePayload::image_path(path).is_none()
+        {
+            errs.add(
+                format!("{at}.path"),
+                format!("{path:?} must be an absolute path inside the image, without '..'"),
+            );
+        }
+    }
 }
 
 /// `configMap` keys, and the `configInterrupts` globs over them.

@@ -91,6 +91,35 @@ fn nodewright_cases() -> Vec<(&'static str, Value, &'static str, &'static str)> 
             "64 lowercase hex",
         ),
         (
+            "payload name",
+            pkg(json!({"payloads": [{"name": ".hidden", "image": "r.example/nvidia/driver:560"}]})),
+            "spec.packages.tuning.payloads[0].name",
+            "payload name",
+        ),
+        (
+            "payload named twice",
+            pkg(json!({"payloads": [
+                {"name": "driver", "image": "r.example/nvidia/driver:560"},
+                {"name": "driver", "image": "r.example/nvidia/fw:1"}
+            ]})),
+            "spec.packages.tuning.payloads[1].name",
+            "named twice",
+        ),
+        (
+            "payload image",
+            pkg(json!({"payloads": [{"name": "driver", "image": "nvidia-driver"}]})),
+            "spec.packages.tuning.payloads[0].image",
+            "registry",
+        ),
+        (
+            "payload path",
+            pkg(
+                json!({"payloads": [{"name": "driver", "image": "r.example/nvidia/driver:560", "path": "/opt/../etc"}]}),
+            ),
+            "spec.packages.tuning.payloads[0].path",
+            "inside the image",
+        ),
+        (
             "grant glob",
             pkg(json!({"capabilities": {"kernelModules": ["ok", "nv[idia"]}})),
             "spec.packages.tuning.capabilities.kernelModules[1]",

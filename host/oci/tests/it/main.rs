@@ -3,6 +3,7 @@
 
 mod support;
 
+mod images;
 mod payloads;
 mod registry;
 mod transport;

@@ -1,6 +1,6 @@
-//! End to end: a package whose plugin carries a payload — the `driver` plugin with its
-//! kernel module — staged on every node before it is cordoned, then rolled out from the
-//! staged copy alone.
+//! End to end: a package with payloads — the `driver` plugin, its module taken from a
+//! vendor's multi-layer driver image, and a payload of the plugin's own — staged on every
+//! node before it is cordoned, then rolled out from the staged copies alone.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use nodewright_api::node_state::Staged;
 use nodewright_api::payload::PayloadName;
 use nodewright_api::v1alpha1::Status;
 use nodewright_hostops::HostAction;
-use nodewright_oci::{PayloadFile, Registry, RegistryConfig};
+use nodewright_oci::{Blob, PayloadFile, Registry, RegistryConfig, sha256_digest};
 use serde_json::json;
 use specs::*;
 
@@ -27,6 +27,56 @@ fn module(version: &str, body: usize) -> Vec<u8> {
     m.extend(std::iter::repeat_n(0x5a, body));
     m.extend_from_slice(format!("\0version={version}\0").as_bytes());
     m
+}
+
+/// A gzip-compressed image layer of `(path, content)` files.
+fn gzip_layer(files: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut tar = tar::Builder::new(Vec::new());
+    for (path, content) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(content.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut h, path, &content[..]).unwrap();
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&tar.into_inner().unwrap()).unwrap();
+    gz.finish().unwrap()
+}
+
+/// Pushes a single-platform image of gzip `layers` to `repo:560.35.03`.
+async fn push_image(registry: &Registry, repo: &str, layers: &[Vec<u8>]) -> String {
+    let gzip = "application/vnd.oci.image.layer.v1.tar+gzip";
+    let describe = |media_type: &str, bytes: &[u8]| json!({"mediaType": media_type, "digest": sha256_digest(bytes), "size": bytes.len()});
+    let config =
+        br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": describe("application/vnd.oci.image.config.v1+json", config),
+        "layers": layers.iter().map(|l| describe(gzip, l)).collect::<Vec<_>>(),
+    }))
+    .unwrap();
+    let mut blobs = vec![Blob {
+        what: "config",
+        bytes: config.to_vec(),
+    }];
+    blobs.extend(layers.iter().map(|l| Blob {
+        what: "layer",
+        bytes: l.clone(),
+    }));
+    registry
+        .push_manifest(
+            &format!("{repo}:560.35.03"),
+            &blobs,
+            manifest,
+            "application/vnd.oci.image.manifest.v1+json",
+            &|_| {},
+        )
+        .await
+        .unwrap();
+    format!("{repo}:560.35.03")
 }
 
 /// When each node first showed its staged mark and its cordon, as a watcher polling the
@@ -43,34 +93,55 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
     nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("p1", &[]), ("p2", &[])]).await;
 
-    // The driver plugin pushed with a 4 MiB module as its payload.
-    let src = tempfile::tempdir().unwrap();
-    let new = module("560.35.03", 4 << 20);
-    std::fs::write(src.path().join("nvidia.ko"), &new).unwrap();
-    let packed = tempfile::tempdir().unwrap();
-    let payload = PayloadFile::pack(
-        PayloadName::parse("driver").unwrap(),
-        src.path(),
-        packed.path().join("driver.tar"),
-    )
-    .unwrap();
-    let payload_bytes = std::fs::metadata(packed.path().join("driver.tar"))
-        .unwrap()
-        .len();
-    let reference = format!("{}/plugins/gpu-driver:560.35.3", e.registry.host());
-    Registry::new(RegistryConfig {
+    // The module comes from the vendor's driver image, as it is: two layers, the upper one
+    // replacing the module and whiting out the old firmware.
+    let registry = Registry::new(RegistryConfig {
         insecure: vec![e.registry.host().into()],
         ..Default::default()
-    })
-    .push_package(
-        &reference,
-        &nodewright_artifacts::read(nodewright_artifacts::DRIVER),
-        Default::default(),
-        &[payload],
-        &|_| {},
+    });
+    let new = module("560.35.03", 4 << 20);
+    let layers = [
+        gzip_layer(&[
+            ("opt/nvidia/nvidia.ko", module("550.54.14", 1 << 20)),
+            ("opt/nvidia/gsp-550.bin", b"old firmware".to_vec()),
+            ("etc/os-release", b"vendor base".to_vec()),
+        ]),
+        gzip_layer(&[
+            ("opt/nvidia/nvidia.ko", new.clone()),
+            ("opt/nvidia/.wh.gsp-550.bin", Vec::new()),
+        ]),
+    ];
+    let image = push_image(
+        &registry,
+        &format!("{}/vendor/nvidia-driver", e.registry.host()),
+        &layers,
     )
-    .await
+    .await;
+    // The plugin carries a payload of its own too (its notes): both are staged.
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("NOTES"), "560.35.03 for kernels 6.x\n").unwrap();
+    let packed = tempfile::tempdir().unwrap();
+    let payload = PayloadFile::pack(
+        PayloadName::parse("notes").unwrap(),
+        src.path(),
+        packed.path().join("notes.tar"),
+    )
     .unwrap();
+    let payload_bytes = std::fs::metadata(packed.path().join("notes.tar"))
+        .unwrap()
+        .len()
+        + layers.iter().map(|l| l.len() as u64).sum::<u64>();
+    let reference = format!("{}/plugins/gpu-driver:560.35.3", e.registry.host());
+    registry
+        .push_package(
+            &reference,
+            &nodewright_artifacts::read(nodewright_artifacts::DRIVER),
+            Default::default(),
+            &[payload],
+            &|_| {},
+        )
+        .await
+        .unwrap();
 
     // Each node runs the old module, held by a workload: replacing it takes a reboot.
     for n in NODES {
@@ -130,6 +201,7 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
                     "files": [{"path": "/lib/modules", "access": "readWrite"}, {"path": "/sys/module", "access": "read"}],
                     "kernelModules": ["nvidia"]
                 },
+                "payloads": [{"name": "driver", "image": image, "path": "/opt/nvidia"}],
                 "configMap": {"module": "nvidia", "payload": "driver"}
             }}
         }),
@@ -180,8 +252,33 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
             "{n}"
         );
         let trees = e.host_path(n, "/var/lib/nodewright/plugins/trees/sha256");
-        assert_eq!(trees.read_dir().unwrap().count(), 1, "{n}: one staged tree");
+        let mut trees: Vec<Vec<String>> = trees
+            .read_dir()
+            .unwrap()
+            .map(|t| {
+                let mut names: Vec<String> = std::fs::read_dir(t.unwrap().path())
+                    .unwrap()
+                    .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                names
+            })
+            .collect();
+        trees.sort();
+        assert_eq!(
+            trees,
+            [vec!["NOTES".to_string()], vec!["nvidia.ko".to_string()]],
+            "{n}: the plugin's payload and the image's /opt/nvidia, its old firmware whited out"
+        );
     }
+    let resolved = e.nodewright("gpu").await.status.unwrap().resolved_payloads;
+    assert!(
+        resolved["nvidia-driver/driver"].starts_with(&format!(
+            "{}/vendor/nvidia-driver@sha256:",
+            e.registry.host()
+        )),
+        "{resolved:?}"
+    );
     let events = e.events("p2").await;
     assert!(
         events
