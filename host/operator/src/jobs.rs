@@ -703,6 +703,7 @@ pub(crate) mod tests {
                 set: "0a1b2c3d4e5f6a7b".into(),
                 call: nodewright_api::agent::PrestageAsk {
                     plugins: vec![pin("driver"), pin("firmware")],
+                    images: vec![],
                 },
             },
             ..request()

@@ -75,6 +75,7 @@ fn schema_snapshot() {
             "dependsOn",
             "gracefulShutdown",
             "interrupt",
+            "payloads",
             "plugin",
             "resources",
             "sandbox",
