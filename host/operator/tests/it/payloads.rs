@@ -281,9 +281,8 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
     );
     let events = e.events("p2").await;
     assert!(
-        events
-            .iter()
-            .any(|(r, m)| r == "Staged" && m.contains("staged 1 payload(s)")),
+        events.iter().any(|(r, m)| r == "Staged"
+            && m.contains("staged 2 payload(s) of 1 plugin(s) and 1 image(s)")),
         "{events:?}"
     );
     eprintln!(
