@@ -178,7 +178,7 @@ mod tests {
         let p: ImagePayload = format!("fw={pinned}#/lib/./firmware/").parse().unwrap();
         assert_eq!(p.path, PathBuf::from("lib/firmware"));
         for bad in [
-            format!("driver=reg.example/nvidia/driver:560#/opt"),
+            "driver=reg.example/nvidia/driver:560#/opt".to_string(),
             format!(".x={pinned}"),
             format!("driver={pinned}#opt"),
             format!("driver={pinned}#/opt/../etc"),
