@@ -106,6 +106,10 @@ export declare class Files {
   remove(path: string): void;
   setOwner(path: string, uid: number, gid: number): void;
   setMode(path: string, mode: number): void;
+  /** Installs payload file `source` (`/payload/NAME/...`) at `path`, copied by the host
+   * (never through the plugin), renamed into place and checked; `mode` defaults to 0o644,
+   * or 0o755 for an executable payload file. */
+  install(source: string, path: string, mode?: number): void;
 }
 
 /** Kernel modules under `capabilities.kernelModules`. */
@@ -113,6 +117,8 @@ export declare class Kmod {
   load(name: string, params?: string[]): void;
   unload(name: string): void;
   isLoaded(name: string): boolean;
+  /** `depmod -a RELEASE`, after installing a module under `/lib/modules/RELEASE`. */
+  depmod(release: string): void;
 }
 
 /** systemd units under `capabilities.services`. */

@@ -155,12 +155,14 @@ export class Files {
   remove(path) { call(iface('files').remove, path); }
   setOwner(path, uid, gid) { call(iface('files').setOwner, path, uid, gid); }
   setMode(path, mode) { call(iface('files').setMode, path, mode); }
+  install(source, path, mode) { call(iface('files').install, source, path, mode); }
 }
 
 export class Kmod {
   load(name, params = []) { call(iface('kmod').load, name, params); }
   unload(name) { call(iface('kmod').unload, name); }
   isLoaded(name) { return call(iface('kmod').isLoaded, name); }
+  depmod(release) { call(iface('kmod').depmod, release); }
 }
 
 const VERBS = ['start', 'stop', 'restart', 'reload', 'enable', 'disable'];

@@ -9,8 +9,8 @@ use crate::options::{BuildOptions, progress};
 use crate::{io, manifest, tools, world};
 
 /// The JavaScript SDK this build bundles (`sdk/js`), with its types.
-const SDK_JS: &str = include_str!("../../../sdk/js/index.js");
-const SDK_TYPES: &str = include_str!("../../../sdk/js/index.d.ts");
+pub(crate) const SDK_JS: &str = include_str!("../../../sdk/js/index.js");
+pub(crate) const SDK_TYPES: &str = include_str!("../../../sdk/js/index.d.ts");
 
 /// The component's entry module: imports each declared interface, hands them to the SDK,
 /// evaluates the plugin (which registers its package) and exports `stages`.

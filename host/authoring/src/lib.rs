@@ -21,6 +21,8 @@ mod manifest;
 mod options;
 mod python;
 mod rust;
+#[cfg(test)]
+mod sdk_coverage;
 mod templates;
 pub mod tools;
 mod versions;

@@ -32,6 +32,12 @@ const SDK: [(&str, &str); 6] = [
     ("py.typed", ""),
 ];
 
+/// The bundled SDK's Python sources.
+#[cfg(test)]
+pub(crate) fn sdk_sources() -> impl Iterator<Item = &'static str> {
+    SDK.iter().map(|(_, text)| *text)
+}
+
 /// The component's entry module: imports every declared interface while componentize-py
 /// pre-initialises the interpreter (the SDK reaches them later by name), then the plugin's
 /// module, then the export; building fails here when nothing was exported.

@@ -94,12 +94,3 @@ fn load(
         .with_context(|| format!("{}", file.display()))?;
     Ok((plugin, started.elapsed()))
 }
-
-/// `1234` → `1.2 KB`.
-fn human_size(n: usize) -> String {
-    match n {
-        n if n >= 1 << 20 => format!("{:.1} MB", n as f64 / (1 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KB", n as f64 / (1 << 10) as f64),
-        n => format!("{n} B"),
-    }
-}

@@ -92,16 +92,7 @@ impl NodeCache {
     }
 
     fn lock(&self, exclusive: bool) -> Result<File> {
-        let path = self.root.join(".lock");
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::cache(&path, e))?;
-        if exclusive { f.lock() } else { f.lock_shared() }.map_err(|e| Error::cache(&path, e))?;
-        Ok(f)
+        locked(&self.root.join(".lock"), exclusive)
     }
 
     fn lock_path(&self, digest: &str) -> Result<PathBuf> {
@@ -187,16 +178,7 @@ impl NodeCache {
     /// or prestages on one node sharing a layer would otherwise append to one `.partial`
     /// together; the second waits, then finds the tree the first left.
     pub fn lock_download(&self, digest: &str) -> Result<File> {
-        let path = self.lock_path(digest)?;
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::cache(&path, e))?;
-        f.lock().map_err(|e| Error::cache(&path, e))?;
-        Ok(f)
+        locked(&self.lock_path(digest)?, true)
     }
 
     /// Whether `payload`'s tree is here.
@@ -420,6 +402,20 @@ impl NodeCache {
         }
         Ok(report)
     }
+}
+
+/// The lock file `path` (made if missing), locked shared or exclusive, blocking; released
+/// when the file is dropped.
+fn locked(path: &Path, exclusive: bool) -> Result<File> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::cache(path, e))?;
+    if exclusive { f.lock() } else { f.lock_shared() }.map_err(|e| Error::cache(path, e))?;
+    Ok(f)
 }
 
 #[cfg(test)]

@@ -137,7 +137,10 @@ impl Puller {
             for layer in &layers {
                 self.apply(reference, image, layer, into, &mut applied)?;
             }
-            tracing::info!(payload = %image.name, image = %reference, ?applied, "image payload unpacked");
+            progress(Progress::Applied {
+                digest: digest.clone(),
+                summary: applied.summary(),
+            });
             Ok(())
         })?;
         Ok(staged(tree, !fetched))

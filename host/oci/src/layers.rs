@@ -76,6 +76,37 @@ pub struct Applied {
     pub whiteouts: u32,
 }
 
+impl Applied {
+    /// For people: `12 file(s), 4.0 MiB; left out: 3 symlink(s), 1 special file(s); 1 setid
+    /// bit(s) dropped; 2 whiteout(s)`.
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "{} file(s), {}",
+            self.files,
+            nodewright_api::units::format_bytes(self.bytes)
+        );
+        let left: Vec<String> = [
+            (self.symlinks, "symlink(s)"),
+            (self.links, "hard link(s) to files outside it"),
+            (self.special, "special file(s)"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        if !left.is_empty() {
+            out.push_str(&format!("; left out: {}", left.join(", ")));
+        }
+        if self.set_id > 0 {
+            out.push_str(&format!("; {} setid bit(s) dropped", self.set_id));
+        }
+        if self.whiteouts > 0 {
+            out.push_str(&format!("; {} whiteout(s)", self.whiteouts));
+        }
+        out
+    }
+}
+
 /// Applies one layer's tar, read from `tar`, onto `into` (a directory of ours that only
 /// this process writes), keeping what lies under `subtree` (relative; empty: everything).
 /// `applied` carries the counts and limits across the image's layers.

@@ -19,6 +19,13 @@ pub enum Progress {
         /// Expected size.
         bytes: u64,
     },
+    /// A payload image's layers applied into its tree.
+    Applied {
+        /// The image's platform manifest digest.
+        digest: String,
+        /// What went in and what was left out ([`crate::layers::Applied::summary`]).
+        summary: String,
+    },
     /// Uploading.
     Uploading {
         /// Which part.

@@ -80,12 +80,9 @@ class FileStat:
 class Files:
     """Host files under ``capabilities.files``. Paths are absolute host paths."""
 
-    def _m(self):
-        return _interface("files")
-
     def read(self, path: str) -> bytes:
         """Reads a whole file (:class:`NotFound` when missing)."""
-        return _call(self._m().read, path)
+        return _call(_interface("files").read, path)
 
     def read_opt(self, path: str) -> Optional[bytes]:
         """Reads a file, ``None`` when it does not exist."""
@@ -103,34 +100,40 @@ class Files:
         """Writes a whole file atomically, creating parent directories. ``mode`` defaults to
         the existing file's mode, or 0o644."""
         data = contents.encode() if isinstance(contents, str) else bytes(contents)
-        _call(self._m().write, path, data, mode)
+        _call(_interface("files").write, path, data, mode)
 
     def stat(self, path: str) -> Optional[FileStat]:
         """``lstat``; ``None`` when missing."""
-        st = _call(self._m().stat, path)
+        st = _call(_interface("files").stat, path)
         if st is None:
             return None
         return FileStat(st.kind.name.lower(), st.size, st.mode, st.uid, st.gid)
 
     def list_dir(self, path: str) -> List[str]:
         """Sorted directory entries."""
-        return list(_call(self._m().list_dir, path))
+        return list(_call(_interface("files").list_dir, path))
 
     def create_dir(self, path: str) -> None:
         """``mkdir -p``."""
-        _call(self._m().create_dir, path)
+        _call(_interface("files").create_dir, path)
 
     def remove(self, path: str) -> None:
         """Removes a file or an empty directory; a missing path is fine."""
-        _call(self._m().remove, path)
+        _call(_interface("files").remove, path)
 
     def set_owner(self, path: str, uid: int, gid: int) -> None:
         """``chown``."""
-        _call(self._m().set_owner, path, uid, gid)
+        _call(_interface("files").set_owner, path, uid, gid)
 
     def set_mode(self, path: str, mode: int) -> None:
         """``chmod``."""
-        _call(self._m().set_mode, path, mode)
+        _call(_interface("files").set_mode, path, mode)
+
+    def install(self, source: str, path: str, mode: Optional[int] = None) -> None:
+        """Installs payload file ``source`` (``/payload/NAME/...``) at ``path``: the host
+        copies it (the bytes never pass through the plugin), renames it into place and
+        checks it; ``mode`` defaults to 0o644, or 0o755 for an executable payload file."""
+        _call(_interface("files").install, source, path, mode)
 
 
 class Kmod:
@@ -148,6 +151,10 @@ class Kmod:
         """Whether NAME is loaded."""
         return _call(_interface("kmod").is_loaded, name)
 
+    def depmod(self, release: str) -> None:
+        """``depmod -a RELEASE``, after installing a module under ``/lib/modules/RELEASE``."""
+        _call(_interface("kmod").depmod, release)
+
 
 @dataclass(frozen=True)
 class UnitStatus:
@@ -164,10 +171,10 @@ class Services:
 
     def control(self, verb: str, unit: str) -> None:
         """``systemctl VERB UNIT``; ``verb`` is one of :attr:`VERBS`."""
-        m = _interface("services")
         if verb not in self.VERBS:
             raise InvalidConfig(f"unknown service verb {verb!r}: one of {', '.join(self.VERBS)}")
-        _call(m.control, m.Verb[verb.upper()], unit)
+        verbs = _interface("services").Verb
+        _call(_interface("services").control, verbs[verb.upper()], unit)
 
     def status(self, unit: str) -> UnitStatus:
         """The unit's state."""

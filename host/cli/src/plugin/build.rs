@@ -1,6 +1,7 @@
 //! `nodewright plugin build`: the language's build (cargo, componentize-py, or esbuild +
 //! componentize-js; see nodewright-authoring), then the world check.
 
+use nodewright_api::units::format_bytes;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -49,7 +50,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     println!("language {}", built.language);
     println!(
         "size     {} ({} bytes)",
-        super::human_size(plugin.size),
+        format_bytes(plugin.size as u64),
         plugin.size
     );
     println!("digest   {}", plugin.digest);

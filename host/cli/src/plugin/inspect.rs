@@ -1,5 +1,6 @@
 //! `nodewright plugin inspect FILE`.
 
+use nodewright_api::units::format_bytes;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -109,7 +110,7 @@ fn print_text(source: &Source, check: Option<&GrantCheck>) {
     println!("digest        {}", plugin.digest);
     println!(
         "size          {} ({} bytes)",
-        super::human_size(plugin.size),
+        format_bytes(plugin.size as u64),
         plugin.size
     );
     println!("world         nodewright:plugin/plugin@0.1.0");
@@ -140,7 +141,7 @@ fn print_text(source: &Source, check: Option<&GrantCheck>) {
             println!(
                 "  {:<24} {:>10}  {}",
                 p.name.as_str(),
-                super::human_size(p.layer.size.max(0) as usize),
+                format_bytes(p.layer.size.max(0) as u64),
                 p.layer.digest
             );
         }

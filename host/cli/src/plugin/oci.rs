@@ -1,5 +1,6 @@
 //! `nodewright plugin push|pull|resolve`.
 
+use nodewright_api::units::format_bytes;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,15 +62,11 @@ pub async fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
     eprintln!(
         "pushing {} ({}) to {}",
         args.file.display(),
-        super::human_size(bytes.len()),
+        format_bytes(bytes.len() as u64),
         args.reference
     );
     for p in &payloads.files {
-        eprintln!(
-            "  payload  {} ({})",
-            p.name,
-            super::human_size(p.size as usize)
-        );
+        eprintln!("  payload  {} ({})", p.name, format_bytes(p.size));
     }
     let registry = Registry::new(args.registry.config()?);
     let pushed = registry
@@ -108,7 +105,7 @@ pub async fn pull(args: PullArgs) -> anyhow::Result<ExitCode> {
         } else {
             "pulled"
         },
-        super::human_size(pulled.bytes.len()),
+        format_bytes(pulled.bytes.len() as u64),
         pulled.layer_digest,
         if caps.is_empty() {
             "no capabilities".to_string()

@@ -1,5 +1,6 @@
 //! `nodewright plugin run FILE --stage S --root DIR`.
 
+use nodewright_api::units::format_bytes;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -271,7 +272,7 @@ fn print_header(args: &RunArgs, source: &super::source::Source, package: &str, g
         "plugin   {} ({}, {}, {artifact}{code} in {:.1} ms)",
         source.display,
         super::source::short(&plugin.digest),
-        super::human_size(plugin.size),
+        format_bytes(plugin.size as u64),
         source.load_time.as_secs_f64() * 1000.0
     );
     println!(

@@ -1,5 +1,6 @@
 //! Where a plugin comes from: a file, or an OCI reference pulled through the local cache.
 
+use nodewright_api::units::format_bytes;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -61,11 +62,14 @@ pub fn print_progress(p: Progress) {
             eprintln!(
                 "  {what:<8} {} downloading {}",
                 short(&digest),
-                super::human_size(bytes as usize)
+                format_bytes(bytes)
             )
         }
         Progress::Downloading { what, digest, .. } => {
             eprintln!("  {what:<8} {} downloading", short(&digest))
+        }
+        Progress::Applied { digest, summary } => {
+            eprintln!("  payload  {} applied: {summary}", short(&digest))
         }
         Progress::Uploading {
             what,
@@ -75,7 +79,7 @@ pub fn print_progress(p: Progress) {
             eprintln!(
                 "  {what:<8} {} uploading {}",
                 short(&digest),
-                super::human_size(bytes as usize)
+                format_bytes(bytes)
             )
         }
     }

@@ -210,6 +210,10 @@ fn links_devices_and_setid_bits_are_left_out_never_followed() {
         (1, 1, 1, 1)
     );
     assert_eq!(
+        applied.summary(),
+        "3 file(s), 14 B; left out: 1 symlink(s), 1 hard link(s) to files outside it, 1 special file(s); 1 setid bit(s) dropped"
+    );
+    assert_eq!(
         std::fs::read(tree.path().join("bin/hard")).unwrap(),
         b"binary",
         "a hard link to a file in the tree is a copy of it"

@@ -21,17 +21,25 @@ fn cordoned_at(w: &World, node: &str) -> Option<usize> {
     })
 }
 
-/// The pass at which `node` recorded its staged payloads, and what it recorded.
+/// Every staged mark written on `node`, with its pass, in order.
+fn staged_marks(w: &World, cr: &str, node: &str) -> Vec<(usize, Staged)> {
+    w.history
+        .iter()
+        .filter_map(|(i, a)| match a {
+            Action::PatchNode(p) if p.node == node => p
+                .annotations
+                .get(&keys::staged(cr))
+                .cloned()
+                .flatten()
+                .map(|v| (*i, v.parse().expect("a staged mark"))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The pass at which `node` first recorded its staged payloads, and what it recorded.
 fn staged_at(w: &World, cr: &str, node: &str) -> Option<(usize, Staged)> {
-    w.history.iter().find_map(|(i, a)| match a {
-        Action::PatchNode(p) if p.node == node => p
-            .annotations
-            .get(&keys::staged(cr))
-            .cloned()
-            .flatten()
-            .map(|v| (*i, v.parse().expect("a staged mark"))),
-        _ => None,
-    })
+    staged_marks(w, cr, node).into_iter().next()
 }
 
 fn is_prestage(j: &ObservedJob) -> bool {
@@ -255,28 +263,13 @@ fn a_new_pin_is_staged_again_before_the_next_cordon_and_a_stale_staging_is_let_g
     );
     w.finish_jobs(|_| None); // its pods are gone
     w.run(("reboot", 1), 60);
-    let (_, last) = staged_at_last(&w, "gpu", "node-0");
+    let (_, last) = staged_marks(&w, "gpu", "node-0")
+        .pop()
+        .expect("a staged mark");
     assert_ne!(last.set, first.set);
     assert_eq!(w.node_status("gpu", "node-0"), Some(Status::Complete));
     assert_eq!(
         w.node("node-0").annotations.get(&keys::staged("gpu")),
         Some(&last.to_string())
     );
-}
-
-/// The last staged mark written on `node`.
-fn staged_at_last(w: &World, cr: &str, node: &str) -> (usize, Staged) {
-    w.history
-        .iter()
-        .rev()
-        .find_map(|(i, a)| match a {
-            Action::PatchNode(p) if p.node == node => p
-                .annotations
-                .get(&keys::staged(cr))
-                .cloned()
-                .flatten()
-                .map(|v| (*i, v.parse().expect("a staged mark"))),
-            _ => None,
-        })
-        .expect("a staged mark")
 }
