@@ -123,6 +123,9 @@ impl Puller {
                 layer: l.clone(),
             })
             .collect();
+        for p in &missing {
+            self.registry().payload_size(reference, &p.layer)?;
+        }
         self.cache().room_for(
             reference,
             &missing.iter().collect::<Vec<_>>(),

@@ -162,6 +162,11 @@ impl Puller {
             .iter()
             .filter(|p| !self.cache.has_tree(p))
             .collect();
+        // Every layer within the limit before a byte of any is fetched: a refusal must not
+        // leave a sibling's download cut off half-way.
+        for p in &missing {
+            self.registry.payload_size(reference.as_str(), &p.layer)?;
+        }
         self.cache.room_for(
             reference.as_str(),
             &missing,

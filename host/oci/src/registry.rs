@@ -517,6 +517,14 @@ impl Registry {
 
 /// A layer's declared size, refused before anything is fetched when it is negative or past
 /// `limit`, or when its digest is not sha256.
+impl Registry {
+    /// A payload layer's declared size, within the payload limit and with a sha256 digest:
+    /// what staging checks of every layer before it fetches any.
+    pub(crate) fn payload_size(&self, pinned: &str, descriptor: &Descriptor) -> Result<u64> {
+        declared_size(pinned, descriptor, self.config.limits.max_payload_bytes)
+    }
+}
+
 fn declared_size(pinned: &str, descriptor: &Descriptor, limit: u64) -> Result<u64> {
     let declared = u64::try_from(descriptor.size).map_err(|_| Error::InvalidArtifact {
         reference: pinned.into(),
