@@ -195,23 +195,14 @@ impl Plugins {
                 not_ready("ResolveFailed", message, retry(&e))
             })?;
         let judgement = self
-            .inner
-            .trust
-            .judge(registry, name, &reference, p)
-            .await
-            .map_err(|e| {
-                let retryable =
-                    matches!(&e, nodewright_trust::Error::Registry(r) if r.is_retryable());
-                let message = format!("spec.packages.{name}.plugin {reference}: {e}");
-                not_ready("SignatureUnverifiable", message, retryable)
-            })?;
-        if let Some(first) = judgement.refusals.first() {
-            return Err(not_ready(
-                first.reason(),
-                joined(&judgement.refusals),
-                false,
-            ));
-        }
+            .judged(
+                registry,
+                name,
+                &format!("spec.packages.{name}.plugin"),
+                &reference,
+                p,
+            )
+            .await?;
         if !judgement.signers.is_empty() {
             resolved.signers.insert(name.into(), judgement.signers);
         }
@@ -282,6 +273,41 @@ impl Plugins {
         }
     }
 
+    /// `pinned` (the package's plugin, or an image it takes a payload from; `field` names
+    /// it in the spec) judged by the trust policies in force: its signers and warnings, or
+    /// the first refusal's reason with them all.
+    async fn judged(
+        &self,
+        registry: &Registry,
+        name: &str,
+        field: &str,
+        pinned: &PinnedRef,
+        p: &Package,
+    ) -> Result<crate::trust::Judgement, NotReady> {
+        let judgement = self
+            .inner
+            .trust
+            .judge(registry, name, pinned, p)
+            .await
+            .map_err(|e| {
+                let retryable =
+                    matches!(&e, nodewright_trust::Error::Registry(r) if r.is_retryable());
+                not_ready(
+                    "SignatureUnverifiable",
+                    format!("{field} {pinned}: {e}"),
+                    retryable,
+                )
+            })?;
+        match judgement.refusals.first() {
+            Some(first) => Err(not_ready(
+                first.reason(),
+                joined(&judgement.refusals),
+                false,
+            )),
+            None => Ok(judgement),
+        }
+    }
+
     /// One payload taken from a container image: its tag resolved and pinned, its
     /// signatures judged by the trust policies as the plugin's are, its layers checked as a
     /// node can apply them; with their size (for this operator's platform).
@@ -304,26 +330,8 @@ impl Plugins {
                 not_ready("ResolveFailed", message, retry(&e))
             })?;
         let judgement = self
-            .inner
-            .trust
-            .judge(registry, name, &image, p)
-            .await
-            .map_err(|e| {
-                let retryable =
-                    matches!(&e, nodewright_trust::Error::Registry(r) if r.is_retryable());
-                not_ready(
-                    "SignatureUnverifiable",
-                    format!("{field}.image {image}: {e}"),
-                    retryable,
-                )
-            })?;
-        if let Some(first) = judgement.refusals.first() {
-            return Err(not_ready(
-                first.reason(),
-                format!("{field}.image {image}: {}", joined(&judgement.refusals)),
-                false,
-            ));
-        }
+            .judged(registry, name, &format!("{field}.image"), &image, p)
+            .await?;
         resolved.warnings.extend(judgement.warnings);
         let (_, layers) = puller.image_layers(&image).await.map_err(|e| {
             let message = format!("{field}.image: {e}{}", login_hint(&e));

@@ -42,13 +42,14 @@ pub struct PayloadSet {
 
 impl PayloadSet {
     /// What `cr` stages ahead: nothing with `prestage: none`, before its plugins are ready,
-    /// or when none of them carries a payload.
+    /// when none of them carries a payload, or while it is deleted (its nodes uninstall:
+    /// nothing to download for).
     pub fn of(cr: &Cr) -> Option<PayloadSet> {
         let mode = cr.spec.prestage();
         let PluginCheck::Ready(resolved) = &cr.plugins else {
             return None;
         };
-        if mode == Prestage::None {
+        if mode == Prestage::None || cr.deleting {
             return None;
         }
         let mut plugins: Vec<PinnedRef> = Vec::new();

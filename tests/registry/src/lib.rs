@@ -7,6 +7,7 @@
 //! registry, the control plane, helm and cosign are there, and [`require!`] skips a test
 //! (saying why) when they are not.
 
+pub mod image;
 pub mod setup;
 
 use std::io::{Read, Write};

@@ -170,6 +170,28 @@ fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Child> {
         .with_context(|| format!("start {name}"))
 }
 
+/// Removes `dir` once process `watch` has exited and its control plane is stopped (the
+/// reaper's kills come first; a dir already removed by its owner is left alone).
+fn spawn_remover(watch: u32, dir: &Path) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let dir = dir
+        .to_str()
+        .filter(|d| !d.contains('\''))
+        .context("a plain temp dir path")?;
+    let script = format!(
+        "while kill -0 {watch} 2>/dev/null; do sleep 0.5; done; sleep 5; rm -rf -- '{dir}'"
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("start the temp dir's remover")?;
+    Ok(())
+}
+
 /// Kills the process groups `pgids` when process `watch` exits (a test binary that
 /// panics, is killed or simply ends never leaves a control plane behind).
 fn spawn_reaper(watch: u32, pgids: &[u32]) -> Result<()> {
@@ -210,6 +232,9 @@ impl ControlPlane {
             .prefix("nodewright-cp-")
             .tempdir()?;
         let dir = tmp.path().to_path_buf();
+        // The directory goes with the process even when nothing drops it: the shared
+        // control plane lives in a static (never dropped), and a killed test drops nothing.
+        spawn_remover(std::process::id(), &dir)?;
         let mut cp = Self::start_in(&dir)?;
         cp._tmp = Some(tmp);
         Ok(cp)

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::Context as _;
-use nodewright_api::payload::PayloadName;
+use nodewright_api::payload::{ImagePayload, PayloadName};
 use nodewright_oci::artifact::Descriptor;
 use nodewright_oci::payload::{PAYLOAD_LAYER, Payload, UnpackLimits, pack};
-use nodewright_oci::{NodeCache, PayloadFile};
+use nodewright_oci::{NodeCache, PayloadFile, Puller};
 
 /// A payload given on the command line: a file or a directory, and its name (by default
 /// the file or directory name).
@@ -37,6 +37,72 @@ impl FromStr for PayloadArg {
         let name = PayloadName::parse(&name).map_err(|e| format!("{e} (give one: NAME=PATH)"))?;
         Ok(PayloadArg { name, path })
     }
+}
+
+/// `--payload-image NAME=IMAGE[#/PATH]`: a payload taken from a container image (a tag or
+/// a digest; an index narrowed to this machine's platform), as a spec's
+/// `payloads: [{name, image, path}]` gives it to a node.
+#[derive(Clone, Debug)]
+pub struct ImageArg {
+    pub name: PayloadName,
+    pub image: String,
+    /// Relative, plain names (empty: the whole image).
+    pub path: PathBuf,
+}
+
+impl FromStr for ImageArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, rest) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not NAME=IMAGE[#/PATH]"))?;
+        let (image, path) = match rest.split_once('#') {
+            Some((image, path)) => (
+                image,
+                ImagePayload::image_path(path)
+                    .ok_or_else(|| format!("{path:?} is not an absolute path inside the image"))?,
+            ),
+            None => (rest, PathBuf::new()),
+        };
+        nodewright_api::names::check_plugin_reference(image)
+            .map_err(|e| format!("{image:?}: {e}"))?;
+        Ok(ImageArg {
+            name: PayloadName::parse(name).map_err(|e| e.to_string())?,
+            image: image.into(),
+            path,
+        })
+    }
+}
+
+/// Each `--payload-image` pinned (a tag resolved) and staged in `puller`'s cache as a node
+/// stages it, added to `trees`; a name already there is refused, as a node refuses it.
+pub async fn stage_images(
+    puller: &Puller,
+    args: &[ImageArg],
+    trees: &mut BTreeMap<PayloadName, PathBuf>,
+    progress: &(dyn Fn(nodewright_oci::Progress) + Sync),
+) -> anyhow::Result<()> {
+    for arg in args {
+        if trees.contains_key(&arg.name) {
+            anyhow::bail!(
+                "--payload-image {}: a payload is already named so",
+                arg.name
+            );
+        }
+        let image = puller.registry().pinned(&arg.image).await?;
+        let payload = ImagePayload {
+            name: arg.name.clone(),
+            image,
+            path: arg.path.clone(),
+        };
+        let staged = puller
+            .stage_image(&payload, progress)
+            .await
+            .with_context(|| format!("--payload-image {}", arg.name))?;
+        trees.insert(staged.name, staged.tree);
+    }
+    Ok(())
 }
 
 fn distinct(args: &[PayloadArg]) -> anyhow::Result<()> {

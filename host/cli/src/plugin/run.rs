@@ -72,6 +72,12 @@ pub struct RunArgs {
     /// refuse). Replaces a pulled payload of the same name. Repeatable.
     #[arg(long = "payload", value_name = "[NAME=]PATH")]
     payloads: Vec<super::payloads::PayloadArg>,
+    /// A payload taken from a container image (a tag or a digest; an index narrowed to this
+    /// machine's platform), served at /payload/NAME as a node serves a spec's
+    /// `payloads: [{name, image, path}]`: its layers applied in order, only PATH kept.
+    /// Repeatable.
+    #[arg(long = "payload-image", value_name = "NAME=IMAGE[#/PATH]")]
+    payload_images: Vec<super::payloads::ImageArg>,
     /// Config key reported as changed (repeatable).
     #[arg(long = "changed-key")]
     changed_keys: Vec<String>,
@@ -184,7 +190,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .prepare(&source.plugin, &grants)
         .with_context(|| source.display.clone())?;
     let pulled = super::source::stage(&source, &args.registry).await?;
-    let payloads = super::payloads::stage_local(&super::cache_root()?, &args.payloads, pulled)?;
+    let mut payloads = super::payloads::stage_local(&super::cache_root()?, &args.payloads, pulled)?;
+    if !args.payload_images.is_empty() {
+        let puller = nodewright_oci::Puller::new(
+            nodewright_oci::Registry::new(args.registry.config()?),
+            nodewright_oci::NodeCache::open(&super::cache_root()?)?,
+        );
+        super::payloads::stage_images(
+            &puller,
+            &args.payload_images,
+            &mut payloads,
+            &super::source::print_progress,
+        )
+        .await?;
+    }
     std::fs::create_dir_all(&args.root)
         .with_context(|| format!("cannot create {}", args.root.display()))?;
     let host = Arc::new(SimHost::new(

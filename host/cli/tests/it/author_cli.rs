@@ -2,6 +2,7 @@
 //! running by reference, `validate`, and one cache shared by two processes.
 
 use crate::plugin_support;
+use nodewright_testregistry::image::{OCI_MANIFEST, TestImage, gzip_layer};
 
 use std::path::Path;
 use std::process::Command;
@@ -368,6 +369,46 @@ fn a_payload_is_pushed_listed_and_read_by_the_plugin() {
     assert!(by_reference.starts_with(seen), "{by_reference}");
     let from_file = run(nodewright_artifacts::HOSTILE, &["--payload", &payload]);
     assert!(from_file.starts_with(seen), "{from_file}");
+    // The same payload taken from a vendor's image: the upper layer replaces the file and
+    // whites out what the plugin must not see; only /opt/fw is served.
+    let image = TestImage::new(vec![
+        gzip_layer(&[
+            ("opt/fw/lib/VERSION", b"550.54.14"),
+            ("opt/fw/lib/old", b"x"),
+        ]),
+        gzip_layer(&[
+            ("opt/fw/lib/VERSION", b"560.35.03"),
+            ("opt/fw/lib/.wh.old", b""),
+        ]),
+    ]);
+    let image_ref = format!("{}/vendor/fw:560", reg.host());
+    let registry = nodewright_oci::Registry::new(nodewright_oci::RegistryConfig {
+        insecure: vec![reg.host().into()],
+        ..Default::default()
+    });
+    let mut blobs = vec![nodewright_oci::Blob {
+        what: "config",
+        bytes: image.config.clone(),
+    }];
+    blobs.extend(image.layers.iter().map(|l| nodewright_oci::Blob {
+        what: "layer",
+        bytes: l.clone(),
+    }));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(registry.push_manifest(
+            &image_ref,
+            &blobs,
+            image.manifest.clone(),
+            OCI_MANIFEST,
+            &|_| {},
+        ))
+        .unwrap();
+    let from_image = run(
+        nodewright_artifacts::HOSTILE,
+        &["--payload-image", &format!("fw={image_ref}#/opt/fw")],
+    );
+    assert!(from_image.starts_with(seen), "{from_image}");
 
     std::os::unix::fs::symlink("/etc/shadow", fw.join("lib/link")).unwrap();
     let refused = nodewright(

@@ -4,33 +4,15 @@
 
 use crate::support::*;
 
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use nodewright_api::payload::{ImagePayload, PayloadName};
 use nodewright_oci::{Blob, NodeCache, Puller, Registry, sha256_digest};
 use nodewright_testregistry::TestRegistry;
+use nodewright_testregistry::image::{GZIP_LAYER, OCI_MANIFEST, gzip_layer};
 use serde_json::json;
 
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const GZIP_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
-
-/// A gzip-compressed layer of `(path, content)` files.
-fn layer(files: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut tar = tar::Builder::new(Vec::new());
-    for (path, content) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(content.len() as u64);
-        h.set_mode(0o644);
-        h.set_entry_type(tar::EntryType::Regular);
-        tar.append_data(&mut h, path, *content).unwrap();
-    }
-    let tar = tar.into_inner().unwrap();
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(&tar).unwrap();
-    gz.finish().unwrap()
-}
 
 fn descriptor(media_type: &str, bytes: &[u8]) -> serde_json::Value {
     json!({"mediaType": media_type, "digest": sha256_digest(bytes), "size": bytes.len()})
@@ -125,12 +107,12 @@ async fn a_multi_layer_image_becomes_one_tree_for_this_platform_with_its_whiteou
     let reg = TestRegistry::start();
     let registry = Registry::new(config(&reg));
     let repo = format!("{}/nvidia/driver", reg.host());
-    let base = layer(&[
+    let base = gzip_layer(&[
         ("etc/os-release", b"debian"),
         ("opt/nvidia/nvidia.ko", b"\x7fELF 550\0version=550.54.14\0"),
         ("opt/nvidia/firmware/gsp-550.bin", b"old firmware"),
     ]);
-    let update = layer(&[
+    let update = gzip_layer(&[
         ("opt/nvidia/nvidia.ko", b"\x7fELF 560\0version=560.35.03\0"),
         ("opt/nvidia/firmware/.wh.gsp-550.bin", b""),
         ("opt/nvidia/firmware/gsp-560.bin", b"new firmware"),
@@ -144,7 +126,7 @@ async fn a_multi_layer_image_becomes_one_tree_for_this_platform_with_its_whiteou
     let (_, other) = push_image(
         &registry,
         &repo,
-        &[(GZIP_LAYER, layer(&[("wrong", b"arch")]))],
+        &[(GZIP_LAYER, gzip_layer(&[("wrong", b"arch")]))],
     )
     .await;
     let other_arch = if nodewright_oci::this_architecture() == "s390x" {
@@ -217,7 +199,12 @@ async fn an_image_a_node_cannot_use_is_refused_naming_why() {
     );
 
     // Only another platform.
-    let (_, m) = push_image(&registry, &repo, &[(GZIP_LAYER, layer(&[("a", b"a")]))]).await;
+    let (_, m) = push_image(
+        &registry,
+        &repo,
+        &[(GZIP_LAYER, gzip_layer(&[("a", b"a")]))],
+    )
+    .await;
     let pinned = push_index(&registry, &repo, &[("s390x", m)]).await;
     let err = puller
         .image_layers(&pinned.parse().unwrap())

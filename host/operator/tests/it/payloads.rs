@@ -15,7 +15,8 @@ use nodewright_api::node_state::Staged;
 use nodewright_api::payload::PayloadName;
 use nodewright_api::v1alpha1::Status;
 use nodewright_hostops::HostAction;
-use nodewright_oci::{Blob, PayloadFile, Registry, RegistryConfig, sha256_digest};
+use nodewright_oci::{Blob, PayloadFile, Registry, RegistryConfig};
+use nodewright_testregistry::image::{OCI_MANIFEST, TestImage, gzip_layer};
 use serde_json::json;
 use specs::*;
 
@@ -29,54 +30,23 @@ fn module(version: &str, body: usize) -> Vec<u8> {
     m
 }
 
-/// A gzip-compressed image layer of `(path, content)` files.
-fn gzip_layer(files: &[(&str, Vec<u8>)]) -> Vec<u8> {
-    use std::io::Write as _;
-    let mut tar = tar::Builder::new(Vec::new());
-    for (path, content) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(content.len() as u64);
-        h.set_mode(0o644);
-        h.set_entry_type(tar::EntryType::Regular);
-        tar.append_data(&mut h, path, &content[..]).unwrap();
-    }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(&tar.into_inner().unwrap()).unwrap();
-    gz.finish().unwrap()
-}
-
 /// Pushes a single-platform image of gzip `layers` to `repo:560.35.03`.
 async fn push_image(registry: &Registry, repo: &str, layers: &[Vec<u8>]) -> String {
-    let gzip = "application/vnd.oci.image.layer.v1.tar+gzip";
-    let describe = |media_type: &str, bytes: &[u8]| json!({"mediaType": media_type, "digest": sha256_digest(bytes), "size": bytes.len()});
-    let config =
-        br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
-    let manifest = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": describe("application/vnd.oci.image.config.v1+json", config),
-        "layers": layers.iter().map(|l| describe(gzip, l)).collect::<Vec<_>>(),
-    }))
-    .unwrap();
+    let image = TestImage::new(layers.to_vec());
     let mut blobs = vec![Blob {
         what: "config",
-        bytes: config.to_vec(),
+        bytes: image.config.clone(),
     }];
-    blobs.extend(layers.iter().map(|l| Blob {
+    blobs.extend(image.layers.iter().map(|l| Blob {
         what: "layer",
         bytes: l.clone(),
     }));
+    let reference = format!("{repo}:560.35.03");
     registry
-        .push_manifest(
-            &format!("{repo}:560.35.03"),
-            &blobs,
-            manifest,
-            "application/vnd.oci.image.manifest.v1+json",
-            &|_| {},
-        )
+        .push_manifest(&reference, &blobs, image.manifest, OCI_MANIFEST, &|_| {})
         .await
         .unwrap();
-    format!("{repo}:560.35.03")
+    reference
 }
 
 /// When each node first showed its staged mark and its cordon, as a watcher polling the
@@ -102,13 +72,13 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
     let new = module("560.35.03", 4 << 20);
     let layers = [
         gzip_layer(&[
-            ("opt/nvidia/nvidia.ko", module("550.54.14", 1 << 20)),
-            ("opt/nvidia/gsp-550.bin", b"old firmware".to_vec()),
-            ("etc/os-release", b"vendor base".to_vec()),
+            ("opt/nvidia/nvidia.ko", &module("550.54.14", 1 << 20)),
+            ("opt/nvidia/gsp-550.bin", b"old firmware"),
+            ("etc/os-release", b"vendor base"),
         ]),
         gzip_layer(&[
-            ("opt/nvidia/nvidia.ko", new.clone()),
-            ("opt/nvidia/.wh.gsp-550.bin", Vec::new()),
+            ("opt/nvidia/nvidia.ko", &new),
+            ("opt/nvidia/.wh.gsp-550.bin", b""),
         ]),
     ];
     let image = push_image(

@@ -24,6 +24,8 @@ pub struct Fleet {
     /// `cordonAfterBarrier`, and which nodes start with a protected pod (bit i: node i).
     pub barrier_first: bool,
     pub protected: u16,
+    /// The packages' plugins carry payloads, staged `batch` (1) or `all` (2); 0: none.
+    pub prestage: u8,
 }
 
 pub fn fleet() -> impl Strategy<Value = Fleet> {
@@ -39,6 +41,7 @@ pub fn fleet() -> impl Strategy<Value = Fleet> {
             prop::collection::vec(prop::bool::weighted(0.3), 16),
             any::<bool>(),
             any::<u16>(),
+            0u8..3,
         ),
     )
         .prop_map(
@@ -49,7 +52,7 @@ pub fn fleet() -> impl Strategy<Value = Fleet> {
                 with_policy,
                 canary_batch,
                 outcomes,
-                (windows, gate_fails, barrier_first, protected),
+                (windows, gate_fails, barrier_first, protected, prestage),
             )| Fleet {
                 nodes,
                 packages,
@@ -61,6 +64,7 @@ pub fn fleet() -> impl Strategy<Value = Fleet> {
                 gate_fails,
                 barrier_first,
                 protected,
+                prestage,
             },
         )
 }
@@ -146,7 +150,17 @@ pub fn build(f: &Fleet) -> World {
     } else {
         s["interruptionBudget"] = json!({"count": f.budget});
     }
+    if f.prestage == 2 {
+        s["prestage"] = json!("all");
+    }
     w.add_cr("cr", spec(s));
+    if f.prestage > 0 {
+        let payloads: Vec<(String, u64)> = (0..f.packages.len())
+            .map(|i| (format!("p{i}"), 1 << 20))
+            .collect();
+        let payloads: Vec<(&str, u64)> = payloads.iter().map(|(p, b)| (p.as_str(), *b)).collect();
+        w.with_payloads("cr", &payloads);
+    }
     w
 }
 

@@ -154,6 +154,25 @@ fn with_none_nothing_is_staged_ahead_and_without_payloads_there_is_nothing_to_st
 }
 
 #[test]
+fn a_deleted_rollout_uninstalls_without_staging_anything_again() {
+    let mut w = World::new(1);
+    w.add_cr("gpu", spec(json!({"packages": {"driver": {"version": "1.0.0", "plugin": "r.example/driver:1", "interrupt": {"type": "reboot"}, "uninstall": {"enabled": true}}}})));
+    w.with_payloads("gpu", &[("driver", 300 * MIB)]);
+    w.run(("reboot", 1), 40);
+    // A reset on the node forgets what it staged; the deletion still stages nothing.
+    w.node_mut("node-0")
+        .annotations
+        .remove(&keys::staged("gpu"));
+    let before = stages_on(&w, "node-0").len();
+    w.cr_mut("gpu").deleting = true;
+    w.run(("reboot", 1), 40);
+    assert!(w.snap.nodewrights.is_empty(), "finalizer removed");
+    let after = &stages_on(&w, "node-0")[before..];
+    assert!(after.contains(&"driver:uninstall".to_string()), "{after:?}");
+    assert!(!after.contains(&"prestage".to_string()), "{after:?}");
+}
+
+#[test]
 fn a_node_whose_payloads_cannot_be_staged_reads_erroring_and_is_never_cordoned() {
     let mut w = driver_rollout(2, None);
     let no_room = StageResult::failed(

@@ -26,11 +26,13 @@ fn check_pass(
     // 1. Nodes at work per compartment never exceed its batch size.
     let mut at_work: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (node, (comp, _)) in limits(f) {
-        let busy = w
-            .snap
-            .jobs
-            .iter()
-            .any(|j| j.node == node && matches!(j.phase, JobPhase::Active { .. }));
+        // Staging payloads ahead (`prestage: all`) is not work on the node: it disrupts
+        // nothing and runs outside the batches by design.
+        let busy = w.snap.jobs.iter().any(|j| {
+            j.node == node
+                && matches!(j.phase, JobPhase::Active { .. })
+                && !matches!(j.work, Work::Prestage { .. })
+        });
         let ours = w.node(&node).annotations.contains_key(&keys::cordon("cr"));
         let settled = matches!(
             w.node_status("cr", &node),
@@ -79,7 +81,7 @@ fn check_pass(
                     );
                 }
             }
-            // (The CRs here carry no payloads: `prestage.rs` holds staging's rules.)
+            // Staging disrupts nothing; property 7 holds the cordon back until it is done.
             Work::Prestage { .. } => {}
             // 3. A merged interrupt runs at most once per node, generation and owner (a disrupted
             //    attempt is re-created; a finished one never), and alone.
@@ -153,6 +155,7 @@ fn a_barrier_held_node_finishes_once_the_holds_are_lifted() {
         gate_fails: vec![false; 16],
         barrier_first: false,
         protected: 16470,
+        prestage: 0,
     };
     rollout_keeps_its_invariants(&f).unwrap();
 }
@@ -194,6 +197,13 @@ fn rollout_keeps_its_invariants(f: &Fleet) -> Result<(), TestCaseError> {
                 .map(|n| n.name.clone())
                 .collect();
             let protected = protected_pods(&w);
+            let staged: BTreeSet<String> = w
+                .snap
+                .nodes
+                .iter()
+                .filter(|n| n.annotations.contains_key(&keys::staged("cr")))
+                .map(|n| n.name.clone())
+                .collect();
             let acted = w.step();
             check_pass(&w, &f, &acted, &external, &mut interrupts)?;
             for a in &acted {
@@ -206,6 +216,13 @@ fn rollout_keeps_its_invariants(f: &Fleet) -> Result<(), TestCaseError> {
                     "pass {pass}: {} cordoned while held (windows {:?})",
                     p.node,
                     f.windows
+                );
+                // 7. A node whose payloads are not staged is never cordoned for them.
+                let staging_now = matches!(p.annotations.get(&keys::staged("cr")), Some(Some(_)));
+                prop_assert!(
+                    !(f.prestage > 0 && new_mark && !staged.contains(&p.node) && !staging_now),
+                    "pass {pass}: {} cordoned before its payloads were staged",
+                    p.node
                 );
                 // 6. With cordonAfterBarrier, never cordoned while a protected pod runs there.
                 prop_assert!(
