@@ -277,7 +277,11 @@ impl<'a> Pass<'a> {
             .values()
             .any(|e| e.state == State::Erroring && e.generation >= cr.generation)
             || crate::drain::timed_out(cr, crate::drain::started(work.get(&c.drain_key)), self.now)
-                .is_some();
+                .is_some()
+            || self
+                .jobs
+                .get(&(cr.name.as_str(), n.name.as_str()))
+                .is_some_and(|jobs| prestage::failed_for_good(cr, c.prestage.as_ref(), jobs));
         let mut untolerated = select::untolerated(&n.taints, &c.tolerations);
         if c.in_batch.contains(n.name.as_str()) {
             // A node we are working on goes not-ready while it reboots; that is ours.

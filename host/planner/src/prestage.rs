@@ -237,6 +237,25 @@ pub(crate) fn holds(
     true
 }
 
+/// Whether the node's staging of `set` failed for good at this generation: its Job failed
+/// genuinely and is kept. The node counts as failed for its batch (as a parked stage does)
+/// until the Job's TTL ends it, or a new generation starts over.
+pub(crate) fn failed_for_good(
+    cr: &Cr,
+    set: Option<&PayloadSet>,
+    jobs: &[&crate::snapshot::ObservedJob],
+) -> bool {
+    let Some(set) = set else {
+        return false;
+    };
+    jobs.iter().any(|j| {
+        !j.stopping
+            && j.generation >= cr.generation
+            && matches!(&j.work, Work::Prestage { set: s } if *s == set.fingerprint)
+            && matches!(j.phase, JobPhase::Failed { genuine: true, .. })
+    })
+}
+
 /// Whether a node outside the CR's batches stages now: under `all`, until it has.
 pub(crate) fn ahead(set: Option<&PayloadSet>, cr: &str, work: &NodeWork<'_>) -> bool {
     set.is_some_and(|s| s.mode == Prestage::All && !s.staged_on(cr, work))
