@@ -1,5 +1,5 @@
-//! `nodewright-agent`: runs one stage of one package, or a node's merged interrupt, inside
-//! a stage Job's pod.
+//! `nodewright-agent`: runs one stage of one package, a node's merged interrupt, or the
+//! staging of a NodeWright's payloads before the node's cordon, inside a Job's pod.
 //!
 //! It resolves nothing: it pulls only the pinned digest it is given, verifies it through the
 //! node cache, checks the grants against the component's imports, runs the stage (then its
