@@ -121,25 +121,33 @@ impl fmt::Display for ImagePayload {
 impl std::str::FromStr for ImagePayload {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (name, rest) = s
-            .split_once('=')
-            .ok_or_else(|| format!("{s:?} is not NAME=IMAGE@DIGEST[#/PATH]"))?;
-        let (image, path) = match rest.split_once('#') {
-            Some((image, path)) => (
-                image,
-                ImagePayload::image_path(path)
-                    .ok_or_else(|| format!("{path:?} is not an absolute path inside the image"))?,
-            ),
-            None => (rest, PathBuf::new()),
-        };
+        let (name, image, path) = image_source(s)?;
         Ok(ImagePayload {
-            name: PayloadName::parse(name).map_err(|e| e.to_string())?,
+            name,
             image: image
                 .parse()
                 .map_err(|e: crate::pinned::NotPinned| e.to_string())?,
             path,
         })
     }
+}
+
+/// `NAME=IMAGE[#/PATH]` split into the payload's name, the image reference as written (a
+/// tag or a digest: the caller decides which it takes) and the path inside the image.
+pub fn image_source(s: &str) -> Result<(PayloadName, &str, PathBuf), String> {
+    let (name, rest) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=IMAGE[#/PATH]"))?;
+    let (image, path) = match rest.split_once('#') {
+        Some((image, path)) => (
+            image,
+            ImagePayload::image_path(path)
+                .ok_or_else(|| format!("{path:?} is not an absolute path inside the image"))?,
+        ),
+        None => (rest, PathBuf::new()),
+    };
+    let name = PayloadName::parse(name).map_err(|e| e.to_string())?;
+    Ok((name, image, path))
 }
 
 impl fmt::Display for PayloadName {

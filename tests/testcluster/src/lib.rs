@@ -173,7 +173,6 @@ fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Child> {
 /// Removes `dir` once process `watch` has exited and its control plane is stopped (the
 /// reaper's kills come first; a dir already removed by its owner is left alone).
 fn spawn_remover(watch: u32, dir: &Path) -> Result<()> {
-    use std::os::unix::process::CommandExt;
     let dir = dir
         .to_str()
         .filter(|d| !d.contains('\''))
@@ -181,21 +180,12 @@ fn spawn_remover(watch: u32, dir: &Path) -> Result<()> {
     let script = format!(
         "while kill -0 {watch} 2>/dev/null; do sleep 0.5; done; sleep 5; rm -rf -- '{dir}'"
     );
-    Command::new("sh")
-        .args(["-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .context("start the temp dir's remover")?;
-    Ok(())
+    spawn_watcher(&script).context("start the temp dir's remover")
 }
 
 /// Kills the process groups `pgids` when process `watch` exits (a test binary that
 /// panics, is killed or simply ends never leaves a control plane behind).
 fn spawn_reaper(watch: u32, pgids: &[u32]) -> Result<()> {
-    use std::os::unix::process::CommandExt;
     let kills: String = pgids
         .iter()
         .map(|p| format!("/bin/kill -TERM -- -{p} 2>/dev/null; "))
@@ -206,15 +196,20 @@ fn spawn_reaper(watch: u32, pgids: &[u32]) -> Result<()> {
         .collect();
     let script =
         format!("while kill -0 {watch} 2>/dev/null; do sleep 0.5; done; {kills} sleep 2; {hard}");
+    spawn_watcher(&script).context("start the reaper")
+}
+
+/// Runs the shell `script` in a process group of its own, detached from ours.
+fn spawn_watcher(script: &str) -> std::io::Result<()> {
+    use std::os::unix::process::CommandExt;
     Command::new("sh")
-        .args(["-c", &script])
+        .args(["-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
-        .context("start the reaper")?;
-    Ok(())
+        .map(drop)
 }
 
 impl ControlPlane {

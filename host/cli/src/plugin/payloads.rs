@@ -54,21 +54,11 @@ impl FromStr for ImageArg {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let (name, rest) = s
-            .split_once('=')
-            .ok_or_else(|| format!("{s:?} is not NAME=IMAGE[#/PATH]"))?;
-        let (image, path) = match rest.split_once('#') {
-            Some((image, path)) => (
-                image,
-                ImagePayload::image_path(path)
-                    .ok_or_else(|| format!("{path:?} is not an absolute path inside the image"))?,
-            ),
-            None => (rest, PathBuf::new()),
-        };
+        let (name, image, path) = nodewright_api::payload::image_source(s)?;
         nodewright_api::names::check_plugin_reference(image)
             .map_err(|e| format!("{image:?}: {e}"))?;
         Ok(ImageArg {
-            name: PayloadName::parse(name).map_err(|e| e.to_string())?,
+            name,
             image: image.into(),
             path,
         })
