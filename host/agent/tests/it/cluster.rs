@@ -184,7 +184,10 @@ async fn the_agent_runs_in_a_job_pod_and_reboots_the_node() {
     // The reboot kills the first attempt and the restarted one sees the new boot ID — or,
     // on a loaded machine, the first attempt sees the new boot ID itself before the kill
     // reaches it (one run of the full suite did). Never a second reboot-killed attempt.
-    assert!(restarts <= 1, "at most one reboot-killed attempt: {restarts}");
+    assert!(
+        restarts <= 1,
+        "at most one reboot-killed attempt: {restarts}"
+    );
     let reboots = nodewright_hostops::SimHost::journal(&sim.root(node))
         .into_iter()
         .filter(|a| matches!(a, nodewright_hostops::HostAction::Rebooted { .. }))
