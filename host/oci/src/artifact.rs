@@ -47,6 +47,19 @@ pub struct Descriptor {
 }
 
 impl Descriptor {
+    /// Its size in bytes (a negative one, which no verified content has, as 0).
+    pub fn bytes(&self) -> u64 {
+        self.size.max(0) as u64
+    }
+
+    /// The sizes of `descriptors` added up (saturating).
+    pub fn total<'a>(descriptors: impl IntoIterator<Item = &'a Descriptor>) -> u64 {
+        descriptors
+            .into_iter()
+            .map(Descriptor::bytes)
+            .fold(0, u64::saturating_add)
+    }
+
     /// A descriptor without annotations.
     pub fn new(media_type: &str, digest: String, size: i64) -> Self {
         Descriptor {

@@ -67,26 +67,27 @@ impl Puller {
     /// gzip-compressed tar), else an error naming it. What the operator checks an image
     /// payload with before any node stages it.
     pub async fn image_layers(&self, image: &PinnedRef) -> Result<(String, Vec<Descriptor>)> {
-        let reference = image.as_str();
         self.registry()
-            .bounded(reference, async {
-                let (digest, manifest) = self.platform_manifest(reference).await?;
-                if let Some(layer) = manifest
-                    .layers
-                    .iter()
-                    .find(|l| Compression::of(&l.media_type).is_none())
-                {
-                    return Err(Error::InvalidArtifact {
-                        reference: reference.into(),
-                        reason: format!(
-                            "layer {} has media type {:?}; a payload image's layers must be tars, plain or gzip-compressed",
-                            layer.digest, layer.media_type
-                        ),
-                    });
-                }
-                Ok((digest, manifest.layers))
-            })
+            .bounded(image.as_str(), self.layers_unbounded(image.as_str()))
             .await
+    }
+
+    async fn layers_unbounded(&self, reference: &str) -> Result<(String, Vec<Descriptor>)> {
+        let (digest, manifest) = self.platform_manifest(reference).await?;
+        if let Some(layer) = manifest
+            .layers
+            .iter()
+            .find(|l| Compression::of(&l.media_type).is_none())
+        {
+            return Err(Error::InvalidArtifact {
+                reference: reference.into(),
+                reason: format!(
+                    "layer {} has media type {:?}; a payload image's layers must be tars, plain or gzip-compressed",
+                    layer.digest, layer.media_type
+                ),
+            });
+        }
+        Ok((digest, manifest.layers))
     }
 
     async fn stage_image_unbounded(
@@ -95,12 +96,10 @@ impl Puller {
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<PulledPayload> {
         let reference = image.image.as_str();
-        let (digest, layers) = self.image_layers(&image.image).await?;
+        // Within `stage_image`'s one deadline.
+        let (digest, layers) = self.layers_unbounded(reference).await?;
         let key = sha256_digest(format!("{digest}\0{}", image.path.display()).as_bytes());
-        let size = layers
-            .iter()
-            .map(|l| l.size.max(0) as u64)
-            .fold(0u64, u64::saturating_add);
+        let size = Descriptor::total(&layers);
         let staged = |tree: PathBuf, from_cache: bool| PulledPayload {
             name: image.name.clone(),
             digest: digest.clone(),

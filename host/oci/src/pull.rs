@@ -129,7 +129,7 @@ impl Puller {
                 progress(Progress::Downloading {
                     what: "layer",
                     digest: layer.digest.clone(),
-                    bytes: layer.size.max(0) as u64,
+                    bytes: layer.bytes(),
                 });
                 let b = self.registry.fetch_blob(reference, &layer).await?;
                 self.cache.put_blob(&layer.digest, &b)?;
@@ -194,7 +194,7 @@ impl Puller {
         Ok(PulledPayload {
             name: payload.name.clone(),
             digest: payload.layer.digest.clone(),
-            size: payload.layer.size.max(0) as u64,
+            size: payload.layer.bytes(),
             tree,
             from_cache,
         })
@@ -265,7 +265,7 @@ impl Puller {
         progress(Progress::Downloading {
             what: "payload",
             digest: digest.clone(),
-            bytes: layer.size.max(0) as u64,
+            bytes: layer.bytes(),
         });
         let partial = self.cache.partial_path(digest)?;
         self.registry

@@ -15,6 +15,7 @@ use nodewright_api::payload::{ImagePayload, PayloadName};
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::v1alpha1::{NodeWrightSpec, Package, PayloadSource};
 use nodewright_engine::{Engine, EngineConfig, LoadedPlugin};
+use nodewright_oci::artifact::Descriptor;
 use nodewright_oci::payload::Payload;
 use nodewright_oci::{NodeCache, Puller, Registry, pin};
 use nodewright_planner::{PluginCheck as Verdict, Resolved};
@@ -209,10 +210,7 @@ impl Plugins {
         resolved.warnings.extend(judgement.warnings);
         let (loaded, payloads) = self.load(puller, name, &reference).await?;
         self.admits(name, &reference, p, &loaded)?;
-        let mut bytes = payloads
-            .iter()
-            .map(|p| p.layer.size.max(0) as u64)
-            .fold(0u64, u64::saturating_add);
+        let mut bytes = Descriptor::total(payloads.iter().map(|p| &p.layer));
         let mut images = Vec::new();
         for (i, source) in p.payloads.iter().enumerate() {
             let field = format!("spec.packages.{name}.payloads[{i}]");
@@ -337,10 +335,7 @@ impl Plugins {
             let message = format!("{field}.image: {e}{}", login_hint(&e));
             not_ready("PullFailed", message, retry(&e))
         })?;
-        let size = layers
-            .iter()
-            .map(|l| l.size.max(0) as u64)
-            .fold(0u64, u64::saturating_add);
+        let size = Descriptor::total(&layers);
         let bad = |reason: String| not_ready("InvalidPayload", reason, false);
         let payload = ImagePayload {
             name: PayloadName::parse(&source.name)

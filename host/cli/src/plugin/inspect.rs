@@ -141,7 +141,7 @@ fn print_text(source: &Source, check: Option<&GrantCheck>) {
             println!(
                 "  {:<24} {:>10}  {}",
                 p.name.as_str(),
-                format_bytes(p.layer.size.max(0) as u64),
+                format_bytes(p.layer.bytes()),
                 p.layer.digest
             );
         }
