@@ -113,7 +113,10 @@ pub fn main(program: &'static str) -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: every command waits on I/O or on one plugin at a time, and worker
+    // threads would cost a one-stage `plugin run` more than its stage (the engine's blocking
+    // host calls still get tokio's blocking pool).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
