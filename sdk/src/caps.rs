@@ -142,9 +142,24 @@ impl Sysctl {
 pub struct Exec(pub(crate) ());
 
 impl Exec {
-    /// Runs a granted command; output is bounded by the host.
+    /// Runs a granted command; output is bounded by the host. `path` is a binary of the
+    /// host (`/usr/bin/nvidia-smi`) or a file of one of the package's payloads
+    /// (`payload:driver/installer.run`, see [`Exec::run_payload`]); an argument whose grant
+    /// pattern starts with `payload:` names a payload file the command then reads.
     pub fn run(&self, path: &str, args: &[String]) -> Result<ExecOutput, CapError> {
         exec::run(path, args)
+    }
+
+    /// Runs the file `file` of the package's payload `payload`, as granted by
+    /// `commands: [{path: "payload:<payload>/<file>"}]`: the host runs it from the payload's
+    /// read-only tree, so what runs is exactly the signed file.
+    pub fn run_payload(
+        &self,
+        payload: &str,
+        file: &str,
+        args: &[String],
+    ) -> Result<ExecOutput, CapError> {
+        exec::run(&format!("payload:{payload}/{file}"), args)
     }
 }
 

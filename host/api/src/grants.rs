@@ -21,7 +21,10 @@ mod patterns;
 mod set;
 mod spec;
 
-pub use patterns::{CommandRule, GrantedPath, NamePattern, PathKind, PathRule, normalize_abs_path};
+pub use patterns::{
+    CommandRule, CommandTarget, GrantedPath, NamePattern, PAYLOAD_COMMAND, PathKind, PathRule,
+    normalize_abs_path,
+};
 pub use set::{CommandRefusal, GrantSet, NameRefusal, PathRefusal};
 pub use spec::{
     Capabilities, Capability, CommandGrant, FileAccess, FileGrant, GrantError, GrantSource,

@@ -1,6 +1,7 @@
 //! Running host processes with a deadline and bounded output.
 
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -140,8 +141,6 @@ pub fn run_bounded(
 
 /// [`run_bounded`], in `enter`'s namespaces when given (the program path then resolves in
 /// the entered mount namespace).
-// Long on purpose: spawn, feed, read both pipes and kill on a bound are one sequence of
-// owned handles.
 pub fn run_bounded_in(
     program: &Path,
     args: &[String],
@@ -150,11 +149,76 @@ pub fn run_bounded_in(
     limits: &ExecLimits,
     enter: Option<Namespaces>,
 ) -> Result<ExecOutput> {
-    let display = std::iter::once(program.display().to_string())
+    let shown = program.display().to_string();
+    spawn_bounded(
+        Program::Path(program, &shown),
+        args,
+        &[],
+        env,
+        cwd,
+        limits,
+        enter,
+    )
+}
+
+/// What a bounded command runs, with the name its errors show.
+#[derive(Clone, Copy, Debug)]
+pub enum Program<'a> {
+    /// A path (resolved in the mount namespace the command enters).
+    Path(&'a Path, &'a str),
+    /// A file already open: what runs is that file, never a path looked up again after it
+    /// was checked, in whatever mount namespace the command enters. It runs as
+    /// `/proc/self/fd/N`, with the descriptor kept open across the exec so that an
+    /// interpreter (`#!`) reads the same file — which needs a `/proc` that shows the
+    /// command, as the host's does for an agent in the host's PID namespace. A file that
+    /// cannot be run is the caller's fault ([`HostError::Refused`]).
+    File(&'a std::fs::File, &'a str),
+}
+
+/// How a command reaches a file this process opened: `/proc/self/fd/N`, valid in the command
+/// when `file` is among those passed to [`run_program_bounded`].
+pub fn fd_path(file: &std::fs::File) -> String {
+    format!("/proc/self/fd/{}", file.as_raw_fd())
+}
+
+/// [`run_bounded_in`] for any [`Program`], with `files` kept open across the exec (so
+/// arguments may name them by [`fd_path`]).
+pub fn run_program_bounded(
+    program: Program<'_>,
+    args: &[String],
+    files: &[&std::fs::File],
+    env: &[(&str, &str)],
+    cwd: Option<&Path>,
+    limits: &ExecLimits,
+    enter: Option<Namespaces>,
+) -> Result<ExecOutput> {
+    spawn_bounded(program, args, files, env, cwd, limits, enter)
+}
+
+// Long on purpose: spawn, feed, read both pipes and kill on a bound are one sequence of
+// owned handles.
+fn spawn_bounded(
+    program: Program<'_>,
+    args: &[String],
+    files: &[&std::fs::File],
+    env: &[(&str, &str)],
+    cwd: Option<&Path>,
+    limits: &ExecLimits,
+    enter: Option<Namespaces>,
+) -> Result<ExecOutput> {
+    let mut keep: Vec<std::os::fd::RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
+    let (path, shown, by_file) = match program {
+        Program::Path(path, shown) => (path.to_path_buf(), shown, false),
+        Program::File(file, shown) => {
+            keep.push(file.as_raw_fd());
+            (fd_path(file).into(), shown, true)
+        }
+    };
+    let display = std::iter::once(shown.to_string())
         .chain(args.iter().cloned())
         .collect::<Vec<_>>()
         .join(" ");
-    let mut cmd = Command::new(program);
+    let mut cmd = Command::new(&path);
     cmd.args(args)
         .env_clear()
         .env(
@@ -172,20 +236,42 @@ pub fn run_bounded_in(
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
-    if let Some(ns) = enter {
+    if enter.is_some() || !keep.is_empty() {
         // SAFETY: the closure runs in the forked child before exec and only makes system
         // calls on descriptors opened before the fork (see `Namespaces::enter`).
-        #[allow(unsafe_code, reason = "setns(2) between fork and exec")]
+        #[allow(unsafe_code, reason = "setns(2) and fcntl(2) between fork and exec")]
         unsafe {
-            cmd.pre_exec(move || ns.enter());
+            cmd.pre_exec(move || {
+                if let Some(ns) = &enter {
+                    ns.enter()?;
+                }
+                for fd in &keep {
+                    // SAFETY: `fd` is one of the caller's open files, inherited by this
+                    // child; only its close-on-exec flag changes, in this child.
+                    let fd = rustix::fd::BorrowedFd::borrow_raw(*fd);
+                    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+                }
+                Ok(())
+            });
         }
     }
-    let mut child = spawn(&mut cmd, limits.tree).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => HostError::NotFound(program.display().to_string()),
-        _ => HostError::Spawn {
-            command: display.clone(),
-            source,
-        },
+    let mut child = spawn(&mut cmd, limits.tree).map_err(|source| {
+        let refused = by_file
+            && [rustix::io::Errno::ACCESS, rustix::io::Errno::NOEXEC]
+                .iter()
+                .any(|e| source.raw_os_error() == Some(e.raw_os_error()));
+        match source.kind() {
+            std::io::ErrorKind::NotFound => HostError::NotFound(shown.to_string()),
+            _ if refused => HostError::Refused {
+                op: "exec",
+                path: shown.to_string(),
+                source,
+            },
+            _ => HostError::Spawn {
+                command: display.clone(),
+                source,
+            },
+        }
     })?;
     let out = drain(
         child.stdout.take().expect("stdout is piped"),
@@ -486,5 +572,46 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, HostError::NotFound(_)), "{err:?}");
+    }
+
+    /// What runs is the file that was opened: a script (its interpreter reads the open
+    /// file too) keeps running as opened after its path is replaced; a missing interpreter
+    /// is named by the file's name.
+    #[test]
+    fn an_open_file_runs_as_opened() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tool");
+        let write = |body: &str, mode: u32| {
+            let tmp = dir.path().join("next");
+            std::fs::write(&tmp, body).unwrap();
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        };
+        write("#!/bin/sh\necho opened \"$@\"\n", 0o555);
+        let file = std::fs::File::open(&path).unwrap();
+        write("#!/bin/sh\necho swapped\n", 0o555);
+        let out = run_program_bounded(
+            Program::File(&file, "payload:fw/tool"),
+            &["a".into()],
+            &[],
+            &[],
+            None,
+            &ExecLimits::default(),
+            None,
+        )
+        .unwrap();
+        assert_eq!((out.status, out.stdout), (Some(0), b"opened a\n".to_vec()));
+
+        let run = |file| {
+            let program = Program::File(file, "payload:fw/tool");
+            run_program_bounded(program, &[], &[], &[], None, &ExecLimits::default(), None)
+        };
+        write("#!/nonexistent/interpreter\n", 0o555);
+        let file = std::fs::File::open(&path).unwrap();
+        match run(&file) {
+            Err(HostError::NotFound(what)) => assert_eq!(what, "payload:fw/tool"),
+            other => panic!("a missing interpreter: {other:?}"),
+        }
     }
 }

@@ -147,6 +147,15 @@ pub enum HostError {
         /// The bound in bytes.
         limit: u64,
     },
+    /// A payload file asked to run cannot be: no exec bit, or neither an ELF binary nor a
+    /// `#!` script.
+    #[error("{path} cannot run: {why}")]
+    NotExecutable {
+        /// The file, as the package named it.
+        path: String,
+        /// What it lacks.
+        why: String,
+    },
     /// A device, socket or FIFO where a regular file or directory is needed.
     #[error("{path} is {kind}; only regular files and directories can be used")]
     NotRegular {

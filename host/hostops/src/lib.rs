@@ -33,13 +33,14 @@ mod rootfs;
 mod sim;
 
 pub use command::{
-    ExecLimits, ExecOutput, HELPER_TIMEOUT, ProcessTree, run_bounded, run_bounded_in,
+    ExecLimits, ExecOutput, HELPER_TIMEOUT, ProcessTree, Program, fd_path, run_bounded,
+    run_bounded_in, run_program_bounded,
 };
 pub use error::{HostError, Result};
 pub use linux::{HostNamespaces, LinuxHost};
 pub use namespaces::Namespaces;
 pub use node::{NodeIdentity, NodeInfo, parse_os_release};
-pub use ops::{HostOps, ServiceVerb, UnitStatus};
+pub use ops::{HostOps, PayloadArg, Runnable, ServiceVerb, UnitStatus};
 pub use rootfs::{FileKind, FileStat, PERMISSION_BITS, RootFs, WriteOptions};
 #[cfg(feature = "sim")]
 pub use sim::{HostAction, SimHost};

@@ -6,11 +6,14 @@ use nodewright_api::hostargs::UnitPowerProps;
 
 use crate::argv;
 use crate::command::HELPER_TIMEOUT;
-use crate::command::{ExecLimits, ExecOutput, ProcessTree, run_bounded, run_bounded_in};
+use crate::command::{
+    ExecLimits, ExecOutput, ProcessTree, Program, run_bounded, run_bounded_in, run_program_bounded,
+};
 use crate::error::{HostError, Result};
 use crate::namespaces::Namespaces;
 use crate::node::{NodeIdentity, NodeInfo, parse_os_release};
 use crate::ops::{HostOps, ServiceVerb, UnitStatus, refuse_power_change};
+use crate::ops::{PayloadArg, Runnable, open_payload_args, open_payload_executable};
 use crate::procsys::ProcSys;
 use crate::rootfs::RootFs;
 
@@ -147,13 +150,36 @@ impl HostOps for LinuxHost {
         self.helper(argv::daemon_reload()).map(drop)
     }
 
-    fn exec(&self, path: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
+    fn exec(
+        &self,
+        program: &Runnable<'_>,
+        args: &[String],
+        files: &[PayloadArg],
+        limits: &ExecLimits,
+    ) -> Result<ExecOutput> {
         // A granted command ends with everything it started, daemons included.
         let limits = ExecLimits {
             tree: ProcessTree::Namespace,
             ..limits.clone()
         };
-        self.command(path, args, &limits)
+        let (open, args) = open_payload_args(args, files)?;
+        let open: Vec<&std::fs::File> = open.iter().collect();
+        let enter = match self.namespaces {
+            HostNamespaces::Current => None,
+            HostNamespaces::Of(pid) => Some(Namespaces::of(pid)?),
+        };
+        match *program {
+            Runnable::Host(path) => {
+                let shown = path.display().to_string();
+                let program = Program::Path(path, &shown);
+                run_program_bounded(program, &args, &open, &[], None, &limits, enter)
+            }
+            Runnable::Payload { tree, rel, shown } => {
+                let file = open_payload_executable(tree, rel)?;
+                let program = Program::File(&file, shown);
+                run_program_bounded(program, &args, &open, &[], None, &limits, enter)
+            }
+        }
     }
 
     fn request_reboot(&self, reason: &str) -> Result<()> {

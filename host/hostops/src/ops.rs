@@ -1,7 +1,7 @@
 //! The seam itself: the [`HostOps`] trait and the systemd vocabulary it speaks.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nodewright_api::hostargs::{UnitName, UnitPowerProps};
 use serde::{Deserialize, Serialize};
@@ -108,11 +108,118 @@ pub trait HostOps: Send + Sync + fmt::Debug {
     fn service_status(&self, unit: &str) -> Result<UnitStatus>;
     /// `systemctl daemon-reload`.
     fn daemon_reload(&self) -> Result<()>;
-    /// Runs a host command, bounded by `limits`.
-    fn exec(&self, path: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput>;
+    /// Runs a granted command — a binary of the host, or a file of a payload — bounded by
+    /// `limits`, with `files` (payload files a grant lets it take) passed in place of their
+    /// arguments.
+    fn exec(
+        &self,
+        program: &Runnable<'_>,
+        args: &[String],
+        files: &[PayloadArg],
+        limits: &ExecLimits,
+    ) -> Result<ExecOutput>;
     /// Asks the host to reboot. Returns once the request is accepted; the reboot itself
     /// happens asynchronously (the agent's boot-ID protocol observes it).
     fn request_reboot(&self, reason: &str) -> Result<()>;
     /// Facts about the node.
     fn node_info(&self) -> NodeInfo;
+}
+
+/// What a granted command runs, as [`HostOps::exec`] takes it.
+#[derive(Clone, Copy, Debug)]
+pub enum Runnable<'a> {
+    /// A binary of the host, by path.
+    Host(&'a Path),
+    /// The file `rel` of a payload's read-only `tree` (`shown`: how the grant names it,
+    /// `payload:<name>/<path>`). It is opened below the tree without following a link,
+    /// must be a regular executable file, and what runs is that open file
+    /// ([`crate::Program::File`]) — never a path looked up again.
+    Payload {
+        /// The payload's tree.
+        tree: &'a Path,
+        /// The file, below it.
+        rel: &'a Path,
+        /// How the grant names it.
+        shown: &'a str,
+    },
+}
+
+impl Runnable<'_> {
+    /// How the host's record and errors name it.
+    pub fn shown(&self) -> String {
+        match self {
+            Runnable::Host(path) => path.display().to_string(),
+            Runnable::Payload { shown, .. } => shown.to_string(),
+        }
+    }
+}
+
+/// A payload file a granted command takes as its argument `index` (the grant's pattern
+/// there starts with `payload:`): opened below `tree` as a payload program is (a regular
+/// file, no link followed; it need not be executable) and passed as `/proc/self/fd/N`.
+#[derive(Clone, Debug)]
+pub struct PayloadArg {
+    /// Which argument it replaces.
+    pub index: usize,
+    /// The payload's tree.
+    pub tree: PathBuf,
+    /// The file, below it.
+    pub rel: PathBuf,
+}
+
+/// Opens each payload argument: the open files, and `args` with each payload argument
+/// replaced by the path the command reads it at.
+pub(crate) fn open_payload_args(
+    args: &[String],
+    files: &[PayloadArg],
+) -> Result<(Vec<std::fs::File>, Vec<String>)> {
+    let mut passed = args.to_vec();
+    let mut open = Vec::with_capacity(files.len());
+    for f in files {
+        let file = crate::rootfs::open_payload_file("exec", &f.tree, &f.rel)?;
+        let Some(slot) = passed.get_mut(f.index) else {
+            return Err(HostError::InvalidName(format!(
+                "payload argument {} of a command with {} arguments",
+                f.index,
+                args.len()
+            )));
+        };
+        *slot = crate::command::fd_path(&file);
+        open.push(file);
+    }
+    Ok((open, passed))
+}
+
+/// Opens a payload file for [`Runnable::Payload`]: below the tree, a regular file with
+/// an exec bit, and an ELF binary or a `#!` script — nothing a C library would hand to a
+/// shell as a guess (glibc's `execvp` does that with a file the kernel cannot run; musl's
+/// does not), so the same file runs, or is refused, on every build.
+pub(crate) fn open_payload_executable(tree: &Path, rel: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+    let file = crate::rootfs::open_payload_file("exec", tree, rel)?;
+    let refuse = |why: String| HostError::NotExecutable {
+        path: rel.display().to_string(),
+        why,
+    };
+    let mode = file
+        .metadata()
+        .map_err(|e| HostError::io("exec", rel, e))?
+        .permissions()
+        .mode();
+    if mode & 0o111 == 0 {
+        return Err(refuse(format!(
+            "no exec bit (mode {:04o}); give it one where the payload is packed",
+            mode & 0o7777
+        )));
+    }
+    let mut magic = [0u8; 4];
+    let n = file
+        .read_at(&mut magic, 0)
+        .map_err(|e| HostError::io("exec", rel, e))?;
+    if !(magic[..n].starts_with(b"\x7fELF") || magic[..n].starts_with(b"#!")) {
+        return Err(refuse(
+            "it is neither an ELF binary nor a script starting with #!".into(),
+        ));
+    }
+    Ok(file)
 }

@@ -411,6 +411,8 @@ impl RootFs {
 mod resolve;
 mod write;
 
+pub(crate) use write::open_payload_file;
+
 use resolve::{Last, Resolve};
 
 #[cfg(test)]

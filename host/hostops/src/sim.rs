@@ -27,11 +27,12 @@ use nodewright_api::hostargs::UnitPowerProps;
 use serde::{Deserialize, Serialize};
 
 use crate::argv;
-use crate::command::{ExecLimits, ExecOutput, ProcessTree, run_bounded};
+use crate::command::{ExecLimits, ExecOutput, ProcessTree, Program, run_program_bounded};
 use crate::error::{HostError, Result};
 use crate::linux::{modules_contains, node_info};
 use crate::node::{NodeIdentity, NodeInfo};
 use crate::ops::{HostOps, ServiceVerb, UnitStatus, refuse_power_change};
+use crate::ops::{PayloadArg, Runnable, open_payload_args, open_payload_executable};
 use crate::procsys::ProcSys;
 use crate::rootfs::RootFs;
 
@@ -136,6 +137,17 @@ pub struct SimHost {
 }
 
 impl SimHost {
+    /// As on a real node, when this process may make a PID namespace (root): a granted
+    /// command ends with everything it started. Without root (`plugin run` on an author's
+    /// machine) only its process group is bounded.
+    fn command_tree(&self) -> ProcessTree {
+        if rustix::process::geteuid().is_root() {
+            ProcessTree::Namespace
+        } else {
+            ProcessTree::Group
+        }
+    }
+
     /// Opens (creating if needed) a simulated node at `root`. A boot ID is written if the
     /// root has none yet.
     pub fn new(root: &Path, identity: NodeIdentity) -> Result<Self> {
@@ -521,36 +533,59 @@ impl HostOps for SimHost {
         self.record(HostAction::DaemonReload)
     }
 
-    fn exec(&self, path: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
-        let local = self.fs.host_to_local(path);
-        if !local.is_file() {
-            return Err(HostError::NotFound(format!(
-                "{} (the simulated node only has commands placed under its root)",
-                path.display()
-            )));
-        }
+    fn exec(
+        &self,
+        program: &Runnable<'_>,
+        args: &[String],
+        files: &[PayloadArg],
+        limits: &ExecLimits,
+    ) -> Result<ExecOutput> {
+        let (open, passed) = open_payload_args(args, files)?;
+        let open: Vec<&std::fs::File> = open.iter().collect();
         let root = self.root.to_string_lossy().into_owned();
-        // As on a real node, when this process may make a PID namespace (root): a granted
-        // command ends with everything it started. Without root (`plugin run` on an
-        // author's machine) only its process group is bounded.
-        let tree = if rustix::process::geteuid().is_root() {
-            ProcessTree::Namespace
-        } else {
-            ProcessTree::Group
-        };
+        let env = [("NODEWRIGHT_SIM_ROOT", root.as_str())];
         let limits = ExecLimits {
-            tree,
+            tree: self.command_tree(),
             ..limits.clone()
         };
-        let out = run_bounded(
-            &local,
-            args,
-            &[("NODEWRIGHT_SIM_ROOT", &root)],
-            Some(&self.root),
-            &limits,
-        )?;
+        let out = match *program {
+            Runnable::Host(path) => {
+                let local = self.fs.host_to_local(path);
+                if !local.is_file() {
+                    return Err(HostError::NotFound(format!(
+                        "{} (the simulated node only has commands placed under its root)",
+                        path.display()
+                    )));
+                }
+                let shown = path.display().to_string();
+                let program = Program::Path(&local, &shown);
+                run_program_bounded(
+                    program,
+                    &passed,
+                    &open,
+                    &env,
+                    Some(&self.root),
+                    &limits,
+                    None,
+                )?
+            }
+            Runnable::Payload { tree, rel, shown } => {
+                let file = open_payload_executable(tree, rel)?;
+                let program = Program::File(&file, shown);
+                run_program_bounded(
+                    program,
+                    &passed,
+                    &open,
+                    &env,
+                    Some(&self.root),
+                    &limits,
+                    None,
+                )?
+            }
+        };
+        // Recorded as the plugin named them: payload arguments as `payload:<name>/<path>`.
         self.record(HostAction::Exec {
-            path: path.display().to_string(),
+            path: program.shown(),
             args: args.to_vec(),
             status: out.status,
         })?;

@@ -10,7 +10,8 @@ impl Capabilities {
     /// - `files=/etc/sysctl.d` (read) or `files=/etc/sysctl.d:rw` (`:rw+special` also
     ///   allows setuid/setgid/sticky modes)
     /// - `kmod=br_netfilter`, `service=containerd.service`, `sysctl=net.ipv4.*`
-    /// - `command=/usr/bin/nvidia-smi` or `command=/usr/bin/nvidia-smi:-pm,1`
+    /// - `command=/usr/bin/nvidia-smi` or `command=/usr/bin/nvidia-smi:-pm,1`; a file of a
+    ///   payload: `command=payload:driver/install.run[:args]`
     /// - `probe=/usr/bin/nvidia-smi[:args]`: a command vouched read-only (`readOnly: true`)
     /// - `power`
     pub fn from_flags<S: AsRef<str>>(flags: &[S]) -> Result<(Capabilities, bool), GrantError> {
@@ -59,12 +60,18 @@ impl Capabilities {
                 "service" | "services" => caps.services.push(value.to_string()),
                 "sysctl" => caps.sysctl.push(value.to_string()),
                 "command" | "exec" | "probe" => {
-                    let (path, args) = match value.split_once(':') {
-                        Some((p, a)) => (p, Some(a.split(',').map(str::to_string).collect())),
-                        None => (value, None),
+                    // `payload:<name>/<path>` carries a colon of its own.
+                    let (prefix, rest) = match value.strip_prefix(super::PAYLOAD_COMMAND) {
+                        Some(rest) => (super::PAYLOAD_COMMAND, rest),
+                        None => ("", value),
                     };
+                    let (path, args) = match rest.split_once(':') {
+                        Some((p, a)) => (p, Some(a.split(',').map(str::to_string).collect())),
+                        None => (rest, None),
+                    };
+                    let path = format!("{prefix}{path}");
                     caps.commands.push(CommandGrant {
-                        path: path.to_string(),
+                        path,
                         args,
                         read_only: key == "probe",
                     });

@@ -6,6 +6,7 @@ use std::path::{Component, Path, PathBuf};
 use globset::{GlobBuilder, GlobMatcher};
 
 use super::spec::{FileAccess, GrantError};
+use crate::payload::PayloadName;
 
 /// A name allowlist entry: an exact name or a glob. `*` and `?` never match `/`.
 #[derive(Clone, Debug)]
@@ -178,11 +179,80 @@ impl PathRule {
     }
 }
 
+/// What a granted command runs: a binary on the host, or one file of the package's own
+/// payloads (`payload:<name>/<path>`), run from its read-only tree — so the grant names
+/// exactly the signed bytes that run, not whatever the host holds at a path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CommandTarget {
+    /// A binary on the host, by its exact, normalised absolute path.
+    Host(PathBuf),
+    /// A file of a payload: its name and the file's path below the payload's root.
+    Payload {
+        /// The payload.
+        name: PayloadName,
+        /// Below the payload's root: plain names only.
+        path: PathBuf,
+    },
+}
+
+/// How a payload command is written: `payload:<name>/<path>`.
+pub const PAYLOAD_COMMAND: &str = "payload:";
+
+impl CommandTarget {
+    /// Parses a command as granted or called. Its spelling must be exact: a normalised
+    /// absolute path, or `payload:<name>/<path>` with a valid payload name and a path of
+    /// plain names (no `.`, `..`, empty or trailing components) — a granted command has one
+    /// spelling, so no other spelling of it can match a grant or slip past one.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        if let Some(rest) = raw.strip_prefix(PAYLOAD_COMMAND) {
+            let usage =
+                "write a payload command as payload:<name>/<path to the file in the payload>";
+            let Some((name, path)) = rest.split_once('/') else {
+                return Err(format!("{raw:?} names no file; {usage}"));
+            };
+            let name = PayloadName::parse(name).map_err(|e| format!("{raw:?}: {e}"))?;
+            let rel = Path::new(path);
+            let exact = path
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != "..");
+            if path.contains('\0') || !exact || !crate::payload::is_below_root(rel) {
+                return Err(format!(
+                    "{raw:?} must name a file below the payload's root by plain names (no '.', '..' or empty parts); {usage}"
+                ));
+            }
+            return Ok(CommandTarget::Payload {
+                name,
+                path: rel.to_path_buf(),
+            });
+        }
+        match normalize_abs_path(raw) {
+            Ok(p) if p == Path::new("/") => Err("must name a binary, not /".into()),
+            Ok(p) if p.as_os_str() == raw => Ok(CommandTarget::Host(p)),
+            Ok(p) => Err(format!(
+                "command paths must be exact and normalised; call {} as granted",
+                p.display()
+            )),
+            Err(why) => Err(format!("command paths must be exact and normalised: {why}")),
+        }
+    }
+}
+
+impl std::fmt::Display for CommandTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommandTarget::Host(path) => write!(f, "{}", path.display()),
+            CommandTarget::Payload { name, path } => {
+                write!(f, "{PAYLOAD_COMMAND}{}/{}", name.as_str(), path.display())
+            }
+        }
+    }
+}
+
 /// A granted command with its optional argument patterns.
 #[derive(Clone, Debug)]
 pub struct CommandRule {
-    /// Exact absolute path.
-    pub path: PathBuf,
+    /// What it runs.
+    pub target: CommandTarget,
     /// Per-argument patterns; `None` allows any arguments.
     pub args: Option<Vec<NamePattern>>,
     /// May run in read-only stages.
@@ -190,6 +260,30 @@ pub struct CommandRule {
 }
 
 impl CommandRule {
+    /// The arguments that are payload files: for each argument whose pattern starts with
+    /// `payload:` (`["--install", "payload:debs/*.deb"]`), its index and the file it names.
+    /// A matching argument that is not one exact payload file name is refused, with why.
+    /// For arguments [`CommandRule::check_args`] accepted.
+    pub fn payload_args(
+        &self,
+        args: &[String],
+    ) -> Result<Vec<(usize, PayloadName, PathBuf)>, String> {
+        let Some(patterns) = &self.args else {
+            return Ok(Vec::new());
+        };
+        patterns
+            .iter()
+            .zip(args)
+            .enumerate()
+            .filter(|(_, (pattern, _))| pattern.as_str().starts_with(PAYLOAD_COMMAND))
+            .map(|(i, (_, arg))| match CommandTarget::parse(arg) {
+                Ok(CommandTarget::Payload { name, path }) => Ok((i, name, path)),
+                Ok(CommandTarget::Host(_)) => Err(format!("argument {i} must be a payload file")),
+                Err(why) => Err(format!("argument {i}: {why}")),
+            })
+            .collect()
+    }
+
     /// Whether `args` fit this rule's patterns, or the first reason they do not.
     pub fn check_args(&self, args: &[String]) -> Result<(), String> {
         let Some(patterns) = &self.args else {

@@ -3,8 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::patterns::{CommandRule, NamePattern, PathKind, PathRule, normalize_abs_path};
+use super::patterns::{
+    CommandRule, CommandTarget, NamePattern, PAYLOAD_COMMAND, PathKind, PathRule,
+    normalize_abs_path,
+};
 use super::spec::{Capabilities, Capability, FileAccess, GrantError, GrantSource};
+use crate::payload::PayloadName;
 
 /// Grants parsed into typed allowlists. Built once per (package, spec generation).
 #[derive(Clone, Debug)]
@@ -39,6 +43,35 @@ fn sysctl_char(c: char) -> bool {
 
 fn arg_char(c: char) -> bool {
     !c.is_control()
+}
+
+/// An argument pattern naming payload files (`payload:NAME/GLOB`) names one payload, by a
+/// valid name without wildcards, and a path pattern below it.
+fn payload_arg_pattern(field: &str, index: usize, raw: &str) -> Result<(), GrantError> {
+    let Some(rest) = raw.strip_prefix(PAYLOAD_COMMAND) else {
+        return Ok(());
+    };
+    let refuse = |why: String| Err(GrantError::new(format!("{field}[{index}]"), why));
+    let Some((name, path)) = rest.split_once('/') else {
+        return refuse(format!(
+            "{raw:?} names no file; write payload:<name>/<file or glob>"
+        ));
+    };
+    if let Err(e) = PayloadName::parse(name) {
+        return refuse(format!(
+            "{raw:?}: {e} (a payload pattern names one payload, without wildcards)"
+        ));
+    }
+    if path.is_empty()
+        || path
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return refuse(format!(
+            "{raw:?} must name files below the payload's root by plain names or globs"
+        ));
+    }
+    Ok(())
 }
 
 impl GrantSet {
@@ -87,15 +120,8 @@ impl GrantSet {
         let sysctl = names("sysctl", &caps.sysctl, sysctl_char);
         let mut commands = Vec::new();
         for (i, grant) in caps.commands.iter().enumerate() {
-            let path = match normalize_abs_path(&grant.path) {
-                Ok(p) if p == Path::new("/") => {
-                    errors.push(GrantError::new(
-                        format!("commands[{i}].path"),
-                        "must name a binary, not /",
-                    ));
-                    continue;
-                }
-                Ok(p) => p,
+            let target = match CommandTarget::parse(&grant.path) {
+                Ok(t) => t,
                 Err(msg) => {
                     errors.push(GrantError::new(format!("commands[{i}].path"), msg));
                     continue;
@@ -106,14 +132,16 @@ impl GrantSet {
                     .iter()
                     .enumerate()
                     .filter_map(|(j, s)| {
-                        NamePattern::parse(&format!("commands[{i}].args"), j, s, arg_char)
+                        let field = format!("commands[{i}].args");
+                        payload_arg_pattern(&field, j, s)
+                            .and_then(|()| NamePattern::parse(&field, j, s, arg_char))
                             .map_err(|e| errors.push(e))
                             .ok()
                     })
                     .collect()
             });
             commands.push(CommandRule {
-                path,
+                target,
                 args,
                 read_only: grant.read_only,
             });
@@ -219,12 +247,12 @@ impl GrantSet {
         self.check_sysctl(key).is_ok()
     }
 
-    /// The rule granting `path` with `args`, if any (a read-only rule is preferred).
-    pub fn command_rule(&self, path: &Path, args: &[String]) -> Option<&CommandRule> {
+    /// The rule granting `target` with `args`, if any (a read-only rule is preferred).
+    pub fn command_rule(&self, target: &CommandTarget, args: &[String]) -> Option<&CommandRule> {
         let mut matching = self
             .commands
             .iter()
-            .filter(|rule| rule.path == path && rule.check_args(args).is_ok());
+            .filter(|rule| rule.target == *target && rule.check_args(args).is_ok());
         let first = matching.next()?;
         Some(if first.read_only {
             first
@@ -233,9 +261,9 @@ impl GrantSet {
         })
     }
 
-    /// Whether running `path` with `args` is granted.
-    pub fn allows_command(&self, path: &Path, args: &[String]) -> bool {
-        self.command_rule(path, args).is_some()
+    /// Whether running `raw` (as a plugin calls it) with `args` is granted.
+    pub fn allows_command(&self, raw: &str, args: &[String]) -> bool {
+        self.check_command(raw, args).is_ok()
     }
 
     /// Checks a file path a plugin passed: absolute and normalisable, then covered by a
@@ -259,29 +287,16 @@ impl GrantSet {
         }
     }
 
-    /// Checks a command a plugin asked to run: its path exact and normalised (a granted
-    /// command has one spelling), each argument well-formed, then a rule for that path
+    /// Checks a command a plugin asked to run: its spelling exact ([`CommandTarget::parse`]:
+    /// a granted command has one), each argument well-formed, then a rule for that command
     /// whose argument patterns match (a read-only one preferred). Returns the rule and the
-    /// path.
+    /// parsed command.
     pub fn check_command(
         &self,
-        path: &str,
+        raw: &str,
         args: &[String],
-    ) -> Result<(&CommandRule, PathBuf), CommandRefusal> {
-        let normalized = match normalize_abs_path(path) {
-            Ok(p) if p.as_os_str() == path => p,
-            Ok(p) => {
-                return Err(CommandRefusal::Invalid(format!(
-                    "command paths must be exact and normalised; call {} as granted",
-                    p.display()
-                )));
-            }
-            Err(why) => {
-                return Err(CommandRefusal::Invalid(format!(
-                    "command paths must be exact and normalised: {why}"
-                )));
-            }
-        };
+    ) -> Result<(&CommandRule, CommandTarget), CommandRefusal> {
+        let target = CommandTarget::parse(raw).map_err(CommandRefusal::Invalid)?;
         if let Some(why) = args.iter().enumerate().find_map(|(i, a)| {
             crate::hostargs::command_arg(a)
                 .err()
@@ -289,13 +304,14 @@ impl GrantSet {
         }) {
             return Err(CommandRefusal::Invalid(why));
         }
-        if let Some(rule) = self.command_rule(&normalized, args) {
-            return Ok((rule, normalized));
+        if let Some(rule) = self.command_rule(&target, args) {
+            rule.payload_args(args).map_err(CommandRefusal::Invalid)?;
+            return Ok((rule, target));
         }
         match self
             .commands
             .iter()
-            .filter(|c| c.path == normalized)
+            .filter(|c| c.target == target)
             .find_map(|c| c.check_args(args).err())
         {
             Some(why) => Err(CommandRefusal::Arguments(why)),

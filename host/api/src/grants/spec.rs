@@ -60,7 +60,9 @@ pub enum FileAccess {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CommandGrant {
-    /// Exact absolute path of the binary on the host.
+    /// Exact absolute path of the binary on the host, or `payload:<name>/<path>`: a file of
+    /// one of the package's payloads, run from its read-only, digest-verified tree (the
+    /// grant then names exactly the signed bytes that run).
     pub path: String,
     /// Optional argument patterns, one glob per argument. When present, the call must pass
     /// exactly this many arguments and each must match its pattern. When absent, any

@@ -1,4 +1,4 @@
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -20,7 +20,7 @@ fn deny_by_default() {
     }
     assert_eq!(set.file_access(Path::new("/etc/passwd")), None);
     assert!(!set.allows_module("nvidia"));
-    assert!(!set.allows_command(Path::new("/bin/sh"), &[]));
+    assert!(!set.allows_command("/bin/sh", &[]));
 }
 
 #[test]
@@ -137,26 +137,23 @@ fn command_argument_patterns() {
         ..Default::default()
     };
     let set = parse(&caps).unwrap();
-    let smi = Path::new("/usr/bin/nvidia-smi");
+    let smi = "/usr/bin/nvidia-smi";
     assert!(set.allows_command(smi, &["-pm".into(), "1".into()]));
     assert!(!set.allows_command(smi, &["-pm".into(), "2".into()]));
     assert!(
         !set.allows_command(smi, &["-pm".into()]),
         "argument count must match"
     );
-    assert!(set.allows_command(Path::new("/usr/bin/true"), &["anything".into()]));
+    assert!(set.allows_command("/usr/bin/true", &["anything".into()]));
     assert!(
-        !set.allows_command(Path::new("/usr/bin/../bin/true"), &[]),
+        !set.allows_command("/usr/bin/../bin/true", &[]),
         "paths are exact"
     );
+    assert!(set.check_command("/usr/bin/true", &[]).unwrap().0.read_only);
     assert!(
-        set.command_rule(Path::new("/usr/bin/true"), &[])
+        !set.check_command(smi, &["-pm".into(), "1".into()])
             .unwrap()
-            .read_only
-    );
-    assert!(
-        !set.command_rule(smi, &["-pm".into(), "1".into()])
-            .unwrap()
+            .0
             .read_only
     );
 }
@@ -177,8 +174,11 @@ fn every_command_question_is_answered_by_check_command_with_its_reason() {
         .check_command("/usr/bin/nvidia-smi", &args(&["-pm", "1"]))
         .unwrap();
     assert_eq!(
-        (path.as_path(), rule.read_only),
-        (Path::new("/usr/bin/nvidia-smi"), false)
+        (path, rule.read_only),
+        (
+            CommandTarget::Host(PathBuf::from("/usr/bin/nvidia-smi")),
+            false
+        )
     );
     let refused = |p: &str, a: &[&str]| set.check_command(p, &args(a)).unwrap_err();
     assert!(
@@ -287,7 +287,7 @@ fn wildcard_argument_patterns_cannot_be_widened() {
         ..Default::default()
     };
     let set = parse(&caps).unwrap();
-    let tool = Path::new("/usr/bin/tool");
+    let tool = "/usr/bin/tool";
     let args = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
     assert!(set.allows_command(tool, &args("--level=3", "/var/lib/app/x.conf")));
     assert!(
@@ -372,6 +372,8 @@ fn flags() {
         "sysctl=net.*",
         "service=containerd.service",
         "command=/usr/bin/nvidia-smi:-pm,1",
+        "command=payload:driver/install.run:--silent",
+        "probe=payload:driver/bin/version",
         "power",
     ])
     .unwrap();
@@ -388,6 +390,24 @@ fn flags() {
     assert_eq!(
         caps.commands[0].args.as_deref(),
         Some(&["-pm".to_string(), "1".to_string()][..])
+    );
+    assert_eq!(
+        (
+            caps.commands[1].path.as_str(),
+            caps.commands[1].args.as_deref()
+        ),
+        (
+            "payload:driver/install.run",
+            Some(&["--silent".to_string()][..])
+        )
+    );
+    assert_eq!(
+        (
+            caps.commands[2].path.as_str(),
+            caps.commands[2].args.as_deref(),
+            caps.commands[2].read_only
+        ),
+        ("payload:driver/bin/version", None, true)
     );
     let err = Capabilities::from_flags(&["kmods=x"]).unwrap_err();
     assert_eq!(err.field, "--grant[0]");
@@ -444,5 +464,157 @@ fn a_trailing_slash_makes_a_file_grant_a_directory_grant() {
             (Path::new("/etc/app"), PathKind::Directory),
             (Path::new("/etc/app.conf"), PathKind::AsFound),
         ]
+    );
+}
+
+#[test]
+fn a_payload_command_is_granted_by_its_one_exact_spelling() {
+    let caps = Capabilities {
+        commands: vec![CommandGrant {
+            path: "payload:driver/bin/install.run".into(),
+            args: Some(vec!["--silent".into()]),
+            read_only: false,
+        }],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    let silent = ["--silent".to_string()];
+    let (_, target) = set
+        .check_command("payload:driver/bin/install.run", &silent)
+        .unwrap();
+    assert_eq!(
+        target,
+        CommandTarget::Payload {
+            name: crate::payload::PayloadName::parse("driver").unwrap(),
+            path: PathBuf::from("bin/install.run"),
+        }
+    );
+    assert_eq!(target.to_string(), "payload:driver/bin/install.run");
+    // Every other spelling of it is malformed, never a second way in.
+    for other in [
+        "payload:driver/bin/./install.run",
+        "payload:driver/bin//install.run",
+        "payload:driver/bin/../bin/install.run",
+        "payload:driver/./bin/install.run",
+        "payload:driver/bin/install.run/",
+        "payload:driver//bin/install.run",
+        "payload:driver/",
+        "payload:driver",
+        "payload:/bin/install.run",
+        "payload:../driver/bin/install.run",
+        "payload:dri ver/bin/install.run",
+        "payload:driver/bin/install.run\0",
+    ] {
+        assert!(
+            matches!(
+                set.check_command(other, &silent),
+                Err(CommandRefusal::Invalid(_))
+            ),
+            "{other:?} was not refused as malformed"
+        );
+    }
+    // Another payload's file, or a host path of the same name, is not the grant.
+    for ungranted in [
+        "payload:firmware/bin/install.run",
+        "payload:driver/bin/other",
+        "/bin/install.run",
+    ] {
+        assert_eq!(
+            set.check_command(ungranted, &silent).unwrap_err(),
+            CommandRefusal::NotGranted,
+            "{ungranted}"
+        );
+    }
+    assert!(matches!(
+        set.check_command("payload:driver/bin/install.run", &[]),
+        Err(CommandRefusal::Arguments(_))
+    ));
+    // A malformed grant names its field.
+    for bad in ["payload:driver/../x", "payload:Bad Name/x", "payload:x"] {
+        let errs = parse(&Capabilities {
+            commands: vec![CommandGrant {
+                path: bad.into(),
+                args: None,
+                read_only: false,
+            }],
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(errs[0].field, "commands[0].path", "{bad}");
+    }
+}
+
+#[test]
+fn an_argument_pattern_starting_with_payload_takes_only_files_of_that_payload() {
+    let caps = Capabilities {
+        commands: vec![CommandGrant {
+            path: "/usr/bin/dpkg".into(),
+            args: Some(vec!["--install".into(), "payload:debs/*.deb".into()]),
+            read_only: false,
+        }],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    let args = |a: &str| vec!["--install".to_string(), a.to_string()];
+    let (rule, _) = set
+        .check_command("/usr/bin/dpkg", &args("payload:debs/nvidia-560.deb"))
+        .unwrap();
+    assert_eq!(
+        rule.payload_args(&args("payload:debs/nvidia-560.deb"))
+            .unwrap(),
+        [(
+            1,
+            crate::payload::PayloadName::parse("debs").unwrap(),
+            PathBuf::from("nvidia-560.deb")
+        )]
+    );
+    for refused in [
+        "/var/tmp/evil.deb",
+        "payload:other/nvidia.deb",
+        "payload:debs/sub/nvidia.deb",
+        "payload:debs/../x.deb",
+        "payload:debs/nvidia.rpm",
+        "--admindir=/tmp",
+    ] {
+        assert!(
+            set.check_command("/usr/bin/dpkg", &args(refused)).is_err(),
+            "{refused} was accepted"
+        );
+    }
+    // A malformed payload pattern names its field.
+    for bad in [
+        "payload:*/x.deb",
+        "payload:debs",
+        "payload:debs/../*.deb",
+        "payload:debs//x",
+    ] {
+        let errs = parse(&Capabilities {
+            commands: vec![CommandGrant {
+                path: "/usr/bin/dpkg".into(),
+                args: Some(vec!["--install".into(), bad.into()]),
+                read_only: false,
+            }],
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(errs[0].field, "commands[0].args[1]", "{bad}");
+    }
+    // Another pattern's argument is passed as written, never opened as a payload file.
+    let plain = parse(&Capabilities {
+        commands: vec![CommandGrant {
+            path: "/usr/bin/echo".into(),
+            args: Some(vec!["**".into()]),
+            read_only: false,
+        }],
+        ..Default::default()
+    })
+    .unwrap();
+    let (rule, _) = plain
+        .check_command("/usr/bin/echo", &["payload:debs/x.deb".into()])
+        .unwrap();
+    assert!(
+        rule.payload_args(&["payload:debs/x.deb".into()])
+            .unwrap()
+            .is_empty()
     );
 }

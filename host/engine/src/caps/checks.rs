@@ -158,6 +158,7 @@ impl CapState {
             | HostError::FileGrant { .. }
             | HostError::PowerUnit { .. }
             | HostError::NotRegular { .. }
+            | HostError::NotExecutable { .. }
             | HostError::HardLinked { .. }
             | HostError::InvalidName(_)) => self.deny_with(cap, op, target, e.to_string()),
             e => self.issue(CapError::Failed(clip(&chain(&e), 4096))),
@@ -296,16 +297,11 @@ impl CapState {
             );
         };
         let (name, inner) = rest.split_once('/').unwrap_or((rest, ""));
-        let known: Vec<&str> = self.payloads.keys().map(|n| n.as_str()).collect();
         let Some(tree) = nodewright_api::payload::PayloadName::parse(name)
             .ok()
             .and_then(|n| self.payloads.get(&n).cloned())
         else {
-            let has = if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            };
+            let has = self.payload_names();
             return refuse(
                 self,
                 format!(
@@ -324,6 +320,15 @@ impl CapState {
             );
         }
         Ok((tree, rel.to_path_buf()))
+    }
+
+    /// The package's payloads by name, `a, b` (`none` when it has none), for denials.
+    pub(super) fn payload_names(&self) -> String {
+        if self.payloads.is_empty() {
+            return "none".into();
+        }
+        let names: Vec<&str> = self.payloads.keys().map(|n| n.as_str()).collect();
+        names.join(", ")
     }
 
     /// Resolves a guest path to (the rule granting it, normalised path), or a denial: the

@@ -1,6 +1,10 @@
 //! `exec` (granted host commands) and `power` (reboot requests).
 
-use nodewright_api::grants::{Capability, CommandRefusal};
+use std::path::PathBuf;
+
+use nodewright_api::grants::{Capability, CommandRefusal, CommandTarget};
+use nodewright_api::payload::PayloadName;
+use nodewright_hostops::{PayloadArg, Runnable};
 
 use crate::bindings::nodewright::plugin::{exec, power, types};
 use crate::state::CapState;
@@ -17,8 +21,15 @@ impl exec::Host for CapState {
             .join(" ");
         // Shape and grant: a different spelling of a granted path is refused for what it
         // is, not as a missing grant.
-        let (read_only, normalized) = match self.grants.check_command(&path, &args) {
-            Ok((rule, normalized)) => (rule.read_only, normalized),
+        let checked = self
+            .grants
+            .check_command(&path, &args)
+            .and_then(|(rule, target)| {
+                let named = rule.payload_args(&args).map_err(CommandRefusal::Invalid)?;
+                Ok((rule.read_only, target, named))
+            });
+        let (read_only, normalized, payload_args) = match checked {
+            Ok(checked) => checked,
             Err(refusal) => {
                 let reason = match refusal {
                     CommandRefusal::Invalid(why) => why,
@@ -41,10 +52,30 @@ impl exec::Host for CapState {
             );
             return Err(self.issue(CapError::WrongStage(message)));
         }
+        let mut files = Vec::with_capacity(payload_args.len());
+        for (index, name, rel) in payload_args {
+            let tree = self.payload_tree(&name, &target)?;
+            files.push(PayloadArg { index, tree, rel });
+        }
+        // What runs, found on this node: a host path, or a file of a payload's tree.
+        let (program, tree) = match normalized {
+            CommandTarget::Host(program) => (program, None),
+            CommandTarget::Payload { name, path: rel } => {
+                (rel, Some(self.payload_tree(&name, &target)?))
+            }
+        };
         let limits = self.exec_limits.clone();
         let out = self
             .host(Capability::Exec, "run", &target, move |h| {
-                h.exec(&normalized, &args, &limits)
+                let program = match &tree {
+                    None => Runnable::Host(&program),
+                    Some(tree) => Runnable::Payload {
+                        tree,
+                        rel: &program,
+                        shown: &path,
+                    },
+                };
+                h.exec(&program, &args, &files, &limits)
             })
             .await?;
         Ok(exec::Output {
@@ -52,6 +83,22 @@ impl exec::Host for CapState {
             stdout: out.stdout,
             stderr: out.stderr,
         })
+    }
+}
+
+impl CapState {
+    /// The tree of the package's payload `name`, which a command or its argument names — or
+    /// the denial saying the package carries no such payload on this node.
+    fn payload_tree(&mut self, name: &PayloadName, target: &str) -> Result<PathBuf, CapError> {
+        if let Some(tree) = self.payloads.get(name) {
+            return Ok(tree.clone());
+        }
+        let has = self.payload_names();
+        let reason = format!(
+            "the package has no payload named {:?} (it has: {has}); a payload command runs, or takes, a file the package ships",
+            name.as_str()
+        );
+        Err(self.deny_with(Capability::Exec, "run", target, reason))
     }
 }
 

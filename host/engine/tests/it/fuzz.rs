@@ -15,7 +15,11 @@
 //! - a granted unit whose file on the node pulls in `reboot.target` was never started,
 //!   stopped, restarted or reloaded;
 //! - the payload `files.install` takes its sources from (outside the grants) is unchanged,
-//!   and no source outside it was ever installed.
+//!   and no source outside it was ever installed;
+//! - a payload command ran only the granted payload file (`payload:fw/bin/tool`): its
+//!   planted link out, a file without an exec bit, a directory, a FIFO, a missing file and a
+//!   payload the package lacks — each granted — are the package's failures, never run; a
+//!   command granted `payload:fw/**` arguments is given each of those, `..` and a host path.
 //!
 //! `NODEWRIGHT_FUZZ_SEEDS` (default 8) and `NODEWRIGHT_FUZZ_OPS` (default 500) size the run;
 //! CI runs the default (seed 7 of it once found a NUL byte in a command argument answered as
@@ -76,6 +80,17 @@ fn lay_out(root: &Path) {
     std::fs::write(root.join("srv/file.conf"), "k=v\n").unwrap();
     std::fs::write(root.join("proc/sys/net/core/x"), "0\n").unwrap();
     std::fs::write(root.join("x"), "#!/bin/sh\nexit 0\n").unwrap();
+    // A command granted to take the payload's files: reads the one it is given.
+    std::fs::write(
+        root.join("usr/bin/takes"),
+        "#!/bin/sh\ncat \"$1\" >/dev/null\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        root.join("usr/bin/takes"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
     // A granted unit whose settings on the node reach power: never started, stopped,
     // restarted or reloaded, whatever the sequence.
     std::fs::create_dir_all(root.join("etc/systemd/system")).unwrap();
@@ -107,6 +122,14 @@ fn lay_out(root: &Path) {
     std::fs::write(fw.join("bin/tool"), "#!/bin/sh\n").unwrap();
     std::fs::set_permissions(fw.join("bin/tool"), std::fs::Permissions::from_mode(0o555)).unwrap();
     symlink("/etc/shadow", fw.join("out")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        fw.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o755),
+        0,
+    )
+    .unwrap();
     // Another user's directory inside the grant, with that user's link to /etc.
     let shared = root.join("srv/grant/shared");
     symlink("/etc", shared.join("l")).unwrap();
@@ -144,9 +167,11 @@ fn protected(root: &Path) -> BTreeMap<PathBuf, String> {
                 format!("-> {}", std::fs::read_link(&path).unwrap().display())
             } else if m.is_file() {
                 hex::encode(Sha256::digest(std::fs::read(&path).unwrap()))
-            } else {
+            } else if m.is_dir() {
                 stack.push(path.clone());
                 String::from("dir")
+            } else {
+                format!("{:?}", m.file_type())
             };
             let line = format!("{:o} {}:{} {body}", m.mode(), m.uid(), m.gid());
             out.insert(rel, line);
@@ -215,9 +240,18 @@ async fn random_host_ops_against_racing_links_change_nothing_outside_the_grants(
         "service=pulls-power.service",
         "sysctl=net.core.x",
         "command=/x",
+        "command=payload:fw/bin/tool",
+        "command=payload:fw/out",
+        "command=payload:fw/lib/VERSION",
+        "command=payload:fw/lib",
+        "command=payload:none/x",
+        "command=payload:fw/fifo",
+        "command=payload:fw/missing",
+        "command=/usr/bin/takes:payload:fw/**",
         "power",
     ];
     let mut totals = (0u64, 0u64);
+    let mut payload_runs = 0;
     for seed in 1..=seeds {
         let tmp = tempfile::tempdir().unwrap();
         lay_out(tmp.path());
@@ -282,6 +316,21 @@ async fn random_host_ops_against_racing_links_change_nothing_outside_the_grants(
             power.is_empty(),
             "seed {seed}: a unit that reaches power was changed: {power:?}"
         );
+        // Of the payload's files, only the granted executable ever ran.
+        let (tool, others): (Vec<String>, Vec<String>) = host
+            .recorded()
+            .into_iter()
+            .filter_map(|a| match a {
+                nodewright_hostops::HostAction::Exec { path, .. } => Some(path),
+                _ => None,
+            })
+            .filter(|p| p.starts_with("payload:"))
+            .partition(|p| p == "payload:fw/bin/tool");
+        assert!(
+            others.is_empty(),
+            "seed {seed}: payload commands other than the granted file ran: {others:?}"
+        );
+        payload_runs += tool.len();
         // A grant of one file never becomes a tree, whatever the sequence (remove, then
         // make a directory in its place, in any order the seed chose).
         let single = std::fs::symlink_metadata(tmp.path().join("srv/file.conf")).ok();
@@ -303,7 +352,11 @@ async fn random_host_ops_against_racing_links_change_nothing_outside_the_grants(
         eprintln!("fuzz seed {seed}: {message} in {took:?}");
     }
     eprintln!(
-        "fuzz: {seeds} seeds, {} ops, {} racing swaps",
+        "fuzz: {seeds} seeds, {} ops, {} racing swaps, {payload_runs} runs of the granted payload file",
         totals.0, totals.1
+    );
+    assert!(
+        seeds < 4 || payload_runs > 0,
+        "the granted payload file never ran: the fuzzer no longer reaches payload commands"
     );
 }

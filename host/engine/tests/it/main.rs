@@ -12,6 +12,7 @@ mod boundary_limits;
 mod code_cache;
 mod fuzz;
 mod hostile;
+mod payloads;
 mod plugins;
 mod polyglot;
 mod pool;

@@ -99,7 +99,12 @@ impl<R: std::io::Read> std::io::Read for Hashing<R> {
 /// Opens the regular file `rel` inside the payload tree `tree`: relative, no `..`, never
 /// through a link (cap-std keeps every step inside the tree, and a link at the end is
 /// refused), and a regular file.
-fn open_payload_file(tree: &Path, rel: &Path) -> Result<std::fs::File> {
+/// (`op` names the operation in an I/O error.)
+pub(crate) fn open_payload_file(
+    op: &'static str,
+    tree: &Path,
+    rel: &Path,
+) -> Result<std::fs::File> {
     let shown = || rel.display().to_string();
     if !nodewright_api::payload::is_below_root(rel) {
         return Err(HostError::Escape {
@@ -107,19 +112,17 @@ fn open_payload_file(tree: &Path, rel: &Path) -> Result<std::fs::File> {
             base: tree.display().to_string(),
         });
     }
-    let dir = Dir::open_ambient_dir(tree, ambient_authority())
-        .map_err(|e| HostError::io("install", tree, e))?;
+    let dir =
+        Dir::open_ambient_dir(tree, ambient_authority()).map_err(|e| HostError::io(op, tree, e))?;
     let mut open = OpenOptions::new();
     open.read(true).custom_flags(safe_open_flags(false));
     let file = dir.open_with(rel, &open).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => HostError::NotFound(shown()),
         _ if is_link_refusal(&e) => HostError::Symlink(shown()),
-        _ => HostError::io("install", rel, e),
+        _ => HostError::io(op, rel, e),
     })?;
     let file = file.into_std();
-    let meta = file
-        .metadata()
-        .map_err(|e| HostError::io("install", rel, e))?;
+    let meta = file.metadata().map_err(|e| HostError::io(op, rel, e))?;
     if !meta.is_file() {
         return Err(HostError::NotRegular {
             path: shown(),
@@ -169,7 +172,7 @@ impl RootFs {
         rel: &Path,
         options: &WriteOptions,
     ) -> Result<(u32, u64)> {
-        let source = open_payload_file(tree, rel)?;
+        let source = open_payload_file("install", tree, rel)?;
         let meta = source
             .metadata()
             .map_err(|e| HostError::io("install", rel, e))?;

@@ -80,7 +80,12 @@ fn commands_run_only_from_inside_the_root() {
     let tmp = tempfile::tempdir().unwrap();
     let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();
     let err = host
-        .exec(Path::new("/bin/true"), &[], &ExecLimits::default())
+        .exec(
+            &Runnable::Host(Path::new("/bin/true")),
+            &[],
+            &[],
+            &ExecLimits::default(),
+        )
         .unwrap_err();
     assert!(matches!(err, HostError::NotFound(_)), "{err:?}");
     std::fs::create_dir_all(tmp.path().join("usr/bin")).unwrap();
@@ -93,8 +98,9 @@ fn commands_run_only_from_inside_the_root() {
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let out = host
         .exec(
-            Path::new("/usr/bin/hello"),
+            &Runnable::Host(Path::new("/usr/bin/hello")),
             &["you".into()],
+            &[],
             &ExecLimits::default(),
         )
         .unwrap();

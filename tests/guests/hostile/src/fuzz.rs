@@ -97,7 +97,39 @@ const RELEASES: &[&str] = &[
     "6 8",
     "x/y",
 ];
-const COMMANDS: &[&str] = &["/x", "/bin/sh", "/x/../bin/sh", "x", "/usr/bin/./x"];
+/// Host commands, and files of the payload `fw` (an executable script, a planted link
+/// out, a file without an exec bit, a directory, a payload the package lacks, other
+/// spellings of a granted one).
+const COMMANDS: &[&str] = &[
+    "/x",
+    "/bin/sh",
+    "/x/../bin/sh",
+    "x",
+    "/usr/bin/./x",
+    "payload:fw/bin/tool",
+    "payload:fw/out",
+    "payload:fw/lib/VERSION",
+    "payload:fw/lib",
+    "payload:none/x",
+    "payload:fw/bin/../bin/tool",
+    "payload:fw/./bin/tool",
+    "payload:fw/fifo",
+    "payload:/bin/sh",
+    "payload:fw/missing",
+];
+/// Arguments for a command granted `payload:fw/**`.
+const PAYLOAD_ARGS: &[&str] = &[
+    "payload:fw/lib/VERSION",
+    "payload:fw/bin/tool",
+    "payload:fw/out",
+    "payload:fw/lib",
+    "payload:fw/fifo",
+    "payload:fw/missing",
+    "payload:fw/../../etc/shadow",
+    "payload:fw/lib/../../out",
+    "payload:none/x",
+    "/etc/shadow",
+];
 /// Payload sources for `files.install`: the test's payload `fw` holds `lib/VERSION`,
 /// `bin/tool` and (planted, as no unpacked tree would) a link out and a FIFO.
 const SOURCES: &[&str] = &[
@@ -178,7 +210,7 @@ pub fn fuzz(ctx: &Context) -> Result<Outcome, StepError> {
     let files = ctx.files();
     for _ in 0..ops {
         let p = path(&mut rng);
-        match rng.below(20) {
+        match rng.below(21) {
             0 => t.record("read", &p, files.read(&p)),
             1 => {
                 let size = [0usize, 10, 4096, 1 << 20][rng.below(4)];
@@ -236,6 +268,12 @@ pub fn fuzz(ctx: &Context) -> Result<Outcome, StepError> {
                 let c = rng.pick(COMMANDS);
                 let args = vec![p.clone()];
                 t.record("exec.run", c, ctx.exec().run(c, &args));
+            }
+            // A command granted to take payload files, given one of every kind.
+            19 => {
+                let arg = rng.pick(PAYLOAD_ARGS);
+                let args = vec![arg.to_string()];
+                t.record("exec.run", arg, ctx.exec().run("/usr/bin/takes", &args));
             }
             17 => {
                 let src = rng.pick(SOURCES);

@@ -239,6 +239,20 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
             return Ok(Outcome::converged().with_message(report.join(" ")));
         }
         "depmod" => ctx.kmod().depmod(ctx.require("release")?)?,
+        // One command, as the config says (`args` split on spaces); the outcome reports
+        // its exit status and output.
+        "run" => {
+            let args: Vec<String> = ctx
+                .config("args")
+                .map(|a| a.split(' ').map(String::from).collect())
+                .unwrap_or_default();
+            let out = ctx.exec().run(ctx.require("command")?, &args)?;
+            return Ok(Outcome::converged().with_message(format!(
+                "status={:?} stdout={}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout).trim()
+            )));
+        }
         // One payload install, as the config says.
         "install" => files.install(ctx.require("source")?, ctx.require("dest")?, None)?,
         "reboot-flood" => {
