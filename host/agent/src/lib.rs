@@ -271,6 +271,7 @@ mod tests {
                     .unwrap(),
             ],
             cache_dir: Some("/var/cache/nw".into()),
+            cache_quota: Some(20 << 30),
         };
         let pulling = stage.pulling.clone();
         let call = AgentCall::Run(stage);
@@ -305,6 +306,12 @@ mod tests {
                     )
                     .parse()
                     .unwrap(),
+                ],
+                keep: vec![pinned("kmod")],
+                keep_images: vec![
+                    format!("tools=reg.example/vendor/tools@sha256:{}", "3".repeat(64))
+                        .parse()
+                        .unwrap(),
                 ],
             },
             pulling,

@@ -4,9 +4,12 @@
 //! is out of service find them local. Nothing runs; nothing on the host is touched but the
 //! cache.
 
+use std::time::Duration;
+
 use nodewright_api::agent::PrestageCall;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::units::format_bytes;
+use nodewright_oci::{Keep, Puller};
 
 use crate::stage::{Refused, pull_fault, puller};
 
@@ -25,6 +28,8 @@ pub async fn prestage(call: &PrestageCall) -> StageResult {
 
 async fn staged(call: &PrestageCall) -> Result<String, Refused> {
     let puller = puller(&call.common, &call.pulling)?;
+    // First, so what no package refers to any more makes room (and fits a quota).
+    let collected = collect(&puller, call);
     let progress = |p| eprintln!("{p:?}");
     let (mut payloads, mut bytes, mut cached) = (0usize, 0u64, 0u64);
     let mut staged = Vec::new();
@@ -63,10 +68,48 @@ async fn staged(call: &PrestageCall) -> Result<String, Refused> {
         }
     }
     Ok(format!(
-        "staged {payloads} payload(s) of {} plugin(s) and {} image(s): {} ({} already in the cache)",
+        "staged {payloads} payload(s) of {} plugin(s) and {} image(s): {} ({} already in the cache){collected}",
         call.ask.plugins.len(),
         call.ask.images.len(),
         format_bytes(bytes),
         format_bytes(cached)
     ))
+}
+
+/// How long what a pull or an unpack just touched is safe from garbage collection, whoever
+/// refers to it: another Job on the node may be pulling what this call was not told to keep.
+pub const GC_GRACE: Duration = Duration::from_secs(3600);
+
+/// Collects what no package on the node refers to any more — what this call stages and
+/// what it was told to keep stay — and says what it freed. A failure is logged, not the
+/// prestage's: the payloads are staged either way.
+fn collect(puller: &Puller, call: &PrestageCall) -> String {
+    let ask = &call.ask;
+    let keep = Keep {
+        manifests: ask
+            .plugins
+            .iter()
+            .chain(&ask.keep)
+            .chain(ask.images.iter().chain(&ask.keep_images).map(|i| &i.image))
+            .map(|p| p.digest().to_string())
+            .collect(),
+        images: ask.images.iter().chain(&ask.keep_images).cloned().collect(),
+        grace: GC_GRACE,
+    };
+    match puller.cache().gc(&keep) {
+        Ok(r) if r.removed.is_empty() && r.trees_removed == 0 => String::new(),
+        Ok(r) => {
+            eprintln!(
+                "collected {} blob(s) and manifest(s) and {} payload tree(s) no package on the node refers to: {}",
+                r.removed.len(),
+                r.trees_removed,
+                format_bytes(r.freed)
+            );
+            format!("; {} freed", format_bytes(r.freed))
+        }
+        Err(e) => {
+            eprintln!("garbage collection of the node cache failed: {e}");
+            String::new()
+        }
+    }
 }

@@ -329,7 +329,10 @@ fn registry_config(pulling: &Pulling) -> RegistryConfig {
                 .map(Credentials::DockerConfig)
                 .collect(),
         ),
-        ..Default::default()
+        limits: nodewright_oci::PullLimits {
+            cache_quota: pulling.cache_quota,
+            ..Default::default()
+        },
     }
 }
 

@@ -413,6 +413,10 @@ pub struct Pulling {
     /// Plugin cache (default: `<host-root>/var/lib/nodewright/plugins`).
     #[cfg_attr(feature = "cli", arg(long))]
     pub cache_dir: Option<PathBuf>,
+    /// Most the node cache may hold (none: no quota): staging a payload that would take it
+    /// past this is refused, naming the payload, its size and what the cache holds.
+    #[cfg_attr(feature = "cli", arg(long, value_parser = units::bytes))]
+    pub cache_quota: Option<u64>,
 }
 
 impl Pulling {
@@ -435,6 +439,9 @@ impl Pulling {
         if let Some(dir) = &self.cache_dir {
             args.push(format!("--cache-dir={}", dir.display()));
         }
+        if let Some(quota) = self.cache_quota {
+            args.push(format!("--cache-quota={quota}"));
+        }
         args
     }
 }
@@ -451,6 +458,13 @@ pub struct PrestageAsk {
     /// Payloads from container images to stage (`NAME=IMAGE@DIGEST[#/PATH]`).
     #[cfg_attr(feature = "cli", arg(long = "payload-image"))]
     pub images: Vec<ImagePayload>,
+    /// Other plugins packages on the node refer to, pinned: what the node cache keeps
+    /// beside what this call stages when it collects garbage afterwards.
+    #[cfg_attr(feature = "cli", arg(long = "keep"))]
+    pub keep: Vec<PinnedRef>,
+    /// Other image payloads packages on the node refer to (`NAME=IMAGE@DIGEST[#/PATH]`).
+    #[cfg_attr(feature = "cli", arg(long = "keep-image"))]
+    pub keep_images: Vec<ImagePayload>,
 }
 
 /// Staging a node's payloads ahead of its cordon: the planner's [`PrestageAsk`] with the
@@ -478,6 +492,13 @@ impl PrestageCall {
                 .images
                 .iter()
                 .map(|p| format!("--payload-image={p}")),
+        );
+        args.extend(self.ask.keep.iter().map(|p| format!("--keep={p}")));
+        args.extend(
+            self.ask
+                .keep_images
+                .iter()
+                .map(|p| format!("--keep-image={p}")),
         );
         args.extend(self.pulling.to_args());
         args.extend(self.common.to_args());

@@ -22,7 +22,6 @@
 //!   third take a new one beside it; garbage collection takes the lock exclusively and removes only what is not in
 //!   the keep-set it is given.
 
-use std::collections::BTreeSet;
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -37,23 +36,14 @@ pub struct NodeCache {
     root: PathBuf,
 }
 
-/// What garbage collection did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GcReport {
-    /// Digests removed.
-    pub removed: Vec<String>,
-    /// Digests kept.
-    pub kept: usize,
-}
-
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Blob,
     Manifest,
 }
 
 impl Kind {
-    fn dir(self) -> &'static str {
+    pub(crate) fn dir(self) -> &'static str {
         match self {
             Kind::Blob => "blobs/sha256",
             Kind::Manifest => "manifests/sha256",
@@ -62,7 +52,7 @@ impl Kind {
 }
 
 /// Where payload trees live.
-const TREES: &str = "trees/sha256";
+pub(crate) const TREES: &str = "trees/sha256";
 const LOCKS: &str = "locks/sha256";
 
 impl NodeCache {
@@ -91,7 +81,7 @@ impl NodeCache {
         self.root.join("code")
     }
 
-    fn lock(&self, exclusive: bool) -> Result<File> {
+    pub(crate) fn lock(&self, exclusive: bool) -> Result<File> {
         locked(&self.root.join(".lock"), exclusive)
     }
 
@@ -103,7 +93,7 @@ impl NodeCache {
         Ok(self.root.join(LOCKS).join(hex))
     }
 
-    fn path(&self, kind: Kind, digest: &str) -> Result<PathBuf> {
+    pub(crate) fn path(&self, kind: Kind, digest: &str) -> Result<PathBuf> {
         let hex = parse_digest(digest).ok_or_else(|| Error::InvalidArtifact {
             reference: digest.into(),
             reason: "not a sha256 digest".into(),
@@ -187,9 +177,15 @@ impl NodeCache {
     }
 
     /// Refuses (before a byte is fetched) `payloads` whose layers and unpacked trees would
-    /// leave fewer than `floor` bytes free on the cache's filesystem; what a partial
-    /// download already holds counts as there.
-    pub fn room_for(&self, reference: &str, payloads: &[&Payload], floor: u64) -> Result<()> {
+    /// leave fewer than `limits.min_free_bytes` free on the cache's filesystem, or take the
+    /// cache past `limits.cache_quota`; what a partial download already holds counts as
+    /// there.
+    pub fn room_for(
+        &self,
+        reference: &str,
+        payloads: &[&Payload],
+        limits: &crate::PullLimits,
+    ) -> Result<()> {
         let (mut size, mut needed) = (0u64, 0u64);
         for payload in payloads {
             let layer = u64::try_from(payload.layer.size).unwrap_or(0);
@@ -199,19 +195,38 @@ impl NodeCache {
             size = size.saturating_add(layer);
             needed = needed.saturating_add(layer - partial).saturating_add(layer);
         }
+        let names = || {
+            let names: Vec<String> = payloads.iter().map(|p| p.name.to_string()).collect();
+            names.join(", ")
+        };
+        let floor = limits.min_free_bytes;
         let st = rustix::fs::statvfs(&self.root).map_err(|e| Error::cache(&self.root, e.into()))?;
         let available = st.f_bavail.saturating_mul(st.f_frsize);
         if available < needed.saturating_add(floor) {
-            let names: Vec<String> = payloads.iter().map(|p| p.name.to_string()).collect();
             return Err(Error::NoRoom {
                 reference: reference.into(),
-                payload: names.join(", "),
+                payload: names(),
                 size,
                 needed,
                 available,
                 floor,
                 path: self.root.display().to_string(),
             });
+        }
+        if let Some(quota) = limits.cache_quota
+            && needed > 0
+        {
+            let used = crate::gc::bytes_under(&self.root);
+            if used.saturating_add(needed) > quota {
+                return Err(Error::OverQuota {
+                    reference: reference.into(),
+                    payload: names(),
+                    size,
+                    needed,
+                    used,
+                    quota,
+                });
+            }
         }
         Ok(())
     }
@@ -339,69 +354,6 @@ impl NodeCache {
         drained.map_err(|e| Error::cache(&blob, e))?;
         Ok(out)
     }
-
-    /// Removes every manifest not in `keep` and every blob not referenced by a kept
-    /// manifest, plus leftovers (temp files, corrupt files). Precompiled code for removed
-    /// layers is removed too.
-    pub fn gc(&self, keep: &BTreeSet<String>) -> Result<GcReport> {
-        let _guard = self.lock(true)?;
-        let mut report = GcReport::default();
-        let mut keep_blobs = BTreeSet::new();
-        let manifests = self.root.join(Kind::Manifest.dir());
-        for entry in std::fs::read_dir(&manifests).map_err(|e| Error::cache(&manifests, e))? {
-            let entry = entry.map_err(|e| Error::cache(&manifests, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let digest = format!("sha256:{name}");
-            if parse_digest(&digest).is_some() && keep.contains(&digest) {
-                if let Ok(raw) = std::fs::read(entry.path())
-                    && let Ok(m) = serde_json::from_slice::<crate::artifact::Manifest>(&raw)
-                {
-                    keep_blobs.insert(m.config.digest);
-                    keep_blobs.extend(m.layers.into_iter().map(|l| l.digest));
-                }
-                report.kept += 1;
-            } else {
-                std::fs::remove_file(entry.path()).map_err(|e| Error::cache(&entry.path(), e))?;
-                report.removed.push(digest);
-            }
-        }
-        let blobs = self.root.join(Kind::Blob.dir());
-        for entry in std::fs::read_dir(&blobs).map_err(|e| Error::cache(&blobs, e))? {
-            let entry = entry.map_err(|e| Error::cache(&blobs, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let digest = format!("sha256:{name}");
-            if keep_blobs.contains(&digest) {
-                report.kept += 1;
-                continue;
-            }
-            std::fs::remove_file(entry.path()).map_err(|e| Error::cache(&entry.path(), e))?;
-            if parse_digest(&digest).is_some() {
-                // Precompiled code is keyed by layer hex under an engine-specific directory.
-                if let Ok(engines) = std::fs::read_dir(self.code_dir()) {
-                    for engine in engines.flatten() {
-                        // The code and its integrity sidecar (BLAKE3; SHA-256 before).
-                        for suffix in ["cwasm", "cwasm.blake3", "cwasm.sha256"] {
-                            let _ = std::fs::remove_file(
-                                engine.path().join(format!("{name}.{suffix}")),
-                            );
-                        }
-                    }
-                }
-                report.removed.push(digest);
-            }
-        }
-        // Trees of payloads no kept manifest names, and unpacks a crash left behind.
-        let trees = self.root.join(TREES);
-        for entry in std::fs::read_dir(&trees).map_err(|e| Error::cache(&trees, e))? {
-            let entry = entry.map_err(|e| Error::cache(&trees, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !keep_blobs.contains(&format!("sha256:{name}")) {
-                std::fs::remove_dir_all(entry.path())
-                    .map_err(|e| Error::cache(&entry.path(), e))?;
-            }
-        }
-        Ok(report)
-    }
 }
 
 /// The lock file `path` (made if missing), locked shared or exclusive, blocking; released
@@ -478,43 +430,6 @@ mod tests {
             "the corrupt file is moved aside"
         );
         assert!(cache.blob("sha256:../../../etc/passwd").is_err());
-    }
-
-    #[test]
-    fn gc_keeps_only_what_kept_manifests_reference() {
-        let tmp = tempfile::tempdir().unwrap();
-        let cache = NodeCache::open(tmp.path()).unwrap();
-        let manifest_for = |layer: &[u8]| {
-            let m = crate::artifact::Manifest {
-                schema_version: 2,
-                media_type: Some(crate::artifact::OCI_MANIFEST.into()),
-                artifact_type: None,
-                config: crate::artifact::Descriptor::new(
-                    crate::artifact::WASM_CONFIG,
-                    sha256_digest(b"{}"),
-                    2,
-                ),
-                layers: vec![crate::artifact::Descriptor::new(
-                    crate::artifact::WASM_LAYER,
-                    sha256_digest(layer),
-                    1,
-                )],
-            };
-            serde_json::to_vec(&m).unwrap()
-        };
-        let (m1, m2) = (manifest_for(b"one"), manifest_for(b"two"));
-        for (m, layer) in [(&m1, &b"one"[..]), (&m2, &b"two"[..])] {
-            cache.put_manifest(&sha256_digest(m), m).unwrap();
-            cache.put_blob(&sha256_digest(layer), layer).unwrap();
-        }
-        cache.put_blob(&sha256_digest(b"{}"), b"{}").unwrap();
-        let keep: BTreeSet<String> = [sha256_digest(&m1)].into();
-        let report = cache.gc(&keep).unwrap();
-        assert_eq!(report.removed.len(), 2, "{report:?}");
-        assert!(cache.blob(&sha256_digest(b"one")).unwrap().is_some());
-        assert!(cache.blob(&sha256_digest(b"{}")).unwrap().is_some());
-        assert!(cache.blob(&sha256_digest(b"two")).unwrap().is_none());
-        assert!(cache.manifest(&sha256_digest(&m2)).unwrap().is_none());
     }
 
     #[test]

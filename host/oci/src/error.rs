@@ -139,6 +139,25 @@ pub enum Error {
         /// The cache's root.
         path: String,
     },
+    /// Staging the payload would take the node cache past its quota, after what no package
+    /// on the node refers to was collected.
+    #[error(
+        "{reference}: payload {payload} ({size} bytes) needs {needed} bytes in the node cache, which holds {used} of its {quota}-byte quota (what no package on the node refers to was collected first); raise the chart's nodeCache.quota or remove packages from the node"
+    )]
+    OverQuota {
+        /// The reference.
+        reference: String,
+        /// The payload's name.
+        payload: String,
+        /// Its layers' size.
+        size: u64,
+        /// Bytes it still needs.
+        needed: u64,
+        /// Bytes the cache holds now.
+        used: u64,
+        /// The quota.
+        quota: u64,
+    },
     /// A payload's tar holds an entry a payload may not (a link, a device, an escape, a
     /// setuid bit, more than its limits); nothing of it is used.
     #[error("{reference}: {source}")]
@@ -168,6 +187,7 @@ impl Error {
                 | Error::CacheCorrupt { .. }
                 | Error::Deadline { .. }
                 | Error::NoRoom { .. }
+                | Error::OverQuota { .. }
         )
     }
 

@@ -98,7 +98,7 @@ impl Puller {
         let reference = image.image.as_str();
         // Within `stage_image`'s one deadline.
         let (digest, layers) = self.layers_unbounded(reference).await?;
-        let key = sha256_digest(format!("{digest}\0{}", image.path.display()).as_bytes());
+        let key = crate::gc::image_tree_key(&digest, &image.path);
         let size = Descriptor::total(&layers);
         let staged = |tree: PathBuf, from_cache: bool| PulledPayload {
             name: image.name.clone(),
@@ -128,7 +128,7 @@ impl Puller {
         self.cache().room_for(
             reference,
             &missing.iter().collect::<Vec<_>>(),
-            self.registry().limits().min_free_bytes,
+            &self.registry().limits(),
         )?;
         let mut fetched = false;
         for layer in &layers {

@@ -167,11 +167,8 @@ impl Puller {
         for p in &missing {
             self.registry.payload_size(reference.as_str(), &p.layer)?;
         }
-        self.cache.room_for(
-            reference.as_str(),
-            &missing,
-            self.registry.limits().min_free_bytes,
-        )?;
+        self.cache
+            .room_for(reference.as_str(), &missing, &self.registry.limits())?;
         self.registry
             .bounded(
                 reference.as_str(),

@@ -47,17 +47,21 @@ pub struct PullLimits {
     /// its unpacked tree are there; a payload that would leave less is refused before a
     /// byte is fetched.
     pub min_free_bytes: u64,
+    /// Most the node cache may hold, in bytes (none: no quota); a payload that would take
+    /// it past this is refused before a byte is fetched.
+    pub cache_quota: Option<u64>,
 }
 
 impl Default for PullLimits {
     /// 100 MiB (the engine's component size limit), 8 GiB per payload, 5 minutes, 256 MiB
-    /// left free (the sandbox's disk floor).
+    /// left free (the sandbox's disk floor), no cache quota.
     fn default() -> Self {
         PullLimits {
             max_blob_bytes: 100 << 20,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             deadline: Duration::from_secs(300),
             min_free_bytes: nodewright_api::limits::DEFAULT_MIN_FREE_BYTES,
+            cache_quota: None,
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct JobConfig {
     pub service_account: Option<String>,
     /// Free space every plugin write must leave on the node.
     pub min_free_bytes: u64,
+    /// Most the node cache may hold (none: no quota).
+    pub cache_quota: Option<u64>,
 }
 
 /// The container name the agent runs as (exit-code rules name it).
@@ -304,6 +306,7 @@ fn pulling(req: &JobRequest, cfg: &JobConfig) -> Pulling {
         registry_configs: access.configs,
         registry_cas: access.cas,
         cache_dir: None,
+        cache_quota: cfg.cache_quota,
     }
 }
 
@@ -469,6 +472,7 @@ pub(crate) mod tests {
             registry: Default::default(),
             service_account: None,
             min_free_bytes: 1 << 28,
+            cache_quota: None,
         }
     }
 
@@ -704,6 +708,8 @@ pub(crate) mod tests {
                 call: nodewright_api::agent::PrestageAsk {
                     plugins: vec![pin("driver"), pin("firmware")],
                     images: vec![],
+                    keep: vec![pin("kmod")],
+                    keep_images: vec![],
                 },
             },
             ..request()

@@ -110,6 +110,11 @@ struct Flags {
     /// Free space every plugin write must leave on the node's filesystem.
     #[arg(long, env = "NODEWRIGHT_AGENT_MIN_FREE_DISK", default_value = "256Mi", value_parser = bytes)]
     agent_min_free_disk: u64,
+    /// Most the node cache of plugins and payloads may hold on each node (unset: no quota).
+    /// A payload that would take it past this, after what no package on the node refers to
+    /// is collected, is refused and the node reads erroring.
+    #[arg(long, env = "NODEWRIGHT_NODE_CACHE_QUOTA", value_parser = bytes)]
+    node_cache_quota: Option<u64>,
     /// Registries reached over plain HTTP (repeatable). Nothing else ever is.
     #[arg(
         long = "insecure-registry",
@@ -390,6 +395,7 @@ impl Flags {
             registry: self.registry_access(),
             service_account: self.agent_service_account.clone(),
             min_free_bytes: self.agent_min_free_disk,
+            cache_quota: self.node_cache_quota,
         }
     }
 

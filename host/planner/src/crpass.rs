@@ -396,6 +396,7 @@ impl<'a> Pass<'a> {
             orders: &batches.orders,
             replicas: &self.s.replicas,
             prestage: c.prestage.as_ref(),
+            nodewrights: &self.s.nodewrights,
         };
         for n in selected {
             let Some((stand, mut node_status)) = standing.get(n.name.as_str()).copied() else {

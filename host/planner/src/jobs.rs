@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::action::{Ask, JobRequest};
 use crate::prestage::PayloadSet;
-use crate::snapshot::{Cr, Work};
+use crate::snapshot::{Cr, ObservedNode, Work};
 use crate::work::Env;
 
 /// `nw-<readable prefix>-<10 hex of the full key>`, at most 63 characters, a DNS label.
@@ -153,16 +153,24 @@ pub(crate) fn interrupt_job(
 
 /// The request for staging the payload set `set` on `node`, under the operator's stage
 /// timeout and retry budget.
-pub(crate) fn prestage_job(env: &Env<'_>, cr: &Cr, node: &str, set: &PayloadSet) -> JobRequest {
+pub(crate) fn prestage_job(
+    env: &Env<'_>,
+    cr: &Cr,
+    node: &ObservedNode,
+    set: &PayloadSet,
+) -> JobRequest {
+    let (keep, keep_images) = crate::prestage::kept_beside(env, set, node);
     let ask = Ask::Prestage {
         set: set.fingerprint.clone(),
         call: PrestageAsk {
             plugins: set.plugins.clone(),
             images: set.images.clone(),
+            keep,
+            keep_images,
         },
     };
     let deadline = deadline(env, None);
-    request(cr, node, 0, deadline, env.settings.backoff_limit, ask)
+    request(cr, &node.name, 0, deadline, env.settings.backoff_limit, ask)
 }
 
 /// The request for `ask` on `node`, named after the work it is.

@@ -9,8 +9,10 @@
 //! `all` every eligible node stages from the start, whatever its batch; with `none` nothing
 //! is staged ahead (each stage pulls what it needs, after the cordon).
 
+use std::collections::BTreeSet;
+
 use nodewright_api::keys;
-use nodewright_api::node_state::Staged;
+use nodewright_api::node_state::{NodeState, Staged};
 use nodewright_api::payload::ImagePayload;
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::StageResult;
@@ -22,8 +24,8 @@ use crate::action::{Action, Event, Target};
 use crate::hold::Hold;
 use crate::jobs::prestage_job;
 use crate::node::Visit;
-use crate::snapshot::{Cr, JobPhase, PluginCheck, Work};
-use crate::work::NodeWork;
+use crate::snapshot::{Cr, JobPhase, ObservedNode, PluginCheck, Work};
+use crate::work::{Env, NodeWork};
 
 /// The payloads a CR stages ahead of its cordons.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -231,7 +233,7 @@ pub(crate) fn holds(
                 cr.name
             ),
         }));
-        let req = prestage_job(env, cr, &v.node.name, set);
+        let req = prestage_job(env, cr, v.node, set);
         actions.push(Action::CreateJob(Box::new(req)));
     }
     true
@@ -259,4 +261,37 @@ pub(crate) fn failed_for_good(
 /// Whether a node outside the CR's batches stages now: under `all`, until it has.
 pub(crate) fn ahead(set: Option<&PayloadSet>, cr: &str, work: &NodeWork<'_>) -> bool {
     set.is_some_and(|s| s.mode == Prestage::All && !s.staged_on(cr, work))
+}
+
+/// What the node's cache keeps beside `set` when the prestage collects garbage: the pinned
+/// plugins and image payloads of every NodeWright that selects the node (their next stages
+/// run from them), and every plugin a package's state on the node recorded (an uninstall
+/// runs the version that was installed) — each once, none already in `set`.
+pub(crate) fn kept_beside(
+    env: &Env<'_>,
+    set: &PayloadSet,
+    node: &ObservedNode,
+) -> (Vec<PinnedRef>, Vec<ImagePayload>) {
+    let mut plugins: BTreeSet<PinnedRef> = BTreeSet::new();
+    let mut images: BTreeSet<ImagePayload> = BTreeSet::new();
+    for other in env.nodewrights {
+        if let PluginCheck::Ready(r) = &other.plugins
+            && crate::select::matches(other.spec.node_selectors.as_ref(), &node.labels)
+        {
+            plugins.extend(r.pinned.values().cloned());
+            images.extend(r.images.values().flatten().cloned());
+        }
+        if let Ok(state) = NodeState::read(&node.name, &node.annotations, &other.name) {
+            plugins.extend(state.values().filter_map(|e| e.digest.clone()));
+        }
+    }
+    let plugins = plugins
+        .into_iter()
+        .filter(|p| !set.plugins.contains(p))
+        .collect();
+    let images = images
+        .into_iter()
+        .filter(|i| !set.images.contains(i))
+        .collect();
+    (plugins, images)
 }

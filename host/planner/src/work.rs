@@ -179,4 +179,6 @@ pub struct Env<'a> {
     pub replicas: &'a [crate::snapshot::Replica],
     /// The payloads the CR stages before a node's cordon.
     pub prestage: Option<&'a crate::prestage::PayloadSet>,
+    /// Every NodeWright (what else a node's cache must keep).
+    pub nodewrights: &'a [crate::snapshot::Cr],
 }

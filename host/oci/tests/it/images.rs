@@ -184,6 +184,49 @@ async fn a_multi_layer_image_becomes_one_tree_for_this_platform_with_its_whiteou
         std::fs::read(whole.tree.join("etc/os-release")).unwrap(),
         b"debian"
     );
+
+    // Garbage collection follows the pinned index to this platform's image: the payload a
+    // package refers to keeps its tree and layers; the other tree of the same image goes.
+    let keep = nodewright_oci::Keep {
+        manifests: [pin_digest(&pinned)].into(),
+        images: [payload("driver", &pinned, "/opt/nvidia")].into(),
+        grace: std::time::Duration::ZERO,
+    };
+    let report = puller.cache().gc(&keep).unwrap();
+    assert!(staged.tree.is_dir(), "{report:?}");
+    assert!(!whole.tree.exists(), "{report:?}");
+    assert_eq!(report.trees_removed, 1);
+    let again = puller
+        .stage_image(&payload("driver", &pinned, "/opt/nvidia"), &|_| {})
+        .await
+        .unwrap();
+    assert!(again.from_cache, "kept: {report:?}");
+    // Within the grace period nothing goes, referred to or not; past it, everything
+    // nothing refers to.
+    let nothing = nodewright_oci::Keep {
+        grace: std::time::Duration::from_secs(3600),
+        ..Default::default()
+    };
+    assert!(puller.cache().gc(&nothing).unwrap().removed.is_empty());
+    assert!(staged.tree.is_dir());
+    let report = puller.cache().gc(&nodewright_oci::Keep::default()).unwrap();
+    assert!(!staged.tree.exists());
+    assert!(
+        report.freed >= (base.len() + update.len()) as u64,
+        "{report:?}"
+    );
+    assert!(
+        std::fs::read_dir(cache_dir.path().join("blobs/sha256"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "every layer collected"
+    );
+}
+
+/// The digest of a pinned reference (`repo@sha256:...`).
+fn pin_digest(pinned: &str) -> String {
+    pinned.rsplit_once('@').unwrap().1.to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]

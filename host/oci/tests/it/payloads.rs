@@ -146,7 +146,10 @@ async fn payloads_travel_in_the_manifest_and_land_as_read_only_trees() {
     assert_ne!(next[0].tree, pulled[0].tree);
 
     // Collected with the last manifest that names them.
-    let keep = [changed.manifest_digest.clone()].into_iter().collect();
+    let keep = nodewright_oci::Keep {
+        manifests: [changed.manifest_digest.clone()].into(),
+        ..Default::default()
+    };
     puller.cache().gc(&keep).unwrap();
     assert!(!pulled[0].tree.exists(), "the old driver tree is collected");
     assert!(next[0].tree.exists() && next[1].tree.exists());
@@ -285,6 +288,34 @@ async fn a_payload_past_the_limit_is_refused_before_a_byte_is_fetched() {
             .all(|e| e.unwrap().path().extension().is_none()),
         "no partial file for a refused payload"
     );
+
+    // A node cache quota the payloads would pass (the cache holds the plugin already):
+    // refused the same way, naming what the cache holds and its quota; under a quota they
+    // fit, staged.
+    let quota = |bytes: u64| {
+        let mut c = config(&reg);
+        c.limits.cache_quota = Some(bytes);
+        Puller::new(Registry::new(c), NodeCache::open(cache_dir.path()).unwrap())
+    };
+    let err = try_stage(&quota(64 << 10), &listed).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(&err, Error::OverQuota { payload, quota, used, .. }
+            if payload == "driver, firmware" && *quota == 64 << 10 && *used > 0)
+            && text.contains("nodeCache.quota")
+            && err.is_retryable(),
+        "{text}"
+    );
+    assert!(
+        std::fs::read_dir(cache_dir.path().join("trees/sha256"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "nothing staged over the quota"
+    );
+    try_stage(&quota(64 << 20), &listed)
+        .await
+        .expect("within the quota");
 }
 
 /// Two processes on one node staging the same payload at once (two packages, or two

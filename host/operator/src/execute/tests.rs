@@ -114,6 +114,7 @@ fn executor(conflict: &[&'static str]) -> (Executor, Seen) {
         registry: Default::default(),
         service_account: None,
         min_free_bytes: 0,
+        cache_quota: None,
     };
     let limits = WriteLimits {
         qps: 1000,

@@ -125,6 +125,26 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
         );
         e.host_file(n, "/sys/module/nvidia/refcnt", "12\n");
         e.host_file(n, "/sys/module/nvidia/version", "550.54.14\n");
+        // What an earlier package left in the node cache, two hours ago: no package refers
+        // to it, so the prestage collects it.
+        let cache = e.host_path(n, "/var/lib/nodewright/plugins");
+        let stale = "e".repeat(64);
+        let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+        for (dir, file) in [("trees/sha256", None), ("blobs/sha256", Some("old layer"))] {
+            let path = cache.join(dir).join(&stale);
+            std::fs::create_dir_all(cache.join(dir)).unwrap();
+            match file {
+                Some(body) => std::fs::write(&path, body).unwrap(),
+                None => {
+                    std::fs::create_dir(&path).unwrap();
+                    std::fs::write(path.join("old.ko"), "old").unwrap();
+                }
+            }
+            std::fs::File::open(&path)
+                .unwrap()
+                .set_modified(two_hours_ago)
+                .unwrap();
+        }
     }
 
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -238,7 +258,18 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
         assert_eq!(
             trees,
             [vec!["NOTES".to_string()], vec!["nvidia.ko".to_string()]],
-            "{n}: the plugin's payload and the image's /opt/nvidia, its old firmware whited out"
+            "{n}: the plugin's payload and the image's /opt/nvidia, its old firmware whited out — the stale tree collected"
+        );
+        let stale_blob = e.host_path(
+            n,
+            &format!(
+                "/var/lib/nodewright/plugins/blobs/sha256/{}",
+                "e".repeat(64)
+            ),
+        );
+        assert!(
+            !stale_blob.exists(),
+            "{n}: the stale blob was not collected"
         );
     }
     let resolved = e.nodewright("gpu").await.status.unwrap().resolved_payloads;

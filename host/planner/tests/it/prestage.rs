@@ -293,3 +293,58 @@ fn a_new_pin_is_staged_again_before_the_next_cordon_and_a_stale_staging_is_let_g
         Some(&last.to_string())
     );
 }
+
+/// The prestage Job tells the node's cache what else to keep when it collects garbage:
+/// every NodeWright's pinned plugins that select the node, and every plugin a
+/// package's state on the node recorded (its uninstall runs that version) — never what the
+/// Job stages itself, and nothing of a NodeWright that selects other nodes.
+#[test]
+fn the_prestage_job_names_what_the_node_cache_must_keep_beside_it() {
+    use nodewright_api::node_state::{NodeState, PackageStatus, Stage, state_key};
+    let mut w = driver_rollout(1, None);
+    w.add_cr(
+        "kernel",
+        spec(json!({"packages": {"kmod": {"version": "2.0.0", "plugin": "r.example/kmod:2"}}})),
+    );
+    w.add_cr(
+        "elsewhere",
+        spec(json!({"nodeSelectors": {"matchLabels": {"pool": "cpu"}},
+                    "packages": {"other": {"version": "1.0.0", "plugin": "r.example/other:1"}}})),
+    );
+    // The node ran kmod 1.0.0 from an older pin, still installed.
+    let old = format!("r.example/kmod@sha256:{}", "1".repeat(64));
+    let mut state = NodeState::new();
+    let mut e = PackageStatus::new("kmod", "1.0.0", Stage::Config, 1);
+    e.digest = Some(old.parse().unwrap());
+    state.insert(state_key("kmod", "1.0.0"), e);
+    w.snap.nodes[0].annotations.insert(
+        keys::node_state("kernel"),
+        serde_json::to_string(&state).unwrap(),
+    );
+    let actions = w.step();
+    let call = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::CreateJob(r) if r.cr == "gpu" => match &r.ask {
+                nodewright_planner::Ask::Prestage { call, .. } => Some(call.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("gpu's prestage Job");
+    let keep: Vec<&str> = call.keep.iter().map(|p| p.as_str()).collect();
+    let zeros = "0".repeat(64);
+    assert_eq!(
+        keep,
+        [
+            format!("r.example/kmod@sha256:{zeros}"),
+            old.clone(),
+            format!("r.example/tuning@sha256:{zeros}"),
+        ]
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
+        "the other NodeWright's pin, the recorded one and gpu's plugin without payloads — not the one the Job stages, nothing of a NodeWright selecting other nodes"
+    );
+    assert!(call.plugins.iter().all(|p| !call.keep.contains(p)));
+}

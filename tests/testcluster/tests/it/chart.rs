@@ -469,6 +469,8 @@ fn values_switch_the_webhook_and_set_job_defaults() {
         "insecureRegistries={registry.local:5000}",
         "--set",
         "healthGates.secrets={prom-token}",
+        "--set",
+        "nodeCache.quota=20Gi",
     ]);
     let kinds = by_kind(&docs);
     // The gate Secrets named, read-only.
@@ -483,6 +485,7 @@ fn values_switch_the_webhook_and_set_job_defaults() {
     assert!(
         args.contains("--job-backoff-limit=5")
             && args.contains("--insecure-registry=registry.local:5000")
+            && args.contains("--node-cache-quota=20Gi")
             && !args.contains("--webhook-addr"),
         "{args}"
     );
