@@ -1,6 +1,9 @@
 //! Rollouts on the local cluster, measured: `cargo bench -p nodewright-operator --bench
-//! rollout -- [NODES] [--budget PERCENT] [--scenarios idle,plain,reboot] [--packages N]`
-//! (default: 100 nodes, 25 %, `plain,reboot`, one package).
+//! rollout -- [NODES] [--budget PERCENT] [--scenarios idle,plain,reboot,payload] [--packages N]
+//! [--payload-mib MIB]` (default: 100 nodes, 25 %, `plain,reboot`, one package, 100 MiB).
+//!
+//! `payload` rolls the reboot package out carrying a payload, once with `prestage: none` and
+//! once with `all`, and prints each node's cordoned time (mean and max) beside the wall time.
 //!
 //! `plain` rolls out `--packages` packages (1 to 5) with no interrupt (sysctl: apply,
 //! config, each package its own sysctl), `reboot` one that
@@ -43,6 +46,10 @@ use nodewright_api::keys;
 use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_localcluster::{Binaries, Cluster, NS, Operator};
 use serde_json::{Value, json};
+
+// The `payload` scenario: a file of its own (benches/ holds one file per bench target).
+#[path = "rollout/payload.rs"]
+mod payload;
 
 #[derive(Debug, Default, Clone)]
 struct Seen {
@@ -533,7 +540,11 @@ async fn main() -> anyhow::Result<()> {
             "idle" => idle(&bins, nodes, count).await?,
             "plain" => rollout(&bins, nodes, budget, false, count).await?,
             "reboot" => rollout(&bins, nodes, budget, true, 1).await?,
-            other => anyhow::bail!("unknown scenario {other:?} (idle, plain, reboot)"),
+            "payload" => {
+                let mib = flag("--payload-mib").map_or(Ok(100), |m| m.parse())?;
+                payload::payload(&bins, nodes, budget, mib).await?
+            }
+            other => anyhow::bail!("unknown scenario {other:?} (idle, plain, reboot, payload)"),
         }
     }
     Ok(())

@@ -18,10 +18,11 @@ use crate::{polyglot, run, setup_all};
 const MARK: f64 = 1.5;
 
 /// (package, bench) in the order they run.
-const BENCHES: [(&str, &str); 3] = [
+const BENCHES: [(&str, &str); 4] = [
     ("nodewright-cli", "plugin"),
     ("nodewright-cli", "languages"),
     ("nodewright-planner", "plan"),
+    ("nodewright-cli", "payload"),
 ];
 
 /// What `bench` was asked for.
@@ -53,6 +54,8 @@ fn parse(args: &[String]) -> Result<Args> {
 pub fn bench(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> {
     let args = parse(args)?;
     setup_all(target, budget)?;
+    // The payload benchmark's yardstick.
+    crate::setup::go_builds(&[crate::setup::CRANE], &target.join("logs/go"))?.wait(budget)?;
     let tools = polyglot::Tools::at(target);
     let out = target.join("bench/figures.jsonl");
     std::fs::create_dir_all(out.parent().expect("a parent"))?;

@@ -43,6 +43,8 @@ pub const APT_TESTS: &[Apt] = &[
     ("/usr/sbin/iptables", "iptables"),
     // The health-gate tests' real Prometheus (run as a plain process on a loopback port).
     ("/usr/bin/prometheus", "prometheus"),
+    // GNU time: the payload benchmark's peak RSS of each process.
+    ("/usr/bin/time", "time"),
 ];
 
 /// A Go tool built by a script under `tests/cluster` (cached by version or source hash).
@@ -66,6 +68,11 @@ pub const HELM: GoTool = GoTool {
 pub const COSIGN: GoTool = GoTool {
     name: "cosign",
     script: "tests/cluster/build-cosign.sh",
+};
+/// crane, the yardstick of the payload benchmark.
+pub const CRANE: GoTool = GoTool {
+    name: "crane",
+    script: "tests/cluster/build-crane.sh",
 };
 
 /// Installs the Rust targets `targets` names that rustup lacks.

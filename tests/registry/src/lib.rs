@@ -365,14 +365,24 @@ impl Drop for TestRegistry {
 
 /// Builds (once, cached) the `cosign` CLI from its Go module and returns its path.
 pub fn cosign_binary() -> Result<PathBuf, String> {
-    let script = workspace().join("tests/cluster/build-cosign.sh");
+    go_tool("cosign")
+}
+
+/// Builds (once, cached) the `crane` CLI from its Go module and returns its path.
+pub fn crane_binary() -> Result<PathBuf, String> {
+    go_tool("crane")
+}
+
+/// A Go tool `tests/cluster/build-<name>.sh` builds once and caches; its path.
+fn go_tool(name: &str) -> Result<PathBuf, String> {
+    let script = workspace().join(format!("tests/cluster/build-{name}.sh"));
     let out = Command::new("bash")
         .arg(&script)
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("run {}: {e}", script.display()))?;
     if !out.status.success() {
-        return Err(format!("building cosign failed ({})", script.display()));
+        return Err(format!("building {name} failed ({})", script.display()));
     }
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }

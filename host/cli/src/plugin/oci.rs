@@ -84,6 +84,8 @@ pub async fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
 
 pub async fn pull(args: PullArgs) -> anyhow::Result<ExitCode> {
     let pulled = super::source::pull(&args.reference, &args.registry).await?;
+    // Its payloads too, as a node stages them: streamed to the cache, verified, unpacked.
+    let staged = super::source::stage_pulled(&pulled, &args.registry).await?;
     let engine = super::engine()?;
     let plugin = engine
         .load(&pulled.bytes)
@@ -113,6 +115,16 @@ pub async fn pull(args: PullArgs) -> anyhow::Result<ExitCode> {
             caps.join(", ")
         }
     );
+    for p in &staged {
+        eprintln!(
+            "payload {} {} ({}){}: {}",
+            p.name.as_str(),
+            format_bytes(p.size),
+            p.digest,
+            if p.from_cache { ", cached" } else { "" },
+            p.tree.display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -125,6 +125,22 @@ pub async fn stage(
     Ok(staged.into_iter().map(|p| (p.name, p.tree)).collect())
 }
 
+/// The payloads of a plugin just pulled, fetched into the local cache and unpacked as a
+/// node stages them.
+pub async fn stage_pulled(
+    pulled: &nodewright_oci::Pulled,
+    registry: &RegistryArgs,
+) -> anyhow::Result<Vec<nodewright_oci::PulledPayload>> {
+    if pulled.payloads.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cache = NodeCache::open(&super::cache_root()?)?;
+    let puller = Puller::new(Registry::new(registry.config()?), cache);
+    Ok(puller
+        .stage_payloads(&pulled.reference, &pulled.payloads, &print_progress)
+        .await?)
+}
+
 /// Whether `s` names an OCI reference rather than a file.
 pub fn is_reference(s: &str) -> bool {
     !Path::new(s).exists()

@@ -329,6 +329,25 @@ fn a_payload_is_pushed_listed_and_read_by_the_plugin() {
     );
     assert!(v["payloads"][0]["size"].as_u64().unwrap() > 9);
 
+    // `plugin pull` stages the payloads as a node does: fetched, verified, unpacked.
+    let pull = nodewright(
+        &cache,
+        &[&["plugin", "pull", &reference][..], &insecure].concat(),
+    );
+    assert!(pull.status.success(), "{}", text(&pull));
+    let tree = text(&pull)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("payload fw ")?
+                .rsplit_once(": ")
+                .map(|(_, t)| t.to_string())
+        })
+        .unwrap_or_else(|| panic!("no payload line: {}", text(&pull)));
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&tree).join("lib/VERSION")).unwrap(),
+        "560.35.03"
+    );
+
     let root = tmp.path().join("root");
     let grants: Vec<&str> = nodewright_artifacts::HOSTILE_GRANTS
         .iter()

@@ -91,6 +91,7 @@ fn every_operator_flag_is_a_chart_value() {
         "pluginRegistries.packageSecrets={team-login,fleet-login}".into(),
         "pluginRegistries.caBundles[0].registry=registry.corp.example:5000".into(),
         "pluginRegistries.caBundles[0].configMap=corp-ca".into(),
+        "nodeCache.quota=50Gi".into(),
     ]);
     let args = rendered_args(&docs);
     let not_chart_values = [
