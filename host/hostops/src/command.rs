@@ -150,7 +150,7 @@ pub fn run_bounded_in(
     enter: Option<Namespaces>,
 ) -> Result<ExecOutput> {
     let shown = program.display().to_string();
-    spawn_bounded(
+    run_program_bounded(
         Program::Path(program, &shown),
         args,
         &[],
@@ -183,21 +183,9 @@ pub fn fd_path(file: &std::fs::File) -> String {
 
 /// [`run_bounded_in`] for any [`Program`], with `files` kept open across the exec (so
 /// arguments may name them by [`fd_path`]).
-pub fn run_program_bounded(
-    program: Program<'_>,
-    args: &[String],
-    files: &[&std::fs::File],
-    env: &[(&str, &str)],
-    cwd: Option<&Path>,
-    limits: &ExecLimits,
-    enter: Option<Namespaces>,
-) -> Result<ExecOutput> {
-    spawn_bounded(program, args, files, env, cwd, limits, enter)
-}
-
 // Long on purpose: spawn, feed, read both pipes and kill on a bound are one sequence of
 // owned handles.
-fn spawn_bounded(
+pub fn run_program_bounded(
     program: Program<'_>,
     args: &[String],
     files: &[&std::fs::File],

@@ -168,18 +168,18 @@ impl HostOps for LinuxHost {
             HostNamespaces::Current => None,
             HostNamespaces::Of(pid) => Some(Namespaces::of(pid)?),
         };
-        match *program {
+        let (payload_file, host_shown);
+        let program = match *program {
             Runnable::Host(path) => {
-                let shown = path.display().to_string();
-                let program = Program::Path(path, &shown);
-                run_program_bounded(program, &args, &open, &[], None, &limits, enter)
+                host_shown = path.display().to_string();
+                Program::Path(path, &host_shown)
             }
             Runnable::Payload { tree, rel, shown } => {
-                let file = open_payload_executable(tree, rel)?;
-                let program = Program::File(&file, shown);
-                run_program_bounded(program, &args, &open, &[], None, &limits, enter)
+                payload_file = open_payload_executable(tree, rel)?;
+                Program::File(&payload_file, shown)
             }
-        }
+        };
+        run_program_bounded(program, &args, &open, &[], None, &limits, enter)
     }
 
     fn request_reboot(&self, reason: &str) -> Result<()> {

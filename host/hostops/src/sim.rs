@@ -535,7 +535,7 @@ impl HostOps for SimHost {
 
     fn exec(
         &self,
-        program: &Runnable<'_>,
+        runnable: &Runnable<'_>,
         args: &[String],
         files: &[PayloadArg],
         limits: &ExecLimits,
@@ -548,44 +548,31 @@ impl HostOps for SimHost {
             tree: self.command_tree(),
             ..limits.clone()
         };
-        let out = match *program {
+        // The program, found: a command placed under the simulated root, or the payload's
+        // file opened below its tree.
+        let (local, payload_file, host_shown);
+        let program = match *runnable {
             Runnable::Host(path) => {
-                let local = self.fs.host_to_local(path);
+                local = self.fs.host_to_local(path);
                 if !local.is_file() {
                     return Err(HostError::NotFound(format!(
                         "{} (the simulated node only has commands placed under its root)",
                         path.display()
                     )));
                 }
-                let shown = path.display().to_string();
-                let program = Program::Path(&local, &shown);
-                run_program_bounded(
-                    program,
-                    &passed,
-                    &open,
-                    &env,
-                    Some(&self.root),
-                    &limits,
-                    None,
-                )?
+                host_shown = path.display().to_string();
+                Program::Path(&local, &host_shown)
             }
             Runnable::Payload { tree, rel, shown } => {
-                let file = open_payload_executable(tree, rel)?;
-                let program = Program::File(&file, shown);
-                run_program_bounded(
-                    program,
-                    &passed,
-                    &open,
-                    &env,
-                    Some(&self.root),
-                    &limits,
-                    None,
-                )?
+                payload_file = open_payload_executable(tree, rel)?;
+                Program::File(&payload_file, shown)
             }
         };
+        let root = Some(self.root.as_path());
+        let out = run_program_bounded(program, &passed, &open, &env, root, &limits, None)?;
         // Recorded as the plugin named them: payload arguments as `payload:<name>/<path>`.
         self.record(HostAction::Exec {
-            path: program.shown(),
+            path: runnable.shown(),
             args: args.to_vec(),
             status: out.status,
         })?;
