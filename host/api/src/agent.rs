@@ -459,7 +459,7 @@ pub struct PrestageAsk {
     #[cfg_attr(feature = "cli", arg(long = "payload-image"))]
     pub images: Vec<ImagePayload>,
     /// Other plugins packages on the node refer to, pinned: what the node cache keeps
-    /// beside what this call stages when it collects garbage afterwards.
+    /// beside what this call stages when it collects garbage first.
     #[cfg_attr(feature = "cli", arg(long = "keep"))]
     pub keep: Vec<PinnedRef>,
     /// Other image payloads packages on the node refer to (`NAME=IMAGE@DIGEST[#/PATH]`).
