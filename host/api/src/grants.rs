@@ -25,7 +25,7 @@ pub use patterns::{
     CommandRule, CommandTarget, GrantedPath, NamePattern, PAYLOAD_COMMAND, PathKind, PathRule,
     normalize_abs_path,
 };
-pub use set::{CommandRefusal, GrantSet, NameRefusal, PathRefusal};
+pub use set::{CheckedCommand, CommandRefusal, GrantSet, NameRefusal, PathRefusal};
 pub use spec::{
     Capabilities, Capability, CommandGrant, FileAccess, FileGrant, GrantError, GrantSource,
 };

@@ -7,7 +7,7 @@ use nodewright_api::hostargs::UnitPowerProps;
 use crate::argv;
 use crate::command::HELPER_TIMEOUT;
 use crate::command::{
-    ExecLimits, ExecOutput, ProcessTree, Program, run_bounded, run_bounded_in, run_program_bounded,
+    ExecLimits, ExecOutput, ProcessTree, Program, run_bounded_in, run_program_bounded,
 };
 use crate::error::{HostError, Result};
 use crate::namespaces::Namespaces;
@@ -57,11 +57,14 @@ impl LinuxHost {
     }
 
     fn command(&self, program: &Path, args: &[String], limits: &ExecLimits) -> Result<ExecOutput> {
+        run_bounded_in(program, args, &[], None, limits, self.enter()?)
+    }
+
+    /// The namespaces a command joins: PID 1's on a real node, none otherwise.
+    fn enter(&self) -> Result<Option<Namespaces>> {
         match self.namespaces {
-            HostNamespaces::Current => run_bounded(program, args, &[], None, limits),
-            HostNamespaces::Of(pid) => {
-                run_bounded_in(program, args, &[], None, limits, Some(Namespaces::of(pid)?))
-            }
+            HostNamespaces::Current => Ok(None),
+            HostNamespaces::Of(pid) => Namespaces::of(pid).map(Some),
         }
     }
 
@@ -164,10 +167,7 @@ impl HostOps for LinuxHost {
         };
         let (open, args) = open_payload_args(args, files)?;
         let open: Vec<&std::fs::File> = open.iter().collect();
-        let enter = match self.namespaces {
-            HostNamespaces::Current => None,
-            HostNamespaces::Of(pid) => Some(Namespaces::of(pid)?),
-        };
+        let enter = self.enter()?;
         let (payload_file, host_shown);
         let program = match *program {
             Runnable::Host(path) => {

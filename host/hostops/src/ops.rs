@@ -176,7 +176,7 @@ pub(crate) fn open_payload_args(
     let mut passed = args.to_vec();
     let mut open = Vec::with_capacity(files.len());
     for f in files {
-        let file = crate::rootfs::open_payload_file("exec", &f.tree, &f.rel)?;
+        let (file, _) = crate::rootfs::open_payload_file("exec", &f.tree, &f.rel)?;
         let Some(slot) = passed.get_mut(f.index) else {
             return Err(HostError::InvalidName(format!(
                 "payload argument {} of a command with {} arguments",
@@ -196,16 +196,12 @@ pub(crate) fn open_payload_args(
 /// does not), so the same file runs, or is refused, on every build.
 pub(crate) fn open_payload_executable(tree: &Path, rel: &Path) -> Result<std::fs::File> {
     use std::os::unix::fs::{FileExt, PermissionsExt};
-    let file = crate::rootfs::open_payload_file("exec", tree, rel)?;
+    let (file, meta) = crate::rootfs::open_payload_file("exec", tree, rel)?;
     let refuse = |why: String| HostError::NotExecutable {
         path: rel.display().to_string(),
         why,
     };
-    let mode = file
-        .metadata()
-        .map_err(|e| HostError::io("exec", rel, e))?
-        .permissions()
-        .mode();
+    let mode = meta.permissions().mode();
     if mode & 0o111 == 0 {
         return Err(refuse(format!(
             "no exec bit (mode {:04o}); give it one where the payload is packed",

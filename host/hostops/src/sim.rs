@@ -137,17 +137,6 @@ pub struct SimHost {
 }
 
 impl SimHost {
-    /// As on a real node, when this process may make a PID namespace (root): a granted
-    /// command ends with everything it started. Without root (`plugin run` on an author's
-    /// machine) only its process group is bounded.
-    fn command_tree(&self) -> ProcessTree {
-        if rustix::process::geteuid().is_root() {
-            ProcessTree::Namespace
-        } else {
-            ProcessTree::Group
-        }
-    }
-
     /// Opens (creating if needed) a simulated node at `root`. A boot ID is written if the
     /// root has none yet.
     pub fn new(root: &Path, identity: NodeIdentity) -> Result<Self> {
@@ -544,8 +533,16 @@ impl HostOps for SimHost {
         let open: Vec<&std::fs::File> = open.iter().collect();
         let root = self.root.to_string_lossy().into_owned();
         let env = [("NODEWRIGHT_SIM_ROOT", root.as_str())];
+        // As on a real node, when this process may make a PID namespace (root): a granted
+        // command ends with everything it started. Without root (`plugin run` on an
+        // author's machine) only its process group is bounded.
+        let tree = if rustix::process::geteuid().is_root() {
+            ProcessTree::Namespace
+        } else {
+            ProcessTree::Group
+        };
         let limits = ExecLimits {
-            tree: self.command_tree(),
+            tree,
             ..limits.clone()
         };
         // The program, found: a command placed under the simulated root, or the payload's

@@ -289,13 +289,13 @@ impl GrantSet {
 
     /// Checks a command a plugin asked to run: its spelling exact ([`CommandTarget::parse`]:
     /// a granted command has one), each argument well-formed, then a rule for that command
-    /// whose argument patterns match (a read-only one preferred). Returns the rule and the
-    /// parsed command.
+    /// whose argument patterns match (a read-only one preferred), then the payload files
+    /// its `payload:` arguments name. Returns all three.
     pub fn check_command(
         &self,
         raw: &str,
         args: &[String],
-    ) -> Result<(&CommandRule, CommandTarget), CommandRefusal> {
+    ) -> Result<CheckedCommand<'_>, CommandRefusal> {
         let target = CommandTarget::parse(raw).map_err(CommandRefusal::Invalid)?;
         if let Some(why) = args.iter().enumerate().find_map(|(i, a)| {
             crate::hostargs::command_arg(a)
@@ -305,8 +305,12 @@ impl GrantSet {
             return Err(CommandRefusal::Invalid(why));
         }
         if let Some(rule) = self.command_rule(&target, args) {
-            rule.payload_args(args).map_err(CommandRefusal::Invalid)?;
-            return Ok((rule, target));
+            let payload_args = rule.payload_args(args).map_err(CommandRefusal::Invalid)?;
+            return Ok(CheckedCommand {
+                rule,
+                target,
+                payload_args,
+            });
         }
         match self
             .commands
@@ -318,6 +322,17 @@ impl GrantSet {
             None => Err(CommandRefusal::NotGranted),
         }
     }
+}
+
+/// A command [`GrantSet::check_command`] allowed.
+#[derive(Clone, Debug)]
+pub struct CheckedCommand<'a> {
+    /// The rule granting it.
+    pub rule: &'a CommandRule,
+    /// What it runs.
+    pub target: CommandTarget,
+    /// Its arguments that name payload files: index, payload, file below the payload's root.
+    pub payload_args: Vec<(usize, PayloadName, PathBuf)>,
 }
 
 /// Why a file path was refused.

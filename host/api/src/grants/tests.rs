@@ -149,11 +149,16 @@ fn command_argument_patterns() {
         !set.allows_command("/usr/bin/../bin/true", &[]),
         "paths are exact"
     );
-    assert!(set.check_command("/usr/bin/true", &[]).unwrap().0.read_only);
+    assert!(
+        set.check_command("/usr/bin/true", &[])
+            .unwrap()
+            .rule
+            .read_only
+    );
     assert!(
         !set.check_command(smi, &["-pm".into(), "1".into()])
             .unwrap()
-            .0
+            .rule
             .read_only
     );
 }
@@ -170,11 +175,11 @@ fn every_command_question_is_answered_by_check_command_with_its_reason() {
     };
     let set = parse(&caps).unwrap();
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let (rule, path) = set
+    let checked = set
         .check_command("/usr/bin/nvidia-smi", &args(&["-pm", "1"]))
         .unwrap();
     assert_eq!(
-        (path, rule.read_only),
+        (checked.target, checked.rule.read_only),
         (
             CommandTarget::Host(PathBuf::from("/usr/bin/nvidia-smi")),
             false
@@ -479,9 +484,10 @@ fn a_payload_command_is_granted_by_its_one_exact_spelling() {
     };
     let set = parse(&caps).unwrap();
     let silent = ["--silent".to_string()];
-    let (_, target) = set
+    let target = set
         .check_command("payload:driver/bin/install.run", &silent)
-        .unwrap();
+        .unwrap()
+        .target;
     assert_eq!(
         target,
         CommandTarget::Payload {
@@ -556,12 +562,11 @@ fn an_argument_pattern_starting_with_payload_takes_only_files_of_that_payload() 
     };
     let set = parse(&caps).unwrap();
     let args = |a: &str| vec!["--install".to_string(), a.to_string()];
-    let (rule, _) = set
+    let checked = set
         .check_command("/usr/bin/dpkg", &args("payload:debs/nvidia-560.deb"))
         .unwrap();
     assert_eq!(
-        rule.payload_args(&args("payload:debs/nvidia-560.deb"))
-            .unwrap(),
+        checked.payload_args,
         [(
             1,
             crate::payload::PayloadName::parse("debs").unwrap(),
@@ -609,12 +614,8 @@ fn an_argument_pattern_starting_with_payload_takes_only_files_of_that_payload() 
         ..Default::default()
     })
     .unwrap();
-    let (rule, _) = plain
+    let checked = plain
         .check_command("/usr/bin/echo", &["payload:debs/x.deb".into()])
         .unwrap();
-    assert!(
-        rule.payload_args(&["payload:debs/x.deb".into()])
-            .unwrap()
-            .is_empty()
-    );
+    assert!(checked.payload_args.is_empty());
 }

@@ -21,15 +21,8 @@ impl exec::Host for CapState {
             .join(" ");
         // Shape and grant: a different spelling of a granted path is refused for what it
         // is, not as a missing grant.
-        let checked = self
-            .grants
-            .check_command(&path, &args)
-            .and_then(|(rule, target)| {
-                let named = rule.payload_args(&args).map_err(CommandRefusal::Invalid)?;
-                Ok((rule.read_only, target, named))
-            });
-        let (read_only, normalized, payload_args) = match checked {
-            Ok(checked) => checked,
+        let (read_only, normalized, payload_args) = match self.grants.check_command(&path, &args) {
+            Ok(c) => (c.rule.read_only, c.target, c.payload_args),
             Err(refusal) => {
                 let reason = match refusal {
                     CommandRefusal::Invalid(why) => why,

@@ -99,12 +99,12 @@ impl<R: std::io::Read> std::io::Read for Hashing<R> {
 /// Opens the regular file `rel` inside the payload tree `tree`: relative, no `..`, never
 /// through a link (cap-std keeps every step inside the tree, and a link at the end is
 /// refused), and a regular file.
-/// (`op` names the operation in an I/O error.)
+/// (`op` names the operation in an I/O error.) Returns the file and its metadata.
 pub(crate) fn open_payload_file(
     op: &'static str,
     tree: &Path,
     rel: &Path,
-) -> Result<std::fs::File> {
+) -> Result<(std::fs::File, std::fs::Metadata)> {
     let shown = || rel.display().to_string();
     if !nodewright_api::payload::is_below_root(rel) {
         return Err(HostError::Escape {
@@ -134,7 +134,7 @@ pub(crate) fn open_payload_file(
             .into(),
         });
     }
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// `ELOOP` from `O_NOFOLLOW` on a link, or cap-std's refusal to leave the tree.
@@ -172,10 +172,7 @@ impl RootFs {
         rel: &Path,
         options: &WriteOptions,
     ) -> Result<(u32, u64)> {
-        let source = open_payload_file("install", tree, rel)?;
-        let meta = source
-            .metadata()
-            .map_err(|e| HostError::io("install", rel, e))?;
+        let (source, meta) = open_payload_file("install", tree, rel)?;
         let len = meta.len();
         let mut options = *options;
         options.mode = options
