@@ -243,7 +243,7 @@ pub fn run_program_bounded(
             });
         }
     }
-    let mut child = spawn(&mut cmd, limits.tree).map_err(|source| {
+    let mut child = spawn_when_not_busy(&mut cmd, limits.tree).map_err(|source| {
         let refused = by_file
             && [rustix::io::Errno::ACCESS, rustix::io::Errno::NOEXEC]
                 .iter()
@@ -321,6 +321,26 @@ pub fn run_program_bounded(
         stderr: collect(&err),
         timed_out,
     })
+}
+
+/// [`spawn`], again while the program is busy (`ETXTBSY`, for up to a second): another
+/// thread of this process that forks while a file is open for writing — a script or
+/// payload just written — hands its child that descriptor until the child execs, and an
+/// exec of the file fails meanwhile. It passes on its own.
+fn spawn_when_not_busy(
+    cmd: &mut Command,
+    tree: ProcessTree,
+) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match spawn(cmd, tree) {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Spawns `cmd`; with [`ProcessTree::Namespace`], as the first process of a new PID
