@@ -226,6 +226,7 @@ async fn main() -> Result<()> {
     for (n, _) in NODES {
         // The driver module is loaded with no options yet: new options need a reboot.
         cluster.host_file(n, "/proc/modules", "nvidia 0 0 - Live 0x0\n")?;
+        cluster.host_file(n, "/sys/module/nvidia/initstate", "live\n")?;
         cluster.host_file(n, "/proc/sys/net/ipv4/ip_forward", "0\n")?;
         cluster.host_file(n, "/proc/sys/vm/max_map_count", "65530\n")?;
         cluster

@@ -1,6 +1,6 @@
 //! The real node backend.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nodewright_api::hostargs::UnitPowerProps;
 
@@ -112,14 +112,6 @@ impl HostOps for LinuxHost {
         self.helper(argv::depmod(release)?).map(drop)
     }
 
-    fn kmod_is_loaded(&self, name: &str) -> Result<bool> {
-        // /sys/module/<name> also lists built-ins; /proc/modules only loadable ones, which is
-        // what load/unload act on.
-        let modules = std::fs::read_to_string(self.proc_path("modules"))
-            .map_err(|e| HostError::io("read", Path::new("/proc/modules"), e))?;
-        Ok(modules_contains(&modules, name))
-    }
-
     fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
         let argv = argv::systemctl(verb, unit)?;
         refuse_power_change(verb, unit, || {
@@ -192,20 +184,6 @@ impl HostOps for LinuxHost {
     }
 }
 
-impl LinuxHost {
-    fn proc_path(&self, rel: &str) -> PathBuf {
-        self.proc.under_proc(rel)
-    }
-}
-
-/// Whether `/proc/modules` text lists `name` (`-` and `_` are the same to the kernel).
-pub(crate) fn modules_contains(modules: &str, name: &str) -> bool {
-    let want = name.replace('-', "_");
-    modules
-        .lines()
-        .any(|l| l.split_whitespace().next() == Some(want.as_str()))
-}
-
 /// Node facts read from the root and proc, shared by both backends.
 pub(crate) fn node_info(
     fs: &RootFs,
@@ -231,11 +209,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modules_are_matched_by_first_column_with_dash_folding() {
-        let m = "br_netfilter 32768 0 - Live 0x0\nbridge 311296 1 br_netfilter, Live 0x0\n";
-        assert!(modules_contains(m, "br_netfilter"));
-        assert!(modules_contains(m, "br-netfilter"));
-        assert!(!modules_contains(m, "br"));
+    fn a_module_is_loaded_when_its_sysfs_initstate_says_so() {
+        let root = tempfile::tempdir().unwrap();
+        let state = |module: &str, initstate: Option<&str>| {
+            let dir = root.path().join("sys/module").join(module);
+            std::fs::create_dir_all(&dir).unwrap();
+            if let Some(s) = initstate {
+                std::fs::write(dir.join("initstate"), format!("{s}\n")).unwrap();
+            }
+        };
+        state("br_netfilter", Some("live"));
+        state("coming_up", Some("coming"));
+        state("leaving", Some("going"));
+        state("built_in", None);
+        // No /proc/modules at all: a kernel without module support has none.
+        let host = LinuxHost::new(
+            root.path(),
+            &root.path().join("proc"),
+            HostNamespaces::Current,
+            NodeIdentity::default(),
+        )
+        .unwrap();
+        assert!(host.kmod_is_loaded("br_netfilter").unwrap());
+        assert!(host.kmod_is_loaded("br-netfilter").unwrap(), "- is _");
+        assert!(host.kmod_is_loaded("coming-up").unwrap());
+        assert!(!host.kmod_is_loaded("leaving").unwrap());
+        assert!(!host.kmod_is_loaded("built_in").unwrap(), "not loadable");
+        assert!(!host.kmod_is_loaded("absent").unwrap());
+        assert!(matches!(
+            host.kmod_is_loaded("../etc"),
+            Err(HostError::InvalidName(_))
+        ));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use nodewright_api::hostargs::{UnitName, UnitPowerProps};
+use nodewright_api::hostargs::{self, UnitName, UnitPowerProps};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{ExecLimits, ExecOutput};
@@ -98,8 +98,19 @@ pub trait HostOps: Send + Sync + fmt::Debug {
     fn kmod_load(&self, name: &str, params: &[String]) -> Result<()>;
     /// Unloads a kernel module.
     fn kmod_unload(&self, name: &str) -> Result<()>;
-    /// Whether a kernel module is loaded.
-    fn kmod_is_loaded(&self, name: &str) -> Result<bool>;
+    /// Whether the kernel holds loadable module `name`: its `/sys/module/<name>/initstate`
+    /// reads `live` or `coming`, the test modprobe itself applies. A built-in module has the
+    /// directory but no `initstate`; a kernel without module support has neither (nor a
+    /// `/proc/modules`). One rule for every backend: the simulated kernel keeps the same file.
+    fn kmod_is_loaded(&self, name: &str) -> Result<bool> {
+        hostargs::module_name(name)
+            .map_err(|r| HostError::InvalidName(format!("kernel module: {r}")))?;
+        let state = format!("/sys/module/{}/initstate", name.replace('-', "_"));
+        Ok(self
+            .fs()
+            .read_host_state(Path::new(&state))?
+            .is_some_and(|s| matches!(s.trim(), "live" | "coming")))
+    }
     /// Rebuilds the module dependency lists of kernel `release` (`depmod -a`).
     fn depmod(&self, release: &str) -> Result<()>;
     /// Runs a systemctl verb on a unit.

@@ -26,11 +26,6 @@ impl ProcSys {
         Ok(self.base.join(key.replace('.', "/")))
     }
 
-    /// A path under the `proc` directory itself (`modules`, `sys/kernel/random/boot_id`).
-    pub(crate) fn under_proc(&self, rel: &str) -> PathBuf {
-        self.base.parent().unwrap_or(Path::new("/proc")).join(rel)
-    }
-
     pub(crate) fn get(&self, key: &str) -> Result<String> {
         let path = self.path(key)?;
         let raw = std::fs::read_to_string(&path).map_err(|e| match e.kind() {

@@ -406,6 +406,21 @@ impl RootFs {
     pub fn read_host_file(&self, path: &Path) -> Option<String> {
         self.root.read_to_string(strip_root(path)).ok()
     }
+
+    /// [`Self::read_host_file`] for state the kernel shows (`/sys/module/<m>/initstate`):
+    /// `None` when there is no such file, any other failure an error.
+    pub fn read_host_state(&self, path: &Path) -> Result<Option<String>> {
+        match self.root.read_to_string(strip_root(path)) {
+            Ok(text) => Ok(Some(text)),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(HostError::io("read", path, e)),
+        }
+    }
 }
 
 mod resolve;

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `/proc/sys/...` | sysctl values, one file per key (`/proc/sys/kernel/random/boot_id` too) |
 //! | `/proc/modules` | loaded modules, `/proc/modules` format |
+//! | `/sys/module/<m>/{initstate,refcnt,version}` | what the kernel shows of a loaded module (`initstate` is what says it is loaded) |
 //! | `/run/nodewright-sim/services.json` | unit states |
 //! | `/run/nodewright-sim/reboot-requested` | present while a reboot is pending (holds the reason) |
 //! | `/var/lib/nodewright-sim/journal.jsonl` | every effect, one JSON [`HostAction`] per line |
@@ -29,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::argv;
 use crate::command::{ExecLimits, ExecOutput, ProcessTree, Program, run_program_bounded};
 use crate::error::{HostError, Result};
-use crate::linux::{modules_contains, node_info};
+use crate::linux::node_info;
 use crate::node::{NodeIdentity, NodeInfo};
 use crate::ops::{HostOps, ServiceVerb, UnitStatus, refuse_power_change};
 use crate::ops::{PayloadArg, Runnable, open_payload_args, open_payload_executable};
@@ -252,10 +253,11 @@ impl SimHost {
         Ok(boot_id)
     }
 
-    /// What the kernel shows of a module it loaded: `/sys/module/<name>/refcnt` (0), and
-    /// `version` when the module file modprobe would take (`/lib/modules/<release>/updates/
-    /// <name>.ko`, where installed modules go) declares one in its modinfo, as a real
-    /// module's `.modinfo` section does (`version=…`, NUL-terminated).
+    /// What the kernel shows of a module it loaded: `/sys/module/<name>/initstate` (`live`,
+    /// what [`HostOps::kmod_is_loaded`] reads), `refcnt` (0), and `version` when the module
+    /// file modprobe would take (`/lib/modules/<release>/updates/<name>.ko`, where installed
+    /// modules go) declares one in its modinfo, as a real module's `.modinfo` section does
+    /// (`version=…`, NUL-terminated).
     fn sys_module_loaded(&self, name: &str) -> Result<()> {
         let want = name.replace('-', "_");
         let release = self.proc.read_opt("kernel/osrelease").unwrap_or_default();
@@ -265,6 +267,7 @@ impl SimHost {
             .join(release.trim())
             .join("updates")
             .join(format!("{name}.ko"));
+        self.write_local(&format!("sys/module/{want}/initstate"), "live\n")?;
         self.write_local(&format!("sys/module/{want}/refcnt"), "0\n")?;
         if let Ok(bytes) = std::fs::read(&file)
             && let Some(version) = modinfo_version(&bytes)
@@ -464,16 +467,6 @@ impl HostOps for SimHost {
         })
     }
 
-    fn kmod_is_loaded(&self, name: &str) -> Result<bool> {
-        Ok(modules_contains(
-            &self
-                .fs
-                .read_host_file(Path::new("/proc/modules"))
-                .unwrap_or_default(),
-            name,
-        ))
-    }
-
     fn service(&self, verb: ServiceVerb, unit: &str) -> Result<()> {
         let argv = argv::systemctl(verb, unit)?;
         refuse_power_change(verb, unit, || Ok(self.unit_power_props(unit)))?;
@@ -597,6 +590,14 @@ pub fn modinfo_version(module: &[u8]) -> Option<String> {
     let at = module.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
     let end = module[at..].iter().position(|&b| b == 0)? + at;
     String::from_utf8(module[at..end].to_vec()).ok()
+}
+
+/// Whether `/proc/modules` text lists `name` (`-` and `_` are the same to the kernel).
+fn modules_contains(modules: &str, name: &str) -> bool {
+    let want = name.replace('-', "_");
+    modules
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(want.as_str()))
 }
 
 #[cfg(test)]

@@ -198,6 +198,7 @@ async fn fleet(
             cluster.host_file(n, &format!("/proc/sys/{}", key.replace('.', "/")), "60")?;
         }
         cluster.host_file(n, "/proc/modules", "nvidia 0 0 - Live 0x0\n")?;
+        cluster.host_file(n, "/sys/module/nvidia/initstate", "live\n")?;
     }
     let port = nodewright_testregistry::free_port();
     let op = Operator::start(

@@ -32,6 +32,10 @@ use serde_json::json;
 use crate::{ControlPlane, ktest_binary};
 
 const NODE_SCRIPT: &str = include_str!("realnode/node.sh");
+const MODPROBE: &str = include_str!("realnode/modprobe.sh");
+const DEPMOD: &str = include_str!("realnode/depmod.sh");
+/// Where the node's `modprobe` and `depmod` record their calls (the node's /var/log).
+const KMOD_LOG: &str = "var-log/nodewright-kmod.log";
 
 /// What the node needs on this machine, by the file that shows it is there.
 pub const PREREQUISITES: &[(&str, &str)] = &[
@@ -166,6 +170,14 @@ fn write_exec(path: &Path, body: &str) -> Result<()> {
     Ok(())
 }
 
+/// The running kernel's release: the node's too (it shares the machine's kernel).
+fn kernel_release() -> Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .context("reading the kernel release")?
+        .trim()
+        .to_string())
+}
+
 fn new_boot_id() -> String {
     let raw = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_default();
     raw.trim().to_string()
@@ -188,6 +200,7 @@ impl Inner {
             "cni",
             "cni-ipam",
             "pod-logs",
+            "lib-modules",
         ] {
             std::fs::create_dir_all(n.join(d))?;
         }
@@ -210,6 +223,9 @@ impl Inner {
                 state = state.display()
             ),
         )?;
+        write_exec(&n.join("bin/modprobe"), MODPROBE)?;
+        write_exec(&n.join("bin/depmod"), DEPMOD)?;
+        std::fs::create_dir_all(n.join("lib-modules").join(kernel_release()?))?;
         // This VM's root cannot lower oom_score_adj (no CAP_SYS_RESOURCE): runc would fail
         // every pod sandbox. The wrapper drops a negative oomScoreAdj from the bundle.
         write_exec(
@@ -524,16 +540,22 @@ impl RealNode {
             .map(|r| r.pid1)
     }
 
-    /// A path of the node's filesystem as the machine sees it (/etc, /var/lib and /var/log
-    /// are the node's own).
+    /// A path of the node's filesystem as the machine sees it (/etc, /var/lib, /var/log,
+    /// /lib/modules and /sys/module are the node's own).
     pub fn host_path(&self, path: &str) -> PathBuf {
         let rel = path.trim_start_matches('/');
         for (prefix, dir) in [
             ("etc", "etc"),
             ("var/lib", "var-lib"),
             ("var/log", "var-log"),
+            ("lib/modules", "lib-modules"),
+            ("usr/lib/modules", "lib-modules"),
+            ("sys/module", "kmod/sys-module"),
         ] {
-            if let Some(rest) = rel.strip_prefix(prefix) {
+            let under = rel
+                .strip_prefix(prefix)
+                .filter(|rest| rest.is_empty() || rest.starts_with('/'));
+            if let Some(rest) = under {
                 return self.inner.dir.join(dir).join(rest.trim_start_matches('/'));
             }
         }
@@ -542,15 +564,29 @@ impl RealNode {
 
     /// Runs `argv` inside the node's network namespace (to read its sysctls).
     pub fn in_netns(&self, argv: &[&str]) -> Result<String> {
+        self.nsenter(&["net"], argv)
+    }
+
+    /// Runs `argv` in the node's mount, UTS and network namespaces, as a host command of
+    /// the node would run.
+    pub fn in_node(&self, argv: &[&str]) -> Result<String> {
+        self.nsenter(&["mount", "uts", "net"], argv)
+    }
+
+    fn nsenter(&self, namespaces: &[&str], argv: &[&str]) -> Result<String> {
         let pid = self.pid1().context("the node is not running")?;
         let out = Command::new("nsenter")
-            .arg(format!("--net=/proc/{pid}/ns/net"))
+            .args(namespaces.iter().map(|ns| {
+                let file = if *ns == "mount" { "mnt" } else { ns };
+                format!("--{ns}=/proc/{pid}/ns/{file}")
+            }))
             .arg("--")
             .args(argv)
             .output()?;
         if !out.status.success() {
             bail!(
-                "{argv:?} in the node's network namespace: {}",
+                "{argv:?} in the node's {} namespaces: {}",
+                namespaces.join(", "),
                 String::from_utf8_lossy(&out.stderr)
             );
         }
@@ -564,6 +600,26 @@ impl RealNode {
             .lines()
             .map(String::from)
             .collect()
+    }
+
+    /// What the node's `modprobe` and `depmod` were asked, one call per line.
+    pub fn kmod_calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.inner.dir.join(KMOD_LOG))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    /// Makes the node's kernel show module `name` loaded at `version`, held by `refcnt`
+    /// users, as if loaded before this test (gone at the next boot, like any module).
+    pub fn load_module(&self, name: &str, version: &str, refcnt: u32) -> Result<()> {
+        let sys = self.host_path(&format!("/sys/module/{name}"));
+        std::fs::create_dir_all(&sys)?;
+        std::fs::write(sys.join("version"), format!("{version}\n"))?;
+        std::fs::write(sys.join("refcnt"), format!("{refcnt}\n"))?;
+        std::fs::write(sys.join("initstate"), "live\n")?;
+        Ok(())
     }
 
     /// The tails of the node's own logs (node script, containerd, kubelet).

@@ -384,6 +384,7 @@ async fn driver_installs_the_payload_module_and_swaps_it_idle_or_at_a_reboot() {
     std::fs::write(root.join("proc/modules"), "nvidia 1 0 - Live 0x0\n").unwrap();
     std::fs::create_dir_all(root.join("sys/module/nvidia")).unwrap();
     std::fs::write(root.join("sys/module/nvidia/version"), "550.54.14\n").unwrap();
+    std::fs::write(root.join("sys/module/nvidia/initstate"), "live\n").unwrap();
     std::fs::write(root.join("sys/module/nvidia/refcnt"), "0\n").unwrap();
     std::fs::create_dir_all(root.join("lib/modules/6.1.0-nodewright-sim/kernel")).unwrap();
     let payload = tempfile::tempdir().unwrap();

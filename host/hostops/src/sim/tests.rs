@@ -55,6 +55,14 @@ fn effects_are_recorded_and_stateful() {
 }
 
 #[test]
+fn modules_are_matched_by_first_column_with_dash_folding() {
+    let m = "br_netfilter 32768 0 - Live 0x0\nbridge 311296 1 br_netfilter, Live 0x0\n";
+    assert!(modules_contains(m, "br_netfilter"));
+    assert!(modules_contains(m, "br-netfilter"));
+    assert!(!modules_contains(m, "br"));
+}
+
+#[test]
 fn reboot_changes_boot_id_and_resets_runtime_state() {
     let tmp = tempfile::tempdir().unwrap();
     let host = SimHost::new(tmp.path(), NodeIdentity::default()).unwrap();

@@ -123,6 +123,7 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
             "/proc/modules",
             "nvidia 57540608 12 - Live 0x0000000000000000\n",
         );
+        e.host_file(n, "/sys/module/nvidia/initstate", "live\n");
         e.host_file(n, "/sys/module/nvidia/refcnt", "12\n");
         e.host_file(n, "/sys/module/nvidia/version", "550.54.14\n");
         // What an earlier package left in the node cache, two hours ago: no package refers

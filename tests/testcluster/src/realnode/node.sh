@@ -5,7 +5,10 @@
 # changes the CI machine: sysctls and routes are the node's network namespace's, /run is
 # a tmpfs, and /etc, /var/lib, /var/log are the node's own directories bind-mounted over
 # the machine's. `systemctl` is a fake that records what it is asked (a reboot request is
-# the harness's cue to restart the node); the kernel has no loadable modules here.
+# the harness's cue to restart the node). The node's kernel modules are its own too: a
+# /sys/module the harness and the `modprobe`/`depmod` shims write, holding no loaded
+# module at every boot as a kernel's would, over the machine's real entries; and a
+# /lib/modules of its own, so an installed module never lands on the machine.
 # Inputs (environment): NODE (directory), NAME, NODE_IP, HOST_IP, API_PORT, KTEST,
 # KUBELET_PORT.
 set -euo pipefail
@@ -23,6 +26,29 @@ mount --bind "$N/boot_id" /proc/sys/kernel/random/boot_id
 mount --bind "$N/fake/overcommit_memory" /proc/sys/vm/overcommit_memory
 mount --bind "$N/fake/panic" /proc/sys/kernel/panic
 mount --bind "$N/fake/panic_on_oops" /proc/sys/kernel/panic_on_oops
+# Kernel modules: this boot's /sys/module is the node's own directory, each of the
+# machine's real entries bound into it (what runc or the kubelet may look for stays).
+rm -rf "$N/kmod"
+mkdir -p "$N/kmod/sys-module"
+for d in /sys/module/*; do
+  mkdir "$N/kmod/sys-module/${d##*/}"
+  mount --bind "$d" "$N/kmod/sys-module/${d##*/}"
+done
+mount --rbind "$N/kmod/sys-module" /sys/module
+# A machine directory made the node's own: an overlay whose changes go to the node's
+# upper layer, never to the machine.
+own() {
+  local dir up
+  dir="$(readlink -f "$1")"
+  up="$N/overlay/$2"
+  mkdir -p "$up/upper" "$up/work"
+  mount -t overlay "nodewright-node-$2" -o "lowerdir=$dir,upperdir=$up/upper,workdir=$up/work" "$dir"
+}
+own /sbin sbin
+ln -sfn "$N/bin/modprobe" /sbin/modprobe
+ln -sfn "$N/bin/depmod" /sbin/depmod
+[ -d /lib/modules ] || { own /lib lib; mkdir -p /lib/modules; }
+mount --bind "$N/lib-modules" /lib/modules
 hostname "$NAME"
 echo $$ > "$N/state/pid1-inside"
 

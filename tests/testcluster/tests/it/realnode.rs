@@ -1,7 +1,8 @@
 //! The real node by itself: the real kubelet with containerd and runc in namespaces of
 //! its own, Ready against the test control plane, running a pod from the local registry,
 //! and rebooting (a restart of its namespaces with a new boot ID) when its `systemctl`
-//! is asked to. Skipped, saying why, where the machine lacks what it needs (the CI
+//! is asked to; its kernel modules its own (the `modprobe`/`depmod` shims, its own
+//! /sys/module and /lib/modules), never the machine's. Skipped, saying why, where the machine lacks what it needs (the CI
 //! installs it: `cargo xtask setup`).
 
 use std::time::Duration;
@@ -81,6 +82,59 @@ async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {
     .await;
     assert!(running.is_some(), "the pod never ran\n{}", node.logs());
 
+    // The node's kernel modules are its own: a module installed under its /lib/modules,
+    // listed by its depmod and loaded by its modprobe shows in its /sys/module with the
+    // file's version; one in use is refused unloading; the machine sees none of it.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let release = release.trim();
+    node.load_module("busy", "1.0", 2).unwrap();
+    let updates = node.host_path(&format!("/lib/modules/{release}/updates"));
+    std::fs::create_dir_all(&updates).unwrap();
+    std::fs::write(updates.join("demo.ko"), b"\x7fELF\0version=2.0\0").unwrap();
+    let modprobe = |args: &[&str]| node.in_node(&[&["/sbin/modprobe"], args].concat());
+    assert!(
+        modprobe(&["--", "demo"]).is_err_and(|e| e.to_string().contains("not found")),
+        "modprobe finds only what depmod listed"
+    );
+    node.in_node(&["/sbin/depmod", "-a", "--", release])
+        .unwrap();
+    modprobe(&["--", "demo"]).unwrap();
+    assert_eq!(
+        node.in_node(&["cat", "/sys/module/demo/version"]).unwrap(),
+        "2.0"
+    );
+    assert_eq!(
+        node.in_node(&["cat", "/sys/module/demo/initstate"])
+            .unwrap(),
+        "live"
+    );
+    assert!(
+        modprobe(&["-r", "--", "busy"]).is_err_and(|e| e.to_string().contains("in use")),
+        "a module in use stays"
+    );
+    // (containerd asks for `aufs` as it starts, and is told there is none.)
+    let ours: Vec<String> = node
+        .kmod_calls()
+        .into_iter()
+        .filter(|c| c.starts_with("depmod") || c.ends_with(" demo") || c.ends_with(" busy"))
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            "modprobe -- demo",
+            &format!("depmod -a -- {release}"),
+            "modprobe -- demo",
+            "modprobe -r -- busy"
+        ]
+    );
+    for m in ["demo", "busy"] {
+        assert!(
+            !std::path::Path::new(&format!("/sys/module/{m}")).exists(),
+            "the machine's kernel shows no {m}"
+        );
+    }
+    assert!(!std::path::Path::new(&format!("/lib/modules/{release}/updates/demo.ko")).exists());
+
     // The node's systemctl asked for a reboot: the harness restarts the node.
     let pid1 = node.pid1().unwrap();
     std::fs::write(node.dir().join("state/reboot-requested"), "test").unwrap();
@@ -97,6 +151,18 @@ async fn a_real_node_runs_pods_and_reboots_with_a_new_boot_id() {
         node.in_netns(&["cat", "/proc/sys/net/ipv4/ip_forward"])
             .unwrap(),
         "1"
+    );
+    // A reboot unloads every module; what was installed stays installed.
+    for m in ["demo", "busy"] {
+        assert!(
+            node.in_node(&["test", "-e", &format!("/sys/module/{m}")])
+                .is_err(),
+            "{m} survived the reboot"
+        );
+    }
+    assert!(
+        node.host_path(&format!("/lib/modules/{release}/updates/demo.ko"))
+            .exists()
     );
     drop(node);
 }
