@@ -491,6 +491,33 @@ pub fn host_ip() -> Result<std::net::Ipv4Addr> {
 }
 
 /// Polls `check` every 250 ms until it returns `Some`, or `None` once `timeout` has passed.
+/// Pushes a test image (its config, layers and manifest) as `reference`; returns the
+/// manifest's digest.
+pub async fn push_image(
+    registry: &Registry,
+    reference: &str,
+    image: &nodewright_testregistry::image::TestImage,
+) -> Result<String> {
+    let mut blobs = vec![nodewright_oci::Blob {
+        what: "config",
+        bytes: image.config.clone(),
+    }];
+    blobs.extend(image.layers.iter().map(|l| nodewright_oci::Blob {
+        what: "layer",
+        bytes: l.clone(),
+    }));
+    let (_, digest) = registry
+        .push_manifest(
+            reference,
+            &blobs,
+            image.manifest.clone(),
+            nodewright_testregistry::image::OCI_MANIFEST,
+            &|_| {},
+        )
+        .await?;
+    Ok(digest)
+}
+
 pub async fn poll<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,

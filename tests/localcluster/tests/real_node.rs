@@ -3,7 +3,8 @@
 //! rollouts whose agents run in real containers under the real kubelet — a sysctl written
 //! in the node's network namespace, a host command tree that runs in the node's namespaces
 //! and dies with its stage's deadline, a reboot carried out as a restart of the node, a
-//! helm upgrade (carrying a CRD schema change) and rollback across two built versions in the
+//! driver whose 200 MiB module and vendor firmware image travel as payloads staged before
+//! the cordon and swapped through the node's `modprobe` at a reboot, a helm upgrade (carrying a CRD schema change) and rollback across two built versions in the
 //! middle of a rollout, a roll forward, an agent image the kubelet cannot pull until it is
 //! pushed, and `helm uninstall`.
 //!
@@ -20,6 +21,9 @@ use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_localcluster::poll;
 use nodewright_localcluster::real::{Published, RealCluster, real_node_available};
 use serde_json::{Value, json};
+
+#[path = "real_node/payloads.rs"]
+mod payloads;
 
 const LIMIT: Duration = Duration::from_secs(300);
 const NODE: &str = "real-1";
@@ -217,6 +221,26 @@ fn digest(p: &Published, repository: &str) -> String {
     p.pinned(repository)
         .map(|r| r.digest().to_string())
         .unwrap_or_else(|| panic!("{repository} not published: {p:?}"))
+}
+
+/// Applies `nw` once the operator (on `digest`) is back and its webhook answers — after a
+/// reboot of its node, its fail-closed webhook refuses every NodeWright write until a
+/// replica serves again (the operator's availability across its own node's reboot is
+/// #32's), so an admin waits for the pods, then for the endpoint, and only then writes.
+async fn apply_when_served(c: &RealCluster, digest: &str, nw: Value) {
+    wait(c, "the operator ready", || async {
+        operator_ready(c, Some(digest)).await.then_some(())
+    })
+    .await;
+    wait(c, "the webhook answering", || async {
+        match apply(c, nw.clone()).await {
+            Ok(()) => Some(Ok(())),
+            Err(e) if e.to_string().contains("failed calling webhook") => None,
+            Err(e) => Some(Err(e)),
+        }
+    })
+    .await
+    .unwrap();
 }
 
 /// The webhook of the installed chart refuses what validation refuses.
@@ -436,8 +460,13 @@ async fn nodewright_as_installed_on_a_real_node() {
         "uncordoned after post-interrupt"
     );
 
-    step("5. helm upgrade and rollback mid-rollout");
-    // 5. Helm upgrade to a second built version, then a rollback, in the middle of a
+    step("5. a driver from payloads, swapped at a reboot");
+    // 5. A driver whose files are payloads (see `payloads`); step 4's reboot restarted the
+    //    operator's pods with their node, so it waits for them first.
+    payloads::a_driver_from_payloads(&c, &operator_v1).await;
+
+    step("6. helm upgrade and rollback mid-rollout");
+    // 6. Helm upgrade to a second built version, then a rollback, in the middle of a
     //    rollout: the CRDs, the webhook and the rollout carry through both.
     let v2 = c.publish(Some("0.1.1")).unwrap_or_else(|e| panic!("{e:#}"));
     let operator_v2 = digest(&v2, "operator");
@@ -453,23 +482,13 @@ async fn nodewright_as_installed_on_a_real_node() {
         "capabilities": {"commands": [{"path": "/etc/nodewright-localcluster/slow.sh"}]},
         "configMap": {"apply": "/etc/nodewright-localcluster/slow.sh"}
     });
-    // Step 4's reboot restarted the operator's pods with their node. Until one serves again
-    // its fail-closed webhook refuses every NodeWright write (the operator's availability
-    // across its own node's reboot is #32's): wait for the pods, then for the webhook's
-    // endpoint to answer, as an admin would, and only then write.
-    wait(&c, "the operator back after its node's reboot", || async {
-        operator_ready(&c, Some(&operator_v1)).await.then_some(())
-    })
+    // Step 5's reboot restarted the operator's pods with their node.
+    apply_when_served(
+        &c,
+        &operator_v1,
+        cr("slow", json!({"packages": {"slow": slow.clone()}})),
+    )
     .await;
-    wait(&c, "the webhook answering", || async {
-        match apply(&c, cr("slow", json!({"packages": {"slow": slow.clone()}}))).await {
-            Ok(()) => Some(Ok(())),
-            Err(e) if e.to_string().contains("failed calling webhook") => None,
-            Err(e) => Some(Err(e)),
-        }
-    })
-    .await
-    .unwrap();
     // The second version's chart adds a NodeWright field: its pre-upgrade hook (a Job
     // running the new operator image) applies the new CRDs before anything else changes.
     assert_eq!(
@@ -560,8 +579,8 @@ async fn nodewright_as_installed_on_a_real_node() {
         "the simulated node was never targeted: {ours:?}"
     );
 
-    step("6. roll forward, then helm uninstall");
-    // 6. Forward to the second version again (its hook applies the same CRDs again), then
+    step("7. roll forward, then helm uninstall");
+    // 7. Forward to the second version again (its hook applies the same CRDs again), then
     //    uninstall: the operator and everything the chart made go, the hook's short-lived
     //    account went when the hook succeeded, and the CRDs and every NodeWright stay.
     c.helm(&upgrade).unwrap_or_else(|e| panic!("{e:#}"));
@@ -572,8 +591,8 @@ async fn nodewright_as_installed_on_a_real_node() {
     webhook_refuses(&c).await;
     assert_eq!(nodewright_crd(&c).await, (Some("0.1.1".into()), true));
 
-    step("7. an agent image the kubelet cannot pull yet");
-    // 7. The agent image named by a tag nothing was pushed as yet (a tag: by digest, the
+    step("8. an agent image the kubelet cannot pull yet");
+    // 8. The agent image named by a tag nothing was pushed as yet (a tag: by digest, the
     //    node's containerd would find the image it already holds under another name): the
     //    stage Job's pod cannot start, and the node says so (naming the image and the
     //    kubelet's message) instead of reading in progress for the stage's deadline; once
@@ -626,7 +645,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     );
     // A figure for the log: the bound is two minutes (the wait's limit is five).
     eprintln!(
-        "step 7: applied -> the node erroring on the image pull in {:.1} s",
+        "step 8: applied -> the node erroring on the image pull in {:.1} s",
         applied.elapsed().as_secs_f64()
     );
     // The pod that cannot start is a failed attempt of the stage, in the node's state
@@ -660,7 +679,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     wait_complete(&c, "pulled").await;
     // A figure for the log (the kubelet's image back-off sets most of it), not a bound.
     eprintln!(
-        "step 7: the agent image pushed -> the rollout complete in {:.1} s",
+        "step 8: the agent image pushed -> the rollout complete in {:.1} s",
         pushed.elapsed().as_secs_f64()
     );
     assert_eq!(c.node.in_netns(&["cat", key]).unwrap(), "733");

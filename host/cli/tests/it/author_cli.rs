@@ -2,7 +2,7 @@
 //! running by reference, `validate`, and one cache shared by two processes.
 
 use crate::plugin_support;
-use nodewright_testregistry::image::{OCI_MANIFEST, TestImage, gzip_layer};
+use nodewright_testregistry::image::{TestImage, gzip_layer};
 
 use std::path::Path;
 use std::process::Command;
@@ -405,22 +405,10 @@ fn a_payload_is_pushed_listed_and_read_by_the_plugin() {
         insecure: vec![reg.host().into()],
         ..Default::default()
     });
-    let mut blobs = vec![nodewright_oci::Blob {
-        what: "config",
-        bytes: image.config.clone(),
-    }];
-    blobs.extend(image.layers.iter().map(|l| nodewright_oci::Blob {
-        what: "layer",
-        bytes: l.clone(),
-    }));
     tokio::runtime::Runtime::new()
         .unwrap()
-        .block_on(registry.push_manifest(
-            &image_ref,
-            &blobs,
-            image.manifest.clone(),
-            OCI_MANIFEST,
-            &|_| {},
+        .block_on(nodewright_localcluster::push_image(
+            &registry, &image_ref, &image,
         ))
         .unwrap();
     let from_image = run(

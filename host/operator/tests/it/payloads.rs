@@ -15,8 +15,8 @@ use nodewright_api::node_state::Staged;
 use nodewright_api::payload::PayloadName;
 use nodewright_api::v1alpha1::Status;
 use nodewright_hostops::HostAction;
-use nodewright_oci::{Blob, PayloadFile, Registry, RegistryConfig};
-use nodewright_testregistry::image::{OCI_MANIFEST, TestImage, gzip_layer};
+use nodewright_oci::{PayloadFile, Registry, RegistryConfig};
+use nodewright_testregistry::image::{TestImage, gzip_layer};
 use serde_json::json;
 use specs::*;
 
@@ -28,25 +28,6 @@ fn module(version: &str, body: usize) -> Vec<u8> {
     m.extend(std::iter::repeat_n(0x5a, body));
     m.extend_from_slice(format!("\0version={version}\0").as_bytes());
     m
-}
-
-/// Pushes a single-platform image of gzip `layers` to `repo:560.35.03`.
-async fn push_image(registry: &Registry, repo: &str, layers: &[Vec<u8>]) -> String {
-    let image = TestImage::new(layers.to_vec());
-    let mut blobs = vec![Blob {
-        what: "config",
-        bytes: image.config.clone(),
-    }];
-    blobs.extend(image.layers.iter().map(|l| Blob {
-        what: "layer",
-        bytes: l.clone(),
-    }));
-    let reference = format!("{repo}:560.35.03");
-    registry
-        .push_manifest(&reference, &blobs, image.manifest, OCI_MANIFEST, &|_| {})
-        .await
-        .unwrap();
-    reference
 }
 
 /// When each node first showed its staged mark and its cordon, as a watcher polling the
@@ -81,12 +62,10 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
             ("opt/nvidia/.wh.gsp-550.bin", b""),
         ]),
     ];
-    let image = push_image(
-        &registry,
-        &format!("{}/vendor/nvidia-driver", e.registry.host()),
-        &layers,
-    )
-    .await;
+    let image = format!("{}/vendor/nvidia-driver:560.35.03", e.registry.host());
+    nodewright_localcluster::push_image(&registry, &image, &TestImage::new(layers.to_vec()))
+        .await
+        .unwrap();
     // The plugin carries a payload of its own too (its notes): both are staged.
     let src = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("NOTES"), "560.35.03 for kernels 6.x\n").unwrap();
