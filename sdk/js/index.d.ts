@@ -136,7 +136,12 @@ export declare class Sysctl {
 
 /** Host commands under `capabilities.commands`. */
 export declare class Exec {
+  /** Runs a granted command: a host binary, or `payload:<name>/<file>`; an argument whose
+   * grant pattern starts with `payload:` names a payload file the command then reads. */
   run(path: string, args?: string[]): { status?: number; stdout: Uint8Array; stderr: Uint8Array };
+  /** Runs file `file` of the package's payload `payload`, as granted by
+   * `commands: [{path: "payload:<payload>/<file>"}]`: from the payload's read-only tree. */
+  runPayload(payload: string, file: string, args?: string[]): { status?: number; stdout: Uint8Array; stderr: Uint8Array };
 }
 
 /** Reboot requests (interrupt stage of a `reboot` package only). */

@@ -183,6 +183,7 @@ export class Sysctl {
 
 export class Exec {
   run(path, args = []) { return { ...call(iface('exec').run, path, args) }; }
+  runPayload(payload, file, args = []) { return this.run(`payload:${payload}/${file}`, args); }
 }
 
 export class Power {

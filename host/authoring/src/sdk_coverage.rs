@@ -84,3 +84,35 @@ fn every_host_function_has_a_python_and_a_javascript_wrapper() {
     }
     assert!(missing.is_empty(), "SDK wrappers missing: {missing:#?}");
 }
+
+/// The Rust SDK's capability methods, conveniences included (`run_payload`).
+const RUST_CAPS: &str = include_str!("../../../sdk/src/caps.rs");
+
+#[test]
+fn every_capability_method_of_the_rust_sdk_is_in_the_python_and_javascript_ones() {
+    // `read_string` is `read` decoded: Python's bytes and JavaScript's Uint8Array decode
+    // natively.
+    const RUST_ONLY: [&str; 1] = ["read_string"];
+    let methods: std::collections::BTreeSet<&str> = RUST_CAPS
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub fn "))
+        .filter_map(|l| l.split(['(', '<']).next())
+        .filter(|m| !RUST_ONLY.contains(m))
+        .collect();
+    assert!(methods.contains("run_payload") && methods.contains("install"));
+    let python: String = crate::python::sdk_sources().collect();
+    let mut missing = Vec::new();
+    for m in &methods {
+        if !python.contains(&format!("def {m}(")) {
+            missing.push(format!("python: {m}"));
+        }
+        let js = format!("  {}(", camel(&m.replace('_', "-")));
+        if !crate::js::SDK_JS.contains(&js) {
+            missing.push(format!("javascript: {}", js.trim()));
+        }
+        if !crate::js::SDK_TYPES.contains(&js) {
+            missing.push(format!("index.d.ts: {}", js.trim()));
+        }
+    }
+    assert!(missing.is_empty(), "SDK methods missing: {missing:#?}");
+}

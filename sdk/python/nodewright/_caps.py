@@ -211,9 +211,17 @@ class Exec:
     """Host commands under ``capabilities.commands``: the escape hatch."""
 
     def run(self, path: str, args: Sequence[str] = ()) -> ExecOutput:
-        """Runs a granted command; output is bounded by the host."""
+        """Runs a granted command — a host binary, or ``payload:<name>/<file>`` — with output
+        bounded by the host. An argument whose grant pattern starts with ``payload:`` names a
+        payload file the command then reads."""
         out = _call(_interface("exec").run, path, list(args))
         return ExecOutput(out.status, bytes(out.stdout), bytes(out.stderr))
+
+    def run_payload(self, payload: str, file: str, args: Sequence[str] = ()) -> ExecOutput:
+        """Runs file ``file`` of the package's payload ``payload``, as granted by
+        ``commands: [{path: "payload:<payload>/<file>"}]``: the host runs it from the
+        payload's read-only tree, so what runs is exactly the signed file."""
+        return self.run(f"payload:{payload}/{file}", args)
 
 
 class Power:
