@@ -55,7 +55,6 @@ fn write_module(path: &std::path::Path, version: &str, body: usize) -> String {
         left -= n;
     }
     put(format!("\0version={version}\0").as_bytes());
-    drop(put);
     out.flush().unwrap();
     format!("sha256:{}", hex::encode(hash.finalize()))
 }
