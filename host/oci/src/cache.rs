@@ -1,7 +1,7 @@
 //! The node's content-addressed plugin cache.
 //!
 //! ```text
-//! <root>/blobs/sha256/<hex>        component layers (and configs)
+//! <root>/blobs/sha256/<hex>        component layers (and configs), image payload layers
 //! <root>/blobs/sha256/<hex>.partial  a payload layer while it downloads (resumed from)
 //! <root>/manifests/sha256/<hex>    manifests, by manifest digest
 //! <root>/trees/sha256/<hex>        payload layers unpacked (read-only files), by layer digest
@@ -12,8 +12,10 @@
 //!
 //! Guarantees:
 //! - a file or tree is only ever visible complete (written to a temp name, then renamed);
-//! - a payload tree is unpacked from its blob while the blob is hashed, and kept only when
-//!   the hash matches; a tree once made is used as it is (the cache is root's, mode 0700);
+//! - a plugin's payload tree is unpacked from the registry's stream as it arrives, hashed
+//!   once, synced to disk and kept only when the whole layer matched its digest — the tree
+//!   is what stays, not the blob beside it; a tree once made is used as it is (the cache is
+//!   root's, mode 0700);
 //! - every load re-hashes the content; a mismatch moves the file aside and is an error, so
 //!   a corrupted or tampered file is never used (the puller then fetches it again);
 //! - any number of processes may read and write at once (identical content under identical

@@ -13,7 +13,7 @@
 
 use std::collections::HashSet;
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use crate::payload::{Refusal, UnpackLimits, Unsafe, duplicate_or};
@@ -283,24 +283,8 @@ fn replace_parent(into: &Path, rel: &Path) -> std::io::Result<()> {
 /// `mode` has an execute bit; never setuid, setgid or sticky).
 fn write_file(target: &Path, from: &mut impl Read, size: u64, mode: u32) -> Result<(), Refusal> {
     // Nothing but us writes under the tree and no entry makes a link, so no component of
-    // `target` leads elsewhere; `create_new` refuses anything already there.
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(target)
-        .map_err(|e| Refusal::Io(e.to_string()))?;
-    let read =
-        std::io::copy(&mut from.take(size), &mut file).map_err(|e| Refusal::Io(e.to_string()))?;
-    if read != size {
-        return Err(Refusal::Truncated {
-            declared: size,
-            read,
-        });
-    }
-    let ro = if mode & 0o111 != 0 { 0o555 } else { 0o444 };
-    file.set_permissions(std::fs::Permissions::from_mode(ro))
-        .map_err(|e| Refusal::Io(e.to_string()))
+    // `target` leads elsewhere; the write refuses anything already there.
+    crate::payload::write_read_only(target, from, size, mode)
 }
 
 /// Removes what is at `path`, a file or a whole directory, if anything is.

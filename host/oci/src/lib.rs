@@ -44,6 +44,7 @@ pub mod payload;
 mod progress;
 mod pull;
 mod registry;
+mod stream;
 mod tls;
 
 pub use auth::Credentials;

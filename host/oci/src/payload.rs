@@ -208,26 +208,47 @@ pub fn unpack(
                 .map_err(|e| fail(&raw, duplicate_or(e)))?;
         }
         // Nothing but us writes under `into`, and no entry makes a link, so no path
-        // component can lead elsewhere; `create_new` (O_EXCL) refuses a second entry for a
-        // path, and a link there if one ever were.
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&target)
-            .map_err(|e| fail(&raw, duplicate_or(e)))?;
-        let read = std::io::copy(&mut (&mut entry).take(declared), &mut file)
-            .map_err(|e| fail(&raw, io(e)))?;
-        if read != declared {
-            return Err(fail(&raw, Refusal::Truncated { declared, read }));
-        }
-        let ro = if mode & 0o111 != 0 { 0o555 } else { 0o444 };
-        file.set_permissions(std::fs::Permissions::from_mode(ro))
-            .map_err(|e| fail(&raw, io(e)))?;
+        // component can lead elsewhere.
+        write_read_only(&target, &mut entry, declared, mode).map_err(|r| fail(&raw, r))?;
         done.files += 1;
         done.bytes = total;
     }
     Ok(done)
+}
+
+/// Writes the `size` bytes `from` holds to the new file `target` — `create_new` (O_EXCL)
+/// refuses a second entry for a path, and a link there if one ever were — then makes it
+/// read-only (`0444`, or `0555` when `mode` has an execute bit). Copied through a buffer of
+/// up to 1 MiB (`io::copy` reads straight into it), not `io::copy`'s own 8 KiB: a 1 GiB
+/// module is a thousand writes, not a hundred thousand.
+pub(crate) fn write_read_only(
+    target: &Path,
+    from: &mut impl Read,
+    size: u64,
+    mode: u32,
+) -> Result<(), Refusal> {
+    let io = |e: std::io::Error| Refusal::Io(e.to_string());
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(target)
+        .map_err(duplicate_or)?;
+    let capacity = usize::try_from(size)
+        .unwrap_or(usize::MAX)
+        .clamp(8 << 10, 1 << 20);
+    let mut out = std::io::BufWriter::with_capacity(capacity, file);
+    let read = std::io::copy(&mut from.take(size), &mut out).map_err(io)?;
+    if read != size {
+        return Err(Refusal::Truncated {
+            declared: size,
+            read,
+        });
+    }
+    let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+    let ro = if mode & 0o111 != 0 { 0o555 } else { 0o444 };
+    file.set_permissions(std::fs::Permissions::from_mode(ro))
+        .map_err(io)
 }
 
 pub(crate) fn duplicate_or(e: std::io::Error) -> Refusal {

@@ -10,7 +10,7 @@ use nodewright_api::pinned::PinnedRef;
 use crate::artifact::Descriptor;
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
-use crate::payload::{Payload, UnpackLimits};
+use crate::payload::{self, Payload, UnpackLimits};
 use crate::progress::Progress;
 use crate::registry::{Registry, parse_manifest};
 
@@ -197,8 +197,9 @@ impl Puller {
         })
     }
 
-    /// A payload's tree: from the cache, else its blob streamed to disk (resuming what an
-    /// earlier pull left) and unpacked. Whether it was all cached.
+    /// A payload's tree: from the cache, else unpacked from the registry's stream as it
+    /// arrives (resuming what an earlier pull left), kept once the whole layer matched its
+    /// digest. Whether it was all cached.
     async fn payload(
         &self,
         reference: &str,
@@ -207,31 +208,72 @@ impl Puller {
     ) -> Result<(PathBuf, bool)> {
         let limits = UnpackLimits::default();
         let digest = &payload.layer.digest;
-        let tree = |cache: &NodeCache| match cache.payload_tree(reference, payload, limits) {
+        // A tree made earlier — or made now from a whole blob a cache of an earlier version
+        // holds.
+        let cached = |cache: &NodeCache| match cache.payload_tree(reference, payload, limits) {
             Err(Error::CacheCorrupt { .. }) => Ok(None),
             other => other,
         };
-        if let Some(tree) = tree(&self.cache)? {
+        if let Some(tree) = cached(&self.cache)? {
             progress(Progress::Cached {
                 what: "payload",
                 digest: digest.clone(),
             });
             return Ok((tree, true));
         }
-        let fetched = self
-            .blob_to_cache(reference, &payload.layer, progress)
-            .await?;
+        let cache = self.cache.clone();
+        let lock_digest = digest.clone();
+        let _download = tokio::task::spawn_blocking(move || cache.lock_download(&lock_digest))
+            .await
+            .map_err(|e| Error::Cache {
+                path: self.cache.root().display().to_string(),
+                source: std::io::Error::other(e),
+            })??;
+        // Another process on the node made it while this one waited.
+        if let Some(tree) = self.cache.tree(digest)? {
+            return Ok((tree, true));
+        }
+        progress(Progress::Downloading {
+            what: "payload",
+            digest: digest.clone(),
+            bytes: payload.layer.bytes(),
+        });
+        let partial = self.cache.partial_path(digest)?;
+        let (cache, name, key, owner) = (
+            self.cache.clone(),
+            payload.name.clone(),
+            digest.clone(),
+            reference.to_string(),
+        );
         let tree = self
-            .cache
-            .payload_tree(reference, payload, limits)?
-            .ok_or_else(|| Error::InvalidArtifact {
-                reference: reference.into(),
-                reason: format!(
-                    "payload {} vanished from the cache once fetched",
-                    payload.name
-                ),
-            })?;
-        Ok((tree, !fetched))
+            .registry
+            .stream_blob(reference, &payload.layer, &partial.clone(), move |reader| {
+                let mut reader = Some(reader);
+                let mut proof = None;
+                let tree = cache.make_tree(&key, |tmp| {
+                    let mut bytes = reader.take().expect("the tree is built once");
+                    let unpacked = payload::unpack(&name, &mut bytes, tmp, limits);
+                    // Wrong bytes are reported as such, whatever the unpacking made of them.
+                    proof = Some(bytes.verify()?);
+                    unpacked.map_err(|source| Error::UnsafePayload {
+                        reference: owner,
+                        source,
+                    })?;
+                    // The tree is what stays: the resume copy goes before the tree is synced,
+                    // so its pages are never written out for nothing.
+                    let _ = std::fs::remove_file(&partial);
+                    durable(tmp)
+                })?;
+                let proof = match (proof, reader) {
+                    (Some(p), _) => p,
+                    // Made by another process first: the stream is still checked whole.
+                    (None, Some(r)) => r.verify()?,
+                    (None, None) => unreachable!("a failed build returned its error"),
+                };
+                Ok((tree, proof))
+            })
+            .await?;
+        Ok((tree, false))
     }
 
     /// Puts the payload-sized blob `layer` in the cache unless it is there: streamed to its
@@ -285,4 +327,11 @@ impl Puller {
             other => other,
         }
     }
+}
+
+/// Makes what was written under `dir` durable before it is renamed into use: one `syncfs`
+/// of the cache's filesystem (a tree of many files costs one call, not one per file).
+fn durable(dir: &std::path::Path) -> Result<()> {
+    let handle = std::fs::File::open(dir).map_err(|e| Error::cache(dir, e))?;
+    rustix::fs::syncfs(&handle).map_err(|e| Error::cache(dir, e.into()))
 }

@@ -1,8 +1,7 @@
 //! Talking to registries: resolve, fetch by digest, push.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::OpenOptionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -392,133 +391,6 @@ impl Registry {
     }
 }
 
-impl Registry {
-    /// Fetches a payload blob into `partial`, streaming: never more than a chunk in memory,
-    /// the digest computed as the bytes arrive, the declared size checked against the
-    /// payload limit before the request and against the bytes as they come. A `partial`
-    /// left by an interrupted fetch is resumed with a range request when the registry
-    /// honours it (its bytes are hashed again first), started over when it does not, and
-    /// only verified when it is already whole. On success `partial` holds exactly the blob;
-    /// on a wrong digest or a body past its size it is removed; on a transport error it is
-    /// kept for the next try.
-    pub async fn fetch_blob_to_file(
-        &self,
-        pinned: &str,
-        descriptor: &Descriptor,
-        partial: &Path,
-    ) -> Result<()> {
-        use sha2::Digest as _;
-        use std::io::{Seek as _, Write as _};
-        let declared = declared_size(pinned, descriptor, self.config.limits.max_payload_bytes)?;
-        let r = parse_reference(pinned)?;
-        let cache_error = |e: std::io::Error| Error::cache(partial, e);
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .mode(0o600)
-            .open(partial)
-            .map_err(cache_error)?;
-        let mut have = file.metadata().map_err(cache_error)?.len();
-        if have > declared {
-            file.set_len(0).map_err(cache_error)?;
-            have = 0;
-        }
-        let mismatch = |actual: String| {
-            let _ = std::fs::remove_file(partial);
-            Error::DigestMismatch {
-                reference: pinned.into(),
-                what: "layer".into(),
-                expected: descriptor.digest.clone(),
-                actual,
-            }
-        };
-        let hash_file = |file: &mut std::fs::File, len: u64| -> std::io::Result<sha2::Sha256> {
-            let mut hasher = sha2::Sha256::new();
-            file.rewind()?;
-            std::io::copy(&mut std::io::Read::take(&mut *file, len), &mut hasher)?;
-            Ok(hasher)
-        };
-        if have == declared {
-            // Whole already (a crash between the last byte and the rename): verify only.
-            let actual = crate::digest::finish(hash_file(&mut file, have).map_err(cache_error)?);
-            return if actual == descriptor.digest {
-                Ok(())
-            } else {
-                Err(mismatch(actual))
-            };
-        }
-        let path = format!("blobs/{}", descriptor.digest);
-        let range = (have > 0).then_some(have);
-        let mut response = match self.get_response(pinned, &r, &path, None, range).await {
-            // A range the registry cannot serve: start over.
-            Err(Error::Registry { detail, .. }) if range.is_some() && detail.contains("416") => {
-                have = 0;
-                self.get_response(pinned, &r, &path, None, None).await?
-            }
-            other => other?,
-        };
-        let mut hasher = sha2::Sha256::new();
-        if have > 0 && response.status() == reqwest::StatusCode::PARTIAL_CONTENT {
-            // Resume: the bytes already on disk count, hashed again.
-            hasher = hash_file(&mut file, have).map_err(cache_error)?;
-            file.seek(std::io::SeekFrom::Start(have))
-                .map_err(cache_error)?;
-            tracing::info!(digest = %descriptor.digest, bytes = have, "resuming an interrupted download");
-        } else {
-            file.set_len(0).map_err(cache_error)?;
-            file.rewind().map_err(cache_error)?;
-            have = 0;
-        }
-        let mut got = have;
-        loop {
-            match response.chunk().await {
-                Ok(Some(chunk)) => {
-                    got += chunk.len() as u64;
-                    if got > declared {
-                        let _ = std::fs::remove_file(partial);
-                        return Err(Error::TooLarge {
-                            reference: pinned.into(),
-                            what: "layer (past its declared size)".into(),
-                            size: got,
-                            limit: declared,
-                        });
-                    }
-                    hasher.update(&chunk);
-                    // Page-cache writes of one chunk: short enough to do in place.
-                    file.write_all(&chunk).map_err(cache_error)?;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    return Err(Error::Unavailable {
-                        reference: pinned.into(),
-                        detail: format!(
-                            "reading layer {} stopped at {got} of {declared} bytes (kept; the next pull resumes): {e}",
-                            descriptor.digest
-                        ),
-                    });
-                }
-            }
-        }
-        if got < declared {
-            return Err(Error::Unavailable {
-                reference: pinned.into(),
-                detail: format!(
-                    "layer {} ended at {got} of {declared} bytes (kept; the next pull resumes)",
-                    descriptor.digest
-                ),
-            });
-        }
-        let actual = crate::digest::finish(hasher);
-        if actual != descriptor.digest {
-            return Err(mismatch(actual));
-        }
-        file.sync_all().map_err(cache_error)?;
-        Ok(())
-    }
-}
-
 /// A layer's declared size, refused before anything is fetched when it is negative or past
 /// `limit`, or when its digest is not sha256.
 impl Registry {
@@ -605,7 +477,7 @@ impl PayloadFile {
     /// Packs `source` (a file or a directory) as payload `name` into the tar `dest`.
     pub fn pack(
         name: PayloadName,
-        source: &Path,
+        source: &std::path::Path,
         dest: PathBuf,
     ) -> std::result::Result<Self, crate::payload::Unsafe> {
         let (digest, size) = crate::payload::pack_to(&name, source, &dest)?;

@@ -114,6 +114,14 @@ async fn payloads_travel_in_the_manifest_and_land_as_read_only_trees() {
             .any(|e| e.unwrap().path().extension().is_some()),
         "no partial download left"
     );
+    for p in &pulled {
+        let hex = p.digest.trim_start_matches("sha256:");
+        assert!(
+            !cache_dir.path().join("blobs/sha256").join(hex).exists(),
+            "{}: a payload stays as its tree, not a blob beside it",
+            p.name
+        );
+    }
 
     let again = puller.pull_pinned(&pushed.pinned, &|_| {}).await.unwrap();
     assert!(again.from_cache);
