@@ -221,14 +221,7 @@ impl Puller {
             });
             return Ok((tree, true));
         }
-        let cache = self.cache.clone();
-        let lock_digest = digest.clone();
-        let _download = tokio::task::spawn_blocking(move || cache.lock_download(&lock_digest))
-            .await
-            .map_err(|e| Error::Cache {
-                path: self.cache.root().display().to_string(),
-                source: std::io::Error::other(e),
-            })??;
+        let _download = self.lock_download(digest).await?;
         // Another process on the node made it while this one waited.
         if let Some(tree) = self.cache.tree(digest)? {
             return Ok((tree, true));
@@ -290,14 +283,7 @@ impl Puller {
         if self.cache.has_blob(digest) {
             return Ok(false);
         }
-        let cache = self.cache.clone();
-        let lock_digest = digest.clone();
-        let _download = tokio::task::spawn_blocking(move || cache.lock_download(&lock_digest))
-            .await
-            .map_err(|e| Error::Cache {
-                path: self.cache.root().display().to_string(),
-                source: std::io::Error::other(e),
-            })??;
+        let _download = self.lock_download(digest).await?;
         if self.cache.has_blob(digest) {
             return Ok(false);
         }
@@ -312,6 +298,18 @@ impl Puller {
             .await?;
         self.cache.commit_partial(digest)?;
         Ok(true)
+    }
+
+    /// This process's turn to download layer `digest` on the node (waited for off the
+    /// async threads); held until the returned lock file is dropped.
+    async fn lock_download(&self, digest: &str) -> Result<std::fs::File> {
+        let (cache, digest) = (self.cache.clone(), digest.to_string());
+        tokio::task::spawn_blocking(move || cache.lock_download(&digest))
+            .await
+            .map_err(|e| Error::Cache {
+                path: self.cache.root().display().to_string(),
+                source: std::io::Error::other(e),
+            })?
     }
 
     /// A cache read where corruption means "fetch again".

@@ -491,6 +491,88 @@ pub fn host_ip() -> Result<std::net::Ipv4Addr> {
 }
 
 /// Polls `check` every 250 ms until it returns `Some`, or `None` once `timeout` has passed.
+/// When a node was first seen staged for a NodeWright (with its mark) and first seen
+/// cordoned, by [`watch_staging`].
+#[derive(Clone, Debug, Default)]
+pub struct StagingSeen {
+    /// The node's `staged.<cr>` mark, when it first showed.
+    pub staged: Option<(Instant, nodewright_api::node_state::Staged)>,
+    /// When the node first showed unschedulable.
+    pub cordoned: Option<Instant>,
+}
+
+/// Polls `nodes` every 50 ms for their staged mark of NodeWright `cr` and their cordon,
+/// until the task is aborted; what it saw, per node, is in the returned map.
+pub fn watch_staging(
+    client: Client,
+    cr: &str,
+    nodes: &[&str],
+) -> (
+    tokio::task::JoinHandle<()>,
+    std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, StagingSeen>>>,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+    let (key, nodes) = (
+        keys::staged(cr),
+        nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+    );
+    let watcher = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+            loop {
+                for n in &nodes {
+                    let Ok(node) = api.get(n).await else {
+                        continue;
+                    };
+                    let now = Instant::now();
+                    let mut seen = seen.lock().expect("the watch's map");
+                    let entry: &mut StagingSeen = seen.entry(n.clone()).or_default();
+                    let staged = node
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(&key))
+                        .and_then(|v| v.parse().ok());
+                    if entry.staged.is_none() {
+                        entry.staged = staged.map(|s| (now, s));
+                    }
+                    if entry.cordoned.is_none()
+                        && node.spec.and_then(|s| s.unschedulable) == Some(true)
+                    {
+                        entry.cordoned = Some(now);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    (watcher, seen)
+}
+
+/// What the payload trees of the node cache at `cache` (`/var/lib/nodewright/plugins` as
+/// the machine sees it) hold: per tree, its top-level names, sorted; the trees sorted.
+pub fn payload_trees(cache: &Path) -> Vec<Vec<String>> {
+    let names = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|f| f.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    let trees = cache.join("trees/sha256");
+    let mut out: Vec<Vec<String>> = names(&trees)
+        .into_iter()
+        .map(|t| names(&trees.join(t)))
+        .collect();
+    out.sort();
+    out
+}
+
 /// Pushes a test image (its config, layers and manifest) as `reference`; returns the
 /// manifest's digest.
 pub async fn push_image(

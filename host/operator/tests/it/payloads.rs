@@ -2,16 +2,12 @@
 //! vendor's multi-layer driver image, and a payload of the plugin's own — staged on every
 //! node before it is cordoned, then rolled out from the staged copies alone.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common;
 use crate::specs;
 
 use common::E2e;
-use nodewright_api::keys;
-use nodewright_api::node_state::Staged;
 use nodewright_api::payload::PayloadName;
 use nodewright_api::v1alpha1::Status;
 use nodewright_hostops::HostAction;
@@ -28,14 +24,6 @@ fn module(version: &str, body: usize) -> Vec<u8> {
     m.extend(std::iter::repeat_n(0x5a, body));
     m.extend_from_slice(format!("\0version={version}\0").as_bytes());
     m
-}
-
-/// When each node first showed its staged mark and its cordon, as a watcher polling the
-/// API every 50 ms saw them.
-#[derive(Default)]
-struct Seen {
-    staged: BTreeMap<String, (Instant, Staged)>,
-    cordoned: BTreeMap<String, Instant>,
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -127,35 +115,7 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
         }
     }
 
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let watcher = {
-        let (client, seen) = (e.client.clone(), seen.clone());
-        tokio::spawn(async move {
-            let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
-            loop {
-                for n in NODES {
-                    let Ok(node) = nodes.get(n).await else {
-                        continue;
-                    };
-                    let now = Instant::now();
-                    let mut seen = seen.lock().unwrap();
-                    let staged = node
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(&keys::staged("gpu")))
-                        .and_then(|v| v.parse::<Staged>().ok());
-                    if let Some(s) = staged {
-                        seen.staged.entry(n.into()).or_insert((now, s));
-                    }
-                    if node.spec.and_then(|s| s.unschedulable) == Some(true) {
-                        seen.cordoned.entry(n.into()).or_insert(now);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-    };
+    let (watcher, seen) = nodewright_localcluster::watch_staging(e.client.clone(), "gpu", &NODES);
 
     e.start_operator(&[]);
     let applied = Instant::now();
@@ -180,7 +140,8 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
 
     // `all`: both nodes stage at the start, the one outside the first batch too.
     e.wait("both nodes staged", LIMIT, || async {
-        (seen.lock().unwrap().staged.len() == NODES.len()).then_some(())
+        let seen = seen.lock().unwrap();
+        (seen.values().filter(|s| s.staged.is_some()).count() == NODES.len()).then_some(())
     })
     .await;
     let staged_in = applied.elapsed();
@@ -192,13 +153,14 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
 
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     for n in NODES {
-        let (staged_at, mark) = &seen.staged[n];
+        let seen = seen.get(n).cloned().unwrap_or_default();
+        let (staged_at, mark) = seen.staged.expect("staged");
         assert_eq!(mark.bytes, payload_bytes, "{n}: the payload's size");
-        let cordoned_at = seen.cordoned.get(n).expect("the reboot cordons the node");
+        let cordoned_at = seen.cordoned.expect("the reboot cordons the node");
         assert!(
             staged_at < cordoned_at,
             "{n}: cordoned {:?} before its payload was staged",
-            staged_at.duration_since(*cordoned_at)
+            staged_at.duration_since(cordoned_at)
         );
         assert_eq!(e.node_status("gpu", n).await, Some(Status::Complete));
         // The module installed from the payload, byte for byte, and the new one loaded
@@ -221,20 +183,8 @@ async fn payloads_are_staged_on_every_node_before_its_cordon_and_the_rollout_nee
             Some("560.35.03\n"),
             "{n}"
         );
-        let trees = e.host_path(n, "/var/lib/nodewright/plugins/trees/sha256");
-        let mut trees: Vec<Vec<String>> = trees
-            .read_dir()
-            .unwrap()
-            .map(|t| {
-                let mut names: Vec<String> = std::fs::read_dir(t.unwrap().path())
-                    .unwrap()
-                    .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
-                    .collect();
-                names.sort();
-                names
-            })
-            .collect();
-        trees.sort();
+        let trees =
+            nodewright_localcluster::payload_trees(&e.host_path(n, "/var/lib/nodewright/plugins"));
         assert_eq!(
             trees,
             [vec!["NOTES".to_string()], vec!["nvidia.ko".to_string()]],

@@ -7,13 +7,9 @@
 //! harness's shims over the node's own /sys/module and /lib/modules, never the machine's.
 
 use std::io::Write as _;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use nodewright_api::keys;
-use nodewright_api::node_state::Staged;
 use nodewright_api::payload::PayloadName;
 use nodewright_api::v1alpha1::NodeWright;
 use nodewright_localcluster::real::RealCluster;
@@ -57,13 +53,6 @@ fn write_module(path: &std::path::Path, version: &str, body: usize) -> String {
     put(format!("\0version={version}\0").as_bytes());
     out.flush().unwrap();
     format!("sha256:{}", hex::encode(hash.finalize()))
-}
-
-/// When the node first showed its staged mark and its cordon, polled every 50 ms.
-#[derive(Default)]
-struct Seen {
-    staged: Option<(Instant, Staged)>,
-    cordoned: Option<Instant>,
 }
 
 pub(crate) async fn a_driver_from_payloads(c: &RealCluster, operator: &str) {
@@ -121,33 +110,7 @@ pub(crate) async fn a_driver_from_payloads(c: &RealCluster, operator: &str) {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let release = release.trim();
 
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let watcher = {
-        let (nodes, seen) = (Api::<Node>::all(c.client.clone()), seen.clone());
-        tokio::spawn(async move {
-            loop {
-                if let Ok(node) = nodes.get(NODE).await {
-                    let now = Instant::now();
-                    let mut seen = seen.lock().unwrap();
-                    let staged = node
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(&keys::staged("gpu")))
-                        .and_then(|v| v.parse::<Staged>().ok());
-                    if seen.staged.is_none() {
-                        seen.staged = staged.map(|s| (now, s));
-                    }
-                    if seen.cordoned.is_none()
-                        && node.spec.and_then(|s| s.unschedulable) == Some(true)
-                    {
-                        seen.cordoned = Some(now);
-                    }
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        })
-    };
+    let (watcher, seen) = nodewright_localcluster::watch_staging(c.client.clone(), "gpu", &[NODE]);
 
     let applied = Instant::now();
     apply_when_served(
@@ -178,7 +141,7 @@ pub(crate) async fn a_driver_from_payloads(c: &RealCluster, operator: &str) {
     );
 
     // Staged before the cordon: the download was not downtime.
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let seen = seen.lock().unwrap().remove(NODE).unwrap_or_default();
     let (staged_at, mark) = seen.staged.expect("the node was never marked staged");
     let cordoned_at = seen.cordoned.expect("the reboot cordons the node");
     assert!(
@@ -233,19 +196,8 @@ pub(crate) async fn a_driver_from_payloads(c: &RealCluster, operator: &str) {
     );
     // The node cache: the plugin's payload and the image's firmware directory, its old
     // blob whited out.
-    let trees = c.node.host_path("/var/lib/nodewright/plugins/trees/sha256");
-    let mut trees: Vec<Vec<String>> = std::fs::read_dir(&trees)
-        .unwrap()
-        .map(|t| {
-            let mut names: Vec<String> = std::fs::read_dir(t.unwrap().path())
-                .unwrap()
-                .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            names.sort();
-            names
-        })
-        .collect();
-    trees.sort();
+    let trees =
+        nodewright_localcluster::payload_trees(&c.node.host_path("/var/lib/nodewright/plugins"));
     assert_eq!(
         trees,
         [
