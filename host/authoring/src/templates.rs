@@ -261,6 +261,26 @@ fn package_json(name: &str) -> String {
     )
 }
 
+/// Where a template keeps the files its package ships beside the component: one directory
+/// per payload, this README first.
+pub const PAYLOADS_README: &str = "payloads/README.md";
+
+const PAYLOADS_TEXT: &str = r#"# Payloads
+
+Files this package ships beside its component — a kernel module, firmware, a `.deb`, a
+vendor installer. Each directory here is one payload, named after it: `payloads/driver/`
+is read by the plugin at `/payload/driver/`, read-only, with ordinary file I/O.
+
+- Try the plugin with them on a scratch root:
+  `nodewright plugin run <component.wasm> --stage plan --payload payloads/driver`
+- Ship them in the plugin's own artifact (its digest and signatures cover every byte):
+  `nodewright plugin push <component.wasm> <registry>/<repo>:<tag> --payload payloads/driver`
+
+Nodes stage payloads before they are cordoned. What a plugin may do with them (install a
+file, load a module, run an installer, pass a `.deb` to dpkg) is granted by the admin:
+see docs/writing-a-plugin.md, "Shipping files".
+"#;
+
 /// Writes a template plugin named `name` in `parent/name` and returns that directory.
 /// `rust_sdk` points a Rust template at an SDK checkout (default: the one this build
 /// comes from when present, else the crates.io release).
@@ -302,7 +322,10 @@ pub fn new_project(
             (".gitignore", "/build\n/node_modules\n".into()),
         ],
     };
-    for (file, text) in files {
+    for (file, text) in files
+        .into_iter()
+        .chain([(PAYLOADS_README, PAYLOADS_TEXT.to_string())])
+    {
         io::write(&dir.join(file), &text)?;
     }
     Ok(dir)
@@ -337,5 +360,22 @@ mod tests {
             new_project("motd", dir.path(), Language::Rust, None),
             Err(BuildError::Io { .. })
         ));
+    }
+
+    #[test]
+    fn every_template_has_a_place_for_payloads() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, lang) in [
+            ("a", Language::Rust),
+            ("b", Language::Python),
+            ("c", Language::JavaScript),
+        ] {
+            let project = new_project(name, dir.path(), lang, None).unwrap();
+            let readme = std::fs::read_to_string(project.join(PAYLOADS_README)).unwrap();
+            assert!(
+                readme.contains("--payload payloads/driver") && readme.contains("/payload/driver/"),
+                "{lang}: {readme}"
+            );
+        }
     }
 }
