@@ -421,15 +421,19 @@ impl HostOps for SimHost {
 
     fn kmod_load(&self, name: &str, params: &[String]) -> Result<()> {
         self.run_helper(argv::modprobe_load(name, params)?)?;
-        let modules = self
-            .fs
-            .read_host_file(Path::new("/proc/modules"))
-            .unwrap_or_default();
-        if !modules_contains(&modules, name) {
-            self.write_local(
-                "proc/modules",
-                &format!("{modules}{} 0 0 - Live 0x0\n", name.replace('-', "_")),
-            )?;
+        // Loaded is what `kmod_is_loaded` says (`initstate`), the one rule; `/proc/modules`
+        // is kept beside it, a line per module.
+        if !self.kmod_is_loaded(name)? {
+            let modules = self
+                .fs
+                .read_host_file(Path::new("/proc/modules"))
+                .unwrap_or_default();
+            if !modules_contains(&modules, name) {
+                self.write_local(
+                    "proc/modules",
+                    &format!("{modules}{} 0 0 - Live 0x0\n", name.replace('-', "_")),
+                )?;
+            }
             self.sys_module_loaded(name)?;
         }
         self.record(HostAction::KmodLoad {
