@@ -4,6 +4,7 @@
 //! and the operator binary as a child process configured for simulated nodes (its Jobs run
 //! the real `nodewright-agent`).
 
+pub mod docs;
 pub mod real;
 
 use std::future::Future;

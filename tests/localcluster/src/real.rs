@@ -3,6 +3,7 @@
 //! [`RealNode`], and helpers to publish nodewright with `cargo xtask publish` and install
 //! it with the `helm install` that prints.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,6 +15,8 @@ pub use nodewright_testcluster::realnode::real_node_available;
 use nodewright_testcluster::realnode::{RealNodeConfig, pause_image};
 use nodewright_testcluster::{ControlPlane, NodeSpec, Options, RealNode, SimKubelet};
 use nodewright_testregistry::TestRegistry;
+
+use crate::docs::Substitutions;
 
 /// A control plane, a registry, one real node and any number of simulated ones.
 pub struct RealCluster {
@@ -59,6 +62,38 @@ impl Published {
         self.pinned
             .iter()
             .find(|p| p.repository().ends_with(&suffix))
+    }
+}
+
+impl Published {
+    /// Reads what `cargo xtask publish` printed on its standard output.
+    pub fn parse(stdout: &str) -> Result<Published> {
+        let kubectl = stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("kubectl "))
+            .map(String::from)
+            .collect();
+        let helm_install = stdout
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("helm install"))
+            .context("publish printed no helm install")?
+            .to_string();
+        let pinned = stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.contains("@sha256:") && !l.contains(' '))
+            .map(|l| {
+                l.parse::<PinnedRef>()
+                    .with_context(|| format!("publish printed {l:?}"))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Published {
+            kubectl,
+            helm_install,
+            pinned,
+        })
     }
 }
 
@@ -128,52 +163,96 @@ impl RealCluster {
 
     /// The same, into `<node registry>/<path>`.
     pub fn publish_under(&self, path: &str, tag: Option<&str>) -> Result<Published> {
-        let workspace = nodewright_testregistry::workspace();
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.current_dir(&workspace).args([
-            "xtask",
-            "publish",
-            "--registry",
-            &format!("{}/{path}", self.node_registry),
-            "--insecure",
-        ]);
+        let mut line = format!(
+            "cargo xtask publish --registry {}/{path} --insecure",
+            self.node_registry
+        );
         if let Some(t) = tag {
-            cmd.args(["--tag", t]);
+            line.push_str(&format!(" --tag {t}"));
         }
-        let out = cmd.output().context("running cargo xtask publish")?;
+        Published::parse(&self.shell(&line)?)
+    }
+
+    /// What a reader of the docs substitutes: the registry (`registry.example.com/nodewright`,
+    /// here `<node registry>/nodewright`) and a node's name (`worker-1`, here the real node).
+    pub fn doc_substitutions(&self) -> Substitutions {
+        Substitutions::default()
+            .with(
+                "registry.example.com/nodewright",
+                &format!("{}/nodewright", self.node_registry),
+            )
+            .with("worker-1", self.node.name())
+    }
+
+    /// Runs one command line as a reader of the docs would, with `sh` in the workspace:
+    /// `kubectl`, `helm` and the `nodewright` CLI on the `PATH` (the test control plane's
+    /// kubectl, the real helm, the CLI of this build) and the admin kubeconfig; a file the
+    /// line names that holds a name to substitute (an example manifest) is replaced by a
+    /// copy with [`RealCluster::doc_substitutions`] made. Returns its standard output.
+    pub fn shell(&self, line: &str) -> Result<String> {
+        let workspace = nodewright_testregistry::workspace();
+        let line = self.doc_substitutions().localize_files(
+            line,
+            &workspace,
+            &self.work.join("doc-files"),
+        )?;
+        let bin = self.tools()?;
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &line])
+            .current_dir(&workspace)
+            .env("PATH", path)
+            .env("KUBECONFIG", self.cp.kubeconfig());
+        self.helm_env(&mut cmd);
+        let out = cmd.output().with_context(|| format!("running {line}"))?;
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         if !out.status.success() {
-            bail!(
-                "cargo xtask publish failed:\n{stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            bail!("{line}\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
         }
-        let kubectl = stdout
-            .lines()
-            .map(str::trim)
-            .filter(|l| l.starts_with("kubectl "))
-            .map(String::from)
-            .collect();
-        let helm_install = stdout
-            .lines()
-            .map(str::trim)
-            .find(|l| l.starts_with("helm install"))
-            .context("publish printed no helm install")?
-            .to_string();
-        let pinned = stdout
-            .lines()
-            .map(str::trim)
-            .filter(|l| l.contains("@sha256:") && !l.contains(' '))
-            .map(|l| {
-                l.parse::<PinnedRef>()
-                    .with_context(|| format!("publish printed {l:?}"))
-            })
-            .collect::<Result<_>>()?;
-        Ok(Published {
-            kubectl,
-            helm_install,
-            pinned,
-        })
+        Ok(stdout)
+    }
+
+    /// A directory with `kubectl`, `helm` and `nodewright` as a reader has them.
+    fn tools(&self) -> Result<PathBuf> {
+        let bin = self.work.join("doc-bin");
+        if bin.join("nodewright").exists() {
+            return Ok(bin);
+        }
+        std::fs::create_dir_all(&bin)?;
+        let kubectl = bin.join("kubectl");
+        std::fs::write(
+            &kubectl,
+            format!(
+                "#!/bin/sh\nexec {} kubectl \"$@\"\n",
+                nodewright_testcluster::ktest_binary()?.display()
+            ),
+        )?;
+        std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755))?;
+        std::os::unix::fs::symlink(nodewright_testcluster::helm_binary()?, bin.join("helm"))?;
+        // The cargo running this test, where cargo set it.
+        if let Some(cargo) = std::env::var_os("CARGO") {
+            std::os::unix::fs::symlink(cargo, bin.join("cargo"))?;
+        }
+        // The CLI of this build, beside the test binary's `deps/` directory.
+        let exe = std::env::current_exe()?;
+        let cli = exe
+            .parent()
+            .and_then(Path::parent)
+            .map(|d| d.join("nodewright"))
+            .filter(|p| p.is_file())
+            .context("the nodewright CLI is not built beside this test")?;
+        std::os::unix::fs::symlink(cli, bin.join("nodewright"))?;
+        Ok(bin)
+    }
+
+    fn helm_env(&self, cmd: &mut Command) {
+        cmd.env("HELM_CACHE_HOME", self.work.join("helm/cache"))
+            .env("HELM_CONFIG_HOME", self.work.join("helm/config"))
+            .env("HELM_DATA_HOME", self.work.join("helm/data"));
     }
 
     /// Runs a `kubectl ...` command line (as printed, split on whitespace) with the test
@@ -198,11 +277,8 @@ impl RealCluster {
             bail!("not a helm command: {line}");
         }
         let mut cmd = Command::new(nodewright_testcluster::helm_binary()?);
-        cmd.args(words)
-            .env("KUBECONFIG", self.cp.kubeconfig())
-            .env("HELM_CACHE_HOME", self.work.join("helm/cache"))
-            .env("HELM_CONFIG_HOME", self.work.join("helm/config"))
-            .env("HELM_DATA_HOME", self.work.join("helm/data"));
+        cmd.args(words).env("KUBECONFIG", self.cp.kubeconfig());
+        self.helm_env(&mut cmd);
         printed(line, &mut cmd)
     }
 }

@@ -1,12 +1,13 @@
-//! nodewright as installed, on a real node: the images and plugins published with
-//! `cargo xtask publish`, the chart installed with the `helm install` it prints, and then
-//! rollouts whose agents run in real containers under the real kubelet — a sysctl written
+//! nodewright as installed, on a real node, starting and ending as docs/getting-started.md
+//! says, its commands run verbatim (the registry and the node's name replaced): the images and
+//! plugins published with `cargo xtask publish`, the chart installed with the `helm install`
+//! it prints, the page's first rollout; then rollouts whose agents run in real containers under the real kubelet — a sysctl written
 //! in the node's network namespace, a host command tree that runs in the node's namespaces
 //! and dies with its stage's deadline, a reboot carried out as a restart of the node, a
 //! driver whose 200 MiB module and vendor firmware image travel as payloads staged before
 //! the cordon and swapped through the node's `modprobe` at a reboot, a helm upgrade (carrying a CRD schema change) and rollback across two built versions in the
 //! middle of a rollout, a roll forward, an agent image the kubelet cannot pull until it is
-//! pushed, and `helm uninstall`.
+//! pushed, and the page's uninstall (every NodeWright, the chart, then the CRDs).
 //!
 //! One cluster for all of it (a real node takes a while to start); the phases run in
 //! order and each says what it checks.
@@ -18,8 +19,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::{NodeWright, Status};
+use nodewright_localcluster::docs::{DocPage, same_shape};
 use nodewright_localcluster::poll;
 use nodewright_localcluster::real::{Published, RealCluster, real_node_available};
+use nodewright_testregistry::workspace;
 use serde_json::{Value, json};
 
 #[path = "real_node/payloads.rs"]
@@ -279,16 +282,34 @@ async fn nodewright_as_installed_on_a_real_node() {
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
 
-    step("1. publish and helm install");
-    // 1. Publish, then exactly the printed commands (the namespace labelled for the
-    // agent's privileged pods: this apiserver enforces Pod Security `baseline` by default,
-    // then the helm install): a working operator.
-    let v1 = c.publish(None).unwrap_or_else(|e| panic!("{e:#}"));
-    assert_eq!(v1.kubectl.len(), 2, "{:?}", v1.kubectl);
-    for line in &v1.kubectl {
-        c.kubectl(line).unwrap_or_else(|e| panic!("{e:#}"));
+    step("1. docs/getting-started.md: publish and install");
+    // 1. docs/getting-started.md as a reader follows it: its publish command (the registry
+    //    here is plain HTTP, so with `--insecure`, as its comment says), then exactly the
+    //    commands publish printed, which must have the shape the page shows (the namespace
+    //    labelled for the agent's privileged pods: this apiserver enforces Pod Security
+    //    `baseline` by default; then the helm install): a working operator.
+    let mut page = DocPage::read(&workspace().join("docs/getting-started.md")).unwrap();
+    let subs = c.doc_substitutions();
+    let publish = page.take("Publish", &subs).unwrap();
+    assert_eq!(publish.len(), 1, "{publish:?}");
+    let [publish] = publish[0].commands.as_slice() else {
+        panic!("one publish command: {publish:?}")
+    };
+    let v1 = Published::parse(&shell(&c, &format!("{publish} --insecure"))).unwrap();
+    let install = page.take("Install", &subs).unwrap();
+    let printed: Vec<&String> = v1.kubectl.iter().chain([&v1.helm_install]).collect();
+    assert_eq!(
+        install[0].commands.len(),
+        printed.len(),
+        "{install:?}\n{printed:?}"
+    );
+    for (documented, printed) in install[0].commands.iter().zip(&printed) {
+        assert!(
+            same_shape(documented, printed, &["insecureRegistries["]),
+            "publish printed\n  {printed}\nwhere docs/getting-started.md shows\n  {documented}"
+        );
+        shell(&c, printed);
     }
-    c.helm(&v1.helm_install).unwrap_or_else(|e| panic!("{e:#}"));
     let operator_v1 = digest(&v1, "operator");
     wait(&c, "the operator pods ready", || async {
         operator_ready(&c, Some(&operator_v1)).await.then_some(())
@@ -306,6 +327,40 @@ async fn nodewright_as_installed_on_a_real_node() {
             .map(drop)
     })
     .await;
+
+    step("1b. docs/getting-started.md: a first rollout");
+    // The page's first rollout: the node labelled, the shipped example applied (its registry
+    // replaced), waited for and shown; its two sysctls set in the node's network namespace,
+    // never the machine's.
+    let machine = |key: &str| std::fs::read_to_string(format!("/proc/sys/{key}")).unwrap();
+    let keys = ["net/core/somaxconn", "net/ipv4/tcp_max_syn_backlog"];
+    let machine_before = keys.map(machine);
+    let first = page.take("A first rollout", &subs).unwrap();
+    let mut shown = String::new();
+    for command in &first[0].commands {
+        shown = shell(&c, command);
+    }
+    assert!(
+        shown.contains(NODE) && shown.contains("complete"),
+        "nodewright status tuning:\n{shown}"
+    );
+    for (key, want) in keys.iter().zip(["8192", "16384"]) {
+        let path = format!("/proc/sys/{key}");
+        assert_eq!(c.node.in_netns(&["cat", &path]).unwrap(), want, "{key}");
+    }
+    assert_eq!(
+        keys.map(machine),
+        machine_before,
+        "the machine's own values"
+    );
+    let dropin = c.node.host_path("/etc/sysctl.d/60-nodewright-sysctl.conf");
+    assert!(
+        std::fs::read_to_string(&dropin)
+            .unwrap()
+            .contains("net.core.somaxconn = 8192"),
+        "{}",
+        dropin.display()
+    );
 
     step("2. a sysctl in the node's namespace");
     // 2. A sysctl (files + sysctl grants) on a namespaced net.* key: written in the node's
@@ -684,8 +739,19 @@ async fn nodewright_as_installed_on_a_real_node() {
     );
     assert_eq!(c.node.in_netns(&["cat", key]).unwrap(), "733");
 
-    c.helm("helm uninstall nodewright --namespace nodewright")
-        .unwrap_or_else(|e| panic!("{e:#}"));
+    // The field set under the newer CRD is still there on the way out.
+    assert_eq!(stored(&c, "slow").await["spec"]["contact"], "gpu-team");
+
+    step("9. docs/getting-started.md: uninstall");
+    // 9. The page's uninstall: every NodeWright deleted (each runs its uninstall stages and
+    //    lets go of its nodes), then the chart; what the operator owned on the nodes is gone
+    //    (only the records of packages without an uninstall stay), the CRDs stay until the
+    //    page's last command deletes them.
+    let uninstall = page.take("Uninstalling", &subs).unwrap();
+    assert_eq!(uninstall.len(), 2, "{uninstall:?}");
+    for command in &uninstall[0].commands {
+        shell(&c, command);
+    }
     wait(&c, "the operator's pods gone", || async {
         let pods = Api::<Pod>::namespaced(c.client.clone(), "nodewright")
             .list(&ListParams::default())
@@ -694,18 +760,34 @@ async fn nodewright_as_installed_on_a_real_node() {
         pods.items.is_empty().then_some(())
     })
     .await;
-    for name in nodewright_api::crdgen::CRD_NAMES {
+    for node in [NODE, "sim-1"] {
+        let n = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone())
+            .get(node)
+            .await
+            .unwrap();
+        let left = owned_marks(&n);
+        assert!(left.is_empty(), "{node} keeps {left:?}");
+    }
+    let crds = || async {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        assert!(
-            Api::<CustomResourceDefinition>::all(c.client.clone())
+        let mut present = Vec::new();
+        for name in nodewright_api::crdgen::CRD_NAMES {
+            if Api::<CustomResourceDefinition>::all(c.client.clone())
                 .get_opt(name)
                 .await
                 .unwrap()
-                .is_some(),
-            "{name} outlives the uninstall"
-        );
-    }
-    assert_eq!(stored(&c, "slow").await["spec"]["contact"], "gpu-team");
+                .is_some()
+            {
+                present.push(name.to_string());
+            }
+        }
+        present
+    };
+    assert_eq!(
+        crds().await.len(),
+        nodewright_api::crdgen::CRD_NAMES.len(),
+        "the CRDs outlive the uninstall"
+    );
     assert!(
         Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(c.client.clone())
             .get_opt("nodewright-operator-crds")
@@ -725,4 +807,53 @@ async fn nodewright_as_installed_on_a_real_node() {
         webhooks.items.is_empty(),
         "no webhook left to refuse NodeWright writes"
     );
+    for command in &uninstall[1].commands {
+        shell(&c, command);
+    }
+    wait(&c, "the CRDs gone", || async {
+        crds().await.is_empty().then_some(())
+    })
+    .await;
+    page.finish().unwrap();
+}
+
+/// Runs `line` as a reader of the docs would ([`RealCluster::shell`]); its output.
+fn shell(c: &RealCluster, line: &str) -> String {
+    c.shell(line).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// What on `node` the operator owned and should have let go of: a cordon, a taint or label
+/// of ours (the admin's own `nodewright.io/pool` label aside), an annotation of ours other
+/// than a package's record (`nodewright.io/state.<name>`, kept where a package has no
+/// uninstall), the Karpenter annotations it adds.
+fn owned_marks(node: &k8s_openapi::api::core::v1::Node) -> Vec<String> {
+    let ours = |k: &str| k.starts_with("nodewright.io/");
+    let mut left = Vec::new();
+    let spec = node.spec.clone().unwrap_or_default();
+    if spec.unschedulable == Some(true) {
+        left.push("cordoned".to_string());
+    }
+    for t in spec.taints.unwrap_or_default() {
+        if ours(&t.key) {
+            left.push(format!("taint {}", t.key));
+        }
+    }
+    for k in node.metadata.labels.clone().unwrap_or_default().into_keys() {
+        if ours(&k) && k != "nodewright.io/pool" {
+            left.push(format!("label {k}"));
+        }
+    }
+    for k in node
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_keys()
+    {
+        let karpenter = k == keys::KARPENTER_DO_NOT_DISRUPT || k == keys::KARPENTER_DO_NOT_REPAIR;
+        if (ours(&k) && !k.starts_with("nodewright.io/state.")) || karpenter {
+            left.push(format!("annotation {k}"));
+        }
+    }
+    left
 }
