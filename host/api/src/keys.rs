@@ -33,30 +33,97 @@ pub const POD_SECURITY_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 /// The level the stage Jobs' namespace must enforce (at most).
 pub const POD_SECURITY_PRIVILEGED: &str = "privileged";
 
+/// A node annotation nodewright keeps for one CR: `nodewright.io/<mark>.<cr>`. This is the
+/// one list of them: letting go of a node (its CR deleted, or no longer selecting it) clears
+/// each one but the record, so a mark added here is cleared with the others, and the
+/// planner's tests refuse a per-CR annotation that is not one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CrMark {
+    /// The JSON [`crate::node_state::NodeState`]: what is installed, the source of truth.
+    State,
+    /// The CR owns a cordon on the node.
+    Cordon,
+    /// The node's roll-up status for the CR (also a label).
+    Status,
+    /// When the drain started.
+    DrainStart,
+    /// Why the drain is blocked (cleared once it proceeds).
+    DrainBlocked,
+    /// Which of the CR's payloads the node has staged, and how many bytes
+    /// ([`crate::node_state::Staged`]).
+    Staged,
+    /// The CR tainted the new node `runtime-required`.
+    AutoTaint,
+}
+
+impl CrMark {
+    /// Every mark.
+    pub const ALL: [CrMark; 7] = [
+        CrMark::State,
+        CrMark::Cordon,
+        CrMark::Status,
+        CrMark::DrainStart,
+        CrMark::DrainBlocked,
+        CrMark::Staged,
+        CrMark::AutoTaint,
+    ];
+
+    fn prefix(self) -> &'static str {
+        match self {
+            CrMark::State => "nodewright.io/state.",
+            CrMark::Cordon => "nodewright.io/cordon.",
+            CrMark::Status => "nodewright.io/status.",
+            CrMark::DrainStart => "nodewright.io/drain-start.",
+            CrMark::DrainBlocked => "nodewright.io/drain-blocked.",
+            CrMark::Staged => "nodewright.io/staged.",
+            CrMark::AutoTaint => "nodewright.io/auto-taint.",
+        }
+    }
+
+    /// The annotation's key for `cr`.
+    pub fn key(self, cr: &str) -> String {
+        format!("{}{cr}", self.prefix())
+    }
+
+    /// The mark and the CR an annotation key names, if it is one of these.
+    pub fn parse(key: &str) -> Option<(CrMark, &str)> {
+        CrMark::ALL.into_iter().find_map(|m| {
+            key.strip_prefix(m.prefix())
+                .filter(|cr| !cr.is_empty())
+                .map(|cr| (m, cr))
+        })
+    }
+}
+
 /// Node annotation holding the JSON [`crate::node_state::NodeState`] of `cr`: the source of truth.
 pub fn node_state(cr: &str) -> String {
-    format!("nodewright.io/state.{cr}")
+    CrMark::State.key(cr)
 }
 
 /// Node annotation: `cr` owns a cordon on the node.
 pub fn cordon(cr: &str) -> String {
-    format!("nodewright.io/cordon.{cr}")
+    CrMark::Cordon.key(cr)
 }
 
 /// Node annotation and label: the node's roll-up status for `cr`.
 pub fn node_status(cr: &str) -> String {
-    format!("nodewright.io/status.{cr}")
+    CrMark::Status.key(cr)
 }
 
 /// Node annotation: when the drain for `cr` started.
 pub fn drain_start(cr: &str) -> String {
-    format!("nodewright.io/drain-start.{cr}")
+    CrMark::DrainStart.key(cr)
 }
 
 /// Node annotation: which of `cr`'s payloads the node has staged, and how many bytes
 /// ([`crate::node_state::Staged`]).
 pub fn staged(cr: &str) -> String {
-    format!("nodewright.io/staged.{cr}")
+    CrMark::Staged.key(cr)
+}
+
+/// Node annotation: `cr` tainted the node `runtime-required` when it joined.
+pub fn auto_taint(cr: &str) -> String {
+    CrMark::AutoTaint.key(cr)
 }
 
 /// Condition types on the CR.
@@ -122,7 +189,7 @@ pub mod reason {
 
 /// Node annotation: why the drain of `cr` is blocked (cleared once it proceeds).
 pub fn drain_blocked(cr: &str) -> String {
-    format!("nodewright.io/drain-blocked.{cr}")
+    CrMark::DrainBlocked.key(cr)
 }
 
 /// Labels on agent Jobs and their pods (what the operator reads back into the planner).
@@ -157,3 +224,28 @@ pub mod job {
 /// Node annotation: nodewright cordoned the node when it removed the runtime-required taint
 /// (`runtimeRequiredCordonAfter`); only an admin releases that cordon.
 pub const RUNTIME_REQUIRED_CORDON: &str = "nodewright.io/runtime-required-cordon";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mark_of_a_cr_reads_back_as_itself_and_nothing_else_does() {
+        for mark in CrMark::ALL {
+            let key = mark.key("gpu-drivers");
+            assert_eq!(CrMark::parse(&key), Some((mark, "gpu-drivers")), "{key}");
+        }
+        let distinct: std::collections::HashSet<&str> =
+            CrMark::ALL.iter().map(|m| m.prefix()).collect();
+        assert_eq!(distinct.len(), CrMark::ALL.len());
+        for other in [
+            PAUSE,
+            KARPENTER_OWNED,
+            RUNTIME_REQUIRED_CORDON,
+            "nodewright.io/state.",
+            "example.com/state.gpu",
+        ] {
+            assert_eq!(CrMark::parse(other), None, "{other}");
+        }
+    }
+}

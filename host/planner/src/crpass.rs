@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use k8s_openapi::api::core::v1::Toleration;
-use nodewright_api::keys;
+use nodewright_api::keys::{self, CrMark};
 use nodewright_api::node_state::{self, NodeState, State};
 use nodewright_api::payload::ImagePayload;
 use nodewright_api::pinned::PinnedRef;
@@ -625,7 +625,11 @@ impl<'a> Pass<'a> {
         let held = work.get(&keys::cordon(&cr.name)).is_some()
             || work.get(&keys::node_status(&cr.name)).is_some();
         work.release(&cr.name);
-        work.set(&keys::node_status(&cr.name), None);
+        // Every other mark of the CR's goes with it (the record stays while it says what is
+        // installed): one list, so a mark added later is let go of too.
+        for mark in CrMark::ALL.into_iter().filter(|m| *m != CrMark::State) {
+            work.set(&mark.key(&cr.name), None);
+        }
         let empty = work
             .get(&keys::node_state(&cr.name))
             .is_none_or(|raw| NodeState::parse(raw).is_ok_and(|st| st.is_empty()));

@@ -203,10 +203,7 @@ impl<'a> Pass<'a> {
                         .any(|t| t.key == keys::RUNTIME_REQUIRED_TAINT_KEY)
                 {
                     work.patch.add_taints.push(runtime_taint());
-                    work.set(
-                        &format!("nodewright.io/auto-taint.{}", cr.name),
-                        Some("true".into()),
-                    );
+                    work.set(&keys::auto_taint(&cr.name), Some("true".into()));
                 }
             }
         }

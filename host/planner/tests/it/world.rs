@@ -2,7 +2,7 @@
 //! rollout pass by pass and decide each Job's outcome.
 
 use nodewright_api::agent::RunStage;
-use nodewright_api::keys;
+use nodewright_api::keys::{self, CrMark};
 use nodewright_api::node_state::NodeState;
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::{Blame, StageResult};
@@ -278,6 +278,7 @@ impl World {
                 self.snap.jobs.retain(|j| j.name != *name || j.running());
             }
             Action::PatchNode(p) => {
+                self.per_cr_keys_are_marks(p);
                 let n = self.node_mut(&p.node);
                 for (k, v) in &p.annotations {
                     match v {
@@ -315,7 +316,47 @@ impl World {
             Action::SetStatus { cr, status } => self.cr_mut(cr).status = (**status).clone(),
             Action::Event(_) => {}
             Action::AddFinalizer { cr } => self.cr_mut(cr).has_finalizer = true,
-            Action::RemoveFinalizer { cr } => self.snap.nodewrights.retain(|c| c.name != *cr),
+            Action::RemoveFinalizer { cr } => {
+                self.let_go_of_every_node(cr);
+                self.snap.nodewrights.retain(|c| c.name != *cr)
+            }
+        }
+    }
+
+    /// Every annotation the planner writes that names a CR of this world is one of the
+    /// listed marks ([`CrMark`]) — the list a release clears — so a new per-CR annotation
+    /// cannot be left out of it.
+    fn per_cr_keys_are_marks(&self, p: &nodewright_planner::NodePatch) {
+        for key in p.annotations.keys() {
+            for cr in &self.snap.nodewrights {
+                if key.ends_with(&format!(".{}", cr.name)) && key.starts_with("nodewright.io/") {
+                    assert!(
+                        CrMark::parse(key).is_some_and(|(_, of)| of == cr.name),
+                        "pass {}: the planner writes {key} on {}, which is not a CrMark: \
+                         a release would leave it behind",
+                        self.passes,
+                        p.node
+                    );
+                }
+            }
+        }
+    }
+
+    /// A CR's finalizer goes only once it has let go of every node: no mark of it is left
+    /// but the record of what stays installed (and no cordon it took).
+    fn let_go_of_every_node(&self, cr: &str) {
+        for n in &self.snap.nodes {
+            let left: Vec<&String> = n
+                .annotations
+                .keys()
+                .filter(|k| CrMark::parse(k).is_some_and(|(m, of)| of == cr && m != CrMark::State))
+                .collect();
+            assert!(
+                left.is_empty(),
+                "pass {}: {cr}'s finalizer goes while {} keeps {left:?}",
+                self.passes,
+                n.name
+            );
         }
     }
 
