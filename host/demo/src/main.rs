@@ -227,8 +227,9 @@ async fn main() -> Result<()> {
         // The driver module is loaded with no options yet: new options need a reboot.
         cluster.host_file(n, "/proc/modules", "nvidia 0 0 - Live 0x0\n")?;
         cluster.host_file(n, "/sys/module/nvidia/initstate", "live\n")?;
-        cluster.host_file(n, "/proc/sys/net/ipv4/ip_forward", "0\n")?;
-        cluster.host_file(n, "/proc/sys/vm/max_map_count", "65530\n")?;
+        // The kernel's defaults for the two keys the tuning example sets.
+        cluster.host_file(n, "/proc/sys/net/core/somaxconn", "4096\n")?;
+        cluster.host_file(n, "/proc/sys/net/ipv4/tcp_max_syn_backlog", "1024\n")?;
         cluster
             .workload_pod(n, &format!("web-{n}"), serde_json::json!({"app": "web"}))
             .await?;
