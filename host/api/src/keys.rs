@@ -54,11 +54,15 @@ pub enum CrMark {
     Staged,
     /// The CR tainted the new node `runtime-required`.
     AutoTaint,
+    /// The CR's reboot of the node waits for the operator replicas running there (named in
+    /// the value) to leave the webhook Service and hand over leadership: while a node has
+    /// one, a replica on it reports not ready and does not lead.
+    FenceOperator,
 }
 
 impl CrMark {
     /// Every mark.
-    pub const ALL: [CrMark; 7] = [
+    pub const ALL: [CrMark; 8] = [
         CrMark::State,
         CrMark::Cordon,
         CrMark::Status,
@@ -66,6 +70,7 @@ impl CrMark {
         CrMark::DrainBlocked,
         CrMark::Staged,
         CrMark::AutoTaint,
+        CrMark::FenceOperator,
     ];
 
     fn prefix(self) -> &'static str {
@@ -77,6 +82,7 @@ impl CrMark {
             CrMark::DrainBlocked => "nodewright.io/drain-blocked.",
             CrMark::Staged => "nodewright.io/staged.",
             CrMark::AutoTaint => "nodewright.io/auto-taint.",
+            CrMark::FenceOperator => "nodewright.io/fence-operator.",
         }
     }
 
@@ -124,6 +130,12 @@ pub fn staged(cr: &str) -> String {
 /// Node annotation: `cr` tainted the node `runtime-required` when it joined.
 pub fn auto_taint(cr: &str) -> String {
     CrMark::AutoTaint.key(cr)
+}
+
+/// Whether a node's annotations fence the operator replicas running on it (some CR's
+/// [`CrMark::FenceOperator`]).
+pub fn fences_operator<'k>(mut annotation_keys: impl Iterator<Item = &'k String>) -> bool {
+    annotation_keys.any(|k| matches!(CrMark::parse(k), Some((CrMark::FenceOperator, _))))
 }
 
 /// Condition types on the CR.

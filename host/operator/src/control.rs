@@ -91,6 +91,19 @@ impl Loop {
                 last_observed = Instant::now();
             }
             let (out, busy) = self.pass(observe).await;
+            if let Some(l) = &self.lease
+                && self.metrics.is_fenced()
+            {
+                // This replica's node reboots once its replicas are out: hand over now, not
+                // a lease duration after the node went down. The process ends; its restart
+                // waits as a standby until the node is through.
+                tracing::info!(
+                    lease = l.name(),
+                    "this replica's node is fenced for a reboot; handing over the lease"
+                );
+                l.release().await?;
+                return Ok(());
+            }
             wait = next_wait(&out, busy, self.resync, self.gates.due_in());
         }
     }

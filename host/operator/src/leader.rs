@@ -62,6 +62,35 @@ impl Leader {
         self.try_take().await
     }
 
+    /// Lets go of the lease, if this process holds it: a standby takes it at its next try
+    /// rather than after the lease runs out.
+    pub async fn release(&self) -> anyhow::Result<()> {
+        let Some(lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(());
+        };
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref());
+        if holder != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        let body = json!({
+            "metadata": {"resourceVersion": lease.metadata.resource_version},
+            "spec": {"holderIdentity": null, "renewTime": null},
+        });
+        match self
+            .api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
+            // Someone renewed or took it meanwhile: not ours to release any more.
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     async fn try_take(&self) -> anyhow::Result<bool> {
         let spec = json!({
             "holderIdentity": self.identity,

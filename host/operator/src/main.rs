@@ -177,6 +177,12 @@ struct Flags {
     /// Identity in the Lease (default: the hostname and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// The node this replica runs on (the chart passes the pod's `spec.nodeName`). While a
+    /// rollout fences it before rebooting it (`nodewright.io/fence-operator.<cr>`), this
+    /// replica reports not ready, so the webhook Service stops sending it requests, and
+    /// does not lead (a leader hands over).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
     /// How often a Prometheus health gate is asked again, seconds.
     #[arg(long, env = "NODEWRIGHT_HEALTH_GATE_INTERVAL", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     health_gate_interval: u64,
@@ -278,6 +284,9 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         notify.clone(),
     )
     .await?;
+    if let Some(node) = flags.node_name.clone() {
+        watch_fence(world.clone(), node, metrics.clone());
+    }
     let trust = trust::Trust::new(world.trust_policies());
     if let Some(addr) = flags.webhook_addr {
         start_webhook(
@@ -292,7 +301,11 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     }
     metrics.set_ready();
 
-    // Standby replicas serve the webhook and probes above while they wait here.
+    // Standby replicas serve the webhook and probes above while they wait here; a fenced
+    // one waits for its node's reboot to be over first.
+    while metrics.is_fenced() {
+        tokio::time::sleep(FENCE_CHECK).await;
+    }
     let lease = lead(&flags, &client).await?;
     metrics.leader.set(1);
     let gates = gates::Gates::new(
@@ -336,6 +349,26 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     }
     .run()
     .await
+}
+
+/// How often a replica looks at its node's fence marks.
+const FENCE_CHECK: Duration = Duration::from_secs(1);
+
+/// Keeps the metrics' fenced flag to what `node`'s annotations say (from the node cache).
+fn watch_fence(world: world::World, node: String, metrics: Arc<metrics::Metrics>) {
+    // Read once now (the caches are synced): a replica started on a fenced node must not
+    // take the lease before the first look.
+    metrics.set_fenced(world.fences_operator(&node));
+    tokio::spawn(async move {
+        loop {
+            let fenced = world.fences_operator(&node);
+            if fenced != metrics.is_fenced() {
+                tracing::info!(%node, fenced, "this replica's node fence changed");
+                metrics.set_fenced(fenced);
+            }
+            tokio::time::sleep(FENCE_CHECK).await;
+        }
+    });
 }
 
 /// With `--leader-elect`, the lease, once this replica holds it.
@@ -447,6 +480,10 @@ fn probe_or_metrics(metrics: &metrics::Metrics, path: &str) -> serve::Reply {
             body: metrics.encode().into_bytes(),
         },
         "/healthz" => serve::Reply::text(StatusCode::OK, "ok"),
+        "/readyz" if metrics.is_fenced() => serve::Reply::text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "fenced: a rollout reboots this replica's node once it is out of the Service",
+        ),
         "/readyz" if metrics.is_ready() => serve::Reply::text(StatusCode::OK, "ok"),
         "/readyz" => serve::Reply::text(StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet"),
         _ => serve::Reply::text(

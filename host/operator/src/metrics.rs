@@ -64,6 +64,8 @@ pub struct Metrics {
     /// Rollout state from the last snapshot.
     pub rollout: rollout::Rollout,
     ready: AtomicBool,
+    /// The replica's node is fenced for a reboot.
+    fenced: AtomicBool,
 }
 
 impl Default for Metrics {
@@ -138,6 +140,7 @@ impl Metrics {
             events,
             rollout,
             ready: AtomicBool::new(false),
+            fenced: AtomicBool::new(false),
         }
     }
 
@@ -174,8 +177,19 @@ impl Metrics {
         self.ready.store(true, Ordering::Relaxed);
     }
 
-    /// Whether `/readyz` answers 200.
+    /// Whether `/readyz` answers 200 (unless fenced).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
+    }
+
+    /// This replica's node is fenced for a reboot: `/readyz` answers 503, and it does not
+    /// lead.
+    pub fn set_fenced(&self, fenced: bool) {
+        self.fenced.store(fenced, Ordering::Relaxed);
+    }
+
+    /// Whether this replica's node is fenced.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Relaxed)
     }
 }

@@ -365,6 +365,19 @@ impl World {
             .collect()
     }
 
+    /// Whether `node` carries a fence mark for the operator's replicas
+    /// (`nodewright.io/fence-operator.<cr>`): a rollout reboots it once they are out.
+    pub fn fences_operator(&self, node: &str) -> bool {
+        self.nodes
+            .get(&reflector::ObjectRef::new(node))
+            .is_some_and(|n| {
+                n.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| keys::fences_operator(a.keys()))
+            })
+    }
+
     /// The planner's snapshot, with our unseen writes applied and seen ones forgotten.
     // Long on purpose: the overlay rules (seen writes forgotten, unseen ones applied)
     // beside the conversion they adjust.

@@ -395,6 +395,7 @@ impl<'a> Pass<'a> {
             hold: c.holds.hold,
             orders: &batches.orders,
             replicas: &self.s.replicas,
+            fencing: self.fencing.clone(),
             prestage: c.prestage.as_ref(),
             nodewrights: &self.s.nodewrights,
         };

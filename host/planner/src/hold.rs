@@ -114,6 +114,53 @@ pub fn operator_waits<'r>(replicas: &'r [Replica], node: &str) -> Option<&'r Rep
     replicas.iter().find(|r| r.node != node && !r.ready)
 }
 
+/// Whether a reboot of `node` may start now, as far as the operator's replicas go: it
+/// starts once no replica here is ready, or when every replica runs here.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fence<'r> {
+    /// Yes: no ready replica here, or none elsewhere to take over (then there is nothing
+    /// to hand over to).
+    Go,
+    /// Not yet: these ready replicas run here while one is ready elsewhere. They are fenced
+    /// first — they report not ready, so the webhook Service stops sending them requests,
+    /// and the leader among them hands over — before the node goes down under them.
+    Fence(Vec<&'r Replica>),
+    /// Not yet: another node's replicas are being fenced; one node at a time, so two
+    /// reboots never take every replica out together.
+    Queued(String),
+    /// Not yet: the replicas elsewhere are not ready (this one, say, is on its way back
+    /// from its own node's reboot); the ones here keep serving until it is.
+    Starting(String),
+}
+
+/// Whether a reboot of `node` may start, given the replicas and the nodes already fencing
+/// theirs.
+pub fn fence<'r>(
+    replicas: &'r [Replica],
+    node: &str,
+    fencing: &std::collections::BTreeSet<String>,
+) -> Fence<'r> {
+    let here: Vec<&Replica> = replicas
+        .iter()
+        .filter(|r| r.node == node && r.ready)
+        .collect();
+    if here.is_empty() {
+        return Fence::Go;
+    }
+    // Checked before looking for a ready replica elsewhere: the one elsewhere may be out
+    // only because its own node is fencing it.
+    if let Some(other) = fencing.iter().find(|n| *n != node) {
+        return Fence::Queued(other.clone());
+    }
+    if replicas.iter().any(|r| r.node != node && r.ready) {
+        return Fence::Fence(here);
+    }
+    match replicas.iter().find(|r| r.node != node) {
+        Some(other) => Fence::Starting(other.pod.clone()),
+        None => Fence::Go,
+    }
+}
+
 /// The `nodeHealth` conditions a node that finished an interrupt cycle for `cr` does not
 /// show (empty when it has no such gate, or the CR is being deleted: a deletion never
 /// waits on a node's health).
@@ -233,6 +280,54 @@ mod tests {
             "nothing elsewhere to wait for"
         );
         assert_eq!(operator_waits(&[], "a"), None, "replicas unknown");
+    }
+
+    #[test]
+    fn a_reboot_fences_the_ready_replicas_on_its_node_one_node_at_a_time() {
+        let none = std::collections::BTreeSet::new();
+        let pods = |f: Fence<'_>| match f {
+            Fence::Fence(r) => r.iter().map(|r| r.pod.clone()).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        let spread = [
+            replica("op-a", "a", true),
+            replica("op-a2", "a", true),
+            replica("op-b", "b", true),
+        ];
+        assert_eq!(pods(fence(&spread, "a", &none)), ["op-a", "op-a2"]);
+        assert_eq!(pods(fence(&spread, "b", &none)), ["op-b"]);
+        assert_eq!(fence(&spread, "c", &none), Fence::Go, "no replica there");
+        let a_fencing: std::collections::BTreeSet<String> = ["a".to_string()].into();
+        assert_eq!(
+            fence(&spread, "b", &a_fencing),
+            Fence::Queued("a".into()),
+            "a's replicas are leaving: b's stay until a is through"
+        );
+        assert_eq!(pods(fence(&spread, "a", &a_fencing)), ["op-a", "op-a2"]);
+        let fenced = [replica("op-a", "a", false), replica("op-b", "b", true)];
+        assert_eq!(
+            fence(&fenced, "a", &a_fencing),
+            Fence::Go,
+            "left the Service already"
+        );
+        assert_eq!(
+            fence(&fenced, "b", &a_fencing),
+            Fence::Queued("a".into()),
+            "op-a is out only while a is fenced: b must not take op-b out too"
+        );
+        let alone = [replica("op-a", "a", true), replica("op-b", "b", false)];
+        assert_eq!(
+            fence(&alone, "a", &none),
+            Fence::Starting("op-b".into()),
+            "the one elsewhere is on its way: the ones here serve until it is ready"
+        );
+        let together = [replica("op-1", "a", true), replica("op-2", "a", true)];
+        assert_eq!(
+            fence(&together, "a", &none),
+            Fence::Go,
+            "every replica here"
+        );
+        assert_eq!(fence(&[], "a", &none), Fence::Go, "replicas unknown");
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod record;
 mod start;
 
 use nodewright_api::agent::RunStage;
-use nodewright_api::keys;
+use nodewright_api::keys::{self, CrMark};
 use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State};
 use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package, Status};
 
@@ -19,7 +19,7 @@ use crate::drain::{self, Blocked, Drain};
 use crate::hold::{self, Hold};
 use crate::packages::{done, effective, uninstall_requested};
 use crate::prestage;
-use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod};
+use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod, Work};
 use crate::work::{Env, NodeWork};
 
 /// How the node ended the pass, for the roll-up.
@@ -67,6 +67,16 @@ impl Runnable<'_> {
     /// Needs the cordon and the drain first.
     fn disruptive(&self) -> bool {
         disrupts(&self.step, !self.scope.is_empty())
+    }
+
+    /// An interrupt that reboots the node.
+    fn reboots(&self) -> bool {
+        let reboot = |i: &Interrupt| i.kind == InterruptType::Reboot;
+        match self.step {
+            Step::Interrupt => self.scope.iter().any(reboot),
+            Step::UninstallInterrupt => self.package.interrupt.as_ref().is_some_and(reboot),
+            Step::Run(_) => false,
+        }
     }
 }
 
@@ -129,8 +139,9 @@ pub(crate) fn pass(
         runnable.clear();
     }
     let prep = v.prepare(work, &runnable, actions);
+    let reboots_held = v.fence(work, &runnable, prep.ready, actions);
     if !prep.timed_out {
-        start::start(v, state, &runnable, prep.ready, actions);
+        start::start(v, state, &runnable, prep.ready, reboots_held, actions);
     }
     let started = actions[first_action..]
         .iter()
@@ -277,6 +288,71 @@ impl Visit<'_, '_> {
             hold.allows(disruptive) || (!disruptive && !self.jobs.is_empty())
         });
         (runnable.len() < before, awaits)
+    }
+
+    /// Before a reboot of a cordoned, drained node: the ready operator replicas running
+    /// there are fenced first ([`hold::fence`]) — the node's [`CrMark::FenceOperator`]
+    /// names them, they report not ready (out of the webhook Service) and the leader among
+    /// them hands over — and the reboot waits until none of them is ready. The mark stays
+    /// while the interrupt runs (a replica restarted by the reboot stays out until the
+    /// cycle is over) and goes after. True when the reboot waits.
+    fn fence(
+        &self,
+        work: &mut NodeWork<'_>,
+        runnable: &[Runnable<'_>],
+        ready: bool,
+        actions: &mut Vec<Action>,
+    ) -> bool {
+        let key = CrMark::FenceOperator.key(&self.cr.name);
+        let reboot_next = ready && runnable.iter().any(Runnable::reboots);
+        let fence = if reboot_next {
+            let fencing = self.env.fencing.borrow();
+            hold::fence(self.env.replicas, &self.node.name, &fencing)
+        } else {
+            hold::Fence::Go
+        };
+        if let hold::Fence::Queued(_) | hold::Fence::Starting(_) = fence {
+            // The replicas here serve meanwhile (a mark set earlier is taken back).
+            self.unfence(work, &key);
+            return true;
+        }
+        if let hold::Fence::Fence(waiting) = fence {
+            let pods: Vec<&str> = waiting.iter().map(|r| r.pod.as_str()).collect();
+            let pods = pods.join(",");
+            self.env.fencing.borrow_mut().insert(self.node.name.clone());
+            if work.get(&key) != Some(pods.as_str()) {
+                actions.push(Action::Event(Event {
+                    target: Target::Node(self.node.name.clone()),
+                    warning: false,
+                    reason: "OperatorHandover",
+                    message: format!(
+                        "{}'s reboot of this node waits for operator replica(s) {pods} to leave the webhook Service and hand over",
+                        self.cr.name
+                    ),
+                }));
+            }
+            work.set(&key, Some(pods));
+            return true;
+        }
+        let interrupting = self
+            .jobs
+            .iter()
+            .any(|j| matches!(j.work, Work::Interrupt { .. }));
+        if !reboot_next && !interrupting {
+            self.unfence(work, &key);
+        }
+        false
+    }
+
+    /// Takes this CR's fence mark off the node; the node stops fencing once no CR's is left.
+    fn unfence(&self, work: &mut NodeWork<'_>, key: &str) {
+        if work.get(key).is_none() {
+            return;
+        }
+        work.set(key, None);
+        if !work.fences_operator() {
+            self.env.fencing.borrow_mut().remove(&self.node.name);
+        }
     }
 
     /// Cordon → (next pass) barrier → drain, when any runnable step disrupts. With

@@ -57,6 +57,9 @@ pub(crate) struct Pass<'a> {
     done_everywhere: HashSet<&'a str>,
     /// Node states parsed for [`Pass::completion`], reused by the CR's pass.
     pub(crate) parsed: HashMap<(&'a str, &'a str), Parsed>,
+    /// Nodes whose operator replicas are fenced (`CrMark::FenceOperator`), as this pass has
+    /// left them: at most one at a time, so two reboots never take every replica out.
+    pub(crate) fencing: crate::work::Fencing,
     pub(crate) actions: Vec<Action>,
 }
 
@@ -79,6 +82,12 @@ impl<'a> Pass<'a> {
             .iter()
             .map(|n| (n.name.as_str(), NodeWork::new(n)))
             .collect();
+        let fencing = s
+            .nodes
+            .iter()
+            .filter(|n| keys::fences_operator(n.annotations.keys()))
+            .map(|n| n.name.clone())
+            .collect();
         let mut pass = Pass {
             s,
             now,
@@ -90,6 +99,7 @@ impl<'a> Pass<'a> {
             done_on: HashSet::default(),
             done_everywhere: HashSet::default(),
             parsed: HashMap::default(),
+            fencing: std::rc::Rc::new(std::cell::RefCell::new(fencing)),
             actions: Vec::new(),
         };
         pass.completion();

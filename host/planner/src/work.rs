@@ -58,6 +58,18 @@ impl<'a> NodeWork<'a> {
         }
     }
 
+    /// Whether some CR's [`keys::CrMark::FenceOperator`] is on the node, as this pass has
+    /// left it.
+    pub fn fences_operator(&self) -> bool {
+        let mut keys = self.base.keys().chain(self.patch.annotations.keys());
+        keys.any(|k| {
+            matches!(
+                keys::CrMark::parse(k),
+                Some((keys::CrMark::FenceOperator, _))
+            ) && self.get(k).is_some()
+        })
+    }
+
     /// Sets `spec.unschedulable`.
     pub fn cordon(&mut self, on: bool) {
         if self.unschedulable != on {
@@ -156,6 +168,10 @@ impl<'a> NodeWork<'a> {
     }
 }
 
+/// The nodes whose operator replicas are being fenced, shared by every CR's pass over them
+/// (see [`crate::hold::fence`]).
+pub type Fencing = std::rc::Rc<std::cell::RefCell<std::collections::BTreeSet<String>>>;
+
 /// What the planner needs besides the CR and node.
 #[derive(Debug)]
 pub struct Env<'a> {
@@ -177,6 +193,9 @@ pub struct Env<'a> {
     pub orders: &'a HashMap<String, u32>,
     /// The operator's replicas (a reboot of the last ready one's node waits).
     pub replicas: &'a [crate::snapshot::Replica],
+    /// The nodes whose operator replicas are being fenced before a reboot, as this pass
+    /// has left them (one node at a time, whichever CR reboots it).
+    pub fencing: Fencing,
     /// The payloads the CR stages before a node's cordon.
     pub prestage: Option<&'a crate::prestage::PayloadSet>,
     /// Every NodeWright (what else a node's cache must keep).

@@ -69,7 +69,7 @@ fn operator_flags() -> Vec<String> {
 
 /// Every operator flag is a chart value: with every optional value set, the rendered
 /// Deployment passes each flag but those a pod gets otherwise (its identity comes from
-/// `POD_NAME`) or that exist for tests (the simulated backend and its agent command), and
+/// `POD_NAME`, its node from `NODE_NAME`) or that exist for tests (the simulated backend and its agent command), and
 /// `extraArgs` reaches those too, last, so they replace a rendered value.
 #[test]
 fn every_operator_flag_is_a_chart_value() {
@@ -98,6 +98,7 @@ fn every_operator_flag_is_a_chart_value() {
         "help",
         "version",
         "identity",
+        "node-name",
         "agent-backend",
         "agent-command",
     ];
@@ -147,6 +148,11 @@ fn every_operator_flag_is_a_chart_value() {
         pod["containers"][0]["env"][1],
         json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
         "the Lease identity is the pod's name"
+    );
+    assert_eq!(
+        pod["containers"][0]["env"][2],
+        json!({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}),
+        "a replica knows its node, to see it fenced"
     );
 
     let extra = rendered_args(&render(&[

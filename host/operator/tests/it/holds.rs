@@ -314,10 +314,15 @@ async fn agent_pods_refused_by_pod_security_hold_the_rollout_until_the_namespace
 
 /// Sets the `Ready` condition of pod `name` in the operator's namespace, as its kubelet would.
 async fn set_ready(e: &E2e, name: &str, ready: bool) {
+    set_ready_with(&e.client, name, ready).await;
+}
+
+/// [`set_ready`] with a client (from a task of its own).
+async fn set_ready_with(client: &kube::Client, name: &str, ready: bool) {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, Patch, PatchParams};
     let status = if ready { "True" } else { "False" };
-    Api::<Pod>::namespaced(e.client.clone(), common::NS)
+    Api::<Pod>::namespaced(client.clone(), common::NS)
         .patch_status(
             name,
             &PatchParams::default(),
@@ -334,7 +339,8 @@ async fn set_ready(e: &E2e, name: &str, ready: bool) {
 /// finds by `--replica-selector`, as the chart passes it), one on each node; the one on r1 is
 /// still starting. A reboot of r0 would leave no ready replica, so r0 waits, uncordoned,
 /// and Ready says for which replica, while r1 (whose reboot leaves r0's replica serving)
-/// goes ahead; once the replica is ready, r0 reboots too.
+/// goes ahead; once the replica is ready, r0 reboots too. Each reboot, with a replica ready
+/// elsewhere, first takes its node's replica out of the Service (fenced).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reboot_waits_while_its_node_runs_the_last_ready_operator_replica() {
     use k8s_openapi::api::core::v1::Pod;
@@ -383,9 +389,48 @@ async fn a_reboot_waits_while_its_node_runs_the_last_ready_operator_replica() {
     assert!(!cordoned(&e, "r0").await, "the last ready replica's node");
     assert_eq!(e.reboots("r0"), 0);
 
+    // The replica pods here are sleepers: the test does what a replica does when its node
+    // is fenced for a reboot (reports not ready until the mark goes), and records which
+    // nodes were fenced.
     set_ready(&e, "op-1", true).await;
+    let fenced = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mirror = {
+        let (client, fenced) = (e.client.clone(), fenced.clone());
+        tokio::spawn(async move {
+            use k8s_openapi::api::core::v1::Node;
+            let nodes = Api::<Node>::all(client.clone());
+            let mut out = std::collections::BTreeSet::new();
+            loop {
+                for (pod, node) in [("op-0", "r0"), ("op-1", "r1")] {
+                    let Ok(n) = nodes.get(node).await else {
+                        continue;
+                    };
+                    let marked = n
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| keys::fences_operator(a.keys()));
+                    if marked && out.insert(pod) {
+                        fenced.lock().unwrap().push(node.to_string());
+                        set_ready_with(&client, pod, false).await;
+                    } else if !marked && out.remove(pod) {
+                        set_ready_with(&client, pod, true).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
     e.wait_complete("drivers", LIMIT).await;
+    mirror.abort();
     assert_eq!((e.reboots("r0"), e.reboots("r1")), (1, 1));
+    let mut fenced = fenced.lock().unwrap().clone();
+    fenced.sort();
+    assert_eq!(
+        fenced,
+        ["r0", "r1"],
+        "each node's replica was taken out before its reboot"
+    );
 }
 
 /// A pod's `Ready` condition, if it reports one.
@@ -397,4 +442,93 @@ fn nodewright_operator_replica_ready(p: &k8s_openapi::api::core::v1::Pod) -> Opt
         .iter()
         .find(|c| c.type_ == "Ready")
         .map(|c| c.status == "True")
+}
+
+/// A replica's own node fenced for a reboot (`nodewright.io/fence-operator.<cr>`, as the
+/// planner writes it before rebooting a node that runs a ready replica while another is
+/// ready elsewhere): the replica reports not ready, naming why, and — leading — lets go of
+/// the Lease at once and ends, so a standby leads before the node goes down.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_replica_reports_not_ready_and_hands_over_the_lease() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, ListParams, Patch, PatchParams};
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("r0", &[])]).await;
+    let metrics = nodewright_testregistry::free_port();
+    e.start_operator(&[
+        "--leader-elect",
+        "--identity=op-0",
+        "--node-name=r0",
+        &format!("--metrics-addr=127.0.0.1:{metrics}"),
+    ]);
+    let leases = Api::<Lease>::namespaced(e.client.clone(), common::NS);
+    let holder = || async {
+        let list = leases
+            .list(&ListParams::default().labels(&format!("{}=true", keys::OPERATOR_LEASE)))
+            .await
+            .ok()?;
+        let lease = list.items.into_iter().next()?;
+        Some(lease.spec?.holder_identity.unwrap_or_default())
+    };
+    e.wait("op-0 leading and ready", LIMIT, || async {
+        let (status, _) = nodewright_localcluster::http_get(metrics, "/readyz")
+            .await
+            .ok()?;
+        (status == 200 && holder().await.as_deref() == Some("op-0")).then_some(())
+    })
+    .await;
+
+    Api::<Node>::all(e.client.clone())
+        .patch(
+            "r0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                keys::CrMark::FenceOperator.key("drivers"): "op-0"
+            }}})),
+        )
+        .await
+        .unwrap();
+    e.wait("the Lease let go of", LIMIT, || async {
+        (holder().await.as_deref() == Some("")).then_some(())
+    })
+    .await;
+    assert!(
+        e.operator_log().contains("handing over the lease"),
+        "{}",
+        e.operator_log()
+    );
+    // The process ends once it has handed over (its restart would wait as a standby):
+    // nothing answers its probes any more.
+    e.wait("the leader gone", LIMIT, || async {
+        nodewright_localcluster::http_get(metrics, "/readyz")
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+
+    // A standby started on the fenced node stays out of the Service and does not lead.
+    let standby = nodewright_testregistry::free_port();
+    e.start_operator(&[
+        "--leader-elect",
+        "--identity=op-0b",
+        "--node-name=r0",
+        &format!("--metrics-addr=127.0.0.1:{standby}"),
+    ]);
+    let (status, body) = e
+        .wait("the standby answering its probe", LIMIT, || async {
+            let (status, body) = nodewright_localcluster::http_get(standby, "/readyz")
+                .await
+                .ok()?;
+            body.contains("fenced").then_some((status, body))
+        })
+        .await;
+    assert_eq!(status, 503, "{body}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        holder().await.as_deref(),
+        Some(""),
+        "a fenced replica never leads"
+    );
 }

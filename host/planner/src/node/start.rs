@@ -15,12 +15,14 @@ use crate::snapshot::Work;
 use super::{Runnable, Step, Visit};
 
 /// Starts what may start: a disruptive step only once the node is `ready` (cordoned and
-/// drained), an interrupt only once no package stage runs.
+/// drained), an interrupt only once no package stage runs, a reboot only when it is not
+/// `reboots_held` (the operator replicas on the node are still being fenced).
 pub(super) fn start(
     v: &Visit<'_, '_>,
     state: &mut NodeState,
     runnable: &[Runnable<'_>],
     ready: bool,
+    reboots_held: bool,
     actions: &mut Vec<Action>,
 ) {
     // The node's merged interrupt among runnable packages that are not uninstalling.
@@ -43,7 +45,7 @@ pub(super) fn start(
     let mut order: Vec<&Runnable<'_>> = runnable.iter().collect();
     order.sort_by_key(|r| r.step == Step::Interrupt);
     for r in order {
-        if r.disruptive() && !ready {
+        if (r.disruptive() && !ready) || (reboots_held && r.reboots()) {
             continue;
         }
         match &r.step {

@@ -504,6 +504,92 @@ fn a_reboot_waits_while_its_node_runs_the_last_ready_operator_replica() {
     assert!(ever_cordoned(&w, "node-0"));
 }
 
+/// A reboot of a node running a ready operator replica while another is ready elsewhere:
+/// once the node is drained, the replicas there are fenced (the node's mark names them, an
+/// event says so) and the reboot waits until they are out of the Service; one node fences
+/// at a time, so the replicas of two nodes rebooting in one batch never leave together; the
+/// mark stays through the reboot and goes after it.
+#[test]
+fn a_reboot_waits_for_the_operator_replicas_on_its_node_to_leave_the_service() {
+    use nodewright_api::keys::CrMark;
+    use nodewright_planner::{Replica, Work};
+    let replica = |pod: &str, node: &str| Replica {
+        pod: pod.into(),
+        node: node.into(),
+        ready: true,
+    };
+    let mut w = World::new(3);
+    w.replicas_fence_themselves = false;
+    w.snap.replicas = vec![replica("op-0", "node-0"), replica("op-1", "node-1")];
+    w.add_cr(
+        "gpu",
+        spec(json!({"interruptionBudget": {"count": 3}, "packages": {"driver": reboot_pkg()}})),
+    );
+    passes(&mut w, 16);
+    let fence = CrMark::FenceOperator.key("gpu");
+    let marks: Vec<Option<&String>> = ["node-0", "node-1", "node-2"]
+        .iter()
+        .map(|n| w.node(n).annotations.get(&fence))
+        .collect();
+    assert_eq!(
+        marks,
+        [Some(&"op-0".to_string()), None, None],
+        "node-0 fences its replica first; node-1 waits its turn; node-2 runs none"
+    );
+    let rebooting = |w: &World, node: &str| {
+        w.snap
+            .jobs
+            .iter()
+            .any(|j| j.node == node && matches!(j.work, Work::Interrupt { .. }))
+            || w.created()
+                .iter()
+                .any(|(_, work, n)| *n == node && matches!(work, Work::Interrupt { .. }))
+    };
+    assert!(!rebooting(&w, "node-0") && !rebooting(&w, "node-1"));
+    assert!(
+        rebooting(&w, "node-2"),
+        "a node with no replica is not held"
+    );
+    assert_eq!(
+        w.events("OperatorHandover").len(),
+        1,
+        "{:?}",
+        w.events("OperatorHandover")
+    );
+
+    // The operator's replicas do their part: the rollout finishes, each replica fenced in
+    // turn and back once its node is through.
+    w.replicas_fence_themselves = true;
+    w.run(("reboot", 1), 120);
+    assert_eq!(w.cr("gpu").status.status, Some(Status::Complete));
+    for n in ["node-0", "node-1", "node-2"] {
+        assert!(rebooting(&w, n), "{n} rebooted");
+        assert_eq!(
+            w.node(n).annotations.get(&fence),
+            None,
+            "{n}'s mark is gone"
+        );
+    }
+    assert!(w.snap.replicas.iter().all(|r| r.ready), "both back");
+    // Replayed from every node write: never two nodes fenced at once, and each of the two
+    // replica nodes fenced once.
+    let mut marked = std::collections::BTreeSet::new();
+    let mut fenced = Vec::new();
+    for (pass, a) in &w.history {
+        if let Action::PatchNode(p) = a
+            && let Some(v) = p.annotations.get(&fence)
+        {
+            if v.is_some() && marked.insert(p.node.clone()) {
+                fenced.push(p.node.clone());
+            } else if v.is_none() {
+                marked.remove(&p.node);
+            }
+            assert!(marked.len() <= 1, "pass {pass}: {marked:?} fenced together");
+        }
+    }
+    assert_eq!(fenced, ["node-0", "node-1"]);
+}
+
 /// A Job whose pod cannot start (the kubelet cannot pull the agent image): the node reads
 /// erroring with the kubelet's reason and the image, nothing more starts there, and the Job
 /// is left to the kubelet's retries; once the pod starts, the rollout goes on by itself.

@@ -20,6 +20,13 @@ pub struct World {
     pub passes: usize,
     /// Pods whose eviction a PDB refuses.
     pub pdb_protected: Vec<String>,
+    /// Operator replicas do what the operator does when their node is fenced
+    /// (`CrMark::FenceOperator`): report not ready until the mark goes (default on).
+    pub replicas_fence_themselves: bool,
+    /// Replicas not ready because their node is fenced.
+    fenced: Vec<String>,
+    /// The last pass changed a replica's readiness.
+    replicas_moved: bool,
     boot: u64,
 }
 
@@ -82,6 +89,9 @@ impl World {
             history: vec![],
             passes: 0,
             pdb_protected: vec![],
+            replicas_fence_themselves: true,
+            fenced: vec![],
+            replicas_moved: false,
             boot: 0,
         };
         for i in 0..nodes {
@@ -246,7 +256,34 @@ impl World {
             self.apply(a);
         }
         self.now += 2;
+        self.replicas_moved = self.fence_replicas();
         actions
+    }
+
+    /// A replica on a fenced node reports not ready; back once its node is not fenced.
+    /// True when one changed (the operator's watch of its pods would wake it).
+    fn fence_replicas(&mut self) -> bool {
+        if !self.replicas_fence_themselves {
+            return false;
+        }
+        let mut moved = false;
+        let nodes = &self.snap.nodes;
+        for r in &mut self.snap.replicas {
+            let fenced = nodes
+                .iter()
+                .find(|n| n.name == r.node)
+                .is_some_and(|n| keys::fences_operator(n.annotations.keys()));
+            if fenced && r.ready {
+                r.ready = false;
+                self.fenced.push(r.pod.clone());
+                moved = true;
+            } else if !fenced && let Some(i) = self.fenced.iter().position(|p| *p == r.pod) {
+                self.fenced.remove(i);
+                r.ready = true;
+                moved = true;
+            }
+        }
+        moved
     }
 
     fn apply(&mut self, a: &Action) {
@@ -410,7 +447,9 @@ impl World {
         for i in 0..max {
             let acted = self.step();
             self.succeed_all(plan_says);
-            let quiet = acted.iter().all(|a| matches!(a, Action::Event(_))) && self.at_rest();
+            let quiet = acted.iter().all(|a| matches!(a, Action::Event(_)))
+                && self.at_rest()
+                && !self.replicas_moved;
             if quiet {
                 return i;
             }
