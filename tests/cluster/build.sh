@@ -18,7 +18,7 @@ if [ -n "${NODEWRIGHT_CHECK_ONLY:-}" ]; then
   exit 3
 fi
 mkdir -p "$(dirname "$out")"
-echo "building the test control plane (Kubernetes v1.36.3: etcd, kube-apiserver, kube-controller-manager, kubelet); the first build takes several minutes" >&2
+echo "building the test control plane (Kubernetes v1.36.3: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet); the first build takes several minutes" >&2
 start=$(date +%s)
 ldflags="-s -w"
 for kv in gitVersion=v1.36.3 gitMajor=1 gitMinor=36 gitTreeState=clean; do

@@ -2,11 +2,13 @@
 // multi-call binary that runs an embedded etcd, kube-apiserver or kube-controller-manager
 // (each as its own process: their global state allows one per process), built from the
 // upstream Kubernetes modules, plus a helper that writes the certificates they need.
+// A cluster with real nodes also runs kube-scheduler and a kubelet per node.
 //
 //	ktest certs --dir DIR [--host 127.0.0.1]
 //	ktest etcd --data-dir DIR --client-url http://127.0.0.1:P --peer-url http://127.0.0.1:Q
 //	ktest kube-apiserver [flags...]
 //	ktest kube-controller-manager [flags...]
+//	ktest kube-scheduler [flags...]
 //	ktest kubectl [args...]
 //	ktest kubelet [flags...]
 //
@@ -24,6 +26,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -34,7 +37,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: ktest certs|etcd|kube-apiserver|kube-controller-manager|kubectl|kubelet [flags]")
+		fmt.Fprintln(os.Stderr, "usage: ktest certs|etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet [flags]")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -49,6 +52,12 @@ func main() {
 		os.Exit(cli.Run(cmd))
 	case "kube-controller-manager":
 		cmd := controllermanager.NewControllerManagerCommand()
+		cmd.SetArgs(args)
+		os.Exit(cli.Run(cmd))
+	case "kube-scheduler":
+		// Places the pods of a cluster with real nodes (a Deployment's replicas spread by
+		// the chart's anti-affinity); the simulated-node clusters bind nothing.
+		cmd := scheduler.NewSchedulerCommand()
 		cmd.SetArgs(args)
 		os.Exit(cli.Run(cmd))
 	case "kubelet":

@@ -118,8 +118,8 @@ pub fn operator_waits<'r>(replicas: &'r [Replica], node: &str) -> Option<&'r Rep
 /// starts once no replica here is ready, or when every replica runs here.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Fence<'r> {
-    /// Yes: no ready replica here, or none elsewhere to take over (then there is nothing
-    /// to hand over to).
+    /// Yes: no ready replica runs here, or every replica runs here (there is no one to
+    /// hand over to).
     Go,
     /// Not yet: these ready replicas run here while one is ready elsewhere. They are fenced
     /// first — they report not ready, so the webhook Service stops sending them requests,

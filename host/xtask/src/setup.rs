@@ -54,7 +54,8 @@ pub struct GoTool {
     script: &'static str,
 }
 
-/// The test control plane (etcd, kube-apiserver, kube-controller-manager, kubelet).
+/// The test control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+/// kubelet).
 pub const KTEST: GoTool = GoTool {
     name: "ktest",
     script: "tests/cluster/build.sh",

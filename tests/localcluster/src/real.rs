@@ -1,14 +1,17 @@
-//! A cluster with a real node, for the tests of nodewright as installed: a control plane
-//! serving the node's link, a registry on every interface with the pause image, one
-//! [`RealNode`], and helpers to publish nodewright with `cargo xtask publish` and install
-//! it with the `helm install` that prints.
+//! A cluster with real nodes, for the tests of nodewright as installed: a control plane
+//! serving the nodes' links (and scheduling their pods), a registry on every interface with
+//! the pause image, one or more [`RealNode`]s, simulated nodes beside them, and helpers to
+//! publish nodewright with `cargo xtask publish` and install it with the `helm install`
+//! that prints.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
 use nodewright_api::pinned::PinnedRef;
 use nodewright_oci::{Registry, RegistryConfig};
 pub use nodewright_testcluster::realnode::real_node_available;
@@ -18,7 +21,7 @@ use nodewright_testregistry::TestRegistry;
 
 use crate::docs::Substitutions;
 
-/// A control plane, a registry, one real node and any number of simulated ones.
+/// A control plane, a registry, real nodes and any number of simulated ones.
 pub struct RealCluster {
     /// The control plane.
     pub cp: ControlPlane,
@@ -26,11 +29,13 @@ pub struct RealCluster {
     pub client: Client,
     /// The registry (its loopback address is [`TestRegistry::host`]).
     pub registry: TestRegistry,
-    /// The node.
-    pub node: RealNode,
-    /// The registry as the node reaches it: `10.222.<n>.1:<port>`.
+    /// The real nodes, in the order they were named.
+    pub nodes: Vec<RealNode>,
+    /// The registry as the nodes reach it: `10.222.<n>.1:<port>`, the first node's link
+    /// (the machine answers on each of its addresses from every link).
     pub node_registry: String,
-    /// Simulated nodes beside the real one.
+    /// Simulated nodes beside the real ones, tainted [`SIMULATED_TAINT`] so that the
+    /// scheduler places no pod there (their kubelet runs processes, not images).
     pub sim: SimKubelet,
     work: PathBuf,
 }
@@ -38,7 +43,7 @@ pub struct RealCluster {
 impl std::fmt::Debug for RealCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RealCluster")
-            .field("node", &self.node)
+            .field("nodes", &self.nodes)
             .field("registry", &self.node_registry)
             .finish_non_exhaustive()
     }
@@ -97,19 +102,37 @@ impl Published {
     }
 }
 
+/// The taint on a [`RealCluster`]'s simulated nodes, as virtual-kubelet providers taint
+/// theirs: `nodewright.dev/simulated=true:NoSchedule`.
+pub const SIMULATED_TAINT: (&str, &str) = ("nodewright.dev/simulated", "true");
+
 impl RealCluster {
-    /// Starts everything under `work`; the real node is named `name`, its link
-    /// `10.222.<index>`; `sim_nodes` are simulated nodes in the same cluster.
+    /// Starts everything under `work`: a real node per name in `names`, the first on the
+    /// link `10.222.<first_index>`, the next on the index after it, and so on;
+    /// `sim_nodes` are simulated nodes in the same cluster.
     pub async fn start(
         work: &Path,
-        name: &str,
-        index: u8,
+        names: &[&str],
+        first_index: u8,
         sim_nodes: &[&str],
     ) -> Result<RealCluster> {
-        let host_ip = RealNodeConfig::host_ip(index);
+        let indices: Vec<u8> = (0..names.len())
+            .map(|i| {
+                u8::try_from(i)
+                    .ok()
+                    .and_then(|i| first_index.checked_add(i))
+            })
+            .collect::<Option<_>>()
+            .context("real node link indices past 255")?;
+        let Some(&first) = indices.first() else {
+            bail!("a real cluster needs at least one real node");
+        };
         let dir = work.join("control-plane");
         let options = Options {
-            extra_addresses: vec![host_ip.clone()],
+            extra_addresses: indices
+                .iter()
+                .map(|&i| RealNodeConfig::host_ip(i))
+                .collect(),
             workloads: true,
         };
         let cp =
@@ -123,7 +146,7 @@ impl RealCluster {
             .next()
             .context("registry port")?
             .to_string();
-        let node_registry = format!("{host_ip}:{port}");
+        let node_registry = format!("{}:{port}", RealNodeConfig::host_ip(first));
         let oci = Registry::new(RegistryConfig {
             insecure: vec![registry.host().into()],
             ..Default::default()
@@ -132,27 +155,53 @@ impl RealCluster {
         let pinned = pause
             .push(&oci, &format!("{}/pause:3.10", registry.host()), &|_| {})
             .await?;
-        let config = RealNodeConfig {
-            name: name.into(),
-            index,
-            registry: node_registry.clone(),
-            pause_image: pinned.replace(registry.host(), &node_registry),
-        };
-        let node = RealNode::start(&cp, client.clone(), config, &work.join("node")).await?;
+        let mut nodes = Vec::new();
+        for (name, index) in names.iter().zip(indices) {
+            let config = RealNodeConfig {
+                name: (*name).into(),
+                index,
+                registry: node_registry.clone(),
+                pause_image: pinned.replace(registry.host(), &node_registry),
+            };
+            // The first keeps the directory a single-node cluster has always had.
+            let dir = match nodes.len() {
+                0 => work.join("node"),
+                _ => work.join(format!("node-{name}")),
+            };
+            nodes.push(RealNode::start(&cp, client.clone(), config, &dir).await?);
+        }
         let specs = sim_nodes
             .iter()
             .map(|n| NodeSpec::new(n, &work.join("sim-nodes")))
             .collect();
         let sim = SimKubelet::start(client.clone(), specs).await?;
+        let (key, value) = SIMULATED_TAINT;
+        let api = Api::<Node>::all(client.clone());
+        for name in sim_nodes {
+            api.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"taints": [
+                    {"key": key, "value": value, "effect": "NoSchedule"}
+                ]}})),
+            )
+            .await
+            .with_context(|| format!("tainting the simulated node {name}"))?;
+        }
         Ok(RealCluster {
             cp,
             client,
             registry,
-            node,
+            nodes,
             node_registry,
             sim,
             work: work.to_path_buf(),
         })
+    }
+
+    /// The first real node.
+    pub fn node(&self) -> &RealNode {
+        &self.nodes[0]
     }
 
     /// Runs `cargo xtask publish --registry <node registry>/nodewright --insecure [--tag T]`
@@ -174,14 +223,15 @@ impl RealCluster {
     }
 
     /// What a reader of the docs substitutes: the registry (`registry.example.com/nodewright`,
-    /// here `<node registry>/nodewright`) and a node's name (`worker-1`, here the real node).
+    /// here `<node registry>/nodewright`) and a node's name (`worker-1`, here the first real
+    /// node).
     pub fn doc_substitutions(&self) -> Substitutions {
         Substitutions::default()
             .with(
                 "registry.example.com/nodewright",
                 &format!("{}/nodewright", self.node_registry),
             )
-            .with("worker-1", self.node.name())
+            .with("worker-1", self.node().name())
     }
 
     /// Runs one command line as a reader of the docs would, with `sh` in the workspace:

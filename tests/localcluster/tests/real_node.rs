@@ -1,13 +1,16 @@
-//! nodewright as installed, on a real node, starting and ending as docs/getting-started.md
-//! says, its commands run verbatim (the registry and the node's name replaced): the images and
-//! plugins published with `cargo xtask publish`, the chart installed with the `helm install`
-//! it prints, the page's first rollout; then rollouts whose agents run in real containers under the real kubelet — a sysctl written
-//! in the node's network namespace, a host command tree that runs in the node's namespaces
-//! and dies with its stage's deadline, a reboot carried out as a restart of the node, a
-//! driver whose 200 MiB module and vendor firmware image travel as payloads staged before
-//! the cordon and swapped through the node's `modprobe` at a reboot, a helm upgrade (carrying a CRD schema change) and rollback across two built versions in the
-//! middle of a rollout, a roll forward, an agent image the kubelet cannot pull until it is
-//! pushed, and the page's uninstall (every NodeWright, the chart, then the CRDs).
+//! nodewright as installed, on real nodes, starting and ending as docs/getting-started.md
+//! says, its commands run verbatim (the registry and the node's name replaced): the images
+//! and plugins published with `cargo xtask publish`, the chart installed with the `helm
+//! install` it prints, the page's first rollout; then rollouts whose agents run in real
+//! containers under the real kubelet — a sysctl written in the node's network namespace, a
+//! host command tree that runs in the node's namespaces and dies with its stage's deadline,
+//! a reboot of each of two real nodes carried out as a restart of the node while the
+//! operator's replicas hand over between them and its webhook keeps answering, a driver
+//! whose 200 MiB module and vendor firmware image travel as payloads staged before the
+//! cordon and swapped through the node's `modprobe` at a reboot, a helm upgrade (carrying a
+//! CRD schema change) and rollback across two built versions in the middle of a rollout, a
+//! roll forward, an agent image the kubelet cannot pull until it is pushed, and the page's
+//! uninstall (every NodeWright, the chart, then the CRDs).
 //!
 //! One cluster for all of it (a real node takes a while to start); the phases run in
 //! order and each says what it checks.
@@ -25,11 +28,15 @@ use nodewright_localcluster::real::{Published, RealCluster, real_node_available}
 use nodewright_testregistry::workspace;
 use serde_json::{Value, json};
 
+#[path = "real_node/availability.rs"]
+mod availability;
 #[path = "real_node/payloads.rs"]
 mod payloads;
 
 const LIMIT: Duration = Duration::from_secs(300);
 const NODE: &str = "real-1";
+/// The second real node: the operator's other replica runs there.
+const NODE_2: &str = "real-2";
 
 /// The CRD whose schema the next chart changes.
 const NODEWRIGHT_CRD: &str = "nodewrights.nodewright.io";
@@ -172,7 +179,11 @@ where
                 "timed out waiting for {what}\n{}\n{}\n{logs}\n{}\n{}",
                 status.join("\n"),
                 pods.join("\n"),
-                c.node.logs(),
+                c.nodes
+                    .iter()
+                    .map(|n| n.logs())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
                 c.cp.logs()
             );
         }
@@ -275,10 +286,12 @@ async fn nodewright_as_installed_on_a_real_node() {
     let work = std::env::var_os("E2E_KEEP")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| tmp.path().to_path_buf());
-    // A simulated node beside the real one: the NodeWrights below select only the real
-    // node, and the simulated one must end with nothing of theirs.
-    step("starting the cluster and the real node");
-    let c = RealCluster::start(&work, NODE, 11, &["sim-1"])
+    // Two real nodes, the operator's two replicas one on each; a simulated node beside them.
+    // The NodeWrights below select only the first real node, but for phase 4's (both real
+    // nodes); the simulated one, and the second real node but for phase 4, end with nothing
+    // of theirs.
+    step("starting the cluster and the real nodes");
+    let c = RealCluster::start(&work, &[NODE, NODE_2], 11, &["sim-1"])
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
 
@@ -346,14 +359,16 @@ async fn nodewright_as_installed_on_a_real_node() {
     );
     for (key, want) in keys.iter().zip(["8192", "16384"]) {
         let path = format!("/proc/sys/{key}");
-        assert_eq!(c.node.in_netns(&["cat", &path]).unwrap(), want, "{key}");
+        assert_eq!(c.node().in_netns(&["cat", &path]).unwrap(), want, "{key}");
     }
     assert_eq!(
         keys.map(machine),
         machine_before,
         "the machine's own values"
     );
-    let dropin = c.node.host_path("/etc/sysctl.d/60-nodewright-sysctl.conf");
+    let dropin = c
+        .node()
+        .host_path("/etc/sysctl.d/60-nodewright-sysctl.conf");
     assert!(
         std::fs::read_to_string(&dropin)
             .unwrap()
@@ -377,7 +392,7 @@ async fn nodewright_as_installed_on_a_real_node() {
         .unwrap();
     wait_complete(&c, "tune").await;
     assert_eq!(
-        c.node.in_netns(&["cat", key]).unwrap(),
+        c.node().in_netns(&["cat", key]).unwrap(),
         "611",
         "read back from the node's network namespace"
     );
@@ -386,7 +401,9 @@ async fn nodewright_as_installed_on_a_real_node() {
         machine_before,
         "the CI machine's own value is unchanged"
     );
-    let dropin = c.node.host_path("/etc/sysctl.d/60-nodewright-tuning.conf");
+    let dropin = c
+        .node()
+        .host_path("/etc/sysctl.d/60-nodewright-tuning.conf");
     assert!(
         std::fs::read_to_string(&dropin)
             .unwrap()
@@ -410,7 +427,7 @@ async fn nodewright_as_installed_on_a_real_node() {
     step("3. a host command killed at the deadline");
     // 3. A host command in the node's namespaces, killed with its whole tree at the stage's
     //    deadline (the image has no `kill` binary and no nsenter).
-    let held = c.node.host_path("/etc/nodewright-localcluster");
+    let held = c.node().host_path("/etc/nodewright-localcluster");
     std::fs::create_dir_all(&held).unwrap();
     std::fs::write(
         held.join("hold.sh"),
@@ -446,7 +463,8 @@ async fn nodewright_as_installed_on_a_real_node() {
     })
     .await;
     let where_ = std::fs::read_to_string(held.join("where")).unwrap();
-    let node_mnt = std::fs::read_link(format!("/proc/{}/ns/mnt", c.node.pid1().unwrap())).unwrap();
+    let node_mnt =
+        std::fs::read_link(format!("/proc/{}/ns/mnt", c.node().pid1().unwrap())).unwrap();
     assert_eq!(
         where_.lines().collect::<Vec<_>>(),
         [node_mnt.display().to_string().as_str(), NODE],
@@ -467,53 +485,12 @@ async fn nodewright_as_installed_on_a_real_node() {
         .await
         .unwrap();
 
-    step("4. a reboot");
-    // 4. A reboot: the agent's request is carried out as a restart of the node (new boot
-    //    ID), and the rollout completes with post-interrupt, the node uncordoned.
-    std::fs::write(
-        held.join("install.sh"),
-        "#!/bin/sh\necho installed > /etc/nodewright-localcluster/driver\n",
-    )
-    .unwrap();
-    std::fs::write(
-        held.join("verify.sh"),
-        "#!/bin/sh\ntest -f /etc/nodewright-localcluster/driver\n",
-    )
-    .unwrap();
-    for f in ["install.sh", "verify.sh"] {
-        std::fs::set_permissions(
-            held.join(f),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
-    }
-    let boots = c.node.boots();
-    let driver = json!({
-        "version": "1.0.0", "plugin": v1.pinned("plugins/shell").unwrap(), "interrupt": {"type": "reboot"},
-        "capabilities": {"commands": [{"path": "/etc/nodewright-localcluster/install.sh"}, {"path": "/etc/nodewright-localcluster/verify.sh"}]},
-        "configMap": {"apply": "/etc/nodewright-localcluster/install.sh", "post-interrupt": "/etc/nodewright-localcluster/verify.sh", "interrupt": "reboot"}
-    });
-    apply(&c, cr("driver", json!({"packages": {"driver": driver}})))
-        .await
-        .unwrap();
-    wait_complete(&c, "driver").await;
-    assert_eq!(c.node.boots(), boots + 1, "exactly one reboot");
-    assert!(
-        c.node
-            .systemctl_calls()
-            .iter()
-            .any(|l| l.starts_with("reboot")),
-        "{:?}",
-        c.node.systemctl_calls()
-    );
-    let node = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone())
-        .get(NODE)
-        .await
-        .unwrap();
-    assert!(
-        !node.spec.and_then(|s| s.unschedulable).unwrap_or(false),
-        "uncordoned after post-interrupt"
-    );
+    step("4. a reboot of each real node, the operator handing over");
+    // 4. A reboot of both real nodes, one at a time: the agent's request is carried out as a
+    //    restart of the node (new boot ID), post-interrupt uncordons it; the operator replica
+    //    on each node is fenced before its reboot, leadership moves, the webhook answers
+    //    throughout (see `availability`).
+    availability::reboots_hand_over(&c, v1.pinned("plugins/shell").unwrap()).await;
 
     step("5. a driver from payloads, swapped at a reboot");
     // 5. A driver whose files are payloads (see `payloads`); step 4's reboot restarted the
@@ -617,7 +594,7 @@ async fn nodewright_as_installed_on_a_real_node() {
         "capabilities": {"sysctl": ["net.ipv4.tcp_keepalive_time"], "files": [{"path": "/etc/sysctl.d", "access": "readWrite"}]}
     }}}))).await.unwrap();
     wait_complete(&c, "tune").await;
-    assert_eq!(c.node.in_netns(&["cat", key]).unwrap(), "622");
+    assert_eq!(c.node().in_netns(&["cat", key]).unwrap(), "622");
     let sim = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone())
         .get("sim-1")
         .await
@@ -737,7 +714,7 @@ async fn nodewright_as_installed_on_a_real_node() {
         "step 8: the agent image pushed -> the rollout complete in {:.1} s",
         pushed.elapsed().as_secs_f64()
     );
-    assert_eq!(c.node.in_netns(&["cat", key]).unwrap(), "733");
+    assert_eq!(c.node().in_netns(&["cat", key]).unwrap(), "733");
 
     // The field set under the newer CRD is still there on the way out.
     assert_eq!(stored(&c, "slow").await["spec"]["contact"], "gpu-team");
@@ -760,7 +737,7 @@ async fn nodewright_as_installed_on_a_real_node() {
         pods.items.is_empty().then_some(())
     })
     .await;
-    for node in [NODE, "sim-1"] {
+    for node in [NODE, NODE_2, "sim-1"] {
         let n = Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone())
             .get(node)
             .await

@@ -42,9 +42,10 @@ pub struct Options {
     /// More addresses the apiserver serves on (it then listens on every interface), in
     /// its certificate too: the host end of a real node's link.
     pub extra_addresses: Vec<String>,
-    /// What a real node running a chart needs: the ServiceAccount admission plugin (pods
-    /// get tokens), and the deployment, replicaset, serviceaccount, endpointslice and
-    /// root-ca-cert-publisher controllers besides the default ones.
+    /// What real nodes running a chart need: the ServiceAccount admission plugin (pods
+    /// get tokens), the deployment, replicaset, serviceaccount, endpointslice and
+    /// root-ca-cert-publisher controllers besides the default ones, and kube-scheduler
+    /// (a Deployment's replicas placed as their affinity asks).
     pub workloads: bool,
 }
 
@@ -387,6 +388,19 @@ impl ControlPlane {
             "kube-controller-manager".into(),
             spawn(dir, "kube-controller-manager", &bin, &kcm_args)?,
         ));
+        if options.workloads {
+            let scheduler_args: Vec<String> = vec![
+                "kube-scheduler".into(),
+                format!("--kubeconfig={}", kubeconfig.display()),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--v=1".into(),
+            ];
+            cp.children.push((
+                "kube-scheduler".into(),
+                spawn(dir, "kube-scheduler", &bin, &scheduler_args)?,
+            ));
+        }
         let pgids: Vec<u32> = cp.children.iter().map(|(_, c)| c.id()).collect();
         spawn_reaper(std::process::id(), &pgids)?;
         cp.wait_for("kube-controller-manager", Duration::from_secs(60), |cp| {

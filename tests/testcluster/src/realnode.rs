@@ -22,11 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use crate::{ControlPlane, ktest_binary};
@@ -473,8 +471,8 @@ fn remove_cgroups(name: &str) {
 
 impl RealNode {
     /// Boots the node `config` in `dir` against `cp` (which must serve on
-    /// [`RealNodeConfig::host_ip`]), and waits until it is Ready. Pods created without a
-    /// node (a Deployment's) are bound to it: there is no scheduler.
+    /// [`RealNodeConfig::host_ip`]), and waits until it is Ready. A Deployment's pods reach
+    /// it through the control plane's kube-scheduler ([`crate::Options::workloads`]).
     pub async fn start(
         cp: &ControlPlane,
         client: Client,
@@ -505,10 +503,7 @@ impl RealNode {
         let boot_inner = inner.clone();
         tokio::task::spawn_blocking(move || boot_inner.boot()).await??;
         let node = RealNode {
-            tasks: vec![
-                tokio::spawn(reboots(inner.clone(), client.clone())),
-                tokio::spawn(bind_pods(client.clone(), inner.config.name.clone())),
-            ],
+            tasks: vec![tokio::spawn(reboots(inner.clone(), client.clone()))],
             inner,
         };
         node.wait_ready(&client, Duration::from_secs(120)).await?;
@@ -726,46 +721,6 @@ async fn reboots(inner: Arc<Inner>, client: Client) {
             }
             Ok(Err(e)) => eprintln!("real node {}: reboot failed: {e:#}", inner.config.name),
             Err(e) => eprintln!("real node {}: reboot task: {e}", inner.config.name),
-        }
-    }
-}
-
-/// Binds pods that name no node to `node`: the only scheduling this cluster needs.
-async fn bind_pods(client: Client, node: String) {
-    let api: Api<Pod> = Api::all(client.clone());
-    let mut stream = watcher(api, watcher::Config::default().fields("spec.nodeName=")).boxed();
-    while let Some(event) = stream.next().await {
-        let pod = match event {
-            Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
-            Ok(_) => continue,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        };
-        if pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let (Some(ns), Some(name)) = (pod.metadata.namespace.clone(), pod.metadata.name.clone())
-        else {
-            continue;
-        };
-        let binding = json!({
-            "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": name, "namespace": ns},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}
-        });
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        if let Err(e) = pods
-            .create_subresource::<serde_json::Value, serde_json::Value>(
-                "binding",
-                &name,
-                &PostParams::default(),
-                &binding,
-            )
-            .await
-        {
-            eprintln!("binding {ns}/{name} to {node}: {e}");
         }
     }
 }

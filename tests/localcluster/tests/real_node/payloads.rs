@@ -105,8 +105,8 @@ pub(crate) async fn a_driver_from_payloads(c: &RealCluster, operator: &str) {
     std::fs::remove_file(&tar).unwrap();
 
     // The node runs the old module, held by a workload.
-    c.node.load_module("nvidia", OLD, 3).unwrap();
-    let boots = c.node.boots();
+    c.node().load_module("nvidia", OLD, 3).unwrap();
+    let boots = c.node().boots();
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let release = release.trim();
 
@@ -156,7 +156,7 @@ pub(crate) async fn a_driver_from_payloads(c: &RealCluster, operator: &str) {
     // The module installed byte for byte (its digest the payload's), the machine's own
     // /lib/modules untouched; one reboot; the new module loaded after it.
     let installed = c
-        .node
+        .node()
         .host_path(&format!("/lib/modules/{release}/updates/nvidia.ko"));
     let mut hash = Sha256::new();
     std::io::copy(&mut std::fs::File::open(&installed).unwrap(), &mut hash).unwrap();
@@ -168,8 +168,8 @@ pub(crate) async fn a_driver_from_payloads(c: &RealCluster, operator: &str) {
         !std::path::Path::new(&format!("/lib/modules/{release}/updates/nvidia.ko")).exists(),
         "the module landed on the machine"
     );
-    assert_eq!(c.node.boots(), boots + 1, "exactly one reboot");
-    let sys = c.node.host_path("/sys/module/nvidia");
+    assert_eq!(c.node().boots(), boots + 1, "exactly one reboot");
+    let sys = c.node().host_path("/sys/module/nvidia");
     assert_eq!(
         std::fs::read_to_string(sys.join("version")).unwrap(),
         format!("{NEW}\n")
@@ -181,7 +181,7 @@ pub(crate) async fn a_driver_from_payloads(c: &RealCluster, operator: &str) {
     // What the node's modprobe and depmod were asked: the module listed, the busy old one
     // never unloaded (the reboot swapped it), the new one loaded once.
     let calls: Vec<String> = c
-        .node
+        .node()
         .kmod_calls()
         .into_iter()
         .filter(|l| l.ends_with(" nvidia") || l.starts_with("depmod"))
@@ -197,7 +197,7 @@ pub(crate) async fn a_driver_from_payloads(c: &RealCluster, operator: &str) {
     // The node cache: the plugin's payload and the image's firmware directory, its old
     // blob whited out.
     let trees =
-        nodewright_localcluster::payload_trees(&c.node.host_path("/var/lib/nodewright/plugins"));
+        nodewright_localcluster::payload_trees(&c.node().host_path("/var/lib/nodewright/plugins"));
     assert_eq!(
         trees,
         [
