@@ -280,8 +280,14 @@ async fn nodewright_as_installed_on_a_real_node() {
     }
     // E2E_KEEP=DIR keeps the cluster's files (node logs, pod logs) there.
     let started = Instant::now();
-    // Where the time goes, in the output shown on failure (or with --nocapture).
-    let step = |what: &str| eprintln!("[{:>6.1}s] {what}", started.elapsed().as_secs_f64());
+    // Where the time goes: written to the process's standard error itself, past the test
+    // harness's capture, so a passing run's log (`cargo xtask test` keeps one per test)
+    // has the timeline too.
+    let step = |what: &str| {
+        use std::io::Write as _;
+        let line = format!("[{:>6.1}s] {what}\n", started.elapsed().as_secs_f64());
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    };
     let tmp = tempfile::tempdir().unwrap();
     let work = std::env::var_os("E2E_KEEP")
         .map(std::path::PathBuf::from)

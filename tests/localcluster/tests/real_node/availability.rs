@@ -22,7 +22,8 @@ use serde_json::json;
 
 use crate::{apply, wait_complete};
 
-/// The chart's Lease (release `nodewright`).
+/// The chart's Lease (release `nodewright`); its holder is a replica's pod name (the chart
+/// passes it), or the pod name and the process id where no identity is given.
 const LEASE: &str = "nodewright-operator";
 /// How often the prober asks.
 const EVERY: Duration = Duration::from_millis(250);
@@ -204,7 +205,7 @@ pub async fn reboots_hand_over(c: &RealCluster, shell: &PinnedRef) {
     let node_of = |holder: &String| {
         placed
             .iter()
-            .find(|(pod, _)| holder.starts_with(&format!("{pod}-")))
+            .find(|(pod, _)| *holder == **pod || holder.starts_with(&format!("{pod}-")))
             .map(|(_, node)| node.clone())
     };
     let led: BTreeSet<String> = seen.holders.iter().filter_map(node_of).collect();
@@ -225,8 +226,9 @@ pub async fn reboots_hand_over(c: &RealCluster, shell: &PinnedRef) {
         .filter_map(|e| e.regarding.as_ref()?.name.clone())
         .collect();
     assert_eq!(fenced, names, "OperatorHandover events");
-    eprintln!(
-        "the webhook answered {} probes; the Lease went {:?}",
+    let line = format!(
+        "the webhook answered {} probes; the Lease went {:?}\n",
         seen.answered, seen.holders
     );
+    std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes()).unwrap();
 }
