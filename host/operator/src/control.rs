@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::admission::Admission;
 use crate::execute::{Executor, PassWrites};
 use crate::gates::Gates;
+use crate::handover::Routing;
 use crate::leader::Leader;
 use crate::metrics::Metrics;
 use crate::plugins::Plugins;
@@ -53,6 +54,9 @@ pub struct Loop {
     pub settings: Settings,
     /// The leader lease, when elected (held already).
     pub lease: Option<Leader>,
+    /// The webhook Service as it routes to this replica (known when the replica knows its
+    /// pod): a fenced leader ends only once it no longer does.
+    pub routing: Option<Routing>,
     /// What wakes the loop: watch events, resolutions finishing, gates answering.
     pub notify: Arc<Notify>,
     /// The longest the loop sleeps with nothing to do.
@@ -95,13 +99,17 @@ impl Loop {
                 && self.metrics.is_fenced()
             {
                 // This replica's node reboots once its replicas are out: hand over now, not
-                // a lease duration after the node went down. The process ends; its restart
-                // waits as a standby until the node is through.
+                // a lease duration after the node went down. The process ends once the
+                // webhook Service no longer routes to it; its restart waits as a standby
+                // until the node is through.
                 tracing::info!(
                     lease = l.name(),
                     "this replica's node is fenced for a reboot; handing over the lease"
                 );
                 l.release().await?;
+                if let Some(routing) = &self.routing {
+                    routing.wait_out().await;
+                }
                 return Ok(());
             }
             wait = next_wait(&out, busy, self.resync, self.gates.due_in());

@@ -20,6 +20,7 @@ mod crds;
 mod events;
 mod execute;
 mod gates;
+mod handover;
 mod jobs;
 mod leader;
 mod metrics;
@@ -177,6 +178,11 @@ struct Flags {
     /// Identity in the Lease (default: the hostname and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// This replica's pod (the chart passes it): with the webhook on, a leader fenced for its
+    /// node's reboot ends only once the webhook Service (--webhook-service) no longer
+    /// routes to this pod.
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
     /// The node this replica runs on (the chart passes the pod's `spec.nodeName`). While a
     /// rollout fences it before rebooting it (`nodewright.io/fence-operator.<cr>`), this
     /// replica reports not ready, so the webhook Service stops sending it requests, and
@@ -344,6 +350,18 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         metrics,
         settings: flags.settings(),
         lease,
+        // Without the webhook no Service routes to a replica.
+        routing: flags
+            .webhook_addr
+            .and(flags.pod_name.as_deref())
+            .map(|pod| {
+                handover::Routing::new(
+                    client.clone(),
+                    &flags.namespace,
+                    &flags.webhook_service,
+                    pod,
+                )
+            }),
         notify,
         resync: Duration::from_secs(flags.resync_seconds),
     }

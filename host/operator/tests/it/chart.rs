@@ -99,6 +99,7 @@ fn every_operator_flag_is_a_chart_value() {
         "version",
         "identity",
         "node-name",
+        "pod-name",
         "agent-backend",
         "agent-command",
     ];

@@ -447,21 +447,44 @@ fn nodewright_operator_replica_ready(p: &k8s_openapi::api::core::v1::Pod) -> Opt
 /// A replica's own node fenced for a reboot (`nodewright.io/fence-operator.<cr>`, as the
 /// planner writes it before rebooting a node that runs a ready replica while another is
 /// ready elsewhere): the replica reports not ready, naming why, and — leading — lets go of
-/// the Lease at once and ends, so a standby leads before the node goes down.
+/// the Lease at once, so a standby leads before the node goes down, and ends once the
+/// webhook Service no longer routes to it (ending while it still did is what the real-node
+/// e2e caught: the API server dialled its closed port, and the fail-closed webhook refused).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fenced_replica_reports_not_ready_and_hands_over_the_lease() {
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube::api::{Api, ListParams, Patch, PatchParams};
     nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("r0", &[])]).await;
     let metrics = nodewright_testregistry::free_port();
+    let webhook = nodewright_testregistry::free_port();
     e.start_operator(&[
         "--leader-elect",
         "--identity=op-0",
+        "--pod-name=op-0",
         "--node-name=r0",
         &format!("--metrics-addr=127.0.0.1:{metrics}"),
+        &format!("--webhook-addr=127.0.0.1:{webhook}"),
+        "--webhook-host=127.0.0.1",
     ]);
+    // The webhook Service routes to op-0, as the EndpointSlice controller lists a ready pod.
+    let slices = Api::<EndpointSlice>::namespaced(e.client.clone(), common::NS);
+    let slice = |ready: bool| -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": "nodewright-webhook-x1", "labels": {"kubernetes.io/service-name": "nodewright-webhook"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.244.0.9"], "conditions": {"ready": ready},
+                           "targetRef": {"kind": "Pod", "namespace": common::NS, "name": "op-0"}}],
+            "ports": [{"name": "webhook", "port": 9443, "protocol": "TCP"}]
+        }))
+        .unwrap()
+    };
+    slices
+        .create(&Default::default(), &slice(true))
+        .await
+        .unwrap();
     let leases = Api::<Lease>::namespaced(e.client.clone(), common::NS);
     let holder = || async {
         let list = leases
@@ -498,8 +521,33 @@ async fn a_fenced_replica_reports_not_ready_and_hands_over_the_lease() {
         "{}",
         e.operator_log()
     );
-    // The process ends once it has handed over (its restart would wait as a standby):
-    // nothing answers its probes any more.
+    // It lets go of the Lease at once, but ends only once the webhook Service no longer
+    // routes to it: until then it keeps answering (its readiness says fenced).
+    e.wait("the leader waiting to leave the Service", LIMIT, || async {
+        e.operator_log()
+            .contains("waiting for the webhook Service to stop routing")
+            .then_some(())
+    })
+    .await;
+    let (status, body) = nodewright_localcluster::http_get(metrics, "/readyz")
+        .await
+        .expect("a fenced leader the Service still routes to is still up");
+    assert_eq!(status, 503, "{body}");
+    slices
+        .replace("nodewright-webhook-x1", &Default::default(), &{
+            let mut s = slice(false);
+            s.metadata.resource_version = slices
+                .get("nodewright-webhook-x1")
+                .await
+                .unwrap()
+                .metadata
+                .resource_version;
+            s
+        })
+        .await
+        .unwrap();
+    // Then the process ends (its restart would wait as a standby): nothing answers its
+    // probes any more.
     e.wait("the leader gone", LIMIT, || async {
         nodewright_localcluster::http_get(metrics, "/readyz")
             .await
