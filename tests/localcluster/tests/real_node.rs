@@ -203,17 +203,21 @@ async fn wait_complete(c: &RealCluster, name: &str) {
     .await
 }
 
-/// The operator's pods, Running and Ready, all on `digest` when given.
-async fn operator_ready(c: &RealCluster, digest: Option<&str>) -> bool {
-    let pods = Api::<Pod>::namespaced(c.client.clone(), "nodewright")
+/// The operator's pods not being deleted (none when they cannot be listed).
+async fn operator_pods(c: &RealCluster) -> Vec<Pod> {
+    Api::<Pod>::namespaced(c.client.clone(), "nodewright")
         .list(&ListParams::default().labels("app.kubernetes.io/name=nodewright"))
-        .await;
-    let pods: Vec<Pod> = pods
+        .await
         .map(|l| l.items)
         .unwrap_or_default()
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
+        .collect()
+}
+
+/// The operator's pods, Running and Ready, all on `digest` when given.
+async fn operator_ready(c: &RealCluster, digest: Option<&str>) -> bool {
+    let pods = operator_pods(c).await;
     !pods.is_empty()
         && pods.iter().all(|p| {
             let status = p.status.clone().unwrap_or_default();
@@ -257,19 +261,24 @@ async fn apply_when_served(c: &RealCluster, digest: &str, nw: Value) {
     .unwrap();
 }
 
+/// A NodeWright only the webhook refuses (a budget of 250%), and what its refusal names.
+fn over_budget(name: &str) -> (Value, &'static str) {
+    (
+        cr(
+            name,
+            json!({"interruptionBudget": {"percent": 250}, "packages": {}}),
+        ),
+        "spec.interruptionBudget.percent",
+    )
+}
+
 /// The webhook of the installed chart refuses what validation refuses.
 async fn webhook_refuses(c: &RealCluster) {
-    let bad = cr(
-        "bad",
-        json!({"interruptionBudget": {"percent": 250}, "packages": {}}),
-    );
+    let (bad, names) = over_budget("bad");
     let err = apply(c, bad)
         .await
         .expect_err("the webhook admitted a budget of 250%");
-    assert!(
-        err.to_string().contains("spec.interruptionBudget.percent"),
-        "{err}"
-    );
+    assert!(err.to_string().contains(names), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -335,14 +344,11 @@ async fn nodewright_as_installed_on_a_real_node() {
     })
     .await;
     wait(&c, "the webhook serving", || async {
-        let bad = cr(
-            "bad",
-            json!({"interruptionBudget": {"percent": 250}, "packages": {}}),
-        );
+        let (bad, names) = over_budget("bad");
         apply(&c, bad)
             .await
             .err()
-            .filter(|e| e.to_string().contains("spec.interruptionBudget.percent"))
+            .filter(|e| e.to_string().contains(names))
             .map(drop)
     })
     .await;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use nodewright_api::pinned::PinnedRef;
@@ -20,7 +20,7 @@ use nodewright_api::v1alpha1::NodeWright;
 use nodewright_localcluster::real::RealCluster;
 use serde_json::json;
 
-use crate::{apply, wait_complete};
+use crate::{apply, operator_pods, over_budget, wait_complete};
 
 /// The chart's Lease (release `nodewright`); its holder is a replica's pod name (the chart
 /// passes it), or the pod name and the process id where no identity is given.
@@ -54,12 +54,8 @@ impl Prober {
             let mut seen = Seen::default();
             let crs: Api<NodeWright> = Api::all(client.clone());
             let leases: Api<Lease> = Api::namespaced(client, "nodewright");
-            let bad: NodeWright = serde_json::from_value(json!({
-                "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright",
-                "metadata": {"name": "probe"},
-                "spec": {"interruptionBudget": {"percent": 250}, "packages": {}}
-            }))
-            .unwrap();
+            let (bad, names) = over_budget("probe");
+            let bad: NodeWright = serde_json::from_value(bad).unwrap();
             while !stopped.load(Ordering::Relaxed) {
                 let at = started.elapsed().as_secs_f64();
                 let asked = crs
@@ -70,7 +66,7 @@ impl Prober {
                     )
                     .await;
                 match asked {
-                    Err(e) if e.to_string().contains("spec.interruptionBudget.percent") => {
+                    Err(e) if e.to_string().contains(names) => {
                         seen.answered += 1;
                     }
                     Err(e) => seen.failures.push(format!("{at:.1}s: {e}")),
@@ -105,13 +101,9 @@ impl Prober {
 
 /// The operator's pods and their nodes.
 async fn replicas(c: &RealCluster) -> BTreeMap<String, String> {
-    Api::<Pod>::namespaced(c.client.clone(), "nodewright")
-        .list(&ListParams::default().labels("app.kubernetes.io/name=nodewright"))
+    operator_pods(c)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| Some((p.metadata.name?, p.spec?.node_name?)))
         .collect()
 }
