@@ -2,9 +2,11 @@
 //!
 //! ```text
 //! <root>/blobs/sha256/<hex>        component layers (and configs), image payload layers
-//! <root>/blobs/sha256/<hex>.partial  a payload layer while it downloads (resumed from)
+//! <root>/blobs/sha256/<hex>.partial  an image payload's layer while it downloads (resumed from)
+//! <root>/blobs/sha256/<hex>.checkpoint  where a plugin payload's cut-off download resumes
 //! <root>/manifests/sha256/<hex>    manifests, by manifest digest
 //! <root>/trees/sha256/<hex>        payload layers unpacked (read-only files), by layer digest
+//! <root>/trees/sha256/.<hex>.staging  a plugin payload's tree while it downloads
 //! <root>/code/                     the engine's precompiled code (see nodewright-engine)
 //! <root>/locks/sha256/<hex>        held by the one process downloading a payload layer
 //! <root>/.lock                     shared by readers and writers, exclusive for gc
@@ -56,6 +58,25 @@ impl Kind {
 /// Where payload trees live.
 pub(crate) const TREES: &str = "trees/sha256";
 const LOCKS: &str = "locks/sha256";
+
+/// What staging a payload keeps in the node cache ([`NodeCache::room_for`] counts it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keeps {
+    /// Its tree only: a plugin's payload is unpacked as it downloads, with no copy of its
+    /// layer.
+    Tree,
+    /// Its layers as blobs, and the tree made of them: an image payload.
+    LayersAndTree,
+}
+
+impl std::fmt::Display for Keeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Keeps::Tree => "its unpacked tree",
+            Keeps::LayersAndTree => "its layers and its unpacked tree",
+        })
+    }
+}
 
 impl NodeCache {
     /// Opens (creating, mode 0700) the cache at `root`.
@@ -159,10 +180,33 @@ impl NodeCache {
         self.store(Kind::Manifest, digest, bytes)
     }
 
-    /// Where a payload blob downloads to before it is complete (kept between pulls, so an
-    /// interrupted download resumes).
+    /// Where a payload blob kept as a blob (an image payload's layer) downloads to before
+    /// it is complete (kept between pulls, so an interrupted download resumes).
     pub fn partial_path(&self, digest: &str) -> Result<PathBuf> {
         Ok(self.path(Kind::Blob, digest)?.with_extension("partial"))
+    }
+
+    /// Where a plugin payload's download keeps its last checkpoint (see `resume`).
+    pub fn checkpoint_path(&self, digest: &str) -> Result<PathBuf> {
+        Ok(self.path(Kind::Blob, digest)?.with_extension("checkpoint"))
+    }
+
+    /// Where a plugin payload's tree is built while it downloads (kept, with its
+    /// checkpoint, between pulls): `trees/sha256/.<hex>.staging`.
+    pub fn staging_path(&self, digest: &str) -> Result<PathBuf> {
+        let tree = self.tree_path(digest)?;
+        let hex = tree.file_name().unwrap_or_default().to_string_lossy();
+        Ok(tree.with_file_name(format!(".{hex}.staging")))
+    }
+
+    /// Removes what a cut-off download of payload `digest` kept to resume from.
+    pub(crate) fn discard_staging(&self, digest: &str) -> Result<()> {
+        let _ = std::fs::remove_file(self.checkpoint_path(digest)?);
+        let staging = self.staging_path(digest)?;
+        match std::fs::remove_dir_all(&staging) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::cache(&staging, e)),
+            _ => Ok(()),
+        }
     }
 
     /// Holds the download of one payload blob for this process: an exclusive lock on
@@ -178,24 +222,29 @@ impl NodeCache {
         self.tree(&payload.layer.digest).is_ok_and(|t| t.is_some())
     }
 
-    /// Refuses (before a byte is fetched) `payloads` whose layers and unpacked trees would
-    /// leave fewer than `limits.min_free_bytes` free on the cache's filesystem, or take the
-    /// cache past `limits.cache_quota`; what a partial download already holds counts as
-    /// there.
+    /// Refuses (before a byte is fetched) `payloads` whose staging — what `keeps` says —
+    /// would leave fewer than `limits.min_free_bytes` free on the cache's filesystem, or take
+    /// the cache past `limits.cache_quota`. A tree is counted as large as its layer; what a
+    /// layer's partial download already holds counts as there (a tree's checkpointed part
+    /// does not: the count errs on the safe side by at most that).
     pub fn room_for(
         &self,
         reference: &str,
         payloads: &[&Payload],
+        keeps: Keeps,
         limits: &crate::PullLimits,
     ) -> Result<()> {
         let (mut size, mut needed) = (0u64, 0u64);
         for payload in payloads {
             let layer = u64::try_from(payload.layer.size).unwrap_or(0);
-            let partial = std::fs::metadata(self.partial_path(&payload.layer.digest)?)
-                .map_or(0, |m| m.len())
-                .min(layer);
             size = size.saturating_add(layer);
-            needed = needed.saturating_add(layer - partial).saturating_add(layer);
+            needed = needed.saturating_add(layer);
+            if keeps == Keeps::LayersAndTree {
+                let partial = std::fs::metadata(self.partial_path(&payload.layer.digest)?)
+                    .map_or(0, |m| m.len())
+                    .min(layer);
+                needed = needed.saturating_add(layer - partial);
+            }
         }
         let names = || {
             let names: Vec<String> = payloads.iter().map(|p| p.name.to_string()).collect();
@@ -208,6 +257,7 @@ impl NodeCache {
             return Err(Error::NoRoom {
                 reference: reference.into(),
                 payload: names(),
+                keeps,
                 size,
                 needed,
                 available,
@@ -301,28 +351,40 @@ impl NodeCache {
         build: impl FnOnce(&Path) -> Result<()>,
     ) -> Result<PathBuf> {
         let tree = self.tree_path(key)?;
-        let _guard = self.lock(false)?;
-        if tree.is_dir() {
-            return Ok(tree);
-        }
         let unique = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let name = tree.file_name().unwrap_or_default().to_string_lossy();
         let tmp = tree.with_file_name(format!(".{name}.{}.{unique}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o755)
-            .create(&tmp)
-            .map_err(|e| Error::cache(&tmp, e))?;
-        let discard = || {
-            let _ = std::fs::remove_dir_all(&tmp);
-        };
-        if let Err(e) = build(&tmp) {
-            discard();
-            return Err(e);
+        self.build_tree(key, &tmp, |tmp| {
+            std::fs::DirBuilder::new()
+                .mode(0o755)
+                .create(tmp)
+                .map_err(|e| Error::cache(tmp, e))?;
+            build(tmp).inspect_err(|_| {
+                let _ = std::fs::remove_dir_all(tmp);
+            })
+        })
+    }
+
+    /// The tree under `key`, built by `build` in the directory `staging` and renamed into
+    /// place when it succeeds; what `build` leaves there when it fails stays (the caller
+    /// decides). Under the cache's shared lock, so a collection never removes `staging`
+    /// while it is being built.
+    pub(crate) fn build_tree(
+        &self,
+        key: &str,
+        staging: &Path,
+        build: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<PathBuf> {
+        let tree = self.tree_path(key)?;
+        let _guard = self.lock(false)?;
+        if tree.is_dir() {
+            return Ok(tree);
         }
-        if let Err(e) = std::fs::rename(&tmp, &tree) {
-            discard();
+        build(staging)?;
+        if let Err(e) = std::fs::rename(staging, &tree) {
+            let _ = std::fs::remove_dir_all(staging);
             // Another process made the same tree first.
             if !tree.is_dir() {
                 return Err(Error::cache(&tree, e));

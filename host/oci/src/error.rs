@@ -118,16 +118,18 @@ pub enum Error {
         /// The deadline.
         seconds: f64,
     },
-    /// The node cache's filesystem has no room for a payload (its layer and its unpacked
-    /// tree) with the free-space floor kept; nothing was fetched.
+    /// The node cache's filesystem has no room for a payload (what staging it keeps) with
+    /// the free-space floor kept; nothing was fetched.
     #[error(
-        "{reference}: payload {payload} ({size} bytes) needs {needed} bytes in {path} (its layer and its unpacked tree) with {floor} left free; {available} are free"
+        "{reference}: payload {payload} ({size} bytes) needs {needed} bytes in {path} ({keeps}) with {floor} left free; {available} are free"
     )]
     NoRoom {
         /// The reference.
         reference: String,
         /// The payload's name.
         payload: String,
+        /// What staging it keeps.
+        keeps: crate::cache::Keeps,
         /// Its layer's size.
         size: u64,
         /// Bytes it still needs.

@@ -11,6 +11,7 @@ use nodewright_api::pinned::PinnedRef;
 use serde::Deserialize;
 
 use crate::artifact::{Descriptor, Manifest};
+use crate::cache::Keeps;
 use crate::digest::sha256_digest;
 use crate::error::{Error, Result};
 use crate::layers::{self, Applied, Compression};
@@ -128,6 +129,7 @@ impl Puller {
         self.cache().room_for(
             reference,
             &missing.iter().collect::<Vec<_>>(),
+            Keeps::LayersAndTree,
             &self.registry().limits(),
         )?;
         let mut fetched = false;

@@ -44,12 +44,13 @@ pub mod payload;
 mod progress;
 mod pull;
 mod registry;
+mod resume;
 mod stream;
 mod tls;
 
 pub use auth::Credentials;
 pub use bounded::{MAX_MANIFEST_BYTES, MAX_TOKEN_BYTES};
-pub use cache::NodeCache;
+pub use cache::{Keeps, NodeCache};
 pub use digest::{parse_digest, sha256_digest};
 pub use error::{Error, Result};
 pub use gc::{GcReport, Keep};

@@ -109,7 +109,7 @@ pub struct Unsafe {
 }
 
 /// What unpacking wrote.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Unpacked {
     /// Files.
     pub files: u32,
@@ -143,77 +143,164 @@ pub fn unpack(
     into: &Path,
     limits: UnpackLimits,
 ) -> Result<Unpacked, Unsafe> {
-    let mut done = Unpacked::default();
-    let mut archive = tar::Archive::new(tar);
+    unpack_from(payload, tar, into, limits, Made::default(), &mut ()).map(|made| made.done)
+}
+
+/// How far an unpack got — what a download checkpoint records with the stream's offset and
+/// hash, and what a resumed unpack goes on from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Made {
+    /// Entries read (what [`UnpackLimits::max_entries`] counts).
+    pub(crate) entries: u32,
+    /// Files, directories and bytes written.
+    pub(crate) done: Unpacked,
+    /// Every file and directory an entry made, relative to the tree's root, in order.
+    pub(crate) paths: Vec<PathBuf>,
+}
+
+/// What an unpack tells the stream it reads at each boundary between entries, so a
+/// checkpoint can be taken there (see `resume`).
+pub(crate) trait Boundaries {
+    /// The entry just unpacked ends — its data and its padding — at `offset` of the tar.
+    /// Called before the tar is read past its data.
+    fn ended(&mut self, offset: u64);
+    /// The next entry's headers were read and nothing of it is written: the tree holds
+    /// exactly `made`.
+    fn before_next(&mut self, made: &Made);
+}
+
+/// An unpack that nothing resumes.
+impl Boundaries for () {
+    fn ended(&mut self, _: u64) {}
+    fn before_next(&mut self, _: &Made) {}
+}
+
+/// [`unpack`] going on from `made`: `tar` starts at an entry's first header, `into` holds
+/// exactly what `made` lists (see [`prune`]), and `at` hears every boundary between entries.
+pub(crate) fn unpack_from(
+    payload: &PayloadName,
+    tar: impl Read,
+    into: &Path,
+    limits: UnpackLimits,
+    mut made: Made,
+    at: &mut dyn Boundaries,
+) -> Result<Made, Unsafe> {
     let fail = |entry: &str, refusal: Refusal| Unsafe {
         payload: payload.to_string(),
         entry: entry.into(),
         refusal,
     };
     let io = |e: std::io::Error| Refusal::Io(e.to_string());
+    let mut archive = tar::Archive::new(tar);
     let entries = archive.entries().map_err(|e| fail("", io(e)))?;
-    for (n, entry) in entries.enumerate() {
+    for entry in entries {
         let mut entry = entry.map_err(|e| fail("", io(e)))?;
+        at.before_next(&made);
         let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        let n = u32::try_from(n + 1).unwrap_or(u32::MAX);
-        if n > limits.max_entries {
-            return Err(fail(&raw, Refusal::TooManyEntries(n)));
-        }
-        let header = entry.header();
-        let kind = header.entry_type();
-        let mode = header.mode().map_err(|e| fail(&raw, io(e)))?;
-        let declared = header.size().map_err(|e| fail(&raw, io(e)))?;
-        let rel = inside(Path::new(&raw)).map_err(|r| fail(&raw, r))?;
-        match kind {
-            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::Directory => {}
-            tar::EntryType::Symlink | tar::EntryType::Link => {
-                return Err(fail(&raw, Refusal::Link));
-            }
-            other => return Err(fail(&raw, Refusal::Special(format!("{other:?}")))),
-        }
-        if mode & 0o7000 != 0 {
-            return Err(fail(&raw, Refusal::SetId(mode)));
-        }
-        let target = into.join(&rel);
-        if kind == tar::EntryType::Directory {
-            if rel.as_os_str().is_empty() {
-                continue;
-            }
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(&target)
-                .map_err(|e| fail(&raw, duplicate_or(e)))?;
-            done.dirs += 1;
-            continue;
-        }
-        if rel.as_os_str().is_empty() {
-            return Err(fail(&raw, Refusal::Escapes));
-        }
-        let total = done.bytes.saturating_add(declared);
-        if total > limits.max_bytes {
-            return Err(fail(
-                &raw,
-                Refusal::TooLarge {
-                    total,
-                    limit: limits.max_bytes,
-                },
-            ));
-        }
-        if let Some(parent) = target.parent() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(parent)
-                .map_err(|e| fail(&raw, duplicate_or(e)))?;
-        }
-        // Nothing but us writes under `into`, and no entry makes a link, so no path
-        // component can lead elsewhere.
-        write_read_only(&target, &mut entry, declared, mode).map_err(|r| fail(&raw, r))?;
-        done.files += 1;
-        done.bytes = total;
+        place(&mut entry, into, limits, &mut made).map_err(|r| fail(&raw, r))?;
+        let end = entry.raw_file_position() + entry.size().div_ceil(512) * 512;
+        at.ended(end);
     }
-    Ok(done)
+    Ok(made)
+}
+
+/// Checks one entry and writes what it makes under `into`, counted in `made`.
+fn place<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+    into: &Path,
+    limits: UnpackLimits,
+    made: &mut Made,
+) -> Result<(), Refusal> {
+    let io = |e: std::io::Error| Refusal::Io(e.to_string());
+    made.entries = made.entries.saturating_add(1);
+    if made.entries > limits.max_entries {
+        return Err(Refusal::TooManyEntries(made.entries));
+    }
+    let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+    let header = entry.header();
+    let kind = header.entry_type();
+    let mode = header.mode().map_err(io)?;
+    let declared = header.size().map_err(io)?;
+    let rel = inside(Path::new(&raw))?;
+    match kind {
+        tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::Directory => {}
+        tar::EntryType::Symlink | tar::EntryType::Link => return Err(Refusal::Link),
+        other => return Err(Refusal::Special(format!("{other:?}"))),
+    }
+    if mode & 0o7000 != 0 {
+        return Err(Refusal::SetId(mode));
+    }
+    let target = into.join(&rel);
+    if kind == tar::EntryType::Directory {
+        if rel.as_os_str().is_empty() {
+            return Ok(());
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&target)
+            .map_err(duplicate_or)?;
+        made.done.dirs += 1;
+        made.paths.push(rel);
+        return Ok(());
+    }
+    if rel.as_os_str().is_empty() {
+        return Err(Refusal::Escapes);
+    }
+    let total = made.done.bytes.saturating_add(declared);
+    if total > limits.max_bytes {
+        return Err(Refusal::TooLarge {
+            total,
+            limit: limits.max_bytes,
+        });
+    }
+    if let Some(parent) = target.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(duplicate_or)?;
+    }
+    // Nothing but us writes under `into`, and no entry makes a link, so no path component
+    // can lead elsewhere.
+    write_read_only(&target, entry, declared, mode)?;
+    made.done.files += 1;
+    made.done.bytes = total;
+    made.paths.push(rel);
+    Ok(())
+}
+
+/// Makes `into` hold exactly what `made` lists — the files and directories its entries made
+/// and the directories above them — by removing everything else: what an unpack wrote after
+/// the checkpoint `made` came from (a file cut short, a directory of an entry not counted).
+pub(crate) fn prune(into: &Path, made: &Made) -> std::io::Result<()> {
+    let mut keep = std::collections::HashSet::new();
+    for path in &made.paths {
+        keep.extend(path.ancestors().filter(|p| !p.as_os_str().is_empty()));
+    }
+    prune_under(into, Path::new(""), &keep)
+}
+
+fn prune_under(
+    root: &Path,
+    rel: &Path,
+    keep: &std::collections::HashSet<&Path>,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(root.join(rel))? {
+        let entry = entry?;
+        let inner = rel.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if keep.contains(inner.as_path()) {
+            if kind.is_dir() {
+                prune_under(root, &inner, keep)?;
+            }
+        } else if kind.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes the `size` bytes `from` holds to the new file `target` — `create_new` (O_EXCL)
@@ -487,6 +574,110 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = unpack(&name(), tar, dir.path(), limits);
         (dir, out)
+    }
+
+    /// Every boundary an unpack reports, with what the tree held there.
+    #[derive(Default)]
+    struct Recorded {
+        ended: Option<u64>,
+        points: Vec<(u64, Made)>,
+    }
+
+    impl Boundaries for Recorded {
+        fn ended(&mut self, offset: u64) {
+            self.ended = Some(offset);
+        }
+        fn before_next(&mut self, made: &Made) {
+            // The first entry has none before it.
+            if let Some(offset) = self.ended.take() {
+                self.points.push((offset, made.clone()));
+            }
+        }
+    }
+
+    /// Every file and directory under `root`: path, mode, content.
+    fn listing(root: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut dirs = vec![PathBuf::new()];
+        while let Some(rel) = dirs.pop() {
+            for e in std::fs::read_dir(root.join(&rel)).unwrap() {
+                let e = e.unwrap();
+                let inner = rel.join(e.file_name());
+                let meta = e.metadata().unwrap();
+                let mode = meta.permissions().mode() & 0o7777;
+                if meta.is_dir() {
+                    dirs.push(inner.clone());
+                    out.push((inner, mode, Vec::new()));
+                } else {
+                    out.push((inner, mode, std::fs::read(e.path()).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Cut off anywhere after a boundary, pruned to what the boundary's record lists and
+    /// resumed from it with the rest of the tar, an unpack makes the very tree an unbroken
+    /// one makes — with what the cut left half-written gone.
+    #[test]
+    fn an_unpack_resumed_from_a_boundary_makes_the_same_tree() {
+        let mut tar = Vec::new();
+        entry(&mut tar, "lib/", tar::EntryType::Directory, 0o755, b"");
+        entry(&mut tar, "lib/a.ko", tar::EntryType::Regular, 0o644, &[7; 1000]);
+        entry(&mut tar, "bin/tool", tar::EntryType::Regular, 0o755, &[1; 600]);
+        entry(&mut tar, "c/", tar::EntryType::Directory, 0o755, b"");
+        entry(&mut tar, "c/d/e", tar::EntryType::Regular, 0o644, b"last");
+        let tar = finish(tar);
+        let whole = tempfile::tempdir().unwrap();
+        let mut recorded = Recorded::default();
+        let made = unpack_from(
+            &name(),
+            tar.as_slice(),
+            whole.path(),
+            UnpackLimits::default(),
+            Made::default(),
+            &mut recorded,
+        )
+        .unwrap();
+        assert_eq!(
+            made.done,
+            Unpacked {
+                files: 3,
+                dirs: 2,
+                bytes: 1604
+            }
+        );
+        let offsets: Vec<u64> = recorded.points.iter().map(|(o, _)| *o).collect();
+        assert_eq!(offsets, [512, 2048, 3584, 4096], "one per entry boundary");
+        for (offset, at) in recorded.points {
+            let at_len = at.paths.len();
+            for cut in [offset + 512, offset + 700, tar.len() as u64 - 1024] {
+                let dir = tempfile::tempdir().unwrap();
+                let cut = usize::try_from(cut).unwrap().min(tar.len());
+                // What a download cut off there left: the entries before it, and part of the
+                // one it was in.
+                let _ = unpack(&name(), &tar[..cut], dir.path(), UnpackLimits::default());
+                prune(dir.path(), &at).unwrap();
+                let kept = listing(dir.path());
+                assert!(
+                    kept.iter()
+                        .all(|(p, _, _)| at.paths.iter().any(|m| m.starts_with(p))),
+                    "pruned to the record at {offset}: {kept:?}"
+                );
+                let resumed = unpack_from(
+                    &name(),
+                    &tar[usize::try_from(offset).unwrap()..],
+                    dir.path(),
+                    UnpackLimits::default(),
+                    at.clone(),
+                    &mut (),
+                )
+                .unwrap_or_else(|e| panic!("resumed at {offset} after a cut at {cut}: {e}"));
+                assert_eq!(resumed, made, "resumed at {offset} ({at_len} paths kept)");
+                assert_eq!(listing(dir.path()), listing(whole.path()), "at {offset}");
+            }
+        }
     }
 
     #[test]

@@ -8,11 +8,13 @@ use nodewright_api::payload::PayloadName;
 use nodewright_api::pinned::PinnedRef;
 
 use crate::artifact::Descriptor;
-use crate::cache::NodeCache;
+use crate::cache::{Keeps, NodeCache};
 use crate::error::{Error, Result};
-use crate::payload::{self, Payload, UnpackLimits};
+use crate::payload::{Payload, UnpackLimits};
 use crate::progress::Progress;
 use crate::registry::{Registry, parse_manifest};
+use crate::resume::{Build, Checkpoint};
+use crate::stream::Resume;
 
 /// A verified plugin.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,8 +169,12 @@ impl Puller {
         for p in &missing {
             self.registry.payload_size(reference.as_str(), &p.layer)?;
         }
-        self.cache
-            .room_for(reference.as_str(), &missing, &self.registry.limits())?;
+        self.cache.room_for(
+            reference.as_str(),
+            &missing,
+            Keeps::Tree,
+            &self.registry.limits(),
+        )?;
         self.registry
             .bounded(
                 reference.as_str(),
@@ -231,42 +237,36 @@ impl Puller {
             digest: digest.clone(),
             bytes: payload.layer.bytes(),
         });
-        let partial = self.cache.partial_path(digest)?;
-        let (cache, name, key, owner) = (
-            self.cache.clone(),
-            payload.name.clone(),
-            digest.clone(),
-            reference.to_string(),
-        );
-        let tree = self
+        let staging = self.cache.staging_path(digest)?;
+        let checkpoint_file = self.cache.checkpoint_path(digest)?;
+        let declared = payload.layer.bytes();
+        let checkpoint = Checkpoint::load(&checkpoint_file, digest, declared, &staging);
+        let resume = Resume::Checkpoint(checkpoint.as_ref().map(|c| (c.offset, c.hash.clone())));
+        let build = Build {
+            cache: self.cache.clone(),
+            name: payload.name.clone(),
+            digest: digest.clone(),
+            reference: reference.to_string(),
+            staging,
+            checkpoint_file,
+            checkpoint,
+            limits,
+            every: self.registry.limits().checkpoint_every.max(1),
+        };
+        let built = self
             .registry
-            .stream_blob(reference, &payload.layer, &partial.clone(), move |reader| {
-                let mut reader = Some(reader);
-                let mut proof = None;
-                let tree = cache.make_tree(&key, |tmp| {
-                    let mut bytes = reader.take().expect("the tree is built once");
-                    let unpacked = payload::unpack(&name, &mut bytes, tmp, limits);
-                    // Wrong bytes are reported as such, whatever the unpacking made of them.
-                    proof = Some(bytes.verify()?);
-                    unpacked.map_err(|source| Error::UnsafePayload {
-                        reference: owner,
-                        source,
-                    })?;
-                    // The tree is what stays: the resume copy goes before the tree is synced,
-                    // so its pages are never written out for nothing.
-                    let _ = std::fs::remove_file(&partial);
-                    durable(tmp)
-                })?;
-                let proof = match (proof, reader) {
-                    (Some(p), _) => p,
-                    // Made by another process first: the stream is still checked whole.
-                    (None, Some(r)) => r.verify()?,
-                    (None, None) => unreachable!("a failed build returned its error"),
-                };
-                Ok((tree, proof))
+            .stream_blob(reference, &payload.layer, resume, move |reader| {
+                build.run(reader)
             })
-            .await?;
-        Ok((tree, false))
+            .await;
+        // A cut-off download keeps its staging tree and checkpoint for the next pull;
+        // anything else (wrong bytes, a refused entry) throws them away.
+        if let Err(e) = &built
+            && !e.is_retryable()
+        {
+            self.cache.discard_staging(digest)?;
+        }
+        Ok((built?, false))
     }
 
     /// Puts the payload-sized blob `layer` in the cache unless it is there: streamed to its
@@ -329,7 +329,7 @@ impl Puller {
 
 /// Makes what was written under `dir` durable before it is renamed into use: one `syncfs`
 /// of the cache's filesystem (a tree of many files costs one call, not one per file).
-fn durable(dir: &std::path::Path) -> Result<()> {
+pub(crate) fn durable(dir: &std::path::Path) -> Result<()> {
     let handle = std::fs::File::open(dir).map_err(|e| Error::cache(dir, e))?;
     rustix::fs::syncfs(&handle).map_err(|e| Error::cache(dir, e.into()))
 }

@@ -49,11 +49,14 @@ pub struct PullLimits {
     /// Most the node cache may hold, in bytes (none: no quota); a payload that would take
     /// it past this is refused before a byte is fetched.
     pub cache_quota: Option<u64>,
+    /// Bytes of a plugin payload's download between the checkpoints a cut-off pull resumes
+    /// from (each taken at the next boundary between the payload's files, after a sync).
+    pub checkpoint_every: u64,
 }
 
 impl Default for PullLimits {
     /// 100 MiB (the engine's component size limit), 8 GiB per payload, 5 minutes, 256 MiB
-    /// left free (the sandbox's disk floor), no cache quota.
+    /// left free (the sandbox's disk floor), no cache quota, a checkpoint every 256 MiB.
     fn default() -> Self {
         PullLimits {
             max_blob_bytes: 100 << 20,
@@ -61,6 +64,7 @@ impl Default for PullLimits {
             deadline: Duration::from_secs(300),
             min_free_bytes: nodewright_api::limits::DEFAULT_MIN_FREE_BYTES,
             cache_quota: None,
+            checkpoint_every: crate::resume::EVERY,
         }
     }
 }
