@@ -624,8 +624,20 @@ mod tests {
     fn an_unpack_resumed_from_a_boundary_makes_the_same_tree() {
         let mut tar = Vec::new();
         entry(&mut tar, "lib/", tar::EntryType::Directory, 0o755, b"");
-        entry(&mut tar, "lib/a.ko", tar::EntryType::Regular, 0o644, &[7; 1000]);
-        entry(&mut tar, "bin/tool", tar::EntryType::Regular, 0o755, &[1; 600]);
+        entry(
+            &mut tar,
+            "lib/a.ko",
+            tar::EntryType::Regular,
+            0o644,
+            &[7; 1000],
+        );
+        entry(
+            &mut tar,
+            "bin/tool",
+            tar::EntryType::Regular,
+            0o755,
+            &[1; 600],
+        );
         entry(&mut tar, "c/", tar::EntryType::Directory, 0o755, b"");
         entry(&mut tar, "c/d/e", tar::EntryType::Regular, 0o644, b"last");
         let tar = finish(tar);

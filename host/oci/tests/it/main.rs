@@ -6,4 +6,5 @@ mod support;
 mod images;
 mod payloads;
 mod registry;
+mod resume;
 mod transport;
