@@ -214,4 +214,29 @@ mod tests {
         assert!(cache.blob(&sha256_digest(b"two")).unwrap().is_none());
         assert!(cache.manifest(&sha256_digest(&m2)).unwrap().is_none());
     }
+
+    /// What a cut-off payload download keeps to resume from — its staging tree and its
+    /// checkpoint — is collected once it is past the grace period, like anything unkept.
+    #[test]
+    fn a_cut_off_downloads_staging_and_checkpoint_are_collected() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = NodeCache::open(tmp.path()).unwrap();
+        let digest = sha256_digest(b"payload");
+        let staging = cache.staging_path(&digest).unwrap();
+        std::fs::create_dir_all(staging.join("lib")).unwrap();
+        std::fs::write(staging.join("lib/module.ko"), b"half").unwrap();
+        let checkpoint = cache.checkpoint_path(&digest).unwrap();
+        std::fs::write(&checkpoint, b"{}").unwrap();
+        let recent = Keep {
+            grace: Duration::from_secs(3600),
+            ..Default::default()
+        };
+        cache.gc(&recent).unwrap();
+        assert!(
+            staging.is_dir() && checkpoint.is_file(),
+            "kept while recent"
+        );
+        cache.gc(&Keep::default()).unwrap();
+        assert!(!staging.exists() && !checkpoint.exists());
+    }
 }

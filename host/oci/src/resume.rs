@@ -30,7 +30,7 @@ use crate::payload::{self, Boundaries, Made, UnpackLimits};
 use crate::pull::durable;
 use crate::stream::{BlobReader, Verified};
 
-/// Bytes of stream between checkpoints (at least; each is taken at the next entry boundary).
+/// Bytes of stream between checkpoints (at least: each is taken at the next entry boundary).
 pub(crate) const EVERY: u64 = 256 << 20;
 
 /// Where a payload's download can go on from.
@@ -119,17 +119,59 @@ impl Read for Shared<'_> {
     }
 }
 
-/// Takes a checkpoint of an unpack into `staging` every [`EVERY`] bytes or so.
+/// Takes a checkpoint of an unpack into `staging` every `every` bytes or so. Making one
+/// durable — a sync of the staging tree, then the record — runs on a thread of its own, so
+/// the unpack never waits for the disk: what it writes after the boundary meanwhile is not
+/// in the record, and a resumed pull prunes it. One is made at a time, in order; a boundary
+/// reached while one is still being made is passed over for the next. Dropping this waits
+/// for the one being made, so none is written after the unpack's end.
 pub(crate) struct Checkpoints<'a> {
-    pub(crate) stream: &'a RefCell<BlobReader>,
+    stream: &'a RefCell<BlobReader>,
     /// Where this unpack's tar starts in the layer.
-    pub(crate) base: u64,
-    pub(crate) staging: &'a Path,
-    pub(crate) file: PathBuf,
-    pub(crate) digest: &'a str,
-    pub(crate) every: u64,
-    /// The offset of the last checkpoint (or where the stream started).
-    pub(crate) last: u64,
+    base: u64,
+    staging: PathBuf,
+    file: PathBuf,
+    digest: String,
+    every: u64,
+    /// The offset of the last checkpoint taken (or where the stream started).
+    last: u64,
+    writing: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<'a> Checkpoints<'a> {
+    /// Checkpoints of layer `digest`'s unpack into `staging`, read from `stream` (which
+    /// starts at `base`), kept in `file`.
+    pub(crate) fn new(
+        stream: &'a RefCell<BlobReader>,
+        base: u64,
+        staging: &Path,
+        file: &Path,
+        digest: &str,
+        every: u64,
+    ) -> Self {
+        Checkpoints {
+            stream,
+            base,
+            staging: staging.to_path_buf(),
+            file: file.to_path_buf(),
+            digest: digest.to_string(),
+            every: every.max(1),
+            last: base,
+            writing: None,
+        }
+    }
+
+    fn wait(&mut self) {
+        if let Some(writing) = self.writing.take() {
+            let _ = writing.join();
+        }
+    }
+}
+
+impl Drop for Checkpoints<'_> {
+    fn drop(&mut self) {
+        self.wait();
+    }
 }
 
 impl Boundaries for Checkpoints<'_> {
@@ -144,22 +186,28 @@ impl Boundaries for Checkpoints<'_> {
         let Some((offset, hash)) = self.stream.borrow_mut().state_at_mark() else {
             return;
         };
+        if self.writing.as_ref().is_some_and(|w| !w.is_finished()) {
+            return;
+        }
+        self.wait();
+        self.last = offset;
         let checkpoint = Checkpoint {
             offset,
             hash,
             made: made.clone(),
         };
-        // The files the checkpoint lists are on disk before it is.
-        let saved = std::fs::File::open(self.staging)
-            .and_then(|dir| rustix::fs::syncfs(&dir).map_err(Into::into))
-            .and_then(|()| checkpoint.save(&self.file, self.digest));
-        match saved {
-            Ok(()) => self.last = offset,
+        let (staging, file, digest) =
+            (self.staging.clone(), self.file.clone(), self.digest.clone());
+        self.writing = Some(std::thread::spawn(move || {
+            // The files the record lists are on disk before it is.
+            let saved = std::fs::File::open(&staging)
+                .and_then(|dir| rustix::fs::syncfs(&dir).map_err(Into::into))
+                .and_then(|()| checkpoint.save(&file, &digest));
             // Only resuming is lost; the unpack goes on.
-            Err(e) => {
-                tracing::warn!(path = %self.file.display(), "a download checkpoint was not written: {e}")
+            if let Err(e) = saved {
+                tracing::warn!(path = %file.display(), "a download checkpoint was not written: {e}");
             }
-        }
+        }));
     }
 }
 
@@ -201,15 +249,14 @@ impl Build {
                 }
             };
             let stream = RefCell::new(reader);
-            let mut points = Checkpoints {
-                stream: &stream,
-                base: start,
+            let mut points = Checkpoints::new(
+                &stream,
+                start,
                 staging,
-                file: self.checkpoint_file.clone(),
-                digest: &self.digest,
-                every: self.every,
-                last: start,
-            };
+                &self.checkpoint_file,
+                &self.digest,
+                self.every,
+            );
             let unpacked = payload::unpack_from(
                 &self.name,
                 Shared(&stream),
@@ -218,6 +265,8 @@ impl Build {
                 made,
                 &mut points,
             );
+            // No checkpoint is written after this.
+            drop(points);
             // Wrong bytes are reported as such, whatever the unpacking made of them.
             proof = Some(stream.into_inner().verify()?);
             unpacked.map_err(|source| Error::UnsafePayload {

@@ -220,7 +220,7 @@ async fn a_cut_off_payload_download_resumes_from_its_last_checkpoint() {
         panic!("one whole request, then one range: {ranges:?}")
     };
     assert!(
-        from >= EVERY && from <= CUT && from % 512 == 0,
+        (EVERY..=CUT).contains(&from) && from % 512 == 0,
         "resumed at an entry boundary past a checkpoint before the cut: {from}"
     );
     assert_eq!(files(&staged[0].tree), files(&root));
