@@ -10,7 +10,8 @@
 //! their own tests: the stage graph ([`stages`]), interrupt scope and coalescing
 //! ([`interrupts`]), shared cordon ownership ([`cordon`]), drains ([`drain`]), batch
 //! arithmetic ([`batches`]), compartments ([`rollout`]) and what holds new disruption
-//! (maintenance windows and health gates, [`hold`]).
+//! (maintenance windows and health gates, [`hold`]). [`forecast`] runs it forward on a copy
+//! of the world: what a rollout will do, node by node, before it does anything.
 //!
 //! No tokio, no client, no clock: time is an argument.
 
@@ -21,6 +22,7 @@ pub mod batches;
 pub mod cordon;
 mod crpass;
 pub mod drain;
+pub mod forecast;
 pub mod hold;
 pub mod interrupts;
 pub mod jobs;

@@ -230,7 +230,7 @@ fn pods_matching_pod_non_interrupt_labels_hold_the_drain_until_they_end() {
 fn a_pdb_refusal_is_a_throttled_wait_with_the_apiservers_message() {
     let mut w = World::new(1);
     w.add_pod("node-0", "db", &[], Some("StatefulSet"));
-    w.pdb_protected.push("default/db".into());
+    w.pdb_protected.insert("default/db".into());
     w.add_cr("gpu", spec(json!({"packages": {"driver": reboot_pkg()}})));
     for _ in 0..8 {
         w.step();
@@ -262,7 +262,7 @@ fn a_pdb_refusal_is_a_throttled_wait_with_the_apiservers_message() {
 fn a_drain_timeout_marks_the_node_erroring_and_leaves_it_cordoned() {
     let mut w = World::new(1);
     w.add_pod("node-0", "db", &[], Some("StatefulSet"));
-    w.pdb_protected.push("default/db".into());
+    w.pdb_protected.insert("default/db".into());
     w.add_cr(
         "gpu",
         spec(json!({"drainConfig": {"timeout": "20s"}, "packages": {"driver": reboot_pkg()}})),
@@ -370,7 +370,7 @@ fn a_node_whose_drain_a_pdb_blocks_delays_no_other_node_and_its_evictions_stay_t
 
     let mut w = World::new(5);
     w.add_pod("node-0", "db", &[], Some("StatefulSet"));
-    w.pdb_protected.push("default/db".into());
+    w.pdb_protected.insert("default/db".into());
     w.add_cr("gpu", one_batch());
     let blocked = passes_until_others_complete(&mut w, "node-0", 60);
     assert_eq!(

@@ -8,8 +8,8 @@ use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeWrightSpec, Status};
 use nodewright_planner::{
-    Action, Cr, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Refusal, Snapshot,
-    Work, plan,
+    Action, Cr, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Snapshot, Work,
+    forecast, plan,
 };
 
 pub struct World {
@@ -19,7 +19,7 @@ pub struct World {
     pub history: Vec<(usize, Action)>,
     pub passes: usize,
     /// Pods whose eviction a PDB refuses.
-    pub pdb_protected: Vec<String>,
+    pub pdb_protected: std::collections::BTreeSet<String>,
     /// Operator replicas do what the operator does when their node is fenced
     /// (`CrMark::FenceOperator`): report not ready until the mark goes (default on).
     pub replicas_fence_themselves: bool,
@@ -88,7 +88,7 @@ impl World {
             now: 1_000_000,
             history: vec![],
             passes: 0,
-            pdb_protected: vec![],
+            pdb_protected: Default::default(),
             replicas_fence_themselves: true,
             fenced: vec![],
             replicas_moved: false,
@@ -286,78 +286,15 @@ impl World {
         moved
     }
 
+    /// Applies `a` as the planner's own forecast does, checking on the way what every
+    /// rollout must hold (per-CR marks, a finalizer that goes last).
     fn apply(&mut self, a: &Action) {
         match a {
-            Action::CreateJob(req) => {
-                if !self.snap.jobs.iter().any(|j| j.name == req.name) {
-                    self.snap.jobs.push(ObservedJob {
-                        name: req.name.clone(),
-                        cr: req.cr.clone(),
-                        node: req.node.clone(),
-                        generation: req.generation,
-                        run: req.run,
-                        work: req.work(),
-                        phase: JobPhase::Active {
-                            failed: 0,
-                            last: None,
-                        },
-                        stopping: false,
-                        stuck: None,
-                    });
-                }
-            }
-            // A finished Job goes at once; a running one is stopped and stays until its pods
-            // are gone (the next `finish_jobs`), as a foreground deletion does.
-            Action::DeleteJob { name, .. } => {
-                for j in self.snap.jobs.iter_mut().filter(|j| j.name == *name) {
-                    j.stopping = true;
-                }
-                self.snap.jobs.retain(|j| j.name != *name || j.running());
-            }
-            Action::PatchNode(p) => {
-                self.per_cr_keys_are_marks(p);
-                let n = self.node_mut(&p.node);
-                for (k, v) in &p.annotations {
-                    match v {
-                        Some(v) => n.annotations.insert(k.clone(), v.clone()),
-                        None => n.annotations.remove(k),
-                    };
-                }
-                if let Some(u) = p.unschedulable {
-                    n.unschedulable = u;
-                }
-                n.taints.retain(|t| !p.remove_taints.contains(&t.key));
-                n.taints.extend(p.add_taints.iter().cloned());
-            }
-            Action::Evict {
-                namespace,
-                pod,
-                delete,
-                ..
-            } => {
-                let key = format!("{namespace}/{pod}");
-                if !delete && self.pdb_protected.contains(&key) {
-                    self.snap.refusals.insert(
-                        key,
-                        Refusal {
-                            at: self.now,
-                            message:
-                                "Cannot evict pod as it would violate the pod's disruption budget."
-                                    .into(),
-                        },
-                    );
-                } else {
-                    self.snap.pods.retain(|p| p.key() != key);
-                }
-            }
-            Action::SetStatus { cr, status } => self.cr_mut(cr).status = (**status).clone(),
-            Action::Event(_) => {}
-            Action::AddFinalizer { cr } => self.cr_mut(cr).has_finalizer = true,
-            Action::RemoveFinalizer { cr } => {
-                self.let_go_of_every_node(cr);
-                self.snap.nodewrights.retain(|c| c.name != *cr)
-            }
+            Action::PatchNode(p) => self.per_cr_keys_are_marks(p),
+            Action::RemoveFinalizer { cr } => self.let_go_of_every_node(cr),
+            _ => {}
         }
+        forecast::apply(&mut self.snap, self.now, &self.pdb_protected, a);
     }
 
     /// Every annotation the planner writes that names a CR of this world is one of the
@@ -399,34 +336,7 @@ impl World {
 
     /// Finishes every active Job with `outcome(job)`; a finished reboot changes the boot ID.
     pub fn finish_jobs(&mut self, mut outcome: impl FnMut(&ObservedJob) -> Option<JobPhase>) {
-        // Stopped Jobs' pods are gone by now.
-        self.snap.jobs.retain(|j| !j.stopping);
-        let mut rebooted = Vec::new();
-        for j in &mut self.snap.jobs {
-            if !matches!(j.phase, JobPhase::Active { .. }) {
-                continue;
-            }
-            if let Some(phase) = outcome(j) {
-                if matches!(
-                    (&j.work, &phase),
-                    (
-                        Work::Interrupt {
-                            kind: nodewright_api::v1alpha1::InterruptType::Reboot,
-                            ..
-                        },
-                        JobPhase::Succeeded(_)
-                    )
-                ) {
-                    rebooted.push(j.node.clone());
-                }
-                j.phase = phase;
-            }
-        }
-        for n in rebooted {
-            self.boot += 1;
-            let b = format!("boot-{}", self.boot);
-            self.node_mut(&n).boot_id = b;
-        }
+        forecast::finish_jobs(&mut self.snap, &mut outcome);
     }
 
     /// Every Job succeeds; plans report `plan` (interrupt text, changes).

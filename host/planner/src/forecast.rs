@@ -1,0 +1,274 @@
+//! A rollout forecast: [`plan`] run forward on a copy of the world.
+//!
+//! The planner is pure, so what a rollout will do can be found by doing it on a copy:
+//! each pass's actions applied as the API server would apply them ([`apply`]), every Job
+//! finishing as the caller assumes ([`Assume::outcome`]), the clock moving between passes,
+//! until a pass asks for nothing new. What each node went through — the order its work
+//! started in, its cordon, the pods evicted or refused, its interrupts and stages, where it
+//! ended — is the [`Forecast`]. Nothing of the real world is touched: the snapshot is
+//! cloned, with a state cache of its own.
+//!
+//! This is the core of a preview (#33). Not here yet: the host changes each package's
+//! `plan` stage reports on the node (a preview runs those stages as Jobs that never write,
+//! and feeds their results in as [`Assume::outcome`]), durations from the cluster's
+//! history, and the report.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use nodewright_api::v1alpha1::{InterruptType, Status};
+
+use crate::action::{Action, NodePatch};
+use crate::plan::plan;
+use crate::snapshot::{JobPhase, ObservedJob, Refusal, Snapshot, Work};
+
+/// What a forecast takes for granted about the world it cannot see.
+#[derive(Clone)]
+pub struct Assume<'a> {
+    /// How each Job ends, asked once, the pass after it is created.
+    pub outcome: &'a dyn Fn(&ObservedJob) -> JobPhase,
+    /// Pods (`namespace/name`) whose eviction a PodDisruptionBudget refuses now.
+    pub pdb_blocked: BTreeSet<String>,
+    /// Seconds the clock moves between passes.
+    pub step_seconds: i64,
+    /// Most passes before the forecast stops (a rollout held by a refusal never settles).
+    pub max_passes: usize,
+}
+
+impl std::fmt::Debug for Assume<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Assume")
+            .field("pdb_blocked", &self.pdb_blocked)
+            .field("step_seconds", &self.step_seconds)
+            .field("max_passes", &self.max_passes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a rollout does, node by node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Forecast {
+    /// Every node any pass acted on, by name.
+    pub nodes: BTreeMap<String, NodeForecast>,
+    /// Passes run.
+    pub passes: usize,
+    /// Whether the last pass asked for nothing new; false when `max_passes` ran out first.
+    pub settled: bool,
+    /// The clock at the end.
+    pub ends_at: i64,
+}
+
+/// What a rollout does to one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeForecast {
+    /// The pass that started its first Job: nodes in rollout order.
+    pub first_work: Option<usize>,
+    /// Cordoned at some point.
+    pub cordoned: bool,
+    /// Pods evicted (or deleted), `namespace/name`, in order.
+    pub evicted: Vec<String>,
+    /// Pods whose eviction was refused.
+    pub refused: Vec<String>,
+    /// Interrupts run, in order.
+    pub interrupts: Vec<InterruptType>,
+    /// Package stages run, `package:stage`, in order.
+    pub stages: Vec<String>,
+    /// Each NodeWright's status for the node at the end.
+    pub status: BTreeMap<String, Status>,
+}
+
+/// Runs the rollout forward from `snapshot` at `now`, under `assume`.
+pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast {
+    let mut snap = Snapshot {
+        states: Default::default(),
+        ..snapshot.clone()
+    };
+    let mut out = Forecast {
+        ends_at: now,
+        ..Forecast::default()
+    };
+    let mut now = now;
+    while out.passes < assume.max_passes {
+        finish_jobs(&mut snap, &mut |j| Some((assume.outcome)(j)));
+        let actions = plan(&snap, now);
+        out.passes += 1;
+        let pass = out.passes;
+        let mut moved = false;
+        for a in &actions {
+            moved |= !matches!(a, Action::Event(_));
+            record(&mut out, pass, &assume.pdb_blocked, a);
+            apply(&mut snap, now, &assume.pdb_blocked, a);
+        }
+        now += assume.step_seconds;
+        let running = snap
+            .jobs
+            .iter()
+            .any(|j| matches!(j.phase, JobPhase::Active { .. }) || j.stopping);
+        if !moved && !running {
+            out.settled = true;
+            break;
+        }
+    }
+    out.ends_at = now;
+    for cr in &snap.nodewrights {
+        for (node, status) in &cr.status.node_status {
+            out.nodes
+                .entry(node.clone())
+                .or_default()
+                .status
+                .insert(cr.name.clone(), *status);
+        }
+    }
+    out
+}
+
+fn record(out: &mut Forecast, pass: usize, pdb_blocked: &BTreeSet<String>, a: &Action) {
+    match a {
+        Action::CreateJob(req) => {
+            let node = out.nodes.entry(req.node.clone()).or_default();
+            node.first_work.get_or_insert(pass);
+            match req.work() {
+                Work::Package { package, stage, .. } => {
+                    node.stages.push(format!("{package}:{}", stage.as_str()));
+                }
+                Work::Interrupt { kind, .. } => node.interrupts.push(kind),
+                Work::Prestage { .. } => {}
+            }
+        }
+        Action::PatchNode(p) if p.unschedulable == Some(true) => {
+            out.nodes.entry(p.node.clone()).or_default().cordoned = true;
+        }
+        Action::Evict {
+            node,
+            namespace,
+            pod,
+            delete,
+            ..
+        } => {
+            let key = format!("{namespace}/{pod}");
+            let node = out.nodes.entry(node.clone()).or_default();
+            if !delete && pdb_blocked.contains(&key) {
+                if !node.refused.contains(&key) {
+                    node.refused.push(key);
+                }
+            } else {
+                node.evicted.push(key);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Applies one action to `snap` as the API server would at `now`: Jobs created and
+/// deleted (a running one is stopped and stays until [`finish_jobs`]), node patches,
+/// evictions (refused for a pod in `pdb_blocked`, as a PodDisruptionBudget does), status,
+/// finalizers.
+pub fn apply(snap: &mut Snapshot, now: i64, pdb_blocked: &BTreeSet<String>, a: &Action) {
+    match a {
+        Action::CreateJob(req) => {
+            if !snap.jobs.iter().any(|j| j.name == req.name) {
+                snap.jobs.push(ObservedJob {
+                    name: req.name.clone(),
+                    cr: req.cr.clone(),
+                    node: req.node.clone(),
+                    generation: req.generation,
+                    run: req.run,
+                    work: req.work(),
+                    phase: JobPhase::Active {
+                        failed: 0,
+                        last: None,
+                    },
+                    stopping: false,
+                    stuck: None,
+                });
+            }
+        }
+        Action::DeleteJob { name, .. } => {
+            for j in snap.jobs.iter_mut().filter(|j| j.name == *name) {
+                j.stopping = true;
+            }
+            snap.jobs.retain(|j| j.name != *name || j.running());
+        }
+        Action::PatchNode(p) => patch(snap, p),
+        Action::Evict {
+            namespace,
+            pod,
+            delete,
+            ..
+        } => {
+            let key = format!("{namespace}/{pod}");
+            if !delete && pdb_blocked.contains(&key) {
+                let message = "Cannot evict pod as it would violate the pod's disruption budget.";
+                snap.refusals.insert(
+                    key,
+                    Refusal {
+                        at: now,
+                        message: message.into(),
+                    },
+                );
+            } else {
+                snap.pods.retain(|p| p.key() != key);
+            }
+        }
+        Action::SetStatus { cr, status } => {
+            if let Some(c) = snap.nodewrights.iter_mut().find(|c| c.name == *cr) {
+                c.status = (**status).clone();
+            }
+        }
+        Action::Event(_) => {}
+        Action::AddFinalizer { cr } => {
+            if let Some(c) = snap.nodewrights.iter_mut().find(|c| c.name == *cr) {
+                c.has_finalizer = true;
+            }
+        }
+        Action::RemoveFinalizer { cr } => snap.nodewrights.retain(|c| c.name != *cr),
+    }
+}
+
+fn patch(snap: &mut Snapshot, p: &NodePatch) {
+    let Some(n) = snap.nodes.iter_mut().find(|n| n.name == p.node) else {
+        return;
+    };
+    for (k, v) in &p.annotations {
+        match v {
+            Some(v) => n.annotations.insert(k.clone(), v.clone()),
+            None => n.annotations.remove(k),
+        };
+    }
+    if let Some(u) = p.unschedulable {
+        n.unschedulable = u;
+    }
+    n.taints.retain(|t| !p.remove_taints.contains(&t.key));
+    n.taints.extend(p.add_taints.iter().cloned());
+}
+
+/// Ends what stopping Jobs left, and finishes each active Job as `outcome` says (`None`:
+/// still running); a reboot that succeeded gives its node a new boot ID, as a node coming
+/// back does.
+pub fn finish_jobs(snap: &mut Snapshot, outcome: &mut dyn FnMut(&ObservedJob) -> Option<JobPhase>) {
+    snap.jobs.retain(|j| !j.stopping);
+    let mut rebooted = Vec::new();
+    for j in &mut snap.jobs {
+        if !matches!(j.phase, JobPhase::Active { .. }) {
+            continue;
+        }
+        let Some(phase) = outcome(j) else {
+            continue;
+        };
+        if let (
+            Work::Interrupt {
+                kind: InterruptType::Reboot,
+                ..
+            },
+            JobPhase::Succeeded(_),
+        ) = (&j.work, &phase)
+        {
+            rebooted.push(j.node.clone());
+        }
+        j.phase = phase;
+    }
+    for node in rebooted {
+        if let Some(n) = snap.nodes.iter_mut().find(|n| n.name == node) {
+            n.boot_id = format!("{}+rebooted", n.boot_id);
+        }
+    }
+}
