@@ -2,6 +2,7 @@
 //! each linking the whole dependency tree). Test names read `<file>::<test>`.
 
 mod fleet;
+mod forecast;
 mod world;
 
 mod changes;

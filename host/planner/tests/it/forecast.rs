@@ -1,0 +1,201 @@
+//! The planner's forecast against the rollout it foretells: the same world run forward on a
+//! copy, node for node — and the world itself left as it was.
+
+use std::collections::BTreeSet;
+
+use nodewright_api::keys;
+use nodewright_api::node_state::Stage;
+use nodewright_api::v1alpha1::InterruptType;
+use nodewright_planner::forecast::{Assume, Forecast, forecast};
+use nodewright_planner::{JobPhase, ObservedJob, Work};
+use serde_json::json;
+
+use crate::world::*;
+
+/// Every Job succeeds; a plan stage reports `plan_says` — what `World::succeed_all` does.
+fn succeed(plan_says: (&'static str, u32)) -> impl Fn(&ObservedJob) -> JobPhase {
+    move |j| {
+        JobPhase::Succeeded(Some(match &j.work {
+            Work::Package {
+                stage: Stage::Plan, ..
+            } => ok(plan_says.0, plan_says.1),
+            _ => ok("none", 1),
+        }))
+    }
+}
+
+fn foretell(w: &World, outcome: &dyn Fn(&ObservedJob) -> JobPhase, pdb: &[&str]) -> Forecast {
+    let assume = Assume {
+        outcome,
+        pdb_blocked: pdb.iter().map(|p| p.to_string()).collect(),
+        step_seconds: 2,
+        max_passes: 300,
+    };
+    forecast(&w.snap, w.now, &assume)
+}
+
+/// Node annotations, cordons and taints: what a forecast must leave as it found them.
+fn marks(w: &World) -> Vec<(String, String, bool, usize)> {
+    w.snap
+        .nodes
+        .iter()
+        .map(|n| {
+            let a = serde_json::to_string(&n.annotations).unwrap();
+            (n.name.clone(), a, n.unschedulable, n.taints.len())
+        })
+        .collect()
+}
+
+/// The forecast for `nodes` is what the world then did to them, pass for pass.
+fn matches_the_rollout(f: &Forecast, w: &World, nodes: &[&str]) {
+    for &node in nodes {
+        let told = f.nodes.get(node).cloned().unwrap_or_default();
+        let done = stages_on(w, node);
+        let stages: Vec<&String> = done
+            .iter()
+            .filter(|s| !s.starts_with("interrupt:"))
+            .collect();
+        let told_stages: Vec<&String> = told.stages.iter().collect();
+        assert_eq!(told_stages, stages, "{node}: stages");
+        let reboots = done
+            .iter()
+            .filter(|s| s.starts_with("interrupt:reboot"))
+            .count();
+        let told_reboots = told
+            .interrupts
+            .iter()
+            .filter(|k| **k == InterruptType::Reboot)
+            .count();
+        assert_eq!(told_reboots, reboots, "{node}: reboots");
+        assert_eq!(
+            told.cordoned,
+            !cordoned_passes(w, node).is_empty(),
+            "{node}: cordon"
+        );
+        let first = w
+            .created()
+            .iter()
+            .find(|(_, _, n)| *n == node)
+            .map(|(pass, _, _)| *pass);
+        assert_eq!(told.first_work, first, "{node}: the pass its work starts");
+        for cr in &w.snap.nodewrights {
+            assert_eq!(
+                told.status.get(&cr.name).copied(),
+                w.node_status(&cr.name, node),
+                "{node}: {}'s status at the end",
+                cr.name
+            );
+        }
+    }
+}
+
+#[test]
+fn a_forecast_is_the_rollout_it_foretells_node_for_node() {
+    let mut w = World::new(3);
+    w.node_mut("node-2")
+        .taints
+        .push(k8s_openapi::api::core::v1::Taint {
+            key: "dedicated".into(),
+            value: Some("db".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+    w.add_pod("node-0", "web-0", &[("app", "web")], Some("ReplicaSet/web"));
+    w.add_pod("node-1", "web-1", &[("app", "web")], Some("ReplicaSet/web"));
+    w.add_cr(
+        "driver",
+        spec(json!({
+            "interruptionBudget": {"count": 1},
+            "packages": {"driver": reboot_pkg(), "tuning": plain_pkg()},
+        })),
+    );
+    let outcome = succeed(("reboot", 1));
+    let before = marks(&w);
+    let f = foretell(&w, &outcome, &[]);
+    assert_eq!(marks(&w), before, "the forecast wrote nothing to the world");
+    assert!(f.settled, "{f:?}");
+    for node in ["node-0", "node-1"] {
+        let n = &f.nodes[node];
+        assert!(
+            n.cordoned && n.interrupts == [InterruptType::Reboot],
+            "{node}: {n:?}"
+        );
+    }
+    assert_eq!(f.nodes["node-0"].evicted, ["default/web-0"]);
+    assert!(
+        f.nodes
+            .get("node-2")
+            .is_none_or(|n| n.stages.is_empty() && !n.cordoned)
+    );
+
+    w.run(("reboot", 1), 300);
+    matches_the_rollout(&f, &w, &["node-0", "node-1", "node-2"]);
+
+    // A node that joins later: only it has work to do; the converged ones have none.
+    let passes = w.passes;
+    w.add_node("node-3", &[]);
+    w.add_pod("node-3", "web-3", &[("app", "web")], Some("ReplicaSet/web"));
+    let f = foretell(&w, &outcome, &[]);
+    assert!(f.settled);
+    for node in ["node-0", "node-1"] {
+        assert!(
+            f.nodes
+                .get(node)
+                .is_none_or(|n| n.stages.is_empty() && !n.cordoned),
+            "{node} is converged: {:?}",
+            f.nodes.get(node)
+        );
+    }
+    let n3 = &f.nodes["node-3"];
+    assert!(n3.cordoned && n3.evicted == ["default/web-3"], "{n3:?}");
+    w.run(("reboot", 1), 300);
+    let rollout: Vec<_> = stages_on(&w, "node-3");
+    assert_eq!(
+        n3.stages.len() + n3.interrupts.len(),
+        rollout.len(),
+        "{rollout:?}"
+    );
+    assert_eq!(
+        n3.first_work.map(|p| p + passes),
+        w.created()
+            .iter()
+            .find(|(_, _, n)| *n == "node-3")
+            .map(|(p, _, _)| *p),
+        "node-3's work starts when the forecast said"
+    );
+}
+
+#[test]
+fn a_pod_a_budget_protects_is_foretold_as_refused_and_its_node_not_interrupted() {
+    let mut w = World::new(1);
+    w.add_pod("node-0", "db", &[("app", "db")], Some("StatefulSet/db"));
+    w.add_cr(
+        "driver",
+        spec(json!({"packages": {"driver": reboot_pkg()}})),
+    );
+    let outcome = succeed(("reboot", 1));
+    let f = foretell(&w, &outcome, &["default/db"]);
+    let n = &f.nodes["node-0"];
+    assert_eq!(n.refused, ["default/db"]);
+    assert!(n.evicted.is_empty() && n.interrupts.is_empty(), "{n:?}");
+    assert!(n.cordoned, "cordoned, then held by the budget");
+    // What the world does with the same budget.
+    w.pdb_protected = BTreeSet::from(["default/db".to_string()]);
+    for _ in 0..f.passes.min(60) {
+        w.step();
+        w.succeed_all(("reboot", 1));
+    }
+    assert!(
+        stages_on(&w, "node-0")
+            .iter()
+            .all(|s| !s.starts_with("interrupt:"))
+    );
+    assert!(w.snap.refusals.contains_key("default/db"));
+    assert!(
+        w.node("node-0")
+            .annotations
+            .keys()
+            .any(|k| k.starts_with(keys::GROUP)),
+        "the rollout is under way on the node"
+    );
+}
