@@ -296,4 +296,119 @@ fn main() {
             *large as f64 / *small as f64
         );
     }
+    forecast_bench();
+}
+
+/// A forecast of a whole rollout (#33's preview core): 1,000 nodes with five pods each, a
+/// NodeWright of three packages (one rebooting) rolling out 10 % at a time from nothing,
+/// every Job succeeding. Prints the wall time, the passes it took, the peak heap and the
+/// report's summary.
+fn forecast_bench() {
+    use nodewright_planner::forecast::{Assume, Report, forecast};
+    let nodes = 1_000;
+    let packages: BTreeMap<String, serde_json::Value> = (0..3)
+        .map(|i| {
+            let mut p =
+                serde_json::json!({"version": "1.0.0", "plugin": format!("r.example/p{i}:1")});
+            if i == 0 {
+                p["interrupt"] = serde_json::json!({"type": "reboot"});
+            }
+            (format!("p{i}"), p)
+        })
+        .collect();
+    let spec: NodeWrightSpec = serde_json::from_value(
+        serde_json::json!({"interruptionBudget": {"percent": 10}, "packages": packages}),
+    )
+    .unwrap();
+    let pinned: BTreeMap<String, PinnedRef> = spec
+        .packages
+        .keys()
+        .map(|k| {
+            (
+                k.clone(),
+                format!("r.example/{k}@sha256:{}", "0".repeat(64))
+                    .parse()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let mut snap = Snapshot {
+        nodewrights: vec![Cr {
+            name: "fleet".into(),
+            uid: "u".into(),
+            generation: 1,
+            spec,
+            has_finalizer: true,
+            plugins: PluginCheck::Ready(pinned.into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    for i in 0..nodes {
+        let name = format!("node-{i:05}");
+        for p in 0..5 {
+            snap.pods.push(ObservedPod {
+                namespace: "apps".into(),
+                name: format!("{name}-pod{p}"),
+                node: name.clone(),
+                active: true,
+                controller: Some("ReplicaSet".into()),
+                ..Default::default()
+            });
+        }
+        snap.nodes.push(ObservedNode {
+            name,
+            created: i as i64,
+            boot_id: format!("b{i}"),
+            resource_version: "1".into(),
+            ..Default::default()
+        });
+    }
+    let outcome = |j: &ObservedJob| {
+        let plan = matches!(
+            &j.work,
+            Work::Package {
+                stage: Stage::Plan,
+                ..
+            }
+        );
+        let interrupt = if plan { "reboot" } else { "none" };
+        JobPhase::Succeeded(Some(nodewright_api::result::StageResult {
+            interrupt: Some(interrupt.parse().unwrap()),
+            change_count: 1,
+            ..nodewright_api::result::StageResult::passed(
+                nodewright_api::agent::RunStage::Plan,
+                "p",
+                "",
+            )
+        }))
+    };
+    let assume = Assume {
+        outcome: &outcome,
+        pdb_blocked: Default::default(),
+        step_seconds: 2,
+        max_passes: 5_000,
+    };
+    let base = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let t = Instant::now();
+    let f = forecast(&snap, 1_000_000, &assume);
+    let report = Report::new(&f, "fleet");
+    let took = t.elapsed();
+    let peak = PEAK.load(Ordering::Relaxed) - base;
+    assert!(f.settled && report.summary.change == nodes, "{report}");
+    Figure::timed(
+        "plan",
+        format!("forecast, {nodes} nodes x 3 packages"),
+        vec![took],
+    )
+    .write();
+    println!(
+        "forecast of a whole rollout, {nodes} nodes x 3 packages, 10 % at a time: {:.2} s, {} passes ({:.2} ms each), peak heap {:.1} MiB",
+        took.as_secs_f64(),
+        f.passes,
+        took.as_secs_f64() * 1000.0 / f.passes as f64,
+        peak as f64 / (1024.0 * 1024.0)
+    );
+    println!("        {}", report.summary);
 }

@@ -8,14 +8,21 @@
 //! ended — is the [`Forecast`]. Nothing of the real world is touched: the snapshot is
 //! cloned, with a state cache of its own.
 //!
+//! [`Report`] reads a forecast for an admin: a summary, nodes with the same outcome
+//! grouped, each node's batch and pods.
+//!
 //! This is the core of a preview (#33). Not here yet: the host changes each package's
 //! `plan` stage reports on the node (a preview runs those stages as Jobs that never write,
 //! and feeds their results in as [`Assume::outcome`]), durations from the cluster's
-//! history, and the report.
+//! history, and the preview object and verb that run it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use nodewright_api::v1alpha1::{InterruptType, Status};
+
+mod report;
+
+pub use report::{Group, NodeLine, Outcome, Report, Summary};
 
 use crate::action::{Action, NodePatch};
 use crate::plan::plan;

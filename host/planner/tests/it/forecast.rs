@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use nodewright_api::keys;
 use nodewright_api::node_state::Stage;
 use nodewright_api::v1alpha1::InterruptType;
-use nodewright_planner::forecast::{Assume, Forecast, forecast};
+use nodewright_planner::forecast::{Assume, Forecast, Report, forecast};
 use nodewright_planner::{JobPhase, ObservedJob, Work};
 use serde_json::json;
 
@@ -128,6 +128,25 @@ fn a_forecast_is_the_rollout_it_foretells_node_for_node() {
             .is_none_or(|n| n.stages.is_empty() && !n.cordoned)
     );
 
+    let report = Report::new(&f, "driver");
+    assert_eq!(
+        report.summary.to_string(),
+        "3 nodes: 2 change (2 reboot), 0 converged, 1 blocked; 2 pods evicted; 2 batches"
+    );
+    let text = report.to_string();
+    assert!(
+        text.contains("2 × cordon and drain, driver:plan ")
+            && text.contains("driver:post-interrupt, reboot → complete: node-0, node-1\n")
+            && text.contains("1 × nothing runs (blocked): node-2"),
+        "{text}"
+    );
+    assert_eq!(report.nodes[0].batch, Some(1));
+    assert_eq!(
+        report.nodes[1].batch,
+        Some(2),
+        "a budget of one: one node at a time"
+    );
+
     w.run(("reboot", 1), 300);
     matches_the_rollout(&f, &w, &["node-0", "node-1", "node-2"]);
 
@@ -148,6 +167,16 @@ fn a_forecast_is_the_rollout_it_foretells_node_for_node() {
     }
     let n3 = &f.nodes["node-3"];
     assert!(n3.cordoned && n3.evicted == ["default/web-3"], "{n3:?}");
+    let report = Report::new(&f, "driver");
+    assert_eq!(
+        (
+            report.summary.change,
+            report.summary.converged,
+            report.summary.blocked
+        ),
+        (1, 2, 1),
+        "{report}"
+    );
     w.run(("reboot", 1), 300);
     let rollout: Vec<_> = stages_on(&w, "node-3");
     assert_eq!(
