@@ -31,8 +31,13 @@ use crate::snapshot::{JobPhase, ObservedJob, Refusal, Snapshot, Work};
 /// What a forecast takes for granted about the world it cannot see.
 #[derive(Clone)]
 pub struct Assume<'a> {
-    /// How each Job ends, asked once, the pass after it is created.
+    /// How each Job ends, asked once, at the first pass after it has run for
+    /// [`Assume::runs_for`].
     pub outcome: &'a dyn Fn(&ObservedJob) -> JobPhase,
+    /// How long each Job runs, in seconds (from the cluster's history, or a guess; 0: it
+    /// ends by the next pass). A Job already running when the forecast starts is taken to
+    /// have just started.
+    pub runs_for: &'a dyn Fn(&ObservedJob) -> i64,
     /// Pods (`namespace/name`) whose eviction a PodDisruptionBudget refuses now.
     pub pdb_blocked: BTreeSet<String>,
     /// Seconds the clock moves between passes.
@@ -54,13 +59,15 @@ impl std::fmt::Debug for Assume<'_> {
 /// What a rollout does, node by node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Forecast {
+    /// The clock the forecast started at.
+    pub starts_at: i64,
     /// Every node any pass acted on, by name.
     pub nodes: BTreeMap<String, NodeForecast>,
     /// Passes run.
     pub passes: usize,
     /// Whether the last pass asked for nothing new; false when `max_passes` ran out first.
     pub settled: bool,
-    /// The clock at the end.
+    /// The clock at the last pass that asked for anything: when the rollout ends.
     pub ends_at: i64,
 }
 
@@ -71,6 +78,10 @@ pub struct NodeForecast {
     pub first_work: Option<usize>,
     /// Cordoned at some point.
     pub cordoned: bool,
+    /// When it was first cordoned.
+    pub cordoned_at: Option<i64>,
+    /// When it was last uncordoned after that.
+    pub uncordoned_at: Option<i64>,
     /// Pods evicted (or deleted), `namespace/name`, in order.
     pub evicted: Vec<String>,
     /// Pods whose eviction was refused.
@@ -83,29 +94,44 @@ pub struct NodeForecast {
     pub status: BTreeMap<String, Status>,
 }
 
-/// Runs the rollout forward from `snapshot` at `now`, under `assume`.
+/// Runs the rollout forward from `snapshot` at `now`, under `assume`. A pass that asks for
+/// something is followed by the next one `step_seconds` later; one that asks for nothing
+/// while Jobs run, by the next one when the first of them ends.
 pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast {
     let mut snap = Snapshot {
         states: Default::default(),
         ..snapshot.clone()
     };
     let mut out = Forecast {
+        starts_at: now,
         ends_at: now,
         ..Forecast::default()
     };
+    let mut started: BTreeMap<String, i64> =
+        snap.jobs.iter().map(|j| (j.name.clone(), now)).collect();
+    let ends = |started: &BTreeMap<String, i64>, j: &ObservedJob| {
+        started.get(&j.name).copied().unwrap_or(now) + (assume.runs_for)(j).max(0)
+    };
     let mut now = now;
     while out.passes < assume.max_passes {
-        finish_jobs(&mut snap, &mut |j| Some((assume.outcome)(j)));
+        finish_jobs(&mut snap, &mut |j| {
+            (now >= ends(&started, j)).then(|| (assume.outcome)(j))
+        });
         let actions = plan(&snap, now);
         out.passes += 1;
         let pass = out.passes;
         let mut moved = false;
         for a in &actions {
             moved |= !matches!(a, Action::Event(_));
-            record(&mut out, pass, &assume.pdb_blocked, a);
+            record(&mut out, pass, now, &assume.pdb_blocked, a);
+            if let Action::CreateJob(req) = a {
+                started.entry(req.name.clone()).or_insert(now);
+            }
             apply(&mut snap, now, &assume.pdb_blocked, a);
         }
-        now += assume.step_seconds;
+        if moved {
+            out.ends_at = now;
+        }
         let running = snap
             .jobs
             .iter()
@@ -114,8 +140,17 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
             out.settled = true;
             break;
         }
+        let next_end = snap
+            .jobs
+            .iter()
+            .filter(|j| matches!(j.phase, JobPhase::Active { .. }))
+            .map(|j| ends(&started, j))
+            .min();
+        now = match next_end {
+            Some(end) if !moved => end.max(now + assume.step_seconds),
+            _ => now + assume.step_seconds,
+        };
     }
-    out.ends_at = now;
     for cr in &snap.nodewrights {
         for (node, status) in &cr.status.node_status {
             out.nodes
@@ -128,7 +163,7 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
     out
 }
 
-fn record(out: &mut Forecast, pass: usize, pdb_blocked: &BTreeSet<String>, a: &Action) {
+fn record(out: &mut Forecast, pass: usize, now: i64, pdb_blocked: &BTreeSet<String>, a: &Action) {
     match a {
         Action::CreateJob(req) => {
             let node = out.nodes.entry(req.node.clone()).or_default();
@@ -141,8 +176,16 @@ fn record(out: &mut Forecast, pass: usize, pdb_blocked: &BTreeSet<String>, a: &A
                 Work::Prestage { .. } => {}
             }
         }
-        Action::PatchNode(p) if p.unschedulable == Some(true) => {
-            out.nodes.entry(p.node.clone()).or_default().cordoned = true;
+        Action::PatchNode(p) => {
+            let node = out.nodes.entry(p.node.clone()).or_default();
+            match p.unschedulable {
+                Some(true) => {
+                    node.cordoned = true;
+                    node.cordoned_at.get_or_insert(now);
+                }
+                Some(false) if node.cordoned => node.uncordoned_at = Some(now),
+                _ => {}
+            }
         }
         Action::Evict {
             node,

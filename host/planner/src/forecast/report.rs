@@ -44,6 +44,12 @@ pub struct Summary {
     pub refused: usize,
     /// Distinct passes in which nodes start their work: the rollout's batches.
     pub batches: usize,
+    /// Seconds from the forecast's start to the rollout's last step, under the durations
+    /// it assumed.
+    pub takes_seconds: i64,
+    /// Seconds a node stays cordoned, on average and at most, over the nodes cordoned and
+    /// uncordoned again.
+    pub cordoned_seconds: Option<(i64, i64)>,
 }
 
 /// What happens to a node, without its name or pods: equal outcomes are grouped.
@@ -100,7 +106,11 @@ impl Report {
             ..Summary::default()
         };
         let mut nodes = Vec::new();
+        let mut cordoned = Vec::new();
         for (name, n) in picked {
+            if let (Some(from), Some(to)) = (n.cordoned_at, n.uncordoned_at) {
+                cordoned.push(to - from);
+            }
             let outcome = Outcome {
                 ends: n.status.get(cr).copied(),
                 cordoned: n.cordoned,
@@ -132,6 +142,11 @@ impl Report {
                 evicted: n.evicted.clone(),
                 refused: n.refused.clone(),
             });
+        }
+        summary.takes_seconds = forecast.ends_at - forecast.starts_at;
+        if let Some(max) = cordoned.iter().max() {
+            let mean = cordoned.iter().sum::<i64>() / cordoned.len() as i64;
+            summary.cordoned_seconds = Some((mean, *max));
         }
         let mut groups: Vec<Group> = Vec::new();
         for line in &nodes {
@@ -180,7 +195,31 @@ impl fmt::Display for Summary {
         if self.refused > 0 {
             write!(f, ", {} refused by a disruption budget now", self.refused)?;
         }
-        write!(f, "; {} batches", self.batches)
+        write!(f, "; {} batches", self.batches)?;
+        write!(f, "; about {}", Took(self.takes_seconds))?;
+        if let Some((mean, max)) = self.cordoned_seconds {
+            write!(
+                f,
+                ", a node cordoned {} on average ({} at most)",
+                Took(mean),
+                Took(max)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Seconds as a person reads them: `45 s`, `6 min`, `2 h 10 min`.
+struct Took(i64);
+
+impl fmt::Display for Took {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.max(0);
+        match s {
+            0..60 => write!(f, "{s} s"),
+            60..3600 => write!(f, "{} min", (s + 30) / 60),
+            _ => write!(f, "{} h {:02} min", s / 3600, (s % 3600 + 30) / 60),
+        }
     }
 }
 
