@@ -385,7 +385,7 @@ fn forecast_bench() {
     };
     let assume = Assume {
         outcome: &outcome,
-        runs_for: &|_| 0,
+        runs_for: None,
         pdb_blocked: Default::default(),
         step_seconds: 2,
         max_passes: 5_000,

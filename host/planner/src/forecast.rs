@@ -34,10 +34,10 @@ pub struct Assume<'a> {
     /// How each Job ends, asked once, at the first pass after it has run for
     /// [`Assume::runs_for`].
     pub outcome: &'a dyn Fn(&ObservedJob) -> JobPhase,
-    /// How long each Job runs, in seconds (from the cluster's history, or a guess; 0: it
-    /// ends by the next pass). A Job already running when the forecast starts is taken to
-    /// have just started.
-    pub runs_for: &'a dyn Fn(&ObservedJob) -> i64,
+    /// How long each Job runs, in seconds (from the cluster's history, or a guess). A Job
+    /// already running when the forecast starts is taken to have just started. `None`: not
+    /// known — each Job ends by the next pass, and the forecast says nothing of time.
+    pub runs_for: Option<&'a dyn Fn(&ObservedJob) -> i64>,
     /// Pods (`namespace/name`) whose eviction a PodDisruptionBudget refuses now.
     pub pdb_blocked: BTreeSet<String>,
     /// Seconds the clock moves between passes.
@@ -69,6 +69,9 @@ pub struct Forecast {
     pub settled: bool,
     /// The clock at the last pass that asked for anything: when the rollout ends.
     pub ends_at: i64,
+    /// Whether the Jobs' durations were known ([`Assume::runs_for`]), so the times mean
+    /// something.
+    pub timed: bool,
 }
 
 /// What a rollout does to one node.
@@ -105,12 +108,13 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
     let mut out = Forecast {
         starts_at: now,
         ends_at: now,
+        timed: assume.runs_for.is_some(),
         ..Forecast::default()
     };
     let mut started: BTreeMap<String, i64> =
         snap.jobs.iter().map(|j| (j.name.clone(), now)).collect();
     let ends = |started: &BTreeMap<String, i64>, j: &ObservedJob| {
-        started.get(&j.name).copied().unwrap_or(now) + (assume.runs_for)(j).max(0)
+        started.get(&j.name).copied().unwrap_or(now) + assume.runs_for.map_or(0, |f| f(j).max(0))
     };
     let mut now = now;
     while out.passes < assume.max_passes {

@@ -45,8 +45,8 @@ pub struct Summary {
     /// Distinct passes in which nodes start their work: the rollout's batches.
     pub batches: usize,
     /// Seconds from the forecast's start to the rollout's last step, under the durations
-    /// it assumed.
-    pub takes_seconds: i64,
+    /// it assumed (`None`: it knew none).
+    pub takes_seconds: Option<i64>,
     /// Seconds a node stays cordoned, on average and at most, over the nodes cordoned and
     /// uncordoned again.
     pub cordoned_seconds: Option<(i64, i64)>,
@@ -143,8 +143,10 @@ impl Report {
                 refused: n.refused.clone(),
             });
         }
-        summary.takes_seconds = forecast.ends_at - forecast.starts_at;
-        if let Some(max) = cordoned.iter().max() {
+        if forecast.timed {
+            summary.takes_seconds = Some(forecast.ends_at - forecast.starts_at);
+        }
+        if let (true, Some(max)) = (forecast.timed, cordoned.iter().max()) {
             let mean = cordoned.iter().sum::<i64>() / cordoned.len() as i64;
             summary.cordoned_seconds = Some((mean, *max));
         }
@@ -196,7 +198,9 @@ impl fmt::Display for Summary {
             write!(f, ", {} refused by a disruption budget now", self.refused)?;
         }
         write!(f, "; {} batches", self.batches)?;
-        write!(f, "; about {}", Took(self.takes_seconds))?;
+        if let Some(took) = self.takes_seconds {
+            write!(f, "; about {}", Took(took))?;
+        }
         if let Some((mean, max)) = self.cordoned_seconds {
             write!(
                 f,
