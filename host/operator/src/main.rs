@@ -25,6 +25,7 @@ mod jobs;
 mod leader;
 mod metrics;
 mod plugins;
+mod preview;
 mod registries;
 mod serve;
 mod trust;
@@ -544,6 +545,7 @@ async fn start_webhook(
         metrics,
         trust,
         flags.registry_access(),
+        flags.settings(),
     );
     tokio::spawn(serve::serve(
         listener,

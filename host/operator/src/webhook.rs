@@ -8,7 +8,8 @@
 //! must be allowed to grant what a NodeWright grants ([`authority`]), and under a trust
 //! policy each plugin must be signed by signers who may be granted it (refused under
 //! `enforce`, a warning under `warn`). Those are answered from live reads, so a policy
-//! created a moment earlier counts. Anything it cannot
+//! created a moment earlier counts. A server-side dry run of an admissible NodeWright is
+//! answered with a preview of its rollout, as warnings ([`crate::preview`]). Anything it cannot
 //! check — an unreadable request, an API error — is denied: the webhook fails closed, like
 //! its `failurePolicy: Fail`.
 
@@ -27,6 +28,7 @@ use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightSpec};
 use nodewright_api::validate::{self, FieldError};
 use nodewright_oci::Registry;
+use nodewright_planner::Settings;
 
 use crate::metrics::{AdmissionLabels, Metrics};
 use crate::registries::RegistryAccess;
@@ -41,6 +43,8 @@ pub struct Admission {
     metrics: Arc<Metrics>,
     trust: Trust,
     access: Arc<RegistryAccess>,
+    /// The planner's settings, for a dry run's preview.
+    settings: Settings,
 }
 
 impl std::fmt::Debug for Admission {
@@ -82,6 +86,7 @@ impl Admission {
         metrics: Arc<Metrics>,
         trust: Trust,
         access: RegistryAccess,
+        settings: Settings,
     ) -> Self {
         Admission {
             client,
@@ -89,6 +94,7 @@ impl Admission {
             metrics,
             trust,
             access: Arc::new(access),
+            settings,
         }
     }
 
@@ -220,6 +226,9 @@ impl Admission {
                             self.judge(&trust, &spec, &mut v).await?;
                         }
                     }
+                    if req.dry_run && v.errors.is_empty() {
+                        v.warnings.extend(self.preview(&req.name, spec).await?);
+                    }
                 }
             }
             (other, _) => return Err(format!("this webhook does not handle kind {other:?}")),
@@ -251,6 +260,16 @@ impl Admission {
             v.warnings.extend(judgement.warnings);
         }
         Ok(())
+    }
+
+    /// A dry run's preview ([`crate::preview`]), off the async threads.
+    async fn preview(&self, name: &str, spec: NodeWrightSpec) -> Result<Vec<String>, String> {
+        let (world, settings, name) = (self.world.clone(), self.settings.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || {
+            crate::preview::warnings(&world, &settings, &name, &spec)
+        })
+        .await
+        .map_err(|e| format!("the preview failed: {e}"))
     }
 
     async fn policy_exists(&self, name: &str) -> Result<bool, String> {

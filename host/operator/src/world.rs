@@ -379,14 +379,36 @@ impl World {
     }
 
     /// The planner's snapshot, with our unseen writes applied and seen ones forgotten.
-    // Long on purpose: the overlay rules (seen writes forgotten, unseen ones applied)
-    // beside the conversion they adjust.
     pub fn snapshot(
         &self,
         settings: &Settings,
         plugins: &Plugins,
         gates: &Gates,
         agent_pods: AgentPods,
+    ) -> Snapshot {
+        let snapshot = self.snapshot_with(settings, agent_pods, |cr| {
+            crate::convert::cr(cr, plugins, gates)
+        });
+        gates.keep(
+            &snapshot
+                .nodewrights
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+        );
+        snapshot
+    }
+
+    /// [`World::snapshot`] with each NodeWright made into the planner's by `cr`: the
+    /// operator's loop asks its plugin checks and health gates, a preview reads what the
+    /// NodeWrights' status recorded.
+    // Long on purpose: the overlay rules (seen writes forgotten, unseen ones applied)
+    // beside the conversion they adjust.
+    pub fn snapshot_with(
+        &self,
+        settings: &Settings,
+        agent_pods: AgentPods,
+        cr: impl Fn(&NodeWright) -> nodewright_planner::Cr,
     ) -> Snapshot {
         let mut overlay = self.overlay();
         let mut nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
@@ -444,18 +466,8 @@ impl World {
             })
             .collect();
         refusals.retain(|k, _| live.contains(k));
-        let nodewrights: Vec<nodewright_planner::Cr> = self
-            .nodewrights
-            .state()
-            .iter()
-            .map(|cr| crate::convert::cr(cr, plugins, gates))
-            .collect();
-        gates.keep(
-            &nodewrights
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>(),
-        );
+        let nodewrights: Vec<nodewright_planner::Cr> =
+            self.nodewrights.state().iter().map(|n| cr(n)).collect();
         Snapshot {
             nodewrights,
             policies: self

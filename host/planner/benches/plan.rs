@@ -389,6 +389,7 @@ fn forecast_bench() {
         pdb_blocked: Default::default(),
         step_seconds: 2,
         max_passes: 5_000,
+        enough: None,
     };
     let base = CURRENT.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);

@@ -44,6 +44,9 @@ pub struct Assume<'a> {
     pub step_seconds: i64,
     /// Most passes before the forecast stops (a rollout held by a refusal never settles).
     pub max_passes: usize,
+    /// Asked before each pass: `true` stops the forecast there (the caller's budget of wall
+    /// time; the planner reads no clock).
+    pub enough: Option<&'a dyn Fn() -> bool>,
 }
 
 impl std::fmt::Debug for Assume<'_> {
@@ -117,7 +120,7 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
         started.get(&j.name).copied().unwrap_or(now) + assume.runs_for.map_or(0, |f| f(j).max(0))
     };
     let mut now = now;
-    while out.passes < assume.max_passes {
+    while out.passes < assume.max_passes && !assume.enough.is_some_and(|stop| stop()) {
         finish_jobs(&mut snap, &mut |j| {
             (now >= ends(&started, j)).then(|| (assume.outcome)(j))
         });

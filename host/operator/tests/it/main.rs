@@ -13,6 +13,7 @@ mod interrupts;
 mod lifecycle;
 mod ordering;
 mod payloads;
+mod preview;
 mod recovery;
 mod registries;
 mod rollout;

@@ -31,6 +31,7 @@ fn foretell(w: &World, outcome: &dyn Fn(&ObservedJob) -> JobPhase, pdb: &[&str])
         pdb_blocked: pdb.iter().map(|p| p.to_string()).collect(),
         step_seconds: 2,
         max_passes: 300,
+        enough: None,
     };
     forecast(&w.snap, w.now, &assume)
 }
@@ -256,6 +257,7 @@ fn a_forecast_with_durations_says_how_long_the_rollout_and_each_cordon_take() {
         pdb_blocked: Default::default(),
         step_seconds: 2,
         max_passes: 300,
+        enough: None,
     };
     let f = forecast(&w.snap, w.now, &assume);
     assert!(f.settled, "{f:?}");

@@ -1,0 +1,290 @@
+//! A preview on a server-side dry run: `kubectl apply --dry-run=server -f nodewright.yaml`
+//! is answered, when the NodeWright is admissible, with what its rollout would do — as
+//! admission warnings, which kubectl prints.
+//!
+//! The forecast ([`nodewright_planner::forecast`]) runs on the operator's caches with the
+//! proposed NodeWright in place of the one of that name (or beside the others, when new):
+//! every other NodeWright as its status recorded it, every Job succeeding, each package's
+//! plan reporting a change (the planner holds it to the package's own interrupt). What it
+//! cannot see yet, it says: plugins not resolved by the caches (a changed reference is
+//! resolved only when the NodeWright is applied), the host changes each plan stage would
+//! report, how long stages take, and which evictions a disruption budget would refuse.
+
+use std::time::{Duration, Instant};
+
+use nodewright_api::agent::RunStage;
+use nodewright_api::node_state::Stage;
+use nodewright_api::pinned::PinnedRef;
+use nodewright_api::result::StageResult;
+use nodewright_api::v1alpha1::{NodeWright, NodeWrightSpec};
+use nodewright_planner::forecast::{Assume, Report, forecast};
+
+use nodewright_planner::{AgentPods, Cr, JobPhase, ObservedJob, PluginCheck, Settings, Work};
+
+use crate::world::World;
+
+/// Wall time a preview may take inside an admission review (the chart gives the webhook
+/// 15 s, which the other checks share).
+const BUDGET: Duration = Duration::from_secs(5);
+
+/// Lines of the report as warnings: the summary, then at most this many groups.
+const GROUPS: usize = 8;
+
+/// The preview of NodeWright `name` with `spec` (defaulted), as warning lines.
+pub fn warnings(
+    world: &World,
+    settings: &Settings,
+    name: &str,
+    spec: &NodeWrightSpec,
+) -> Vec<String> {
+    let mut snapshot = world.snapshot_with(settings, AgentPods::Unknown, recorded);
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let (proposed, unresolved) = match snapshot.nodewrights.iter().find(|c| c.name == name) {
+        Some(current) => edited(current, spec),
+        None => created(name, spec),
+    };
+    snapshot.nodewrights.retain(|c| c.name != name);
+    snapshot.nodewrights.push(proposed);
+    let started = Instant::now();
+    let enough = || started.elapsed() > BUDGET;
+    let outcome = succeeds;
+    let assume = Assume {
+        outcome: &outcome,
+        runs_for: None,
+        pdb_blocked: Default::default(),
+        step_seconds: 2,
+        max_passes: 5_000,
+        enough: Some(&enough),
+    };
+    let report = Report::new(&forecast(&snapshot, now, &assume), name);
+    lines(name, &report, &unresolved)
+}
+
+/// Longest warning line: the API server keeps 120 characters whole (longer ones may be cut).
+const WIDTH: usize = 120;
+
+/// The report as short ASCII lines, kubectl printing each as a warning.
+fn lines(name: &str, report: &Report, unresolved: &[String]) -> Vec<String> {
+    let s = &report.summary;
+    let mut change = format!("{} change", s.change);
+    if !s.interrupts.is_empty() {
+        let each: Vec<String> = s
+            .interrupts
+            .iter()
+            .rev()
+            .map(|(kind, n)| format!("{n} {}", kind.as_str()))
+            .collect();
+        change = format!("{change} ({})", each.join(", "));
+    }
+    let mut out = vec![
+        format!(
+            "nodewright preview of {name}: {} nodes: {change}, {} converged, {} blocked",
+            s.nodes, s.converged, s.blocked
+        ),
+        format!(
+            "  {} pods evicted, {} batches{}",
+            s.evicted,
+            s.batches,
+            if report.settled {
+                ""
+            } else {
+                "; stopped before the end (something holds the rollout)"
+            }
+        ),
+    ];
+    for g in report.groups.iter().take(GROUPS) {
+        let o = &g.outcome;
+        let what = if o.stages.is_empty() {
+            match o.ends {
+                Some(nodewright_api::v1alpha1::Status::Complete) => "converged".to_string(),
+                other => format!(
+                    "nothing runs ({})",
+                    other.map_or("no status", |s| s.as_str())
+                ),
+            }
+        } else {
+            let mut parts = Vec::new();
+            if o.cordoned {
+                parts.push("cordon+drain".to_string());
+            }
+            parts.extend(o.interrupts.iter().map(|k| k.as_str().to_string()));
+            parts.push(format!("{} stages", o.stages.len()));
+            let ends = o.ends.map_or("no status", |s| s.as_str());
+            format!("{} -> {ends}", parts.join(", "))
+        };
+        let head = format!("  {} node(s), {what}: ", g.nodes.len());
+        out.push(fitted(head, &g.nodes));
+    }
+    if report.groups.len() > GROUPS {
+        out.push(format!(
+            "  ... {} more outcomes",
+            report.groups.len() - GROUPS
+        ));
+    }
+    if !unresolved.is_empty() {
+        out.push(fitted(
+            "  plugins resolved only when applied: ".into(),
+            unresolved,
+        ));
+    }
+    out.push(
+        "  assumed: every package changes, every stage succeeds; not read: budgets, durations, host diffs"
+            .into(),
+    );
+    out
+}
+
+/// `head` and as many of `names` as fit in [`WIDTH`], with a count of the rest.
+fn fitted(head: String, names: &[String]) -> String {
+    let mut line = head;
+    for (i, n) in names.iter().enumerate() {
+        let rest = names.len() - i;
+        let tail = format!(" (+{rest})");
+        if line.len() + n.len() + 2 + tail.len() > WIDTH {
+            line.push_str(&tail);
+            return line;
+        }
+        if i > 0 {
+            line.push_str(", ");
+        }
+        line.push_str(n);
+    }
+    line
+}
+
+/// A NodeWright as its status recorded it: the plugins its last check pinned, no health
+/// gate failing (a preview asks no Prometheus).
+fn recorded(nw: &NodeWright) -> Cr {
+    let mut spec = nw.spec.clone();
+    nodewright_api::validate::default_nodewright(&mut spec);
+    let status = nw.status.clone().unwrap_or_default();
+    let pinned = status
+        .resolved_plugins
+        .iter()
+        .filter_map(|(p, r)| Some((p.clone(), r.parse::<PinnedRef>().ok()?)))
+        .collect::<std::collections::BTreeMap<_, _>>();
+    let meta = &nw.metadata;
+    let flag = |k: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .is_some_and(|v| v == "true")
+    };
+    Cr {
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        generation: meta.generation.unwrap_or(0),
+        plugins: PluginCheck::Ready(pinned.into()),
+        spec,
+        status,
+        paused: flag(nodewright_api::keys::PAUSE),
+        disabled: flag(nodewright_api::keys::DISABLE),
+        deleting: meta.deletion_timestamp.is_some(),
+        has_finalizer: meta
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == nodewright_api::keys::FINALIZER),
+        ..Default::default()
+    }
+}
+
+/// The running NodeWright `current` edited to `spec`: a new generation when the spec
+/// changed; a package whose plugin reference is unchanged keeps its pin, others get a
+/// stand-in (named in the second value).
+fn edited(current: &Cr, spec: &NodeWrightSpec) -> (Cr, Vec<String>) {
+    let mut cr = current.clone();
+    if cr.spec != *spec {
+        cr.generation += 1;
+    }
+    let pinned = match &current.plugins {
+        PluginCheck::Ready(r) => r.pinned.clone(),
+        _ => Default::default(),
+    };
+    let mut unresolved = Vec::new();
+    let mut pins = std::collections::BTreeMap::new();
+    for (package, p) in &spec.packages {
+        let same = current
+            .spec
+            .packages
+            .get(package)
+            .is_some_and(|old| old.plugin == p.plugin);
+        match pinned.get(package).filter(|_| same) {
+            Some(pin) => {
+                pins.insert(package.clone(), pin.clone());
+            }
+            None => {
+                pins.insert(
+                    package.clone(),
+                    stand_in(&p.plugin, package, &mut unresolved),
+                );
+            }
+        }
+    }
+    cr.plugins = PluginCheck::Ready(pins.into());
+    cr.spec = spec.clone();
+    (cr, unresolved)
+}
+
+/// A NodeWright not created yet.
+fn created(name: &str, spec: &NodeWrightSpec) -> (Cr, Vec<String>) {
+    let mut unresolved = Vec::new();
+    let pins = spec
+        .packages
+        .iter()
+        .map(|(package, p)| {
+            (
+                package.clone(),
+                stand_in(&p.plugin, package, &mut unresolved),
+            )
+        })
+        .collect::<std::collections::BTreeMap<_, _>>();
+    let cr = Cr {
+        name: name.into(),
+        uid: "preview".into(),
+        generation: 1,
+        spec: spec.clone(),
+        plugins: PluginCheck::Ready(pins.into()),
+        has_finalizer: true,
+        ..Default::default()
+    };
+    (cr, unresolved)
+}
+
+/// `plugin` pinned as written, or — for a tag — a stand-in digest (no Job of a forecast
+/// runs), with the package named in `unresolved`.
+fn stand_in(plugin: &str, package: &str, unresolved: &mut Vec<String>) -> PinnedRef {
+    if let Ok(pin) = plugin.parse::<PinnedRef>() {
+        return pin;
+    }
+    unresolved.push(package.to_string());
+    let repo = match plugin.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => plugin,
+    };
+    format!("{repo}@sha256:{}", "0".repeat(64))
+        .parse()
+        .unwrap_or_else(|_| {
+            format!("preview.invalid/{package}@sha256:{}", "0".repeat(64))
+                .parse()
+                .expect("a well-formed stand-in")
+        })
+}
+
+/// Every Job succeeds; a plan stage reports a change needing a reboot, which the planner
+/// holds to what the package's spec allows.
+fn succeeds(job: &ObservedJob) -> JobPhase {
+    let plan = matches!(
+        &job.work,
+        Work::Package {
+            stage: Stage::Plan,
+            ..
+        }
+    );
+    let interrupt = if plan { "reboot" } else { "none" };
+    JobPhase::Succeeded(Some(StageResult {
+        interrupt: interrupt.parse().ok(),
+        change_count: 1,
+        ..StageResult::passed(RunStage::Plan, "preview", "")
+    }))
+}
