@@ -3,7 +3,7 @@
 //! itself writes nothing.
 
 use crate::common;
-use crate::webhook::serve_webhook;
+use crate::trust::start_with_webhook;
 
 use std::time::Duration;
 
@@ -79,7 +79,7 @@ async fn a_server_side_dry_run_previews_the_rollout_it_then_does() {
     nodewright_testregistry::require!(ControlPlane, Registry);
     let mut e = E2e::start(&[("n1", &[]), ("n2", &[])]).await;
 
-    serve_webhook(&mut e).await;
+    start_with_webhook(&mut e).await;
     e.workload_pod("n1", "web-1", json!({"app": "web"})).await;
     e.workload_pod("n2", "web-2", json!({"app": "web"})).await;
 

@@ -91,7 +91,8 @@ async fn refusal(client: &Client, nw: &Value) -> Option<String> {
     }
 }
 
-async fn start_with_webhook(e: &mut E2e) {
+/// Starts the operator serving the webhook, registered with the apiserver, and waits for its CA.
+pub async fn start_with_webhook(e: &mut E2e) {
     let port = nodewright_testregistry::free_port();
     let flags = e.cluster.admission(port).await.unwrap();
     e.start_operator(&flags.iter().map(String::as_str).collect::<Vec<_>>());
@@ -193,6 +194,19 @@ async fn grants_need_rbac_and_plugins_need_trusted_signatures() {
             && refused.contains("resourceName \"power\""),
         "{refused}"
     );
+    // A dry run — the preview — of what alice may not grant shows her that blocker.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let err = Api::<NodeWright>::all(alice.clone())
+        .create(
+            &dry,
+            &serde_json::from_value(files_package(&e, "alice-reboot", true)).unwrap(),
+        )
+        .await
+        .expect_err("alice's preview of a reboot package");
+    assert!(err.to_string().contains("may not grant \"power\""), "{err}");
     assert_eq!(
         refusal(&bob, &files_package(&e, "bob-reboot", true)).await,
         None,

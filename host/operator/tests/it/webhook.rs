@@ -71,19 +71,11 @@ async fn ca_bundle(e: &E2e) -> Option<Vec<u8>> {
         .then(|| bundles[0].clone().unwrap())
 }
 
-/// What [`serve_webhook`] set up.
-pub struct Served {
-    /// The CA the operator injected.
-    pub ca: Vec<u8>,
-    /// The operator's metrics port.
-    pub metrics: u16,
-    /// The operator's flags (to start it again).
-    pub flags: Vec<String>,
-}
-
-/// Registers the webhook with the apiserver by URL, starts the operator serving it, and
-/// waits for it to inject its CA.
-pub async fn serve_webhook(e: &mut E2e) -> Served {
+#[tokio::test(flavor = "multi_thread")]
+async fn the_webhook_validates_with_cluster_rules_and_fails_closed() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("n1", &[])]).await;
+    e.host_file("n1", "/proc/sys/vm/swappiness", "60");
     let (port, metrics) = (
         nodewright_testregistry::free_port(),
         nodewright_testregistry::free_port(),
@@ -104,24 +96,10 @@ pub async fn serve_webhook(e: &mut E2e) -> Served {
     e.start_operator(&flags.iter().map(String::as_str).collect::<Vec<_>>());
     let ca = e
         .wait("the operator injects its CA", WAIT, || async {
-            ca_bundle(e).await
+            ca_bundle(&e).await
         })
         .await;
     assert!(String::from_utf8_lossy(&ca).contains("BEGIN CERTIFICATE"));
-    Served {
-        ca,
-        metrics,
-        flags: flags.into(),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_webhook_validates_with_cluster_rules_and_fails_closed() {
-    nodewright_testregistry::require!(ControlPlane, Registry);
-    let mut e = E2e::start(&[("n1", &[])]).await;
-    e.host_file("n1", "/proc/sys/vm/swappiness", "60");
-    let Served { ca, metrics, flags } = serve_webhook(&mut e).await;
-    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(e.client.clone());
     let secret = Api::<Secret>::namespaced(e.client.clone(), NS)
         .get("nodewright-webhook-cert")
         .await
