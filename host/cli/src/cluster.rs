@@ -11,6 +11,7 @@ pub mod inspect;
 mod kube;
 mod node;
 mod package;
+mod preview;
 mod select;
 mod view;
 
@@ -27,6 +28,7 @@ pub use args::{
 pub use kube::Ctx;
 pub use node::node;
 pub use package::{package, policy, reset};
+pub use preview::preview;
 
 use kube::{client, confirm, nodes, nodewright};
 

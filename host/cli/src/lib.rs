@@ -1,6 +1,6 @@
 //! The `nodewright` command line: the plugin author loop (`plugin new|build|inspect|run|
-//! push|pull`), manifest validation, and the cluster verbs (`status`, `node`, `package`,
-//! `reset`, `pause`, `resume`, `disable`, `enable`, `policy`, `version`). Two binaries run it:
+//! push|pull`), manifest validation, and the cluster verbs (`preview`, `status`, `node`,
+//! `package`, `reset`, `pause`, `resume`, `disable`, `enable`, `policy`, `version`). Two binaries run it:
 //! `nodewright`, and `kubectl-nodewright`, which kubectl finds on the PATH as a plugin
 //! (`kubectl nodewright status`); they differ only in the name their help shows.
 
@@ -43,6 +43,15 @@ enum Command {
     Plugin(plugin::PluginCommand),
     /// Validate NodeWright and DeploymentPolicy manifests with the admission rules.
     Validate(validate::ValidateArgs),
+    /// What applying NodeWrights would do, node by node, before anything is done: each is
+    /// sent as a server-side dry run and the operator answers with a forecast of its rollout.
+    Preview {
+        /// Files of NodeWright manifests (other kinds are skipped).
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<std::path::PathBuf>,
+        #[command(flatten)]
+        output: cluster::OutputArg,
+    },
     /// Rollout status: every NodeWright, or one NodeWright per node and package.
     Status {
         /// A NodeWright.
@@ -134,6 +143,7 @@ pub fn main(program: &'static str) -> ExitCode {
         match cli.command {
             Command::Plugin(cmd) => plugin::run(cmd).await,
             Command::Validate(args) => validate::run(args),
+            Command::Preview { files, output } => cluster::preview(&files, output).await,
             Command::Status { cr, output } => cluster::status(cr, output).await,
             Command::Node(cmd) => cluster::node(cmd, &ctx).await,
             Command::Package(cmd) => cluster::package(cmd, &ctx).await,

@@ -25,18 +25,25 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
             .unwrap(),
     )
     .unwrap();
+    // The admission webhook too: `preview` is its answer to a dry run.
+    let webhook = cluster
+        .admission(nodewright_testregistry::free_port())
+        .await
+        .unwrap();
+    let mut flags = vec![
+        "--job-backoff-limit=0",
+        "--leader-elect",
+        // A Lease name of its own: `version` finds the leader by the Lease's label.
+        "--lease-name=nw-cli-test",
+    ];
+    flags.extend(webhook.iter().map(String::as_str));
     let operator = Operator::start(
         &cluster,
         &bins,
         &work.path().join("cache"),
         &work.path().join("operator.log"),
         "info,kube=warn",
-        // A Lease name of its own: `version` finds the leader by the Lease's label.
-        &[
-            "--job-backoff-limit=0",
-            "--leader-elect",
-            "--lease-name=nw-cli-test",
-        ],
+        &flags,
     )
     .unwrap();
     let env = Env {
@@ -44,6 +51,20 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
         _operator: operator,
         work,
     };
+    wait("the operator's webhook CA", || async {
+        let vwc = kube::Api::<
+            k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+        >::all(env.cluster.client.clone())
+        .get("nodewright")
+        .await
+        .ok()?;
+        vwc.webhooks
+            .unwrap_or_default()
+            .iter()
+            .all(|w| w.client_config.ca_bundle.is_some())
+            .then_some(())
+    })
+    .await;
     script(&env, "/usr/local/bin/count", "echo run >> etc/runs");
     env.cluster
         .apply(&shell_cr(&env, "tools", "/usr/local/bin/count", json!({})))
@@ -51,6 +72,7 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
         .unwrap();
     complete(&env, "tools").await;
     read::verbs(&env).await;
+    preview::verbs(&env).await;
     state::verbs(&env).await;
     running::verbs(&env).await;
 }

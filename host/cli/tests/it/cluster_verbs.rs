@@ -4,6 +4,7 @@
 
 #![allow(dead_code, reason = "not every section uses every helper")]
 
+pub mod preview;
 pub mod read;
 pub mod running;
 pub mod state;
