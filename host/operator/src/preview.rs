@@ -288,3 +288,28 @@ fn succeeds(job: &ObservedJob) -> JobPhase {
         ..StageResult::passed(RunStage::Plan, "preview", "")
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A group's line keeps to the width the API server keeps whole, naming as many nodes
+    /// as fit and counting the rest.
+    #[test]
+    fn a_line_names_what_fits_and_counts_the_rest() {
+        let names: Vec<String> = (0..40).map(|i| format!("gpu-node-{i:03}")).collect();
+        let line = fitted(
+            "  40 node(s), cordon+drain, reboot, 6 stages -> complete: ".into(),
+            &names,
+        );
+        assert!(line.len() <= WIDTH, "{} > {WIDTH}: {line}", line.len());
+        assert!(
+            line.contains("gpu-node-000, gpu-node-001") && line.ends_with(')'),
+            "{line}"
+        );
+        let shown = line.matches("gpu-node-").count();
+        assert!(line.ends_with(&format!(" (+{})", 40 - shown)), "{line}");
+        let two = fitted("  2 node(s), converged: ".into(), &names[..2]);
+        assert_eq!(two, "  2 node(s), converged: gpu-node-000, gpu-node-001");
+    }
+}
