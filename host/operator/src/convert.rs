@@ -11,6 +11,35 @@ use crate::plugins::Plugins;
 /// A NodeWright as the planner sees it (spec defaulted), with its plugin verdict and its
 /// failing health gates.
 pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_planner::Cr {
+    let mut cr = bare(nw);
+    cr.plugins = plugins.get(&cr.name, &cr.uid, cr.generation, &cr.spec);
+    cr.failing_gates = gates.failing(
+        &cr.name,
+        cr.spec
+            .health_gates
+            .as_ref()
+            .and_then(|g| g.prometheus.as_ref()),
+    );
+    cr
+}
+
+/// A NodeWright as its status recorded it, for a preview: the plugins its last check
+/// pinned (`status.resolvedPlugins`), no health gate failing (a preview asks no
+/// Prometheus).
+pub fn cr_as_recorded(nw: &NodeWright) -> nodewright_planner::Cr {
+    let mut cr = bare(nw);
+    let pinned: std::collections::BTreeMap<_, _> = cr
+        .status
+        .resolved_plugins
+        .iter()
+        .filter_map(|(p, r)| Some((p.clone(), r.parse().ok()?)))
+        .collect();
+    cr.plugins = nodewright_planner::PluginCheck::Ready(pinned.into());
+    cr
+}
+
+/// Everything of a NodeWright but its plugin verdict and health gates.
+fn bare(nw: &NodeWright) -> nodewright_planner::Cr {
     let meta = &nw.metadata;
     let flag = |k: &str| {
         meta.annotations
@@ -20,20 +49,10 @@ pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_plann
     };
     let mut spec = nw.spec.clone();
     nodewright_api::validate::default_nodewright(&mut spec);
-    let name = meta.name.clone().unwrap_or_default();
-    let uid = meta.uid.clone().unwrap_or_default();
-    let generation = meta.generation.unwrap_or(0);
     nodewright_planner::Cr {
-        plugins: plugins.get(&name, &uid, generation, &spec),
-        failing_gates: gates.failing(
-            &name,
-            spec.health_gates
-                .as_ref()
-                .and_then(|g| g.prometheus.as_ref()),
-        ),
-        name,
-        uid,
-        generation,
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        generation: meta.generation.unwrap_or(0),
         spec,
         status: nw.status.clone().unwrap_or_default(),
         paused: flag(keys::PAUSE),
@@ -44,6 +63,7 @@ pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_plann
             .iter()
             .flatten()
             .any(|f| f == keys::FINALIZER),
+        ..Default::default()
     }
 }
 

@@ -16,7 +16,7 @@ use nodewright_api::agent::RunStage;
 use nodewright_api::node_state::Stage;
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::StageResult;
-use nodewright_api::v1alpha1::{NodeWright, NodeWrightSpec};
+use nodewright_api::v1alpha1::NodeWrightSpec;
 use nodewright_planner::forecast::{Assume, Report, forecast};
 
 use nodewright_planner::{AgentPods, Cr, JobPhase, ObservedJob, PluginCheck, Settings, Work};
@@ -37,7 +37,8 @@ pub fn warnings(
     name: &str,
     spec: &NodeWrightSpec,
 ) -> Vec<String> {
-    let mut snapshot = world.snapshot_with(settings, AgentPods::Unknown, recorded);
+    let mut snapshot =
+        world.snapshot_with(settings, AgentPods::Unknown, crate::convert::cr_as_recorded);
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let (proposed, unresolved) = match snapshot.nodewrights.iter().find(|c| c.name == name) {
         Some(current) => edited(current, spec),
@@ -150,43 +151,6 @@ fn fitted(head: String, names: &[String]) -> String {
         line.push_str(n);
     }
     line
-}
-
-/// A NodeWright as its status recorded it: the plugins its last check pinned, no health
-/// gate failing (a preview asks no Prometheus).
-fn recorded(nw: &NodeWright) -> Cr {
-    let mut spec = nw.spec.clone();
-    nodewright_api::validate::default_nodewright(&mut spec);
-    let status = nw.status.clone().unwrap_or_default();
-    let pinned = status
-        .resolved_plugins
-        .iter()
-        .filter_map(|(p, r)| Some((p.clone(), r.parse::<PinnedRef>().ok()?)))
-        .collect::<std::collections::BTreeMap<_, _>>();
-    let meta = &nw.metadata;
-    let flag = |k: &str| {
-        meta.annotations
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .is_some_and(|v| v == "true")
-    };
-    Cr {
-        name: meta.name.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
-        generation: meta.generation.unwrap_or(0),
-        plugins: PluginCheck::Ready(pinned.into()),
-        spec,
-        status,
-        paused: flag(nodewright_api::keys::PAUSE),
-        disabled: flag(nodewright_api::keys::DISABLE),
-        deleting: meta.deletion_timestamp.is_some(),
-        has_finalizer: meta
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == nodewright_api::keys::FINALIZER),
-        ..Default::default()
-    }
 }
 
 /// The running NodeWright `current` edited to `spec`: a new generation when the spec

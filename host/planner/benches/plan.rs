@@ -54,10 +54,16 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-fn snapshot(nodes: usize) -> Snapshot {
-    let packages: BTreeMap<String, serde_json::Value> = (0..5)
+/// NodeWright `fleet` of `packages` packages (the first rebooting; each with a config map
+/// when `config`), 10 % of the nodes at a time, its plugins pinned.
+fn fleet(packages: usize, config: bool) -> Cr {
+    let specs: BTreeMap<String, serde_json::Value> = (0..packages)
         .map(|i| {
-            let mut p = serde_json::json!({"version": "1.0.0", "plugin": format!("r.example/p{i}:1"), "configMap": {"a": "1", "b": "2"}});
+            let mut p =
+                serde_json::json!({"version": "1.0.0", "plugin": format!("r.example/p{i}:1")});
+            if config {
+                p["configMap"] = serde_json::json!({"a": "1", "b": "2"});
+            }
             if i == 0 {
                 p["interrupt"] = serde_json::json!({"type": "reboot"});
             }
@@ -65,7 +71,7 @@ fn snapshot(nodes: usize) -> Snapshot {
         })
         .collect();
     let spec: NodeWrightSpec = serde_json::from_value(
-        serde_json::json!({"interruptionBudget": {"percent": 10}, "packages": packages}),
+        serde_json::json!({"interruptionBudget": {"percent": 10}, "packages": specs}),
     )
     .unwrap();
     let pinned: BTreeMap<String, PinnedRef> = spec
@@ -76,15 +82,20 @@ fn snapshot(nodes: usize) -> Snapshot {
             (k.clone(), pin.parse().unwrap())
         })
         .collect();
-    let cr = Cr {
+    Cr {
         name: "fleet".into(),
         uid: "u".into(),
         generation: 1,
-        spec: spec.clone(),
+        spec,
         has_finalizer: true,
         plugins: PluginCheck::Ready(pinned.into()),
         ..Default::default()
-    };
+    }
+}
+
+fn snapshot(nodes: usize) -> Snapshot {
+    let cr = fleet(5, true);
+    let spec = cr.spec.clone();
     let mut snap = Snapshot {
         nodewrights: vec![cr],
         ..Default::default()
@@ -306,42 +317,8 @@ fn main() {
 fn forecast_bench() {
     use nodewright_planner::forecast::{Assume, Report, forecast};
     let nodes = 1_000;
-    let packages: BTreeMap<String, serde_json::Value> = (0..3)
-        .map(|i| {
-            let mut p =
-                serde_json::json!({"version": "1.0.0", "plugin": format!("r.example/p{i}:1")});
-            if i == 0 {
-                p["interrupt"] = serde_json::json!({"type": "reboot"});
-            }
-            (format!("p{i}"), p)
-        })
-        .collect();
-    let spec: NodeWrightSpec = serde_json::from_value(
-        serde_json::json!({"interruptionBudget": {"percent": 10}, "packages": packages}),
-    )
-    .unwrap();
-    let pinned: BTreeMap<String, PinnedRef> = spec
-        .packages
-        .keys()
-        .map(|k| {
-            (
-                k.clone(),
-                format!("r.example/{k}@sha256:{}", "0".repeat(64))
-                    .parse()
-                    .unwrap(),
-            )
-        })
-        .collect();
     let mut snap = Snapshot {
-        nodewrights: vec![Cr {
-            name: "fleet".into(),
-            uid: "u".into(),
-            generation: 1,
-            spec,
-            has_finalizer: true,
-            plugins: PluginCheck::Ready(pinned.into()),
-            ..Default::default()
-        }],
+        nodewrights: vec![fleet(3, false)],
         ..Default::default()
     };
     for i in 0..nodes {

@@ -478,6 +478,21 @@ impl Cluster {
             "--webhook-config=nodewright".into(),
         ])
     }
+
+    /// `Some(())` once every webhook [`Cluster::admission`] registered carries a CA bundle
+    /// (the operator serves and injected its CA), for polling.
+    pub async fn webhook_ca(&self) -> Option<()> {
+        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+        let vwc = Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .get("nodewright")
+            .await
+            .ok()?;
+        vwc.webhooks
+            .unwrap_or_default()
+            .iter()
+            .all(|w| w.client_config.ca_bundle.is_some())
+            .then_some(())
+    }
 }
 
 /// This machine's address on its default route: a non-loopback IPv4 an EndpointSlice may

@@ -51,20 +51,7 @@ async fn every_cluster_verb_works_against_a_live_rollout() {
         _operator: operator,
         work,
     };
-    wait("the operator's webhook CA", || async {
-        let vwc = kube::Api::<
-            k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
-        >::all(env.cluster.client.clone())
-        .get("nodewright")
-        .await
-        .ok()?;
-        vwc.webhooks
-            .unwrap_or_default()
-            .iter()
-            .all(|w| w.client_config.ca_bundle.is_some())
-            .then_some(())
-    })
-    .await;
+    wait("the operator's webhook CA", || env.cluster.webhook_ca()).await;
     script(&env, "/usr/local/bin/count", "echo run >> etc/runs");
     env.cluster
         .apply(&shell_cr(&env, "tools", "/usr/local/bin/count", json!({})))

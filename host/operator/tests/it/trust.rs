@@ -7,7 +7,6 @@ use crate::common;
 use std::time::Duration;
 
 use common::E2e;
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodewright_api::pinned::PinnedRef;
@@ -96,16 +95,8 @@ pub async fn start_with_webhook(e: &mut E2e) {
     let port = nodewright_testregistry::free_port();
     let flags = e.cluster.admission(port).await.unwrap();
     e.start_operator(&flags.iter().map(String::as_str).collect::<Vec<_>>());
-    e.wait("the operator injects its CA", WAIT, || async {
-        let vwc = Api::<ValidatingWebhookConfiguration>::all(e.client.clone())
-            .get("nodewright")
-            .await
-            .ok()?;
-        vwc.webhooks
-            .unwrap_or_default()
-            .iter()
-            .all(|w| w.client_config.ca_bundle.is_some())
-            .then_some(())
+    e.wait("the operator injects its CA", WAIT, || {
+        e.cluster.webhook_ca()
     })
     .await;
 }
