@@ -18,7 +18,6 @@ use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::NodeWrightSpec;
 use nodewright_planner::forecast::{Assume, Report, forecast};
-
 use nodewright_planner::{AgentPods, Cr, JobPhase, ObservedJob, PluginCheck, Settings, Work};
 
 use crate::world::World;
