@@ -66,20 +66,13 @@ const WIDTH: usize = 120;
 /// The report as short ASCII lines, kubectl printing each as a warning.
 fn lines(name: &str, report: &Report, unresolved: &[String]) -> Vec<String> {
     let s = &report.summary;
-    let mut change = format!("{} change", s.change);
-    if !s.interrupts.is_empty() {
-        let each: Vec<String> = s
-            .interrupts
-            .iter()
-            .rev()
-            .map(|(kind, n)| format!("{n} {}", kind.as_str()))
-            .collect();
-        change = format!("{change} ({})", each.join(", "));
-    }
     let mut out = vec![
         format!(
-            "nodewright preview of {name}: {} nodes: {change}, {} converged, {} blocked",
-            s.nodes, s.converged, s.blocked
+            "nodewright preview of {name}: {} nodes: {}, {} converged, {} blocked",
+            s.nodes,
+            s.change_text(),
+            s.converged,
+            s.blocked
         ),
         format!(
             "  {} pods evicted, {} batches{}",

@@ -93,6 +93,18 @@ fn fleet(packages: usize, config: bool) -> Cr {
     }
 }
 
+/// Five ReplicaSet pods on `node`.
+fn five_pods(node: &str) -> impl Iterator<Item = ObservedPod> + '_ {
+    (0..5).map(move |p| ObservedPod {
+        namespace: "apps".into(),
+        name: format!("{node}-pod{p}"),
+        node: node.into(),
+        active: true,
+        controller: Some("ReplicaSet".into()),
+        ..Default::default()
+    })
+}
+
 fn snapshot(nodes: usize) -> Snapshot {
     let cr = fleet(5, true);
     let spec = cr.spec.clone();
@@ -155,15 +167,8 @@ fn snapshot(nodes: usize) -> Snapshot {
             );
         }
         // The nodes at work are drained already: their pods are elsewhere.
-        for p in (0..5).filter(|_| !in_batch.contains(&name)) {
-            snap.pods.push(ObservedPod {
-                namespace: "apps".into(),
-                name: format!("{name}-pod{p}"),
-                node: name.clone(),
-                active: true,
-                controller: Some("ReplicaSet".into()),
-                ..Default::default()
-            });
+        if !in_batch.contains(&name) {
+            snap.pods.extend(five_pods(&name));
         }
         snap.nodes.push(ObservedNode {
             name,
@@ -323,16 +328,7 @@ fn forecast_bench() {
     };
     for i in 0..nodes {
         let name = format!("node-{i:05}");
-        for p in 0..5 {
-            snap.pods.push(ObservedPod {
-                namespace: "apps".into(),
-                name: format!("{name}-pod{p}"),
-                node: name.clone(),
-                active: true,
-                controller: Some("ReplicaSet".into()),
-                ..Default::default()
-            });
-        }
+        snap.pods.extend(five_pods(&name));
         snap.nodes.push(ObservedNode {
             name,
             created: i as i64,

@@ -170,18 +170,25 @@ impl Report {
     }
 }
 
+impl Summary {
+    /// The nodes that change, by strongest interrupt: `31 change (12 reboot, 19 service)`.
+    pub fn change_text(&self) -> String {
+        if self.interrupts.is_empty() {
+            return format!("{} change", self.change);
+        }
+        let each: Vec<String> = self
+            .interrupts
+            .iter()
+            .rev()
+            .map(|(kind, n)| format!("{n} {}", kind.as_str()))
+            .collect();
+        format!("{} change ({})", self.change, each.join(", "))
+    }
+}
+
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} nodes: {} change", self.nodes, self.change)?;
-        if !self.interrupts.is_empty() {
-            let each: Vec<String> = self
-                .interrupts
-                .iter()
-                .rev()
-                .map(|(kind, n)| format!("{n} {}", kind.as_str()))
-                .collect();
-            write!(f, " ({})", each.join(", "))?;
-        }
+        write!(f, "{} nodes: {}", self.nodes, self.change_text())?;
         write!(f, ", {} converged", self.converged)?;
         if self.blocked > 0 {
             write!(f, ", {} blocked", self.blocked)?;
