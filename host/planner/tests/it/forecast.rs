@@ -207,6 +207,12 @@ fn a_pod_a_budget_protects_is_foretold_as_refused_and_its_node_not_interrupted()
     );
     let outcome = succeed(("reboot", 1));
     let f = foretell(&w, &outcome, &["default/db"]);
+    assert!(
+        f.settled && f.passes < 50,
+        "a rollout the budget holds ends the forecast: {} passes",
+        f.passes
+    );
+    assert_eq!(Report::new(&f, "driver").summary.unfinished, 1);
     let n = &f.nodes["node-0"];
     assert_eq!(n.refused, ["default/db"]);
     assert!(n.evicted.is_empty() && n.interrupts.is_empty(), "{n:?}");
