@@ -197,16 +197,18 @@ pub(crate) fn unpack_from(
         let mut entry = entry.map_err(|e| fail("", io(e)))?;
         at.before_next(&made);
         let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        place(&mut entry, into, limits, &mut made).map_err(|r| fail(&raw, r))?;
+        place(&mut entry, &raw, into, limits, &mut made).map_err(|r| fail(&raw, r))?;
         let end = entry.raw_file_position() + entry.size().div_ceil(512) * 512;
         at.ended(end);
     }
     Ok(made)
 }
 
-/// Checks one entry and writes what it makes under `into`, counted in `made`.
+/// Checks one entry (its path as the tar gives it: `raw`) and writes what it makes under
+/// `into`, counted in `made`.
 fn place<R: Read>(
     entry: &mut tar::Entry<'_, R>,
+    raw: &str,
     into: &Path,
     limits: UnpackLimits,
     made: &mut Made,
@@ -216,12 +218,11 @@ fn place<R: Read>(
     if made.entries > limits.max_entries {
         return Err(Refusal::TooManyEntries(made.entries));
     }
-    let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
     let header = entry.header();
     let kind = header.entry_type();
     let mode = header.mode().map_err(io)?;
     let declared = header.size().map_err(io)?;
-    let rel = inside(Path::new(&raw))?;
+    let rel = inside(Path::new(raw))?;
     match kind {
         tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::Directory => {}
         tar::EntryType::Symlink | tar::EntryType::Link => return Err(Refusal::Link),

@@ -251,7 +251,7 @@ impl Puller {
             checkpoint_file,
             checkpoint,
             limits,
-            every: self.registry.limits().checkpoint_every.max(1),
+            every: self.registry.limits().checkpoint_every,
         };
         let built = self
             .registry

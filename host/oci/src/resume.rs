@@ -2,10 +2,10 @@
 //!
 //! A payload layer is an uncompressed tar, unpacked as it downloads into a staging
 //! directory (`trees/sha256/.<hex>.staging`). Every [`EVERY`] bytes or so, at the first
-//! boundary between two tar entries past that, the unpacker stops for a checkpoint: the
-//! staging tree is synced to disk, then `blobs/sha256/<hex>.checkpoint` is written
-//! atomically with the stream's offset there, the SHA-256 state at that offset and what the
-//! tree holds ([`Made`]). A pull cut off after that re-opens the staging tree, removes what
+//! boundary between two tar entries past that, a checkpoint is taken: the stream's offset
+//! there, the SHA-256 state at that offset and what the tree holds ([`Made`]); on a thread
+//! of its own the staging tree is synced to disk, then `blobs/sha256/<hex>.checkpoint` is
+//! written atomically with that record. A pull cut off after that re-opens the staging tree, removes what
 //! was written after the checkpoint ([`crate::payload::prune`]), restores the hash and asks
 //! the registry for the rest with a range request. The final digest check covers every byte
 //! as before — the restored state hashed the bytes before the checkpoint when they arrived —
@@ -200,9 +200,9 @@ impl Boundaries for Checkpoints<'_> {
             (self.staging.clone(), self.file.clone(), self.digest.clone());
         self.writing = Some(std::thread::spawn(move || {
             // The files the record lists are on disk before it is.
-            let saved = std::fs::File::open(&staging)
-                .and_then(|dir| rustix::fs::syncfs(&dir).map_err(Into::into))
-                .and_then(|()| checkpoint.save(&file, &digest));
+            let saved = durable(&staging)
+                .map_err(|e| e.to_string())
+                .and_then(|()| checkpoint.save(&file, &digest).map_err(|e| e.to_string()));
             // Only resuming is lost; the unpack goes on.
             if let Err(e) = saved {
                 tracing::warn!(path = %file.display(), "a download checkpoint was not written: {e}");
@@ -243,8 +243,11 @@ impl Build {
                     c.made
                 }
                 _ => {
-                    let _ = std::fs::remove_file(&self.checkpoint_file);
-                    fresh_dir(staging)?;
+                    self.cache.discard_staging(&self.digest)?;
+                    std::fs::DirBuilder::new()
+                        .mode(0o755)
+                        .create(staging)
+                        .map_err(|e| Error::cache(staging, e))?;
                     Made::default()
                 }
             };
@@ -284,16 +287,4 @@ impl Build {
         };
         Ok((tree, proof))
     }
-}
-
-/// `dir` as a new, empty directory (what an earlier try left there removed).
-fn fresh_dir(dir: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::cache(dir, e)),
-        _ => {}
-    }
-    std::fs::DirBuilder::new()
-        .mode(0o755)
-        .create(dir)
-        .map_err(|e| Error::cache(dir, e))
 }
