@@ -5,13 +5,14 @@
 use kube::CustomResourceExt;
 
 use crate::trust::PluginTrustPolicy;
-use crate::v1alpha1::{DeploymentPolicy, NodeWright};
+use crate::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightPreview};
 
 /// Every CRD's name, as `kubectl get crd` lists it.
-pub const CRD_NAMES: [&str; 3] = [
+pub const CRD_NAMES: [&str; 4] = [
     "nodewrights.nodewright.io",
     "deploymentpolicies.nodewright.io",
     "plugintrustpolicies.nodewright.io",
+    "nodewrightpreviews.nodewright.io",
 ];
 
 /// `(file name, YAML)` for every CRD.
@@ -29,6 +30,10 @@ pub fn generated() -> Vec<(&'static str, String)> {
         (
             "nodewright.io_plugintrustpolicies.yaml",
             yaml(PluginTrustPolicy::crd()),
+        ),
+        (
+            "nodewright.io_nodewrightpreviews.yaml",
+            yaml(NodeWrightPreview::crd()),
         ),
     ]
 }

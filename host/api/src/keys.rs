@@ -206,8 +206,21 @@ pub fn drain_blocked(cr: &str) -> String {
 
 /// Labels on agent Jobs and their pods (what the operator reads back into the planner).
 pub mod job {
-    /// Marks our Jobs and pods: `"true"`.
+    /// Marks our Jobs and pods: `"true"` a rollout's, [`MANAGED_PREVIEW`] a preview's plan
+    /// stages (the rollout's caches select `"true"` only, so no pass ever reads one).
     pub const MANAGED: &str = "nodewright.io/managed";
+    /// [`MANAGED`]'s value on a preview's Jobs and pods.
+    pub const MANAGED_PREVIEW: &str = "preview";
+    /// The `NodeWrightPreview` a plan Job answers.
+    pub const PREVIEW: &str = "nodewright.io/preview";
+
+    /// Whether `labels` mark one of our pods, a rollout's or a preview's: never drained,
+    /// never a workload a barrier waits for.
+    pub fn is_ours(labels: &std::collections::BTreeMap<String, String>) -> bool {
+        labels
+            .get(MANAGED)
+            .is_some_and(|v| v == "true" || v == MANAGED_PREVIEW)
+    }
     /// CR name.
     pub const CR: &str = "nodewright.io/cr";
     /// Node name.

@@ -1,18 +1,21 @@
-//! `nodewright.io/v1alpha1`: the `NodeWright` and `DeploymentPolicy` kinds.
+//! `nodewright.io/v1alpha1`: the `NodeWright`, `DeploymentPolicy` and `NodeWrightPreview`
+//! kinds.
 //!
 //! Field names follow NVIDIA NodeWright where the concept is the same; a package names a
 //! `plugin` (OCI reference) and its `capabilities` instead of an `image`.
 //!
 //! [`nodewright`] holds the `NodeWright` kind and its status, [`package`] one package of
-//! it, [`policy`] the `DeploymentPolicy` kind.
+//! it, [`policy`] the `DeploymentPolicy` kind, [`preview`] the `NodeWrightPreview` kind.
 
 mod nodewright;
 mod package;
 mod policy;
+mod preview;
 
 pub use nodewright::*;
 pub use package::*;
 pub use policy::*;
+pub use preview::*;
 
 #[cfg(test)]
 mod tests {

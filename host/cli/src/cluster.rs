@@ -28,7 +28,7 @@ pub use args::{
 pub use kube::Ctx;
 pub use node::node;
 pub use package::{package, policy, reset};
-pub use preview::preview;
+pub use preview::{PreviewHow, parse_duration, preview};
 
 use kube::{client, confirm, nodes, nodewright};
 

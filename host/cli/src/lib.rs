@@ -43,12 +43,26 @@ enum Command {
     Plugin(plugin::PluginCommand),
     /// Validate NodeWright and DeploymentPolicy manifests with the admission rules.
     Validate(validate::ValidateArgs),
-    /// What applying NodeWrights would do, node by node, before anything is done: each is
-    /// sent as a server-side dry run and the operator answers with a forecast of its rollout.
+    /// What applying NodeWrights would do, node by node, before anything is done: the
+    /// operator runs each package's read-only plan stage on the nodes (a NodeWrightPreview)
+    /// and forecasts the rollout with their answers.
     Preview {
         /// Files of NodeWright manifests (other kinds are skipped).
         #[arg(short = 'f', long = "filename", required = true)]
         files: Vec<std::path::PathBuf>,
+        /// Only these nodes: planned and reported (repeatable).
+        #[arg(long = "node")]
+        nodes: Vec<String>,
+        /// A forecast only, from the operator's caches, as a server-side dry run's answer:
+        /// every package assumed to change, no plan stage run (seconds, not minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Keep the NodeWrightPreview (until its TTL) instead of deleting it once read.
+        #[arg(long)]
+        keep: bool,
+        /// Longest wait for the plan stages, e.g. `90s`, `10m`.
+        #[arg(long, default_value = "10m", value_parser = cluster::parse_duration)]
+        timeout: std::time::Duration,
         #[command(flatten)]
         output: cluster::OutputArg,
     },
@@ -143,7 +157,22 @@ pub fn main(program: &'static str) -> ExitCode {
         match cli.command {
             Command::Plugin(cmd) => plugin::run(cmd).await,
             Command::Validate(args) => validate::run(args),
-            Command::Preview { files, output } => cluster::preview(&files, output).await,
+            Command::Preview {
+                files,
+                nodes,
+                quick,
+                keep,
+                timeout,
+                output,
+            } => {
+                let how = cluster::PreviewHow {
+                    nodes,
+                    quick,
+                    keep,
+                    timeout,
+                };
+                cluster::preview(&files, &how, output).await
+            }
             Command::Status { cr, output } => cluster::status(cr, output).await,
             Command::Node(cmd) => cluster::node(cmd, &ctx).await,
             Command::Package(cmd) => cluster::package(cmd, &ctx).await,

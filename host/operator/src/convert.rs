@@ -147,10 +147,7 @@ pub fn pod(p: &Pod) -> Option<nodewright_planner::ObservedPod> {
             .iter()
             .flatten()
             .any(|t| select::tolerates(t, &cordon)),
-        ours: meta
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.get(keys::job::MANAGED).is_some_and(|v| v == "true")),
+        ours: meta.labels.as_ref().is_some_and(keys::job::is_ours),
     })
 }
 

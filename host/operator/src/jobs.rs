@@ -104,6 +104,48 @@ pub fn build(req: &JobRequest, cfg: &JobConfig) -> Job {
     .expect("the Job we build is a valid Job")
 }
 
+/// A preview's plan Job: the Job the rollout would create for `req` (a `plan` stage, which
+/// the agent and engine hold read-only), named `name`, marked as the preview's — so no
+/// rollout pass ever reads it (the rollout's caches select `managed=true`) — and owned by
+/// the preview, which takes it along when it goes. `None` for anything but a `plan` stage:
+/// a preview runs nothing else, whatever asks it.
+pub fn build_preview(
+    req: &JobRequest,
+    cfg: &JobConfig,
+    preview: &str,
+    preview_uid: &str,
+    name: &str,
+) -> Option<Job> {
+    if req
+        .stage()
+        .is_none_or(|s| s.stage != nodewright_api::agent::RunStage::Plan)
+    {
+        return None;
+    }
+    let mut job = build(req, cfg);
+    let mark = |labels: &mut BTreeMap<String, String>| {
+        labels.insert(label::MANAGED.into(), label::MANAGED_PREVIEW.into());
+        labels.insert(label::PREVIEW.into(), preview.into());
+        labels.insert(label::JOB.into(), name.into());
+    };
+    mark(job.metadata.labels.get_or_insert_default());
+    if let Some(t) = job.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
+        mark(t.labels.get_or_insert_default());
+    }
+    job.metadata.name = Some(name.into());
+    job.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: format!("{}/v1alpha1", nodewright_api::keys::GROUP),
+            kind: "NodeWrightPreview".into(),
+            name: preview.into(),
+            uid: preview_uid.into(),
+            controller: Some(true),
+            block_owner_deletion: Some(false),
+        },
+    ]);
+    Some(job)
+}
+
 /// The labels the planner reads a Job back by (see [`read`]).
 fn labels(req: &JobRequest) -> BTreeMap<String, String> {
     let mut labels: BTreeMap<String, String> = BTreeMap::from([

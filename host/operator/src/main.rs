@@ -26,6 +26,7 @@ mod leader;
 mod metrics;
 mod plugins;
 mod preview;
+mod previews;
 mod registries;
 mod serve;
 mod trust;
@@ -196,6 +197,9 @@ struct Flags {
     /// Longest wait between passes when nothing changes, seconds.
     #[arg(long, env = "NODEWRIGHT_RESYNC_SECONDS", default_value_t = 30)]
     resync_seconds: u64,
+    /// Most plan Jobs every NodeWrightPreview together runs at once.
+    #[arg(long, env = "NODEWRIGHT_PREVIEW_JOBS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    preview_jobs: u64,
     /// Sustained API writes per second (Job creates and deletes, node patches, evictions,
     /// status writes, events): a large rollout waits for the limit rather than flooding
     /// the apiserver.
@@ -342,6 +346,15 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         metrics.api_requests.clone(),
     );
     tracing::info!(namespace = %flags.namespace, "operator started");
+    // Previews run beside the rollout's loop, never inside a pass of it.
+    tokio::spawn(
+        previews::Previews {
+            client: client.clone(),
+            jobs: flags.job_config(),
+            limit: flags.preview_jobs as usize,
+        }
+        .run(world.clone(), plugins.clone(), flags.settings()),
+    );
     control::Loop {
         admission: admission::Admission::new(client.clone(), &flags.job_config()),
         world,
@@ -558,7 +571,8 @@ async fn start_webhook(
                         Method::POST,
                         "/validate/nodewright"
                         | "/validate/deploymentpolicy"
-                        | "/validate/plugintrustpolicy",
+                        | "/validate/plugintrustpolicy"
+                        | "/validate/nodewrightpreview",
                     ) => {
                         let review = admission.review(&body).await;
                         match serde_json::to_vec(&review) {
@@ -575,7 +589,7 @@ async fn start_webhook(
                     (_, "/healthz") => serve::Reply::text(StatusCode::OK, "ok"),
                     _ => serve::Reply::text(
                         StatusCode::NOT_FOUND,
-                        "not found: POST /validate/nodewright, /validate/deploymentpolicy or /validate/plugintrustpolicy",
+                        "not found: POST /validate/nodewright, /validate/deploymentpolicy, /validate/plugintrustpolicy or /validate/nodewrightpreview",
                     ),
                 }
             }

@@ -17,8 +17,11 @@ use nodewright_api::node_state::Stage;
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::NodeWrightSpec;
-use nodewright_planner::forecast::{Assume, Report, forecast};
-use nodewright_planner::{AgentPods, Cr, JobPhase, ObservedJob, PluginCheck, Settings, Work};
+use nodewright_api::v1alpha1::PreviewReport;
+use nodewright_planner::forecast::{Assume, forecast, report};
+use nodewright_planner::{
+    AgentPods, Cr, JobPhase, ObservedJob, PluginCheck, Resolved, Settings, Snapshot, Work,
+};
 
 use crate::world::World;
 
@@ -36,35 +39,59 @@ pub fn warnings(
     name: &str,
     spec: &NodeWrightSpec,
 ) -> Vec<String> {
-    let mut snapshot =
-        world.snapshot_with(settings, AgentPods::Unknown, crate::convert::cr_as_recorded);
+    let (snapshot, unresolved) = proposed(world, settings, name, spec, None);
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let (proposed, unresolved) = match snapshot.nodewrights.iter().find(|c| c.name == name) {
-        Some(current) => edited(current, spec),
-        None => created(name, spec),
-    };
-    snapshot.nodewrights.retain(|c| c.name != name);
-    snapshot.nodewrights.push(proposed);
     let started = Instant::now();
     let enough = || started.elapsed() > BUDGET;
-    let outcome = succeeds;
+    let outcome = |job: &ObservedJob| succeeds(job, true);
     let assume = Assume {
         outcome: &outcome,
         runs_for: None,
-        pdb_blocked: Default::default(),
+        pdb_blocked: world.budget_blocked(),
         step_seconds: 2,
         max_passes: 5_000,
         enough: Some(&enough),
     };
-    let report = Report::new(&forecast(&snapshot, now, &assume), name);
+    let report = report(&forecast(&snapshot, now, &assume), name, &|_| true);
     lines(name, &report, &unresolved)
+}
+
+/// The world's snapshot with NodeWright `name` as `spec` proposes it: in place of the one
+/// of that name (a new generation when the spec changed), or beside the others; every
+/// other NodeWright as its status recorded it. `resolved`: the proposed plugins as checked
+/// (a preview object's); `None`: references pinned as written, a tag stood in for (its
+/// package named in the second value).
+pub fn proposed(
+    world: &World,
+    settings: &Settings,
+    name: &str,
+    spec: &NodeWrightSpec,
+    resolved: Option<&Resolved>,
+) -> (Snapshot, Vec<String>) {
+    let mut snapshot =
+        world.snapshot_with(settings, AgentPods::Unknown, crate::convert::cr_as_recorded);
+    let (mut proposed, unresolved) = match snapshot.nodewrights.iter().find(|c| c.name == name) {
+        Some(current) => edited(current, spec),
+        None => created(name, spec),
+    };
+    if let Some(r) = resolved {
+        proposed.plugins = PluginCheck::Ready(r.clone());
+    }
+    let unresolved = if resolved.is_some() {
+        Vec::new()
+    } else {
+        unresolved
+    };
+    snapshot.nodewrights.retain(|c| c.name != name);
+    snapshot.nodewrights.push(proposed);
+    (snapshot, unresolved)
 }
 
 /// Longest warning line: the API server keeps 120 characters whole (longer ones may be cut).
 const WIDTH: usize = 120;
 
 /// The report as short ASCII lines, kubectl printing each as a warning.
-fn lines(name: &str, report: &Report, unresolved: &[String]) -> Vec<String> {
+fn lines(name: &str, report: &PreviewReport, unresolved: &[String]) -> Vec<String> {
     let s = &report.summary;
     let mut out = vec![
         format!(
@@ -121,7 +148,7 @@ fn lines(name: &str, report: &Report, unresolved: &[String]) -> Vec<String> {
         ));
     }
     out.push(
-        "  assumed: every package changes, every stage succeeds; not read: budgets, durations, host diffs"
+        "  assumed: every package changes, every stage succeeds; not read: durations, host diffs (a NodeWrightPreview reads them)"
             .into(),
     );
     out
@@ -227,16 +254,17 @@ fn stand_in(plugin: &str, package: &str, unresolved: &mut Vec<String>) -> Pinned
         })
 }
 
-/// Every Job succeeds; a plan stage reports a change needing a reboot, which the planner
-/// holds to what the package's spec allows.
-fn succeeds(job: &ObservedJob) -> JobPhase {
-    let plan = matches!(
-        &job.work,
-        Work::Package {
-            stage: Stage::Plan,
-            ..
-        }
-    );
+/// The Job succeeds; a plan stage (when `plan_changes`) reports a change needing a reboot,
+/// which the planner holds to what the package's spec allows.
+pub fn succeeds(job: &ObservedJob, plan_changes: bool) -> JobPhase {
+    let plan = plan_changes
+        && matches!(
+            &job.work,
+            Work::Package {
+                stage: Stage::Plan,
+                ..
+            }
+        );
     let interrupt = if plan { "reboot" } else { "none" };
     JobPhase::Succeeded(Some(StageResult {
         interrupt: interrupt.parse().ok(),

@@ -25,7 +25,9 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use nodewright_api::node_state::NodeState;
 use nodewright_api::trust::PluginTrustPolicy;
-use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightSpec};
+use nodewright_api::v1alpha1::{
+    DeploymentPolicy, NodeWright, NodeWrightPreviewSpec, NodeWrightSpec,
+};
 use nodewright_api::validate::{self, FieldError};
 use nodewright_oci::Registry;
 use nodewright_planner::Settings;
@@ -184,56 +186,101 @@ impl Admission {
                 }
                 if kind == "NodeWright" {
                     let spec = spec_of(obj)?;
-                    if let Some(policy) = spec.deployment_policy.as_deref() {
-                        let exists = self.policy_exists(policy).await?;
-                        v.errors
-                            .extend(validate::validate_policy_reference(&spec, |_| exists));
-                    }
                     let old = match (&req.operation, &req.old_object) {
                         (Operation::Update, Some(old)) => Some(spec_of(old)?),
                         _ => None,
                     };
-                    if let Some(old) = &old {
-                        let (errors, warnings) = validate::validate_nodewright_update(
-                            old,
-                            &spec,
-                            &self.node_states(&req.name),
-                        );
-                        v.errors.extend(errors);
-                        v.warnings.extend(warnings);
-                    }
-                    if let Some(secret) = spec.image_pull_secret.as_deref()
-                        && old.as_ref().and_then(|o| o.image_pull_secret.as_deref()) != Some(secret)
-                        && let Err(e) = self.access.config(&self.client, Some(secret)).await
-                    {
-                        // A warning, not a refusal: applying a directory may create the
-                        // NodeWright before its Secret; the rollout waits for it and says so.
-                        v.warnings.push(e.to_string());
-                    }
-                    let needed = authority::to_authorize(old.as_ref(), &spec);
-                    if !needed.is_empty() {
-                        v.errors
-                            .extend(authority::check(&self.client, &req.user_info, &needed).await?);
-                    }
-                    if v.errors.is_empty() {
-                        // The policies as they are now, not as the cache last saw them.
-                        let listed = Api::<PluginTrustPolicy>::all(self.client.clone())
-                            .list(&ListParams::default())
-                            .await
-                            .map_err(|e| format!("listing PluginTrustPolicies: {e}"))?;
-                        let trust = self.trust.over(listed.items);
-                        if trust.in_force() {
-                            self.judge(&trust, &spec, &mut v).await?;
-                        }
-                    }
+                    self.check_nodewright(req, &req.name, &spec, old.as_ref(), &mut v)
+                        .await?;
                     if req.dry_run && v.errors.is_empty() {
                         v.warnings.extend(self.preview(&req.name, spec).await?);
                     }
                 }
             }
+            ("NodeWrightPreview", Operation::Create | Operation::Update) => {
+                // Refused as applying its NodeWright would be, for this requester: a grant
+                // they may not give, a signer the trust policies refuse, an invalid spec.
+                let obj = req.object.as_ref().ok_or("the request carries no object")?;
+                let preview: NodeWrightPreviewSpec =
+                    serde_json::from_value(obj.data.get("spec").cloned().unwrap_or_default())
+                        .map_err(|e| format!("spec: {e}"))?;
+                let name = preview.nodewright.clone();
+                let doc = serde_json::json!({
+                    "apiVersion": format!("{}/v1alpha1", nodewright_api::keys::GROUP),
+                    "kind": "NodeWright",
+                    "metadata": {"name": name},
+                    "spec": preview.spec,
+                });
+                if let Err(errors) = validate::validate_manifest(&doc) {
+                    v.errors = errors;
+                    return Ok(v);
+                }
+                let mut spec = preview.spec;
+                validate::default_nodewright(&mut spec);
+                let running = Api::<NodeWright>::all(self.client.clone())
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| format!("reading NodeWright {name:?}: {e}"))?
+                    .map(|n| {
+                        let mut old = n.spec;
+                        validate::default_nodewright(&mut old);
+                        old
+                    });
+                self.check_nodewright(req, &name, &spec, running.as_ref(), &mut v)
+                    .await?;
+            }
             (other, _) => return Err(format!("this webhook does not handle kind {other:?}")),
         }
         Ok(v)
+    }
+
+    /// The checks a NodeWright `name` with `spec` passes before it is applied, `old` its
+    /// spec now (`None`: new): its policy reference, the update rules, its pull Secret, the
+    /// requester's authority for every grant it adds, the trust policies.
+    async fn check_nodewright(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        name: &str,
+        spec: &NodeWrightSpec,
+        old: Option<&NodeWrightSpec>,
+        v: &mut Verdict,
+    ) -> Result<(), String> {
+        if let Some(policy) = spec.deployment_policy.as_deref() {
+            let exists = self.policy_exists(policy).await?;
+            v.errors
+                .extend(validate::validate_policy_reference(spec, |_| exists));
+        }
+        if let Some(old) = old {
+            let (errors, warnings) =
+                validate::validate_nodewright_update(old, spec, &self.node_states(name));
+            v.errors.extend(errors);
+            v.warnings.extend(warnings);
+        }
+        if let Some(secret) = spec.image_pull_secret.as_deref()
+            && old.and_then(|o| o.image_pull_secret.as_deref()) != Some(secret)
+            && let Err(e) = self.access.config(&self.client, Some(secret)).await
+        {
+            // A warning, not a refusal: applying a directory may create the
+            // NodeWright before its Secret; the rollout waits for it and says so.
+            v.warnings.push(e.to_string());
+        }
+        let needed = authority::to_authorize(old, spec);
+        if !needed.is_empty() {
+            v.errors
+                .extend(authority::check(&self.client, &req.user_info, &needed).await?);
+        }
+        if v.errors.is_empty() {
+            // The policies as they are now, not as the cache last saw them.
+            let listed = Api::<PluginTrustPolicy>::all(self.client.clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| format!("listing PluginTrustPolicies: {e}"))?;
+            let trust = self.trust.over(listed.items);
+            if trust.in_force() {
+                self.judge(&trust, spec, v).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Trust findings: `enforce` ones refuse (at the package's plugin field), `warn` ones

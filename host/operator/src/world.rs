@@ -11,12 +11,13 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Pod, PodSpec, PodStatus, Volume,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use nodewright_api::keys;
 use nodewright_api::trust::PluginTrustPolicy;
-use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright};
+use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightPreview};
 use nodewright_planner::{AgentPods, Refusal, Settings, Snapshot, StateCache};
 use tokio::sync::Notify;
 
@@ -34,6 +35,12 @@ pub struct World {
     pods: Store<Pod>,
     /// The operator's own replicas (empty without `--replica-selector`).
     replicas: Store<Pod>,
+    /// Previews asked for.
+    previews: Store<NodeWrightPreview>,
+    /// Previews' plan Jobs (never in `jobs`: no rollout pass reads them).
+    preview_jobs: Store<Job>,
+    /// PodDisruptionBudgets: which evictions a preview foretells as refused.
+    budgets: Store<PodDisruptionBudget>,
     /// Our own writes the caches have not shown yet.
     overlay: Arc<Mutex<Overlay>>,
     /// Evictions a PodDisruptionBudget refused, by `namespace/name`.
@@ -183,10 +190,7 @@ pub fn slim_pod(p: &mut Pod) {
     if let Some(a) = &mut meta.annotations {
         a.retain(|k, _| k == MIRROR);
     }
-    let ours = meta
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.get(keys::job::MANAGED).is_some_and(|v| v == "true"));
+    let ours = meta.labels.as_ref().is_some_and(keys::job::is_ours);
     if let Some(spec) = &mut p.spec {
         *spec = PodSpec {
             node_name: spec.node_name.take(),
@@ -282,6 +286,9 @@ impl World {
             jobs: reflector::store().0,
             pods: reflector::store().0,
             replicas: reflector::store().0,
+            previews: reflector::store().0,
+            preview_jobs: reflector::store().0,
+            budgets: reflector::store().0,
             overlay: Arc::default(),
             refusals: Arc::default(),
             states: Arc::default(),
@@ -298,6 +305,11 @@ impl World {
         // Our Jobs only, by label; pods only once bound to a node (the planner reads pods
         // by node: drains, barriers, our agents' results).
         let jobs_cfg = watcher::Config::default().labels(&format!("{}=true", keys::job::MANAGED));
+        let preview_jobs_cfg = watcher::Config::default().labels(&format!(
+            "{}={}",
+            keys::job::MANAGED,
+            keys::job::MANAGED_PREVIEW
+        ));
         let pods_cfg = watcher::Config::default().fields("spec.nodeName!=");
         let all = watcher::Config::default;
         let world = World {
@@ -312,6 +324,14 @@ impl World {
                 notify.clone(),
             ),
             pods: watch(Api::all(client.clone()), pods_cfg, slim_pod, notify.clone()),
+            previews: watch(Api::all(client.clone()), all(), slim_meta, notify.clone()),
+            preview_jobs: watch(
+                Api::namespaced(client.clone(), namespace),
+                preview_jobs_cfg,
+                keep,
+                notify.clone(),
+            ),
+            budgets: watch(Api::all(client.clone()), all(), slim_meta, notify.clone()),
             // A handful of pods, kept whole: where each runs and whether it is ready.
             replicas: match replica_selector {
                 Some(s) => watch(
@@ -332,10 +352,98 @@ impl World {
         world.nodes.wait_until_ready().await?;
         world.jobs.wait_until_ready().await?;
         world.pods.wait_until_ready().await?;
+        world.previews.wait_until_ready().await?;
+        world.preview_jobs.wait_until_ready().await?;
+        world.budgets.wait_until_ready().await?;
         if replica_selector.is_some() {
             world.replicas.wait_until_ready().await?;
         }
         Ok(world)
+    }
+
+    /// The previews asked for.
+    pub fn previews(&self) -> Vec<Arc<NodeWrightPreview>> {
+        self.previews.state()
+    }
+
+    /// The plan Jobs of preview `name`, read as the planner reads a rollout's (their pods'
+    /// results included), and how many of every preview's run now.
+    pub fn preview_jobs(&self, name: &str) -> (Vec<nodewright_planner::ObservedJob>, usize) {
+        let jobs = self.preview_jobs.state();
+        let pods = self.pods.state();
+        let running = jobs
+            .iter()
+            .filter(|j| {
+                j.status
+                    .as_ref()
+                    .and_then(|s| s.completion_time.as_ref())
+                    .is_none()
+            })
+            .filter(|j| {
+                !j.status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter().flatten())
+                    .any(|c| c.type_ == "Failed" && c.status == "True")
+            })
+            .count();
+        let of_preview = |j: &&Arc<Job>| {
+            j.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(keys::job::PREVIEW))
+                .is_some_and(|p| p == name)
+        };
+        let read = jobs
+            .iter()
+            .filter(of_preview)
+            .filter_map(|j| {
+                let job_name = j.metadata.name.as_deref().unwrap_or_default();
+                let mine: Vec<&Pod> = pods
+                    .iter()
+                    .filter(|p| {
+                        p.metadata.labels.as_ref().and_then(|l| l.get("job-name"))
+                            == Some(&job_name.to_string())
+                    })
+                    .map(|p| &**p)
+                    .collect();
+                crate::jobs::read(j, &mine)
+            })
+            .collect();
+        (read, running)
+    }
+
+    /// Pods (`namespace/name`) a PodDisruptionBudget would refuse to evict now: those its
+    /// selector picks while it allows no disruption.
+    pub fn budget_blocked(&self) -> std::collections::BTreeSet<String> {
+        let pods = self.pods.state();
+        let mut blocked = std::collections::BTreeSet::new();
+        for b in self.budgets.state().iter() {
+            let allowed = b
+                .status
+                .as_ref()
+                .and_then(|s| s.disruptions_allowed)
+                .unwrap_or(0);
+            let Some(selector) = b.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
+                continue;
+            };
+            if allowed > 0 {
+                continue;
+            }
+            let ns = b.metadata.namespace.as_deref().unwrap_or_default();
+            for p in pods.iter() {
+                let labels = p.metadata.labels.clone().unwrap_or_default();
+                if p.metadata.namespace.as_deref() == Some(ns)
+                    && !keys::job::is_ours(&labels)
+                    && nodewright_planner::select::matches(Some(selector), &labels)
+                {
+                    blocked.insert(format!(
+                        "{ns}/{}",
+                        p.metadata.name.as_deref().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        blocked
     }
 
     /// The PluginTrustPolicies.

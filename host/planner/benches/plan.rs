@@ -320,7 +320,7 @@ fn main() {
 /// every Job succeeding. Prints the wall time, the passes it took, the peak heap and the
 /// report's summary.
 fn forecast_bench() {
-    use nodewright_planner::forecast::{Assume, Report, forecast};
+    use nodewright_planner::forecast::{Assume, forecast, report};
     let nodes = 1_000;
     let mut snap = Snapshot {
         nodewrights: vec![fleet(3, false)],
@@ -368,7 +368,7 @@ fn forecast_bench() {
     PEAK.store(base, Ordering::Relaxed);
     let t = Instant::now();
     let f = forecast(&snap, 1_000_000, &assume);
-    let report = Report::new(&f, "fleet");
+    let report = report(&f, "fleet", &|_| true);
     let took = t.elapsed();
     let peak = PEAK.load(Ordering::Relaxed) - base;
     assert!(f.settled && report.summary.change == nodes, "{report}");

@@ -11,20 +11,22 @@
 //! [`Report`] reads a forecast for an admin: a summary, nodes with the same outcome
 //! grouped, each node's batch and pods.
 //!
-//! This is the core of a preview (#33). Not here yet: the host changes each package's
-//! `plan` stage reports on the node (a preview runs those stages as Jobs that never write,
-//! and feeds their results in as [`Assume::outcome`]), durations from the cluster's
-//! history, and the preview object and verb that run it.
+//! This is the core of a preview. What each package's `plan` stage answered on each node is
+//! kept with the node ([`NodeForecast::plans`]), and every plan stage the rollout asked for
+//! is listed ([`Forecast::plan_asks`]): a preview runs those as Jobs that never write and
+//! feeds their answers back in as [`Assume::outcome`] until nothing is left to ask.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use nodewright_api::v1alpha1::{InterruptType, Status};
+use nodewright_api::node_state::Stage;
+use nodewright_api::result::{Needs, StageResult};
+use nodewright_api::v1alpha1::{InterruptType, PackagePlan, Status};
 
 mod report;
 
-pub use report::{Group, NodeLine, Outcome, Report, Summary};
+pub use report::report;
 
-use crate::action::{Action, NodePatch};
+use crate::action::{Action, JobRequest, NodePatch};
 use crate::plan::plan;
 use crate::snapshot::{JobPhase, ObservedJob, Refusal, Snapshot, Work};
 
@@ -60,7 +62,7 @@ impl std::fmt::Debug for Assume<'_> {
 }
 
 /// What a rollout does, node by node.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Forecast {
     /// The clock the forecast started at.
     pub starts_at: i64,
@@ -75,6 +77,8 @@ pub struct Forecast {
     /// Whether the Jobs' durations were known ([`Assume::runs_for`]), so the times mean
     /// something.
     pub timed: bool,
+    /// Every `plan` stage the rollout asked for, in the order it asked.
+    pub plan_asks: Vec<JobRequest>,
 }
 
 /// What a rollout does to one node.
@@ -98,6 +102,8 @@ pub struct NodeForecast {
     pub stages: Vec<String>,
     /// Each NodeWright's status for the node at the end.
     pub status: BTreeMap<String, Status>,
+    /// What each package's `plan` stage answered (as [`Assume::outcome`] said), by package.
+    pub plans: BTreeMap<String, PackagePlan>,
 }
 
 /// Runs the rollout forward from `snapshot` at `now`, under `assume`. A pass that asks for
@@ -122,7 +128,17 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
     let mut now = now;
     while out.passes < assume.max_passes && !assume.enough.is_some_and(|stop| stop()) {
         finish_jobs(&mut snap, &mut |j| {
-            (now >= ends(&started, j)).then(|| (assume.outcome)(j))
+            let phase = (now >= ends(&started, j)).then(|| (assume.outcome)(j))?;
+            if let Work::Package {
+                package,
+                stage: Stage::Plan,
+                ..
+            } = &j.work
+            {
+                let node = out.nodes.entry(j.node.clone()).or_default();
+                node.plans.insert(package.clone(), planned(package, &phase));
+            }
+            Some(phase)
         });
         let actions = plan(&snap, now);
         out.passes += 1;
@@ -133,6 +149,15 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
             record(&mut out, pass, now, &assume.pdb_blocked, a);
             if let Action::CreateJob(req) = a {
                 started.entry(req.name.clone()).or_insert(now);
+                if matches!(
+                    req.work(),
+                    Work::Package {
+                        stage: Stage::Plan,
+                        ..
+                    }
+                ) {
+                    out.plan_asks.push((**req).clone());
+                }
             }
             apply(&mut snap, now, &assume.pdb_blocked, a);
         }
@@ -168,6 +193,51 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
         }
     }
     out
+}
+
+/// A plan stage's answer as a report shows it. A plan that did not say what its changes
+/// need is read as the planner reads it: as needing the worst (the spec caps it).
+pub fn planned(package: &str, phase: &JobPhase) -> PackagePlan {
+    let of = |r: &StageResult| {
+        let changes = r.change_count.max(r.changes.len() as u32);
+        PackagePlan {
+            package: package.into(),
+            converged: changes == 0 && r.interrupt == Some(Needs::Nothing),
+            failed: false,
+            interrupt: r
+                .interrupt
+                .as_ref()
+                .map_or("reboot".into(), Needs::to_string),
+            change_count: changes,
+            changes: r.changes.clone(),
+            message: r.message.clone(),
+        }
+    };
+    match phase {
+        JobPhase::Succeeded(Some(r)) => of(r),
+        JobPhase::Succeeded(None) => PackagePlan {
+            package: package.into(),
+            interrupt: "reboot".into(),
+            message: "the plan said nothing".into(),
+            ..PackagePlan::default()
+        },
+        JobPhase::Failed { last, reason, .. } => PackagePlan {
+            failed: true,
+            message: last
+                .as_ref()
+                .map_or_else(|| reason.clone(), |r| r.message.clone()),
+            ..last.as_ref().map(of).unwrap_or_else(|| PackagePlan {
+                package: package.into(),
+                ..PackagePlan::default()
+            })
+        },
+        JobPhase::Active { .. } => PackagePlan {
+            package: package.into(),
+            failed: true,
+            message: "still running".into(),
+            ..PackagePlan::default()
+        },
+    }
 }
 
 fn record(out: &mut Forecast, pass: usize, now: i64, pdb_blocked: &BTreeSet<String>, a: &Action) {

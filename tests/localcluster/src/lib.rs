@@ -460,6 +460,7 @@ pub fn webhook_config(name: &str, port: u16) -> Value {
             hook("nodewrights.nodewright.io", "/validate/nodewright", "nodewrights", json!(["CREATE", "UPDATE"])),
             hook("deploymentpolicies.nodewright.io", "/validate/deploymentpolicy", "deploymentpolicies", json!(["CREATE", "UPDATE", "DELETE"])),
             hook("plugintrustpolicies.nodewright.io", "/validate/plugintrustpolicy", "plugintrustpolicies", json!(["CREATE", "UPDATE"])),
+            hook("nodewrightpreviews.nodewright.io", "/validate/nodewrightpreview", "nodewrightpreviews", json!(["CREATE", "UPDATE"])),
         ]
     })
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use nodewright_api::keys;
 use nodewright_api::node_state::Stage;
 use nodewright_api::v1alpha1::InterruptType;
-use nodewright_planner::forecast::{Assume, Forecast, Report, forecast};
+use nodewright_planner::forecast::{Assume, Forecast, forecast, report};
 use nodewright_planner::{JobPhase, ObservedJob, Work};
 use serde_json::json;
 
@@ -130,22 +130,22 @@ fn a_forecast_is_the_rollout_it_foretells_node_for_node() {
             .is_none_or(|n| n.stages.is_empty() && !n.cordoned)
     );
 
-    let report = Report::new(&f, "driver");
+    let rep = report(&f, "driver", &|_| true);
     assert_eq!(
-        report.summary.to_string(),
+        rep.summary.to_string(),
         "3 nodes: 2 change (2 reboot), 0 converged, 1 blocked; 2 pods evicted; 2 batches",
         "without durations the forecast says nothing of time"
     );
-    let text = report.to_string();
+    let text = rep.to_string();
     assert!(
         text.contains("2 × cordon and drain, driver:plan ")
             && text.contains("driver:post-interrupt, reboot → complete: node-0, node-1\n")
             && text.contains("1 × nothing runs (blocked): node-2"),
         "{text}"
     );
-    assert_eq!(report.nodes[0].batch, Some(1));
+    assert_eq!(rep.nodes[0].batch, Some(1));
     assert_eq!(
-        report.nodes[1].batch,
+        rep.nodes[1].batch,
         Some(2),
         "a budget of one: one node at a time"
     );
@@ -170,15 +170,15 @@ fn a_forecast_is_the_rollout_it_foretells_node_for_node() {
     }
     let n3 = &f.nodes["node-3"];
     assert!(n3.cordoned && n3.evicted == ["default/web-3"], "{n3:?}");
-    let report = Report::new(&f, "driver");
+    let rep = report(&f, "driver", &|_| true);
     assert_eq!(
         (
-            report.summary.change,
-            report.summary.converged,
-            report.summary.blocked
+            rep.summary.change,
+            rep.summary.converged,
+            rep.summary.blocked
         ),
         (1, 2, 1),
-        "{report}"
+        "{rep}"
     );
     w.run(("reboot", 1), 300);
     let rollout: Vec<_> = stages_on(&w, "node-3");
@@ -212,7 +212,7 @@ fn a_pod_a_budget_protects_is_foretold_as_refused_and_its_node_not_interrupted()
         "a rollout the budget holds ends the forecast: {} passes",
         f.passes
     );
-    assert_eq!(Report::new(&f, "driver").summary.unfinished, 1);
+    assert_eq!(report(&f, "driver", &|_| true).summary.unfinished, 1);
     let n = &f.nodes["node-0"];
     assert_eq!(n.refused, ["default/db"]);
     assert!(n.evicted.is_empty() && n.interrupts.is_empty(), "{n:?}");
@@ -277,9 +277,12 @@ fn a_forecast_with_durations_says_how_long_the_rollout_and_each_cordon_take() {
         "one node at a time"
     );
     assert!(f.ends_at - f.starts_at >= held(a) + held(b));
-    let summary = Report::new(&f, "driver").summary;
+    let summary = report(&f, "driver", &|_| true).summary;
     assert_eq!(summary.takes_seconds, Some(f.ends_at - f.starts_at));
-    let (mean, max) = summary.cordoned_seconds.unwrap();
+    let (mean, max) = (
+        summary.cordoned_mean_seconds.unwrap(),
+        summary.cordoned_max_seconds.unwrap(),
+    );
     assert!(mean >= 900 && max >= mean, "{summary:?}");
     let text = summary.to_string();
     assert!(text.contains("; about ") && text.contains("min"), "{text}");
