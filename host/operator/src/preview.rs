@@ -148,7 +148,7 @@ fn lines(name: &str, report: &PreviewReport, unresolved: &[String]) -> Vec<Strin
         ));
     }
     out.push(
-        "  assumed: every package changes, every stage succeeds; not read: durations, host diffs (a NodeWrightPreview reads them)"
+        "  assumed: every package changes, every stage succeeds; host diffs: `nodewright preview -f` (a NodeWrightPreview)"
             .into(),
     );
     out

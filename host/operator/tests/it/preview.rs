@@ -8,8 +8,12 @@ use crate::trust::start_with_webhook;
 use std::time::Duration;
 
 use common::E2e;
+use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use nodewright_api::v1alpha1::Status;
+use nodewright_api::v1alpha1::{
+    InterruptType, NodeWrightPreview, PreviewPhase, PreviewReport, PreviewStatus, Status,
+};
+use nodewright_hostops::HostAction;
 use serde_json::{Value, json};
 
 const ROLLOUT: Duration = Duration::from_secs(180);
@@ -146,4 +150,194 @@ async fn a_server_side_dry_run_previews_the_rollout_it_then_does() {
         "1.0.0",
         "a dry run changes nothing"
     );
+}
+
+/// A fleet of two packages on mixed nodes: `driver` (reboot) and `tools` (no interrupt),
+/// each planned by a read-only command that finds its file on the host.
+fn fleet(e: &E2e, tools: &str) -> Value {
+    e.script(
+        "/usr/local/bin/install-driver",
+        "mkdir -p etc && echo on > etc/driver",
+    );
+    e.script("/usr/local/bin/driver-ok", "test -f etc/driver");
+    e.script(
+        "/usr/local/bin/install-tools",
+        "mkdir -p etc && echo on > etc/tools",
+    );
+    e.script("/usr/local/bin/tools-ok", "test -f etc/tools");
+    let package = |name: &str, version: &str, interrupt: Value| {
+        let mut p = json!({
+            "version": version, "plugin": e.plugin("shell"),
+            "capabilities": {"commands": [
+                {"path": format!("/usr/local/bin/install-{name}")},
+                {"path": format!("/usr/local/bin/{name}-ok"), "readOnly": true}
+            ]},
+            "configMap": {"apply": format!("/usr/local/bin/install-{name}"),
+                          "plan": format!("/usr/local/bin/{name}-ok"),
+                          "interrupt": if interrupt.is_null() { "none" } else { "reboot" }}
+        });
+        if !interrupt.is_null() {
+            p["interrupt"] = interrupt;
+        }
+        p
+    };
+    json!({
+        "interruptionBudget": {"count": 1},
+        "packages": {
+            "driver": package("driver", "1.0.0", json!({"type": "reboot"})),
+            "tools": package("tools", tools, Value::Null),
+        }
+    })
+}
+
+/// Creates a NodeWrightPreview of NodeWright `fleet` with `spec` and waits for its report.
+async fn preview_of(e: &E2e, id: &str, spec: Value) -> PreviewStatus {
+    let api: Api<NodeWrightPreview> = Api::all(e.client.clone());
+    let p: NodeWrightPreview = serde_json::from_value(json!({
+        "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWrightPreview",
+        "metadata": {"name": id},
+        "spec": {"nodewright": "fleet", "spec": spec}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &p).await.unwrap();
+    e.wait(&format!("preview {id} ready"), ROLLOUT, || async {
+        let s = api.get(id).await.ok()?.status?;
+        assert_ne!(s.phase, Some(PreviewPhase::Failed), "{}", s.message);
+        (s.phase == Some(PreviewPhase::Ready)).then_some(s)
+    })
+    .await
+}
+
+/// Where each reported node ends, what ran on it and what it went through.
+fn outcome<'a>(report: &'a PreviewReport, node: &str) -> &'a nodewright_api::v1alpha1::Outcome {
+    let line = report.nodes.iter().find(|n| n.name == node).unwrap();
+    &report.groups[line.group].outcome
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
+    nodewright_testregistry::require!(ControlPlane, Registry);
+    let mut e = E2e::start(&[("n1", &[]), ("n2", &[]), ("n3", &[]), ("n4", &[])]).await;
+    start_with_webhook(&mut e).await;
+    // n1 has both, n3 the driver only, n2 neither; n4 carries a taint nothing tolerates.
+    for (node, file) in [
+        ("n1", "/etc/driver"),
+        ("n1", "/etc/tools"),
+        ("n3", "/etc/driver"),
+    ] {
+        e.host_file(node, file, "on\n");
+    }
+    e.patch_node(
+        "n4",
+        json!({"spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}),
+    )
+    .await;
+    e.workload_pod("n2", "web", json!({"app": "web"})).await;
+
+    let spec = fleet(&e, "1.0.0");
+    let status = preview_of(&e, "fleet-1", spec.clone()).await;
+    let report = status.report.clone().unwrap();
+    let text = report.to_string();
+    // The plans ran (three nodes × two packages; n4 is never reached) and wrote nothing.
+    assert_eq!((status.plans.wanted, status.plans.done), (6, 6), "{text}");
+    for n in ["n1", "n2", "n3", "n4"] {
+        // The host saw the read-only plan commands run, and nothing else.
+        let journal = e.journal(n);
+        assert!(
+            journal
+                .iter()
+                .all(|a| matches!(a, HostAction::Exec { path, .. } if path.ends_with("-ok"))),
+            "{n}: {journal:?}"
+        );
+        let node = e.node(n).await;
+        let marks = node.metadata.annotations.unwrap_or_default();
+        assert!(
+            !marks.keys().any(|k| k.starts_with("nodewright.io/")),
+            "{n}: {marks:?}"
+        );
+        assert!(
+            !node.spec.unwrap_or_default().unschedulable.unwrap_or(false),
+            "{n}"
+        );
+    }
+    assert_eq!(e.read_host_file("n2", "/etc/driver"), None);
+    assert!(!e.exists("fleet").await);
+    assert!(e.jobs().await.is_empty(), "no rollout Job");
+    let s = &report.summary;
+    assert_eq!(
+        (s.nodes, s.change, s.converged, s.blocked),
+        (4, 2, 1, 1),
+        "{text}"
+    );
+    assert_eq!(
+        report
+            .nodes
+            .iter()
+            .find(|n| n.name == "n2")
+            .unwrap()
+            .evicted,
+        ["default/web"]
+    );
+    let n3 = outcome(&report, "n3");
+    let plans: Vec<(&str, bool)> = n3
+        .plans
+        .iter()
+        .map(|p| (p.package.as_str(), p.converged))
+        .collect();
+    assert_eq!(plans, [("driver", true), ("tools", false)], "{text}");
+    assert!(n3.plans[1].changes[0].contains("install-tools"), "{text}");
+
+    // The rollout then does what the preview said, node by node.
+    e.apply(json!({
+        "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright",
+        "metadata": {"name": "fleet"}, "spec": spec
+    }))
+    .await;
+    e.wait("n1-n3 complete, n4 blocked", ROLLOUT, || async {
+        let mut all = Vec::new();
+        for n in ["n1", "n2", "n3", "n4"] {
+            all.push(e.node_status("fleet", n).await);
+        }
+        (all == [
+            Some(Status::Complete),
+            Some(Status::Complete),
+            Some(Status::Complete),
+            Some(Status::Blocked),
+        ])
+        .then_some(())
+    })
+    .await;
+    for n in ["n1", "n2", "n3", "n4"] {
+        let o = outcome(&report, n);
+        assert_eq!(e.node_status("fleet", n).await, o.ends, "{n}: {text}");
+        let reboots = o
+            .interrupts
+            .iter()
+            .filter(|k| **k == InterruptType::Reboot)
+            .count();
+        assert_eq!(e.reboots(n), reboots, "{n}: {text}");
+        for package in ["driver", "tools"] {
+            let applied = e.journal(n).iter().any(|a| {
+                matches!(a, HostAction::Exec { path, .. } if *path == format!("/usr/local/bin/install-{package}"))
+            });
+            let foretold = o.stages.iter().any(|s| *s == format!("{package}:apply"));
+            assert_eq!(applied, foretold, "{n} {package}: {text}");
+        }
+    }
+    assert!(!e.pod_exists("web").await, "web was evicted, as foretold");
+
+    // A version bump of `tools`: only its plans run, and only its stages are foretold.
+    let bumped = preview_of(&e, "fleet-2", fleet(&e, "1.1.0")).await;
+    let report = bumped.report.unwrap();
+    assert_eq!(bumped.plans.wanted, 3, "{report}");
+    for g in &report.groups {
+        assert!(
+            g.outcome.stages.iter().all(|s| s.starts_with("tools:")),
+            "{report}"
+        );
+        assert!(
+            g.outcome.plans.iter().all(|p| p.package == "tools"),
+            "{report}"
+        );
+    }
 }
