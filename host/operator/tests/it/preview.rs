@@ -152,9 +152,10 @@ async fn a_server_side_dry_run_previews_the_rollout_it_then_does() {
     );
 }
 
-/// A fleet of two packages on mixed nodes: `driver` (reboot) and `tools` (no interrupt),
-/// each planned by a read-only command that finds its file on the host.
-fn fleet(e: &E2e, tools: &str) -> Value {
+/// A fleet of two packages on mixed nodes: `driver` (reboot), planned by a read-only
+/// command that finds its file on the host, and `tools` (no interrupt: the rollout, as
+/// NodeWright's, applies it without a plan).
+fn fleet(e: &E2e, driver: &str) -> Value {
     e.script(
         "/usr/local/bin/install-driver",
         "mkdir -p etc && echo on > etc/driver",
@@ -184,8 +185,8 @@ fn fleet(e: &E2e, tools: &str) -> Value {
     json!({
         "interruptionBudget": {"count": 1},
         "packages": {
-            "driver": package("driver", "1.0.0", json!({"type": "reboot"})),
-            "tools": package("tools", tools, Value::Null),
+            "driver": package("driver", driver, json!({"type": "reboot"})),
+            "tools": package("tools", "1.0.0", Value::Null),
         }
     })
 }
@@ -238,8 +239,9 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     let status = preview_of(&e, "fleet-1", spec.clone()).await;
     let report = status.report.clone().unwrap();
     let text = report.to_string();
-    // The plans ran (three nodes × two packages; n4 is never reached) and wrote nothing.
-    assert_eq!((status.plans.wanted, status.plans.done), (6, 6), "{text}");
+    // The driver's plan ran on the three nodes the rollout reaches (n4 never is), and
+    // wrote nothing.
+    assert_eq!((status.plans.wanted, status.plans.done), (3, 3), "{text}");
     for n in ["n1", "n2", "n3", "n4"] {
         // The host saw the read-only plan commands run, and nothing else.
         let journal = e.journal(n);
@@ -262,13 +264,22 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     }
     assert_eq!(e.read_host_file("n2", "/etc/driver"), None);
     assert!(!e.exists("fleet").await);
-    assert!(e.jobs().await.is_empty(), "no rollout Job");
+    let jobs = e.jobs().await;
+    assert!(
+        jobs.iter().all(|j| {
+            let labels = j.metadata.labels.clone().unwrap_or_default();
+            labels.get("nodewright.io/managed").map(String::as_str) == Some("preview")
+                && labels.get("nodewright.io/stage").map(String::as_str) == Some("plan")
+        }),
+        "only the preview's plan Jobs: {jobs:?}"
+    );
     let s = &report.summary;
     assert_eq!(
         (s.nodes, s.change, s.converged, s.blocked),
-        (4, 2, 1, 1),
+        (4, 3, 0, 1),
         "{text}"
     );
+    assert_eq!(s.interrupts.get(&InterruptType::Reboot), Some(&1), "{text}");
     assert_eq!(
         report
             .nodes
@@ -284,8 +295,11 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
         .iter()
         .map(|p| (p.package.as_str(), p.converged))
         .collect();
-    assert_eq!(plans, [("driver", true), ("tools", false)], "{text}");
-    assert!(n3.plans[1].changes[0].contains("install-tools"), "{text}");
+    assert_eq!(plans, [("driver", true)], "{text}");
+    assert!(!n3.cordoned && n3.interrupts.is_empty(), "{text}");
+    let n2 = outcome(&report, "n2");
+    assert!(n2.cordoned && !n2.plans[0].converged, "{text}");
+    assert!(n2.plans[0].changes[0].contains("install-driver"), "{text}");
 
     // The rollout then does what the preview said, node by node.
     e.apply(json!({
@@ -326,18 +340,24 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     }
     assert!(!e.pod_exists("web").await, "web was evicted, as foretold");
 
-    // A version bump of `tools`: only its plans run, and only its stages are foretold.
+    // A version bump of `driver`: only the diff is foretold — the driver upgraded and its
+    // reboot on the three nodes, `tools` untouched (an upgrade runs no plan, as in the
+    // rollout).
     let bumped = preview_of(&e, "fleet-2", fleet(&e, "1.1.0")).await;
     let report = bumped.report.unwrap();
-    assert_eq!(bumped.plans.wanted, 3, "{report}");
+    assert_eq!(bumped.plans.wanted, 0, "{report}");
+    assert_eq!(report.summary.change, 3, "{report}");
     for g in &report.groups {
+        let o = &g.outcome;
         assert!(
-            g.outcome.stages.iter().all(|s| s.starts_with("tools:")),
-            "{report}"
-        );
-        assert!(
-            g.outcome.plans.iter().all(|p| p.package == "tools"),
+            o.stages.iter().all(|s| s.starts_with("driver:")),
             "{report}"
         );
     }
+    assert!(
+        outcome(&report, "n1")
+            .stages
+            .contains(&"driver:upgrade".to_string()),
+        "{report}"
+    );
 }
