@@ -1,8 +1,9 @@
-//! Previewing: `preview -f` of the running NodeWright, of a new one, and of one the
-//! webhook refuses — the operator's forecast printed, nothing persisted.
+//! Previewing: `preview --quick -f` (the dry run's forecast) of the running NodeWright, of a
+//! new one, and of one the webhook refuses; `preview -f` (a NodeWrightPreview the operator
+//! answers) of a new one and of a refused one — the report printed, nothing kept.
 
-use kube::api::Api;
-use nodewright_api::v1alpha1::NodeWright;
+use kube::api::{Api, ListParams};
+use nodewright_api::v1alpha1::{NodeWright, NodeWrightPreview};
 use serde_json::json;
 
 use super::*;
@@ -18,7 +19,7 @@ pub async fn verbs(env: &Env) {
         "tools",
         &shell_cr(env, "tools", "/usr/local/bin/count", json!({})),
     );
-    let out = ok(env, &["preview", "-f", &tools]);
+    let out = ok(env, &["preview", "--quick", "-f", &tools]);
     assert!(
         out.starts_with("nodewright preview of tools: 2 nodes: 0 change, 2 converged, 0 blocked\n"),
         "{out}"
@@ -28,7 +29,7 @@ pub async fn verbs(env: &Env) {
         "more",
         &shell_cr(env, "more", "/usr/local/bin/count", json!({})),
     );
-    let out = ok(env, &["preview", "-f", &more, "-o", "json"]);
+    let out = ok(env, &["preview", "--quick", "-f", &more, "-o", "json"]);
     let v: Value = serde_json::from_str(&out).unwrap();
     let lines: Vec<&str> = v[0]["preview"]
         .as_array()
@@ -58,6 +59,39 @@ pub async fn verbs(env: &Env) {
     let mut cyclic = shell_cr(env, "cyclic", "/usr/local/bin/count", json!({}));
     cyclic["spec"]["packages"]["tool"]["dependsOn"] = json!({"tool": "1.0.0"});
     let cyclic = file("cyclic", &cyclic);
+    let (success, out, _) = cli(env, &["preview", "--quick", "-f", &cyclic]);
+    assert!(!success && out.contains("cyclic: refused: "), "{out}");
+
+    // The full preview: a NodeWrightPreview answered by the operator, printed, then deleted.
+    let out = ok(env, &["preview", "-f", &more]);
+    assert!(
+        out.starts_with("more: 2 nodes: 2 change, 0 converged;"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  NODE  BATCH  OUTCOME"),
+        "a few nodes are listed: {out}"
+    );
+    let previews = Api::<NodeWrightPreview>::all(env.cluster.client.clone());
+    let left = previews.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        left.is_empty(),
+        "the CLI deletes the preview it read: {left:?}"
+    );
+    assert!(
+        Api::<NodeWright>::all(env.cluster.client.clone())
+            .get_opt("more")
+            .await
+            .unwrap()
+            .is_none(),
+        "a preview creates no NodeWright"
+    );
+    // Refused at its admission, as applying the NodeWright would be.
     let (success, out, _) = cli(env, &["preview", "-f", &cyclic]);
     assert!(!success && out.contains("cyclic: refused: "), "{out}");
+    let left = previews.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        left.is_empty(),
+        "a refused preview is not created: {left:?}"
+    );
 }
