@@ -1,5 +1,5 @@
 //! Rollouts on the local cluster, measured: `cargo bench -p nodewright-operator --bench
-//! rollout -- [NODES] [--budget PERCENT] [--scenarios idle,plain,reboot,payload] [--packages N]
+//! rollout -- [NODES] [--budget PERCENT] [--scenarios idle,plain,reboot,payload,preview] [--packages N]
 //! [--payload-mib MIB]` (default: 100 nodes, 25 %, `plain,reboot`, one package, 100 MiB).
 //!
 //! `payload` rolls the reboot package out carrying a payload, once with `prestage: none` and
@@ -22,6 +22,10 @@
 //! - the planner's actions per node-stage by kind, the passes and their mean time, and the
 //!   operator's most frequent warnings: where the writes and the added latency come from;
 //! - the operator's RSS idle, at its peak mid-rollout, and its RSS and CPU once idle after.
+//!
+//! `preview` asks a NodeWrightPreview of the reboot package and `--packages` (at least 2)
+//! sysctl packages, and prints the time to its report, the plan Jobs it ran, the operator's
+//! peak RSS and how long the report takes to render (see `rollout/preview.rs`).
 //!
 //! `idle` starts the operator on a fleet whose NodeWright is already complete everywhere
 //! (each node carries the state a finished rollout leaves) and measures its RSS and CPU
@@ -47,9 +51,12 @@ use nodewright_api::v1alpha1::{NodeWright, Status};
 use nodewright_localcluster::{Binaries, Cluster, NS, Operator};
 use serde_json::{Value, json};
 
-// The `payload` scenario: a file of its own (benches/ holds one file per bench target).
+// The `payload` and `preview` scenarios: files of their own (benches/ holds one file per
+// bench target).
 #[path = "rollout/payload.rs"]
 mod payload;
+#[path = "rollout/preview.rs"]
+mod preview;
 
 #[derive(Debug, Default, Clone)]
 struct Seen {
@@ -545,7 +552,10 @@ async fn main() -> anyhow::Result<()> {
                 let mib = flag("--payload-mib").map_or(Ok(100), |m| m.parse())?;
                 payload::payload(&bins, nodes, budget, mib).await?
             }
-            other => anyhow::bail!("unknown scenario {other:?} (idle, plain, reboot, payload)"),
+            "preview" => preview::preview(&bins, nodes, count.max(2)).await?,
+            other => {
+                anyhow::bail!("unknown scenario {other:?} (idle, plain, reboot, payload, preview)")
+            }
         }
     }
     Ok(())

@@ -61,6 +61,8 @@ pub struct Loop {
     pub notify: Arc<Notify>,
     /// The longest the loop sleeps with nothing to do.
     pub resync: Duration,
+    /// The durations of the Jobs that succeeded, read before each pass deletes them.
+    pub history: Arc<crate::history::History>,
 }
 
 impl Loop {
@@ -125,6 +127,7 @@ impl Loop {
             .world
             .snapshot(&self.settings, &self.plugins, &self.gates, agent_pods);
         self.metrics.rollout.observe_jobs(&snapshot);
+        self.history.observe(&self.world.succeeded_jobs());
         if observe {
             self.metrics.rollout.observe(&snapshot);
         }

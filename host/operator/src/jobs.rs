@@ -504,7 +504,7 @@ pub(crate) mod tests {
     use nodewright_api::limits::StageLimits;
     use nodewright_api::v1alpha1::{Package, SandboxSpec};
 
-    fn cfg() -> JobConfig {
+    pub(crate) fn cfg() -> JobConfig {
         JobConfig {
             namespace: "nodewright".into(),
             image: "registry.example/nodewright/agent@sha256:0".into(),

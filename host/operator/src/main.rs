@@ -21,6 +21,7 @@ mod events;
 mod execute;
 mod gates;
 mod handover;
+mod history;
 mod jobs;
 mod leader;
 mod metrics;
@@ -347,11 +348,13 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     );
     tracing::info!(namespace = %flags.namespace, "operator started");
     // Previews run beside the rollout's loop, never inside a pass of it.
+    let history = Arc::new(history::History::default());
     tokio::spawn(
         previews::Previews {
             client: client.clone(),
             jobs: flags.job_config(),
             limit: flags.preview_jobs as usize,
+            history: history.clone(),
         }
         .run(world.clone(), plugins.clone(), flags.settings()),
     );
@@ -378,6 +381,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             }),
         notify,
         resync: Duration::from_secs(flags.resync_seconds),
+        history,
     }
     .run()
     .await

@@ -144,6 +144,15 @@ impl Plugins {
         Verdict::Pending
     }
 
+    /// Forgets the verdict kept for `name` (a preview that finished: nothing asks again).
+    pub fn forget(&self, name: &str) {
+        self.inner
+            .entries
+            .lock()
+            .expect("plugins lock")
+            .remove(name);
+    }
+
     async fn check(&self, spec: &NodeWrightSpec) -> (Verdict, bool) {
         let inner = &self.inner;
         // The logins and CA bundles as they are now: a Secret created or rotated after a

@@ -1,14 +1,16 @@
 //! A preview on a server-side dry run: `kubectl apply --dry-run=server -f nodewright.yaml`
-//! is answered, when the NodeWright is admissible, with what its rollout would do — as
-//! admission warnings, which kubectl prints.
+//! (`nodewright preview --quick`) is answered, when the NodeWright is admissible, with what
+//! its rollout would do — as admission warnings, which kubectl prints.
 //!
 //! The forecast ([`nodewright_planner::forecast`]) runs on the operator's caches with the
 //! proposed NodeWright in place of the one of that name (or beside the others, when new):
 //! every other NodeWright as its status recorded it, every Job succeeding, each package's
-//! plan reporting a change (the planner holds it to the package's own interrupt). What it
-//! cannot see yet, it says: plugins not resolved by the caches (a changed reference is
-//! resolved only when the NodeWright is applied), the host changes each plan stage would
-//! report, how long stages take, and which evictions a disruption budget would refuse.
+//! plan reporting a change (the planner holds it to the package's own interrupt), the
+//! evictions a PodDisruptionBudget refuses now refused. What it cannot see, it says:
+//! plugins not resolved by the caches (a changed reference is resolved only when the
+//! NodeWright is applied) and the host changes each plan stage would report — a
+//! NodeWrightPreview ([`crate::previews`]) runs those plans and shares [`proposed`] and
+//! [`succeeds`] with this.
 
 use std::time::{Duration, Instant};
 

@@ -5,24 +5,30 @@
 //! checked as the NodeWright's would be (a refusal — an untrusted signer, a grant the
 //! component does not fit — fails the preview, saying why); the forecast run with every plan
 //! answered so far and the rest assumed to change; the plans it asked for and nobody has
-//! answered started as Jobs, at most `limit` of every preview's at once; once none is left,
-//! the report written and the TTL started. A plan Job is the one the rollout would create,
+//! answered started as Jobs, at most `limit` of every preview's at once — with plans of the
+//! stages the rollout starts without one (a package with no interrupt, an upgrade), whose
+//! answers the report shows beside the forecast; once none is left, the report written and
+//! the TTL started. A plan Job is the one the rollout would create,
 //! marked as the preview's (see [`crate::jobs::build_preview`]): the agent and the engine hold
 //! a `plan` stage read-only, so nothing on a node is cordoned, annotated or written.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use nodewright_api::agent::RunStage;
 use nodewright_api::node_state::Stage;
 use nodewright_api::v1alpha1::{
-    NodeWrightPreview, PREVIEW_TTL_SECONDS, PlanCount, PreviewPhase, PreviewStatus,
+    NodeWrightPreview, NodeWrightPreviewSpec, PREVIEW_TTL_SECONDS, PackagePlan, PlanCount,
+    PreviewPhase, PreviewStatus,
 };
-use nodewright_planner::forecast::{Assume, forecast, report};
-use nodewright_planner::{JobPhase, JobRequest, ObservedJob, PluginCheck, Settings, Work};
+use nodewright_planner::forecast::{Assume, Forecast, forecast, planned, report};
+use nodewright_planner::{Ask, JobPhase, JobRequest, ObservedJob, PluginCheck, Settings, Work};
 use sha2::{Digest, Sha256};
 
+use crate::history::History;
 use crate::jobs::JobConfig;
 use crate::plugins::Plugins;
 use crate::world::World;
@@ -38,6 +44,8 @@ pub struct Previews {
     pub jobs: JobConfig,
     /// Most plan Jobs of all previews running at once.
     pub limit: usize,
+    /// How long stages have taken here: the estimate's durations.
+    pub history: Arc<History>,
 }
 
 /// Time between passes over the previews.
@@ -52,19 +60,13 @@ impl Previews {
         }
     }
 
-    /// One step for every preview; returns whether any is still under way.
-    pub async fn pass(&self, world: &World, plugins: &Plugins, settings: &Settings) -> bool {
-        let mut busy = false;
+    /// One step for every preview (a failed write is tried again at the next).
+    pub async fn pass(&self, world: &World, plugins: &Plugins, settings: &Settings) {
         for p in world.previews() {
-            match self.step(world, plugins, settings, &p).await {
-                Ok(under_way) => busy |= under_way,
-                Err(e) => {
-                    tracing::warn!(preview = ?p.metadata.name, "preview: {e}");
-                    busy = true;
-                }
+            if let Err(e) = self.step(world, plugins, settings, &p).await {
+                tracing::warn!(preview = ?p.metadata.name, "preview: {e}");
             }
         }
-        busy
     }
 
     async fn step(
@@ -73,18 +75,20 @@ impl Previews {
         plugins: &Plugins,
         settings: &Settings,
         p: &NodeWrightPreview,
-    ) -> kube::Result<bool> {
+    ) -> kube::Result<()> {
         let name = p.metadata.name.clone().unwrap_or_default();
         let uid = p.metadata.uid.clone().unwrap_or_default();
         let generation = p.metadata.generation.unwrap_or(0);
         let now = k8s_openapi::jiff::Timestamp::now();
         let current = p.status.clone().unwrap_or_default();
-        if current.phase.is_some_and(PreviewPhase::finished) {
+        if current.phase.is_some_and(PreviewPhase::finished)
+            && current.observed_generation == Some(generation)
+        {
             if expired(p, now) {
                 let api: Api<NodeWrightPreview> = Api::all(self.client.clone());
                 api.delete(&name, &DeleteParams::background()).await?;
             }
-            return Ok(false);
+            return Ok(());
         }
         let key = format!("preview/{name}");
         let resolved = match plugins.get(&key, &uid, generation, &p.spec.spec) {
@@ -95,8 +99,8 @@ impl Previews {
                     message: "resolving, pulling and checking the plugins".into(),
                     ..PreviewStatus::default()
                 };
-                self.write(&name, &current, status).await?;
-                return Ok(true);
+                self.write(&name, generation, &current, status).await?;
+                return Ok(());
             }
             PluginCheck::NotReady { reason, message } => {
                 let status = PreviewStatus {
@@ -105,8 +109,9 @@ impl Previews {
                     finished_at: Some(now.to_string()),
                     ..PreviewStatus::default()
                 };
-                self.write(&name, &current, status).await?;
-                return Ok(false);
+                self.write(&name, generation, &current, status).await?;
+                plugins.forget(&key);
+                return Ok(());
             }
         };
         let (snapshot, _) = crate::preview::proposed(
@@ -126,7 +131,10 @@ impl Previews {
             .collect();
         let pdb_blocked = world.budget_blocked();
         let preview_uid = uid.clone();
-        let (f, answers) = tokio::task::spawn_blocking(move || {
+        let history = self.history.clone();
+        let durations = Durations::of(&history);
+        let (timed, fallback) = (durations.known, durations.fallback);
+        let (mut f, answers) = tokio::task::spawn_blocking(move || {
             let outcome = |j: &ObservedJob| match &j.work {
                 Work::Package {
                     package,
@@ -146,9 +154,14 @@ impl Previews {
             };
             let started = Instant::now();
             let enough = || started.elapsed() > BUDGET;
+            let runs_for = |j: &ObservedJob| {
+                history
+                    .get(&j.work)
+                    .map_or(fallback, |s| s.mean.round() as i64)
+            };
             let assume = Assume {
                 outcome: &outcome,
-                runs_for: None,
+                runs_for: timed.then_some(&runs_for as &dyn Fn(&ObservedJob) -> i64),
                 pdb_blocked,
                 step_seconds: 2,
                 max_passes: 5_000,
@@ -158,28 +171,32 @@ impl Previews {
         })
         .await
         .expect("the forecast does not panic");
-        let mut wanted: Vec<(String, &JobRequest)> = Vec::new();
-        for req in f.plan_asks.iter().filter(|r| p.spec.reports(&r.node)) {
-            let Some(ask) = req.stage() else { continue };
-            let n = plan_job_name(&uid, generation, &req.node, &ask.package, &ask.version);
-            if !wanted.iter().any(|(w, _)| *w == n) {
-                wanted.push((n, req));
-            }
-        }
+        let wanted = wanted(&f, &p.spec, &uid, generation);
         let done = wanted
             .iter()
-            .filter(|(n, _)| answers.contains_key(n))
+            .filter(|w| answers.contains_key(&w.name))
             .count();
         let failed = wanted
             .iter()
-            .filter(|(n, _)| matches!(answers.get(n), Some(JobPhase::Failed { .. })))
+            .filter(|w| matches!(answers.get(&w.name), Some(JobPhase::Failed { .. })))
             .count();
         let plans = PlanCount::new(wanted.len() as u32, done as u32, failed as u32);
         if done == wanted.len() {
+            for w in wanted.iter().filter(|w| w.report_only) {
+                let (Some(ask), Some(phase)) = (w.req.stage(), answers.get(&w.name)) else {
+                    continue;
+                };
+                let plan = PackagePlan {
+                    report_only: true,
+                    ..planned(&ask.package, phase)
+                };
+                let node = f.nodes.entry(w.req.node.clone()).or_default();
+                node.plans.insert(ask.package.clone(), plan);
+            }
             let mut report = report(&f, &p.spec.nodewright, &|n| p.spec.reports(n));
             report.assumed = vec![
-                "every stage after the plan succeeds".into(),
-                "durations: not known (no history kept yet)".into(),
+                "every stage after the plan succeeds, evictions end at once".into(),
+                durations.text,
             ];
             let status = PreviewStatus {
                 phase: Some(PreviewPhase::Ready),
@@ -187,18 +204,21 @@ impl Previews {
                 plans,
                 finished_at: Some(now.to_string()),
                 report: Some(report),
+                observed_generation: None,
             };
-            self.write(&name, &current, status).await?;
-            return Ok(false);
+            self.write(&name, generation, &current, status).await?;
+            plugins.forget(&key);
+            return Ok(());
         }
         let room = self.limit.saturating_sub(running);
         let api: Api<Job> = Api::namespaced(self.client.clone(), &self.jobs.namespace);
-        for (n, req) in wanted
+        for w in wanted
             .iter()
-            .filter(|(n, _)| !answers.contains_key(n) && !existing.contains(n))
+            .filter(|w| !answers.contains_key(&w.name) && !existing.contains(&w.name))
             .take(room)
         {
-            let Some(job) = crate::jobs::build_preview(req, &self.jobs, &name, &uid, n) else {
+            let Some(job) = crate::jobs::build_preview(&w.req, &self.jobs, &name, &uid, &w.name)
+            else {
                 continue;
             };
             match api.create(&PostParams::default(), &job).await {
@@ -213,26 +233,114 @@ impl Previews {
             plans,
             ..PreviewStatus::default()
         };
-        self.write(&name, &current, status).await?;
-        Ok(true)
+        self.write(&name, generation, &current, status).await
     }
 
-    /// Writes `status` unless it is what `current` already says.
+    /// Writes `status` (answering `generation`) unless it is what `current` already says.
     async fn write(
         &self,
         name: &str,
+        generation: i64,
         current: &PreviewStatus,
-        status: PreviewStatus,
+        mut status: PreviewStatus,
     ) -> kube::Result<()> {
+        status.observed_generation = Some(generation);
         if *current == status {
             return Ok(());
         }
         let api: Api<NodeWrightPreview> = Api::all(self.client.clone());
-        let patch = serde_json::json!({ "status": status });
+        // A merge patch keeps what it does not name: every field is named, unset ones as
+        // null, so an edited preview's old report does not linger.
+        let mut body = serde_json::to_value(&status).expect("a status serializes");
+        if let Some(fields) = body.as_object_mut() {
+            for key in [
+                "phase",
+                "message",
+                "finishedAt",
+                "report",
+                "observedGeneration",
+            ] {
+                fields.entry(key).or_insert(serde_json::Value::Null);
+            }
+        }
+        let patch = serde_json::json!({ "status": body });
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         Ok(())
     }
+}
+
+/// One plan Job a preview runs.
+struct Wanted {
+    /// The Job's name ([`plan_job_name`]).
+    name: String,
+    /// The plan stage asked.
+    req: JobRequest,
+    /// The rollout does not run this plan: its answer is reported only.
+    report_only: bool,
+}
+
+/// The plan Jobs preview `spec` runs on its reported nodes: the plans the rollout runs
+/// (their answers steer the forecast), then plans of the stages it starts without one.
+fn wanted(f: &Forecast, spec: &NodeWrightPreviewSpec, uid: &str, generation: i64) -> Vec<Wanted> {
+    let mut wanted: Vec<Wanted> = Vec::new();
+    let asks = f.plan_asks.iter().map(|r| (Some(r.clone()), false));
+    let unplanned = f.unplanned.iter().map(|r| (as_plan(r), true));
+    for (req, report_only) in asks.chain(unplanned) {
+        let Some(req) = req.filter(|r| spec.reports(&r.node)) else {
+            continue;
+        };
+        let Some(ask) = req.stage() else { continue };
+        let name = plan_job_name(uid, generation, &req.node, &ask.package, &ask.version);
+        if !wanted.iter().any(|w| w.name == name) {
+            wanted.push(Wanted {
+                name,
+                req,
+                report_only,
+            });
+        }
+    }
+    wanted
+}
+
+/// Where a forecast's durations come from.
+struct Durations {
+    /// Any Job seen at all: the forecast is timed.
+    known: bool,
+    /// Seconds for a stage never seen: the mean of every Job seen.
+    fallback: i64,
+    /// How they were derived, for the report.
+    text: String,
+}
+
+impl Durations {
+    fn of(history: &History) -> Self {
+        match history.overall() {
+            Some((count, mean)) => Durations {
+                known: true,
+                fallback: mean,
+                text: format!(
+                    "durations: each stage's mean over {count} Jobs this operator saw succeed; a stage never seen: {mean} s, the mean of all"
+                ),
+            },
+            None => Durations {
+                known: false,
+                fallback: 0,
+                text: "durations: none seen yet (this leader has watched no Job succeed), so no time is given".into(),
+            },
+        }
+    }
+}
+
+/// `req` asked as a `plan` stage instead: what a preview runs to show the host changes of
+/// a stage the rollout starts without a plan.
+fn as_plan(req: &JobRequest) -> Option<JobRequest> {
+    let mut plan = req.clone();
+    match &mut plan.ask {
+        Ask::Stage { call, .. } => call.stage = RunStage::Plan,
+        Ask::Interrupt { .. } | Ask::Prestage { .. } => return None,
+    }
+    Some(plan)
 }
 
 /// Whether a finished preview has outlived its TTL.
@@ -259,6 +367,56 @@ fn plan_job_name(uid: &str, generation: i64, node: &str, package: &str, version:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stage the rollout starts without a plan is planned as the same request; what
+    /// becomes a preview's Job is a plan stage or nothing, marked and owned as the
+    /// preview's, so no rollout pass reads it and it goes with the preview.
+    #[test]
+    fn a_preview_job_is_a_plan_stage_marked_and_owned_as_the_previews() {
+        let apply = crate::jobs::tests::request();
+        let cfg = crate::jobs::tests::cfg();
+        assert!(
+            crate::jobs::build_preview(&apply, &cfg, "p", "uid-p", "nodewright-preview-a")
+                .is_none(),
+            "an apply never becomes a preview's Job"
+        );
+        let plan = as_plan(&apply).unwrap();
+        let ask = plan.stage().unwrap();
+        assert_eq!(ask.stage, RunStage::Plan);
+        assert_eq!((ask.package.as_str(), plan.node.as_str()), ("tuning", "n1"));
+        assert_eq!(ask.limits, apply.stage().unwrap().limits);
+        let job =
+            crate::jobs::build_preview(&plan, &cfg, "p", "uid-p", "nodewright-preview-a").unwrap();
+        let labels = job.metadata.labels.clone().unwrap();
+        let pod = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap();
+        for l in [&labels, pod.labels.as_ref().unwrap()] {
+            assert_eq!(l[nodewright_api::keys::job::MANAGED], "preview");
+            assert_eq!(l[nodewright_api::keys::job::PREVIEW], "p");
+            assert_eq!(l[nodewright_api::keys::job::STAGE], "plan");
+            assert!(nodewright_api::keys::job::is_ours(l), "never drained");
+        }
+        assert_eq!(job.metadata.name.as_deref(), Some("nodewright-preview-a"));
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("NodeWrightPreview", "uid-p")
+        );
+        let read = crate::jobs::read(&job, &[]).unwrap();
+        assert!(matches!(
+            read.work,
+            Work::Package {
+                stage: Stage::Plan,
+                ..
+            }
+        ));
+    }
 
     #[test]
     fn a_plan_jobs_name_is_a_valid_label_value_and_differs_per_node_package_and_edit() {

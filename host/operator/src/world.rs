@@ -361,6 +361,25 @@ impl World {
         Ok(world)
     }
 
+    /// Every succeeded Job of ours the cache shows: its name, what it did, and its seconds
+    /// from start to completion.
+    pub fn succeeded_jobs(&self) -> Vec<(String, nodewright_planner::Work, i64)> {
+        self.jobs
+            .state()
+            .iter()
+            .filter_map(|j| {
+                let status = j.status.as_ref()?;
+                let (start, end) = (
+                    status.start_time.as_ref()?,
+                    status.completion_time.as_ref()?,
+                );
+                let seconds = end.0.as_second() - start.0.as_second();
+                let work = crate::jobs::read(j, &[])?.work;
+                Some((j.metadata.name.clone()?, work, seconds))
+            })
+            .collect()
+    }
+
     /// The previews asked for.
     pub fn previews(&self) -> Vec<Arc<NodeWrightPreview>> {
         self.previews.state()

@@ -14,7 +14,9 @@
 //! This is the core of a preview. What each package's `plan` stage answered on each node is
 //! kept with the node ([`NodeForecast::plans`]), and every plan stage the rollout asked for
 //! is listed ([`Forecast::plan_asks`]): a preview runs those as Jobs that never write and
-//! feeds their answers back in as [`Assume::outcome`] until nothing is left to ask.
+//! feeds their answers back in as [`Assume::outcome`] until nothing is left to ask. The
+//! stages that start work without a plan are listed too ([`Forecast::unplanned`]): the
+//! preview plans them for the report alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -79,6 +81,9 @@ pub struct Forecast {
     pub timed: bool,
     /// Every `plan` stage the rollout asked for, in the order it asked.
     pub plan_asks: Vec<JobRequest>,
+    /// The stages that start a package's work on a node without a plan (`apply` of a
+    /// package with no interrupt, `upgrade`): a preview plans these too, for the report.
+    pub unplanned: Vec<JobRequest>,
 }
 
 /// What a rollout does to one node.
@@ -149,14 +154,20 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
             record(&mut out, pass, now, &assume.pdb_blocked, a);
             if let Action::CreateJob(req) = a {
                 started.entry(req.name.clone()).or_insert(now);
-                if matches!(
-                    req.work(),
-                    Work::Package {
-                        stage: Stage::Plan,
-                        ..
+                if let Work::Package { package, stage, .. } = req.work() {
+                    let planned = |r: &JobRequest| {
+                        r.node == req.node && r.stage().is_some_and(|s| s.package == package)
+                    };
+                    match stage {
+                        Stage::Plan => out.plan_asks.push((**req).clone()),
+                        Stage::Apply | Stage::Upgrade
+                            if !out.plan_asks.iter().any(planned)
+                                && !out.unplanned.iter().any(planned) =>
+                        {
+                            out.unplanned.push((**req).clone());
+                        }
+                        _ => {}
                     }
-                ) {
-                    out.plan_asks.push((**req).clone());
                 }
             }
             apply(&mut snap, now, &assume.pdb_blocked, a);
@@ -204,6 +215,7 @@ pub fn planned(package: &str, phase: &JobPhase) -> PackagePlan {
             package: package.into(),
             converged: changes == 0 && r.interrupt == Some(Needs::Nothing),
             failed: false,
+            report_only: false,
             interrupt: r
                 .interrupt
                 .as_ref()

@@ -95,6 +95,9 @@ pub struct PreviewStatus {
     /// When it finished (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
+    /// The spec's generation this status answers: an edited preview runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// The report (once ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<PreviewReport>,
@@ -212,6 +215,10 @@ pub struct PackagePlan {
     /// The plan failed (the message says why).
     #[serde(default)]
     pub failed: bool,
+    /// The rollout does not run this plan — the package has no interrupt, or is upgraded —
+    /// and applies whatever it says; the preview ran it to show the host changes.
+    #[serde(default)]
+    pub report_only: bool,
     /// What its changes need (`none`, `reboot`, `service:a.service`, ...).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub interrupt: String,
@@ -343,16 +350,21 @@ impl fmt::Display for Outcome {
 }
 
 impl fmt::Display for PackagePlan {
+    /// `driver: converged`, `driver: plan failed: why`, `driver: 3 change(s), needs
+    /// reboot`; a report-only plan says the rollout applies the package regardless.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.failed {
-            return write!(f, "{}: plan failed: {}", self.package, self.message);
+            write!(f, "{}: plan failed: {}", self.package, self.message)?;
+        } else if self.converged {
+            write!(f, "{}: converged", self.package)?;
+        } else {
+            write!(f, "{}: {} change(s)", self.package, self.change_count)?;
+            if !self.interrupt.is_empty() && self.interrupt != "none" {
+                write!(f, ", needs {}", self.interrupt)?;
+            }
         }
-        if self.converged {
-            return write!(f, "{}: converged", self.package);
-        }
-        write!(f, "{}: {} change(s)", self.package, self.change_count)?;
-        if !self.interrupt.is_empty() && self.interrupt != "none" {
-            write!(f, ", needs {}", self.interrupt)?;
+        if self.report_only {
+            write!(f, " (the rollout applies it without a plan)")?;
         }
         Ok(())
     }

@@ -152,9 +152,9 @@ async fn a_server_side_dry_run_previews_the_rollout_it_then_does() {
     );
 }
 
-/// A fleet of two packages on mixed nodes: `driver` (reboot), planned by a read-only
-/// command that finds its file on the host, and `tools` (no interrupt: the rollout, as
-/// NodeWright's, applies it without a plan).
+/// A fleet of two packages on mixed nodes: `driver` (reboot) and `tools` (no interrupt: the
+/// rollout, as NodeWright's, applies it without a plan), each planned by a read-only command
+/// that finds its file on the host.
 fn fleet(e: &E2e, driver: &str) -> Value {
     e.script(
         "/usr/local/bin/install-driver",
@@ -239,9 +239,9 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     let status = preview_of(&e, "fleet-1", spec.clone()).await;
     let report = status.report.clone().unwrap();
     let text = report.to_string();
-    // The driver's plan ran on the three nodes the rollout reaches (n4 never is), and
-    // wrote nothing.
-    assert_eq!((status.plans.wanted, status.plans.done), (3, 3), "{text}");
+    // Both packages' plans ran on the three nodes the rollout reaches (n4 never is) — the
+    // tools' for the report only — and wrote nothing.
+    assert_eq!((status.plans.wanted, status.plans.done), (6, 6), "{text}");
     for n in ["n1", "n2", "n3", "n4"] {
         // The host saw the read-only plan commands run, and nothing else.
         let journal = e.journal(n);
@@ -290,12 +290,21 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
         ["default/web"]
     );
     let n3 = outcome(&report, "n3");
-    let plans: Vec<(&str, bool)> = n3
+    let plans: Vec<(&str, bool, bool)> = n3
         .plans
         .iter()
-        .map(|p| (p.package.as_str(), p.converged))
+        .map(|p| (p.package.as_str(), p.converged, p.report_only))
         .collect();
-    assert_eq!(plans, [("driver", true)], "{text}");
+    assert_eq!(
+        plans,
+        [("driver", true, false), ("tools", false, true)],
+        "{text}"
+    );
+    assert!(n3.plans[1].changes[0].contains("install-tools"), "{text}");
+    assert!(
+        text.contains("tools: 1 change(s) (the rollout applies it without a plan)"),
+        "{text}"
+    );
     assert!(!n3.cordoned && n3.interrupts.is_empty(), "{text}");
     let n2 = outcome(&report, "n2");
     assert!(n2.cordoned && !n2.plans[0].converged, "{text}");
@@ -341,11 +350,35 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     assert!(!e.pod_exists("web").await, "web was evicted, as foretold");
 
     // A version bump of `driver`: only the diff is foretold — the driver upgraded and its
-    // reboot on the three nodes, `tools` untouched (an upgrade runs no plan, as in the
-    // rollout).
+    // reboot on the three nodes, `tools` untouched. The rollout upgrades without a plan; the
+    // preview's plan of the new version (report only) finds the hosts as it wants them.
     let bumped = preview_of(&e, "fleet-2", fleet(&e, "1.1.0")).await;
     let report = bumped.report.unwrap();
-    assert_eq!(bumped.plans.wanted, 0, "{report}");
+    assert_eq!(bumped.plans.wanted, 3, "{report}");
+    // Timed now, from the Jobs the rollout ran (before it, no Job had been seen).
+    assert!(
+        report.summary.takes_seconds.is_some()
+            && report.assumed.iter().any(|a| a.contains("mean over")),
+        "{report}"
+    );
+    assert!(
+        status
+            .report
+            .as_ref()
+            .unwrap()
+            .summary
+            .takes_seconds
+            .is_none(),
+        "{text}"
+    );
+    let plans = &outcome(&report, "n2").plans;
+    assert!(
+        plans.len() == 1
+            && plans[0].package == "driver"
+            && plans[0].converged
+            && plans[0].report_only,
+        "{report}"
+    );
     assert_eq!(report.summary.change, 3, "{report}");
     for g in &report.groups {
         let o = &g.outcome;
@@ -360,4 +393,23 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
             .contains(&"driver:upgrade".to_string()),
         "{report}"
     );
+
+    // A finished preview goes when its TTL ends, its plan Jobs with it (owned).
+    let api: Api<NodeWrightPreview> = Api::all(e.client.clone());
+    let mut short: NodeWrightPreview = api.get("fleet-2").await.unwrap();
+    short.metadata = kube::api::ObjectMeta {
+        name: Some("fleet-3".into()),
+        ..Default::default()
+    };
+    short.status = None;
+    short.spec.ttl_seconds_after_finished = Some(1);
+    api.create(&PostParams::default(), &short).await.unwrap();
+    e.wait("fleet-3 deleted after its TTL", ROLLOUT, || async {
+        api.get_opt("fleet-3")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }

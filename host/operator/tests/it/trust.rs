@@ -11,7 +11,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::trust::PluginTrustPolicy;
-use nodewright_api::v1alpha1::{NodeWright, Status};
+use nodewright_api::v1alpha1::{NodeWright, NodeWrightPreview, Status};
 use nodewright_oci::{Registry, RegistryConfig};
 use nodewright_trust::keys::KeyPair;
 use nodewright_trust::signatures;
@@ -118,7 +118,7 @@ async fn users(e: &E2e) -> (Client, Client) {
     e.cluster
         .apply(&json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "nodewright-editor"},
-            "rules": [{"apiGroups": ["nodewright.io"], "resources": ["nodewrights"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]
+            "rules": [{"apiGroups": ["nodewright.io"], "resources": ["nodewrights", "nodewrightpreviews"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]
         }))
         .await
         .unwrap();
@@ -197,6 +197,20 @@ async fn grants_need_rbac_and_plugins_need_trusted_signatures() {
         )
         .await
         .expect_err("alice's preview of a reboot package");
+    assert!(err.to_string().contains("may not grant \"power\""), "{err}");
+    // So does a NodeWrightPreview of it: refused at its admission, for her.
+    let spec = files_package(&e, "alice-reboot", true)["spec"].clone();
+    let preview = json!({
+        "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWrightPreview",
+        "metadata": {"name": "alice-reboot"}, "spec": {"nodewright": "alice-reboot", "spec": spec}
+    });
+    let err = Api::<NodeWrightPreview>::all(alice.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(preview).unwrap(),
+        )
+        .await
+        .expect_err("alice's NodeWrightPreview of a reboot package");
     assert!(err.to_string().contains("may not grant \"power\""), "{err}");
     assert_eq!(
         refusal(&bob, &files_package(&e, "bob-reboot", true)).await,

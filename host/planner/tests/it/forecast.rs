@@ -299,3 +299,63 @@ fn a_forecast_with_durations_says_how_long_the_rollout_and_each_cordon_take() {
         "the world itself starts from the beginning"
     );
 }
+
+/// Each node's plan answers steer its forecast: a node whose plan finds nothing to do is
+/// neither cordoned nor rebooted, one that needs a reboot is. Every plan asked is listed
+/// (the preview runs those), and so is the `apply` a package without an interrupt starts
+/// with (the preview plans it for the report); the answers are kept with each node.
+#[test]
+fn plan_answers_per_node_steer_the_forecast_and_every_plan_is_listed() {
+    let mut w = World::new(2);
+    w.add_cr(
+        "driver",
+        spec(json!({"packages": {"driver": reboot_pkg(), "tuning": plain_pkg()}})),
+    );
+    let outcome = |j: &ObservedJob| match &j.work {
+        Work::Package {
+            stage: Stage::Plan, ..
+        } if j.node == "node-0" => JobPhase::Succeeded(Some(ok("none", 0))),
+        Work::Package {
+            stage: Stage::Plan, ..
+        } => JobPhase::Succeeded(Some(ok("reboot", 2))),
+        _ => JobPhase::Succeeded(Some(ok("none", 1))),
+    };
+    let f = foretell(&w, &outcome, &[]);
+    assert!(f.settled, "{f:?}");
+    let (calm, busy) = (&f.nodes["node-0"], &f.nodes["node-1"]);
+    assert!(!calm.cordoned && calm.interrupts.is_empty(), "{calm:?}");
+    assert!(!calm.stages.iter().any(|s| s == "driver:apply"), "{calm:?}");
+    assert!(
+        busy.cordoned && busy.interrupts == [InterruptType::Reboot],
+        "{busy:?}"
+    );
+    assert!(calm.plans["driver"].converged && !busy.plans["driver"].converged);
+    assert_eq!(busy.plans["driver"].change_count, 2);
+    assert_eq!(busy.plans["driver"].interrupt, "reboot");
+    let asked = |asks: &[nodewright_planner::JobRequest]| {
+        let mut a: Vec<(String, String, &'static str)> = asks
+            .iter()
+            .map(|r| {
+                let s = r.stage().unwrap();
+                (r.node.clone(), s.package.clone(), s.stage.as_str())
+            })
+            .collect();
+        a.sort();
+        a
+    };
+    let plan = |n: &str, p: &str, s: &'static str| (n.to_string(), p.to_string(), s);
+    assert_eq!(
+        asked(&f.plan_asks),
+        [
+            plan("node-0", "driver", "plan"),
+            plan("node-1", "driver", "plan")
+        ]
+    );
+    assert_eq!(
+        asked(&f.unplanned),
+        [
+            plan("node-0", "tuning", "apply"),
+            plan("node-1", "tuning", "apply")
+        ]
+    );
+}

@@ -199,6 +199,8 @@ fn rendered_objects_are_what_the_operator_needs() {
         [
             "nodewrights:get,list,watch,patch",
             "nodewrights/status:patch",
+            "nodewrightpreviews:get,list,watch,delete",
+            "nodewrightpreviews/status:patch",
             "deploymentpolicies:get,list,watch",
             "plugintrustpolicies:get,list,watch",
             "nodes:get,list,watch,patch",
