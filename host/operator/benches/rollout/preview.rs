@@ -66,7 +66,7 @@ pub(super) async fn preview(bins: &Binaries, nodes: usize, count: usize) -> anyh
         .items
         .len();
     println!(
-        "preview {nodes:>5} nodes x {} pkg: report after {wall:.1} s ({} plan Jobs, {} failed; {} groups, {} batches), operator RSS {} -> peak {} MiB, ~{writes} status versions seen, report rendered in {:.1} ms ({} lines); NodeWrights written: {written}",
+        "preview {nodes:>5} nodes x {} pkg: report after {wall:.1} s ({} plan Jobs, {} failed; {} groups, {} batches), operator RSS {} -> peak {} MiB, ~{writes} status versions seen, report rendered in {:.3} ms ({} lines); NodeWrights written: {written}",
         count + 1,
         status.plans.wanted,
         status.plans.failed,

@@ -47,14 +47,9 @@ pub async fn verbs(env: &Env) {
             .any(|l| l.contains("2 node(s), 2 stages -> complete: n1, n2")),
         "no cordon for a package without an interrupt: {out}"
     );
-    assert!(
-        Api::<NodeWright>::all(env.cluster.client.clone())
-            .get_opt("more")
-            .await
-            .unwrap()
-            .is_none(),
-        "a preview creates nothing"
-    );
+    let nodewrights = Api::<NodeWright>::all(env.cluster.client.clone());
+    let absent = async |name: &str| nodewrights.get_opt(name).await.unwrap().is_none();
+    assert!(absent("more").await, "a quick preview creates nothing");
     // Refused by the webhook: said, and the verb fails.
     let mut cyclic = shell_cr(env, "cyclic", "/usr/local/bin/count", json!({}));
     cyclic["spec"]["packages"]["tool"]["dependsOn"] = json!({"tool": "1.0.0"});
@@ -78,14 +73,7 @@ pub async fn verbs(env: &Env) {
         left.is_empty(),
         "the CLI deletes the preview it read: {left:?}"
     );
-    assert!(
-        Api::<NodeWright>::all(env.cluster.client.clone())
-            .get_opt("more")
-            .await
-            .unwrap()
-            .is_none(),
-        "a preview creates no NodeWright"
-    );
+    assert!(absent("more").await, "a preview creates no NodeWright");
     // Refused at its admission, as applying the NodeWright would be.
     let (success, out, _) = cli(env, &["preview", "-f", &cyclic]);
     assert!(!success && out.contains("cyclic: refused: "), "{out}");
