@@ -183,7 +183,7 @@ fn fleet(e: &E2e, driver: &str) -> Value {
         p
     };
     json!({
-        "interruptionBudget": {"count": 1},
+        "interruptionBudget": {"count": 5},
         "packages": {
             "driver": package("driver", driver, json!({"type": "reboot"})),
             "tools": package("tools", "1.0.0", Value::Null),
@@ -218,9 +218,11 @@ fn outcome<'a>(report: &'a PreviewReport, node: &str) -> &'a nodewright_api::v1a
 #[tokio::test(flavor = "multi_thread")]
 async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     nodewright_testregistry::require!(ControlPlane, Registry);
-    let mut e = E2e::start(&[("n1", &[]), ("n2", &[]), ("n3", &[]), ("n4", &[])]).await;
+    let nodes = ["n1", "n2", "n3", "n4", "n5"];
+    let mut e = E2e::start(&nodes.map(|n| (n, &[][..]))).await;
     start_with_webhook(&mut e).await;
-    // n1 has both, n3 the driver only, n2 neither; n4 carries a taint nothing tolerates.
+    // n1 has both, n3 the driver only, n2 and n5 neither; n4 carries a taint nothing
+    // tolerates; n5 runs a pod a disruption budget protects.
     for (node, file) in [
         ("n1", "/etc/driver"),
         ("n1", "/etc/tools"),
@@ -234,15 +236,17 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     )
     .await;
     e.workload_pod("n2", "web", json!({"app": "web"})).await;
+    e.workload_pod("n5", "db", json!({"app": "db"})).await;
+    e.pdb("db", json!({"app": "db"})).await;
 
     let spec = fleet(&e, "1.0.0");
     let status = preview_of(&e, "fleet-1", spec.clone()).await;
     let report = status.report.clone().unwrap();
     let text = report.to_string();
-    // Both packages' plans ran on the three nodes the rollout reaches (n4 never is) — the
+    // Both packages' plans ran on the four nodes the rollout reaches (n4 never is) — the
     // tools' for the report only — and wrote nothing.
-    assert_eq!((status.plans.wanted, status.plans.done), (6, 6), "{text}");
-    for n in ["n1", "n2", "n3", "n4"] {
+    assert_eq!((status.plans.wanted, status.plans.done), (8, 8), "{text}");
+    for n in nodes {
         // The host saw the read-only plan commands run, and nothing else.
         let journal = e.journal(n);
         assert!(
@@ -276,10 +280,13 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     let s = &report.summary;
     assert_eq!(
         (s.nodes, s.change, s.converged, s.blocked),
-        (4, 3, 0, 1),
+        (5, 4, 0, 1),
         "{text}"
     );
-    assert_eq!(s.interrupts.get(&InterruptType::Reboot), Some(&1), "{text}");
+    assert_eq!((s.refused, s.unfinished), (1, 1), "{text}");
+    let n5 = report.nodes.iter().find(|n| n.name == "n5").unwrap();
+    assert_eq!(n5.refused, ["default/db"], "{text}");
+    assert!(outcome(&report, "n5").cordoned, "{text}");
     assert_eq!(
         report
             .nodes
@@ -316,20 +323,34 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
         "metadata": {"name": "fleet"}, "spec": spec
     }))
     .await;
-    e.wait("n1-n3 complete, n4 blocked", ROLLOUT, || async {
+    let held = outcome(&report, "n5").ends;
+    e.wait("n1-n3 complete, n4 blocked, n5 held", ROLLOUT, || async {
         let mut all = Vec::new();
-        for n in ["n1", "n2", "n3", "n4"] {
+        for n in nodes {
             all.push(e.node_status("fleet", n).await);
         }
+        let drain = e.condition("fleet", "DrainBlocked").await;
         (all == [
             Some(Status::Complete),
             Some(Status::Complete),
             Some(Status::Complete),
             Some(Status::Blocked),
-        ])
+            held,
+        ] && drain.is_some_and(|c| c.0 == "True"))
         .then_some(())
     })
     .await;
+    // n5 is held as foretold: cordoned, its protected pod still there, not rebooted.
+    assert!(e.pod_exists("db").await);
+    assert!(
+        e.node("n5")
+            .await
+            .spec
+            .unwrap()
+            .unschedulable
+            .unwrap_or(false)
+    );
+    assert_eq!(e.reboots("n5"), 0);
     for n in ["n1", "n2", "n3", "n4"] {
         let o = outcome(&report, n);
         assert_eq!(e.node_status("fleet", n).await, o.ends, "{n}: {text}");
@@ -348,13 +369,25 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
         }
     }
     assert!(!e.pod_exists("web").await, "web was evicted, as foretold");
+    // The budget lifted, n5 finishes (so the fleet is whole for the edit below).
+    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+        e.client.clone(),
+        "default",
+    )
+    .delete("db", &Default::default())
+    .await
+    .unwrap();
+    e.wait("n5 complete", ROLLOUT, || async {
+        (e.node_status("fleet", "n5").await == Some(Status::Complete)).then_some(())
+    })
+    .await;
 
     // A version bump of `driver`: only the diff is foretold — the driver upgraded and its
-    // reboot on the three nodes, `tools` untouched. The rollout upgrades without a plan; the
+    // reboot on the four nodes, `tools` untouched. The rollout upgrades without a plan; the
     // preview's plan of the new version (report only) finds the hosts as it wants them.
     let bumped = preview_of(&e, "fleet-2", fleet(&e, "1.1.0")).await;
     let report = bumped.report.unwrap();
-    assert_eq!(bumped.plans.wanted, 3, "{report}");
+    assert_eq!(bumped.plans.wanted, 4, "{report}");
     // Timed now, from the Jobs the rollout ran (before it, no Job had been seen).
     assert!(
         report.summary.takes_seconds.is_some()
@@ -379,7 +412,7 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
             && plans[0].report_only,
         "{report}"
     );
-    assert_eq!(report.summary.change, 3, "{report}");
+    assert_eq!(report.summary.change, 4, "{report}");
     for g in &report.groups {
         let o = &g.outcome;
         assert!(
