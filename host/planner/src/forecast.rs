@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use nodewright_api::node_state::Stage;
 use nodewright_api::result::{Needs, StageResult};
 use nodewright_api::v1alpha1::{InterruptType, PackagePlan, Status};
@@ -84,6 +85,8 @@ pub struct Forecast {
     /// The stages that start a package's work on a node without a plan (`apply` of a
     /// package with no interrupt, `upgrade`): a preview plans these too, for the report.
     pub unplanned: Vec<JobRequest>,
+    /// Each NodeWright's conditions at the end: what holds a rollout that did not finish.
+    pub conditions: BTreeMap<String, Vec<Condition>>,
 }
 
 /// What a rollout does to one node.
@@ -195,6 +198,8 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
         };
     }
     for cr in &snap.nodewrights {
+        out.conditions
+            .insert(cr.name.clone(), cr.status.conditions.clone());
         for (node, status) in &cr.status.node_status {
             out.nodes
                 .entry(node.clone())

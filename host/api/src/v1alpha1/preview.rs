@@ -144,6 +144,10 @@ pub struct PreviewReport {
     pub nodes: Vec<NodeLine>,
     /// Whether the rollout ran to its end in the forecast (false: something holds it).
     pub settled: bool,
+    /// What holds the rollout at the forecast's end, as its conditions would say
+    /// (`Blocked (NodesBlocked): n4: untolerated taint ...`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blockers: Vec<String>,
     /// What the forecast took for granted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assumed: Vec<String>,
@@ -402,6 +406,9 @@ impl fmt::Display for PreviewReport {
                     writeln!(f, "        ... {} more", plan.changes.len() - NAMED)?;
                 }
             }
+        }
+        for b in &self.blockers {
+            writeln!(f, "  held by {b}")?;
         }
         for a in &self.assumed {
             writeln!(f, "  assumed: {a}")?;

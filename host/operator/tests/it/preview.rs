@@ -284,6 +284,10 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
         "{text}"
     );
     assert_eq!((s.refused, s.unfinished), (1, 1), "{text}");
+    // What holds it is named: n4's taint, n5's drain.
+    let held = |what: &str| report.blockers.iter().any(|b| b.contains(what));
+    assert!(held("n4 (untolerated taints: dedicated)"), "{text}");
+    assert!(held("DrainBlocked (PodDisruptionBudget)"), "{text}");
     let n5 = report.nodes.iter().find(|n| n.name == "n5").unwrap();
     assert_eq!(n5.refused, ["default/db"], "{text}");
     assert!(outcome(&report, "n5").cordoned, "{text}");

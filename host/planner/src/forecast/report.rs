@@ -2,6 +2,8 @@
 //! grouped (a fleet of identical nodes is one group), then each node's batch and pods. The
 //! shapes are the API's ([`PreviewReport`]): a `NodeWrightPreview`'s status is this.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use nodewright_api::keys::{condition, reason};
 use nodewright_api::v1alpha1::{
     Group, NodeLine, Outcome, PreviewReport, PreviewSummary as Summary, Status,
 };
@@ -99,6 +101,38 @@ pub fn report(forecast: &Forecast, cr: &str, reported: &dyn Fn(&str) -> bool) ->
         groups,
         nodes,
         settled: forecast.settled,
+        blockers: forecast
+            .conditions
+            .get(cr)
+            .map(|c| blockers(c))
+            .unwrap_or_default(),
         assumed: Vec::new(),
     }
+}
+
+/// The conditions that hold the rollout, as `Type (Reason): message`: a barrier, a drain a
+/// budget refuses, an untolerated taint (`Blocked`), plugins or health gates not passing, a
+/// closed maintenance window.
+fn blockers(conditions: &[Condition]) -> Vec<String> {
+    conditions
+        .iter()
+        .filter(|c| match c.type_.as_str() {
+            condition::BLOCKED
+            | condition::DRAIN_BLOCKED
+            | condition::DELETION_BLOCKED
+            | condition::UNINSTALL_FAILED
+            | condition::NODE_STATE_MALFORMED => c.status == "True",
+            condition::PLUGINS_READY | condition::HEALTH_GATES_PASSING => c.status == "False",
+            condition::READY => {
+                c.status == "False"
+                    && [
+                        reason::OUTSIDE_MAINTENANCE_WINDOW,
+                        reason::HEALTH_GATE_FAILING,
+                    ]
+                    .contains(&c.reason.as_str())
+            }
+            _ => false,
+        })
+        .map(|c| format!("{} ({}): {}", c.type_, c.reason, c.message))
+        .collect()
 }

@@ -143,6 +143,15 @@ fn a_forecast_is_the_rollout_it_foretells_node_for_node() {
             && text.contains("1 × nothing runs (blocked): node-2"),
         "{text}"
     );
+    assert_eq!(
+        rep.blockers,
+        ["Blocked (NodesBlocked): node-2 (untolerated taints: dedicated)"],
+        "the taint that holds node-2 is named"
+    );
+    assert!(
+        text.contains("  held by Blocked (NodesBlocked): node-2"),
+        "{text}"
+    );
     assert_eq!(rep.nodes[0].batch, Some(1));
     assert_eq!(
         rep.nodes[1].batch,
