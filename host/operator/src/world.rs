@@ -231,6 +231,25 @@ pub fn slim_pod(p: &mut Pod) {
 fn keep<K>(_: &mut K) {}
 
 /// NodeWrights and policies are kept whole but for their managed fields.
+/// Pods by the Job that made them (the `job-name` label the Job controller sets).
+fn pods_by_job(pods: &[Arc<Pod>]) -> HashMap<&str, Vec<&Pod>> {
+    let mut by_job: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    for p in pods {
+        if let Some(j) = p.metadata.labels.as_ref().and_then(|l| l.get("job-name")) {
+            by_job.entry(j.as_str()).or_default().push(p);
+        }
+    }
+    by_job
+}
+
+/// `job`'s pods in [`pods_by_job`]'s grouping.
+fn pods_of<'a>(by_job: &'a HashMap<&str, Vec<&'a Pod>>, job: &Job) -> &'a [&'a Pod] {
+    by_job
+        .get(job.metadata.name.as_deref().unwrap_or_default())
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
 fn slim_meta<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
@@ -412,21 +431,11 @@ impl World {
                 .and_then(|l| l.get(keys::job::PREVIEW))
                 .is_some_and(|p| p == name)
         };
+        let by_job = pods_by_job(&pods);
         let read = jobs
             .iter()
             .filter(of_preview)
-            .filter_map(|j| {
-                let job_name = j.metadata.name.as_deref().unwrap_or_default();
-                let mine: Vec<&Pod> = pods
-                    .iter()
-                    .filter(|p| {
-                        p.metadata.labels.as_ref().and_then(|l| l.get("job-name"))
-                            == Some(&job_name.to_string())
-                    })
-                    .map(|p| &**p)
-                    .collect();
-                crate::jobs::read(j, &mine)
-            })
+            .filter_map(|j| crate::jobs::read(j, pods_of(&by_job, j)))
             .collect();
         (read, running)
     }
@@ -575,12 +584,7 @@ impl World {
         drop(overlay);
 
         let pods = self.pods.state();
-        let mut by_job: HashMap<&str, Vec<&Pod>> = HashMap::new();
-        for p in &pods {
-            if let Some(j) = p.metadata.labels.as_ref().and_then(|l| l.get("job-name")) {
-                by_job.entry(j.as_str()).or_default().push(p);
-            }
-        }
+        let by_job = pods_by_job(&pods);
         let mut refusals = self.refusals.lock().expect("refusals lock");
         let live: HashSet<String> = pods
             .iter()
@@ -606,15 +610,7 @@ impl World {
             nodes: nodes.iter().map(crate::convert::node).collect(),
             jobs: jobs
                 .iter()
-                .filter_map(|j| {
-                    crate::jobs::read(
-                        j,
-                        by_job
-                            .get(j.metadata.name.as_deref().unwrap_or_default())
-                            .map(Vec::as_slice)
-                            .unwrap_or_default(),
-                    )
-                })
+                .filter_map(|j| crate::jobs::read(j, pods_of(&by_job, j)))
                 .collect(),
             pods: pods.iter().filter_map(|p| crate::convert::pod(p)).collect(),
             refusals: refusals.clone(),
