@@ -133,6 +133,7 @@ impl Loop {
         }
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let actions = plan(&snapshot, now);
+        self.history.drains(&snapshot, &actions, now);
         let busy =
             !snapshot.jobs.is_empty() || actions.iter().any(|a| !matches!(a, Action::Event(_)));
         let n = actions.len();

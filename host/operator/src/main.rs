@@ -348,7 +348,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     );
     tracing::info!(namespace = %flags.namespace, "operator started");
     // Previews run beside the rollout's loop, never inside a pass of it.
-    let history = Arc::new(history::History::default());
+    // The stage history an earlier leader kept, and this one's kept from now on.
+    let store = history::store::Store::new(client.clone(), &flags.namespace, &flags.lease_name);
+    let history = Arc::new(store.open().await);
+    tokio::spawn(store.keep(history.clone()));
     tokio::spawn(
         previews::Previews {
             client: client.clone(),

@@ -49,6 +49,7 @@ pub fn warnings(
     let assume = Assume {
         outcome: &outcome,
         runs_for: None,
+        evicts_for: None,
         pdb_blocked: world.budget_blocked(),
         step_seconds: 2,
         max_passes: 5_000,

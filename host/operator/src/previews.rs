@@ -133,7 +133,8 @@ impl Previews {
         let preview_uid = uid.clone();
         let history = self.history.clone();
         let durations = Durations::of(&history);
-        let (timed, fallback) = (durations.known, durations.fallback);
+        let (timed, fallback, evicts_for) =
+            (durations.known, durations.fallback, durations.eviction);
         let (mut f, answers) = tokio::task::spawn_blocking(move || {
             let outcome = |j: &ObservedJob| match &j.work {
                 Work::Package {
@@ -162,6 +163,7 @@ impl Previews {
             let assume = Assume {
                 outcome: &outcome,
                 runs_for: timed.then_some(&runs_for as &dyn Fn(&ObservedJob) -> i64),
+                evicts_for,
                 pdb_blocked,
                 step_seconds: 2,
                 max_passes: 5_000,
@@ -195,8 +197,9 @@ impl Previews {
             }
             let mut report = report(&f, &p.spec.nodewright, &|n| p.spec.reports(n));
             report.assumed = vec![
-                "every stage after the plan succeeds, evictions end at once".into(),
+                "every stage after the plan succeeds".into(),
                 durations.text,
+                durations.eviction_text,
             ];
             let status = PreviewStatus {
                 phase: Some(PreviewPhase::Ready),
@@ -309,25 +312,47 @@ struct Durations {
     known: bool,
     /// Seconds for a stage never seen: the mean of every Job seen.
     fallback: i64,
-    /// How they were derived, for the report.
+    /// Seconds from an eviction to the pod gone (their mean), if any was seen.
+    eviction: Option<i64>,
+    /// How the stages' were derived, for the report.
     text: String,
+    /// How the evictions' were.
+    eviction_text: String,
 }
 
 impl Durations {
     fn of(history: &History) -> Self {
-        match history.overall() {
-            Some((count, mean)) => Durations {
-                known: true,
-                fallback: mean,
-                text: format!(
-                    "durations: each stage's mean over {count} Jobs this operator saw succeed; a stage never seen: {mean} s, the mean of all"
+        let evictions = history.evictions();
+        let eviction = evictions.map(|s| s.mean.round() as i64);
+        let eviction_text = match evictions {
+            Some(s) => format!(
+                "evictions: {} s from the eviction to the pod gone, the mean over {} pods seen leaving (longest {} s)",
+                s.mean.round(),
+                s.count,
+                s.max
+            ),
+            None => "evictions: none seen yet, taken to end at once".into(),
+        };
+        let (known, fallback, text) = match history.overall() {
+            Some((count, mean)) => (
+                true,
+                mean,
+                format!(
+                    "durations: each stage's mean over {count} Jobs seen to succeed; a stage never seen: {mean} s, the mean of all"
                 ),
-            },
-            None => Durations {
-                known: false,
-                fallback: 0,
-                text: "durations: none seen yet (this leader has watched no Job succeed), so no time is given".into(),
-            },
+            ),
+            None => (
+                false,
+                0,
+                "durations: none seen yet (no leader has watched a Job succeed), so no time is given".into(),
+            ),
+        };
+        Durations {
+            known,
+            fallback,
+            eviction,
+            text,
+            eviction_text,
         }
     }
 }

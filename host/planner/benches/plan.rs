@@ -359,6 +359,7 @@ fn forecast_bench() {
     let assume = Assume {
         outcome: &outcome,
         runs_for: None,
+        evicts_for: None,
         pdb_blocked: Default::default(),
         step_seconds: 2,
         max_passes: 5_000,

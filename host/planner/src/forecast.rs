@@ -43,6 +43,10 @@ pub struct Assume<'a> {
     /// already running when the forecast starts is taken to have just started. `None`: not
     /// known — each Job ends by the next pass, and the forecast says nothing of time.
     pub runs_for: Option<&'a dyn Fn(&ObservedJob) -> i64>,
+    /// Seconds from a pod's eviction (or deletion) to its being gone, from the cluster's
+    /// history. `None` or 0: gone at once. A pod on its way out still holds its node's
+    /// drain, as a terminating pod does.
+    pub evicts_for: Option<i64>,
     /// Pods (`namespace/name`) whose eviction a PodDisruptionBudget refuses now.
     pub pdb_blocked: BTreeSet<String>,
     /// Seconds the clock moves between passes.
@@ -57,6 +61,7 @@ pub struct Assume<'a> {
 impl std::fmt::Debug for Assume<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Assume")
+            .field("evicts_for", &self.evicts_for)
             .field("pdb_blocked", &self.pdb_blocked)
             .field("step_seconds", &self.step_seconds)
             .field("max_passes", &self.max_passes)
@@ -112,6 +117,17 @@ pub struct NodeForecast {
     pub status: BTreeMap<String, Status>,
     /// What each package's `plan` stage answered (as [`Assume::outcome`] said), by package.
     pub plans: BTreeMap<String, PackagePlan>,
+    /// Where each NodeWright placed the node: the compartment and the batch it joined.
+    pub placed: BTreeMap<String, Placement>,
+}
+
+/// A node's place in a NodeWright's rollout: the first batch it joined.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The compartment ([`crate::rollout::DEFAULT`] for nodes no compartment selects).
+    pub compartment: String,
+    /// The compartment's batch (1-based).
+    pub batch: i32,
 }
 
 /// Runs the rollout forward from `snapshot` at `now`, under `assume`. A pass that asks for
@@ -134,7 +150,18 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
         started.get(&j.name).copied().unwrap_or(now) + assume.runs_for.map_or(0, |f| f(j).max(0))
     };
     let mut now = now;
+    // Evicted pods on their way out, and when each is gone.
+    let mut leaving: BTreeMap<String, i64> = BTreeMap::new();
+    let drain = assume.evicts_for.unwrap_or(0).max(0);
     while out.passes < assume.max_passes && !assume.enough.is_some_and(|stop| stop()) {
+        if leaving.values().any(|gone| *gone <= now) {
+            let gone: BTreeSet<String> = leaving
+                .extract_if(.., |_, gone| *gone <= now)
+                .map(|(key, _)| key)
+                .collect();
+            snap.pods
+                .retain(|p| !p.terminating || !gone.contains(&p.key()));
+        }
         finish_jobs(&mut snap, &mut |j| {
             let phase = (now >= ends(&started, j)).then(|| (assume.outcome)(j))?;
             if let Work::Package {
@@ -173,15 +200,35 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
                     }
                 }
             }
-            apply(&mut snap, now, &assume.pdb_blocked, a);
+            match a {
+                Action::Evict {
+                    namespace,
+                    pod,
+                    delete,
+                    ..
+                } if drain > 0 => {
+                    let key = format!("{namespace}/{pod}");
+                    if *delete || !assume.pdb_blocked.contains(&key) {
+                        if let Some(p) = snap.pods.iter_mut().find(|p| p.key() == key) {
+                            p.terminating = true;
+                            leaving.entry(key).or_insert(now + drain);
+                        }
+                    } else {
+                        apply(&mut snap, now, &assume.pdb_blocked, a);
+                    }
+                }
+                _ => apply(&mut snap, now, &assume.pdb_blocked, a),
+            }
         }
         if moved {
             out.ends_at = now;
+            place(&mut out, &snap);
         }
         let running = snap
             .jobs
             .iter()
-            .any(|j| matches!(j.phase, JobPhase::Active { .. }) || j.stopping);
+            .any(|j| matches!(j.phase, JobPhase::Active { .. }) || j.stopping)
+            || !leaving.is_empty();
         if !moved && !running {
             out.settled = true;
             break;
@@ -191,6 +238,7 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
             .iter()
             .filter(|j| matches!(j.phase, JobPhase::Active { .. }))
             .map(|j| ends(&started, j))
+            .chain(leaving.values().copied())
             .min();
         now = match next_end {
             Some(end) if !moved => end.max(now + assume.step_seconds),
@@ -209,6 +257,26 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
         }
     }
     out
+}
+
+/// Notes, for each node in a compartment's current batch, the batch it joined first.
+fn place(out: &mut Forecast, snap: &Snapshot) {
+    for cr in &snap.nodewrights {
+        for (compartment, c) in &cr.status.compartment_statuses {
+            let batch = c.batch_state.as_ref().map_or(1, |b| b.current_batch);
+            for node in &c.batch_nodes {
+                out.nodes
+                    .entry(node.clone())
+                    .or_default()
+                    .placed
+                    .entry(cr.name.clone())
+                    .or_insert_with(|| Placement {
+                        compartment: compartment.clone(),
+                        batch,
+                    });
+            }
+        }
+    }
 }
 
 /// A plan stage's answer as a report shows it. A plan that did not say what its changes

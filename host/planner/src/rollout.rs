@@ -11,7 +11,7 @@ use crate::select;
 use crate::snapshot::ObservedNode;
 
 /// The synthetic compartment of nodes no compartment selects (and of CRs without a policy).
-pub const DEFAULT: &str = "__default__";
+pub use nodewright_api::names::DEFAULT_COMPARTMENT as DEFAULT;
 
 /// A compartment's rules.
 #[derive(Clone, Debug)]

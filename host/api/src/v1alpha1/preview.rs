@@ -174,7 +174,7 @@ pub struct PreviewSummary {
     pub evicted: usize,
     /// Pods whose eviction a disruption budget refuses now.
     pub refused: usize,
-    /// Distinct passes in which nodes start their work: the rollout's batches.
+    /// The batches the nodes join (each compartment's counted apart).
     pub batches: usize,
     /// Seconds from the start to the rollout's last step, under the durations assumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -252,9 +252,14 @@ pub struct Group {
 pub struct NodeLine {
     /// The node.
     pub name: String,
-    /// Its batch (1-based), if its work starts.
+    /// The compartment whose batch it joins (`__default__`: no compartment selects it),
+    /// if its work starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch: Option<usize>,
+    pub compartment: Option<String>,
+    /// The batch of its compartment it joins (1-based; compartments count apart), if its
+    /// work starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<i32>,
     /// Index of its group in the report's groups.
     pub group: usize,
     /// Pods evicted (`namespace/name`).

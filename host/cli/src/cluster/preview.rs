@@ -239,7 +239,7 @@ async fn planned(c: &kube::Client, doc: &Value, how: &PreviewHow) -> Result<Plan
 }
 
 /// The report: the summary and groups (each with its plans' host changes), then — with
-/// `-o wide`, or for a few nodes — each node's batch and pods.
+/// `-o wide`, or for a few nodes — each node's compartment, batch and pods.
 fn planned_table(answers: &[Planned], wide: bool) -> String {
     let mut out = String::new();
     for a in answers {
@@ -252,9 +252,12 @@ fn planned_table(answers: &[Planned], wide: bool) -> String {
         };
         out.push_str(&format!("{}: {report}", a.name));
         if wide || report.nodes.len() <= 10 {
-            out.push_str("  NODE  BATCH  OUTCOME  EVICTED  REFUSED\n");
+            out.push_str("  NODE  COMPARTMENT/BATCH  OUTCOME  EVICTED  REFUSED\n");
             for n in &report.nodes {
-                let batch = n.batch.map_or("-".into(), |b| b.to_string());
+                let batch = match (&n.compartment, n.batch) {
+                    (Some(c), Some(b)) => format!("{c}/{b}"),
+                    _ => "-".into(),
+                };
                 let outcome = report
                     .groups
                     .get(n.group)

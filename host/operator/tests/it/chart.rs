@@ -450,6 +450,25 @@ async fn the_chart_installed_operator_rolls_out_with_the_charts_rbac() {
         std::fs::read_to_string(cluster.host_path("n1", "/proc/sys/vm/swappiness")).unwrap(),
         "10"
     );
+    // The leader keeps its stage history beside its Lease, by the chart's RBAC.
+    let maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(cluster.client.clone(), NS);
+    let start = std::time::Instant::now();
+    loop {
+        let kept = maps.get_opt("nw-operator-history").await.unwrap();
+        if let Some(text) = kept
+            .and_then(|m| m.data)
+            .and_then(|mut d| d.remove("history.json"))
+        {
+            assert!(text.contains("\"tuning:"), "{text}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the stage history was not kept\n{}",
+            diag()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let log_text = diag();
     assert!(
         !log_text.contains("forbidden"),

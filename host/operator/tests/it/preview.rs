@@ -290,6 +290,11 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     assert!(held("DrainBlocked (PodDisruptionBudget)"), "{text}");
     let n5 = report.nodes.iter().find(|n| n.name == "n5").unwrap();
     assert_eq!(n5.refused, ["default/db"], "{text}");
+    assert_eq!(
+        (n5.compartment.as_deref(), n5.batch.is_some()),
+        (Some("__default__"), true),
+        "the compartment and batch its work starts in: {text}"
+    );
     assert!(outcome(&report, "n5").cordoned, "{text}");
     assert_eq!(
         report
@@ -386,16 +391,39 @@ async fn a_preview_runs_the_plans_and_foretells_the_rollout_node_for_node() {
     })
     .await;
 
+    // The history outlives its leader: once the leader has kept it (the driver applied on
+    // n2 and n5, web's eviction), a new leader starts from it.
+    let maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+        e.client.clone(),
+        nodewright_localcluster::NS,
+    );
+    e.wait("the leader keeps its history", ROLLOUT, || async {
+        let kept = maps.get_opt("nodewright-operator-history").await.ok()??;
+        let text = kept.data?.remove("history.json")?;
+        let v: Value = serde_json::from_str(&text).unwrap();
+        (v["stages"]["driver:apply"]["count"].as_u64() >= Some(2)
+            && v["evictions"]["count"].as_u64() >= Some(1))
+        .then_some(())
+    })
+    .await;
+    e.kill_operator();
+    start_with_webhook(&mut e).await;
+
     // A version bump of `driver`: only the diff is foretold — the driver upgraded and its
     // reboot on the four nodes, `tools` untouched. The rollout upgrades without a plan; the
     // preview's plan of the new version (report only) finds the hosts as it wants them.
     let bumped = preview_of(&e, "fleet-2", fleet(&e, "1.1.0")).await;
     let report = bumped.report.unwrap();
     assert_eq!(bumped.plans.wanted, 4, "{report}");
-    // Timed now, from the Jobs the rollout ran (before it, no Job had been seen).
+    // Timed now — by a new leader — from the Jobs and evictions the rollout ran (before
+    // it, no Job had been seen).
     assert!(
         report.summary.takes_seconds.is_some()
-            && report.assumed.iter().any(|a| a.contains("mean over")),
+            && report.assumed.iter().any(|a| a.contains("mean over"))
+            && report
+                .assumed
+                .iter()
+                .any(|a| a.contains("pods seen leaving")),
         "{report}"
     );
     assert!(

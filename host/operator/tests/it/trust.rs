@@ -90,13 +90,22 @@ async fn refusal(client: &Client, nw: &Value) -> Option<String> {
     }
 }
 
-/// Starts the operator serving the webhook, registered with the apiserver, and waits for its CA.
+/// Starts the operator serving the webhook, registered with the apiserver, and waits for its
+/// CA and for it to accept connections.
 pub async fn start_with_webhook(e: &mut E2e) {
     let port = nodewright_testregistry::free_port();
     let flags = e.cluster.admission(port).await.unwrap();
     e.start_operator(&flags.iter().map(String::as_str).collect::<Vec<_>>());
     e.wait("the operator injects its CA", WAIT, || {
         e.cluster.webhook_ca()
+    })
+    .await;
+    // A restarted operator finds its CA injected already: wait for it to serve too.
+    e.wait("the operator serves its webhook", WAIT, || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()
+            .map(drop)
     })
     .await;
 }

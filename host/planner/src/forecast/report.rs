@@ -19,20 +19,12 @@ pub fn report(forecast: &Forecast, cr: &str, reported: &dyn Fn(&str) -> bool) ->
         .filter(|(name, n)| n.status.contains_key(cr) && reported(name))
         .collect();
     picked.sort_by_key(|(name, n)| (n.first_work.unwrap_or(usize::MAX), *name));
-    // Batches are the whole rollout's, reported nodes or not.
-    let mut starts: Vec<usize> = forecast
-        .nodes
-        .values()
-        .filter(|n| n.status.contains_key(cr))
-        .filter_map(|n| n.first_work)
-        .collect();
-    starts.sort_unstable();
-    starts.dedup();
     let mut summary = Summary {
         nodes: picked.len(),
         batches: picked
             .iter()
-            .filter_map(|(_, n)| n.first_work)
+            .filter_map(|(_, n)| n.placed.get(cr))
+            .map(|p| (&p.compartment, p.batch))
             .collect::<std::collections::BTreeSet<_>>()
             .len(),
         ..Summary::default()
@@ -77,12 +69,11 @@ pub fn report(forecast: &Forecast, cr: &str, reported: &dyn Fn(&str) -> bool) ->
             }
         };
         groups[group].nodes.push(name.clone());
+        let placed = n.placed.get(cr);
         nodes.push(NodeLine {
             name: name.clone(),
-            batch: n
-                .first_work
-                .and_then(|p| starts.iter().position(|s| *s == p))
-                .map(|i| i + 1),
+            compartment: placed.map(|p| p.compartment.clone()),
+            batch: placed.map(|p| p.batch),
             group,
             evicted: n.evicted.clone(),
             refused: n.refused.clone(),

@@ -28,6 +28,7 @@ fn foretell(w: &World, outcome: &dyn Fn(&ObservedJob) -> JobPhase, pdb: &[&str])
     let assume = Assume {
         outcome,
         runs_for: None,
+        evicts_for: None,
         pdb_blocked: pdb.iter().map(|p| p.to_string()).collect(),
         step_seconds: 2,
         max_passes: 300,
@@ -257,6 +258,7 @@ fn a_forecast_with_durations_says_how_long_the_rollout_and_each_cordon_take() {
         "driver",
         spec(json!({"interruptionBudget": {"count": 1}, "packages": {"driver": reboot_pkg()}})),
     );
+    w.add_pod("node-0", "web-0", &[("app", "web")], Some("ReplicaSet/web"));
     let outcome = succeed(("reboot", 1));
     let runs_for = |j: &ObservedJob| match &j.work {
         Work::Package {
@@ -269,6 +271,7 @@ fn a_forecast_with_durations_says_how_long_the_rollout_and_each_cordon_take() {
     let assume = Assume {
         outcome: &outcome,
         runs_for: Some(&runs_for),
+        evicts_for: None,
         pdb_blocked: Default::default(),
         step_seconds: 2,
         max_passes: 300,
@@ -295,6 +298,28 @@ fn a_forecast_with_durations_says_how_long_the_rollout_and_each_cordon_take() {
     assert!(mean >= 900 && max >= mean, "{summary:?}");
     let text = summary.to_string();
     assert!(text.contains("; about ") && text.contains("min"), "{text}");
+    // A pod that takes two minutes to leave holds its node's drain that long: node-0 stays
+    // cordoned two minutes longer, and the rollout (one node at a time) ends that much later
+    // (less the one 2 s pass an instant eviction also waits for).
+    let slow = forecast(
+        &w.snap,
+        w.now,
+        &Assume {
+            evicts_for: Some(120),
+            ..assume.clone()
+        },
+    );
+    assert!(slow.settled, "{slow:?}");
+    let (a2, b2) = (&slow.nodes["node-0"], &slow.nodes["node-1"]);
+    assert_eq!(a2.evicted, ["default/web-0"]);
+    assert!(held(a2) >= held(a) + 118, "{a2:?} against {a:?}");
+    assert!(held(b2) < held(a2), "node-1 has no pod to wait for");
+    assert!(
+        slow.ends_at - slow.starts_at >= f.ends_at - f.starts_at + 118,
+        "{} against {}",
+        slow.ends_at - slow.starts_at,
+        f.ends_at - f.starts_at
+    );
     // Nothing runs in the forecast's place: the world's own nodes were not touched.
     assert!(
         w.snap
@@ -366,5 +391,80 @@ fn plan_answers_per_node_steer_the_forecast_and_every_plan_is_listed() {
             plan("node-0", "tuning", "apply"),
             plan("node-1", "tuning", "apply")
         ]
+    );
+}
+
+/// Each node's compartment and batch in the forecast: the batch the rollout then puts it in.
+#[test]
+fn each_node_is_foretold_in_the_compartment_and_batch_the_rollout_puts_it_in() {
+    let mut w = World::new(0);
+    for (i, tier) in ["canary", "production", "production", "production", ""]
+        .iter()
+        .enumerate()
+    {
+        let labels: Vec<(&str, &str)> = if tier.is_empty() {
+            vec![]
+        } else {
+            vec![("tier", tier)]
+        };
+        w.add_node(&format!("w{i}"), &labels);
+    }
+    w.snap.policies.insert(
+        "staged".into(),
+        policy(json!({
+            "default": {"budget": {"count": 2}},
+            "compartments": [
+                {"name": "canary", "selector": {"matchLabels": {"tier": "canary"}}, "budget": {"count": 1},
+                 "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1, "safetyLimit": 100}}},
+                {"name": "production", "selector": {"matchLabels": {"tier": "production"}}, "budget": {"percent": 100},
+                 "strategy": {"linear": {"initialBatch": 1, "delta": 1, "failureThreshold": 2, "safetyLimit": 100}}}
+            ]
+        })),
+    );
+    w.add_cr(
+        "rollout",
+        spec(json!({"deploymentPolicy": "staged", "packages": {"tuning": plain_pkg()}})),
+    );
+    let f = foretell(&w, &succeed(("none", 1)), &[]);
+    assert!(f.settled, "{f:?}");
+
+    // The rollout itself, its batches read from the status after every pass.
+    let mut seen: std::collections::BTreeMap<String, (String, i32)> = Default::default();
+    for _ in 0..60 {
+        w.step();
+        for (name, c) in &w.cr("rollout").status.compartment_statuses {
+            let batch = c.batch_state.as_ref().map_or(1, |b| b.current_batch);
+            for node in &c.batch_nodes {
+                seen.entry(node.clone()).or_insert((name.clone(), batch));
+            }
+        }
+        w.succeed_all(("none", 1));
+    }
+    assert_eq!(seen.len(), 5, "every node joined a batch: {seen:?}");
+    let told: std::collections::BTreeMap<String, (String, i32)> = f
+        .nodes
+        .iter()
+        .filter_map(|(n, nf)| {
+            let p = nf.placed.get("rollout")?;
+            Some((n.clone(), (p.compartment.clone(), p.batch)))
+        })
+        .collect();
+    assert_eq!(told, seen, "compartment and batch, node for node");
+    assert_eq!(seen["w0"].0, "canary");
+    assert_eq!(seen["w4"].0, "__default__");
+    let production: BTreeSet<i32> = ["w1", "w2", "w3"].iter().map(|n| seen[*n].1).collect();
+    assert!(
+        production.len() > 1,
+        "linear growth from one: production runs in more than one batch: {seen:?}"
+    );
+
+    let rep = report(&f, "rollout", &|_| true);
+    let line = |n: &str| rep.nodes.iter().find(|l| l.name == n).unwrap();
+    assert_eq!(line("w0").compartment.as_deref(), Some("canary"));
+    assert_eq!(line("w0").batch, Some(seen["w0"].1));
+    assert_eq!(
+        rep.summary.batches,
+        seen.values().collect::<BTreeSet<_>>().len(),
+        "each compartment's batches counted apart"
     );
 }

@@ -64,8 +64,12 @@ pub async fn verbs(env: &Env) {
         "{out}"
     );
     assert!(
-        out.contains("  NODE  BATCH  OUTCOME"),
+        out.contains("  NODE  COMPARTMENT/BATCH  OUTCOME"),
         "a few nodes are listed: {out}"
+    );
+    assert!(
+        out.contains("  n1  __default__/1  ") && out.contains("  n2  __default__/1  "),
+        "each node's compartment and batch: {out}"
     );
     let previews = Api::<NodeWrightPreview>::all(env.cluster.client.clone());
     let left = previews.list(&ListParams::default()).await.unwrap().items;
