@@ -358,6 +358,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             jobs: flags.job_config(),
             limit: flags.preview_jobs as usize,
             history: history.clone(),
+            writes: metrics.preview_writes.clone(),
         }
         .run(world.clone(), plugins.clone(), flags.settings()),
     );

@@ -53,6 +53,9 @@ pub struct Metrics {
     pub api_writes: Counter,
     /// Writes the API refused or that failed.
     pub api_write_failures: Counter,
+    /// Writes previews send (plan Jobs, statuses, deletes): beside the rollout's, outside
+    /// its rate limit.
+    pub preview_writes: Counter,
     /// Write requests as they are sent (events included), after the rate limit.
     pub api_requests: Counter,
     /// 1 while this replica holds the leader lease (or runs without election).
@@ -82,6 +85,7 @@ impl Metrics {
         let actions = Family::<ActionLabels, Counter>::default();
         let api_writes = Counter::default();
         let api_write_failures = Counter::default();
+        let preview_writes = Counter::default();
         let api_requests = Counter::default();
         let leader = Gauge::default();
         let admissions = Family::<AdmissionLabels, Counter>::default();
@@ -106,6 +110,11 @@ impl Metrics {
             "nodewright_api_write_failures",
             "Writes the Kubernetes API refused or that failed",
             api_write_failures.clone(),
+        );
+        registry.register(
+            "nodewright_preview_writes",
+            "Writes NodeWrightPreviews sent to the Kubernetes API (plan Jobs, statuses, deletes), outside the rollout's rate limit",
+            preview_writes.clone(),
         );
         registry.register(
             "nodewright_api_requests",
@@ -134,6 +143,7 @@ impl Metrics {
             actions,
             api_writes,
             api_write_failures,
+            preview_writes,
             api_requests,
             leader,
             admissions,

@@ -46,6 +46,8 @@ pub struct Previews {
     pub limit: usize,
     /// How long stages have taken here: the estimate's durations.
     pub history: Arc<History>,
+    /// Counts every write a preview sends (plan Jobs, statuses, the TTL's delete).
+    pub writes: prometheus_client::metrics::counter::Counter,
 }
 
 /// Time between passes over the previews.
@@ -86,6 +88,7 @@ impl Previews {
         {
             if expired(p, now) {
                 let api: Api<NodeWrightPreview> = Api::all(self.client.clone());
+                self.writes.inc();
                 api.delete(&name, &DeleteParams::background()).await?;
             }
             return Ok(());
@@ -224,6 +227,7 @@ impl Previews {
             else {
                 continue;
             };
+            self.writes.inc();
             match api.create(&PostParams::default(), &job).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -267,6 +271,7 @@ impl Previews {
             }
         }
         let patch = serde_json::json!({ "status": body });
+        self.writes.inc();
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         Ok(())

@@ -9,14 +9,14 @@ use nodewright_api::v1alpha1::{NodeWrightPreview, PreviewPhase};
 use nodewright_localcluster::Binaries;
 use serde_json::json;
 
-use super::{fleet, packages, rss_kib};
+use super::{fleet, packages, rss_kib, scrape};
 
 /// `preview`: prints the wall time to the report, the plan Jobs run, the operator's peak
-/// RSS over the preview, the status writes it made, how long the report takes to render
+/// RSS over the preview, the API writes it made (its metric) and the status versions seen, how long the report takes to render
 /// as text, and whether anything of the rollout's was written (NodeWrights, node marks).
 pub(super) async fn preview(bins: &Binaries, nodes: usize, count: usize) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
-    let (cluster, op, _port) = fleet(bins, work.path(), nodes).await?;
+    let (cluster, op, port) = fleet(bins, work.path(), nodes).await?;
     let mut all = packages(&cluster, true, 1);
     for (name, p) in packages(&cluster, false, count)
         .as_object()
@@ -31,6 +31,7 @@ pub(super) async fn preview(bins: &Binaries, nodes: usize, count: usize) -> anyh
         "spec": {"nodewright": "fleet", "spec": {"interruptionBudget": {"percent": 10}, "packages": all}}
     }))?;
     let rss0 = rss_kib(op.pid());
+    let writes0 = scrape(port, "nodewright_preview_writes_total").await;
     let started = Instant::now();
     api.create(&PostParams::default(), &preview).await?;
     let (mut peak, mut writes, mut last) = (rss0, 0u32, None);
@@ -56,6 +57,7 @@ pub(super) async fn preview(bins: &Binaries, nodes: usize, count: usize) -> anyh
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     let wall = started.elapsed().as_secs_f64();
+    let api_writes = scrape(port, "nodewright_preview_writes_total").await - writes0;
     let report = status.report.expect("a ready preview has its report");
     let render = Instant::now();
     let text = report.to_string();
@@ -66,7 +68,7 @@ pub(super) async fn preview(bins: &Binaries, nodes: usize, count: usize) -> anyh
         .items
         .len();
     println!(
-        "preview {nodes:>5} nodes x {} pkg: report after {wall:.1} s ({} plan Jobs, {} failed; {} groups, {} batches), operator RSS {} -> peak {} MiB, ~{writes} status versions seen, report rendered in {:.3} ms ({} lines); NodeWrights written: {written}",
+        "preview {nodes:>5} nodes x {} pkg: report after {wall:.1} s ({} plan Jobs, {} failed; {} groups, {} batches), operator RSS {} -> peak {} MiB, {api_writes} API writes (~{writes} status versions seen), report rendered in {:.3} ms ({} lines); NodeWrights written: {written}",
         count + 1,
         status.plans.wanted,
         status.plans.failed,
