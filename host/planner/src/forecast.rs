@@ -31,7 +31,7 @@ pub use report::report;
 
 use crate::action::{Action, JobRequest, NodePatch};
 use crate::plan::plan;
-use crate::snapshot::{JobPhase, ObservedJob, Refusal, Snapshot, Work};
+use crate::snapshot::{JobPhase, ObservedJob, ObservedPod, Refusal, Snapshot, Work};
 
 /// What a forecast takes for granted about the world it cannot see.
 #[derive(Clone)]
@@ -209,7 +209,9 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
                 } if drain > 0 => {
                     let key = format!("{namespace}/{pod}");
                     if *delete || !assume.pdb_blocked.contains(&key) {
-                        if let Some(p) = snap.pods.iter_mut().find(|p| p.key() == key) {
+                        let evicted =
+                            |p: &&mut ObservedPod| p.namespace == *namespace && p.name == *pod;
+                        if let Some(p) = snap.pods.iter_mut().find(evicted) {
                             p.terminating = true;
                             leaving.entry(key).or_insert(now + drain);
                         }
@@ -418,7 +420,8 @@ pub fn apply(snap: &mut Snapshot, now: i64, pdb_blocked: &BTreeSet<String>, a: &
                     },
                 );
             } else {
-                snap.pods.retain(|p| p.key() != key);
+                snap.pods
+                    .retain(|p| p.namespace != *namespace || p.name != *pod);
             }
         }
         Action::SetStatus { cr, status } => {
