@@ -70,8 +70,8 @@ struct Inner {
     record: Record,
     /// Jobs already counted that the caches still show.
     counted: HashSet<String>,
-    /// Pods evicted (`namespace/name`) and when, not gone yet.
-    evicting: HashMap<String, i64>,
+    /// Pods evicted (namespace, name) and when, not gone yet.
+    evicting: HashMap<(String, String), i64>,
     clock: u64,
     /// Bumped by every change: what the store compares to know it has something to write.
     changes: u64,
@@ -143,14 +143,20 @@ impl History {
     pub fn drains(&self, snapshot: &Snapshot, actions: &[Action], now: i64) {
         let mut inner = self.inner.lock().expect("history lock");
         if !inner.evicting.is_empty() {
-            let present: HashSet<String> = snapshot.pods.iter().map(|p| p.key()).collect();
+            let present: HashSet<(&str, &str)> = snapshot
+                .pods
+                .iter()
+                .map(|p| (p.namespace.as_str(), p.name.as_str()))
+                .collect();
             let mut gone = Vec::new();
-            inner.evicting.retain(|pod, at| {
-                if !present.contains(pod) {
+            inner.evicting.retain(|(namespace, pod), at| {
+                if !present.contains(&(namespace.as_str(), pod.as_str())) {
                     gone.push(now - *at);
                     false
                 } else {
-                    !snapshot.refusals.contains_key(pod)
+                    !snapshot
+                        .refusals
+                        .contains_key(&format!("{namespace}/{pod}"))
                 }
             });
             for seconds in gone {
@@ -164,7 +170,7 @@ impl History {
             {
                 inner
                     .evicting
-                    .entry(format!("{namespace}/{pod}"))
+                    .entry((namespace.clone(), pod.clone()))
                     .or_insert(now);
             }
         }

@@ -398,28 +398,9 @@ fn plan_answers_per_node_steer_the_forecast_and_every_plan_is_listed() {
 #[test]
 fn each_node_is_foretold_in_the_compartment_and_batch_the_rollout_puts_it_in() {
     let mut w = World::new(0);
-    for (i, tier) in ["canary", "production", "production", "production", ""]
-        .iter()
-        .enumerate()
-    {
-        let labels: Vec<(&str, &str)> = if tier.is_empty() {
-            vec![]
-        } else {
-            vec![("tier", tier)]
-        };
-        w.add_node(&format!("w{i}"), &labels);
-    }
-    w.snap.policies.insert(
-        "staged".into(),
-        policy(json!({
-            "default": {"budget": {"count": 2}},
-            "compartments": [
-                {"name": "canary", "selector": {"matchLabels": {"tier": "canary"}}, "budget": {"count": 1},
-                 "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1, "safetyLimit": 100}}},
-                {"name": "production", "selector": {"matchLabels": {"tier": "production"}}, "budget": {"percent": 100},
-                 "strategy": {"linear": {"initialBatch": 1, "delta": 1, "failureThreshold": 2, "safetyLimit": 100}}}
-            ]
-        })),
+    staged(
+        &mut w,
+        &["canary", "production", "production", "production", ""],
     );
     w.add_cr(
         "rollout",

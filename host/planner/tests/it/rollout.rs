@@ -8,7 +8,7 @@ use nodewright_api::result::Blame;
 use nodewright_api::v1alpha1::Status;
 use nodewright_planner::{Action, JobPhase, PluginCheck, Work};
 use serde_json::json;
-use world::{World, condition, failed, ok, plain_pkg, policy, reboot_pkg, spec, stages_on};
+use world::{World, condition, failed, ok, plain_pkg, policy, reboot_pkg, spec, staged, stages_on};
 
 #[test]
 fn compartment_progress_is_counted_after_the_pass_that_completes_nodes() {
@@ -58,35 +58,16 @@ fn the_interruption_budget_caps_nodes_at_work() {
 #[test]
 fn seed_002_canary_stops_on_failure_while_production_and_default_continue() {
     let mut w = World::new(0);
-    for (i, tier) in [
-        "canary",
-        "canary",
-        "production",
-        "production",
-        "production",
-        "",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let labels: Vec<(&str, &str)> = if tier.is_empty() {
-            vec![]
-        } else {
-            vec![("tier", tier)]
-        };
-        w.add_node(&format!("w{i}"), &labels);
-    }
-    w.snap.policies.insert(
-        "staged".into(),
-        policy(json!({
-            "default": {"budget": {"count": 2}},
-            "compartments": [
-                {"name": "canary", "selector": {"matchLabels": {"tier": "canary"}}, "budget": {"count": 1},
-                 "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1, "safetyLimit": 100}}},
-                {"name": "production", "selector": {"matchLabels": {"tier": "production"}}, "budget": {"percent": 100},
-                 "strategy": {"linear": {"initialBatch": 1, "delta": 1, "failureThreshold": 2, "safetyLimit": 100}}}
-            ]
-        })),
+    staged(
+        &mut w,
+        &[
+            "canary",
+            "canary",
+            "production",
+            "production",
+            "production",
+            "",
+        ],
     );
     w.add_cr(
         "rollout",

@@ -38,6 +38,32 @@ pub fn policy(json: serde_json::Value) -> DeploymentPolicySpec {
     serde_json::from_value(json).expect("valid policy")
 }
 
+/// Nodes `w0`, `w1`, … labelled `tier=<tier>` (none for an empty tier), and the DeploymentPolicy
+/// `staged`: a `canary` compartment (one at a time, fixed, stops at the first failure), a
+/// `production` one (linear from one) and a default budget of two for the rest.
+pub fn staged(w: &mut World, tiers: &[&str]) {
+    for (i, tier) in tiers.iter().enumerate() {
+        let labels: Vec<(&str, &str)> = if tier.is_empty() {
+            vec![]
+        } else {
+            vec![("tier", tier)]
+        };
+        w.add_node(&format!("w{i}"), &labels);
+    }
+    w.snap.policies.insert(
+        "staged".into(),
+        policy(serde_json::json!({
+            "default": {"budget": {"count": 2}},
+            "compartments": [
+                {"name": "canary", "selector": {"matchLabels": {"tier": "canary"}}, "budget": {"count": 1},
+                 "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1, "safetyLimit": 100}}},
+                {"name": "production", "selector": {"matchLabels": {"tier": "production"}}, "budget": {"percent": 100},
+                 "strategy": {"linear": {"initialBatch": 1, "delta": 1, "failureThreshold": 2, "safetyLimit": 100}}}
+            ]
+        })),
+    );
+}
+
 /// A package whose changes need a reboot.
 pub fn reboot_pkg() -> serde_json::Value {
     serde_json::json!({"version": "1.0.0", "plugin": "r.example/driver:1", "interrupt": {"type": "reboot"}})
