@@ -230,7 +230,6 @@ pub fn slim_pod(p: &mut Pod) {
 /// Job objects are kept whole (the operator's own, a handful per node at work).
 fn keep<K>(_: &mut K) {}
 
-/// NodeWrights and policies are kept whole but for their managed fields.
 /// Pods by the Job that made them (the `job-name` label the Job controller sets).
 fn pods_by_job(pods: &[Arc<Pod>]) -> HashMap<&str, Vec<&Pod>> {
     let mut by_job: HashMap<&str, Vec<&Pod>> = HashMap::new();
@@ -250,6 +249,7 @@ fn pods_of<'a>(by_job: &'a HashMap<&str, Vec<&'a Pod>>, job: &Job) -> &'a [&'a P
         .unwrap_or_default()
 }
 
+/// NodeWrights and policies are kept whole but for their managed fields.
 fn slim_meta<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }

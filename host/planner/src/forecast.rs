@@ -208,7 +208,7 @@ pub fn forecast(snapshot: &Snapshot, now: i64, assume: &Assume<'_>) -> Forecast 
                     ..
                 } if drain > 0 => {
                     let key = format!("{namespace}/{pod}");
-                    if *delete || !assume.pdb_blocked.contains(&key) {
+                    if !refused(&assume.pdb_blocked, *delete, &key) {
                         let evicted =
                             |p: &&mut ObservedPod| p.namespace == *namespace && p.name == *pod;
                         if let Some(p) = snap.pods.iter_mut().find(evicted) {
@@ -360,7 +360,7 @@ fn record(out: &mut Forecast, pass: usize, now: i64, pdb_blocked: &BTreeSet<Stri
         } => {
             let key = format!("{namespace}/{pod}");
             let node = out.nodes.entry(node.clone()).or_default();
-            if !delete && pdb_blocked.contains(&key) {
+            if refused(pdb_blocked, *delete, &key) {
                 if !node.refused.contains(&key) {
                     node.refused.push(key);
                 }
@@ -370,6 +370,12 @@ fn record(out: &mut Forecast, pass: usize, now: i64, pdb_blocked: &BTreeSet<Stri
         }
         _ => {}
     }
+}
+
+/// Whether the eviction of pod `key` (`namespace/name`) is refused: a budget in
+/// `pdb_blocked` holds it, unless the pod is deleted rather than evicted.
+fn refused(pdb_blocked: &BTreeSet<String>, delete: bool, key: &str) -> bool {
+    !delete && pdb_blocked.contains(key)
 }
 
 /// Applies one action to `snap` as the API server would at `now`: Jobs created and
@@ -410,7 +416,7 @@ pub fn apply(snap: &mut Snapshot, now: i64, pdb_blocked: &BTreeSet<String>, a: &
             ..
         } => {
             let key = format!("{namespace}/{pod}");
-            if !delete && pdb_blocked.contains(&key) {
+            if refused(pdb_blocked, *delete, &key) {
                 let message = "Cannot evict pod as it would violate the pod's disruption budget.";
                 snap.refusals.insert(
                     key,
