@@ -108,12 +108,8 @@ impl<'a> Pass<'a> {
 
     /// `cr`'s state on `node` as this pass has left it (parsed once per annotation text).
     pub(crate) fn state_of(&self, cr: &str, node: &str) -> Parsed {
-        self.state_at(&keys::node_state(cr), cr, node)
-    }
-
-    /// [`Pass::state_of`] with the annotation's key (`keys::node_state(cr)`) at hand.
-    fn state_at(&self, key: &str, cr: &str, node: &str) -> Parsed {
-        self.s.states.get(node, cr, self.work[node].get(key))
+        let raw = self.work[node].get(&keys::node_state(cr));
+        self.s.states.get(node, cr, raw)
     }
 
     pub(crate) fn selects(cr: &Cr, node: &ObservedNode) -> bool {
@@ -126,13 +122,13 @@ impl<'a> Pass<'a> {
         for cr in &self.s.nodewrights {
             let digests = crate::packages::digests(&cr.spec);
             let key = keys::node_state(&cr.name);
+            let judge = self.s.states.judge(&cr.name, &cr.spec, cr.deleting);
             let mut everywhere = true;
             for n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
-                let st = self.state_at(&key, &cr.name, &n.name);
-                let done = st
-                    .as_ref()
-                    .as_ref()
-                    .is_ok_and(|st| node_done(&cr.spec, &digests, st, cr.deleting));
+                let raw = self.work[n.name.as_str()].get(&key);
+                let (st, done) = self.s.states.judged(&n.name, &cr.name, raw, judge, |st| {
+                    node_done(&cr.spec, &digests, st, cr.deleting)
+                });
                 self.parsed.insert((cr.name.as_str(), n.name.as_str()), st);
                 everywhere &= done;
                 if done {

@@ -3,16 +3,19 @@
 //! Every pass needs every selected node's state for every CR (is it done? parked?), and at
 //! thousands of nodes parsing those JSON annotations again each pass is most of its cost.
 //! A [`StateCache`] remembers each (CR, node)'s last annotation text and what it parsed to;
-//! a pass parses only the states whose text changed. It is a memo, not an input: a pass
+//! a pass parses only the states whose text changed. Whether the CR is done on the node — a
+//! scan of every package's entry, the next largest per-node cost — is kept beside the parse
+//! too, for the spec it was judged against ([`StateCache::judged`]). It is a memo, not an input: a pass
 //! with a warm cache returns exactly what it returns with an empty one (a test holds the
 //! planner to that), so `plan` stays a function of the snapshot and the clock. The operator
 //! keeps one cache for its lifetime and hands it to every snapshot; tests may share one or
 //! start empty.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
 use nodewright_api::node_state::{Malformed, NodeState};
+use nodewright_api::v1alpha1::NodeWrightSpec;
 
 /// One (CR, node)'s state as last parsed.
 #[derive(Debug)]
@@ -20,7 +23,20 @@ struct Entry {
     /// The annotation text it was parsed from (`None`: no annotation).
     raw: Option<String>,
     parsed: Arc<Result<NodeState, Malformed>>,
+    /// Whether the CR is done with this state, and under which [`Judge`] that was decided.
+    done: Option<(u64, bool)>,
     /// The last pass that asked for it.
+    seen: u64,
+}
+
+/// What a CR's "done on this node" is judged against — its spec and whether it is being
+/// deleted — and that judge's number: a new number for every change, so a verdict recorded
+/// under one is never read under another.
+#[derive(Debug)]
+struct Judge {
+    spec: NodeWrightSpec,
+    deleting: bool,
+    id: u64,
     seen: u64,
 }
 
@@ -28,8 +44,17 @@ struct Entry {
 struct Inner {
     /// CR → node → entry.
     entries: HashMap<String, HashMap<String, Entry>>,
+    /// CR → the spec its verdicts were judged against.
+    judges: HashMap<String, Judge>,
+    /// The last judge's number.
+    judged: u64,
     pass: u64,
 }
+
+/// A CR's judge for this pass ([`StateCache::judge`]): names the spec the verdicts of
+/// [`StateCache::judged`] hold for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JudgeId(u64);
 
 /// Parsed node states by CR and node, reused while their annotation text is unchanged.
 #[derive(Debug, Default)]
@@ -45,27 +70,55 @@ impl StateCache {
         raw: Option<&str>,
     ) -> Arc<Result<NodeState, Malformed>> {
         let mut inner = self.0.lock().expect("state cache lock");
+        inner.entry(node, cr, raw).parsed.clone()
+    }
+
+    /// The judge of `cr`'s verdicts this pass: the same as the last pass's while its spec
+    /// and deletion are, a new one otherwise.
+    pub fn judge(&self, cr: &str, spec: &NodeWrightSpec, deleting: bool) -> JudgeId {
+        let mut inner = self.0.lock().expect("state cache lock");
         let pass = inner.pass;
-        let by_node = match inner.entries.get_mut(cr) {
-            Some(m) => m,
-            None => inner.entries.entry(cr.to_string()).or_default(),
-        };
-        if let Some(e) = by_node.get_mut(node)
-            && e.raw.as_deref() == raw
+        if let Some(j) = inner.judges.get_mut(cr)
+            && j.deleting == deleting
+            && j.spec == *spec
         {
-            e.seen = pass;
-            return e.parsed.clone();
+            j.seen = pass;
+            return JudgeId(j.id);
         }
-        let parsed = Arc::new(NodeState::from_annotation(node, cr, raw));
-        by_node.insert(
-            node.to_string(),
-            Entry {
-                raw: raw.map(String::from),
-                parsed: parsed.clone(),
-                seen: pass,
-            },
-        );
-        parsed
+        inner.judged += 1;
+        let id = inner.judged;
+        let judge = Judge {
+            spec: spec.clone(),
+            deleting,
+            id,
+            seen: pass,
+        };
+        inner.judges.insert(cr.to_string(), judge);
+        JudgeId(id)
+    }
+
+    /// [`StateCache::get`], and whether the CR is done with that state: `decide`'s verdict
+    /// (`false` for a state that does not parse), kept while the text and `judge` are the
+    /// same. `decide` must be a function of the state and the judge's spec alone.
+    pub fn judged(
+        &self,
+        node: &str,
+        cr: &str,
+        raw: Option<&str>,
+        judge: JudgeId,
+        decide: impl FnOnce(&NodeState) -> bool,
+    ) -> (Arc<Result<NodeState, Malformed>>, bool) {
+        let mut inner = self.0.lock().expect("state cache lock");
+        let e = inner.entry(node, cr, raw);
+        let done = match e.done {
+            Some((id, done)) if id == judge.0 => done,
+            _ => {
+                let done = e.parsed.as_ref().as_ref().is_ok_and(decide);
+                e.done = Some((judge.0, done));
+                done
+            }
+        };
+        (e.parsed.clone(), done)
     }
 
     /// Ends a pass: forgets what this pass did not ask for (nodes and CRs that are gone, or
@@ -77,6 +130,7 @@ impl StateCache {
             by_node.retain(|_, e| e.seen == pass);
         }
         inner.entries.retain(|_, by_node| !by_node.is_empty());
+        inner.judges.retain(|_, j| j.seen == pass);
         inner.pass += 1;
     }
 
@@ -89,5 +143,84 @@ impl StateCache {
     /// Holds none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl Inner {
+    /// `cr`'s entry for `node`, parsed afresh unless its text is the one parsed last; marks
+    /// it asked for this pass.
+    fn entry(&mut self, node: &str, cr: &str, raw: Option<&str>) -> &mut Entry {
+        let pass = self.pass;
+        if !self.entries.contains_key(cr) {
+            self.entries.insert(cr.to_string(), HashMap::default());
+        }
+        let by_node = self.entries.get_mut(cr).expect("present or just inserted");
+        let fresh = by_node.get(node).is_none_or(|e| e.raw.as_deref() != raw);
+        if fresh {
+            let entry = Entry {
+                raw: raw.map(String::from),
+                parsed: Arc::new(NodeState::from_annotation(node, cr, raw)),
+                done: None,
+                seen: pass,
+            };
+            by_node.insert(node.to_string(), entry);
+        }
+        let e = by_node.get_mut(node).expect("present or just inserted");
+        e.seen = pass;
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    fn spec(version: &str) -> NodeWrightSpec {
+        serde_json::from_value(serde_json::json!({
+            "packages": {"p": {"version": version, "plugin": "r.example/p:1"}}
+        }))
+        .expect("a spec")
+    }
+
+    /// Asks for node n1's verdict with `raw` under `judge`; true when `decide` was run.
+    fn decided(cache: &StateCache, raw: Option<&str>, judge: JudgeId) -> bool {
+        let ran = Cell::new(false);
+        cache.judged("n1", "cr", raw, judge, |_| {
+            ran.set(true);
+            true
+        });
+        ran.get()
+    }
+
+    #[test]
+    fn a_verdict_is_kept_only_while_the_text_the_spec_and_the_deletion_are_the_same() {
+        let cache = StateCache::default();
+        let v1 = cache.judge("cr", &spec("1"), false);
+        assert!(decided(&cache, Some("{}"), v1), "the first ask decides");
+        assert!(
+            !decided(&cache, Some("{}"), v1),
+            "the same text and judge reuse it"
+        );
+        cache.end_pass();
+
+        assert_eq!(
+            cache.judge("cr", &spec("1"), false),
+            v1,
+            "an unchanged spec"
+        );
+        assert!(!decided(&cache, Some("{}"), v1), "kept across passes");
+        assert!(decided(&cache, Some("{ }"), v1), "new text decides again");
+
+        let v2 = cache.judge("cr", &spec("2"), false);
+        assert_ne!(v2, v1, "a changed spec is a new judge");
+        assert!(decided(&cache, Some("{ }"), v2));
+        let deleting = cache.judge("cr", &spec("2"), true);
+        assert_ne!(deleting, v2, "deletion is a new judge");
+        assert!(decided(&cache, Some("{ }"), deleting));
+
+        let (_, done) = cache.judged("n1", "cr", Some("not json"), deleting, |_| true);
+        assert!(!done, "a state that does not parse is never done");
     }
 }
