@@ -19,7 +19,7 @@ use crate::action::Action;
 use crate::packages::node_done;
 use crate::select;
 use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod, Snapshot};
-use crate::work::NodeWork;
+use crate::work::Works;
 
 /// Decides what to do next. Pure: the same snapshot and clock give the same actions (the
 /// snapshot's [`crate::StateCache`] only saves parsing).
@@ -46,7 +46,7 @@ pub(crate) struct Pass<'a> {
     pub(crate) now: i64,
     /// Nodes by creation time, then name.
     pub(crate) nodes: Vec<&'a ObservedNode>,
-    pub(crate) work: HashMap<&'a str, NodeWork<'a>>,
+    pub(crate) work: Works<'a>,
     pub(crate) jobs: HashMap<(&'a str, &'a str), Vec<&'a ObservedJob>>,
     pub(crate) pods: HashMap<&'a str, Vec<&'a ObservedPod>>,
     /// (CR, node) → node status this pass.
@@ -77,11 +77,7 @@ impl<'a> Pass<'a> {
         for p in &s.pods {
             pods.entry(p.node.as_str()).or_default().push(p);
         }
-        let work = s
-            .nodes
-            .iter()
-            .map(|n| (n.name.as_str(), NodeWork::new(n)))
-            .collect();
+        let work = Works::new(&s.nodes);
         let fencing = s
             .nodes
             .iter()
@@ -255,12 +251,7 @@ impl<'a> Pass<'a> {
 
     /// Node patches first (sorted by node), then everything else in the order it was decided.
     fn finish(mut self) -> Vec<Action> {
-        let mut patches: Vec<_> = self
-            .work
-            .into_values()
-            .filter(|w| !w.patch.is_empty())
-            .map(|w| w.patch)
-            .collect();
+        let mut patches: Vec<_> = self.work.into_patches().collect();
         patches.sort_by(|a, b| a.node.cmp(&b.node));
         let mut out: Vec<Action> = patches.into_iter().map(Action::PatchNode).collect();
         // A Job may be let go of twice in one pass (its node's pass, then a withdrawal).

@@ -17,10 +17,12 @@ use crate::snapshot::{ObservedNode, Refusal, Settings};
 /// with the write that gets there (nothing is copied until it changes).
 #[derive(Clone, Debug)]
 pub struct NodeWork<'a> {
-    base: &'a BTreeMap<String, String>,
+    node: &'a ObservedNode,
     /// Current `spec.unschedulable`.
     pub unschedulable: bool,
-    /// The write.
+    /// The write, as far as the pass has got: what it changes. Its node and resourceVersion
+    /// are filled in by [`NodeWork::into_patch`] (most nodes have nothing to write, and a
+    /// pass need not copy their names).
     pub patch: NodePatch,
 }
 
@@ -28,21 +30,27 @@ impl<'a> NodeWork<'a> {
     /// Starts from the snapshot.
     pub fn new(node: &'a ObservedNode) -> Self {
         NodeWork {
-            base: &node.annotations,
+            node,
             unschedulable: node.unschedulable,
-            patch: NodePatch {
-                node: node.name.clone(),
-                resource_version: node.resource_version.clone(),
-                ..Default::default()
-            },
+            patch: NodePatch::default(),
         }
+    }
+
+    /// The write the pass decided on, addressed to the node as observed: `None` when there
+    /// is nothing to write.
+    pub fn into_patch(self) -> Option<NodePatch> {
+        (!self.patch.is_empty()).then(|| NodePatch {
+            node: self.node.name.clone(),
+            resource_version: self.node.resource_version.clone(),
+            ..self.patch
+        })
     }
 
     /// An annotation's current value.
     pub fn get(&self, key: &str) -> Option<&str> {
         match self.patch.annotations.get(key) {
             Some(v) => v.as_deref(),
-            None => self.base.get(key).map(String::as_str),
+            None => self.node.annotations.get(key).map(String::as_str),
         }
     }
 
@@ -51,7 +59,7 @@ impl<'a> NodeWork<'a> {
         if self.get(key) == value.as_deref() {
             return;
         }
-        if self.base.get(key) == value.as_ref() {
+        if self.node.annotations.get(key) == value.as_ref() {
             self.patch.annotations.remove(key);
         } else {
             self.patch.annotations.insert(key.into(), value);
@@ -61,7 +69,11 @@ impl<'a> NodeWork<'a> {
     /// Whether some CR's [`keys::CrMark::FenceOperator`] is on the node, as this pass has
     /// left it.
     pub fn fences_operator(&self) -> bool {
-        let mut keys = self.base.keys().chain(self.patch.annotations.keys());
+        let mut keys = self
+            .node
+            .annotations
+            .keys()
+            .chain(self.patch.annotations.keys());
         keys.any(|k| {
             matches!(
                 keys::CrMark::parse(k),
@@ -82,7 +94,8 @@ impl<'a> NodeWork<'a> {
     pub fn cordons(&self) -> NodeCordon {
         const PREFIX: &str = "nodewright.io/cordon.";
         let keys = self
-            .base
+            .node
+            .annotations
             .range::<str, _>((
                 std::ops::Bound::Included(PREFIX),
                 std::ops::Bound::Unbounded,
@@ -165,6 +178,53 @@ impl<'a> NodeWork<'a> {
             }
             self.set(keys::KARPENTER_OWNED, None);
         }
+    }
+}
+
+/// Every node's [`NodeWork`] for a pass, found by name: kept in the snapshot's node order,
+/// beside a map from name to place. (Thousands of nodes' work held in the map itself made
+/// every lookup of a pass — a dozen per node — a walk over megabytes.)
+#[derive(Debug)]
+pub struct Works<'a> {
+    work: Vec<NodeWork<'a>>,
+    place: HashMap<&'a str, usize>,
+}
+
+impl<'a> Works<'a> {
+    /// Each node's work as the snapshot has it.
+    pub fn new(nodes: &'a [ObservedNode]) -> Self {
+        Works {
+            work: nodes.iter().map(NodeWork::new).collect(),
+            place: nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i))
+                .collect(),
+        }
+    }
+
+    /// Whether `node` is in the snapshot.
+    pub fn contains_key(&self, node: &str) -> bool {
+        self.place.contains_key(node)
+    }
+
+    /// `node`'s work (`None`: not in the snapshot).
+    pub fn get_mut(&mut self, node: &str) -> Option<&mut NodeWork<'a>> {
+        self.place.get(node).map(|&i| &mut self.work[i])
+    }
+
+    /// The writes the pass decided on, in no particular order.
+    pub fn into_patches(self) -> impl Iterator<Item = NodePatch> + 'a {
+        self.work.into_iter().filter_map(NodeWork::into_patch)
+    }
+}
+
+impl<'a> std::ops::Index<&str> for Works<'a> {
+    type Output = NodeWork<'a>;
+
+    /// `node`'s work; the node must be in the snapshot.
+    fn index(&self, node: &str) -> &NodeWork<'a> {
+        &self.work[self.place[node]]
     }
 }
 
