@@ -133,7 +133,7 @@ fn pending_uninstalls(cr: &Cr, standing: &Standings<'_>, states: &States<'_>) ->
             let installed = |name: &str, version: &str| {
                 states
                     .get(node)
-                    .and_then(|p| (**p).as_ref().ok())
+                    .and_then(|p| p.state.as_ref().ok())
                     .is_some_and(|st| st.values().any(|e| e.name == name && e.version == version))
             };
             let packages: Vec<&str> = cr
@@ -243,7 +243,7 @@ impl<'a> Pass<'a> {
                 }
                 _ => (self.state_of(&cr.name, &n.name), None),
             };
-            let st = match parsed.as_ref() {
+            let st = match &parsed.state {
                 Ok(st) => st,
                 Err(e) => {
                     report.malformed(e.to_string());
@@ -252,30 +252,30 @@ impl<'a> Pass<'a> {
                 }
             };
             let done = done.unwrap_or_else(|| node_done(&cr.spec, &c.digests, st, cr.deleting));
+            let erroring = parsed.erroring.is_some_and(|g| g >= cr.generation);
             standing.insert(
                 n.name.as_str(),
-                self.standing(c, n, st, done, before, report),
+                self.standing(c, n, erroring, done, before, report),
             );
             states.insert(n.name.as_str(), parsed);
         }
         (standing, states)
     }
 
-    /// One node's standing and status for the CR, from its state and the node itself.
+    /// One node's standing and status for the CR, from its state (`erroring`: an entry of
+    /// this generation or later is erroring; `done`) and the node itself.
     fn standing(
         &self,
         c: &CrPass<'a>,
         n: &ObservedNode,
-        st: &NodeState,
+        erroring: bool,
         done: bool,
         before: &[&Cr],
         report: &mut Report<'_>,
     ) -> (Standing, Status) {
         let cr = c.cr;
         let work = &self.work[n.name.as_str()];
-        let parked = st
-            .values()
-            .any(|e| e.state == State::Erroring && e.generation >= cr.generation)
+        let parked = erroring
             || crate::drain::timed_out(cr, crate::drain::started(work.get(&c.drain_key)), self.now)
                 .is_some()
             || self
@@ -412,7 +412,7 @@ impl<'a> Pass<'a> {
                         && prestage::ahead(env.prestage, &cr.name, &self.work[n.name.as_str()])));
             match states.remove(n.name.as_str()) {
                 Some(parsed) if runs => {
-                    let Ok(before) = parsed.as_ref() else {
+                    let Ok(before) = &parsed.state else {
                         continue;
                     };
                     let (out, st) = self.node_pass(&env, cr, n, before, member, &c.state_key);
@@ -423,7 +423,7 @@ impl<'a> Pass<'a> {
                     report.node(&n.name, &out);
                 }
                 Some(parsed) => {
-                    if let Ok(st) = parsed.as_ref() {
+                    if let (true, Ok(st)) = (parsed.uninstalling, &parsed.state) {
                         report.uninstalls(&n.name, st);
                     }
                 }
@@ -554,7 +554,7 @@ impl<'a> Pass<'a> {
         }
         let ours = self
             .state_of(&cr.name, &n.name)
-            .as_ref()
+            .state
             .as_ref()
             .is_ok_and(|st| {
                 st.values()

@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::keys;
-use nodewright_api::node_state::{Malformed, NodeState};
+
 use nodewright_api::v1alpha1::{Sequencing, Status};
 
 use crate::action::Action;
@@ -38,7 +38,7 @@ pub fn plan(s: &Snapshot, now: i64) -> Vec<Action> {
 }
 
 /// A node's parsed state for a CR, shared with the cache until the pass changes it.
-pub(crate) type Parsed = Arc<Result<NodeState, Malformed>>;
+pub(crate) type Parsed = Arc<crate::states::Reading>;
 
 /// What the whole pass shares.
 pub(crate) struct Pass<'a> {

@@ -382,6 +382,13 @@ fn uninstall_and_dependency_conditions() {
         ("True", "UninstallInProgress")
     );
     assert!(msg.contains("node-0 (base 1.0.0)"), "{msg}");
+    // Paused, the node's pass stops; what its state says is reported all the same.
+    w.cr_mut("t").paused = true;
+    w.step();
+    let (on, _, msg) = condition(&w, "t", "UninstallInProgress");
+    assert_eq!(on, "True", "paused mid-uninstall: {msg}");
+    assert!(msg.contains("node-0 (base 1.0.0)"), "{msg}");
+    w.cr_mut("t").paused = false;
     // The uninstall fails for good.
     w.finish_jobs(|_| {
         Some(JobPhase::Failed {
