@@ -45,4 +45,4 @@ pub use snapshot::{
     AgentPods, Cr, GateFinding, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck,
     Refusal, Replica, Resolved, Settings, Snapshot, Work,
 };
-pub use states::{JudgeId, StateCache};
+pub use states::StateCache;

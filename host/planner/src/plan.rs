@@ -12,7 +12,6 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::keys;
-
 use nodewright_api::v1alpha1::{Sequencing, Status};
 
 use crate::action::Action;

@@ -3,16 +3,17 @@
 //! Every pass needs every selected node's state for every CR (is it done? parked?), and at
 //! thousands of nodes parsing those JSON annotations again each pass is most of its cost.
 //! A [`StateCache`] remembers each (CR, node)'s last annotation text and what it parsed to;
-//! a pass parses only the states whose text changed. Whether the CR is done on the node — a
-//! scan of every package's entry, the next largest per-node cost — is kept beside the parse
-//! too, for the spec it was judged against ([`StateCache::judged`]). It is a memo, not an input: a pass
-//! with a warm cache returns exactly what it returns with an empty one (a test holds the
-//! planner to that), so `plan` stays a function of the snapshot and the clock. The operator
-//! keeps one cache for its lifetime and hands it to every snapshot; tests may share one or
-//! start empty.
+//! a pass parses only the states whose text changed. What every pass asks of every state is
+//! answered with the parse ([`Reading`]), and whether the CR is done on the node — a scan of
+//! every package's entry — is kept beside it for the spec it was judged against
+//! ([`StateCache::judged`]). It is a memo, not an input: a pass with a warm cache returns
+//! exactly what it returns with an empty one (a test holds the planner to that), so `plan`
+//! stays a function of the snapshot and the clock. The operator keeps one cache for its
+//! lifetime and hands it to every snapshot; tests may share one or start empty.
+
+use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::{Arc, Mutex};
 
 use nodewright_api::node_state::{Malformed, NodeState, Stage, State};
 use nodewright_api::v1alpha1::NodeWrightSpec;
@@ -22,7 +23,7 @@ use nodewright_api::v1alpha1::NodeWrightSpec;
 /// that none is erroring or uninstalling costs more than anything else about a node that
 /// has nothing to do.
 #[derive(Debug)]
-pub struct Reading {
+pub(crate) struct Reading {
     /// The state, or why it does not parse.
     pub state: Result<NodeState, Malformed>,
     /// The highest generation of an erroring entry (`None`: no entry is erroring).
@@ -85,7 +86,7 @@ struct Inner {
 /// A CR's judge for this pass ([`StateCache::judge`]): names the spec the verdicts of
 /// [`StateCache::judged`] hold for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct JudgeId(u64);
+pub(crate) struct JudgeId(u64);
 
 /// Parsed node states by CR and node, reused while their annotation text is unchanged.
 #[derive(Debug, Default)]
@@ -94,14 +95,14 @@ pub struct StateCache(Mutex<Inner>);
 impl StateCache {
     /// `cr`'s state on `node`, whose annotation reads `raw` (`None`: none): the earlier
     /// parse when the text is the same, a fresh one otherwise.
-    pub fn get(&self, node: &str, cr: &str, raw: Option<&str>) -> Arc<Reading> {
+    pub(crate) fn get(&self, node: &str, cr: &str, raw: Option<&str>) -> Arc<Reading> {
         let mut inner = self.0.lock().expect("state cache lock");
         inner.entry(node, cr, raw).parsed.clone()
     }
 
     /// The judge of `cr`'s verdicts this pass: the same as the last pass's while its spec
     /// and deletion are, a new one otherwise.
-    pub fn judge(&self, cr: &str, spec: &NodeWrightSpec, deleting: bool) -> JudgeId {
+    pub(crate) fn judge(&self, cr: &str, spec: &NodeWrightSpec, deleting: bool) -> JudgeId {
         let mut inner = self.0.lock().expect("state cache lock");
         let pass = inner.pass;
         if let Some(j) = inner.judges.get_mut(cr)
@@ -126,7 +127,7 @@ impl StateCache {
     /// [`StateCache::get`], and whether the CR is done with that state: `decide`'s verdict
     /// (`false` for a state that does not parse), kept while the text and `judge` are the
     /// same. `decide` must be a function of the state and the judge's spec alone.
-    pub fn judged(
+    pub(crate) fn judged(
         &self,
         node: &str,
         cr: &str,
