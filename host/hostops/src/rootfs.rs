@@ -111,6 +111,38 @@ pub(super) struct Scoped {
     pub(super) is_base: bool,
     /// Directories the resolution made.
     pub(super) made: u32,
+    /// What the resolution's own `lstat` of `rel` found.
+    pub(super) seen: Seen,
+}
+
+/// What a resolution saw of a path's last name, which it `lstat`s in the directory it holds
+/// before handing it over: an operation that only wants that (`stat`) need not look again.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Seen {
+    /// Not looked at: the path names the directory the resolution holds (`rel` is empty).
+    NotLooked,
+    /// No entry by that name.
+    Missing,
+    /// The entry itself (a link not followed).
+    Entry(rustix::fs::Stat),
+}
+
+impl FileStat {
+    fn of(st: &rustix::fs::Stat) -> Self {
+        use rustix::fs::FileType;
+        FileStat {
+            kind: match FileType::from_raw_mode(st.st_mode) {
+                FileType::Symlink => FileKind::Symlink,
+                FileType::Directory => FileKind::Directory,
+                FileType::RegularFile => FileKind::File,
+                _ => FileKind::Other,
+            },
+            size: u64::try_from(st.st_size).unwrap_or_default(),
+            mode: st.st_mode & 0o7777,
+            uid: st.st_uid,
+            gid: st.st_gid,
+        }
+    }
 }
 
 fn strip_root(path: &Path) -> &Path {
@@ -193,10 +225,11 @@ impl RootFs {
             Err(HostError::NotFound(_)) => return Ok(None),
             other => other?,
         };
-        let meta = if s.rel.as_os_str().is_empty() {
-            s.dir.dir_metadata()
-        } else {
-            s.dir.symlink_metadata(&s.rel)
+        let meta = match s.seen {
+            Seen::Missing => return Ok(None),
+            Seen::Entry(st) => return Ok(Some(FileStat::of(&st))),
+            Seen::NotLooked if s.rel.as_os_str().is_empty() => s.dir.dir_metadata(),
+            Seen::NotLooked => s.dir.symlink_metadata(&s.rel),
         };
         match meta {
             Ok(m) => Ok(Some(FileStat {
@@ -331,14 +364,31 @@ impl RootFs {
             refuse(FileKind::Directory)?;
             return open_dir(Path::new("."));
         }
-        let meta = if follow {
-            s.dir.metadata(&s.rel)
-        } else {
-            s.dir.symlink_metadata(&s.rel)
+        // What the resolution's `lstat` saw decides what may be opened (with `follow`, a
+        // trusted last link was followed there: never a link); the open below is checked
+        // again on the file it opened.
+        let kind = match s.seen {
+            Seen::Entry(st) => FileStat::of(&st).kind,
+            Seen::Missing => {
+                let missing = rustix::io::Errno::NOENT.raw_os_error();
+                return Err(self.map(
+                    op,
+                    path,
+                    base.path,
+                    std::io::Error::from_raw_os_error(missing),
+                ));
+            }
+            Seen::NotLooked => {
+                let meta = if follow {
+                    s.dir.metadata(&s.rel)
+                } else {
+                    s.dir.symlink_metadata(&s.rel)
+                };
+                kind_of(&meta.map_err(|e| self.map(op, path, base.path, e))?)
+            }
         };
-        let meta = meta.map_err(|e| self.map(op, path, base.path, e))?;
-        refuse(kind_of(&meta))?;
-        if meta.is_dir() {
+        refuse(kind)?;
+        if kind == FileKind::Directory {
             return open_dir(&s.rel);
         }
         let mut open = OpenOptions::new();

@@ -22,7 +22,7 @@ use cap_std::fs::Dir;
 use nodewright_api::grants::{GrantedPath, PathKind};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
-use super::{MAX_DEPTH, RootFs, Scoped};
+use super::{MAX_DEPTH, RootFs, Scoped, Seen};
 use crate::error::{HostError, Result};
 
 /// Most symlinks one resolution follows (the kernel's own bound, `ELOOP`).
@@ -298,6 +298,7 @@ impl RootFs {
                     rel: name.into(),
                     is_base: part == Part::Base,
                     made,
+                    seen: stat.map_or(Seen::Missing, Seen::Entry),
                 });
             }
             // A directory on the way (or the last one of a `mkdir -p`).
@@ -367,6 +368,7 @@ impl RootFs {
             rel: Default::default(),
             is_base: rest.as_os_str().is_empty(),
             made,
+            seen: Seen::NotLooked,
         })
     }
 }

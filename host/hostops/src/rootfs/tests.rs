@@ -365,3 +365,66 @@ fn a_directory_s_mode_and_owner_change() {
     let m = std::fs::metadata(tmp.path().join("etc/app")).unwrap();
     assert_eq!(m.mode() & 0o7777, 0o750);
 }
+
+#[test]
+fn stat_reports_each_kind_of_entry_as_lstat_does() {
+    let (tmp, fs) = fixture();
+    let base = GrantedPath::as_found(Path::new("/etc"));
+    std::os::unix::fs::symlink("app/a.conf", tmp.path().join("etc/link")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        tmp.path().join("etc/pipe"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o640),
+        0,
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        tmp.path().join("etc/shadow"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    for (name, kind) in [
+        ("/etc", FileKind::Directory),
+        ("/etc/app", FileKind::Directory),
+        ("/etc/shadow", FileKind::File),
+        ("/etc/link", FileKind::Symlink),
+        ("/etc/pipe", FileKind::Other),
+    ] {
+        let host = std::fs::symlink_metadata(tmp.path().join(&name[1..])).unwrap();
+        let st = fs.stat(base, Path::new(name)).unwrap().unwrap();
+        assert_eq!(
+            (st.kind, st.size, st.mode, st.uid, st.gid),
+            (
+                kind,
+                host.len(),
+                host.mode() & 0o7777,
+                host.uid(),
+                host.gid()
+            ),
+            "{name}"
+        );
+    }
+    assert_eq!(fs.stat(base, Path::new("/etc/missing")).unwrap(), None);
+    assert_eq!(fs.stat(base, Path::new("/etc/app/gone/x")).unwrap(), None);
+
+    // A read decides from the same look what it may open.
+    let read = |name: &str| fs.read(base, Path::new(name), MAX);
+    assert_eq!(
+        read("/etc/link").unwrap(),
+        b"a",
+        "a trusted link is read through"
+    );
+    assert!(
+        matches!(read("/etc/missing"), Err(HostError::NotFound(p)) if p == "/etc/missing"),
+        "{:?}",
+        read("/etc/missing")
+    );
+    assert!(
+        matches!(read("/etc/pipe"), Err(HostError::NotRegular { .. })),
+        "{:?}",
+        read("/etc/pipe")
+    );
+    let dir = read("/etc/app").unwrap_err().to_string();
+    assert!(dir.contains("is a directory"), "{dir}");
+}
