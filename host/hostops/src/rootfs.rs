@@ -12,7 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
@@ -119,8 +119,9 @@ pub(super) struct Scoped {
 /// before handing it over: an operation that only wants that (`stat`) need not look again.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Seen {
-    /// Not looked at: the path names the directory the resolution holds (`rel` is empty).
-    NotLooked,
+    /// The path names the directory the resolution holds (`rel` is empty): nothing to look
+    /// up in it.
+    Held,
     /// No entry by that name.
     Missing,
     /// The entry itself (a link not followed).
@@ -225,23 +226,13 @@ impl RootFs {
             Err(HostError::NotFound(_)) => return Ok(None),
             other => other?,
         };
-        let meta = match s.seen {
+        let st = match s.seen {
             Seen::Missing => return Ok(None),
-            Seen::Entry(st) => return Ok(Some(FileStat::of(&st))),
-            Seen::NotLooked if s.rel.as_os_str().is_empty() => s.dir.dir_metadata(),
-            Seen::NotLooked => s.dir.symlink_metadata(&s.rel),
+            Seen::Entry(st) => st,
+            Seen::Held => rustix::fs::fstat(&s.dir)
+                .map_err(|e| self.map("stat", path, base.path, e.into()))?,
         };
-        match meta {
-            Ok(m) => Ok(Some(FileStat {
-                kind: kind_of(&m),
-                size: m.len(),
-                mode: m.mode() & 0o7777,
-                uid: m.uid(),
-                gid: m.gid(),
-            })),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.map("stat", path, base.path, e)),
-        }
+        Ok(Some(FileStat::of(&st)))
     }
 
     /// Sorted entry names of a directory.
@@ -360,14 +351,14 @@ impl RootFs {
                 .map(cap_std::fs::File::into_std)
                 .map_err(|e| self.map(op, path, base.path, e))
         };
-        if s.rel.as_os_str().is_empty() {
-            refuse(FileKind::Directory)?;
-            return open_dir(Path::new("."));
-        }
         // What the resolution's `lstat` saw decides what may be opened (with `follow`, a
         // trusted last link was followed there: never a link); the open below is checked
         // again on the file it opened.
         let kind = match s.seen {
+            Seen::Held => {
+                refuse(FileKind::Directory)?;
+                return open_dir(Path::new("."));
+            }
             Seen::Entry(st) => FileStat::of(&st).kind,
             Seen::Missing => {
                 let missing = rustix::io::Errno::NOENT.raw_os_error();
@@ -377,14 +368,6 @@ impl RootFs {
                     base.path,
                     std::io::Error::from_raw_os_error(missing),
                 ));
-            }
-            Seen::NotLooked => {
-                let meta = if follow {
-                    s.dir.metadata(&s.rel)
-                } else {
-                    s.dir.symlink_metadata(&s.rel)
-                };
-                kind_of(&meta.map_err(|e| self.map(op, path, base.path, e))?)
             }
         };
         refuse(kind)?;

@@ -368,7 +368,7 @@ impl RootFs {
             rel: Default::default(),
             is_base: rest.as_os_str().is_empty(),
             made,
-            seen: Seen::NotLooked,
+            seen: Seen::Held,
         })
     }
 }

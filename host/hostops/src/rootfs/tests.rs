@@ -407,6 +407,16 @@ fn stat_reports_each_kind_of_entry_as_lstat_does() {
     }
     assert_eq!(fs.stat(base, Path::new("/etc/missing")).unwrap(), None);
     assert_eq!(fs.stat(base, Path::new("/etc/app/gone/x")).unwrap(), None);
+    // The root itself: the directory the resolution holds, with no name to look up in it.
+    let whole = GrantedPath::as_found(Path::new("/"));
+    let root = std::fs::metadata(tmp.path()).unwrap();
+    let st = fs.stat(whole, Path::new("/")).unwrap().unwrap();
+    assert_eq!(
+        (st.kind, st.mode, st.uid),
+        (FileKind::Directory, root.mode() & 0o7777, root.uid())
+    );
+    let dir = fs.read(whole, Path::new("/"), MAX).unwrap_err().to_string();
+    assert!(dir.contains("is a directory"), "{dir}");
 
     // A read decides from the same look what it may open.
     let read = |name: &str| fs.read(base, Path::new(name), MAX);
