@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
 
 use k8s_openapi::api::core::v1::Toleration;
 use nodewright_api::keys::{self, CrMark};
@@ -21,9 +21,9 @@ use crate::plan::{NO_IMAGES, NO_PINS, Parsed, Pass};
 use crate::prestage::{self, PayloadSet};
 use crate::rollout::{self, Era, Standing};
 use crate::select;
-use crate::snapshot::{AgentPods, Cr, ObservedNode, PluginCheck};
+use crate::snapshot::{Cr, ObservedNode, PluginCheck, Snapshot};
 use crate::status::Report;
-use crate::work::Env;
+use crate::work::{Env, PerNode, Works};
 
 /// What one CR's pass derives once from its spec and status.
 struct CrPass<'c> {
@@ -47,18 +47,14 @@ struct CrPass<'c> {
     cordon_key: String,
     drain_key: String,
     /// Nodes in the CR's current batches.
-    in_batch: HashSet<&'c str>,
+    in_batch: PerNode<'c, bool>,
     /// The payloads it stages ahead of a node's cordon.
     prestage: Option<PayloadSet>,
 }
 
 impl<'c> CrPass<'c> {
-    fn new(
-        cr: &'c Cr,
-        policies: &'c BTreeMap<String, DeploymentPolicySpec>,
-        now: i64,
-        agent_pods: &AgentPods,
-    ) -> Self {
+    fn new(cr: &'c Cr, s: &'c Snapshot, work: &Works<'c>, now: i64) -> Self {
+        let policies = &s.policies;
         let policy = cr
             .spec
             .deployment_policy
@@ -84,7 +80,7 @@ impl<'c> CrPass<'c> {
                 versions: crate::packages::version_list(&cr.spec),
                 reset_on_version_change: rollout::resets_batch_state(cr, spec_policy),
             },
-            holds: hold::evaluate(cr, spec_policy, now, agent_pods),
+            holds: hold::evaluate(cr, spec_policy, now, &s.agent_pods),
             pinned,
             images,
             unusable,
@@ -95,12 +91,17 @@ impl<'c> CrPass<'c> {
             status_key: keys::node_status(&cr.name),
             cordon_key: keys::cordon(&cr.name),
             drain_key: keys::drain_start(&cr.name),
-            in_batch: cr
-                .status
-                .compartment_statuses
-                .values()
-                .flat_map(|c| c.batch_nodes.iter().map(String::as_str))
-                .collect(),
+            in_batch: {
+                let mut in_batch = PerNode::new(&s.nodes);
+                let batch = cr.status.compartment_statuses.values();
+                for n in batch
+                    .flat_map(|c| &c.batch_nodes)
+                    .filter_map(|n| work.node(n))
+                {
+                    in_batch[n] = true;
+                }
+                in_batch
+            },
             prestage: PayloadSet::of(cr),
         }
     }
@@ -128,11 +129,11 @@ fn tolerations(cr: &Cr) -> Vec<Toleration> {
 fn pending_uninstalls(cr: &Cr, standing: &Standings<'_>, states: &States<'_>) -> Vec<String> {
     let mut out: Vec<String> = standing
         .iter()
-        .filter(|(_, (s, _))| *s != Standing::Done)
+        .filter(|(_, s)| s.is_some_and(|(s, _)| s != Standing::Done))
         .map(|(node, _)| {
             let installed = |name: &str, version: &str| {
-                states
-                    .get(node)
+                states[node]
+                    .as_ref()
                     .and_then(|p| p.state.as_ref().ok())
                     .is_some_and(|st| st.values().any(|e| e.name == name && e.version == version))
             };
@@ -145,22 +146,22 @@ fn pending_uninstalls(cr: &Cr, standing: &Standings<'_>, states: &States<'_>) ->
                 })
                 .map(|(name, _)| name.as_str())
                 .collect();
-            format!("{node}: {}", packages.join(", "))
+            format!("{}: {}", node.name, packages.join(", "))
         })
         .collect();
     out.sort();
     out
 }
 
-/// Each selected node's standing (for batching) and status, by name.
-type Standings<'a> = HashMap<&'a str, (Standing, Status)>;
+/// Each selected node's standing (for batching) and status.
+type Standings<'a> = PerNode<'a, Option<(Standing, Status)>>;
 
-/// The parsed states of the selected nodes that have one, by name.
-type States<'a> = HashMap<&'a str, Parsed>;
+/// The parsed states of the selected nodes that have one.
+type States<'a> = PerNode<'a, Option<Parsed>>;
 
 /// The batches' outcome: who may work, and each member's rollout order.
-struct Batches {
-    members: HashSet<String>,
+struct Batches<'a> {
+    members: PerNode<'a, bool>,
     orders: HashMap<String, u32>,
 }
 
@@ -175,7 +176,7 @@ impl<'a> Pass<'a> {
         if cr.deleting && !cr.has_finalizer {
             return;
         }
-        let c = CrPass::new(cr, &self.s.policies, self.now, &self.s.agent_pods);
+        let c = CrPass::new(cr, self.s, &self.work, self.now);
         let selected = self.select(&c);
         let mut report = Report::new(cr, self.now, c.era.clone());
         report.plugins(&cr.plugins);
@@ -204,16 +205,18 @@ impl<'a> Pass<'a> {
             .iter()
             .copied()
             .filter(|n| {
-                Self::selects(cr, n)
-                    || (cr.deleting && self.work[n.name.as_str()].get(&c.state_key).is_some())
+                Self::selects(cr, n) || (cr.deleting && self.work[*n].get(&c.state_key).is_some())
             })
             .collect();
-        let chosen: HashSet<&str> = selected.iter().map(|n| n.name.as_str()).collect();
+        let mut chosen = PerNode::new(&self.s.nodes);
+        for n in &selected {
+            chosen[*n] = true;
+        }
         let withdrawn: Vec<&ObservedNode> = self
             .nodes
             .iter()
             .copied()
-            .filter(|n| !chosen.contains(n.name.as_str()) && self.holds_any(cr, n))
+            .filter(|n| !chosen[*n] && self.holds_any(cr, n))
             .collect();
         for n in withdrawn {
             self.withdraw(cr, n, true);
@@ -231,33 +234,31 @@ impl<'a> Pass<'a> {
         report: &mut Report<'_>,
     ) -> (Standings<'a>, States<'a>) {
         let cr = c.cr;
-        let mut standing = HashMap::default();
-        let mut states = HashMap::default();
-        for n in selected {
+        let mut standing = PerNode::new(&self.s.nodes);
+        let mut states = PerNode::new(&self.s.nodes);
+        let mut parsed_for_sequencing = self.parsed.remove(cr.name.as_str());
+        for &n in selected {
             let reset = self.reboot_reset(cr, n);
             // Whether it is done was found for sequencing, from the same state.
-            let (parsed, done) = match self.parsed.remove(&(cr.name.as_str(), n.name.as_str())) {
+            let (parsed, done) = match parsed_for_sequencing.as_mut().and_then(|p| p[n].take()) {
                 Some(p) if !reset => {
                     let done = self.done_on(cr, n);
                     (p, Some(done))
                 }
-                _ => (self.state_of(&cr.name, &n.name), None),
+                _ => (self.state_of(&cr.name, n), None),
             };
             let st = match &parsed.state {
                 Ok(st) => st,
                 Err(e) => {
                     report.malformed(e.to_string());
-                    standing.insert(n.name.as_str(), (Standing::Ineligible, Status::Unknown));
+                    standing[n] = Some((Standing::Ineligible, Status::Unknown));
                     continue;
                 }
             };
             let done = done.unwrap_or_else(|| node_done(&cr.spec, &c.digests, st, cr.deleting));
             let erroring = parsed.erroring.is_some_and(|g| g >= cr.generation);
-            standing.insert(
-                n.name.as_str(),
-                self.standing(c, n, erroring, done, before, report),
-            );
-            states.insert(n.name.as_str(), parsed);
+            standing[n] = Some(self.standing(c, n, erroring, done, before, report));
+            states[n] = Some(parsed);
         }
         (standing, states)
     }
@@ -274,16 +275,16 @@ impl<'a> Pass<'a> {
         report: &mut Report<'_>,
     ) -> (Standing, Status) {
         let cr = c.cr;
-        let work = &self.work[n.name.as_str()];
+        let work = &self.work[n];
         let parked = erroring
             || crate::drain::timed_out(cr, crate::drain::started(work.get(&c.drain_key)), self.now)
                 .is_some()
-            || self
-                .jobs
-                .get(&(cr.name.as_str(), n.name.as_str()))
-                .is_some_and(|jobs| prestage::failed_for_good(cr, c.prestage.as_ref(), jobs));
+            || {
+                let jobs = self.jobs_of(&cr.name, n);
+                !jobs.is_empty() && prestage::failed_for_good(cr, c.prestage.as_ref(), &jobs)
+            };
         let mut untolerated = select::untolerated(&n.taints, &c.tolerations);
-        if c.in_batch.contains(n.name.as_str()) {
+        if c.in_batch[n] {
             // A node we are working on goes not-ready while it reboots; that is ours.
             untolerated.retain(|t| {
                 !matches!(
@@ -328,10 +329,10 @@ impl<'a> Pass<'a> {
         selected: &[&'a ObservedNode],
         standing: &Standings<'_>,
         report: &mut Report<'a>,
-    ) -> Batches {
+    ) -> Batches<'a> {
         let cr = c.cr;
         let mut out = Batches {
-            members: HashSet::default(),
+            members: PerNode::new(&self.s.nodes),
             orders: HashMap::default(),
         };
         if c.blocked {
@@ -346,7 +347,12 @@ impl<'a> Pass<'a> {
         for (name, nodes) in rollout::assign(c.spec_policy(), selected) {
             let list: Vec<(&str, Standing)> = nodes
                 .iter()
-                .map(|n| (n.name.as_str(), standing[n.name.as_str()].0))
+                .map(|&n| {
+                    (
+                        n.name.as_str(),
+                        standing[n].expect("selected nodes stand").0,
+                    )
+                })
                 .collect();
             let b = rollout::batch(
                 &rules[&name],
@@ -354,7 +360,9 @@ impl<'a> Pass<'a> {
                 &list,
                 &c.era,
             );
-            out.members.extend(b.members.iter().cloned());
+            for n in b.members.iter().filter_map(|n| self.work.node(n)) {
+                out.members[n] = true;
+            }
             processed += b
                 .status
                 .batch_state
@@ -381,7 +389,7 @@ impl<'a> Pass<'a> {
         selected: &[&'a ObservedNode],
         standing: &Standings<'_>,
         mut states: States<'_>,
-        batches: &Batches,
+        batches: &Batches<'_>,
         report: &mut Report<'a>,
     ) {
         let cr = c.cr;
@@ -399,18 +407,18 @@ impl<'a> Pass<'a> {
             prestage: c.prestage.as_ref(),
             nodewrights: &self.s.nodewrights,
         };
-        for n in selected {
-            let Some((stand, mut node_status)) = standing.get(n.name.as_str()).copied() else {
+        for &n in selected {
+            let Some((stand, mut node_status)) = standing[n] else {
                 continue;
             };
-            let member = batches.members.contains(&n.name);
+            let member = batches.members[n];
             let runs = !c.blocked
                 && (member
                     || stand == Standing::Failed
                     || (stand == Standing::Done && self.holds_anything(cr, n, c))
                     || (stand == Standing::Eligible
-                        && prestage::ahead(env.prestage, &cr.name, &self.work[n.name.as_str()])));
-            match states.remove(n.name.as_str()) {
+                        && prestage::ahead(env.prestage, &cr.name, &self.work[n])));
+            match states[n].take() {
                 Some(parsed) if runs => {
                     let Ok(before) = &parsed.state else {
                         continue;
@@ -448,16 +456,9 @@ impl<'a> Pass<'a> {
         state_key: &str,
     ) -> (NodeOutcome, NodeState) {
         let mut st = before.clone();
-        let jobs = self
-            .jobs
-            .get(&(cr.name.as_str(), n.name.as_str()))
-            .cloned()
-            .unwrap_or_default();
-        let pods = self.pods.get(n.name.as_str()).cloned().unwrap_or_default();
-        let work = self
-            .work
-            .get_mut(n.name.as_str())
-            .expect("every node has work");
+        let jobs = self.jobs_of(&cr.name, n);
+        let pods = self.pods[n].clone();
+        let work = &mut self.work[n];
         let visit = node::Visit {
             env,
             cr,
@@ -480,11 +481,9 @@ impl<'a> Pass<'a> {
         selected: &[&'a ObservedNode],
         standing: &Standings<'_>,
     ) -> bool {
-        let all_done = selected.iter().all(|n| {
-            standing
-                .get(n.name.as_str())
-                .is_some_and(|(s, _)| *s == Standing::Done)
-        });
+        let all_done = selected
+            .iter()
+            .all(|&n| standing[n].is_some_and(|(s, _)| s == Standing::Done));
         if !all_done {
             return false;
         }
@@ -505,25 +504,20 @@ impl<'a> Pass<'a> {
 
     /// A done node still has something of this CR's to clean up: Jobs, a cordon, a drain.
     fn holds_anything(&self, cr: &Cr, n: &ObservedNode, c: &CrPass<'a>) -> bool {
-        let work = &self.work[n.name.as_str()];
-        self.jobs.contains_key(&(cr.name.as_str(), n.name.as_str()))
+        let work = &self.work[n];
+        self.has_jobs(&cr.name, n)
             || work.get(&c.cordon_key).is_some()
             || work.get(&c.drain_key).is_some()
     }
 
     /// A Job of the CR still runs on the node.
     fn busy(&self, cr: &Cr, n: &ObservedNode) -> bool {
-        self.jobs
-            .get(&(cr.name.as_str(), n.name.as_str()))
-            .is_some_and(|js| js.iter().any(|j| j.running()))
+        self.jobs[n].iter().any(|j| j.cr == cr.name && j.running())
     }
 
     fn set_node_status(&mut self, cr: &'a Cr, n: &'a ObservedNode, key: &str, status: Status) {
         let text = status.as_str();
-        let work = self
-            .work
-            .get_mut(n.name.as_str())
-            .expect("every node has work");
+        let work = &mut self.work[n];
         let old = work.get(key);
         if old != Some(text) {
             if status == Status::Erroring && old != Some("erroring") {
@@ -536,8 +530,10 @@ impl<'a> Pass<'a> {
             }
             work.set(key, Some(text.into()));
         }
+        let nodes = &self.s.nodes;
         self.outcome
-            .insert((cr.name.as_str(), n.name.as_str()), status);
+            .entry(cr.name.as_str())
+            .or_insert_with(|| PerNode::new(nodes))[n] = Some(status);
     }
 
     /// `reapplyOnReboot`: a boot ID change that is not our own reboot resets the node for
@@ -552,27 +548,17 @@ impl<'a> Pass<'a> {
         if seen.is_empty() || *seen == n.boot_id {
             return false;
         }
-        let ours = self
-            .state_of(&cr.name, &n.name)
-            .state
-            .as_ref()
-            .is_ok_and(|st| {
-                st.values()
-                    .any(|e| !e.boot_id.is_empty() && e.state != State::Complete)
-            });
+        let ours = self.state_of(&cr.name, n).state.as_ref().is_ok_and(|st| {
+            st.values()
+                .any(|e| !e.boot_id.is_empty() && e.state != State::Complete)
+        });
         if ours {
             return false;
         }
-        let work = self
-            .work
-            .get_mut(n.name.as_str())
-            .expect("every node has work");
-        work.set(&keys::node_state(&cr.name), None);
-        for j in self
-            .jobs
-            .remove(&(cr.name.as_str(), n.name.as_str()))
-            .unwrap_or_default()
-        {
+        self.work[n].set(&keys::node_state(&cr.name), None);
+        let jobs = self.jobs_of(&cr.name, n);
+        self.jobs[n].retain(|j| j.cr != cr.name);
+        for j in jobs {
             self.actions.push(Action::DeleteJob {
                 name: j.name.clone(),
                 node: n.name.clone(),
@@ -590,8 +576,8 @@ impl<'a> Pass<'a> {
 
     /// Whether the CR has anything on `n`: a Job or one of its per-CR annotations.
     fn holds_any(&self, cr: &Cr, n: &ObservedNode) -> bool {
-        let work = &self.work[n.name.as_str()];
-        self.jobs.contains_key(&(cr.name.as_str(), n.name.as_str()))
+        let work = &self.work[n];
+        self.has_jobs(&cr.name, n)
             || node_state::keys(&cr.name)
                 .iter()
                 .any(|k| work.get(k).is_some())
@@ -604,11 +590,7 @@ impl<'a> Pass<'a> {
     /// still lists packages is kept as the record of what is installed, as NodeWright does.
     /// True when nothing of the CR's is left to wait for.
     fn withdraw(&mut self, cr: &Cr, n: &ObservedNode, forget: bool) -> bool {
-        let jobs = self
-            .jobs
-            .get(&(cr.name.as_str(), n.name.as_str()))
-            .cloned()
-            .unwrap_or_default();
+        let jobs = self.jobs_of(&cr.name, n);
         for j in jobs.iter().filter(|j| !j.stopping) {
             self.actions.push(Action::DeleteJob {
                 name: j.name.clone(),
@@ -619,10 +601,7 @@ impl<'a> Pass<'a> {
         if !jobs.is_empty() {
             return false;
         }
-        let work = self
-            .work
-            .get_mut(n.name.as_str())
-            .expect("every node has work");
+        let work = &mut self.work[n];
         let held = work.get(&keys::cordon(&cr.name)).is_some()
             || work.get(&keys::node_status(&cr.name)).is_some();
         work.release(&cr.name);

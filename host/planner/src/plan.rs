@@ -18,7 +18,7 @@ use crate::action::Action;
 use crate::packages::node_done;
 use crate::select;
 use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod, Snapshot};
-use crate::work::Works;
+use crate::work::{PerNode, Works};
 
 /// Decides what to do next. Pure: the same snapshot and clock give the same actions (the
 /// snapshot's [`crate::StateCache`] only saves parsing).
@@ -46,16 +46,17 @@ pub(crate) struct Pass<'a> {
     /// Nodes by creation time, then name.
     pub(crate) nodes: Vec<&'a ObservedNode>,
     pub(crate) work: Works<'a>,
-    pub(crate) jobs: HashMap<(&'a str, &'a str), Vec<&'a ObservedJob>>,
-    pub(crate) pods: HashMap<&'a str, Vec<&'a ObservedPod>>,
-    /// (CR, node) → node status this pass.
-    pub(crate) outcome: HashMap<(&'a str, &'a str), Status>,
-    /// (CR, node) pairs done in the snapshot.
-    done_on: HashSet<(&'a str, &'a str)>,
+    /// Every CR's Jobs on each node, in snapshot order.
+    pub(crate) jobs: PerNode<'a, Vec<&'a ObservedJob>>,
+    pub(crate) pods: PerNode<'a, Vec<&'a ObservedPod>>,
+    /// CR → each node's status this pass (`None`: not selected).
+    pub(crate) outcome: HashMap<&'a str, PerNode<'a, Option<Status>>>,
+    /// CR → whether it is done on each node in the snapshot.
+    done_on: HashMap<&'a str, PerNode<'a, bool>>,
     /// CRs done on every node they select, in the snapshot.
     done_everywhere: HashSet<&'a str>,
-    /// Node states parsed for [`Pass::completion`], reused by the CR's pass.
-    pub(crate) parsed: HashMap<(&'a str, &'a str), Parsed>,
+    /// CR → the node states parsed for [`Pass::completion`], taken by the CR's pass.
+    pub(crate) parsed: HashMap<&'a str, PerNode<'a, Option<Parsed>>>,
     /// Nodes whose operator replicas are fenced (`CrMark::FenceOperator`), as this pass has
     /// left them: at most one at a time, so two reboots never take every replica out.
     pub(crate) fencing: crate::work::Fencing,
@@ -66,17 +67,19 @@ impl<'a> Pass<'a> {
     fn new(s: &'a Snapshot, now: i64) -> Self {
         let mut nodes: Vec<&ObservedNode> = s.nodes.iter().collect();
         nodes.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
-        let mut jobs: HashMap<(&str, &str), Vec<&ObservedJob>> = HashMap::default();
-        for j in &s.jobs {
-            jobs.entry((j.cr.as_str(), j.node.as_str()))
-                .or_default()
-                .push(j);
-        }
-        let mut pods: HashMap<&str, Vec<&ObservedPod>> = HashMap::default();
-        for p in &s.pods {
-            pods.entry(p.node.as_str()).or_default().push(p);
-        }
         let work = Works::new(&s.nodes);
+        let mut jobs: PerNode<Vec<&ObservedJob>> = PerNode::new(&s.nodes);
+        for j in &s.jobs {
+            if let Some(n) = work.node(&j.node) {
+                jobs[n].push(j);
+            }
+        }
+        let mut pods: PerNode<Vec<&ObservedPod>> = PerNode::new(&s.nodes);
+        for p in &s.pods {
+            if let Some(n) = work.node(&p.node) {
+                pods[n].push(p);
+            }
+        }
         let fencing = s
             .nodes
             .iter()
@@ -91,7 +94,7 @@ impl<'a> Pass<'a> {
             jobs,
             pods,
             outcome: HashMap::default(),
-            done_on: HashSet::default(),
+            done_on: HashMap::default(),
             done_everywhere: HashSet::default(),
             parsed: HashMap::default(),
             fencing: std::rc::Rc::new(std::cell::RefCell::new(fencing)),
@@ -102,9 +105,23 @@ impl<'a> Pass<'a> {
     }
 
     /// `cr`'s state on `node` as this pass has left it (parsed once per annotation text).
-    pub(crate) fn state_of(&self, cr: &str, node: &str) -> Parsed {
+    pub(crate) fn state_of(&self, cr: &str, node: &ObservedNode) -> Parsed {
         let raw = self.work[node].get(&keys::node_state(cr));
-        self.s.states.get(node, cr, raw)
+        self.s.states.get(&node.name, cr, raw)
+    }
+
+    /// `cr`'s Jobs on `node`, in snapshot order.
+    pub(crate) fn jobs_of(&self, cr: &str, node: &ObservedNode) -> Vec<&'a ObservedJob> {
+        self.jobs[node]
+            .iter()
+            .copied()
+            .filter(|j| j.cr == cr)
+            .collect()
+    }
+
+    /// Whether `cr` has a Job on `node`.
+    pub(crate) fn has_jobs(&self, cr: &str, node: &ObservedNode) -> bool {
+        self.jobs[node].iter().any(|j| j.cr == cr)
     }
 
     pub(crate) fn selects(cr: &Cr, node: &ObservedNode) -> bool {
@@ -119,17 +136,19 @@ impl<'a> Pass<'a> {
             let key = keys::node_state(&cr.name);
             let judge = self.s.states.judge(&cr.name, &cr.spec, cr.deleting);
             let mut everywhere = true;
-            for n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
-                let raw = self.work[n.name.as_str()].get(&key);
+            let mut parsed = PerNode::new(&self.s.nodes);
+            let mut done_on = PerNode::new(&self.s.nodes);
+            for &n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
+                let raw = self.work[n].get(&key);
                 let (st, done) = self.s.states.judged(&n.name, &cr.name, raw, judge, |st| {
                     node_done(&cr.spec, &digests, st, cr.deleting)
                 });
-                self.parsed.insert((cr.name.as_str(), n.name.as_str()), st);
+                parsed[n] = Some(st);
                 everywhere &= done;
-                if done {
-                    self.done_on.insert((cr.name.as_str(), n.name.as_str()));
-                }
+                done_on[n] = done;
             }
+            self.parsed.insert(cr.name.as_str(), parsed);
+            self.done_on.insert(cr.name.as_str(), done_on);
             if everywhere {
                 self.done_everywhere.insert(cr.name.as_str());
             }
@@ -138,8 +157,7 @@ impl<'a> Pass<'a> {
 
     /// Whether `cr` is done on `node` in the snapshot.
     pub(crate) fn done_on(&self, cr: &Cr, node: &ObservedNode) -> bool {
-        self.done_on
-            .contains(&(cr.name.as_str(), node.name.as_str()))
+        self.done_on.get(cr.name.as_str()).is_some_and(|d| d[node])
     }
 
     /// A predecessor (lower priority value, or same and earlier name) holds this node.
@@ -150,9 +168,7 @@ impl<'a> Pass<'a> {
             .any(|p| {
                 p.paused
                     || match p.spec.sequencing.unwrap_or_default() {
-                        Sequencing::Node => !self
-                            .done_on
-                            .contains(&(p.name.as_str(), node.name.as_str())),
+                        Sequencing::Node => !self.done_on(p, node),
                         Sequencing::All => !self.done_everywhere.contains(p.name.as_str()),
                     }
             })
@@ -164,7 +180,7 @@ impl<'a> Pass<'a> {
         let crs: HashSet<&str> = self.s.nodewrights.iter().map(|c| c.name.as_str()).collect();
         for j in self.s.jobs.iter().filter(|j| !j.stopping) {
             let cr_gone = !crs.contains(j.cr.as_str());
-            let node_gone = !self.work.contains_key(j.node.as_str());
+            let node_gone = self.work.node(&j.node).is_none();
             if cr_gone || node_gone {
                 self.actions.push(Action::DeleteJob {
                     name: j.name.clone(),
@@ -191,10 +207,7 @@ impl<'a> Pass<'a> {
                     .taints
                     .iter()
                     .any(|t| t.key == keys::RUNTIME_REQUIRED_TAINT_KEY);
-                let work = self
-                    .work
-                    .get_mut(n.name.as_str())
-                    .expect("every node has work");
+                let work = &mut self.work[*n];
                 if !touched
                     && !tainted
                     && !work
@@ -229,15 +242,14 @@ impl<'a> Pass<'a> {
                 .collect();
             if crs.is_empty()
                 || !crs.iter().all(|c| {
-                    self.outcome.get(&(c.name.as_str(), n.name.as_str())) == Some(&Status::Complete)
+                    self.outcome
+                        .get(c.name.as_str())
+                        .is_some_and(|o| o[*n] == Some(Status::Complete))
                 })
             {
                 continue;
             }
-            let work = self
-                .work
-                .get_mut(n.name.as_str())
-                .expect("every node has work");
+            let work = &mut self.work[*n];
             work.patch
                 .remove_taints
                 .push(keys::RUNTIME_REQUIRED_TAINT_KEY.into());

@@ -181,50 +181,109 @@ impl<'a> NodeWork<'a> {
     }
 }
 
-/// Every node's [`NodeWork`] for a pass, found by name: kept in the snapshot's node order,
-/// beside a map from name to place. (Thousands of nodes' work held in the map itself made
-/// every lookup of a pass — a dozen per node — a walk over megabytes.)
+/// One value per node of a pass's snapshot, found by the node itself: a `Vec` in snapshot
+/// order, indexed by the node's place in the snapshot's node slice. At thousands of nodes a
+/// pass looks a node up a few dozen times; keyed by name, every lookup hashed and compared
+/// the name, and the maps' scattered entries were a third of a pass.
+#[derive(Debug)]
+pub(crate) struct PerNode<'a, T> {
+    nodes: &'a [ObservedNode],
+    values: Vec<T>,
+}
+
+impl<'a, T> PerNode<'a, T> {
+    /// A value for each of `nodes`, as `value` makes it.
+    pub(crate) fn with(
+        nodes: &'a [ObservedNode],
+        value: impl FnMut(&'a ObservedNode) -> T,
+    ) -> Self {
+        PerNode {
+            nodes,
+            values: nodes.iter().map(value).collect(),
+        }
+    }
+
+    /// The default value for each of `nodes`.
+    pub(crate) fn new(nodes: &'a [ObservedNode]) -> Self
+    where
+        T: Default,
+    {
+        Self::with(nodes, |_| T::default())
+    }
+
+    /// Where `node` is in the snapshot. Every node a pass handles is one of its snapshot's
+    /// (found by address, so a copy of a node is a planner bug, not a lookup miss).
+    fn place(&self, node: &ObservedNode) -> usize {
+        self.nodes
+            .element_offset(node)
+            .expect("a node of the pass's own snapshot")
+    }
+
+    /// Each node with its value, in snapshot order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'a ObservedNode, &T)> {
+        self.nodes.iter().zip(&self.values)
+    }
+
+    fn into_values(self) -> std::vec::IntoIter<T> {
+        self.values.into_iter()
+    }
+}
+
+impl<T> std::ops::Index<&ObservedNode> for PerNode<'_, T> {
+    type Output = T;
+
+    fn index(&self, node: &ObservedNode) -> &T {
+        &self.values[self.place(node)]
+    }
+}
+
+impl<T> std::ops::IndexMut<&ObservedNode> for PerNode<'_, T> {
+    fn index_mut(&mut self, node: &ObservedNode) -> &mut T {
+        let at = self.place(node);
+        &mut self.values[at]
+    }
+}
+
+/// Every node's [`NodeWork`] for a pass, found by the node ([`PerNode`]) or by its name.
 #[derive(Debug)]
 pub struct Works<'a> {
-    work: Vec<NodeWork<'a>>,
-    place: HashMap<&'a str, usize>,
+    work: PerNode<'a, NodeWork<'a>>,
+    by_name: HashMap<&'a str, &'a ObservedNode>,
 }
 
 impl<'a> Works<'a> {
     /// Each node's work as the snapshot has it.
     pub fn new(nodes: &'a [ObservedNode]) -> Self {
         Works {
-            work: nodes.iter().map(NodeWork::new).collect(),
-            place: nodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.name.as_str(), i))
-                .collect(),
+            work: PerNode::with(nodes, NodeWork::new),
+            by_name: nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
         }
     }
 
-    /// Whether `node` is in the snapshot.
-    pub fn contains_key(&self, node: &str) -> bool {
-        self.place.contains_key(node)
-    }
-
-    /// `node`'s work (`None`: not in the snapshot).
-    pub fn get_mut(&mut self, node: &str) -> Option<&mut NodeWork<'a>> {
-        self.place.get(node).map(|&i| &mut self.work[i])
+    /// The snapshot's node named `name`.
+    pub fn node(&self, name: &str) -> Option<&'a ObservedNode> {
+        self.by_name.get(name).copied()
     }
 
     /// The writes the pass decided on, in no particular order.
     pub fn into_patches(self) -> impl Iterator<Item = NodePatch> + 'a {
-        self.work.into_iter().filter_map(NodeWork::into_patch)
+        self.work.into_values().filter_map(NodeWork::into_patch)
     }
 }
 
-impl<'a> std::ops::Index<&str> for Works<'a> {
+impl<'a> std::ops::Index<&ObservedNode> for Works<'a> {
     type Output = NodeWork<'a>;
 
-    /// `node`'s work; the node must be in the snapshot.
-    fn index(&self, node: &str) -> &NodeWork<'a> {
-        &self.work[self.place[node]]
+    /// `node`'s work.
+    fn index(&self, node: &ObservedNode) -> &NodeWork<'a> {
+        &self.work[node]
+    }
+}
+
+impl std::ops::IndexMut<&ObservedNode> for Works<'_> {
+    /// `node`'s work, to change.
+    fn index_mut(&mut self, node: &ObservedNode) -> &mut Self::Output {
+        &mut self.work[node]
     }
 }
 
