@@ -23,7 +23,7 @@ use crate::rollout::{self, Era, Standing};
 use crate::select;
 use crate::snapshot::{Cr, ObservedNode, PluginCheck, Snapshot};
 use crate::status::Report;
-use crate::work::{Env, PerNode, Works};
+use crate::work::{Env, NodeIndex, PerNode};
 
 /// What one CR's pass derives once from its spec and status.
 struct CrPass<'c> {
@@ -53,7 +53,7 @@ struct CrPass<'c> {
 }
 
 impl<'c> CrPass<'c> {
-    fn new(cr: &'c Cr, s: &'c Snapshot, work: &Works<'c>, now: i64) -> Self {
+    fn new(cr: &'c Cr, s: &'c Snapshot, index: &NodeIndex<'c>, now: i64) -> Self {
         let policies = &s.policies;
         let policy = cr
             .spec
@@ -92,11 +92,11 @@ impl<'c> CrPass<'c> {
             cordon_key: keys::cordon(&cr.name),
             drain_key: keys::drain_start(&cr.name),
             in_batch: {
-                let mut in_batch = PerNode::new(&s.nodes);
+                let mut in_batch = index.per_node();
                 let batch = cr.status.compartment_statuses.values();
                 for n in batch
                     .flat_map(|c| &c.batch_nodes)
-                    .filter_map(|n| work.node(n))
+                    .filter_map(|n| index.node(n))
                 {
                     in_batch[n] = true;
                 }
@@ -176,9 +176,9 @@ impl<'a> Pass<'a> {
         if cr.deleting && !cr.has_finalizer {
             return;
         }
-        let c = CrPass::new(cr, self.s, &self.work, self.now);
+        let c = CrPass::new(cr, self.s, self.index, self.now);
         let selected = self.select(&c);
-        let mut report = Report::new(cr, self.now, c.era.clone());
+        let mut report = Report::new(cr, self.now, c.era.clone(), self.index);
         report.plugins(&cr.plugins);
         report.holds(&c.holds);
         if let Some((name, None)) = c.policy {
@@ -208,7 +208,7 @@ impl<'a> Pass<'a> {
                 Self::selects(cr, n) || (cr.deleting && self.work[*n].get(&c.state_key).is_some())
             })
             .collect();
-        let mut chosen = PerNode::new(&self.s.nodes);
+        let mut chosen = self.index.per_node();
         for n in &selected {
             chosen[*n] = true;
         }
@@ -234,8 +234,8 @@ impl<'a> Pass<'a> {
         report: &mut Report<'_>,
     ) -> (Standings<'a>, States<'a>) {
         let cr = c.cr;
-        let mut standing = PerNode::new(&self.s.nodes);
-        let mut states = PerNode::new(&self.s.nodes);
+        let mut standing = self.index.per_node();
+        let mut states = self.index.per_node();
         let mut parsed_for_sequencing = self.parsed.remove(cr.name.as_str());
         for &n in selected {
             let reset = self.reboot_reset(cr, n);
@@ -332,7 +332,7 @@ impl<'a> Pass<'a> {
     ) -> Batches<'a> {
         let cr = c.cr;
         let mut out = Batches {
-            members: PerNode::new(&self.s.nodes),
+            members: self.index.per_node(),
             orders: HashMap::default(),
         };
         if c.blocked {
@@ -360,7 +360,7 @@ impl<'a> Pass<'a> {
                 &list,
                 &c.era,
             );
-            for n in b.members.iter().filter_map(|n| self.work.node(n)) {
+            for n in b.members.iter().filter_map(|n| self.index.node(n)) {
                 out.members[n] = true;
             }
             processed += b
@@ -369,11 +369,7 @@ impl<'a> Pass<'a> {
                 .as_ref()
                 .map_or(0, |s| (s.completed_nodes + s.failed_nodes).max(0) as u32);
             current.extend(b.status.batch_nodes.iter().cloned());
-            report.compartment(
-                &name,
-                b.status,
-                nodes.iter().map(|n| n.name.as_str()).collect(),
-            );
+            report.compartment(&name, b.status, nodes);
         }
         for (i, n) in current.into_iter().enumerate() {
             out.orders.insert(n, processed + i as u32);
@@ -440,7 +436,7 @@ impl<'a> Pass<'a> {
             if !c.unusable {
                 self.set_node_status(cr, n, &c.status_key, node_status);
             }
-            report.node_status(&n.name, node_status, &n.boot_id);
+            report.node_status(n, node_status);
         }
     }
 
@@ -530,10 +526,10 @@ impl<'a> Pass<'a> {
             }
             work.set(key, Some(text.into()));
         }
-        let nodes = &self.s.nodes;
+        let index = self.index;
         self.outcome
             .entry(cr.name.as_str())
-            .or_insert_with(|| PerNode::new(nodes))[n] = Some(status);
+            .or_insert_with(|| index.per_node())[n] = Some(status);
     }
 
     /// `reapplyOnReboot`: a boot ID change that is not our own reboot resets the node for

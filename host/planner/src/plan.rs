@@ -18,12 +18,13 @@ use crate::action::Action;
 use crate::packages::node_done;
 use crate::select;
 use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod, Snapshot};
-use crate::work::{PerNode, Works};
+use crate::work::{NodeIndex, PerNode, Works};
 
 /// Decides what to do next. Pure: the same snapshot and clock give the same actions (the
 /// snapshot's [`crate::StateCache`] only saves parsing).
 pub fn plan(s: &Snapshot, now: i64) -> Vec<Action> {
-    let mut pass = Pass::new(s, now);
+    let index = NodeIndex::new(&s.nodes);
+    let mut pass = Pass::new(s, &index, now);
     pass.auto_taint();
     let mut order: Vec<&Cr> = s.nodewrights.iter().collect();
     order.sort_by(|a, b| (a.spec.priority(), &a.name).cmp(&(b.spec.priority(), &b.name)));
@@ -45,6 +46,8 @@ pub(crate) struct Pass<'a> {
     pub(crate) now: i64,
     /// Nodes by creation time, then name.
     pub(crate) nodes: Vec<&'a ObservedNode>,
+    /// The snapshot's nodes by name.
+    pub(crate) index: &'a NodeIndex<'a>,
     pub(crate) work: Works<'a>,
     /// Every CR's Jobs on each node, in snapshot order.
     pub(crate) jobs: PerNode<'a, Vec<&'a ObservedJob>>,
@@ -64,19 +67,19 @@ pub(crate) struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn new(s: &'a Snapshot, now: i64) -> Self {
+    fn new(s: &'a Snapshot, index: &'a NodeIndex<'a>, now: i64) -> Self {
         let mut nodes: Vec<&ObservedNode> = s.nodes.iter().collect();
         nodes.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
         let work = Works::new(&s.nodes);
-        let mut jobs: PerNode<Vec<&ObservedJob>> = PerNode::new(&s.nodes);
+        let mut jobs: PerNode<Vec<&ObservedJob>> = index.per_node();
         for j in &s.jobs {
-            if let Some(n) = work.node(&j.node) {
+            if let Some(n) = index.node(&j.node) {
                 jobs[n].push(j);
             }
         }
-        let mut pods: PerNode<Vec<&ObservedPod>> = PerNode::new(&s.nodes);
+        let mut pods: PerNode<Vec<&ObservedPod>> = index.per_node();
         for p in &s.pods {
-            if let Some(n) = work.node(&p.node) {
+            if let Some(n) = index.node(&p.node) {
                 pods[n].push(p);
             }
         }
@@ -90,6 +93,7 @@ impl<'a> Pass<'a> {
             s,
             now,
             nodes,
+            index,
             work,
             jobs,
             pods,
@@ -136,8 +140,8 @@ impl<'a> Pass<'a> {
             let key = keys::node_state(&cr.name);
             let judge = self.s.states.judge(&cr.name, &cr.spec, cr.deleting);
             let mut everywhere = true;
-            let mut parsed = PerNode::new(&self.s.nodes);
-            let mut done_on = PerNode::new(&self.s.nodes);
+            let mut parsed = self.index.per_node();
+            let mut done_on = self.index.per_node();
             for &n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
                 let raw = self.work[n].get(&key);
                 let (st, done) = self.s.states.judged(&n.name, &cr.name, raw, judge, |st| {
@@ -180,7 +184,7 @@ impl<'a> Pass<'a> {
         let crs: HashSet<&str> = self.s.nodewrights.iter().map(|c| c.name.as_str()).collect();
         for j in self.s.jobs.iter().filter(|j| !j.stopping) {
             let cr_gone = !crs.contains(j.cr.as_str());
-            let node_gone = self.work.node(&j.node).is_none();
+            let node_gone = self.index.node(&j.node).is_none();
             if cr_gone || node_gone {
                 self.actions.push(Action::DeleteJob {
                     name: j.name.clone(),

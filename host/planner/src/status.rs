@@ -9,8 +9,9 @@ use nodewright_api::windows::WindowState;
 use crate::action::{Action, Event, Target};
 use crate::hold::Holds;
 use crate::node::NodeOutcome;
-use crate::snapshot::{Cr, PluginCheck};
+use crate::snapshot::{Cr, ObservedNode, PluginCheck};
 use crate::tally::NodeTally;
+use crate::work::NodeIndex;
 
 /// Collects what a CR's pass found and turns it into a status write and events.
 pub struct Report<'a> {
@@ -36,7 +37,7 @@ pub struct Report<'a> {
     /// A deletion its pause or disable holds: the reason, and each node with its packages.
     deletion_blocked: Option<(&'static str, Vec<String>)>,
     /// Each compartment's nodes, to count completions after the node passes.
-    compartment_nodes: Vec<(String, Vec<&'a str>)>,
+    compartment_nodes: Vec<(String, Vec<&'a ObservedNode>)>,
     /// The batch counters' era (and whether completion resets them).
     era: crate::rollout::Era,
     /// Each selected node's status and boot ID this pass.
@@ -45,7 +46,7 @@ pub struct Report<'a> {
 
 impl<'a> Report<'a> {
     /// Starts from the CR's current status (conditions and batch state carry over).
-    pub fn new(cr: &'a Cr, now: i64, era: crate::rollout::Era) -> Self {
+    pub fn new(cr: &'a Cr, now: i64, era: crate::rollout::Era, index: &'a NodeIndex<'a>) -> Self {
         // The per-node maps are tallied apart ([`NodeTally`]) and written only when they
         // change: at thousands of nodes they are most of the status.
         let mut status = cr.status.without_nodes();
@@ -69,7 +70,7 @@ impl<'a> Report<'a> {
             deletion_blocked: None,
             compartment_nodes: vec![],
             era,
-            nodes: NodeTally::new(&cr.status),
+            nodes: NodeTally::new(&cr.status, index),
         }
     }
 
@@ -193,7 +194,12 @@ impl<'a> Report<'a> {
 
     /// A compartment's batch, over `nodes`. Its completed count is taken again at
     /// [`Report::finish`], after this pass's node work.
-    pub fn compartment(&mut self, name: &str, status: CompartmentStatus, nodes: Vec<&'a str>) {
+    pub fn compartment(
+        &mut self,
+        name: &str,
+        status: CompartmentStatus,
+        nodes: Vec<&'a ObservedNode>,
+    ) {
         self.status.compartment_statuses.insert(name.into(), status);
         self.compartment_nodes.push((name.into(), nodes));
     }
@@ -219,8 +225,8 @@ impl<'a> Report<'a> {
     }
 
     /// A node's final status.
-    pub fn node_status(&mut self, node: &'a str, status: Status, boot_id: &'a str) {
-        self.nodes.record(node, status, boot_id);
+    pub fn node_status(&mut self, node: &'a ObservedNode, status: Status) {
+        self.nodes.record(node, status);
     }
 
     fn roll_up(&self) -> Status {
@@ -316,7 +322,7 @@ impl<'a> Report<'a> {
         for (name, nodes) in &self.compartment_nodes {
             let done = nodes
                 .iter()
-                .filter(|n| self.nodes.get(n) == Some(Status::Complete))
+                .filter(|&&n| self.nodes.get(n) == Some(Status::Complete))
                 .count() as i32;
             if let Some(c) = self.status.compartment_statuses.get_mut(name) {
                 c.completed = done;

@@ -9,93 +9,101 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap as HashMap;
-
 use nodewright_api::v1alpha1::{NodeWrightStatus, Status};
 
-/// This pass's node statuses and boot IDs for one CR.
+use crate::snapshot::ObservedNode;
+use crate::work::{NodeIndex, PerNode};
+
+/// This pass's node statuses for one CR (boot IDs are the nodes' own).
 #[derive(Debug)]
 pub(crate) struct NodeTally<'a> {
     old_status: &'a BTreeMap<String, Status>,
     old_boot_ids: &'a BTreeMap<String, String>,
-    /// Each selected node's status this pass.
-    now: HashMap<&'a str, Status>,
-    /// Each selected node's boot ID this pass (those that report one).
-    boot_ids: HashMap<&'a str, &'a str>,
+    index: &'a NodeIndex<'a>,
+    /// Each selected node's status this pass (`None`: not selected).
+    now: PerNode<'a, Option<Status>>,
+    /// How many nodes are selected.
+    len: usize,
 }
 
 impl<'a> NodeTally<'a> {
-    /// Against the status as last written.
-    pub(crate) fn new(written: &'a NodeWrightStatus) -> Self {
+    /// Against the status as last written, for the nodes of `index`.
+    pub(crate) fn new(written: &'a NodeWrightStatus, index: &'a NodeIndex<'a>) -> Self {
         NodeTally {
             old_status: &written.node_status,
             old_boot_ids: &written.node_boot_ids,
-            now: HashMap::default(),
-            boot_ids: HashMap::default(),
+            index,
+            now: index.per_node(),
+            len: 0,
         }
     }
 
-    /// A selected node's status this pass, and its boot ID (empty: none known).
-    pub(crate) fn record(&mut self, node: &'a str, status: Status, boot_id: &'a str) {
-        self.now.insert(node, status);
-        if !boot_id.is_empty() {
-            self.boot_ids.insert(node, boot_id);
+    /// A selected node's status this pass.
+    pub(crate) fn record(&mut self, node: &'a ObservedNode, status: Status) {
+        if self.now[node].replace(status).is_none() {
+            self.len += 1;
         }
     }
 
     /// A node's status this pass.
-    pub(crate) fn get(&self, node: &str) -> Option<Status> {
-        self.now.get(node).copied()
+    pub(crate) fn get(&self, node: &ObservedNode) -> Option<Status> {
+        self.now[node]
     }
 
     /// Every selected node's status this pass.
     pub(crate) fn statuses(&self) -> impl Iterator<Item = Status> + '_ {
-        self.now.values().copied()
+        self.now.iter().filter_map(|(_, s)| *s)
     }
 
     /// How many nodes the CR selects.
     pub(crate) fn len(&self) -> usize {
-        self.now.len()
+        self.len
+    }
+
+    /// The selected nodes with their status this pass, in snapshot order.
+    fn selected(&self) -> impl Iterator<Item = (&'a ObservedNode, Status)> + '_ {
+        self.now.iter().filter_map(|(n, s)| Some((n, (*s)?)))
     }
 
     /// Whether the maps differ from the written ones: a node's status changed, a node came
-    /// or left, a boot ID is new or changed. (The written maps are walked in order and the
-    /// pass's looked up by hash: cheaper than searching the written maps per node.)
+    /// or left, a selected node's boot ID is new or changed. (The written maps are walked in
+    /// order and each node found by name.)
     pub(crate) fn changed(&self) -> bool {
-        if self.now.len() != self.old_status.len()
-            || self
-                .old_status
-                .iter()
-                .any(|(n, s)| self.now.get(n.as_str()) != Some(s))
+        let now = |name: &str| self.index.node(name).and_then(|n| self.now[n]);
+        if self.len != self.old_status.len()
+            || self.old_status.iter().any(|(n, s)| now(n) != Some(*s))
         {
             return true;
         }
         let mut same = 0;
-        for (n, b) in self.old_boot_ids {
-            match self.boot_ids.get(n.as_str()) {
-                Some(now) if now == b => same += 1,
-                Some(_) => return true,
-                None => {}
+        for (name, b) in self.old_boot_ids {
+            match self.index.node(name) {
+                Some(n) if self.now[n].is_some() && !n.boot_id.is_empty() => {
+                    if n.boot_id != *b {
+                        return true;
+                    }
+                    same += 1;
+                }
+                _ => {}
             }
         }
-        same != self.boot_ids.len()
+        same != self
+            .selected()
+            .filter(|(n, _)| !n.boot_id.is_empty())
+            .count()
     }
 
     /// The maps as this pass leaves them: the recorded statuses, and the written boot IDs
-    /// with this pass's (a boot ID is kept after its node leaves, as it always was).
+    /// with the selected nodes' (a boot ID is kept after its node leaves, as it always was).
     pub(crate) fn write_into(self, status: &mut NodeWrightStatus) {
-        status.node_status = self
-            .now
-            .into_iter()
-            .map(|(n, s)| (n.to_string(), s))
-            .collect();
+        status.node_status = self.selected().map(|(n, s)| (n.name.clone(), s)).collect();
         let mut boot_ids = self.old_boot_ids.clone();
-        for (n, b) in self.boot_ids {
-            match boot_ids.get_mut(n) {
-                Some(old) if old == b => {}
-                Some(old) => *old = b.to_string(),
+        for (n, _) in self.selected().filter(|(n, _)| !n.boot_id.is_empty()) {
+            match boot_ids.get_mut(&n.name) {
+                Some(old) if *old == n.boot_id => {}
+                Some(old) => old.clone_from(&n.boot_id),
                 None => {
-                    boot_ids.insert(n.to_string(), b.to_string());
+                    boot_ids.insert(n.name.clone(), n.boot_id.clone());
                 }
             }
         }
@@ -119,12 +127,31 @@ mod tests {
         }
     }
 
-    fn tally<'a>(w: &'a NodeWrightStatus, nodes: &[(&'a str, Status, &'a str)]) -> NodeTally<'a> {
-        let mut t = NodeTally::new(w);
-        for (n, s, b) in nodes {
-            t.record(n, *s, b);
+    /// Tallies the selected `(node, status, boot ID)` (beside a node the CR does not
+    /// select): whether that changed the maps, and the maps it writes.
+    fn tally(w: &NodeWrightStatus, selected: &[(&str, Status, &str)]) -> (bool, NodeWrightStatus) {
+        let mut all: Vec<ObservedNode> = selected
+            .iter()
+            .map(|(name, _, boot)| ObservedNode {
+                name: name.to_string(),
+                boot_id: boot.to_string(),
+                ..Default::default()
+            })
+            .collect();
+        all.push(ObservedNode {
+            name: "unselected".into(),
+            boot_id: "boot-u".into(),
+            ..Default::default()
+        });
+        let index = NodeIndex::new(&all);
+        let mut t = NodeTally::new(w, &index);
+        for (n, (_, s, _)) in all.iter().zip(selected) {
+            t.record(n, *s);
         }
-        t
+        let changed = t.changed();
+        let mut out = NodeWrightStatus::default();
+        t.write_into(&mut out);
+        (changed, out)
     }
 
     #[test]
@@ -134,12 +161,12 @@ mod tests {
             ("a", Status::Complete, "boot-a"),
             ("b", Status::InProgress, "boot-b"),
         ];
-        assert!(!tally(&w, &same).changed());
+        let (changed, out) = tally(&w, &same);
+        assert!(!changed);
+        assert_eq!(out.node_status, w.node_status);
+        assert_eq!(out.node_boot_ids, w.node_boot_ids);
         let no_boot = [("a", Status::Complete, ""), ("b", Status::InProgress, "")];
-        assert!(
-            !tally(&w, &no_boot).changed(),
-            "an unknown boot ID changes nothing"
-        );
+        assert!(!tally(&w, &no_boot).0, "an unknown boot ID changes nothing");
         for (why, nodes) in [
             (
                 "a status",
@@ -165,19 +192,18 @@ mod tests {
                 ],
             ),
         ] {
-            let t = tally(&w, &nodes);
-            assert!(t.changed(), "{why}");
-            let mut out = NodeWrightStatus::default();
-            t.write_into(&mut out);
+            let (changed, out) = tally(&w, &nodes);
+            assert!(changed, "{why}");
             assert_eq!(out.node_status.len(), nodes.len(), "{why}");
+            assert!(!out.node_status.contains_key("unselected"), "{why}");
             assert_eq!(
                 out.node_boot_ids["gone"], "boot-g",
                 "boot IDs outlive their node"
             );
         }
-        let mut out = NodeWrightStatus::default();
-        tally(&w, &[("a", Status::Complete, "boot-a2")]).write_into(&mut out);
+        let (_, out) = tally(&w, &[("a", Status::Complete, "boot-a2")]);
         assert_eq!(out.node_boot_ids["a"], "boot-a2");
         assert!(!out.node_status.contains_key("b"));
+        assert!(!out.node_boot_ids.contains_key("unselected"));
     }
 }

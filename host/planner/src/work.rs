@@ -244,11 +244,37 @@ impl<T> std::ops::IndexMut<&ObservedNode> for PerNode<'_, T> {
     }
 }
 
-/// Every node's [`NodeWork`] for a pass, found by the node ([`PerNode`]) or by its name.
+/// A pass's nodes: the snapshot's, each found by its name.
+#[derive(Debug)]
+pub struct NodeIndex<'a> {
+    nodes: &'a [ObservedNode],
+    by_name: HashMap<&'a str, &'a ObservedNode>,
+}
+
+impl<'a> NodeIndex<'a> {
+    /// Indexes `nodes` by name.
+    pub fn new(nodes: &'a [ObservedNode]) -> Self {
+        NodeIndex {
+            nodes,
+            by_name: nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
+        }
+    }
+
+    /// The node named `name` (`None`: not in the snapshot).
+    pub fn node(&self, name: &str) -> Option<&'a ObservedNode> {
+        self.by_name.get(name).copied()
+    }
+
+    /// A default value for each node.
+    pub(crate) fn per_node<T: Default>(&self) -> PerNode<'a, T> {
+        PerNode::new(self.nodes)
+    }
+}
+
+/// Every node's [`NodeWork`] for a pass, found by the node ([`PerNode`]).
 #[derive(Debug)]
 pub struct Works<'a> {
     work: PerNode<'a, NodeWork<'a>>,
-    by_name: HashMap<&'a str, &'a ObservedNode>,
 }
 
 impl<'a> Works<'a> {
@@ -256,13 +282,7 @@ impl<'a> Works<'a> {
     pub fn new(nodes: &'a [ObservedNode]) -> Self {
         Works {
             work: PerNode::with(nodes, NodeWork::new),
-            by_name: nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
         }
-    }
-
-    /// The snapshot's node named `name`.
-    pub fn node(&self, name: &str) -> Option<&'a ObservedNode> {
-        self.by_name.get(name).copied()
     }
 
     /// The writes the pass decided on, in no particular order.
