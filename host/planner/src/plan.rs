@@ -111,7 +111,8 @@ impl<'a> Pass<'a> {
     /// `cr`'s state on `node` as this pass has left it (parsed once per annotation text).
     pub(crate) fn state_of(&self, cr: &str, node: &ObservedNode) -> Parsed {
         let raw = self.work[node].get(&keys::node_state(cr));
-        self.s.states.get(&node.name, cr, raw)
+        let place = self.index.place(node);
+        self.s.states.get(&node.name, place, cr, raw)
     }
 
     /// `cr`'s Jobs on `node`, in snapshot order.
@@ -144,9 +145,13 @@ impl<'a> Pass<'a> {
             let mut done_on = self.index.per_node();
             for &n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
                 let raw = self.work[n].get(&key);
-                let (st, done) = self.s.states.judged(&n.name, &cr.name, raw, judge, |st| {
-                    node_done(&cr.spec, &digests, st, cr.deleting)
-                });
+                let place = self.index.place(n);
+                let (st, done) = self
+                    .s
+                    .states
+                    .judged(&n.name, place, &cr.name, raw, judge, |st| {
+                        node_done(&cr.spec, &digests, st, cr.deleting)
+                    });
                 parsed[n] = Some(st);
                 everywhere &= done;
                 done_on[n] = done;

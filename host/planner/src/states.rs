@@ -72,10 +72,64 @@ struct Judge {
     seen: u64,
 }
 
+/// One CR's entries, each kept where its node was in the last snapshot that asked for it:
+/// a pass over a snapshot in the same order finds each at the node's own place, in order,
+/// without hashing its name (at thousands of nodes, a hash map's scattered slots were most
+/// of what the cache cost a pass).
+#[derive(Debug, Default)]
+struct Table {
+    slots: Vec<(String, Entry)>,
+    /// Node → slot.
+    at: HashMap<String, usize>,
+}
+
+impl Table {
+    /// `node`'s slot, moved to `place` (where the node is in this snapshot) when it is
+    /// elsewhere and the table is that long.
+    fn find(&mut self, node: &str, place: usize) -> Option<usize> {
+        if self.slots.get(place).is_some_and(|(n, _)| n == node) {
+            return Some(place);
+        }
+        let found = *self.at.get(node)?;
+        if place >= self.slots.len() {
+            return Some(found);
+        }
+        self.slots.swap(found, place);
+        for i in [found, place] {
+            *self
+                .at
+                .get_mut(&self.slots[i].0)
+                .expect("every slot is indexed") = i;
+        }
+        Some(place)
+    }
+
+    /// Adds `node`'s entry (absent), at `place` when it can be.
+    fn add(&mut self, node: &str, place: usize, entry: Entry) -> usize {
+        self.at.insert(node.to_string(), self.slots.len());
+        self.slots.push((node.to_string(), entry));
+        self.find(node, place).expect("just added")
+    }
+
+    /// Keeps the entries asked for in `pass`.
+    fn retain(&mut self, pass: u64) {
+        if self.slots.iter().all(|(_, e)| e.seen == pass) {
+            return;
+        }
+        self.slots.retain(|(_, e)| e.seen == pass);
+        self.at = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.clone(), i))
+            .collect();
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    /// CR → node → entry.
-    entries: HashMap<String, HashMap<String, Entry>>,
+    /// CR → its entries.
+    entries: HashMap<String, Table>,
     /// CR → the spec its verdicts were judged against.
     judges: HashMap<String, Judge>,
     /// The last judge's number.
@@ -94,10 +148,17 @@ pub struct StateCache(Mutex<Inner>);
 
 impl StateCache {
     /// `cr`'s state on `node`, whose annotation reads `raw` (`None`: none): the earlier
-    /// parse when the text is the same, a fresh one otherwise.
-    pub(crate) fn get(&self, node: &str, cr: &str, raw: Option<&str>) -> Arc<Reading> {
+    /// parse when the text is the same, a fresh one otherwise. `place` is where the node is
+    /// in the snapshot (a hint: any value gives the same answer).
+    pub(crate) fn get(
+        &self,
+        node: &str,
+        place: usize,
+        cr: &str,
+        raw: Option<&str>,
+    ) -> Arc<Reading> {
         let mut inner = self.0.lock().expect("state cache lock");
-        inner.entry(node, cr, raw).parsed.clone()
+        inner.entry(node, place, cr, raw).parsed.clone()
     }
 
     /// The judge of `cr`'s verdicts this pass: the same as the last pass's while its spec
@@ -130,13 +191,14 @@ impl StateCache {
     pub(crate) fn judged(
         &self,
         node: &str,
+        place: usize,
         cr: &str,
         raw: Option<&str>,
         judge: JudgeId,
         decide: impl FnOnce(&NodeState) -> bool,
     ) -> (Arc<Reading>, bool) {
         let mut inner = self.0.lock().expect("state cache lock");
-        let e = inner.entry(node, cr, raw);
+        let e = inner.entry(node, place, cr, raw);
         let done = match e.done {
             Some((id, done)) if id == judge.0 => done,
             _ => {
@@ -153,10 +215,10 @@ impl StateCache {
     pub(crate) fn end_pass(&self) {
         let mut inner = self.0.lock().expect("state cache lock");
         let pass = inner.pass;
-        for by_node in inner.entries.values_mut() {
-            by_node.retain(|_, e| e.seen == pass);
+        for table in inner.entries.values_mut() {
+            table.retain(pass);
         }
-        inner.entries.retain(|_, by_node| !by_node.is_empty());
+        inner.entries.retain(|_, table| !table.slots.is_empty());
         inner.judges.retain(|_, j| j.seen == pass);
         inner.pass += 1;
     }
@@ -164,7 +226,7 @@ impl StateCache {
     /// How many states it holds (for tests and the operator's metrics).
     pub fn len(&self) -> usize {
         let inner = self.0.lock().expect("state cache lock");
-        inner.entries.values().map(HashMap::len).sum()
+        inner.entries.values().map(|t| t.slots.len()).sum()
     }
 
     /// Holds none.
@@ -176,28 +238,36 @@ impl StateCache {
 impl Inner {
     /// `cr`'s entry for `node`, parsed afresh unless its text is the one parsed last; marks
     /// it asked for this pass.
-    fn entry(&mut self, node: &str, cr: &str, raw: Option<&str>) -> &mut Entry {
+    fn entry(&mut self, node: &str, place: usize, cr: &str, raw: Option<&str>) -> &mut Entry {
         let pass = self.pass;
         if !self.entries.contains_key(cr) {
-            self.entries.insert(cr.to_string(), HashMap::default());
+            self.entries.insert(cr.to_string(), Table::default());
         }
-        let by_node = self.entries.get_mut(cr).expect("present or just inserted");
-        let fresh = by_node
-            .get(node)
-            .is_none_or(|e| match (e.raw.as_deref(), raw) {
-                (Some(kept), Some(raw)) => !same_text(kept, raw),
-                (kept, raw) => kept.is_some() || raw.is_some(),
-            });
-        if fresh {
-            let entry = Entry {
-                raw: raw.map(String::from),
-                parsed: Arc::new(Reading::new(NodeState::from_annotation(node, cr, raw))),
-                done: None,
-                seen: pass,
-            };
-            by_node.insert(node.to_string(), entry);
-        }
-        let e = by_node.get_mut(node).expect("present or just inserted");
+        let table = self.entries.get_mut(cr).expect("present or just inserted");
+        let found = table.find(node, place);
+        let kept = found.filter(|&i| match (table.slots[i].1.raw.as_deref(), raw) {
+            (Some(kept), Some(raw)) => same_text(kept, raw),
+            (kept, raw) => kept.is_none() && raw.is_none(),
+        });
+        let at = match kept {
+            Some(at) => at,
+            None => {
+                let entry = Entry {
+                    raw: raw.map(String::from),
+                    parsed: Arc::new(Reading::new(NodeState::from_annotation(node, cr, raw))),
+                    done: None,
+                    seen: pass,
+                };
+                match found {
+                    Some(at) => {
+                        table.slots[at].1 = entry;
+                        at
+                    }
+                    None => table.add(node, place, entry),
+                }
+            }
+        };
+        let e = &mut table.slots[at].1;
         e.seen = pass;
         e
     }
@@ -232,7 +302,7 @@ mod tests {
     /// Asks for node n1's verdict with `raw` under `judge`; true when `decide` was run.
     fn decided(cache: &StateCache, raw: Option<&str>, judge: JudgeId) -> bool {
         let ran = Cell::new(false);
-        cache.judged("n1", "cr", raw, judge, |_| {
+        cache.judged("n1", 0, "cr", raw, judge, |_| {
             ran.set(true);
             true
         });
@@ -253,6 +323,59 @@ mod tests {
                 assert!(!same_text(a, &other), "{len} bytes differing at {at}");
             }
         }
+    }
+
+    #[test]
+    fn an_entry_is_found_by_name_whatever_place_it_is_asked_at() {
+        let cache = StateCache::default();
+        let names: Vec<String> = (0..6).map(|i| format!("n{i}")).collect();
+        // Each node's own text (an empty state, spelled with its number of spaces).
+        let text = |i: usize| format!("{{{}}}", " ".repeat(i));
+        let ask = |i: usize, place: usize| cache.get(&names[i], place, "cr", Some(&text(i)));
+        let first: Vec<_> = (0..6).map(|i| ask(i, i)).collect();
+        let orders: [&[(usize, usize)]; 4] = [
+            // The same order; a reversed one; hints out of range or naming another node's
+            // place; a node asked twice in one pass.
+            &[(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5)],
+            &[(5, 0), (4, 1), (3, 2), (2, 3), (1, 4), (0, 5)],
+            &[(0, 99), (1, 0), (2, 0), (3, 7), (4, 2), (5, 5)],
+            &[(3, 1), (3, 4), (0, 3), (1, 2), (2, 5), (4, 0), (5, 1)],
+        ];
+        for order in orders {
+            for &(i, place) in order {
+                let again = ask(i, place);
+                assert!(
+                    Arc::ptr_eq(&again, &first[i]),
+                    "n{i} asked at place {place} in {order:?}: its own parse, not parsed again"
+                );
+            }
+            cache.end_pass();
+            assert_eq!(cache.len(), 6, "every node was asked for");
+        }
+        // A pass that asks for some nodes only: the others are forgotten, the rest still
+        // found wherever they are asked.
+        for (i, place) in [(4, 0), (1, 1)] {
+            assert!(Arc::ptr_eq(&ask(i, place), &first[i]));
+        }
+        cache.end_pass();
+        assert_eq!(cache.len(), 2);
+        for (i, place) in [(1, 0), (4, 1), (1, 1), (4, 0)] {
+            assert!(Arc::ptr_eq(&ask(i, place), &first[i]), "n{i} at {place}");
+        }
+        let changed = cache.get(&names[4], 0, "cr", Some("{\"p-1\": 1}"));
+        assert!(
+            !Arc::ptr_eq(&changed, &first[4]),
+            "new text at a kept place is parsed afresh"
+        );
+        assert!(
+            Arc::ptr_eq(&ask(1, 0), &first[1]),
+            "the other node is untouched"
+        );
+        let gone = cache.get(&names[2], 1, "cr", Some(&text(2)));
+        assert!(
+            !Arc::ptr_eq(&gone, &first[2]),
+            "a forgotten node is parsed afresh"
+        );
     }
 
     #[test]
@@ -281,7 +404,7 @@ mod tests {
         assert_ne!(deleting, v2, "deletion is a new judge");
         assert!(decided(&cache, Some("{ }"), deleting));
 
-        let (_, done) = cache.judged("n1", "cr", Some("not json"), deleting, |_| true);
+        let (_, done) = cache.judged("n1", 0, "cr", Some("not json"), deleting, |_| true);
         assert!(!done, "a state that does not parse is never done");
     }
 }

@@ -211,12 +211,8 @@ impl<'a, T> PerNode<'a, T> {
         Self::with(nodes, |_| T::default())
     }
 
-    /// Where `node` is in the snapshot. Every node a pass handles is one of its snapshot's
-    /// (found by address, so a copy of a node is a planner bug, not a lookup miss).
     fn place(&self, node: &ObservedNode) -> usize {
-        self.nodes
-            .element_offset(node)
-            .expect("a node of the pass's own snapshot")
+        place(self.nodes, node)
     }
 
     /// Each node with its value, in snapshot order.
@@ -227,6 +223,14 @@ impl<'a, T> PerNode<'a, T> {
     fn into_values(self) -> std::vec::IntoIter<T> {
         self.values.into_iter()
     }
+}
+
+/// Where `node` is in `nodes`. Every node a pass handles is one of its snapshot's (found by
+/// address, so a copy of a node is a planner bug, not a lookup miss).
+fn place(nodes: &[ObservedNode], node: &ObservedNode) -> usize {
+    nodes
+        .element_offset(node)
+        .expect("a node of the pass's own snapshot")
 }
 
 impl<T> std::ops::Index<&ObservedNode> for PerNode<'_, T> {
@@ -263,6 +267,11 @@ impl<'a> NodeIndex<'a> {
     /// The node named `name` (`None`: not in the snapshot).
     pub fn node(&self, name: &str) -> Option<&'a ObservedNode> {
         self.by_name.get(name).copied()
+    }
+
+    /// Where `node` is in the snapshot (see [`PerNode`]).
+    pub(crate) fn place(&self, node: &ObservedNode) -> usize {
+        place(self.nodes, node)
     }
 
     /// A default value for each node.
