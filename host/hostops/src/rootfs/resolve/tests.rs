@@ -287,3 +287,126 @@ fn a_file_grant_is_never_made_a_directory() {
     .unwrap();
     assert!(tmp.path().join("var/lib/tree/a/c/x").is_file());
 }
+
+/// Wherever the one-call resolution (`openat2`) answers, the component walk answers the
+/// same: the same directory, name, grant flag and `lstat` — over every path of up to three
+/// names drawn from a tree with each kind of entry (directories, a file, a FIFO, relative,
+/// absolute, looping and dangling links, a world-writable directory holding a link), under
+/// directory and file grants, for looks, reads and writes. And it answers the plain paths,
+/// so the comparison is not empty.
+#[test]
+fn the_one_call_resolution_agrees_with_the_walk_wherever_it_answers() {
+    use super::{Last, Resolve};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    for d in ["a/d/e", "w"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(root.join("a/f"), "x").unwrap();
+    std::fs::write(root.join("a/d/f"), "y").unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        root.join("a/p"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    symlink("d", root.join("a/l")).unwrap();
+    symlink("/a/d", root.join("a/abs")).unwrap();
+    symlink("loop", root.join("a/loop")).unwrap();
+    symlink("gone", root.join("a/dangling")).unwrap();
+    symlink("../a/d", root.join("w/l")).unwrap();
+    for (d, mode) in [("", 0o755), ("a", 0o755), ("a/d", 0o755), ("w", 0o777)] {
+        std::fs::set_permissions(root.join(d), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let fs = RootFs::open(root).unwrap();
+    let names = [
+        "d", "e", "f", "p", "l", "abs", "loop", "dangling", "missing", "..", ".",
+    ];
+    let mut tails = vec![String::new()];
+    for _ in 0..3 {
+        let longer: Vec<String> = tails
+            .iter()
+            .flat_map(|t| names.iter().map(move |n| format!("{t}/{n}")))
+            .collect();
+        tails.extend(longer);
+    }
+    tails.sort();
+    tails.dedup();
+    let grants = [
+        GrantedPath::directory(Path::new("/a")),
+        GrantedPath::as_found(Path::new("/a/d")),
+        GrantedPath::as_found(Path::new("/a/f")),
+        GrantedPath::as_found(Path::new("/a/l")),
+        GrantedPath::as_found(Path::new("/w")),
+    ];
+    let hows = [
+        Resolve::LOOK,
+        Resolve::FOLLOW,
+        Resolve {
+            last: Last::Entry,
+            create: Some(8),
+        },
+    ];
+    let inode = |d: &cap_std::fs::Dir| {
+        let st = rustix::fs::fstat(d).unwrap();
+        (st.st_dev, st.st_ino)
+    };
+    let seen = |s: &super::Seen| match s {
+        super::Seen::Held => (0, 0, 0),
+        super::Seen::Missing => (1, 0, 0),
+        super::Seen::Entry(st) => (2, st.st_ino, st.st_mode),
+    };
+    let (mut answered, mut compared) = (0, 0);
+    for grant in grants {
+        for tail in &tails {
+            let path = format!("{}{tail}", grant.path.display());
+            let path = Path::new(&path);
+            for how in hows {
+                compared += 1;
+                let Some(fast) = fs.resolve_plain(grant, path, how) else {
+                    continue;
+                };
+                answered += 1;
+                let walked = fs.walk(grant, path, how).unwrap_or_else(|e| {
+                    panic!("{path:?} under {grant:?} ({how:?}): one call answered, the walk: {e}")
+                });
+                let what = format!("{path:?} under {grant:?} ({how:?})");
+                assert_eq!(inode(&fast.dir), inode(&walked.dir), "{what}: directory");
+                assert_eq!(fast.rel, walked.rel, "{what}: name");
+                assert_eq!(fast.is_base, walked.is_base, "{what}: is the grant");
+                assert_eq!(fast.made, walked.made, "{what}: made");
+                assert_eq!(seen(&fast.seen), seen(&walked.seen), "{what}: lstat");
+            }
+        }
+    }
+    assert!(
+        answered > 300,
+        "the one-call resolution answered {answered} of {compared}"
+    );
+    // What it must leave to the walk: links (anywhere), `..`, a name at the root.
+    for (grant, path) in [
+        ("/a", "/a/l/f"),
+        ("/a", "/a/l"),
+        ("/a", "/a/d/../f"),
+        ("/a/l", "/a/l/f"),
+        ("/w", "/w/l/f"),
+        ("/a", "/a"),
+    ] {
+        let grant = GrantedPath::as_found(Path::new(grant));
+        assert!(
+            fs.resolve_plain(grant, Path::new(path), Resolve::FOLLOW)
+                .is_none(),
+            "{path} under {grant:?}"
+        );
+    }
+    assert!(
+        fs.resolve_plain(
+            GrantedPath::as_found(Path::new("/a")),
+            Path::new("/a/d/f"),
+            Resolve::FOLLOW
+        )
+        .is_some()
+    );
+}
