@@ -1,5 +1,7 @@
 //! What a pass works with besides the CR and the node: the node's annotations and cordon as
 //! the pass has left them ([`NodeWork`]), and the CR-wide inputs of a node's pass ([`Env`]).
+//! What a pass knows per node it keeps by the node's place in the snapshot (`PerNode`),
+//! finding a node by name once ([`NodeIndex`]).
 
 use std::collections::BTreeMap;
 
@@ -280,7 +282,7 @@ impl<'a> NodeIndex<'a> {
     }
 }
 
-/// Every node's [`NodeWork`] for a pass, found by the node ([`PerNode`]).
+/// Every node's [`NodeWork`] for a pass, found by the node (by its place in the snapshot).
 #[derive(Debug)]
 pub struct Works<'a> {
     work: PerNode<'a, NodeWork<'a>>,
