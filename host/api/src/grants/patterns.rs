@@ -9,11 +9,17 @@ use super::spec::{FileAccess, GrantError};
 use crate::payload::PayloadName;
 
 /// A name allowlist entry: an exact name or a glob. `*` and `?` never match `/`.
+///
+/// An entry without a wildcard (`*`, `?`, `[`) is an exact name: it matches its own text and
+/// nothing else, compared as text — no glob is compiled for it (building each exact name's
+/// regex was most of parsing a grant set, which every stage does), and a `\` in it is a
+/// character of the name (systemd escapes unit names with it: `dev-disk-by\x2duuid.device`),
+/// not a glob escape.
 #[derive(Clone, Debug)]
 pub struct NamePattern {
     source: String,
-    matcher: GlobMatcher,
-    literal: bool,
+    /// The compiled glob of an entry with a wildcard; `None` for an exact name.
+    glob: Option<GlobMatcher>,
 }
 
 impl NamePattern {
@@ -42,11 +48,10 @@ impl NamePattern {
             .map_err(|e| {
                 GrantError::new(field, format!("{raw:?} is not a valid glob: {}", e.kind()))
             })?;
-        let literal = !raw.contains(['*', '?', '[']);
+        let wildcard = raw.contains(['*', '?', '[']);
         Ok(NamePattern {
             source: raw.to_string(),
-            matcher: glob.compile_matcher(),
-            literal,
+            glob: wildcard.then(|| glob.compile_matcher()),
         })
     }
 
@@ -68,7 +73,10 @@ impl NamePattern {
 
     /// Whether `name` matches this pattern.
     pub fn matches(&self, name: &str) -> bool {
-        self.matcher.is_match(name)
+        match &self.glob {
+            None => self.source == name,
+            Some(glob) => glob.is_match(name),
+        }
     }
 
     /// Whether the command argument `arg` is allowed by this pattern, or why not. A
@@ -76,7 +84,7 @@ impl NamePattern {
     /// widened by the argument: it does not match an option (`-x`) unless it starts with
     /// `-` itself, nor an argument with a `..` path component or control characters.
     pub fn check_arg(&self, arg: &str) -> Result<(), String> {
-        if self.literal {
+        if self.glob.is_none() {
             return if self.source == arg {
                 Ok(())
             } else {

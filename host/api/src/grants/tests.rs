@@ -241,6 +241,31 @@ fn every_file_question_is_answered_by_check_file_with_the_most_specific_rule() {
 }
 
 #[test]
+fn an_exact_name_matches_itself_alone_and_a_glob_still_matches_its_names() {
+    let escaped = r"dev-disk-by\x2duuid-0a1b.device";
+    let caps = Capabilities {
+        kernel_modules: vec!["nvidia".into()],
+        services: vec![escaped.into(), "app@*.service".into()],
+        sysctl: vec!["net.ipv4.ip_forward".into()],
+        ..Default::default()
+    };
+    let set = parse(&caps).unwrap();
+    assert!(set.allows_module("nvidia"));
+    for other in ["nvidia_uvm", "NVIDIA", "nvidi", ""] {
+        assert!(!set.allows_module(other), "{other:?}");
+    }
+    assert!(set.allows_sysctl("net.ipv4.ip_forward"));
+    for other in ["net.ipv4.ip_forwardx", "net.ipv4", "net.ipv4.ip.forward"] {
+        assert!(!set.allows_sysctl(other), "{other:?}");
+    }
+    // systemd's escape is part of the unit's name, not a glob escape.
+    assert!(set.allows_service(escaped));
+    assert!(!set.allows_service("dev-disk-byx2duuid-0a1b.device"));
+    assert!(set.allows_service("app@1.service"));
+    assert!(!set.allows_service("app.service"));
+}
+
+#[test]
 fn names_are_checked_against_their_grammar_before_the_glob() {
     let caps = Capabilities {
         kernel_modules: vec!["nvidia*".into()],
