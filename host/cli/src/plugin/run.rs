@@ -256,6 +256,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         print_json(&source.plugin, &run, &actions)?;
     }
+    // The process ends after this stage: the engine's teardown (its instance pool unmapped,
+    // each compiled module's unwind tables deregistered one by one) is left to the kernel
+    // that reclaims it anyway — it was a twentieth of a warm `plugin run`.
+    drop(inputs);
+    std::mem::forget((prepared, source, engine));
     Ok(code)
 }
 
