@@ -12,9 +12,10 @@ use crate::payload::PayloadName;
 ///
 /// An entry without a wildcard (`*`, `?`, `[`) is an exact name: it matches its own text and
 /// nothing else, compared as text — no glob is compiled for it (building each exact name's
-/// regex was most of parsing a grant set, which every stage does), and a `\` in it is a
-/// character of the name (systemd escapes unit names with it: `dev-disk-by\x2duuid.device`),
-/// not a glob escape.
+/// regex was most of parsing a grant set, which every stage does). In a host name's entry
+/// (module, unit, sysctl key) a `\` is always a character of the name — systemd escapes unit
+/// names with it (`dev-disk-by\x2duuid.device`) — never a glob escape; in a command
+/// argument's glob it escapes the next character, as globs do.
 #[derive(Clone, Debug)]
 pub struct NamePattern {
     source: String,
@@ -28,6 +29,16 @@ impl NamePattern {
         index: usize,
         raw: &str,
         allowed: fn(char) -> bool,
+    ) -> Result<Self, GrantError> {
+        Self::parse_with(field, index, raw, allowed, true)
+    }
+
+    fn parse_with(
+        field: &str,
+        index: usize,
+        raw: &str,
+        allowed: fn(char) -> bool,
+        escapes: bool,
     ) -> Result<Self, GrantError> {
         let field = format!("{field}[{index}]");
         if raw.is_empty() {
@@ -44,6 +55,7 @@ impl NamePattern {
         }
         let glob = GlobBuilder::new(raw)
             .literal_separator(true)
+            .backslash_escape(escapes)
             .build()
             .map_err(|e| {
                 GrantError::new(field, format!("{raw:?} is not a valid glob: {}", e.kind()))
@@ -68,7 +80,7 @@ impl NamePattern {
                 format!("{raw:?} starts with '-'; a name is never an option"),
             ));
         }
-        NamePattern::parse(field, index, raw, allowed)
+        NamePattern::parse_with(field, index, raw, allowed, false)
     }
 
     /// Whether `name` matches this pattern.

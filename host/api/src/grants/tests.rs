@@ -263,6 +263,14 @@ fn an_exact_name_matches_itself_alone_and_a_glob_still_matches_its_names() {
     assert!(!set.allows_service("dev-disk-byx2duuid-0a1b.device"));
     assert!(set.allows_service("app@1.service"));
     assert!(!set.allows_service("app.service"));
+    // In a unit glob too: `\x2d` is the escape of `-`, spelled as systemd spells it.
+    let globbed = parse(&Capabilities {
+        services: vec![r"dev-disk-by\x2duuid-*.device".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(globbed.allows_service(escaped));
+    assert!(!globbed.allows_service("dev-disk-byx2duuid-0a1b.device"));
 }
 
 #[test]
