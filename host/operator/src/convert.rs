@@ -119,11 +119,12 @@ pub fn pod(p: &Pod) -> Option<nodewright_planner::ObservedPod> {
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("Pending");
-    let cordon = Taint {
+    // Built once: a pass converts every bound pod.
+    static CORDON: std::sync::LazyLock<Taint> = std::sync::LazyLock::new(|| Taint {
         key: "node.kubernetes.io/unschedulable".into(),
         effect: "NoSchedule".into(),
         ..Default::default()
-    };
+    });
     Some(nodewright_planner::ObservedPod {
         namespace: meta.namespace.clone().unwrap_or_default(),
         name: meta.name.clone().unwrap_or_default(),
@@ -146,7 +147,7 @@ pub fn pod(p: &Pod) -> Option<nodewright_planner::ObservedPod> {
             .tolerations
             .iter()
             .flatten()
-            .any(|t| select::tolerates(t, &cordon)),
+            .any(|t| select::tolerates(t, &CORDON)),
         ours: meta.labels.as_ref().is_some_and(keys::job::is_ours),
     })
 }

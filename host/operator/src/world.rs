@@ -3,6 +3,7 @@
 //! the planner reads (see docs/operator.md, "Caches") — overlaid with the operator's own
 //! recent writes until the caches catch up, and the planner snapshot built from them.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -546,25 +547,37 @@ impl World {
         agent_pods: AgentPods,
         cr: impl Fn(&NodeWright) -> nodewright_planner::Cr,
     ) -> Snapshot {
+        // Objects are read where the caches hold them and converted once: only what our
+        // overlay replaces or marks is copied (at thousands of nodes and pods, a pass that
+        // cloned every cached object before converting it spent most of its time copying).
         let mut overlay = self.overlay();
-        let mut nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
-        for n in &mut nodes {
-            let name = n.metadata.name.clone().unwrap_or_default();
-            match overlay.nodes.get(&name) {
-                Some(ours) if rv(ours) > rv(n) => *n = ours.clone(),
-                Some(_) => {
-                    overlay.nodes.remove(&name);
-                }
-                None => {}
-            }
-        }
-        let mut jobs: Vec<Job> = self.jobs.state().iter().map(|j| (**j).clone()).collect();
-        let cached: HashSet<String> = jobs
+        let cached_nodes = self.nodes.state();
+        let nodes: Vec<Cow<'_, Node>> = cached_nodes
             .iter()
-            .filter_map(|j| j.metadata.name.clone())
+            .map(|n| {
+                let name = n.metadata.name.as_deref().unwrap_or_default();
+                match overlay.nodes.get(name) {
+                    Some(ours) if rv(ours) > rv(&**n) => Cow::Owned(ours.clone()),
+                    Some(_) => {
+                        overlay.nodes.remove(name);
+                        Cow::Borrowed(&**n)
+                    }
+                    None => Cow::Borrowed(&**n),
+                }
+            })
             .collect();
-        overlay.created.retain(|name, _| !cached.contains(name));
-        overlay.deleted.retain(|name| cached.contains(name));
+        let cached_jobs = self.jobs.state();
+        let mut jobs: Vec<Cow<'_, Job>> = cached_jobs.iter().map(|j| Cow::Borrowed(&**j)).collect();
+        let cached: HashSet<&str> = cached_jobs
+            .iter()
+            .filter_map(|j| j.metadata.name.as_deref())
+            .collect();
+        overlay
+            .created
+            .retain(|name, _| !cached.contains(name.as_str()));
+        overlay
+            .deleted
+            .retain(|name| cached.contains(name.as_str()));
         // A Job we deleted and the cache still shows is stopping: it no longer counts as
         // work, but it holds its node until it is gone.
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -577,26 +590,24 @@ impl World {
                 .is_some_and(|n| overlay.deleted.contains(n))
                 && j.metadata.deletion_timestamp.is_none()
             {
-                j.metadata.deletion_timestamp = Some(now.clone());
+                j.to_mut().metadata.deletion_timestamp = Some(now.clone());
             }
         }
-        jobs.extend(overlay.created.values().cloned());
+        jobs.extend(overlay.created.values().cloned().map(Cow::Owned));
         drop(overlay);
 
         let pods = self.pods.state();
         let by_job = pods_by_job(&pods);
+        // A refusal is kept while its pod is in the cache (looked up by key: the refusals
+        // are few, the pods many).
         let mut refusals = self.refusals.lock().expect("refusals lock");
-        let live: HashSet<String> = pods
-            .iter()
-            .map(|p| {
-                format!(
-                    "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap_or_default(),
-                    p.metadata.name.as_deref().unwrap_or_default()
-                )
+        refusals.retain(|k, _| {
+            k.split_once('/').is_some_and(|(ns, name)| {
+                self.pods
+                    .get(&reflector::ObjectRef::new(name).within(ns))
+                    .is_some()
             })
-            .collect();
-        refusals.retain(|k, _| live.contains(k));
+        });
         let nodewrights: Vec<nodewright_planner::Cr> =
             self.nodewrights.state().iter().map(|n| cr(n)).collect();
         Snapshot {
@@ -607,7 +618,7 @@ impl World {
                 .iter()
                 .filter_map(|p| Some((p.metadata.name.clone()?, p.spec.clone())))
                 .collect(),
-            nodes: nodes.iter().map(crate::convert::node).collect(),
+            nodes: nodes.iter().map(|n| crate::convert::node(n)).collect(),
             jobs: jobs
                 .iter()
                 .filter_map(|j| crate::jobs::read(j, pods_of(&by_job, j)))
@@ -624,5 +635,88 @@ impl World {
                 .filter_map(|p| crate::convert::replica(p))
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::runtime::watcher::Event;
+
+    fn node(name: &str, rv: u64, mark: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some(rv.to_string()),
+                annotations: Some([("mark".to_string(), mark.to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn pod(name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("apps".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("a".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_snapshot_shows_our_newer_writes_over_the_cache_and_the_refusals_of_cached_pods() {
+        let (nodes, mut node_writer) = reflector::store::<Node>();
+        let (pods, mut pod_writer) = reflector::store::<Pod>();
+        node_writer.apply_watcher_event(&Event::Apply(node("a", 5, "cached")));
+        node_writer.apply_watcher_event(&Event::Apply(node("b", 9, "cached")));
+        pod_writer.apply_watcher_event(&Event::Apply(pod("here")));
+        let world = World {
+            nodes,
+            pods,
+            ..World::empty()
+        };
+        // Our patch of `a` is newer than the cache; the cache has caught up with `b`.
+        world.patched(node("a", 7, "ours"));
+        world.patched(node("b", 3, "ours"));
+        let refusal = Refusal {
+            at: 1,
+            message: "budget".into(),
+        };
+        world.eviction_refused("apps/here".into(), refusal.clone());
+        world.eviction_refused("apps/gone".into(), refusal.clone());
+        world.eviction_refused("malformed".into(), refusal.clone());
+
+        let snapshot = world.snapshot_with(&Settings::default(), AgentPods::default(), |_| {
+            unreachable!("no NodeWright is cached")
+        });
+        let mut marks: Vec<(&str, &str)> = snapshot
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.annotations["mark"].as_str()))
+            .collect();
+        marks.sort();
+        assert_eq!(marks, [("a", "ours"), ("b", "cached")]);
+        assert!(
+            !world.overlay().nodes.contains_key("b"),
+            "a seen write is forgotten"
+        );
+        assert!(
+            world.overlay().nodes.contains_key("a"),
+            "an unseen one is kept"
+        );
+        assert_eq!(
+            snapshot.refusals,
+            BTreeMap::from([("apps/here".to_string(), refusal)]),
+            "a refusal goes with its pod"
+        );
+        assert_eq!(snapshot.pods.len(), 1);
     }
 }
