@@ -1,5 +1,8 @@
 //! Kubernetes objects → the planner's snapshot types.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use nodewright_api::keys;
 use nodewright_api::v1alpha1::NodeWright;
@@ -70,7 +73,7 @@ fn bare(nw: &NodeWright) -> nodewright_planner::Cr {
 /// A node.
 pub fn node(n: &Node) -> nodewright_planner::ObservedNode {
     let meta = &n.metadata;
-    nodewright_planner::ObservedNode {
+    nodewright_planner::ObservedNode::new(nodewright_planner::NodeFacts {
         name: meta.name.clone().unwrap_or_default(),
         created: meta
             .creation_timestamp
@@ -106,7 +109,7 @@ pub fn node(n: &Node) -> nodewright_planner::ObservedNode {
             })
             .unwrap_or_default(),
         resource_version: meta.resource_version.clone().unwrap_or_default(),
-    }
+    })
 }
 
 /// A pod bound to a node.
@@ -125,31 +128,33 @@ pub fn pod(p: &Pod) -> Option<nodewright_planner::ObservedPod> {
         effect: "NoSchedule".into(),
         ..Default::default()
     });
-    Some(nodewright_planner::ObservedPod {
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
-        node,
-        labels: meta.labels.clone().unwrap_or_default(),
-        active: matches!(phase, "Pending" | "Running" | "Unknown"),
-        terminating: meta.deletion_timestamp.is_some(),
-        controller: meta
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true))
-            .map(|o| o.kind.clone()),
-        mirror: meta
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
-        empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
-        tolerates_unschedulable: spec
-            .tolerations
-            .iter()
-            .flatten()
-            .any(|t| select::tolerates(t, &CORDON)),
-        ours: meta.labels.as_ref().is_some_and(keys::job::is_ours),
-    })
+    Some(nodewright_planner::ObservedPod::new(
+        nodewright_planner::PodFacts {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            node,
+            labels: meta.labels.clone().unwrap_or_default(),
+            active: matches!(phase, "Pending" | "Running" | "Unknown"),
+            terminating: meta.deletion_timestamp.is_some(),
+            controller: meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.kind.clone()),
+            mirror: meta
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
+            empty_dir: spec.volumes.iter().flatten().any(|v| v.empty_dir.is_some()),
+            tolerates_unschedulable: spec
+                .tolerations
+                .iter()
+                .flatten()
+                .any(|t| select::tolerates(t, &CORDON)),
+            ours: meta.labels.as_ref().is_some_and(keys::job::is_ours),
+        },
+    ))
 }
 
 /// One of the operator's replicas, once bound to a node.
@@ -164,4 +169,54 @@ pub fn replica(p: &Pod) -> Option<nodewright_planner::Replica> {
         node: p.spec.as_ref()?.node_name.clone()?,
         ready: ready && p.metadata.deletion_timestamp.is_none(),
     })
+}
+
+/// Each cached object's conversion, kept while the cache holds that same object.
+///
+/// A reflector cache hands its objects out as `Arc`s and puts a new `Arc` in when an object
+/// changes, so an `Arc` this memo holds names one version of one object: its conversion is
+/// reused, and a snapshot's copy of it is a reference count (converting every cached node
+/// and pod again for each pass was most of a pass at thousands of nodes). An entry that a
+/// pass does not ask for — its object changed or left the cache — is dropped when the pass
+/// ends ([`Memo::finish`]).
+#[derive(Debug)]
+pub struct Memo<K, V> {
+    /// By the address of the cache's `Arc`, which the entry holds: the address cannot name
+    /// another object while the entry lives.
+    last: HashMap<usize, (Arc<K>, V)>,
+    /// What this pass asked for.
+    next: HashMap<usize, (Arc<K>, V)>,
+}
+
+impl<K, V> Default for Memo<K, V> {
+    fn default() -> Self {
+        Memo {
+            last: HashMap::new(),
+            next: HashMap::new(),
+        }
+    }
+}
+
+impl<K, V: Clone> Memo<K, V> {
+    /// `object` converted: the earlier conversion of this same object, or `convert`'s.
+    pub fn get(&mut self, object: &Arc<K>, convert: impl FnOnce(&K) -> V) -> V {
+        let key = Arc::as_ptr(object) as usize;
+        let (held, converted) = match self.last.remove(&key) {
+            Some(entry) => entry,
+            None => (Arc::clone(object), convert(object)),
+        };
+        self.next.insert(key, (held, converted.clone()));
+        converted
+    }
+
+    /// Ends a pass: what it did not ask for is forgotten.
+    pub fn finish(&mut self) {
+        self.last = std::mem::take(&mut self.next);
+    }
+
+    /// How many objects the last pass converted or reused.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
 }

@@ -209,7 +209,7 @@ mod tests {
     use super::*;
     use nodewright_api::node_state::Stage;
     use nodewright_api::v1alpha1::InterruptType;
-    use nodewright_planner::{ObservedPod, Refusal};
+    use nodewright_planner::{ObservedPod, PodFacts, Refusal};
 
     fn apply(package: &str) -> Work {
         Work::Package {
@@ -275,12 +275,12 @@ mod tests {
     }
 
     fn pod(name: &str) -> ObservedPod {
-        ObservedPod {
+        ObservedPod::new(PodFacts {
             namespace: "default".into(),
             name: name.into(),
             active: true,
-            ..ObservedPod::default()
-        }
+            ..PodFacts::default()
+        })
     }
 
     fn evict(name: &str) -> Action {

@@ -19,9 +19,12 @@ use kube::{Api, Client, Resource};
 use nodewright_api::keys;
 use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightPreview};
-use nodewright_planner::{AgentPods, Refusal, Settings, Snapshot, StateCache};
+use nodewright_planner::{
+    AgentPods, ObservedNode, ObservedPod, Refusal, Settings, Snapshot, StateCache,
+};
 use tokio::sync::Notify;
 
+use crate::convert::Memo;
 use crate::gates::Gates;
 use crate::plugins::Plugins;
 
@@ -48,6 +51,15 @@ pub struct World {
     refusals: Arc<Mutex<BTreeMap<String, Refusal>>>,
     /// Node states parsed by earlier passes, handed to every snapshot.
     states: Arc<StateCache>,
+    /// Cached nodes and pods as the planner reads them.
+    converted: Arc<Mutex<Converted>>,
+}
+
+/// Cached objects converted for the planner, each once per version (see [`Memo`]).
+#[derive(Debug, Default)]
+struct Converted {
+    nodes: Memo<Node, ObservedNode>,
+    pods: Memo<Pod, Option<ObservedPod>>,
 }
 
 impl std::fmt::Debug for World {
@@ -312,6 +324,7 @@ impl World {
             overlay: Arc::default(),
             refusals: Arc::default(),
             states: Arc::default(),
+            converted: Arc::default(),
         }
     }
 
@@ -365,6 +378,7 @@ impl World {
             overlay: Arc::default(),
             refusals: Arc::default(),
             states: Arc::default(),
+            converted: Arc::default(),
         };
         world.nodewrights.wait_until_ready().await?;
         world.policies.wait_until_ready().await?;
@@ -547,25 +561,29 @@ impl World {
         agent_pods: AgentPods,
         cr: impl Fn(&NodeWright) -> nodewright_planner::Cr,
     ) -> Snapshot {
-        // Objects are read where the caches hold them and converted once: only what our
-        // overlay replaces or marks is copied (at thousands of nodes and pods, a pass that
-        // cloned every cached object before converting it spent most of its time copying).
+        // A cached node or pod is converted once per version (`Memo`); what our overlay
+        // replaces is converted for this pass, and a Job only copied when marked stopping.
+        let mut converted = self.converted.lock().expect("conversions lock");
+        let converted = &mut *converted;
         let mut overlay = self.overlay();
-        let cached_nodes = self.nodes.state();
-        let nodes: Vec<Cow<'_, Node>> = cached_nodes
+        let nodes: Vec<ObservedNode> = self
+            .nodes
+            .state()
             .iter()
             .map(|n| {
                 let name = n.metadata.name.as_deref().unwrap_or_default();
                 match overlay.nodes.get(name) {
-                    Some(ours) if rv(ours) > rv(&**n) => Cow::Owned(ours.clone()),
-                    Some(_) => {
-                        overlay.nodes.remove(name);
-                        Cow::Borrowed(&**n)
+                    Some(ours) if rv(ours) > rv(&**n) => crate::convert::node(ours),
+                    seen => {
+                        if seen.is_some() {
+                            overlay.nodes.remove(name);
+                        }
+                        converted.nodes.get(n, crate::convert::node)
                     }
-                    None => Cow::Borrowed(&**n),
                 }
             })
             .collect();
+        converted.nodes.finish();
         let cached_jobs = self.jobs.state();
         let mut jobs: Vec<Cow<'_, Job>> = cached_jobs.iter().map(|j| Cow::Borrowed(&**j)).collect();
         let cached: HashSet<&str> = cached_jobs
@@ -618,12 +636,19 @@ impl World {
                 .iter()
                 .filter_map(|p| Some((p.metadata.name.clone()?, p.spec.clone())))
                 .collect(),
-            nodes: nodes.iter().map(|n| crate::convert::node(n)).collect(),
+            nodes,
             jobs: jobs
                 .iter()
                 .filter_map(|j| crate::jobs::read(j, pods_of(&by_job, j)))
                 .collect(),
-            pods: pods.iter().filter_map(|p| crate::convert::pod(p)).collect(),
+            pods: {
+                let pods = pods
+                    .iter()
+                    .filter_map(|p| converted.pods.get(p, crate::convert::pod))
+                    .collect();
+                converted.pods.finish();
+                pods
+            },
             refusals: refusals.clone(),
             settings: settings.clone(),
             states: self.states.clone(),
@@ -718,5 +743,38 @@ mod tests {
             "a refusal goes with its pod"
         );
         assert_eq!(snapshot.pods.len(), 1);
+
+        // The next pass shares what it converted; a node the cache replaced is read anew,
+        // and the conversion of its old version is forgotten.
+        let again = world.snapshot_with(&Settings::default(), AgentPods::default(), |_| {
+            unreachable!("no NodeWright is cached")
+        });
+        let find = |s: &Snapshot, name: &str| {
+            s.nodes
+                .iter()
+                .find(|n| n.name == name)
+                .cloned()
+                .expect("node in the snapshot")
+        };
+        assert!(ObservedNode::ptr_eq(
+            &find(&snapshot, "b"),
+            &find(&again, "b")
+        ));
+        assert!(ObservedPod::ptr_eq(&snapshot.pods[0], &again.pods[0]));
+        assert!(
+            !ObservedNode::ptr_eq(&find(&snapshot, "a"), &find(&again, "a")),
+            "an overlay's node is converted for its pass"
+        );
+        node_writer.apply_watcher_event(&Event::Apply(node("b", 10, "changed")));
+        let changed = world.snapshot_with(&Settings::default(), AgentPods::default(), |_| {
+            unreachable!("no NodeWright is cached")
+        });
+        assert_eq!(find(&changed, "b").annotations["mark"], "changed");
+        let converted = world.converted.lock().expect("conversions lock");
+        assert_eq!(
+            (converted.nodes.len(), converted.pods.len()),
+            (1, 1),
+            "one version of the cached node, one pod"
+        );
     }
 }

@@ -19,7 +19,8 @@ use nodewright_api::pinned::PinnedRef;
 use nodewright_api::v1alpha1::NodeWrightSpec;
 use nodewright_figures::Figure;
 use nodewright_planner::{
-    Cr, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Snapshot, Work, plan,
+    Cr, JobPhase, NodeFacts, ObservedJob, ObservedNode, ObservedPod, PluginCheck, PodFacts,
+    Snapshot, Work, plan,
 };
 
 struct Counting;
@@ -95,13 +96,15 @@ fn fleet(packages: usize, config: bool) -> Cr {
 
 /// Five ReplicaSet pods on `node`.
 fn five_pods(node: &str) -> impl Iterator<Item = ObservedPod> + '_ {
-    (0..5).map(move |p| ObservedPod {
-        namespace: "apps".into(),
-        name: format!("{node}-pod{p}"),
-        node: node.into(),
-        active: true,
-        controller: Some("ReplicaSet".into()),
-        ..Default::default()
+    (0..5).map(move |p| {
+        ObservedPod::new(PodFacts {
+            namespace: "apps".into(),
+            name: format!("{node}-pod{p}"),
+            node: node.into(),
+            active: true,
+            controller: Some("ReplicaSet".into()),
+            ..Default::default()
+        })
     })
 }
 
@@ -170,7 +173,7 @@ fn snapshot(nodes: usize) -> Snapshot {
         if !in_batch.contains(&name) {
             snap.pods.extend(five_pods(&name));
         }
-        snap.nodes.push(ObservedNode {
+        snap.nodes.push(ObservedNode::new(NodeFacts {
             name,
             created: i as i64,
             annotations,
@@ -178,7 +181,7 @@ fn snapshot(nodes: usize) -> Snapshot {
             boot_id: format!("b{i}"),
             resource_version: "1".into(),
             ..Default::default()
-        });
+        }));
     }
     let mut status = snap.nodewrights[0].status.clone();
     status.compartment_statuses.insert(
@@ -329,13 +332,13 @@ fn forecast_bench() {
     for i in 0..nodes {
         let name = format!("node-{i:05}");
         snap.pods.extend(five_pods(&name));
-        snap.nodes.push(ObservedNode {
+        snap.nodes.push(ObservedNode::new(NodeFacts {
             name,
             created: i as i64,
             boot_id: format!("b{i}"),
             resource_version: "1".into(),
             ..Default::default()
-        });
+        }));
     }
     let outcome = |j: &ObservedJob| {
         let plan = matches!(

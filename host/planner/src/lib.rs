@@ -42,7 +42,7 @@ pub mod work;
 pub use action::{Action, Ask, Event, JobRequest, NodePatch, Target};
 pub use plan::plan;
 pub use snapshot::{
-    AgentPods, Cr, GateFinding, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck,
-    Refusal, Replica, Resolved, Settings, Snapshot, Work,
+    AgentPods, Cr, GateFinding, JobPhase, NodeFacts, Observed, ObservedJob, ObservedNode,
+    ObservedPod, PluginCheck, PodFacts, Refusal, Replica, Resolved, Settings, Snapshot, Work,
 };
 pub use states::StateCache;

@@ -178,9 +178,62 @@ impl From<BTreeMap<String, PinnedRef>> for Resolved {
     }
 }
 
+/// An observed object, shared: a snapshot's copy of a node or pod is a reference count
+/// (the operator converts a cached object once, not once per pass, and a forecast's steps
+/// share the nodes they do not change). Reads go through to the object; a write copies it
+/// first when it is shared (`Arc::make_mut`), so no other snapshot sees the change.
+#[derive(Default, PartialEq)]
+pub struct Observed<T>(Arc<T>);
+
+impl<T> Observed<T> {
+    /// Shares `facts`.
+    pub fn new(facts: T) -> Self {
+        Observed(Arc::new(facts))
+    }
+
+    /// Whether both are the same shared object (not merely equal).
+    pub fn ptr_eq(a: &Self, b: &Self) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl<T> Clone for Observed<T> {
+    fn clone(&self) -> Self {
+        Observed(Arc::clone(&self.0))
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Observed<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<T> std::ops::Deref for Observed<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: Clone> std::ops::DerefMut for Observed<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl<T> From<T> for Observed<T> {
+    fn from(facts: T) -> Self {
+        Observed::new(facts)
+    }
+}
+
 /// A node as observed.
+pub type ObservedNode = Observed<NodeFacts>;
+
+/// What a pass reads of a node.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ObservedNode {
+pub struct NodeFacts {
     /// Name.
     pub name: String,
     /// Creation time (unix seconds); nodes are ordered by it, then name.
@@ -201,11 +254,11 @@ pub struct ObservedNode {
     pub resource_version: String,
 }
 
-impl ObservedNode {
+impl NodeFacts {
     /// The same node as far as a pass can tell: equal in everything but the
     /// resourceVersion (a heartbeat moves only that once a node is read).
-    pub fn same_as(&self, other: &ObservedNode) -> bool {
-        let bare = |n: &ObservedNode| ObservedNode {
+    pub fn same_as(&self, other: &NodeFacts) -> bool {
+        let bare = |n: &NodeFacts| NodeFacts {
             resource_version: String::new(),
             ..n.clone()
         };
@@ -334,9 +387,12 @@ pub enum JobPhase {
     },
 }
 
-/// A pod bound to a node.
-#[derive(Clone, Debug, Default)]
-pub struct ObservedPod {
+/// A pod bound to a node, as observed.
+pub type ObservedPod = Observed<PodFacts>;
+
+/// What a pass reads of a pod bound to a node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodFacts {
     /// Namespace.
     pub namespace: String,
     /// Name.
@@ -361,7 +417,7 @@ pub struct ObservedPod {
     pub ours: bool,
 }
 
-impl ObservedPod {
+impl PodFacts {
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

@@ -114,6 +114,7 @@ impl<'a> NodeTally<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::NodeFacts;
 
     fn written() -> NodeWrightStatus {
         NodeWrightStatus {
@@ -132,17 +133,19 @@ mod tests {
     fn tally(w: &NodeWrightStatus, selected: &[(&str, Status, &str)]) -> (bool, NodeWrightStatus) {
         let mut all: Vec<ObservedNode> = selected
             .iter()
-            .map(|(name, _, boot)| ObservedNode {
-                name: name.to_string(),
-                boot_id: boot.to_string(),
-                ..Default::default()
+            .map(|(name, _, boot)| {
+                ObservedNode::new(NodeFacts {
+                    name: name.to_string(),
+                    boot_id: boot.to_string(),
+                    ..Default::default()
+                })
             })
             .collect();
-        all.push(ObservedNode {
+        all.push(ObservedNode::new(NodeFacts {
             name: "unselected".into(),
             boot_id: "boot-u".into(),
             ..Default::default()
-        });
+        }));
         let index = NodeIndex::new(&all);
         let mut t = NodeTally::new(w, &index);
         for (n, (_, s, _)) in all.iter().zip(selected) {

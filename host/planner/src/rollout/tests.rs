@@ -1,11 +1,12 @@
 use super::*;
+use crate::NodeFacts;
 
 fn node(name: &str, tier: &str) -> ObservedNode {
-    ObservedNode {
+    ObservedNode::new(NodeFacts {
         name: name.into(),
         labels: [("tier".to_string(), tier.to_string())].into(),
         ..Default::default()
-    }
+    })
 }
 
 fn policy(json: serde_json::Value) -> DeploymentPolicySpec {

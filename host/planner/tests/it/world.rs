@@ -8,8 +8,8 @@ use nodewright_api::pinned::PinnedRef;
 use nodewright_api::result::{Blame, StageResult};
 use nodewright_api::v1alpha1::{DeploymentPolicySpec, NodeWrightSpec, Status};
 use nodewright_planner::{
-    Action, Cr, JobPhase, ObservedJob, ObservedNode, ObservedPod, PluginCheck, Snapshot, Work,
-    forecast, plan,
+    Action, Cr, JobPhase, NodeFacts, ObservedJob, ObservedNode, ObservedPod, PluginCheck, PodFacts,
+    Snapshot, Work, forecast, plan,
 };
 
 pub struct World {
@@ -129,7 +129,7 @@ impl World {
     pub fn add_node(&mut self, name: &str, labels: &[(&str, &str)]) {
         self.boot += 1;
         let created = self.snap.nodes.len() as i64;
-        self.snap.nodes.push(ObservedNode {
+        self.snap.nodes.push(ObservedNode::new(NodeFacts {
             name: name.into(),
             created,
             labels: labels
@@ -139,7 +139,7 @@ impl World {
             boot_id: format!("boot-{}", self.boot),
             resource_version: "1".into(),
             ..Default::default()
-        });
+        }));
     }
 
     /// The node is deleted from the cluster, with its pods.
@@ -242,7 +242,7 @@ impl World {
         labels: &[(&str, &str)],
         controller: Option<&str>,
     ) {
-        self.snap.pods.push(ObservedPod {
+        self.snap.pods.push(ObservedPod::new(PodFacts {
             namespace: "default".into(),
             name: name.into(),
             node: node.into(),
@@ -253,7 +253,7 @@ impl World {
             active: true,
             controller: controller.map(String::from),
             ..Default::default()
-        });
+        }));
     }
 
     /// One planner pass, its actions applied. Returns the actions.
