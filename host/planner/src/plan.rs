@@ -110,9 +110,20 @@ impl<'a> Pass<'a> {
 
     /// `cr`'s state on `node` as this pass has left it (parsed once per annotation text).
     pub(crate) fn state_of(&self, cr: &str, node: &ObservedNode) -> Parsed {
-        let raw = self.work[node].get(&keys::node_state(cr));
-        let place = self.index.place(node);
-        self.s.states.get(&node.name, place, cr, raw)
+        self.s
+            .states
+            .get(cr, self.read(&keys::node_state(cr), node))
+    }
+
+    /// `node`'s state annotation `key` as this pass has left it, for the state cache.
+    fn read<'r>(&'r self, key: &str, node: &'r ObservedNode) -> crate::states::Read<'r> {
+        let work = &self.work[node];
+        crate::states::Read {
+            node,
+            place: self.index.place(node),
+            raw: work.get(key),
+            observed: work.observed(key),
+        }
     }
 
     /// `cr`'s Jobs on `node`, in snapshot order.
@@ -144,12 +155,10 @@ impl<'a> Pass<'a> {
             let mut parsed = self.index.per_node();
             let mut done_on = self.index.per_node();
             for &n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
-                let raw = self.work[n].get(&key);
-                let place = self.index.place(n);
                 let (st, done) = self
                     .s
                     .states
-                    .judged(&n.name, place, &cr.name, raw, judge, |st| {
+                    .judged(&cr.name, self.read(&key, n), judge, |st| {
                         node_done(&cr.spec, &digests, st, cr.deleting)
                     });
                 parsed[n] = Some(st);

@@ -10,6 +10,12 @@
 //! exactly what it returns with an empty one (a test holds the planner to that), so `plan`
 //! stays a function of the snapshot and the clock. The operator keeps one cache for its
 //! lifetime and hands it to every snapshot; tests may share one or start empty.
+//!
+//! A snapshot's nodes are shared objects ([`crate::Observed`]), and the operator hands the
+//! same one to pass after pass until the node changes. An entry keeps the node it last read
+//! its text from (its *witness*); asked again for that very node's own text, it knows the
+//! text is the same without reading it — at thousands of nodes, comparing kilobytes of text
+//! per node was most of what the cache cost a pass.
 
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +23,8 @@ use rustc_hash::FxHashMap as HashMap;
 
 use nodewright_api::node_state::{Malformed, NodeState, Stage, State};
 use nodewright_api::v1alpha1::NodeWrightSpec;
+
+use crate::snapshot::ObservedNode;
 
 /// A node's state for a CR as parsed, with what a pass asks of every node's state answered
 /// once per text: at thousands of nodes, walking each state's entries every pass to find
@@ -54,6 +62,10 @@ impl Reading {
 struct Entry {
     /// The annotation text it was parsed from (`None`: no annotation).
     raw: Option<String>,
+    /// A node whose own annotation (as observed, not a pass's write) reads `raw`. Shared
+    /// objects do not change (a write copies a shared one first), so while this one is the
+    /// node asked about, its own text is `raw` without comparing.
+    witness: Option<ObservedNode>,
     parsed: Arc<Reading>,
     /// Whether the CR is done with this state, and under which [`Judge`] that was decided.
     done: Option<(u64, bool)>,
@@ -86,10 +98,16 @@ struct Table {
 impl Table {
     /// `node`'s slot, moved to `place` (where the node is in this snapshot) when it is
     /// elsewhere and the table is that long.
-    fn find(&mut self, node: &str, place: usize) -> Option<usize> {
-        if self.slots.get(place).is_some_and(|(n, _)| n == node) {
+    fn find(&mut self, node: &ObservedNode, place: usize) -> Option<usize> {
+        if self.slots.get(place).is_some_and(|(n, e)| {
+            e.witness
+                .as_ref()
+                .is_some_and(|w| ObservedNode::ptr_eq(w, node))
+                || *n == node.name
+        }) {
             return Some(place);
         }
+        let node = node.name.as_str();
         let found = *self.at.get(node)?;
         if place >= self.slots.len() {
             return Some(found);
@@ -105,9 +123,9 @@ impl Table {
     }
 
     /// Adds `node`'s entry (absent), at `place` when it can be.
-    fn add(&mut self, node: &str, place: usize, entry: Entry) -> usize {
-        self.at.insert(node.to_string(), self.slots.len());
-        self.slots.push((node.to_string(), entry));
+    fn add(&mut self, node: &ObservedNode, place: usize, entry: Entry) -> usize {
+        self.at.insert(node.name.clone(), self.slots.len());
+        self.slots.push((node.name.clone(), entry));
         self.find(node, place).expect("just added")
     }
 
@@ -146,19 +164,25 @@ pub(crate) struct JudgeId(u64);
 #[derive(Debug, Default)]
 pub struct StateCache(Mutex<Inner>);
 
+/// A node's state annotation for one CR, as a pass reads it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Read<'a> {
+    /// The node, from the snapshot.
+    pub node: &'a ObservedNode,
+    /// Where the node is in the snapshot (a hint: any value gives the same answer).
+    pub place: usize,
+    /// The text (`None`: no annotation).
+    pub raw: Option<&'a str>,
+    /// `raw` is the node's own, as observed — not a write of this pass's.
+    pub observed: bool,
+}
+
 impl StateCache {
-    /// `cr`'s state on `node`, whose annotation reads `raw` (`None`: none): the earlier
-    /// parse when the text is the same, a fresh one otherwise. `place` is where the node is
-    /// in the snapshot (a hint: any value gives the same answer).
-    pub(crate) fn get(
-        &self,
-        node: &str,
-        place: usize,
-        cr: &str,
-        raw: Option<&str>,
-    ) -> Arc<Reading> {
+    /// `cr`'s state as `read`: the earlier parse when the text is the same, a fresh one
+    /// otherwise.
+    pub(crate) fn get(&self, cr: &str, read: Read<'_>) -> Arc<Reading> {
         let mut inner = self.0.lock().expect("state cache lock");
-        inner.entry(node, place, cr, raw).parsed.clone()
+        inner.entry(cr, read).parsed.clone()
     }
 
     /// The judge of `cr`'s verdicts this pass: the same as the last pass's while its spec
@@ -190,15 +214,13 @@ impl StateCache {
     /// same. `decide` must be a function of the state and the judge's spec alone.
     pub(crate) fn judged(
         &self,
-        node: &str,
-        place: usize,
         cr: &str,
-        raw: Option<&str>,
+        read: Read<'_>,
         judge: JudgeId,
         decide: impl FnOnce(&NodeState) -> bool,
     ) -> (Arc<Reading>, bool) {
         let mut inner = self.0.lock().expect("state cache lock");
-        let e = inner.entry(node, place, cr, raw);
+        let e = inner.entry(cr, read);
         let done = match e.done {
             Some((id, done)) if id == judge.0 => done,
             _ => {
@@ -236,25 +258,48 @@ impl StateCache {
 }
 
 impl Inner {
-    /// `cr`'s entry for `node`, parsed afresh unless its text is the one parsed last; marks
-    /// it asked for this pass.
-    fn entry(&mut self, node: &str, place: usize, cr: &str, raw: Option<&str>) -> &mut Entry {
+    /// `cr`'s entry for the node `read`, parsed afresh unless its text is the one parsed
+    /// last; marks it asked for this pass.
+    fn entry(&mut self, cr: &str, read: Read<'_>) -> &mut Entry {
+        let Read {
+            node,
+            place,
+            raw,
+            observed,
+        } = read;
         let pass = self.pass;
         if !self.entries.contains_key(cr) {
             self.entries.insert(cr.to_string(), Table::default());
         }
         let table = self.entries.get_mut(cr).expect("present or just inserted");
         let found = table.find(node, place);
-        let kept = found.filter(|&i| match (table.slots[i].1.raw.as_deref(), raw) {
-            (Some(kept), Some(raw)) => same_text(kept, raw),
-            (kept, raw) => kept.is_none() && raw.is_none(),
+        let kept = found.filter(|&i| {
+            let e = &mut table.slots[i].1;
+            if observed
+                && e.witness
+                    .as_ref()
+                    .is_some_and(|w| ObservedNode::ptr_eq(w, node))
+            {
+                return true;
+            }
+            let same = match (e.raw.as_deref(), raw) {
+                (Some(kept), Some(raw)) => same_text(kept, raw),
+                (kept, raw) => kept.is_none() && raw.is_none(),
+            };
+            if same && observed {
+                e.witness = Some(node.clone());
+            }
+            same
         });
         let at = match kept {
             Some(at) => at,
             None => {
                 let entry = Entry {
                     raw: raw.map(String::from),
-                    parsed: Arc::new(Reading::new(NodeState::from_annotation(node, cr, raw))),
+                    witness: observed.then(|| node.clone()),
+                    parsed: Arc::new(Reading::new(NodeState::from_annotation(
+                        &node.name, cr, raw,
+                    ))),
                     done: None,
                     seen: pass,
                 };
@@ -291,6 +336,29 @@ mod tests {
     use std::cell::Cell;
 
     use super::*;
+    use crate::snapshot::{NodeFacts, Observed};
+
+    fn node(name: &str) -> ObservedNode {
+        ObservedNode::new(NodeFacts {
+            name: name.into(),
+            ..Default::default()
+        })
+    }
+
+    /// A read of `node`'s text at `place`, `observed` or written by the pass.
+    fn read<'a>(
+        node: &'a ObservedNode,
+        place: usize,
+        raw: Option<&'a str>,
+        observed: bool,
+    ) -> Read<'a> {
+        Read {
+            node,
+            place,
+            raw,
+            observed,
+        }
+    }
 
     fn spec(version: &str) -> NodeWrightSpec {
         serde_json::from_value(serde_json::json!({
@@ -302,7 +370,7 @@ mod tests {
     /// Asks for node n1's verdict with `raw` under `judge`; true when `decide` was run.
     fn decided(cache: &StateCache, raw: Option<&str>, judge: JudgeId) -> bool {
         let ran = Cell::new(false);
-        cache.judged("n1", 0, "cr", raw, judge, |_| {
+        cache.judged("cr", read(&node("n1"), 0, raw, false), judge, |_| {
             ran.set(true);
             true
         });
@@ -328,10 +396,13 @@ mod tests {
     #[test]
     fn an_entry_is_found_by_name_whatever_place_it_is_asked_at() {
         let cache = StateCache::default();
+        // Fresh objects at every ask: found by name, not by the witness.
         let names: Vec<String> = (0..6).map(|i| format!("n{i}")).collect();
         // Each node's own text (an empty state, spelled with its number of spaces).
         let text = |i: usize| format!("{{{}}}", " ".repeat(i));
-        let ask = |i: usize, place: usize| cache.get(&names[i], place, "cr", Some(&text(i)));
+        let ask = |i: usize, place: usize| {
+            cache.get("cr", read(&node(&names[i]), place, Some(&text(i)), true))
+        };
         let first: Vec<_> = (0..6).map(|i| ask(i, i)).collect();
         let orders: [&[(usize, usize)]; 4] = [
             // The same order; a reversed one; hints out of range or naming another node's
@@ -362,7 +433,7 @@ mod tests {
         for (i, place) in [(1, 0), (4, 1), (1, 1), (4, 0)] {
             assert!(Arc::ptr_eq(&ask(i, place), &first[i]), "n{i} at {place}");
         }
-        let changed = cache.get(&names[4], 0, "cr", Some("{\"p-1\": 1}"));
+        let changed = cache.get("cr", read(&node(&names[4]), 0, Some("{\"p-1\": 1}"), true));
         assert!(
             !Arc::ptr_eq(&changed, &first[4]),
             "new text at a kept place is parsed afresh"
@@ -371,7 +442,7 @@ mod tests {
             Arc::ptr_eq(&ask(1, 0), &first[1]),
             "the other node is untouched"
         );
-        let gone = cache.get(&names[2], 1, "cr", Some(&text(2)));
+        let gone = cache.get("cr", read(&node(&names[2]), 1, Some(&text(2)), true));
         assert!(
             !Arc::ptr_eq(&gone, &first[2]),
             "a forgotten node is parsed afresh"
@@ -404,7 +475,64 @@ mod tests {
         assert_ne!(deleting, v2, "deletion is a new judge");
         assert!(decided(&cache, Some("{ }"), deleting));
 
-        let (_, done) = cache.judged("n1", 0, "cr", Some("not json"), deleting, |_| true);
+        let (_, done) = cache.judged(
+            "cr",
+            read(&node("n1"), 0, Some("not json"), false),
+            deleting,
+            |_| true,
+        );
         assert!(!done, "a state that does not parse is never done");
+    }
+
+    #[test]
+    fn a_witness_vouches_only_for_its_own_observed_text() {
+        let cache = StateCache::default();
+        let key = "nodewright.io/state";
+        let first = node("n1");
+        let mut on = first.clone();
+        on.annotations.insert(key.into(), "{}".into());
+        assert!(Observed::ptr_eq(&first, &first.clone()));
+        assert!(
+            !Observed::ptr_eq(&first, &on),
+            "a write copies a shared node"
+        );
+        let own = |n: &ObservedNode| n.annotations.get(key).cloned();
+        let ask = |n: &ObservedNode, raw: Option<&str>, observed: bool| {
+            cache.get("cr", read(n, 0, raw, observed))
+        };
+
+        let parsed = ask(&on, own(&on).as_deref(), true);
+        assert!(Arc::ptr_eq(&ask(&on, own(&on).as_deref(), true), &parsed));
+        // This pass's own write to the same node object: the witness does not vouch for it.
+        let written = ask(&on, Some("{ }"), false);
+        assert!(!Arc::ptr_eq(&written, &parsed), "a written text is read");
+        assert!(
+            Arc::ptr_eq(&ask(&on, Some("{ }"), false), &written),
+            "the same write again is kept (and vouched for by no node: not the node's own)"
+        );
+        assert!(
+            !Arc::ptr_eq(&ask(&on, own(&on).as_deref(), true), &written),
+            "the node's own text again, after a write: parsed again"
+        );
+        // A copy changed: another object, its text compared and found new.
+        let mut changed = on.clone();
+        changed.annotations.insert(key.into(), "{  }".into());
+        let fresh = ask(&changed, own(&changed).as_deref(), true);
+        assert!(fresh.state.as_ref().is_ok_and(|s| s.is_empty()));
+        assert!(!Arc::ptr_eq(&fresh, &parsed));
+        // A copy with the same text: compared, kept, and now the witness.
+        let mut same = changed.clone();
+        same.labels.insert("l".into(), "v".into());
+        assert!(!Observed::ptr_eq(&same, &changed));
+        assert!(Arc::ptr_eq(
+            &ask(&same, own(&same).as_deref(), true),
+            &fresh
+        ));
+        // No annotation at all on a node that had one: parsed as none.
+        let mut none = same.clone();
+        none.annotations.remove(key);
+        let empty = ask(&none, own(&none).as_deref(), true);
+        assert!(!Arc::ptr_eq(&empty, &fresh));
+        assert!(Arc::ptr_eq(&ask(&none, None, true), &empty));
     }
 }

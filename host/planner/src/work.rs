@@ -56,6 +56,11 @@ impl<'a> NodeWork<'a> {
         }
     }
 
+    /// Whether annotation `key` is as the node was observed: this pass has not written it.
+    pub fn observed(&self, key: &str) -> bool {
+        !self.patch.annotations.contains_key(key)
+    }
+
     /// Sets (`Some`) or removes (`None`) an annotation, recording the change if it is one.
     pub fn set(&mut self, key: &str, value: Option<String>) {
         if self.get(key) == value.as_deref() {
