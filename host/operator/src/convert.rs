@@ -11,10 +11,14 @@ use nodewright_planner::select;
 use crate::gates::Gates;
 use crate::plugins::Plugins;
 
-/// A NodeWright as the planner sees it (spec defaulted), with its plugin verdict and its
-/// failing health gates.
-pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_planner::Cr {
-    let mut cr = bare(nw);
+/// A NodeWright as the planner sees it ([`bare`]), with its plugin verdict and its failing
+/// health gates.
+pub fn cr(
+    bare: nodewright_planner::Cr,
+    plugins: &Plugins,
+    gates: &Gates,
+) -> nodewright_planner::Cr {
+    let mut cr = bare;
     cr.plugins = plugins.get(&cr.name, &cr.uid, cr.generation, &cr.spec);
     cr.failing_gates = gates.failing(
         &cr.name,
@@ -26,11 +30,11 @@ pub fn cr(nw: &NodeWright, plugins: &Plugins, gates: &Gates) -> nodewright_plann
     cr
 }
 
-/// A NodeWright as its status recorded it, for a preview: the plugins its last check
-/// pinned (`status.resolvedPlugins`), no health gate failing (a preview asks no
+/// A NodeWright ([`bare`]) as its status recorded it, for a preview: the plugins its last
+/// check pinned (`status.resolvedPlugins`), no health gate failing (a preview asks no
 /// Prometheus).
-pub fn cr_as_recorded(nw: &NodeWright) -> nodewright_planner::Cr {
-    let mut cr = bare(nw);
+pub fn cr_as_recorded(bare: nodewright_planner::Cr) -> nodewright_planner::Cr {
+    let mut cr = bare;
     let pinned: std::collections::BTreeMap<_, _> = cr
         .status
         .resolved_plugins
@@ -41,8 +45,9 @@ pub fn cr_as_recorded(nw: &NodeWright) -> nodewright_planner::Cr {
     cr
 }
 
-/// Everything of a NodeWright but its plugin verdict and health gates.
-fn bare(nw: &NodeWright) -> nodewright_planner::Cr {
+/// Everything of a NodeWright but its plugin verdict and health gates (the parts that
+/// change without the object changing).
+pub fn bare(nw: &NodeWright) -> nodewright_planner::Cr {
     let meta = &nw.metadata;
     let flag = |k: &str| {
         meta.annotations
@@ -57,7 +62,7 @@ fn bare(nw: &NodeWright) -> nodewright_planner::Cr {
         uid: meta.uid.clone().unwrap_or_default(),
         generation: meta.generation.unwrap_or(0),
         spec,
-        status: nw.status.clone().unwrap_or_default(),
+        status: nw.status.clone().unwrap_or_default().into(),
         paused: flag(keys::PAUSE),
         disabled: flag(keys::DISABLE),
         deleting: meta.deletion_timestamp.is_some(),

@@ -58,8 +58,12 @@ pub struct World {
 /// Cached objects converted for the planner, each once per version (see [`Memo`]).
 #[derive(Debug, Default)]
 struct Converted {
+    /// NodeWrights as [`crate::convert::bare`] reads them (their status shared).
+    crs: Memo<NodeWright, nodewright_planner::Cr>,
     nodes: Memo<Node, ObservedNode>,
-    pods: Memo<Pod, Option<ObservedPod>>,
+    /// Pods as the planner reads them (`None`: not bound), and whether each runs one of our
+    /// Jobs.
+    pods: Memo<Pod, (Option<ObservedPod>, bool)>,
 }
 
 impl std::fmt::Debug for World {
@@ -243,15 +247,25 @@ pub fn slim_pod(p: &mut Pod) {
 /// Job objects are kept whole (the operator's own, a handful per node at work).
 fn keep<K>(_: &mut K) {}
 
-/// Pods by the Job that made them (the `job-name` label the Job controller sets).
-fn pods_by_job(pods: &[Arc<Pod>]) -> HashMap<&str, Vec<&Pod>> {
+/// Our pods by the Job that made them: `pods` grouped by [`job_of`].
+fn pods_by_job<'p>(pods: impl IntoIterator<Item = &'p Pod>) -> HashMap<&'p str, Vec<&'p Pod>> {
     let mut by_job: HashMap<&str, Vec<&Pod>> = HashMap::new();
     for p in pods {
-        if let Some(j) = p.metadata.labels.as_ref().and_then(|l| l.get("job-name")) {
-            by_job.entry(j.as_str()).or_default().push(p);
+        if let Some(j) = job_of(p) {
+            by_job.entry(j).or_default().push(p);
         }
     }
     by_job
+}
+
+/// The Job `pod` runs for, when it is one of ours: the `job-name` label the Job controller
+/// sets (another namespace's Job of the same name is not ours).
+fn job_of(pod: &Pod) -> Option<&str> {
+    let labels = pod.metadata.labels.as_ref()?;
+    keys::job::is_ours(labels)
+        .then(|| labels.get("job-name"))
+        .flatten()
+        .map(String::as_str)
 }
 
 /// `job`'s pods in [`pods_by_job`]'s grouping.
@@ -446,7 +460,7 @@ impl World {
                 .and_then(|l| l.get(keys::job::PREVIEW))
                 .is_some_and(|p| p == name)
         };
-        let by_job = pods_by_job(&pods);
+        let by_job = pods_by_job(pods.iter().map(|p| &**p));
         let read = jobs
             .iter()
             .filter(of_preview)
@@ -550,16 +564,16 @@ impl World {
         snapshot
     }
 
-    /// [`World::snapshot`] with each NodeWright made into the planner's by `cr`: the
-    /// operator's loop asks its plugin checks and health gates, a preview reads what the
-    /// NodeWrights' status recorded.
+    /// [`World::snapshot`] with each NodeWright, as [`crate::convert::bare`] reads it,
+    /// finished by `cr`: the operator's loop adds its plugin checks and health gates, a
+    /// preview what the NodeWrights' status recorded.
     // Long on purpose: the overlay rules (seen writes forgotten, unseen ones applied)
     // beside the conversion they adjust.
     pub fn snapshot_with(
         &self,
         settings: &Settings,
         agent_pods: AgentPods,
-        cr: impl Fn(&NodeWright) -> nodewright_planner::Cr,
+        cr: impl Fn(nodewright_planner::Cr) -> nodewright_planner::Cr,
     ) -> Snapshot {
         // A cached node or pod is converted once per version (`Memo`); what our overlay
         // replaces is converted for this pass, and a Job only copied when marked stopping.
@@ -614,8 +628,22 @@ impl World {
         jobs.extend(overlay.created.values().cloned().map(Cow::Owned));
         drop(overlay);
 
-        let pods = self.pods.state();
-        let by_job = pods_by_job(&pods);
+        // Each pod's conversion, and whether it runs one of our Jobs, once per version:
+        // looking for the Job's label on every pod every pass was most of a pass.
+        let cached_pods = self.pods.state();
+        let mut pods = Vec::with_capacity(cached_pods.len());
+        let mut agents = Vec::new();
+        for p in &cached_pods {
+            let (observed, agent) = converted
+                .pods
+                .get(p, |p| (crate::convert::pod(p), job_of(p).is_some()));
+            pods.extend(observed);
+            if agent {
+                agents.push(&**p);
+            }
+        }
+        converted.pods.finish();
+        let by_job = pods_by_job(agents);
         // A refusal is kept while its pod is in the cache (looked up by key: the refusals
         // are few, the pods many).
         let mut refusals = self.refusals.lock().expect("refusals lock");
@@ -626,8 +654,13 @@ impl World {
                     .is_some()
             })
         });
-        let nodewrights: Vec<nodewright_planner::Cr> =
-            self.nodewrights.state().iter().map(|n| cr(n)).collect();
+        let nodewrights: Vec<nodewright_planner::Cr> = self
+            .nodewrights
+            .state()
+            .iter()
+            .map(|n| cr(converted.crs.get(n, crate::convert::bare)))
+            .collect();
+        converted.crs.finish();
         Snapshot {
             nodewrights,
             policies: self
@@ -641,14 +674,7 @@ impl World {
                 .iter()
                 .filter_map(|j| crate::jobs::read(j, pods_of(&by_job, j)))
                 .collect(),
-            pods: {
-                let pods = pods
-                    .iter()
-                    .filter_map(|p| converted.pods.get(p, crate::convert::pod))
-                    .collect();
-                converted.pods.finish();
-                pods
-            },
+            pods,
             refusals: refusals.clone(),
             settings: settings.clone(),
             states: self.states.clone(),
@@ -668,6 +694,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::runtime::watcher::Event;
+    use nodewright_planner::Observed;
 
     fn node(name: &str, rv: u64, mark: &str) -> Node {
         Node {
@@ -696,16 +723,81 @@ mod tests {
         }
     }
 
+    /// NodeWright `nw`, its status naming `nodes` complete.
+    fn nodewright(rv: u64, nodes: &[&str]) -> NodeWright {
+        let mut nw: NodeWright = serde_json::from_value(serde_json::json!({
+            "apiVersion": "nodewright.io/v1alpha1",
+            "kind": "NodeWright",
+            "metadata": {"name": "nw", "resourceVersion": rv.to_string()},
+            "spec": {"packages": {}},
+        }))
+        .expect("a NodeWright");
+        let mut status = nodewright_api::v1alpha1::NodeWrightStatus::default();
+        for n in nodes {
+            status
+                .node_status
+                .insert(n.to_string(), nodewright_api::v1alpha1::Status::Complete);
+        }
+        nw.status = Some(status);
+        nw
+    }
+
+    /// The operator loop's part of a NodeWright, as the test sees it: paused.
+    fn finish(mut cr: nodewright_planner::Cr) -> nodewright_planner::Cr {
+        cr.paused = true;
+        cr
+    }
+
+    #[test]
+    fn only_our_pods_are_grouped_under_a_job() {
+        let labelled = |name: &str, labels: &[(&str, &str)]| {
+            let mut p = pod(name);
+            p.metadata.labels = Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+            p
+        };
+        let pods = [
+            labelled("agent", &[(keys::job::MANAGED, "true"), ("job-name", "j")]),
+            labelled(
+                "preview",
+                &[
+                    (keys::job::MANAGED, keys::job::MANAGED_PREVIEW),
+                    ("job-name", "k"),
+                ],
+            ),
+            // Someone else's Job of the same name, and one of ours that no Job made.
+            labelled("theirs", &[("job-name", "j")]),
+            labelled("stray", &[(keys::job::MANAGED, "true")]),
+        ];
+        let by_job = pods_by_job(&pods);
+        let names = |job: &str| -> Vec<&str> {
+            by_job[job]
+                .iter()
+                .map(|p| p.metadata.name.as_deref().unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(names("j"), ["agent"]);
+        assert_eq!(names("k"), ["preview"]);
+        assert_eq!(by_job.len(), 2);
+    }
+
     #[test]
     fn a_snapshot_shows_our_newer_writes_over_the_cache_and_the_refusals_of_cached_pods() {
         let (nodes, mut node_writer) = reflector::store::<Node>();
         let (pods, mut pod_writer) = reflector::store::<Pod>();
+        let (nodewrights, mut nodewright_writer) = reflector::store::<NodeWright>();
+        nodewright_writer.apply_watcher_event(&Event::Apply(nodewright(1, &["a"])));
         node_writer.apply_watcher_event(&Event::Apply(node("a", 5, "cached")));
         node_writer.apply_watcher_event(&Event::Apply(node("b", 9, "cached")));
         pod_writer.apply_watcher_event(&Event::Apply(pod("here")));
         let world = World {
             nodes,
             pods,
+            nodewrights,
             ..World::empty()
         };
         // Our patch of `a` is newer than the cache; the cache has caught up with `b`.
@@ -719,9 +811,7 @@ mod tests {
         world.eviction_refused("apps/gone".into(), refusal.clone());
         world.eviction_refused("malformed".into(), refusal.clone());
 
-        let snapshot = world.snapshot_with(&Settings::default(), AgentPods::default(), |_| {
-            unreachable!("no NodeWright is cached")
-        });
+        let snapshot = world.snapshot_with(&Settings::default(), AgentPods::default(), finish);
         let mut marks: Vec<(&str, &str)> = snapshot
             .nodes
             .iter()
@@ -743,12 +833,13 @@ mod tests {
             "a refusal goes with its pod"
         );
         assert_eq!(snapshot.pods.len(), 1);
+        let cr = &snapshot.nodewrights[0];
+        assert!(cr.paused, "finished by the caller");
+        assert_eq!(cr.status.node_status.len(), 1);
 
         // The next pass shares what it converted; a node the cache replaced is read anew,
         // and the conversion of its old version is forgotten.
-        let again = world.snapshot_with(&Settings::default(), AgentPods::default(), |_| {
-            unreachable!("no NodeWright is cached")
-        });
+        let again = world.snapshot_with(&Settings::default(), AgentPods::default(), finish);
         let find = |s: &Snapshot, name: &str| {
             s.nodes
                 .iter()
@@ -762,19 +853,31 @@ mod tests {
         ));
         assert!(ObservedPod::ptr_eq(&snapshot.pods[0], &again.pods[0]));
         assert!(
+            Observed::ptr_eq(
+                &snapshot.nodewrights[0].status,
+                &again.nodewrights[0].status
+            ),
+            "a NodeWright's status is shared while the object is the same"
+        );
+        assert!(
             !ObservedNode::ptr_eq(&find(&snapshot, "a"), &find(&again, "a")),
             "an overlay's node is converted for its pass"
         );
         node_writer.apply_watcher_event(&Event::Apply(node("b", 10, "changed")));
-        let changed = world.snapshot_with(&Settings::default(), AgentPods::default(), |_| {
-            unreachable!("no NodeWright is cached")
-        });
+        nodewright_writer.apply_watcher_event(&Event::Apply(nodewright(2, &["a", "b"])));
+        let changed = world.snapshot_with(&Settings::default(), AgentPods::default(), finish);
         assert_eq!(find(&changed, "b").annotations["mark"], "changed");
+        assert_eq!(changed.nodewrights[0].status.node_status.len(), 2);
+        assert!(changed.nodewrights[0].paused);
         let converted = world.converted.lock().expect("conversions lock");
         assert_eq!(
-            (converted.nodes.len(), converted.pods.len()),
-            (1, 1),
-            "one version of the cached node, one pod"
+            (
+                converted.crs.len(),
+                converted.nodes.len(),
+                converted.pods.len()
+            ),
+            (1, 1, 1),
+            "one version of the NodeWright and of the cached node, one pod"
         );
     }
 }

@@ -235,7 +235,7 @@ fn main() {
                     }
                 }
                 nodewright_planner::Action::SetStatus { status, .. } => {
-                    snap.nodewrights[0].status = *status
+                    snap.nodewrights[0].status = (*status).into()
                 }
                 _ => {}
             }

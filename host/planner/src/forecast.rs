@@ -432,7 +432,7 @@ pub fn apply(snap: &mut Snapshot, now: i64, pdb_blocked: &BTreeSet<String>, a: &
         }
         Action::SetStatus { cr, status } => {
             if let Some(c) = snap.nodewrights.iter_mut().find(|c| c.name == *cr) {
-                c.status = (**status).clone();
+                c.status = (**status).clone().into();
             }
         }
         Action::Event(_) => {}

@@ -107,8 +107,9 @@ pub struct Cr {
     pub generation: i64,
     /// Spec.
     pub spec: NodeWrightSpec,
-    /// Status as last written.
-    pub status: NodeWrightStatus,
+    /// Status as last written (shared: at thousands of nodes its per-node maps are large,
+    /// and the operator converts it once per version of the NodeWright).
+    pub status: Observed<NodeWrightStatus>,
     /// `nodewright.io/pause: "true"`.
     pub paused: bool,
     /// `nodewright.io/disable: "true"`.
