@@ -1,6 +1,6 @@
-//! `cargo xtask bench [--compare FILE] [--save FILE]`: the engine, language and planner
-//! benchmarks, their figures collected as JSON lines (`nodewright-figures`), compared with a
-//! committed baseline or saved as a new one.
+//! `cargo xtask bench [--compare FILE] [--save FILE]`: the engine, language, planner,
+//! payload and operator-snapshot benchmarks, their figures collected as JSON lines
+//! (`nodewright-figures`), compared with a committed baseline or saved as a new one.
 //!
 //! The comparison is a report, never a verdict: these are wall times on a shared machine,
 //! so a ratio is marked when it passes [`MARK`] and nothing fails.
@@ -24,6 +24,14 @@ const BENCHES: [(&str, &str); 4] = [
     ("nodewright-planner", "plan"),
     ("nodewright-cli", "payload"),
 ];
+
+/// Benchmarks of a binary crate's private code, written as ignored tests beside it:
+/// (package, binary, test).
+const TEST_BENCHES: [(&str, &str, &str); 1] = [(
+    "nodewright-operator",
+    "nodewright-operator",
+    "world::tests::bench_snapshot_of_ten_thousand_nodes",
+)];
 
 /// What `bench` was asked for.
 #[derive(Default)]
@@ -67,6 +75,16 @@ pub fn bench(target: &Path, args: &[String], budget: &mut Budget) -> Result<()> 
                 .args(["--target", &musl_triple()])
                 .envs(tools.env())
                 .env("NODEWRIGHT_REQUIRE_POLYGLOT", "1")
+                .env(FIGURES_ENV, &out))?;
+            Ok(((), "printed above".into()))
+        })?;
+    }
+    for (package, bin, test) in TEST_BENCHES {
+        budget.phase(&format!("bench: {test}"), || {
+            run(cargo(target)
+                .args(["test", "--locked", "--release", "-p", package, "--bin", bin])
+                .args(["--target", &musl_triple()])
+                .args(["--", "--ignored", "--exact", "--nocapture", test])
                 .env(FIGURES_ENV, &out))?;
             Ok(((), "printed above".into()))
         })?;
