@@ -453,14 +453,14 @@ impl<'a> Pass<'a> {
     ) -> (NodeOutcome, NodeState) {
         let mut st = before.clone();
         let jobs = self.jobs_of(&cr.name, n);
-        let pods = self.pods[n].clone();
+        let pods = self.pods.of(n);
         let work = &mut self.work[n];
         let visit = node::Visit {
             env,
             cr,
             node: n,
             jobs: &jobs,
-            pods: &pods,
+            pods,
         };
         let out = node::pass(&visit, work, &mut st, member, &mut self.actions);
         if st != *before {

@@ -18,7 +18,7 @@ use crate::action::Action;
 use crate::packages::node_done;
 use crate::select;
 use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod, Snapshot};
-use crate::work::{NodeIndex, PerNode, Works};
+use crate::work::{Grouped, NodeIndex, PerNode, Works};
 
 /// Decides what to do next. Pure: the same snapshot and clock give the same actions (the
 /// snapshot's [`crate::StateCache`] only saves parsing).
@@ -51,7 +51,7 @@ pub(crate) struct Pass<'a> {
     pub(crate) work: Works<'a>,
     /// Every CR's Jobs on each node, in snapshot order.
     pub(crate) jobs: PerNode<'a, Vec<&'a ObservedJob>>,
-    pub(crate) pods: PerNode<'a, Vec<&'a ObservedPod>>,
+    pub(crate) pods: Grouped<'a, ObservedPod>,
     /// CR → each node's status this pass (`None`: not selected).
     pub(crate) outcome: HashMap<&'a str, PerNode<'a, Option<Status>>>,
     /// CR → whether it is done on each node in the snapshot.
@@ -77,12 +77,7 @@ impl<'a> Pass<'a> {
                 jobs[n].push(j);
             }
         }
-        let mut pods: PerNode<Vec<&ObservedPod>> = index.per_node();
-        for p in &s.pods {
-            if let Some(n) = index.node(&p.node) {
-                pods[n].push(p);
-            }
-        }
+        let pods = Grouped::new(index, &s.pods, |p| &p.node);
         let fencing = s
             .nodes
             .iter()

@@ -232,6 +232,63 @@ impl<'a, T> PerNode<'a, T> {
     }
 }
 
+/// Items grouped by node: one `Vec` in node order, each node's items a range of it, in the
+/// order the snapshot lists them. A pass groups every bound pod this way: the operator's
+/// cache hands pods over in hash order, and pushing 50,000 of them onto a `Vec` per node
+/// scattered the writes over the heap.
+#[derive(Debug)]
+pub(crate) struct Grouped<'a, T> {
+    nodes: &'a [ObservedNode],
+    items: Vec<&'a T>,
+    /// Where each node's range starts, by place; the last entry is the end.
+    starts: Vec<u32>,
+}
+
+impl<'a, T> Grouped<'a, T> {
+    /// `items` by the node `node_of` names; an item on a node not in the snapshot is left
+    /// out.
+    pub(crate) fn new(index: &NodeIndex<'a>, items: &'a [T], node_of: impl Fn(&T) -> &str) -> Self {
+        let nodes = index.nodes;
+        let places: Vec<Option<u32>> = items
+            .iter()
+            .map(|item| {
+                let n = index.node(node_of(item))?;
+                Some(u32::try_from(place(nodes, n)).expect("fewer than 2^32 nodes"))
+            })
+            .collect();
+        let mut starts = vec![0u32; nodes.len() + 1];
+        for p in places.iter().flatten() {
+            starts[*p as usize + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut next = starts.clone();
+        let mut slots: Vec<Option<&'a T>> = vec![None; starts[nodes.len()] as usize];
+        for (item, p) in items.iter().zip(&places) {
+            if let Some(p) = p {
+                let at = &mut next[*p as usize];
+                slots[*at as usize] = Some(item);
+                *at += 1;
+            }
+        }
+        Grouped {
+            nodes,
+            items: slots
+                .into_iter()
+                .map(|s| s.expect("every slot filled"))
+                .collect(),
+            starts,
+        }
+    }
+
+    /// `node`'s items.
+    pub(crate) fn of(&self, node: &ObservedNode) -> &[&'a T] {
+        let p = place(self.nodes, node);
+        &self.items[self.starts[p] as usize..self.starts[p + 1] as usize]
+    }
+}
+
 /// Where `node` is in `nodes`. Every node a pass handles is one of its snapshot's (found by
 /// address, so a copy of a node is a planner bug, not a lookup miss).
 fn place(nodes: &[ObservedNode], node: &ObservedNode) -> usize {
@@ -355,4 +412,47 @@ pub struct Env<'a> {
     pub prestage: Option<&'a crate::prestage::PayloadSet>,
     /// Every NodeWright (what else a node's cache must keep).
     pub nodewrights: &'a [crate::snapshot::Cr],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{NodeFacts, ObservedPod, PodFacts};
+
+    #[test]
+    fn items_are_grouped_by_node_in_snapshot_order_and_strays_left_out() {
+        let nodes: Vec<ObservedNode> = ["a", "b", "c"]
+            .into_iter()
+            .map(|n| {
+                ObservedNode::new(NodeFacts {
+                    name: n.into(),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let pods: Vec<ObservedPod> = [
+            ("c", "1"),
+            ("a", "2"),
+            ("gone", "3"),
+            ("c", "4"),
+            ("a", "5"),
+        ]
+        .into_iter()
+        .map(|(node, name)| {
+            ObservedPod::new(PodFacts {
+                node: node.into(),
+                name: name.into(),
+                ..Default::default()
+            })
+        })
+        .collect();
+        let index = NodeIndex::new(&nodes);
+        let grouped = Grouped::new(&index, &pods, |p| &p.node);
+        let names = |n: &ObservedNode| -> Vec<&str> {
+            grouped.of(n).iter().map(|p| p.name.as_str()).collect()
+        };
+        assert_eq!(names(&nodes[0]), ["2", "5"]);
+        assert!(names(&nodes[1]).is_empty());
+        assert_eq!(names(&nodes[2]), ["1", "4"]);
+    }
 }
