@@ -20,7 +20,7 @@ use nodewright_api::keys;
 use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightPreview};
 use nodewright_planner::{
-    AgentPods, ObservedNode, ObservedPod, Refusal, Settings, Snapshot, StateCache,
+    AgentPods, ObservedNode, ObservedPod, PodPlaces, Refusal, Settings, Snapshot, StateCache,
 };
 use tokio::sync::Notify;
 
@@ -51,6 +51,8 @@ pub struct World {
     refusals: Arc<Mutex<BTreeMap<String, Refusal>>>,
     /// Node states parsed by earlier passes, handed to every snapshot.
     states: Arc<StateCache>,
+    /// Pods' nodes as earlier passes found them, handed to every snapshot.
+    pod_places: Arc<PodPlaces>,
     /// Cached nodes and pods as the planner reads them.
     converted: Arc<Mutex<Converted>>,
 }
@@ -355,6 +357,7 @@ impl World {
             overlay: Arc::default(),
             refusals: Arc::default(),
             states: Arc::default(),
+            pod_places: Arc::default(),
             converted: Arc::default(),
         }
     }
@@ -409,6 +412,7 @@ impl World {
             overlay: Arc::default(),
             refusals: Arc::default(),
             states: Arc::default(),
+            pod_places: Arc::default(),
             converted: Arc::default(),
         };
         world.nodewrights.wait_until_ready().await?;
@@ -699,6 +703,7 @@ impl World {
             refusals: refusals.clone(),
             settings: settings.clone(),
             states: self.states.clone(),
+            pod_places: self.pod_places.clone(),
             agent_pods,
             replicas: self
                 .replicas

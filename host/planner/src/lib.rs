@@ -28,6 +28,7 @@ pub mod interrupts;
 pub mod jobs;
 pub mod node;
 pub mod packages;
+pub mod places;
 mod plan;
 pub mod prestage;
 pub mod rollout;
@@ -40,6 +41,7 @@ mod tally;
 pub mod work;
 
 pub use action::{Action, Ask, Event, JobRequest, NodePatch, Target};
+pub use places::PodPlaces;
 pub use plan::plan;
 pub use snapshot::{
     AgentPods, Cr, GateFinding, JobPhase, NodeFacts, Observed, ObservedJob, ObservedNode,

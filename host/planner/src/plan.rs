@@ -77,7 +77,7 @@ impl<'a> Pass<'a> {
                 jobs[n].push(j);
             }
         }
-        let pods = Grouped::new(index, &s.pods, |p| &p.node);
+        let pods = Grouped::new(&s.nodes, &s.pods, &s.pod_places.places(index, &s.pods));
         let fencing = s
             .nodes
             .iter()

@@ -32,6 +32,8 @@ pub struct Snapshot {
     pub settings: Settings,
     /// Node states parsed by earlier passes (a memo: an empty cache gives the same plan).
     pub states: Arc<StateCache>,
+    /// Each pod's node as earlier passes found it (a memo: an empty one gives the same plan).
+    pub pod_places: Arc<crate::places::PodPlaces>,
     /// Whether the API server admits the agent's pods in the Jobs' namespace.
     pub agent_pods: AgentPods,
     /// The operator's own replicas (empty: unknown, and nothing waits for them).

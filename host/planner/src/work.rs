@@ -245,17 +245,9 @@ pub(crate) struct Grouped<'a, T> {
 }
 
 impl<'a, T> Grouped<'a, T> {
-    /// `items` by the node `node_of` names; an item on a node not in the snapshot is left
-    /// out.
-    pub(crate) fn new(index: &NodeIndex<'a>, items: &'a [T], node_of: impl Fn(&T) -> &str) -> Self {
-        let nodes = index.nodes;
-        let places: Vec<Option<u32>> = items
-            .iter()
-            .map(|item| {
-                let n = index.node(node_of(item))?;
-                Some(u32::try_from(place(nodes, n)).expect("fewer than 2^32 nodes"))
-            })
-            .collect();
+    /// `items` by the node place of each (`places`, in the same order; `None`: on no node
+    /// of the snapshot, left out).
+    pub(crate) fn new(nodes: &'a [ObservedNode], items: &'a [T], places: &[Option<u32>]) -> Self {
         let mut starts = vec![0u32; nodes.len() + 1];
         for p in places.iter().flatten() {
             starts[*p as usize + 1] += 1;
@@ -265,7 +257,7 @@ impl<'a, T> Grouped<'a, T> {
         }
         let mut next = starts.clone();
         let mut slots: Vec<Option<&'a T>> = vec![None; starts[nodes.len()] as usize];
-        for (item, p) in items.iter().zip(&places) {
+        for (item, p) in items.iter().zip(places) {
             if let Some(p) = p {
                 let at = &mut next[*p as usize];
                 slots[*at as usize] = Some(item);
@@ -331,6 +323,11 @@ impl<'a> NodeIndex<'a> {
     /// The node named `name` (`None`: not in the snapshot).
     pub fn node(&self, name: &str) -> Option<&'a ObservedNode> {
         self.by_name.get(name).copied()
+    }
+
+    /// The snapshot's nodes.
+    pub(crate) fn nodes(&self) -> &'a [ObservedNode] {
+        self.nodes
     }
 
     /// Where `node` is in the snapshot (see [`PerNode`]).
@@ -447,7 +444,8 @@ mod tests {
         })
         .collect();
         let index = NodeIndex::new(&nodes);
-        let grouped = Grouped::new(&index, &pods, |p| &p.node);
+        let places = crate::places::PodPlaces::default().places(&index, &pods);
+        let grouped = Grouped::new(&nodes, &pods, &places);
         let names = |n: &ObservedNode| -> Vec<&str> {
             grouped.of(n).iter().map(|p| p.name.as_str()).collect()
         };

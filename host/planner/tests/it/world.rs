@@ -268,12 +268,13 @@ impl World {
         // The state cache is a memo: the same snapshot with an empty one plans the same.
         let cold = Snapshot {
             states: Default::default(),
+            pod_places: Default::default(),
             ..self.snap.clone()
         };
         assert_eq!(
             plan(&cold, self.now),
             actions,
-            "a warm state cache changed the plan at pass {}",
+            "a warm state cache or pod places memo changed the plan at pass {}",
             self.passes
         );
         self.passes += 1;
