@@ -4,81 +4,103 @@
 //! scattered reads per pod (the pod's node name, the node's own name to compare it with):
 //! with 50,000 pods in the operator's hash order that was a fifth of a 10k-node pass. The
 //! operator hands the same shared pod and node objects ([`crate::Observed`]) to pass after
-//! pass until they change, so [`PodPlaces`] keeps, for each pod object, the node object it
-//! was found on and that node's place: while the pod is the same object and the node at
-//! that place is too, the answer stands without reading either (shared objects do not
-//! change: a write copies one first). Like the state cache it is a memo: an empty one
-//! gives the same places.
+//! pass until they change, and its cache keeps them in one order, so [`PodPlaces`] keeps,
+//! in the last pass's pod order, each pod object with the node object it was found on and
+//! that node's place: while the pod is the same object and the node at that place is too,
+//! the answer stands without reading either (shared objects do not change: a write copies
+//! one first), and the pass reads the memo front to back. Like the state cache it is a
+//! memo: an empty one gives the same places.
 
 use std::sync::Mutex;
-
-use rustc_hash::FxHashMap as HashMap;
 
 use crate::snapshot::{ObservedNode, ObservedPod};
 use crate::work::NodeIndex;
 
-/// Each pod's node place as last found, by pod object.
+/// Each pod's node place as last found, in the last snapshot's pod order.
 #[derive(Debug, Default)]
-pub struct PodPlaces(Mutex<Inner>);
+pub struct PodPlaces(Mutex<Vec<Option<Entry>>>);
 
-#[derive(Debug, Default)]
-struct Inner {
-    /// By the address of the pod's shared object, which the entry holds (so the address
-    /// names no other object while the entry lives).
-    by_pod: HashMap<usize, Entry>,
-    pass: u64,
-}
-
+/// One pod's node, as the last pass found it.
 #[derive(Debug)]
 struct Entry {
-    /// The pod, held.
-    _pod: ObservedPod,
-    /// The node it was found on, and where that node was in the snapshot.
-    node: ObservedNode,
-    place: u32,
-    /// The last pass that asked.
-    seen: u64,
+    /// The pod, held (so its address names no other object while the entry lives).
+    pod: ObservedPod,
+    /// The node it was found on and where that node was in the snapshot (`None`: on no
+    /// node of that snapshot).
+    node: Option<(ObservedNode, u32)>,
 }
+
+impl Entry {
+    /// The place it knows for its pod, while the node there is still the one it was found
+    /// on.
+    fn vouches(&self, nodes: &[ObservedNode]) -> Option<u32> {
+        let (node, place) = self.node.as_ref()?;
+        let still = nodes.get(*place as usize)?;
+        ObservedNode::ptr_eq(still, node).then_some(*place)
+    }
+}
+
+/// How far from its position a pod is looked for among the last pass's: pods that came
+/// or went since shift the ones after them (the operator's cache keeps its order
+/// otherwise).
+const WINDOW: isize = 8;
 
 impl PodPlaces {
     /// Where each of `pods`' nodes is among `index`'s nodes (`None`: not among them).
-    /// Forgets the pods it was not asked about.
+    /// Keeps these pods' answers, in their order: a snapshot that lists the same pods in
+    /// about the same order finds each near its own position, front to back, comparing
+    /// addresses only; a pod not found there (new, changed, or moved further) is found by
+    /// its node's name.
     pub(crate) fn places(&self, index: &NodeIndex<'_>, pods: &[ObservedPod]) -> Vec<Option<u32>> {
-        let mut inner = self.0.lock().expect("pod places lock");
-        inner.pass += 1;
-        let pass = inner.pass;
+        let mut memo = self.0.lock().expect("pod places lock");
+        let mut last = std::mem::take(&mut *memo);
         let nodes = index.nodes();
+        // How far the last pass's list is shifted against this one, as last seen.
+        let mut shift: isize = 0;
+        let mut next = Vec::with_capacity(pods.len());
         let places = pods
             .iter()
-            .map(|pod| {
-                let key = std::ptr::from_ref(&**pod) as usize;
-                if let Some(e) = inner.by_pod.get_mut(&key)
-                    && nodes
-                        .get(e.place as usize)
-                        .is_some_and(|n| ObservedNode::ptr_eq(n, &e.node))
-                {
-                    e.seen = pass;
-                    return Some(e.place);
-                }
-                let node = index.node(&pod.node)?;
-                let place = u32::try_from(index.place(node)).expect("fewer than 2^32 nodes");
-                let entry = Entry {
-                    _pod: pod.clone(),
-                    node: node.clone(),
-                    place,
-                    seen: pass,
+            .enumerate()
+            .map(|(i, pod)| {
+                // Entries move from the last list to the next: a reference count changed
+                // for every pod of every pass would touch every pod's heap object.
+                let near = (0..=WINDOW).flat_map(|d| [d, -d]).find_map(|d| {
+                    let at = usize::try_from(i as isize + shift + d).ok()?;
+                    let slot = last.get_mut(at)?;
+                    slot.as_ref()
+                        .is_some_and(|e| ObservedPod::ptr_eq(&e.pod, pod))
+                        .then(|| (d, slot.take().expect("just checked")))
+                });
+                let (entry, vouched) = match near {
+                    Some((d, entry)) => {
+                        shift += d;
+                        let vouched = entry.vouches(nodes);
+                        (Some(entry), vouched)
+                    }
+                    None => (None, None),
                 };
-                inner.by_pod.insert(key, entry);
-                Some(place)
+                let place = vouched.or_else(|| {
+                    let node = index.node(&pod.node)?;
+                    Some(u32::try_from(index.place(node)).expect("fewer than 2^32 nodes"))
+                });
+                let mut entry = entry.unwrap_or_else(|| Entry {
+                    pod: pod.clone(),
+                    node: None,
+                });
+                if vouched.is_none() {
+                    entry.node = place.map(|p| (nodes[p as usize].clone(), p));
+                }
+                next.push(Some(entry));
+                place
             })
             .collect();
-        inner.by_pod.retain(|_, e| e.seen == pass);
+        *memo = next;
         places
     }
 
     /// How many pods it holds.
     pub fn len(&self) -> usize {
-        self.0.lock().expect("pod places lock").by_pod.len()
+        self.0.lock().expect("pod places lock").len()
     }
 
     /// Holds none.
@@ -119,7 +141,7 @@ mod tests {
         let first = memo.places(&NodeIndex::new(&nodes), &pods);
         assert_eq!(first, [Some(2), Some(0), None, Some(2)]);
         assert_eq!(first, by_name(&nodes, &pods));
-        assert_eq!(memo.len(), 3, "a pod on no node is not kept");
+        assert_eq!(memo.len(), 4, "every pod is kept, in order");
         assert_eq!(memo.places(&NodeIndex::new(&nodes), &pods), first);
 
         // The same node objects in another order: every place found again.
@@ -138,6 +160,21 @@ mod tests {
         let changed = memo.places(&NodeIndex::new(&nodes), &pods);
         assert_eq!(changed, by_name(&nodes, &pods));
         assert_eq!(changed, [Some(0), Some(1), None, Some(0), None]);
-        assert_eq!(memo.len(), 3, "only this pass's pods on a node are kept");
+        assert_eq!(memo.len(), 5, "only this pass's pods are kept");
+
+        // Pods that came and went shift the others: found near where they were, or by name.
+        let mut shifted = vec![pod("b")];
+        shifted.extend(pods.iter().cloned());
+        shifted.remove(3);
+        shifted.insert(3, pod("c"));
+        shifted.insert(3, pod("b"));
+        let expected = by_name(&nodes, &shifted);
+        assert_eq!(memo.places(&NodeIndex::new(&nodes), &shifted), expected);
+        assert_eq!(memo.places(&NodeIndex::new(&nodes), &shifted), expected);
+        let reversed: Vec<ObservedPod> = shifted.iter().rev().cloned().collect();
+        assert_eq!(
+            memo.places(&NodeIndex::new(&nodes), &reversed),
+            by_name(&nodes, &reversed)
+        );
     }
 }
