@@ -117,6 +117,26 @@ pub fn node(n: &Node) -> nodewright_planner::ObservedNode {
     })
 }
 
+/// `nodes` sorted by creation time, then name: sorted on a contiguous copy of those keys, so
+/// the comparisons do not reach into every node's heap object.
+pub fn in_rollout_order(
+    nodes: Vec<nodewright_planner::ObservedNode>,
+) -> Vec<nodewright_planner::ObservedNode> {
+    let mut keyed: Vec<(i64, &str, usize)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.created, n.name.as_str(), i))
+        .collect();
+    keyed.sort_unstable();
+    let order: Vec<usize> = keyed.into_iter().map(|(_, _, i)| i).collect();
+    let mut slots: Vec<Option<nodewright_planner::ObservedNode>> =
+        nodes.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .map(|i| slots[i].take().expect("each node once"))
+        .collect()
+}
+
 /// A pod bound to a node.
 pub fn pod(p: &Pod) -> Option<nodewright_planner::ObservedPod> {
     let spec = p.spec.as_ref()?;

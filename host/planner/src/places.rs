@@ -112,13 +112,10 @@ impl PodPlaces {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{NodeFacts, PodFacts};
+    use crate::snapshot::PodFacts;
 
     fn node(name: &str) -> ObservedNode {
-        ObservedNode::new(NodeFacts {
-            name: name.into(),
-            ..Default::default()
-        })
+        ObservedNode::named(name)
     }
 
     fn pod(on: &str) -> ObservedPod {

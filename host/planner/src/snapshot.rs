@@ -257,6 +257,17 @@ pub struct NodeFacts {
     pub resource_version: String,
 }
 
+#[cfg(test)]
+impl Observed<NodeFacts> {
+    /// A node with a name and nothing else, for tests.
+    pub(crate) fn named(name: &str) -> Self {
+        Observed::new(NodeFacts {
+            name: name.into(),
+            ..Default::default()
+        })
+    }
+}
+
 impl NodeFacts {
     /// The same node as far as a pass can tell: equal in everything but the
     /// resourceVersion (a heartbeat moves only that once a node is read).

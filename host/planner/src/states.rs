@@ -336,13 +336,10 @@ mod tests {
     use std::cell::Cell;
 
     use super::*;
-    use crate::snapshot::{NodeFacts, Observed};
+    use crate::snapshot::Observed;
 
     fn node(name: &str) -> ObservedNode {
-        ObservedNode::new(NodeFacts {
-            name: name.into(),
-            ..Default::default()
-        })
+        ObservedNode::named(name)
     }
 
     /// A read of `node`'s text at `place`, `observed` or written by the pass.
