@@ -117,18 +117,18 @@ pub fn node(n: &Node) -> nodewright_planner::ObservedNode {
     })
 }
 
-/// `nodes` sorted by creation time, then name: sorted on a contiguous copy of those keys, so
-/// the comparisons do not reach into every node's heap object.
+/// `nodes` sorted by [`nodewright_planner::NodeFacts::rollout_key`], on a contiguous copy of
+/// the keys, so the comparisons do not reach into every node's heap object.
 pub fn in_rollout_order(
     nodes: Vec<nodewright_planner::ObservedNode>,
 ) -> Vec<nodewright_planner::ObservedNode> {
-    let mut keyed: Vec<(i64, &str, usize)> = nodes
+    let mut keyed: Vec<((i64, &str), usize)> = nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| (n.created, n.name.as_str(), i))
+        .map(|(i, n)| (n.rollout_key(), i))
         .collect();
     keyed.sort_unstable();
-    let order: Vec<usize> = keyed.into_iter().map(|(_, _, i)| i).collect();
+    let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     let mut slots: Vec<Option<nodewright_planner::ObservedNode>> =
         nodes.into_iter().map(Some).collect();
     order

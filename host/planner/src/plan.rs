@@ -44,7 +44,7 @@ pub(crate) type Parsed = Arc<crate::states::Reading>;
 pub(crate) struct Pass<'a> {
     pub(crate) s: &'a Snapshot,
     pub(crate) now: i64,
-    /// Nodes by creation time, then name.
+    /// Nodes in rollout order (`NodeFacts::rollout_key`).
     pub(crate) nodes: Vec<&'a ObservedNode>,
     /// The snapshot's nodes by name.
     pub(crate) index: &'a NodeIndex<'a>,
@@ -69,7 +69,7 @@ pub(crate) struct Pass<'a> {
 impl<'a> Pass<'a> {
     fn new(s: &'a Snapshot, index: &'a NodeIndex<'a>, now: i64) -> Self {
         let mut nodes: Vec<&ObservedNode> = s.nodes.iter().collect();
-        nodes.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+        nodes.sort_by(|a, b| a.rollout_key().cmp(&b.rollout_key()));
         let work = Works::new(&s.nodes);
         let mut jobs: PerNode<Vec<&ObservedJob>> = index.per_node();
         for j in &s.jobs {

@@ -269,6 +269,12 @@ impl Observed<NodeFacts> {
 }
 
 impl NodeFacts {
+    /// Where the node comes in a rollout: by creation time, then name. The planner takes
+    /// nodes in this order; the operator hands them over in it.
+    pub fn rollout_key(&self) -> (i64, &str) {
+        (self.created, &self.name)
+    }
+
     /// The same node as far as a pass can tell: equal in everything but the
     /// resourceVersion (a heartbeat moves only that once a node is read).
     pub fn same_as(&self, other: &NodeFacts) -> bool {
