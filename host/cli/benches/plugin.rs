@@ -89,7 +89,9 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let calls: Vec<_> = (0..300)
+    // More calls for a profiler: PLUGIN_BENCH_CALLS=100000.
+    let n: usize = std::env::var("PLUGIN_BENCH_CALLS").map_or(300, |v| v.parse().unwrap());
+    let calls: Vec<_> = (0..n)
         .map(|_| {
             rt.block_on(async {
                 let t = Instant::now();

@@ -81,7 +81,6 @@ pub use stage::{NODE_ORDER_ENV, RunStage, StageContext};
 /// The wasmtime version this engine is built on, re-exported so embedders never mismatch it.
 pub use wasmtime;
 
-use bindings::PluginPre;
 use state::HostState;
 
 /// Engine settings.
@@ -114,7 +113,7 @@ pub struct Engine {
     load_limits: LoadLimits,
     slots: pool::RunSlots,
     linkers: Mutex<HashMap<u8, Arc<wasmtime::component::Linker<HostState>>>>,
-    pres: Mutex<HashMap<(String, u8), PluginPre<HostState>>>,
+    pres: Mutex<HashMap<(String, u8), plugin::Linked>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -215,9 +214,9 @@ impl Engine {
         }
         let mask = capability_mask(grants);
         let key = (plugin.digest.clone(), mask);
-        if let Some(pre) = self.pres.lock().expect("pre cache lock").get(&key) {
+        if let Some(linked) = self.pres.lock().expect("pre cache lock").get(&key) {
             return Ok(PreparedPlugin {
-                pre: pre.clone(),
+                linked: linked.clone(),
                 engine: self.inner.clone(),
                 slots: self.slots.clone(),
                 digest: plugin.digest.clone(),
@@ -227,13 +226,13 @@ impl Engine {
         let instance_pre = linker
             .instantiate_pre(&plugin.component)
             .map_err(Error::link)?;
-        let pre = PluginPre::new(instance_pre).map_err(Error::link)?;
+        let linked = plugin::Linked::new(instance_pre).map_err(Error::link)?;
         self.pres
             .lock()
             .expect("pre cache lock")
-            .insert(key, pre.clone());
+            .insert(key, linked.clone());
         Ok(PreparedPlugin {
-            pre,
+            linked,
             engine: self.inner.clone(),
             slots: self.slots.clone(),
             digest: plugin.digest.clone(),

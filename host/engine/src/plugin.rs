@@ -2,11 +2,13 @@
 //! linked for a grant ([`PreparedPlugin`]: ready to run stages), and the comparison of the
 //! two ([`check_grants`]).
 
+use nodewright_api::agent::RunStage;
 use nodewright_api::grants::{Capability, GrantSet};
+use wasmtime::component::{ComponentExportIndex, InstancePre};
 
 use crate::bindings::PluginPre;
 use crate::error::GrantCheck;
-use crate::inspect::{ImportKind, PluginImport};
+use crate::inspect::{EXPECTED_EXPORT, ImportKind, PluginImport};
 use crate::state::HostState;
 
 /// A component that passed the world check, with its compiled code.
@@ -49,10 +51,68 @@ impl LoadedPlugin {
     }
 }
 
+/// A component linked for one capability set, and where each stage's export lies in it:
+/// both found, and every export's type checked, once, when the plugin is prepared. A run
+/// then looks up and checks only the function it calls — the generated bindings'
+/// `instantiate` type-checks all eight exports on every instantiation, a seventh of a warm
+/// `plan`.
+#[derive(Clone)]
+pub(crate) struct Linked {
+    pub(crate) pre: InstancePre<HostState>,
+    exports: [ComponentExportIndex; RunStage::ALL.len()],
+}
+
+impl Linked {
+    /// Checks `pre`'s component against the plugin world's exports and finds each stage's.
+    pub(crate) fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        // The bindings' own check of every export's name and type.
+        let pre = PluginPre::new(pre)?.instance_pre().clone();
+        let component = pre.component();
+        let stages = component
+            .get_export_index(None, EXPECTED_EXPORT)
+            .ok_or_else(|| wasmtime::format_err!("no export `{EXPECTED_EXPORT}`"))?;
+        let mut exports = Vec::with_capacity(RunStage::ALL.len());
+        for stage in RunStage::ALL {
+            let name = export_name(stage);
+            exports.push(
+                component
+                    .get_export_index(Some(&stages), name)
+                    .ok_or_else(|| wasmtime::format_err!("no export `{name}`"))?,
+            );
+        }
+        Ok(Linked {
+            exports: exports.try_into().expect("one export per stage"),
+            pre,
+        })
+    }
+
+    /// Where the function that runs `stage` lies in the component.
+    pub(crate) fn export(&self, stage: RunStage) -> &ComponentExportIndex {
+        let at = RunStage::ALL
+            .iter()
+            .position(|s| *s == stage)
+            .expect("every stage is in ALL");
+        &self.exports[at]
+    }
+}
+
+/// The export of `nodewright:plugin/stages` that runs `stage` (every check is the one
+/// `check` export).
+pub(crate) fn export_name(stage: RunStage) -> &'static str {
+    match stage {
+        RunStage::ApplyCheck
+        | RunStage::ConfigCheck
+        | RunStage::PostInterruptCheck
+        | RunStage::UpgradeCheck
+        | RunStage::UninstallCheck => "check",
+        stage => stage.as_str(),
+    }
+}
+
 /// A plugin linked for one capability set, ready to run stages.
 #[derive(Clone)]
 pub struct PreparedPlugin {
-    pub(crate) pre: PluginPre<HostState>,
+    pub(crate) linked: Linked,
     pub(crate) engine: wasmtime::Engine,
     pub(crate) slots: crate::pool::RunSlots,
     pub(crate) digest: String,

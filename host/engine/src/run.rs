@@ -21,6 +21,11 @@ use crate::sandbox::{
 use crate::stage::{NODE_ORDER_ENV, RunStage, StageContext};
 use crate::state::{CapState, HostState, fingerprint};
 
+/// Every stage export's parameters and results (`func(ctx: context) -> result<outcome,
+/// step-error>`).
+type StageParams<'a> = (&'a wit::Context,);
+type StageResults = (Result<wit::Outcome, wit::StepError>,);
+
 /// The plugin's error as the host will judge it. A capability error counts as the
 /// grant's (`denied`) or the host's (`failed`) only if the host raised exactly that error
 /// in this run; an invented one is the package's failure.
@@ -91,7 +96,8 @@ impl PreparedPlugin {
             seconds: limits.timeout.as_secs_f64(),
             logs,
         };
-        let instance = tokio::time::timeout(limits.timeout, self.pre.instantiate_async(&mut store))
+        let pre = &self.linked.pre;
+        let instance = tokio::time::timeout(limits.timeout, pre.instantiate_async(&mut store))
             .await
             .map_err(|_| timeout(Vec::new()))?
             .map_err(|e| {
@@ -111,7 +117,16 @@ impl PreparedPlugin {
             })?;
         let wit_ctx = ctx.to_wit(stage);
         let remaining = limits.timeout.saturating_sub(started.elapsed());
-        let call = call_stage(&instance, &mut store, stage, &wit_ctx);
+        let call = async {
+            // Checked against its type once here; where it lies was found when prepared.
+            let func = instance.get_typed_func::<StageParams, StageResults>(
+                &mut store,
+                self.linked.export(stage),
+            )?;
+            func.call_async(&mut store, (&wit_ctx,))
+                .await
+                .map(|(result,)| result)
+        };
         let called = tokio::time::timeout(remaining, call).await;
         stdout.finish();
         stderr.finish();
@@ -182,30 +197,6 @@ impl PreparedPlugin {
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
         Ok(store)
-    }
-}
-
-/// Calls the export that runs `stage` (every check is the one `check` export).
-async fn call_stage(
-    instance: &crate::bindings::Plugin,
-    store: &mut Store<HostState>,
-    stage: RunStage,
-    ctx: &wit::Context,
-) -> wasmtime::Result<Result<wit::Outcome, wit::StepError>> {
-    let stages = instance.nodewright_plugin_stages();
-    match stage {
-        RunStage::Plan => stages.call_plan(store, ctx).await,
-        RunStage::Apply => stages.call_apply(store, ctx).await,
-        RunStage::Config => stages.call_config(store, ctx).await,
-        RunStage::Interrupt => stages.call_interrupt(store, ctx).await,
-        RunStage::PostInterrupt => stages.call_post_interrupt(store, ctx).await,
-        RunStage::Upgrade => stages.call_upgrade(store, ctx).await,
-        RunStage::Uninstall => stages.call_uninstall(store, ctx).await,
-        RunStage::ApplyCheck
-        | RunStage::ConfigCheck
-        | RunStage::PostInterruptCheck
-        | RunStage::UpgradeCheck
-        | RunStage::UninstallCheck => stages.call_check(store, ctx).await,
     }
 }
 

@@ -377,3 +377,26 @@ async fn depmod_takes_only_a_kernel_release_and_only_when_the_host_may_change() 
     assert!(depmod("6.8.0-45-generic", RunStage::Plan).await.is_err());
     assert_eq!(SimHost::argv_log(tmp.path()).len(), 1, "nothing else ran");
 }
+
+/// Each stage calls its own export with its own stage in the context (a check calls the one
+/// `check` export, naming the stage it verifies): where the engine finds each export once,
+/// when the plugin is prepared, a stage routed to another export is a package running the
+/// wrong code.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_stage_reaches_its_own_export() {
+    for stage in RunStage::ALL {
+        let (result, _tmp) = attack("whoami", stage).await;
+        let report = result.unwrap_or_else(|e| panic!("{stage}: {e}"));
+        let export = if stage.is_check() {
+            "check"
+        } else {
+            stage.as_str()
+        };
+        let outcome = report.result.unwrap_or_else(|e| panic!("{stage}: {e:?}"));
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some(format!("{export} {}", stage.stage()).as_str()),
+            "{stage}"
+        );
+    }
+}

@@ -2,7 +2,7 @@
 //! attempt must be contained by the host with a specific, typed error.
 
 use nodewright_sdk::{
-    CapError, Change, Context, Denial, Interrupt, Outcome, Package, ServiceVerb, StepError,
+    CapError, Change, Context, Denial, Interrupt, Outcome, Package, ServiceVerb, Stage, StepError,
     export_package, log,
 };
 
@@ -269,16 +269,57 @@ fn attack(ctx: &Context) -> Result<Outcome, StepError> {
     Ok(Outcome::converged().with_message("attack was not contained"))
 }
 
+/// `attack: whoami` makes every export report which one the host called and the stage
+/// its context named: how a test sees that each stage reaches its own export.
+fn whoami(export: &str, ctx: &Context) -> Option<Outcome> {
+    (ctx.config("attack") == Some("whoami"))
+        .then(|| Outcome::converged().with_message(format!("{export} {}", ctx.stage)))
+}
+
+// Otherwise the attack runs where it always has (plan, apply, interrupt; config and upgrade
+// run apply), and the other exports do what the SDK's defaults do.
 impl Package for Hostile {
     fn plan(ctx: &Context) -> Result<Outcome, StepError> {
-        attack(ctx)
+        whoami("plan", ctx).map_or_else(|| attack(ctx), Ok)
     }
     fn apply(ctx: &Context) -> Result<Outcome, StepError> {
-        attack(ctx)
+        whoami("apply", ctx).map_or_else(|| attack(ctx), Ok)
+    }
+    fn config(ctx: &Context) -> Result<Outcome, StepError> {
+        whoami("config", ctx).map_or_else(|| attack(ctx), Ok)
     }
     fn interrupt(ctx: &Context) -> Result<Outcome, StepError> {
+        if let Some(me) = whoami("interrupt", ctx) {
+            return Ok(me);
+        }
         attack(ctx)?;
         Ok(Outcome::changed(vec![], Interrupt::Reboot))
+    }
+    fn post_interrupt(ctx: &Context) -> Result<Outcome, StepError> {
+        Ok(whoami("post-interrupt", ctx).unwrap_or_else(Outcome::converged))
+    }
+    fn upgrade(ctx: &Context) -> Result<Outcome, StepError> {
+        whoami("upgrade", ctx).map_or_else(|| attack(ctx), Ok)
+    }
+    fn uninstall(ctx: &Context) -> Result<Outcome, StepError> {
+        Ok(whoami("uninstall", ctx).unwrap_or_else(Outcome::converged))
+    }
+    fn check(ctx: &Context) -> Result<Outcome, StepError> {
+        match whoami("check", ctx) {
+            Some(me) => Ok(me),
+            // The default check: an install stage took effect when plan is converged.
+            None => match ctx.stage {
+                Stage::Apply | Stage::Config | Stage::Upgrade => {
+                    let plan = attack(ctx)?;
+                    if plan.is_converged() {
+                        Ok(plan)
+                    } else {
+                        Err(StepError::failed(format!("{} did not converge", ctx.stage)))
+                    }
+                }
+                _ => Ok(Outcome::converged()),
+            },
+        }
     }
 }
 
