@@ -9,6 +9,13 @@
 //! code is tens of megabytes (Python's ~55 MB): it hashes several times faster here.
 //! Any mismatch or load error recompiles and overwrites. Writes are temp file + rename, so
 //! two processes sharing the directory never see a half-written file.
+//!
+//! The check guards against a damaged file (torn, truncated, bit-rotted), not against
+//! whoever can write the 0700 directory: that writer could rewrite the sidecar as well.
+//! So wasmtime mapping the file again by its path after the check opens no gap a copy
+//! would close, and the mapping comes straight from the page cache: handing wasmtime the
+//! checked bytes instead (a copy into its own mapping) measured 0.37 -> 0.57 ms per cached
+//! load of the sysctl plugin.
 
 use std::hash::Hasher;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
