@@ -78,6 +78,9 @@ fn cache_root() -> anyhow::Result<PathBuf> {
 fn engine() -> anyhow::Result<Engine> {
     Ok(Engine::new(EngineConfig {
         cache_dir: Some(cache_root()?.join("code")),
+        // Each of these commands runs at most one stage: a pool of one slot (a quarter of
+        // the default's mappings to make and index).
+        concurrent_runs: std::num::NonZeroU32::MIN,
         ..Default::default()
     })?)
 }
