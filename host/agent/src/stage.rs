@@ -377,6 +377,8 @@ async fn pull_and_prepare(
         .map_err(pull_fault)?;
     let engine = Engine::new(EngineConfig {
         cache_dir: Some(puller.cache().code_dir()),
+        // One stage, then its check, one after the other: a pool of one slot.
+        concurrent_runs: std::num::NonZeroU32::MIN,
         ..Default::default()
     })
     .map_err(|e| host_fault(&e))?;

@@ -28,8 +28,9 @@ const MEMORY_KEEP_RESIDENT: usize = 2 << 20;
 const TABLE_KEEP_RESIDENT: usize = 256 << 10;
 const STACK_KEEP_RESIDENT: usize = 64 << 10;
 
-/// Runs an engine admits at once unless told otherwise: the agent runs one stage at a
-/// time; tools that run a few side by side do not wait.
+/// Runs an engine admits at once unless told otherwise, for tools and tests that run a few
+/// side by side. The agent and the CLI's plugin commands run one stage at a time and ask
+/// for one slot (a quarter of the mappings to make at start).
 pub const DEFAULT_CONCURRENT_RUNS: NonZeroU32 = NonZeroU32::new(4).expect("nonzero");
 
 /// Sets `config` up to pool slots for `runs` runs at once.
