@@ -54,7 +54,7 @@ impl LoadedPlugin {
 /// A component linked for one capability set, and where each stage's export lies in it:
 /// both found, and every export's type checked, once, when the plugin is prepared. A run
 /// then looks up and checks only the function it calls — the generated bindings'
-/// `instantiate` type-checks all eight exports on every instantiation, a seventh of a warm
+/// `instantiate` type-checks all eight exports on every instantiation, about 7 % of a warm
 /// `plan`.
 #[derive(Clone)]
 pub(crate) struct Linked {
@@ -98,7 +98,7 @@ impl Linked {
 
 /// The export of `nodewright:plugin/stages` that runs `stage` (every check is the one
 /// `check` export).
-pub(crate) fn export_name(stage: RunStage) -> &'static str {
+fn export_name(stage: RunStage) -> &'static str {
     match stage {
         RunStage::ApplyCheck
         | RunStage::ConfigCheck
