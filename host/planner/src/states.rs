@@ -73,6 +73,15 @@ struct Entry {
     seen: u64,
 }
 
+impl Entry {
+    /// Whether `node` is this entry's witness (the very object, not an equal one).
+    fn witnessed_by(&self, node: &ObservedNode) -> bool {
+        self.witness
+            .as_ref()
+            .is_some_and(|w| ObservedNode::ptr_eq(w, node))
+    }
+}
+
 /// What a CR's "done on this node" is judged against — its spec and whether it is being
 /// deleted — and that judge's number: a new number for every change, so a verdict recorded
 /// under one is never read under another.
@@ -99,12 +108,11 @@ impl Table {
     /// `node`'s slot, moved to `place` (where the node is in this snapshot) when it is
     /// elsewhere and the table is that long.
     fn find(&mut self, node: &ObservedNode, place: usize) -> Option<usize> {
-        if self.slots.get(place).is_some_and(|(n, e)| {
-            e.witness
-                .as_ref()
-                .is_some_and(|w| ObservedNode::ptr_eq(w, node))
-                || *n == node.name
-        }) {
+        if self
+            .slots
+            .get(place)
+            .is_some_and(|(n, e)| e.witnessed_by(node) || *n == node.name)
+        {
             return Some(place);
         }
         let node = node.name.as_str();
@@ -275,11 +283,7 @@ impl Inner {
         let found = table.find(node, place);
         let kept = found.filter(|&i| {
             let e = &mut table.slots[i].1;
-            if observed
-                && e.witness
-                    .as_ref()
-                    .is_some_and(|w| ObservedNode::ptr_eq(w, node))
-            {
+            if observed && e.witnessed_by(node) {
                 return true;
             }
             let same = match (e.raw.as_deref(), raw) {

@@ -414,19 +414,11 @@ pub struct Env<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{NodeFacts, ObservedPod, PodFacts};
+    use crate::snapshot::{ObservedPod, PodFacts};
 
     #[test]
     fn items_are_grouped_by_node_in_snapshot_order_and_strays_left_out() {
-        let nodes: Vec<ObservedNode> = ["a", "b", "c"]
-            .into_iter()
-            .map(|n| {
-                ObservedNode::new(NodeFacts {
-                    name: n.into(),
-                    ..Default::default()
-                })
-            })
-            .collect();
+        let nodes: Vec<ObservedNode> = ["a", "b", "c"].map(ObservedNode::named).into();
         let pods: Vec<ObservedPod> = [
             ("c", "1"),
             ("a", "2"),
