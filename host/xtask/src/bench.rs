@@ -3,7 +3,11 @@
 //! (`nodewright-figures`), compared with a committed baseline or saved as a new one.
 //!
 //! The comparison is a report, never a verdict: these are wall times on a shared machine,
-//! so a ratio is marked when it passes [`MARK`] and nothing fails.
+//! so a ratio is marked when it passes [`MARK`] and nothing fails. The same binary reads up
+//! to ×1.7 apart from one day to the next on the CI machine kind, so the first bench times
+//! three fixed workloads that run none of our code (`tests/figures/benches/machine.rs`);
+//! when the baseline has them too, each time is also shown divided by how much faster or
+//! slower the machine is today, and that is the ratio marked.
 
 use std::path::Path;
 
@@ -17,8 +21,12 @@ use crate::{polyglot, run, setup_all};
 /// A figure this many times its baseline (or more) is marked in the comparison.
 const MARK: f64 = 1.5;
 
-/// (package, bench) in the order they run.
-const BENCHES: [(&str, &str); 4] = [
+/// The bench whose figures are the machine's own speed, not a path of ours.
+const MACHINE: &str = "machine";
+
+/// (package, bench) in the order they run: the machine's first.
+const BENCHES: [(&str, &str); 5] = [
+    ("nodewright-figures", MACHINE),
     ("nodewright-cli", "plugin"),
     ("nodewright-cli", "languages"),
     ("nodewright-planner", "plan"),
@@ -129,12 +137,69 @@ fn key(f: &Value) -> (String, String) {
     (s("bench"), s("name"))
 }
 
+/// How fast the machine is against the baseline's: the geometric mean of the ratios of
+/// their `machine` figures (now / baseline; below 1, today's machine is faster). `None`
+/// when either side lacks them.
+fn machine_factor(old: &[&Value], now: &[Value]) -> Option<f64> {
+    let ratios: Vec<f64> = now
+        .iter()
+        .filter(|f| f["bench"] == MACHINE)
+        .filter_map(|f| {
+            let was = old.iter().find(|o| key(o) == key(f))?["median"].as_f64()?;
+            let median = f["median"].as_f64()?;
+            (was > 0.0 && median > 0.0).then(|| median / was)
+        })
+        .collect();
+    (!ratios.is_empty())
+        .then(|| (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp())
+}
+
+/// What a figure's unit says about it: a time (lower is better), a throughput (higher is
+/// better) or anything else (sizes, ratios of ratios: not a speed of the machine).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    Time,
+    Throughput,
+    Other,
+}
+
+impl Kind {
+    fn of(unit: &str) -> Self {
+        match unit {
+            "ms" => Kind::Time,
+            "MiB/s" => Kind::Throughput,
+            _ => Kind::Other,
+        }
+    }
+
+    /// The ratio with the machine's part taken out (`factor`: the machine's time ratio).
+    fn of_machine(self, ratio: f64, factor: f64) -> Option<f64> {
+        match self {
+            Kind::Time => Some(ratio / factor),
+            Kind::Throughput => Some(ratio * factor),
+            Kind::Other => None,
+        }
+    }
+
+    /// The mark a ratio earns, if any: a time `MARK` times longer, a throughput `MARK`
+    /// times lower, anything else `MARK` times larger.
+    fn mark(self, ratio: f64) -> &'static str {
+        match self {
+            Kind::Time if ratio >= MARK => "  <-- slower",
+            Kind::Throughput if ratio <= 1.0 / MARK => "  <-- slower",
+            Kind::Other if ratio >= MARK => "  <-- larger",
+            _ => "",
+        }
+    }
+}
+
 /// The comparison table: each figure of `now` beside its baseline, with the ratio.
 fn compare(base: &Value, now: &[Value]) -> String {
     let old: Vec<&Value> = base["figures"]
         .as_array()
         .map(|a| a.iter().collect())
         .unwrap_or_default();
+    let factor = machine_factor(&old, now);
     let mut out = format!(
         "\ncompared with the baseline of {} ({}, {}); ratio = now / baseline, marked from x{MARK}\n",
         base["date"].as_str().unwrap_or("?"),
@@ -143,6 +208,16 @@ fn compare(base: &Value, now: &[Value]) -> String {
             .map_or("?", |c| &c[..c.len().min(12)]),
         base["machine"].as_str().unwrap_or("?"),
     );
+    out.push_str(&match factor {
+        Some(f) => format!(
+            "the machine runs at x{f:.2} of the baseline's time (its `{MACHINE}` figures); \
+             \"of machine\" is a speed's ratio with that taken out, and is the one marked\n"
+        ),
+        None => format!(
+            "no `{MACHINE}` figures on both sides: the ratios include however much faster or \
+             slower the machine is today\n"
+        ),
+    });
     for f in now {
         let (bench, name) = key(f);
         let unit = f["unit"].as_str().unwrap_or_default();
@@ -154,10 +229,17 @@ fn compare(base: &Value, now: &[Value]) -> String {
         let row = match was {
             Some(was) if was > 0.0 => {
                 let ratio = median / was;
-                let mark = if ratio >= MARK { "  <-- slower" } else { "" };
-                format!("{was:>10.3} -> {median:>10.3} {unit:<2}  x{ratio:.2}{mark}")
+                let kind = Kind::of(unit);
+                let adjusted = factor
+                    .filter(|_| bench != MACHINE)
+                    .and_then(|m| kind.of_machine(ratio, m));
+                format!(
+                    "{was:>10.3} -> {median:>10.3} {unit:<5}  x{ratio:.2}{}{}",
+                    adjusted.map_or(String::new(), |a| format!("  (x{a:.2} of machine)")),
+                    kind.mark(adjusted.unwrap_or(ratio))
+                )
             }
-            _ => format!("{:>10} -> {median:>10.3} {unit:<2}  (new)", "-"),
+            _ => format!("{:>10} -> {median:>10.3} {unit:<5}  (new)", "-"),
         };
         out.push_str(&format!("  {bench:<9} {name:<48} {row}\n"));
     }
@@ -216,5 +298,69 @@ mod tests {
             "{table}"
         );
         assert!(line("c").contains("(new)"), "{table}");
+    }
+
+    /// One row of `table`: the one naming `name`.
+    fn row<'t>(table: &'t str, name: &str) -> &'t str {
+        table
+            .lines()
+            .find(|l| l.contains(&format!(" {name} ")))
+            .unwrap_or_else(|| panic!("no row {name} in {table}"))
+    }
+
+    #[test]
+    fn on_a_faster_machine_a_path_that_held_still_in_raw_time_is_marked() {
+        let m = |name: &str, median: f64| json!({"bench": "machine", "name": name, "unit": "ms", "median": median});
+        let base = json!({"date": "2026-12-07", "commit": "abc", "machine": "2 cores",
+            "figures": [m("compute", 40.0), m("memory", 160.0), m("kernel", 20.0),
+                {"bench": "plugin", "name": "run", "unit": "ms", "median": 1.0},
+                {"bench": "plugin", "name": "steady", "unit": "ms", "median": 1.0},
+                {"bench": "payload", "name": "pull", "unit": "MiB/s", "median": 600.0},
+                {"bench": "plan", "name": "growth", "unit": "x", "median": 11.0}]});
+        // Every machine figure at half its time: the machine runs twice as fast today.
+        let now = [
+            m("compute", 20.0),
+            m("memory", 80.0),
+            m("kernel", 10.0),
+            // Raw x1.00 on a machine twice as fast: the path itself doubled.
+            json!({"bench": "plugin", "name": "run", "unit": "ms", "median": 1.0}),
+            // Raw x0.55: no more than the machine explains.
+            json!({"bench": "plugin", "name": "steady", "unit": "ms", "median": 0.55}),
+            // Raw x1.05 while the machine doubled: the pull lost half its speed.
+            json!({"bench": "payload", "name": "pull", "unit": "MiB/s", "median": 630.0}),
+            json!({"bench": "plan", "name": "growth", "unit": "x", "median": 11.5}),
+        ];
+        let table = compare(&base, &now);
+        assert!(table.contains("the machine runs at x0.50"), "{table}");
+        assert!(
+            row(&table, "run").contains("x1.00  (x2.00 of machine)  <-- slower"),
+            "{table}"
+        );
+        assert!(
+            row(&table, "steady").contains("(x1.10 of machine)")
+                && !row(&table, "steady").contains("<--"),
+            "{table}"
+        );
+        assert!(
+            row(&table, "pull").contains("(x0.53 of machine)  <-- slower"),
+            "{table}"
+        );
+        // The machine's own rows and a ratio of ratios are shown raw.
+        assert!(!row(&table, "compute").contains("of machine"), "{table}");
+        let growth = row(&table, "growth");
+        assert!(
+            growth.contains("x1.05") && !growth.contains("of machine"),
+            "{table}"
+        );
+
+        // Against a baseline without machine figures the raw ratio is the one marked.
+        let mut old = base.clone();
+        old["figures"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|f| f["bench"] != "machine");
+        let table = compare(&old, &now);
+        assert!(table.contains("no `machine` figures"), "{table}");
+        assert!(!row(&table, "run").contains("<--"), "{table}");
     }
 }
