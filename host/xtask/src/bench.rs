@@ -3,8 +3,8 @@
 //! (`nodewright-figures`), compared with a committed baseline or saved as a new one.
 //!
 //! The comparison is a report, never a verdict: these are wall times on a shared machine,
-//! so a ratio is marked when it passes [`MARK`] and nothing fails. The same binary reads up
-//! to ×1.7 apart from one day to the next on the CI machine kind, so the first bench times
+//! so a ratio is marked when it passes [`MARK`] and nothing fails. The same commit reads up
+//! to ×1.7 apart from one machine of the CI kind to the next, so the first bench times
 //! three fixed workloads that run none of our code (`tests/figures/benches/machine.rs`);
 //! when the baseline has them too, each time is also shown divided by how much faster or
 //! slower the machine is today, and that is the ratio marked.

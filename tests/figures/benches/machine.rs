@@ -1,9 +1,8 @@
 //! The machine's own speed today, beside the project's figures: three fixed workloads that
 //! run none of our code, so `cargo xtask bench --compare` can tell a slower path from a
-//! slower machine. On the 2-core CI machine kind the same binary reads up to ×1.7 apart
-//! from one day to the next (2026-12-07: instantiate + `plan` 50 µs on the day the first
-//! baseline was recorded, 27–29 µs for the same commit a day later), which is more than the
-//! ×1.5 at which a comparison marks a path.
+//! slower machine. Machines of the 2-core CI kind differ by more than the ×1.5 at which a
+//! comparison marks a path: on 2026-12-07 the same commit read instantiate + `plan` at 50 µs
+//! when the first baseline was recorded and at 29 µs on a fresh machine hours later.
 //!
 //! - compute: a chain of dependent 64-bit multiply-xorshift rounds (the core's clock);
 //! - memory: dependent loads along one random cycle through 64 MiB (a cache miss and, most
