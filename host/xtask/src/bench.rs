@@ -23,6 +23,12 @@ const MARK: f64 = 1.5;
 
 /// The bench whose figures are the machine's own speed, not a path of ours.
 const MACHINE: &str = "machine";
+/// The one-core compute chain (a figure of [`MACHINE`]) and the same on every core at once
+/// (the one figure of this bench): how much busier the other cores are than the baseline's.
+const COMPUTE: (&str, &str) = (MACHINE, "compute, 2^25 mul-xorshift rounds");
+const EVERY_CORE: (&str, &str) = ("machine-cores", "compute, the same on every core at once");
+/// Every core at once this many times slower than one core predicts: someone else is busy.
+const BUSY: f64 = 1.3;
 
 /// (package, bench) in the order they run: the machine's first.
 const BENCHES: [(&str, &str); 5] = [
@@ -144,14 +150,22 @@ fn machine_factor(old: &[&Value], now: &[Value]) -> Option<f64> {
     let ratios: Vec<f64> = now
         .iter()
         .filter(|f| f["bench"] == MACHINE)
-        .filter_map(|f| {
-            let was = old.iter().find(|o| key(o) == key(f))?["median"].as_f64()?;
-            let median = f["median"].as_f64()?;
-            (was > 0.0 && median > 0.0).then(|| median / was)
-        })
+        .filter_map(|f| ratio_of(old, now, (MACHINE, f["name"].as_str()?)))
         .collect();
     (!ratios.is_empty())
         .then(|| (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp())
+}
+
+/// The ratio of a figure's median now to the baseline's, when both have it.
+fn ratio_of(old: &[&Value], now: &[Value], (bench, name): (&str, &str)) -> Option<f64> {
+    let median = |f: &Value| {
+        (f["bench"] == bench && f["name"] == name)
+            .then(|| f["median"].as_f64())
+            .flatten()
+    };
+    let was = old.iter().find_map(|f| median(f))?;
+    let is = now.iter().find_map(median)?;
+    (was > 0.0 && is > 0.0).then(|| is / was)
 }
 
 /// What a figure's unit says about it: a time (lower is better), a throughput (higher is
@@ -218,6 +232,20 @@ fn compare(base: &Value, now: &[Value]) -> String {
              slower the machine is today\n"
         ),
     });
+    let every_core = ratio_of(&old, now, EVERY_CORE).zip(ratio_of(&old, now, COMPUTE));
+    if let Some((all, one)) = every_core {
+        let busy = all / one;
+        out.push_str(&format!(
+            "every core at once ran x{busy:.2} of what one core's ratio predicts{}\n",
+            if busy >= BUSY {
+                ": something else is using the other cores, and a path on several of them \
+                 (Cranelift's compile, the payload pull) slows with it; run again on a quiet \
+                 machine before reading its mark"
+            } else {
+                ""
+            }
+        ));
+    }
     for f in now {
         let (bench, name) = key(f);
         let unit = f["unit"].as_str().unwrap_or_default();
@@ -231,7 +259,7 @@ fn compare(base: &Value, now: &[Value]) -> String {
                 let ratio = median / was;
                 let kind = Kind::of(unit);
                 let adjusted = factor
-                    .filter(|_| bench != MACHINE)
+                    .filter(|_| bench != MACHINE && bench != EVERY_CORE.0)
                     .and_then(|m| kind.of_machine(ratio, m));
                 format!(
                     "{was:>10.3} -> {median:>10.3} {unit:<5}  x{ratio:.2}{}{}",
@@ -362,5 +390,29 @@ mod tests {
         let table = compare(&old, &now);
         assert!(table.contains("no `machine` figures"), "{table}");
         assert!(!row(&table, "run").contains("<--"), "{table}");
+    }
+
+    #[test]
+    fn every_core_slower_than_one_core_predicts_says_the_machine_is_busy() {
+        let fig = |(bench, name): (&str, &str), median: f64| json!({"bench": bench, "name": name, "unit": "ms", "median": median});
+        let base = json!({"date": "2026-12-07", "commit": "abc", "machine": "2 cores",
+            "figures": [fig(COMPUTE, 40.0), fig(EVERY_CORE, 40.0)]});
+        // One core as fast as then; every core at once twice as slow: a neighbour.
+        let busy = compare(&base, &[fig(COMPUTE, 40.0), fig(EVERY_CORE, 80.0)]);
+        assert!(
+            busy.contains(
+                "every core at once ran x2.00 of what one core's ratio predicts: \
+                 something else is using the other cores"
+            ),
+            "{busy}"
+        );
+        // A machine half as fast on every core alike is slower, not busy.
+        let slower = compare(&base, &[fig(COMPUTE, 80.0), fig(EVERY_CORE, 80.0)]);
+        assert!(
+            slower.contains("every core at once ran x1.00 of what one core's ratio predicts\n"),
+            "{slower}"
+        );
+        // The every-core figure is shown raw, never adjusted by the machine's speed.
+        assert!(!row(&busy, "every").contains("of machine"), "{busy}");
     }
 }

@@ -9,7 +9,11 @@
 //!   steps, a TLB miss each: what the planner's 10k-node pass and a store's first touches
 //!   pay);
 //! - kernel: opening, `fstat`-ing and closing a file (what every host call and every
-//!   instantiation pays in system calls on this virtual machine).
+//!   instantiation pays in system calls on this virtual machine);
+//! - the compute chain on every core at once (bench `machine-cores`): not part of the
+//!   machine's speed but a check on it — when it slows more than the one-core chain, someone
+//!   else is using the other cores, and the paths that run on several (Cranelift's compile,
+//!   the payload pull) slow with it.
 //!
 //! Run: `cargo bench -p nodewright-figures --bench machine`.
 
@@ -26,6 +30,18 @@ const CYCLE: usize = 16 << 20;
 const STEPS: usize = 1 << 20;
 /// File opens per sample.
 const OPENS: usize = 10_000;
+
+/// The compute chain on every core at once: the wall time until the last one finishes.
+fn compute_on_every_core() -> Duration {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..cores {
+            s.spawn(compute);
+        }
+    });
+    t.elapsed()
+}
 
 fn samples(n: usize, mut one: impl FnMut() -> Duration) -> Vec<Duration> {
     one(); // warm: page the code and data in
@@ -83,6 +99,12 @@ fn main() {
         "machine",
         "compute, 2^25 mul-xorshift rounds",
         samples(15, compute),
+    )
+    .report();
+    Figure::timed(
+        "machine-cores",
+        "compute, the same on every core at once",
+        samples(15, compute_on_every_core),
     )
     .report();
     let next = cycle();
