@@ -269,7 +269,7 @@ fn compare(base: &Value, now: &[Value]) -> String {
             }
             _ => format!("{:>10} -> {median:>10.3} {unit:<5}  (new)", "-"),
         };
-        out.push_str(&format!("  {bench:<9} {name:<48} {row}\n"));
+        out.push_str(&format!("  {bench:<13} {name:<48} {row}\n"));
     }
     out
 }
