@@ -99,13 +99,10 @@ impl Linked {
 /// The export of `nodewright:plugin/stages` that runs `stage` (every check is the one
 /// `check` export).
 fn export_name(stage: RunStage) -> &'static str {
-    match stage {
-        RunStage::ApplyCheck
-        | RunStage::ConfigCheck
-        | RunStage::PostInterruptCheck
-        | RunStage::UpgradeCheck
-        | RunStage::UninstallCheck => "check",
-        stage => stage.as_str(),
+    if stage.is_check() {
+        "check"
+    } else {
+        stage.as_str()
     }
 }
 

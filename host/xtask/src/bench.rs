@@ -25,6 +25,8 @@ const MARK: f64 = 1.5;
 const MACHINE: &str = "machine";
 /// The one-core compute chain (a figure of [`MACHINE`]) and the same on every core at once
 /// (the one figure of this bench): how much busier the other cores are than the baseline's.
+/// Named as `tests/figures/benches/machine.rs` names them (the task runner stays off the
+/// workspace's dependency graph).
 const COMPUTE: (&str, &str) = (MACHINE, "compute, 2^25 mul-xorshift rounds");
 const EVERY_CORE: (&str, &str) = ("machine-cores", "compute, the same on every core at once");
 /// Every core at once this many times slower than one core predicts: someone else is busy.
@@ -156,15 +158,18 @@ fn machine_factor(old: &[&Value], now: &[Value]) -> Option<f64> {
         .then(|| (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp())
 }
 
+/// The median of figure `(bench, name)` among `figures`.
+fn median_of<'v>(
+    mut figures: impl Iterator<Item = &'v Value>,
+    (bench, name): (&str, &str),
+) -> Option<f64> {
+    figures.find(|f| f["bench"] == bench && f["name"] == name)?["median"].as_f64()
+}
+
 /// The ratio of a figure's median now to the baseline's, when both have it.
-fn ratio_of(old: &[&Value], now: &[Value], (bench, name): (&str, &str)) -> Option<f64> {
-    let median = |f: &Value| {
-        (f["bench"] == bench && f["name"] == name)
-            .then(|| f["median"].as_f64())
-            .flatten()
-    };
-    let was = old.iter().find_map(|f| median(f))?;
-    let is = now.iter().find_map(median)?;
+fn ratio_of(old: &[&Value], now: &[Value], figure: (&str, &str)) -> Option<f64> {
+    let was = median_of(old.iter().copied(), figure)?;
+    let is = median_of(now.iter(), figure)?;
     (was > 0.0 && is > 0.0).then(|| is / was)
 }
 
@@ -250,10 +255,7 @@ fn compare(base: &Value, now: &[Value]) -> String {
         let (bench, name) = key(f);
         let unit = f["unit"].as_str().unwrap_or_default();
         let median = f["median"].as_f64().unwrap_or(f64::NAN);
-        let was = old
-            .iter()
-            .find(|o| key(o) == (bench.clone(), name.clone()))
-            .and_then(|o| o["median"].as_f64());
+        let was = median_of(old.iter().copied(), (&bench, &name));
         let row = match was {
             Some(was) if was > 0.0 => {
                 let ratio = median / was;
@@ -313,13 +315,7 @@ mod tests {
             json!({"bench": "plan", "name": "c", "unit": "ms", "median": 5.0}),
         ];
         let table = compare(&base, &now);
-        let line = |n: &str| {
-            table
-                .lines()
-                .find(|l| l.contains(&format!(" {n} ")))
-                .unwrap()
-                .to_string()
-        };
+        let line = |n: &str| row(&table, n);
         assert!(line("a").contains("x2.00  <-- slower"), "{table}");
         assert!(
             line("b").contains("x1.10") && !line("b").contains("slower"),
