@@ -306,7 +306,7 @@ impl Visit<'_, '_> {
         let key = CrMark::FenceOperator.key(&self.cr.name);
         let reboot_next = ready && runnable.iter().any(Runnable::reboots);
         let fence = if reboot_next {
-            let fencing = self.env.fencing.borrow();
+            let fencing = self.env.fencing.names();
             hold::fence(self.env.replicas, &self.node.name, &fencing)
         } else {
             hold::Fence::Go
@@ -319,7 +319,7 @@ impl Visit<'_, '_> {
         if let hold::Fence::Fence(waiting) = fence {
             let pods: Vec<&str> = waiting.iter().map(|r| r.pod.as_str()).collect();
             let pods = pods.join(",");
-            self.env.fencing.borrow_mut().insert(self.node.name.clone());
+            self.env.fencing.insert(&self.node.name);
             if work.get(&key) != Some(pods.as_str()) {
                 actions.push(Action::Event(Event {
                     target: Target::Node(self.node.name.clone()),
@@ -351,7 +351,7 @@ impl Visit<'_, '_> {
         }
         work.set(key, None);
         if !work.fences_operator() {
-            self.env.fencing.borrow_mut().remove(&self.node.name);
+            self.env.fencing.remove(&self.node.name);
         }
     }
 

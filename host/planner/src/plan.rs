@@ -62,7 +62,7 @@ pub(crate) struct Pass<'a> {
     pub(crate) parsed: HashMap<&'a str, PerNode<'a, Option<Parsed>>>,
     /// Nodes whose operator replicas are fenced (`CrMark::FenceOperator`), as this pass has
     /// left them: at most one at a time, so two reboots never take every replica out.
-    pub(crate) fencing: crate::work::Fencing,
+    pub(crate) fencing: crate::work::Fencing<'a>,
     pub(crate) actions: Vec<Action>,
 }
 
@@ -78,12 +78,6 @@ impl<'a> Pass<'a> {
             }
         }
         let pods = Grouped::new(&s.nodes, &s.pods, &s.pod_places.places(index, &s.pods));
-        let fencing = s
-            .nodes
-            .iter()
-            .filter(|n| keys::fences_operator(n.annotations.keys()))
-            .map(|n| n.name.clone())
-            .collect();
         let mut pass = Pass {
             s,
             now,
@@ -96,7 +90,7 @@ impl<'a> Pass<'a> {
             done_on: HashMap::default(),
             done_everywhere: HashSet::default(),
             parsed: HashMap::default(),
-            fencing: std::rc::Rc::new(std::cell::RefCell::new(fencing)),
+            fencing: crate::work::Fencing::new(&s.nodes),
             actions: Vec::new(),
         };
         pass.completion();

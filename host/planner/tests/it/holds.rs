@@ -597,6 +597,64 @@ fn a_reboot_waits_for_the_operator_replicas_on_its_node_to_leave_the_service() {
     assert_eq!(fenced, ["node-0", "node-1"]);
 }
 
+/// A node that was fencing when the pass began (its mark in the snapshot, here another CR's
+/// that nothing in this pass writes) holds every other node's reboot: the fencing nodes are
+/// found from the nodes' marks, not only from what the pass itself fences. Once the mark is
+/// gone, the waiting node fences its own replica.
+#[test]
+fn a_node_fencing_when_the_pass_begins_holds_another_nodes_reboot() {
+    use nodewright_api::keys::CrMark;
+    use nodewright_planner::{Replica, Work};
+    let replica = |pod: &str, node: &str| Replica {
+        pod: pod.into(),
+        node: node.into(),
+        ready: true,
+    };
+    let mut w = World::new(0);
+    w.add_node("node-0", &[("pool", "gpu")]);
+    w.add_node("node-1", &[]);
+    w.replicas_fence_themselves = false;
+    w.snap.replicas = vec![replica("op-0", "node-0"), replica("op-1", "node-1")];
+    w.add_cr(
+        "gpu",
+        spec(json!({"nodeSelectors": {"matchLabels": {"pool": "gpu"}}, "packages": {"driver": reboot_pkg()}})),
+    );
+    let theirs = CrMark::FenceOperator.key("other");
+    let ours = CrMark::FenceOperator.key("gpu");
+    let rebooting = |w: &World| {
+        w.created()
+            .iter()
+            .any(|(_, work, n)| *n == "node-0" && matches!(work, Work::Interrupt { .. }))
+    };
+    for pass in 0..16 {
+        // node-1 fences its replica for a reboot of its own, in every snapshot.
+        w.node_mut("node-1")
+            .annotations
+            .insert(theirs.clone(), "op-1".into());
+        w.step();
+        w.succeed_all(("reboot", 1));
+        assert_eq!(
+            w.node("node-0").annotations.get(&ours),
+            None,
+            "pass {pass}: node-0 fenced while node-1 was fencing"
+        );
+        assert!(!rebooting(&w), "pass {pass}: node-0 rebooted");
+    }
+    assert_eq!(
+        stages_on(&w, "node-0").last().map(String::as_str),
+        Some("driver:config"),
+        "node-0 is through its steps and waits for its reboot"
+    );
+
+    w.node_mut("node-1").annotations.remove(&theirs);
+    passes(&mut w, 2);
+    assert_eq!(
+        w.node("node-0").annotations.get(&ours).map(String::as_str),
+        Some("op-0"),
+        "with node-1 through, node-0 fences its replica"
+    );
+}
+
 /// A Job whose pod cannot start (the kubelet cannot pull the agent image): the node reads
 /// erroring with the kubelet's reason and the image, nothing more starts there, and the Job
 /// is left to the kubelet's retries; once the pod starts, the rollout goes on by itself.
