@@ -3,7 +3,9 @@
 //! What a pass knows per node it keeps by the node's place in the snapshot (`PerNode`),
 //! finding a node by name once ([`NodeIndex`]).
 
-use std::collections::BTreeMap;
+use std::cell::{OnceCell, Ref, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -383,36 +385,36 @@ impl std::ops::IndexMut<&ObservedNode> for Works<'_> {
 /// pass that reboots nothing — most passes — never reads every node's annotations for it
 /// (at 10,000 nodes that sweep was 4 % of a steady pass).
 #[derive(Clone, Debug)]
-pub struct Fencing<'a>(std::rc::Rc<LazyFencing<'a>>);
+pub struct Fencing<'a>(Rc<LazyFencing<'a>>);
 
 #[derive(Debug)]
 struct LazyFencing<'a> {
     nodes: &'a [ObservedNode],
-    set: std::cell::OnceCell<std::cell::RefCell<std::collections::BTreeSet<String>>>,
+    set: OnceCell<RefCell<BTreeSet<String>>>,
 }
 
 impl<'a> Fencing<'a> {
     /// The fencing nodes among `nodes`, when first asked.
     pub(crate) fn new(nodes: &'a [ObservedNode]) -> Self {
-        Fencing(std::rc::Rc::new(LazyFencing {
+        Fencing(Rc::new(LazyFencing {
             nodes,
-            set: std::cell::OnceCell::new(),
+            set: OnceCell::new(),
         }))
     }
 
-    fn set(&self) -> &std::cell::RefCell<std::collections::BTreeSet<String>> {
+    fn set(&self) -> &RefCell<BTreeSet<String>> {
         let nodes = self.0.nodes;
         self.0.set.get_or_init(|| {
             let fencing = nodes
                 .iter()
                 .filter(|n| keys::fences_operator(n.annotations.keys()))
                 .map(|n| n.name.clone());
-            std::cell::RefCell::new(fencing.collect())
+            RefCell::new(fencing.collect())
         })
     }
 
     /// The fencing nodes' names.
-    pub fn names(&self) -> std::cell::Ref<'_, std::collections::BTreeSet<String>> {
+    pub fn names(&self) -> Ref<'_, BTreeSet<String>> {
         self.set().borrow()
     }
 

@@ -26,6 +26,15 @@ fn passes(w: &mut World, n: usize) {
     }
 }
 
+/// A ready operator replica, `pod` on `node`.
+fn replica(pod: &str, node: &str) -> nodewright_planner::Replica {
+    nodewright_planner::Replica {
+        pod: pod.into(),
+        node: node.into(),
+        ready: true,
+    }
+}
+
 fn nightly() -> serde_json::Value {
     json!({"windows": [{"start": "22:00", "end": "04:00", "timeZone": "Europe/Berlin"}]})
 }
@@ -519,12 +528,7 @@ fn a_reboot_waits_while_its_node_runs_the_last_ready_operator_replica() {
 #[test]
 fn a_reboot_waits_for_the_operator_replicas_on_its_node_to_leave_the_service() {
     use nodewright_api::keys::CrMark;
-    use nodewright_planner::{Replica, Work};
-    let replica = |pod: &str, node: &str| Replica {
-        pod: pod.into(),
-        node: node.into(),
-        ready: true,
-    };
+    use nodewright_planner::Work;
     let mut w = World::new(3);
     w.replicas_fence_themselves = false;
     w.snap.replicas = vec![replica("op-0", "node-0"), replica("op-1", "node-1")];
@@ -604,12 +608,7 @@ fn a_reboot_waits_for_the_operator_replicas_on_its_node_to_leave_the_service() {
 #[test]
 fn a_node_fencing_when_the_pass_begins_holds_another_nodes_reboot() {
     use nodewright_api::keys::CrMark;
-    use nodewright_planner::{Replica, Work};
-    let replica = |pod: &str, node: &str| Replica {
-        pod: pod.into(),
-        node: node.into(),
-        ready: true,
-    };
+    use nodewright_planner::Work;
     let mut w = World::new(0);
     w.add_node("node-0", &[("pool", "gpu")]);
     w.add_node("node-1", &[]);
