@@ -504,10 +504,15 @@ async fn serve_metrics(addr: SocketAddr, metrics: &Arc<metrics::Metrics>) -> any
         .map_err(|e| anyhow::anyhow!("--metrics-addr {addr}: {e}"))?;
     tracing::info!(%addr, "serving metrics and probes");
     let metrics = metrics.clone();
-    tokio::spawn(serve::serve(listener, None, move |_, path: String, _| {
-        let metrics = metrics.clone();
-        async move { probe_or_metrics(&metrics, &path) }
-    }));
+    tokio::spawn(serve::serve(
+        listener,
+        None,
+        None,
+        move |_, path: String, _| {
+            let metrics = metrics.clone();
+            async move { probe_or_metrics(&metrics, &path) }
+        },
+    ));
     Ok(())
 }
 
@@ -560,6 +565,8 @@ async fn start_webhook(
         .await
         .map_err(|e| anyhow::anyhow!("--webhook-addr {addr}: {e}"))?;
     tracing::info!(%addr, secret = %cfg.secret, "serving the admission webhook");
+    // While fenced, the replica drains its webhook connections (see `serve`).
+    let drain = Some(metrics.fence_changes());
     let admission = webhook::Admission::new(
         client.clone(),
         world,
@@ -571,6 +578,7 @@ async fn start_webhook(
     tokio::spawn(serve::serve(
         listener,
         Some(serve::tls_acceptor(resolver.clone())),
+        drain,
         move |method, path: String, body| {
             let admission = admission.clone();
             async move {

@@ -67,8 +67,9 @@ pub struct Metrics {
     /// Rollout state from the last snapshot.
     pub rollout: rollout::Rollout,
     ready: AtomicBool,
-    /// The replica's node is fenced for a reboot.
-    fenced: AtomicBool,
+    /// The replica's node is fenced for a reboot (watched by the webhook listener, which
+    /// drains while it is).
+    fenced: tokio::sync::watch::Sender<bool>,
 }
 
 impl Default for Metrics {
@@ -150,7 +151,7 @@ impl Metrics {
             events,
             rollout,
             ready: AtomicBool::new(false),
-            fenced: AtomicBool::new(false),
+            fenced: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -195,11 +196,17 @@ impl Metrics {
     /// This replica's node is fenced for a reboot: `/readyz` answers 503, and it does not
     /// lead.
     pub fn set_fenced(&self, fenced: bool) {
-        self.fenced.store(fenced, Ordering::Relaxed);
+        self.fenced
+            .send_if_modified(|f| std::mem::replace(f, fenced) != fenced);
     }
 
     /// Whether this replica's node is fenced.
     pub fn is_fenced(&self) -> bool {
-        self.fenced.load(Ordering::Relaxed)
+        *self.fenced.borrow()
+    }
+
+    /// Whether this replica's node is fenced, now and as it changes.
+    pub fn fence_changes(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.fenced.subscribe()
     }
 }

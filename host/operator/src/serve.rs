@@ -1,5 +1,14 @@
 //! The operator's two listeners: plain HTTP for metrics and probes, TLS for the admission
 //! webhook. Both answer small request/response exchanges with a whole-body handler.
+//!
+//! A listener may be told to drain: the webhook's, while the replica's node is fenced for a
+//! reboot. The API server keeps connections to a webhook open between calls and pools them
+//! by the Service's name, not by the endpoint it dialled — so a replica that has left the
+//! Service still gets calls over a connection opened before, until its node reboots under
+//! one of them ("connection reset by peer", and the fail-closed webhook refuses that write).
+//! Draining closes every open connection once its current response is sent (an idle one at
+//! once) and answers every new one with `Connection: close`, so the API server dials again
+//! and reaches a replica still in the Service.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,6 +20,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
@@ -55,9 +65,14 @@ pub fn tls_acceptor(resolver: Arc<Resolver>) -> TlsAcceptor {
 }
 
 /// Serves `listener` until the process ends, over TLS when `tls` is given. Each request's
-/// whole body (at most 4 MiB) is handed to `handler`.
-pub async fn serve<F, Fut>(listener: TcpListener, tls: Option<TlsAcceptor>, handler: F)
-where
+/// whole body (at most 4 MiB) is handed to `handler`. While `drain` reads true, no
+/// connection stays open past its current response (see the module's comment).
+pub async fn serve<F, Fut>(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    drain: Option<watch::Receiver<bool>>,
+    handler: F,
+) where
     F: Fn(Method, String, Bytes) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Reply> + Send + 'static,
 {
@@ -72,6 +87,7 @@ where
         };
         let handler = handler.clone();
         let tls = tls.clone();
+        let drain = drain.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let handler = handler.clone();
@@ -79,26 +95,52 @@ where
             });
             let result = match tls {
                 Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => {
-                        http1::Builder::new()
-                            .serve_connection(TokioIo::new(s), service)
-                            .await
-                    }
+                    Ok(s) => connection(TokioIo::new(s), service, drain).await,
                     Err(e) => {
                         tracing::debug!(%peer, "TLS handshake: {e}");
                         return;
                     }
                 },
-                None => {
-                    http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
-                }
+                None => connection(TokioIo::new(stream), service, drain).await,
             };
             if let Err(e) = result {
                 tracing::debug!(%peer, "connection: {e}");
             }
         });
+    }
+}
+
+/// Serves one connection: kept alive between requests until `drain` reads true, then closed
+/// once the response in progress (if any) is sent.
+async fn connection<I, S>(
+    io: I,
+    service: S,
+    drain: Option<watch::Receiver<bool>>,
+) -> hyper::Result<()>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = Full<Bytes>>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let Some(mut drain) = drain else {
+        return http1::Builder::new().serve_connection(io, service).await;
+    };
+    let draining = *drain.borrow_and_update();
+    let conn = http1::Builder::new()
+        .keep_alive(!draining)
+        .serve_connection(io, service);
+    let mut conn = std::pin::pin!(conn);
+    if draining {
+        return conn.await;
+    }
+    tokio::select! {
+        done = conn.as_mut() => done,
+        started = async { drain.wait_for(|d| *d).await.is_ok() } => {
+            if started {
+                conn.as_mut().graceful_shutdown();
+            }
+            conn.await
+        }
     }
 }
 
@@ -122,4 +164,141 @@ where
         resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    /// Sends a request for `path` on `conn` and reads its whole response: the head (status
+    /// line and headers, lower-cased) is returned.
+    async fn exchange(conn: &mut TcpStream, path: &str) -> String {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 1024];
+        loop {
+            let n = conn.read(&mut chunk).await.unwrap();
+            assert!(
+                n > 0,
+                "closed mid-response: {:?}",
+                String::from_utf8_lossy(&buf)
+            );
+            buf.extend_from_slice(&chunk[..n]);
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let body = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+            if buf.len() >= end + 4 + body {
+                return head;
+            }
+        }
+    }
+
+    /// Whether the server has closed `conn` (end of stream) within `wait`.
+    async fn closed_within(conn: &mut TcpStream, wait: Duration) -> bool {
+        let mut b = [0u8; 1];
+        match tokio::time::timeout(wait, conn.read(&mut b)).await {
+            Ok(Ok(0) | Err(_)) => true,
+            Ok(Ok(_)) => panic!("unexpected bytes from the server"),
+            Err(_) => false,
+        }
+    }
+
+    const STAYS_OPEN: Duration = Duration::from_millis(300);
+    const CLOSES: Duration = Duration::from_secs(10);
+
+    /// A listener that answers `/slow` once `release` is notified, anything else at once.
+    async fn listener(drain: watch::Receiver<bool>, release: Arc<Notify>) -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(
+            listener,
+            None,
+            Some(drain),
+            move |_, path: String, _| {
+                let release = release.clone();
+                async move {
+                    if path == "/slow" {
+                        release.notified().await;
+                    }
+                    Reply::text(StatusCode::OK, "ok")
+                }
+            },
+        ));
+        addr
+    }
+
+    #[tokio::test]
+    async fn draining_closes_kept_alive_connections_and_keeps_no_new_one_open() {
+        let (fenced, drain) = watch::channel(false);
+        let addr = listener(drain, Arc::new(Notify::new())).await;
+        // Not draining: a connection is kept for the next request.
+        let mut kept = TcpStream::connect(addr).await.unwrap();
+        let head = exchange(&mut kept, "/").await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(!head.contains("connection: close"), "{head}");
+        exchange(&mut kept, "/").await;
+        assert!(!closed_within(&mut kept, STAYS_OPEN).await, "kept alive");
+
+        // Draining: the idle connection is closed by the server.
+        fenced.send_replace(true);
+        assert!(
+            closed_within(&mut kept, CLOSES).await,
+            "the idle connection closed"
+        );
+        // A new connection gets one answer, says it closes, and closes.
+        let mut fresh = TcpStream::connect(addr).await.unwrap();
+        let head = exchange(&mut fresh, "/").await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains("connection: close"), "{head}");
+        assert!(
+            closed_within(&mut fresh, CLOSES).await,
+            "closed after one answer"
+        );
+
+        // No longer fenced: connections are kept again.
+        fenced.send_replace(false);
+        let mut again = TcpStream::connect(addr).await.unwrap();
+        let head = exchange(&mut again, "/").await;
+        assert!(!head.contains("connection: close"), "{head}");
+        assert!(!closed_within(&mut again, STAYS_OPEN).await, "kept alive");
+    }
+
+    #[tokio::test]
+    async fn a_call_in_progress_when_draining_starts_gets_its_answer_before_the_close() {
+        let (fenced, drain) = watch::channel(false);
+        let release = Arc::new(Notify::new());
+        let addr = listener(drain, release.clone()).await;
+        let mut busy = TcpStream::connect(addr).await.unwrap();
+        exchange(&mut busy, "/").await;
+        let call = tokio::spawn(async move {
+            let head = exchange(&mut busy, "/slow").await;
+            (head, busy)
+        });
+        // The call has reached the handler (it waits there) when the drain starts.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fenced.send_replace(true);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        release.notify_one();
+        let (head, mut busy) = call.await.unwrap();
+        assert!(
+            head.starts_with("http/1.1 200"),
+            "the call is answered: {head}"
+        );
+        assert!(
+            closed_within(&mut busy, CLOSES).await,
+            "then the connection closes"
+        );
+    }
 }
