@@ -23,7 +23,7 @@ use crate::rollout::{self, Era, Standing};
 use crate::select;
 use crate::snapshot::{Cr, ObservedNode, PluginCheck, Snapshot};
 use crate::status::Report;
-use crate::work::{Env, NodeIndex, PerNode};
+use crate::work::{Env, MarkKeys, NodeIndex, ObservedMarks, PerNode};
 
 /// What one CR's pass derives once from its spec and status.
 struct CrPass<'c> {
@@ -43,13 +43,13 @@ struct CrPass<'c> {
     digests: Digests,
     /// The CR's node annotations.
     state_key: String,
-    status_key: String,
-    cordon_key: String,
-    drain_key: String,
     /// Nodes in the CR's current batches.
     in_batch: PerNode<'c, bool>,
     /// The payloads it stages ahead of a node's cordon.
     prestage: Option<PayloadSet>,
+    mark_keys: MarkKeys,
+    /// Its marks on each node it selected in the snapshot (see [`Pass::mark`]).
+    marks: Option<PerNode<'c, Option<ObservedMarks<'c>>>>,
 }
 
 impl<'c> CrPass<'c> {
@@ -88,9 +88,6 @@ impl<'c> CrPass<'c> {
             tolerations: tolerations(cr),
             digests: crate::packages::digests(&cr.spec),
             state_key: keys::node_state(&cr.name),
-            status_key: keys::node_status(&cr.name),
-            cordon_key: keys::cordon(&cr.name),
-            drain_key: keys::drain_start(&cr.name),
             in_batch: {
                 let mut in_batch = index.per_node();
                 let batch = cr.status.compartment_statuses.values();
@@ -103,6 +100,8 @@ impl<'c> CrPass<'c> {
                 in_batch
             },
             prestage: PayloadSet::of(cr),
+            mark_keys: MarkKeys::of(&cr.name),
+            marks: None,
         }
     }
 
@@ -176,7 +175,8 @@ impl<'a> Pass<'a> {
         if cr.deleting && !cr.has_finalizer {
             return;
         }
-        let c = CrPass::new(cr, self.s, self.index, self.now);
+        let mut c = CrPass::new(cr, self.s, self.index, self.now);
+        c.marks = self.marks.remove(cr.name.as_str());
         let selected = self.select(&c);
         let mut report = Report::new(cr, self.now, c.era.clone(), self.index);
         report.plugins(&cr.plugins);
@@ -275,10 +275,13 @@ impl<'a> Pass<'a> {
         report: &mut Report<'_>,
     ) -> (Standing, Status) {
         let cr = c.cr;
-        let work = &self.work[n];
         let parked = erroring
-            || crate::drain::timed_out(cr, crate::drain::started(work.get(&c.drain_key)), self.now)
-                .is_some()
+            || crate::drain::timed_out(
+                cr,
+                crate::drain::started(self.mark(c, n, CrMark::DrainStart)),
+                self.now,
+            )
+            .is_some()
             || {
                 let jobs = self.jobs_of(&cr.name, n);
                 !jobs.is_empty() && prestage::failed_for_good(cr, c.prestage.as_ref(), &jobs)
@@ -294,7 +297,7 @@ impl<'a> Pass<'a> {
             });
         }
         if done {
-            if work.get(&c.cordon_key).is_some() && !hold::unhealthy(cr, n).is_empty() {
+            if self.mark(c, n, CrMark::Cordon).is_some() && !hold::unhealthy(cr, n).is_empty() {
                 // Through its interrupt but not healthy: failed for the batch, kept cordoned.
                 (Standing::Failed, Status::Erroring)
             } else {
@@ -434,7 +437,7 @@ impl<'a> Pass<'a> {
                 None => {}
             }
             if !c.unusable {
-                self.set_node_status(cr, n, &c.status_key, node_status);
+                self.set_node_status(c, n, node_status);
             }
             report.node_status(n, node_status);
         }
@@ -500,10 +503,23 @@ impl<'a> Pass<'a> {
 
     /// A done node still has something of this CR's to clean up: Jobs, a cordon, a drain.
     fn holds_anything(&self, cr: &Cr, n: &ObservedNode, c: &CrPass<'a>) -> bool {
-        let work = &self.work[n];
         self.has_jobs(&cr.name, n)
-            || work.get(&c.cordon_key).is_some()
-            || work.get(&c.drain_key).is_some()
+            || self.mark(c, n, CrMark::Cordon).is_some()
+            || self.mark(c, n, CrMark::DrainStart).is_some()
+    }
+
+    /// The CR's mark `m` on `n` as this pass has left it: as read beside its state, unless
+    /// the pass has written it since.
+    fn mark(&self, c: &CrPass<'a>, n: &ObservedNode, m: CrMark) -> Option<&str> {
+        let work = &self.work[n];
+        let Some(key) = c.mark_keys.key(m) else {
+            return work.get(&m.key(&c.cr.name));
+        };
+        let observed = c.marks.as_ref().and_then(|marks| marks[n]?.get(m));
+        match observed {
+            Some(value) if work.observed(key) => value,
+            _ => work.get(key),
+        }
     }
 
     /// A Job of the CR still runs on the node.
@@ -511,12 +527,13 @@ impl<'a> Pass<'a> {
         self.jobs[n].iter().any(|j| j.cr == cr.name && j.running())
     }
 
-    fn set_node_status(&mut self, cr: &'a Cr, n: &'a ObservedNode, key: &str, status: Status) {
+    fn set_node_status(&mut self, c: &CrPass<'a>, n: &'a ObservedNode, status: Status) {
+        let cr = c.cr;
         let text = status.as_str();
-        let work = &mut self.work[n];
-        let old = work.get(key);
-        if old != Some(text) {
-            if status == Status::Erroring && old != Some("erroring") {
+        let old = self.mark(c, n, CrMark::Status);
+        let (changed, was_erroring) = (old != Some(text), old == Some("erroring"));
+        if changed {
+            if status == Status::Erroring && !was_erroring {
                 self.actions.push(Action::Event(Event {
                     target: Target::Node(n.name.clone()),
                     warning: true,
@@ -524,7 +541,7 @@ impl<'a> Pass<'a> {
                     message: format!("{} is erroring on this node", cr.name),
                 }));
             }
-            work.set(key, Some(text.into()));
+            self.work[n].set(&CrMark::Status.key(&cr.name), Some(text.into()));
         }
         let index = self.index;
         self.outcome
@@ -621,5 +638,44 @@ impl<'a> Pass<'a> {
             }));
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::NodeFacts;
+
+    /// A CR's mark is read beside its state, once per pass; once the pass writes the mark, it
+    /// reads as written (set or removed), as `NodeWork::get` would.
+    #[test]
+    fn a_mark_reads_as_the_pass_has_left_it() {
+        let cordon = keys::cordon("c");
+        let s = Snapshot {
+            nodes: vec![ObservedNode::new(NodeFacts {
+                name: "n".into(),
+                annotations: [(cordon.clone(), "true".to_string())].into(),
+                ..Default::default()
+            })],
+            nodewrights: vec![Cr {
+                name: "c".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let index = NodeIndex::new(&s.nodes);
+        let mut pass = Pass::new(&s, &index, 0);
+        let mut c = CrPass::new(&s.nodewrights[0], &s, &index, 0);
+        c.marks = pass.marks.remove("c");
+        let n = &s.nodes[0];
+        assert!(c.marks.as_ref().is_some_and(|marks| marks[n].is_some()));
+        assert_eq!(pass.mark(&c, n, CrMark::Cordon), Some("true"));
+        assert_eq!(pass.mark(&c, n, CrMark::DrainStart), None);
+        pass.work[n].set(&cordon, None);
+        assert_eq!(pass.mark(&c, n, CrMark::Cordon), None);
+        pass.work[n].set(&cordon, Some("found".into()));
+        assert_eq!(pass.mark(&c, n, CrMark::Cordon), Some("found"));
+        pass.work[n].set(&keys::drain_start("c"), Some("5".into()));
+        assert_eq!(pass.mark(&c, n, CrMark::DrainStart), Some("5"));
     }
 }

@@ -60,6 +60,9 @@ pub(crate) struct Pass<'a> {
     done_everywhere: HashSet<&'a str>,
     /// CR → the node states parsed for [`Pass::completion`], taken by the CR's pass.
     pub(crate) parsed: HashMap<&'a str, PerNode<'a, Option<Parsed>>>,
+    /// CR → its marks on each node it selects, as the snapshot has them (read beside the
+    /// state, taken by the CR's pass).
+    pub(crate) marks: HashMap<&'a str, PerNode<'a, Option<crate::work::ObservedMarks<'a>>>>,
     /// Nodes whose operator replicas are fenced (`CrMark::FenceOperator`), as this pass has
     /// left them: at most one at a time, so two reboots never take every replica out.
     pub(crate) fencing: crate::work::Fencing<'a>,
@@ -67,7 +70,7 @@ pub(crate) struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn new(s: &'a Snapshot, index: &'a NodeIndex<'a>, now: i64) -> Self {
+    pub(crate) fn new(s: &'a Snapshot, index: &'a NodeIndex<'a>, now: i64) -> Self {
         let mut nodes: Vec<&ObservedNode> = s.nodes.iter().collect();
         nodes.sort_by(|a, b| a.rollout_key().cmp(&b.rollout_key()));
         let work = Works::new(&s.nodes);
@@ -90,6 +93,7 @@ impl<'a> Pass<'a> {
             done_on: HashMap::default(),
             done_everywhere: HashSet::default(),
             parsed: HashMap::default(),
+            marks: HashMap::default(),
             fencing: crate::work::Fencing::new(&s.nodes),
             actions: Vec::new(),
         };
@@ -143,7 +147,10 @@ impl<'a> Pass<'a> {
             let mut everywhere = true;
             let mut parsed = self.index.per_node();
             let mut done_on = self.index.per_node();
+            let mut marks = self.index.per_node();
+            let mark_keys = crate::work::MarkKeys::of(&cr.name);
             for &n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
+                marks[n] = Some(mark_keys.read(n));
                 let (st, done) = self
                     .s
                     .states
@@ -155,6 +162,7 @@ impl<'a> Pass<'a> {
                 done_on[n] = done;
             }
             self.parsed.insert(cr.name.as_str(), parsed);
+            self.marks.insert(cr.name.as_str(), marks);
             self.done_on.insert(cr.name.as_str(), done_on);
             if everywhere {
                 self.done_everywhere.insert(cr.name.as_str());

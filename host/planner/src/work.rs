@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use nodewright_api::keys;
+use nodewright_api::keys::{self, CrMark};
 use nodewright_api::pinned::PinnedRef;
 
 use crate::action::NodePatch;
@@ -84,10 +84,7 @@ impl<'a> NodeWork<'a> {
             .keys()
             .chain(self.patch.annotations.keys());
         keys.any(|k| {
-            matches!(
-                keys::CrMark::parse(k),
-                Some((keys::CrMark::FenceOperator, _))
-            ) && self.get(k).is_some()
+            matches!(CrMark::parse(k), Some((CrMark::FenceOperator, _))) && self.get(k).is_some()
         })
     }
 
@@ -492,5 +489,67 @@ mod tests {
         assert_eq!(names(&nodes[0]), ["2", "5"]);
         assert!(names(&nodes[1]).is_empty());
         assert_eq!(names(&nodes[2]), ["1", "4"]);
+    }
+}
+
+/// A CR's marks on one node as the snapshot has them — its status, cordon and drain start,
+/// the ones its pass asks of every node it selects — read in the sweep that reads the CR's
+/// state there, while the node's annotations are in the cache. Each later sweep asked them
+/// of the node's annotation map again, by then out of the cache at ten thousand nodes
+/// (see `Pass::mark`, which overlays the pass's own writes).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ObservedMarks<'a> {
+    status: Option<&'a str>,
+    cordon: Option<&'a str>,
+    drain: Option<&'a str>,
+}
+
+impl<'a> ObservedMarks<'a> {
+    /// Mark `m`'s value (`Some(None)`: not on the node); `None` for a mark not kept here.
+    pub(crate) fn get(&self, m: CrMark) -> Option<Option<&'a str>> {
+        match m {
+            CrMark::Status => Some(self.status),
+            CrMark::Cordon => Some(self.cordon),
+            CrMark::DrainStart => Some(self.drain),
+            _ => None,
+        }
+    }
+}
+
+/// A CR's keys for the marks [`ObservedMarks`] keeps, spelled once per pass.
+#[derive(Debug)]
+pub(crate) struct MarkKeys {
+    status: String,
+    cordon: String,
+    drain: String,
+}
+
+impl MarkKeys {
+    pub(crate) fn of(cr: &str) -> Self {
+        MarkKeys {
+            status: CrMark::Status.key(cr),
+            cordon: CrMark::Cordon.key(cr),
+            drain: CrMark::DrainStart.key(cr),
+        }
+    }
+
+    /// The key of mark `m`, when it is one of those [`ObservedMarks`] keeps.
+    pub(crate) fn key(&self, m: CrMark) -> Option<&str> {
+        match m {
+            CrMark::Status => Some(&self.status),
+            CrMark::Cordon => Some(&self.cordon),
+            CrMark::DrainStart => Some(&self.drain),
+            _ => None,
+        }
+    }
+
+    /// The marks on `node`, as observed.
+    pub(crate) fn read<'a>(&self, node: &'a ObservedNode) -> ObservedMarks<'a> {
+        let get = |k: &str| node.annotations.get(k).map(String::as_str);
+        ObservedMarks {
+            status: get(&self.status),
+            cordon: get(&self.cordon),
+            drain: get(&self.drain),
+        }
     }
 }
