@@ -456,42 +456,6 @@ pub struct Env<'a> {
     pub nodewrights: &'a [crate::snapshot::Cr],
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::snapshot::{ObservedPod, PodFacts};
-
-    #[test]
-    fn items_are_grouped_by_node_in_snapshot_order_and_strays_left_out() {
-        let nodes: Vec<ObservedNode> = ["a", "b", "c"].map(ObservedNode::named).into();
-        let pods: Vec<ObservedPod> = [
-            ("c", "1"),
-            ("a", "2"),
-            ("gone", "3"),
-            ("c", "4"),
-            ("a", "5"),
-        ]
-        .into_iter()
-        .map(|(node, name)| {
-            ObservedPod::new(PodFacts {
-                node: node.into(),
-                name: name.into(),
-                ..Default::default()
-            })
-        })
-        .collect();
-        let index = NodeIndex::new(&nodes);
-        let places = crate::places::PodPlaces::default().places(&index, &pods);
-        let grouped = Grouped::new(&nodes, &pods, &places);
-        let names = |n: &ObservedNode| -> Vec<&str> {
-            grouped.of(n).iter().map(|p| p.name.as_str()).collect()
-        };
-        assert_eq!(names(&nodes[0]), ["2", "5"]);
-        assert!(names(&nodes[1]).is_empty());
-        assert_eq!(names(&nodes[2]), ["1", "4"]);
-    }
-}
-
 /// A CR's marks on one node as the snapshot has them — its status, cordon and drain start,
 /// the ones its pass asks of every node it selects — read in the sweep that reads the CR's
 /// state there, while the node's annotations are in the cache. Each later sweep asked them
@@ -551,5 +515,41 @@ impl MarkKeys {
             cordon: get(&self.cordon),
             drain: get(&self.drain),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{ObservedPod, PodFacts};
+
+    #[test]
+    fn items_are_grouped_by_node_in_snapshot_order_and_strays_left_out() {
+        let nodes: Vec<ObservedNode> = ["a", "b", "c"].map(ObservedNode::named).into();
+        let pods: Vec<ObservedPod> = [
+            ("c", "1"),
+            ("a", "2"),
+            ("gone", "3"),
+            ("c", "4"),
+            ("a", "5"),
+        ]
+        .into_iter()
+        .map(|(node, name)| {
+            ObservedPod::new(PodFacts {
+                node: node.into(),
+                name: name.into(),
+                ..Default::default()
+            })
+        })
+        .collect();
+        let index = NodeIndex::new(&nodes);
+        let places = crate::places::PodPlaces::default().places(&index, &pods);
+        let grouped = Grouped::new(&nodes, &pods, &places);
+        let names = |n: &ObservedNode| -> Vec<&str> {
+            grouped.of(n).iter().map(|p| p.name.as_str()).collect()
+        };
+        assert_eq!(names(&nodes[0]), ["2", "5"]);
+        assert!(names(&nodes[1]).is_empty());
+        assert_eq!(names(&nodes[2]), ["1", "4"]);
     }
 }
