@@ -23,7 +23,7 @@ use crate::rollout::{self, Era, Standing};
 use crate::select;
 use crate::snapshot::{Cr, ObservedNode, PluginCheck, Snapshot};
 use crate::status::Report;
-use crate::work::{Env, MarkKeys, NodeIndex, ObservedMarks, PerNode};
+use crate::work::{CrMarks, Env, NodeIndex, PerNode};
 
 /// What one CR's pass derives once from its spec and status.
 struct CrPass<'c> {
@@ -47,9 +47,8 @@ struct CrPass<'c> {
     in_batch: PerNode<'c, bool>,
     /// The payloads it stages ahead of a node's cordon.
     prestage: Option<PayloadSet>,
-    mark_keys: MarkKeys,
     /// Its marks on each node it selected in the snapshot (see [`Pass::mark`]).
-    marks: Option<PerNode<'c, Option<ObservedMarks<'c>>>>,
+    marks: Option<CrMarks<'c>>,
 }
 
 impl<'c> CrPass<'c> {
@@ -100,7 +99,6 @@ impl<'c> CrPass<'c> {
                 in_batch
             },
             prestage: PayloadSet::of(cr),
-            mark_keys: MarkKeys::of(&cr.name),
             marks: None,
         }
     }
@@ -512,13 +510,10 @@ impl<'a> Pass<'a> {
     /// the pass has written it since.
     fn mark(&self, c: &CrPass<'a>, n: &ObservedNode, m: CrMark) -> Option<&str> {
         let work = &self.work[n];
-        let Some(key) = c.mark_keys.key(m) else {
-            return work.get(&m.key(&c.cr.name));
-        };
-        let observed = c.marks.as_ref().and_then(|marks| marks[n]?.get(m));
-        match observed {
-            Some(value) if work.observed(key) => value,
-            _ => work.get(key),
+        match c.marks.as_ref().and_then(|marks| marks.get(n, m)) {
+            Some((key, Some(value))) if work.observed(key) => value,
+            Some((key, _)) => work.get(key),
+            None => work.get(&m.key(&c.cr.name)),
         }
     }
 

@@ -62,7 +62,7 @@ pub(crate) struct Pass<'a> {
     pub(crate) parsed: HashMap<&'a str, PerNode<'a, Option<Parsed>>>,
     /// CR → its marks on each node it selects, as the snapshot has them (read beside the
     /// state, taken by the CR's pass).
-    pub(crate) marks: HashMap<&'a str, PerNode<'a, Option<crate::work::ObservedMarks<'a>>>>,
+    pub(crate) marks: HashMap<&'a str, crate::work::CrMarks<'a>>,
     /// Nodes whose operator replicas are fenced (`CrMark::FenceOperator`), as this pass has
     /// left them: at most one at a time, so two reboots never take every replica out.
     pub(crate) fencing: crate::work::Fencing<'a>,
@@ -147,10 +147,9 @@ impl<'a> Pass<'a> {
             let mut everywhere = true;
             let mut parsed = self.index.per_node();
             let mut done_on = self.index.per_node();
-            let mut marks = self.index.per_node();
-            let mark_keys = crate::work::MarkKeys::of(&cr.name);
+            let mut marks = crate::work::CrMarks::new(&cr.name, self.index);
             for &n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
-                marks[n] = Some(mark_keys.read(n));
+                marks.read(n);
                 let (st, done) = self
                     .s
                     .states

@@ -456,65 +456,49 @@ pub struct Env<'a> {
     pub nodewrights: &'a [crate::snapshot::Cr],
 }
 
-/// A CR's marks on one node as the snapshot has them — its status, cordon and drain start,
-/// the ones its pass asks of every node it selects — read in the sweep that reads the CR's
-/// state there, while the node's annotations are in the cache. Each later sweep asked them
-/// of the node's annotation map again, by then out of the cache at ten thousand nodes
-/// (see `Pass::mark`, which overlays the pass's own writes).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ObservedMarks<'a> {
-    status: Option<&'a str>,
-    cordon: Option<&'a str>,
-    drain: Option<&'a str>,
-}
+/// The marks a CR's pass asks of every node it selects — status, cordon, drain start — in
+/// their places in [`CrMarks`].
+const KEPT: [CrMark; 3] = [CrMark::Status, CrMark::Cordon, CrMark::DrainStart];
 
-impl<'a> ObservedMarks<'a> {
-    /// Mark `m`'s value (`Some(None)`: not on the node); `None` for a mark not kept here.
-    pub(crate) fn get(&self, m: CrMark) -> Option<Option<&'a str>> {
-        match m {
-            CrMark::Status => Some(self.status),
-            CrMark::Cordon => Some(self.cordon),
-            CrMark::DrainStart => Some(self.drain),
-            _ => None,
-        }
-    }
-}
-
-/// A CR's keys for the marks [`ObservedMarks`] keeps, spelled once per pass.
+/// A CR's [`KEPT`] marks on each node it selects, as the snapshot has them, read in the
+/// sweep that reads the CR's state there, while the node's annotations are in the cache.
+/// Each later sweep asked them of the node's annotation map again, by then out of the cache
+/// at ten thousand nodes (see `Pass::mark`, which overlays the pass's own writes).
 #[derive(Debug)]
-pub(crate) struct MarkKeys {
-    status: String,
-    cordon: String,
-    drain: String,
+pub(crate) struct CrMarks<'a> {
+    /// The CR's key of each kept mark, spelled once per pass.
+    keys: [String; KEPT.len()],
+    /// Each kept mark's value on each node read (`None`: the node was not read).
+    on: PerNode<'a, Option<[Option<&'a str>; KEPT.len()]>>,
 }
 
-impl MarkKeys {
-    pub(crate) fn of(cr: &str) -> Self {
-        MarkKeys {
-            status: CrMark::Status.key(cr),
-            cordon: CrMark::Cordon.key(cr),
-            drain: CrMark::DrainStart.key(cr),
+impl<'a> CrMarks<'a> {
+    /// `cr`'s marks, none read yet.
+    pub(crate) fn new(cr: &str, index: &NodeIndex<'a>) -> Self {
+        CrMarks {
+            keys: KEPT.map(|m| m.key(cr)),
+            on: index.per_node(),
         }
     }
 
-    /// The key of mark `m`, when it is one of those [`ObservedMarks`] keeps.
-    pub(crate) fn key(&self, m: CrMark) -> Option<&str> {
-        match m {
-            CrMark::Status => Some(&self.status),
-            CrMark::Cordon => Some(&self.cordon),
-            CrMark::DrainStart => Some(&self.drain),
-            _ => None,
-        }
+    /// Reads the marks on `node`, as observed.
+    pub(crate) fn read(&mut self, node: &'a ObservedNode) {
+        let values = self
+            .keys
+            .each_ref()
+            .map(|k| node.annotations.get(k).map(String::as_str));
+        self.on[node] = Some(values);
     }
 
-    /// The marks on `node`, as observed.
-    pub(crate) fn read<'a>(&self, node: &'a ObservedNode) -> ObservedMarks<'a> {
-        let get = |k: &str| node.annotations.get(k).map(String::as_str);
-        ObservedMarks {
-            status: get(&self.status),
-            cordon: get(&self.cordon),
-            drain: get(&self.drain),
-        }
+    /// Mark `m`'s key, and its value on `node` as read (`None` when not read there), when
+    /// `m` is a kept mark.
+    pub(crate) fn get(
+        &self,
+        node: &ObservedNode,
+        m: CrMark,
+    ) -> Option<(&str, Option<Option<&'a str>>)> {
+        let slot = KEPT.iter().position(|k| *k == m)?;
+        Some((&self.keys[slot], self.on[node].map(|values| values[slot])))
     }
 }
 

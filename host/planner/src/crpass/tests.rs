@@ -25,7 +25,12 @@ fn a_mark_reads_as_the_pass_has_left_it() {
     let mut c = CrPass::new(&s.nodewrights[0], &s, &index, 0);
     c.marks = pass.marks.remove("c");
     let n = &s.nodes[0];
-    assert!(c.marks.as_ref().is_some_and(|marks| marks[n].is_some()));
+    assert!(
+        c.marks
+            .as_ref()
+            .and_then(|marks| marks.get(n, CrMark::Cordon))
+            .is_some_and(|(_, read)| read.is_some())
+    );
     assert_eq!(pass.mark(&c, n, CrMark::Cordon), Some("true"));
     assert_eq!(pass.mark(&c, n, CrMark::DrainStart), None);
     pass.work[n].set(&cordon, None);
