@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::json;
 
 use crate::{ControlPlane, ktest_binary};
@@ -660,19 +660,7 @@ async fn wait_ready(client: &Client, inner: &Inner, timeout: Duration) -> Result
                 .any(|c| c.type_ == "Ready" && c.status == "True");
             let booted = status.node_info.as_ref().is_some_and(|i| i.boot_id == boot);
             if ready && booted {
-                let taints: Vec<_> = n
-                    .spec
-                    .and_then(|s| s.taints)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|t| t.key != "node.kubernetes.io/not-ready")
-                    .collect();
-                api.patch(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"taints": taints}})),
-                )
-                .await?;
+                crate::simnode::lift_not_ready(&api, n).await?;
                 return Ok(());
             }
         }

@@ -163,21 +163,9 @@ async fn register(client: &Client, spec: NodeSpec, kubelet_port: u16) -> Result<
         .await?;
     // The apiserver taints a new node not-ready; with no node-lifecycle controller in
     // the test control plane, the kubelet side lifts it once the node reports Ready.
-    let registered = api.get(&spec.name).await?;
-    let taints: Vec<_> = registered
-        .spec
-        .and_then(|s| s.taints)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| t.key != "node.kubernetes.io/not-ready")
-        .collect();
-    api.patch(
-        &spec.name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"taints": taints}})),
-    )
-    .await
-    .with_context(|| format!("untaint node {}", spec.name))?;
+    lift_not_ready(&api, api.get(&spec.name).await?)
+        .await
+        .with_context(|| format!("untaint node {}", spec.name))?;
     let (control, _) = watch::channel(Control::Run);
     Ok(SimNode {
         spec,
@@ -186,6 +174,40 @@ async fn register(client: &Client, spec: NodeSpec, kubelet_port: u16) -> Result<
         live: Arc::default(),
     })
 }
+
+/// Removes the `node.kubernetes.io/not-ready` taint from `node`, as the node-lifecycle
+/// controller would, and nothing else. The taints are written against the resourceVersion
+/// `node` was read at, and read again after a conflict, so a taint another writer added
+/// since (the operator's runtime-required taint on a joining node) is kept rather than
+/// overwritten with the list read before it.
+pub async fn lift_not_ready(api: &Api<Node>, mut node: Node) -> Result<()> {
+    let name = node
+        .metadata
+        .name
+        .clone()
+        .context("a node without a name")?;
+    loop {
+        let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+        if !taints.iter().any(|t| t.key == NOT_READY) {
+            return Ok(());
+        }
+        let kept: Vec<_> = taints.into_iter().filter(|t| t.key != NOT_READY).collect();
+        let body = json!({
+            "metadata": {"resourceVersion": node.metadata.resource_version},
+            "spec": {"taints": kept},
+        });
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => node = api.get(&name).await?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+const NOT_READY: &str = "node.kubernetes.io/not-ready";
 
 fn now() -> String {
     k8s_openapi::jiff::Timestamp::now()

@@ -351,6 +351,56 @@ async fn cordon_is_a_patch() {
     assert_eq!(ready.status, "True");
 }
 
+/// The kubelet side lifts the not-ready taint of a node it registers; a taint added by
+/// another writer after the node was read (the operator tainting a joining node) survives.
+#[tokio::test(flavor = "multi_thread")]
+async fn lifting_not_ready_keeps_a_taint_added_after_the_node_was_read() {
+    nodewright_testregistry::require!(ControlPlane);
+    let client = ControlPlane::shared().client().await.expect("client");
+    let nodes: Api<Node> = Api::all(client);
+    let name = "smoke-lift-not-ready";
+    let taint = |key: &str| json!({"key": key, "effect": "NoSchedule"});
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"taints": [taint("node.kubernetes.io/not-ready")]},
+            }))
+            .unwrap(),
+        )
+        .await
+        .expect("create node");
+    let read = nodes.get(name).await.unwrap();
+    let mut both = read.spec.clone().unwrap().taints.unwrap();
+    both.push(serde_json::from_value(taint("nodewright.io")).unwrap());
+    nodes
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": both}})),
+        )
+        .await
+        .unwrap();
+
+    nodewright_testcluster::simnode::lift_not_ready(&nodes, read)
+        .await
+        .expect("lift not-ready");
+    let keys: Vec<String> = nodes
+        .get(name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .taints
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.key)
+        .collect();
+    assert_eq!(keys, ["nodewright.io"], "only not-ready is lifted");
+    nodes.delete(name, &Default::default()).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reboot_changes_the_boot_id_and_restarts_on_failure_pods() {
     nodewright_testregistry::require!(ControlPlane, Registry);
