@@ -222,15 +222,7 @@ impl<'a> Pass<'a> {
                     .iter()
                     .any(|t| t.key == keys::RUNTIME_REQUIRED_TAINT_KEY);
                 let work = &mut self.work[*n];
-                if !touched
-                    && !tainted
-                    && !work
-                        .patch
-                        .add_taints
-                        .iter()
-                        .any(|t| t.key == keys::RUNTIME_REQUIRED_TAINT_KEY)
-                {
-                    work.patch.add_taints.push(runtime_taint());
+                if !touched && !tainted && work.add_taint(runtime_taint()) {
                     work.set(&keys::auto_taint(&cr.name), Some("true".into()));
                 }
             }
@@ -264,9 +256,7 @@ impl<'a> Pass<'a> {
                 continue;
             }
             let work = &mut self.work[*n];
-            work.patch
-                .remove_taints
-                .push(keys::RUNTIME_REQUIRED_TAINT_KEY.into());
+            work.remove_taint(keys::RUNTIME_REQUIRED_TAINT_KEY);
             if crs.iter().any(|c| c.spec.runtime_required_cordon_after) {
                 work.cordon(true);
                 work.set(keys::RUNTIME_REQUIRED_CORDON, Some("true".into()));

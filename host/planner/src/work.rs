@@ -9,6 +9,7 @@ use std::rc::Rc;
 
 use rustc_hash::FxHashMap as HashMap;
 
+use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::keys::{self, CrMark};
 use nodewright_api::pinned::PinnedRef;
 
@@ -24,10 +25,12 @@ pub struct NodeWork<'a> {
     node: &'a ObservedNode,
     /// Current `spec.unschedulable`.
     pub unschedulable: bool,
-    /// The write, as far as the pass has got: what it changes. Its node and resourceVersion
-    /// are filled in by [`NodeWork::into_patch`] (most nodes have nothing to write, and a
-    /// pass need not copy their names).
-    pub patch: NodePatch,
+    /// The write, as far as the pass has got: what it changes, `None` until it changes
+    /// something. Its node and resourceVersion are filled in by [`NodeWork::into_patch`]. Most
+    /// nodes have nothing to write, and every sweep of a pass reads each node's work: kept
+    /// behind a pointer, a node's work is three words, not a whole patch (at 10,000 nodes,
+    /// 240 KB against 1.4 MB, which a sweep no longer finds in the core's L2 cache).
+    patch: Option<Box<NodePatch>>,
 }
 
 impl<'a> NodeWork<'a> {
@@ -36,23 +39,39 @@ impl<'a> NodeWork<'a> {
         NodeWork {
             node,
             unschedulable: node.unschedulable,
-            patch: NodePatch::default(),
+            patch: None,
         }
     }
 
     /// The write the pass decided on, addressed to the node as observed: `None` when there
     /// is nothing to write.
     pub fn into_patch(self) -> Option<NodePatch> {
-        (!self.patch.is_empty()).then(|| NodePatch {
+        let patch = *self.patch?;
+        (!patch.is_empty()).then(|| NodePatch {
             node: self.node.name.clone(),
             resource_version: self.node.resource_version.clone(),
-            ..self.patch
+            ..patch
         })
+    }
+
+    /// The write, started on the first change.
+    fn patch_mut(&mut self) -> &mut NodePatch {
+        self.patch.get_or_insert_default()
+    }
+
+    /// What the pass has written to annotation `key` (`Some(None)`: removed it).
+    fn written(&self, key: &str) -> Option<&Option<String>> {
+        self.patch.as_ref()?.annotations.get(key)
+    }
+
+    /// The annotation keys the pass has written.
+    fn written_keys(&self) -> impl Iterator<Item = &String> {
+        self.patch.iter().flat_map(|p| p.annotations.keys())
     }
 
     /// An annotation's current value.
     pub fn get(&self, key: &str) -> Option<&str> {
-        match self.patch.annotations.get(key) {
+        match self.written(key) {
             Some(v) => v.as_deref(),
             None => self.node.annotations.get(key).map(String::as_str),
         }
@@ -60,7 +79,7 @@ impl<'a> NodeWork<'a> {
 
     /// Whether annotation `key` is as the node was observed: this pass has not written it.
     pub fn observed(&self, key: &str) -> bool {
-        !self.patch.annotations.contains_key(key)
+        self.written(key).is_none()
     }
 
     /// Sets (`Some`) or removes (`None`) an annotation, recording the change if it is one.
@@ -69,20 +88,34 @@ impl<'a> NodeWork<'a> {
             return;
         }
         if self.node.annotations.get(key) == value.as_ref() {
-            self.patch.annotations.remove(key);
+            if let Some(p) = &mut self.patch {
+                p.annotations.remove(key);
+            }
         } else {
-            self.patch.annotations.insert(key.into(), value);
+            self.patch_mut().annotations.insert(key.into(), value);
         }
+    }
+
+    /// Adds `taint` to the node, unless the pass already adds one with its key; whether it
+    /// did.
+    pub fn add_taint(&mut self, taint: Taint) -> bool {
+        let adds = &mut self.patch_mut().add_taints;
+        if adds.iter().any(|t| t.key == taint.key) {
+            return false;
+        }
+        adds.push(taint);
+        true
+    }
+
+    /// Removes the taints with `key` from the node.
+    pub fn remove_taint(&mut self, key: &str) {
+        self.patch_mut().remove_taints.push(key.into());
     }
 
     /// Whether some CR's [`keys::CrMark::FenceOperator`] is on the node, as this pass has
     /// left it.
     pub fn fences_operator(&self) -> bool {
-        let mut keys = self
-            .node
-            .annotations
-            .keys()
-            .chain(self.patch.annotations.keys());
+        let mut keys = self.node.annotations.keys().chain(self.written_keys());
         keys.any(|k| {
             matches!(CrMark::parse(k), Some((CrMark::FenceOperator, _))) && self.get(k).is_some()
         })
@@ -92,7 +125,7 @@ impl<'a> NodeWork<'a> {
     pub fn cordon(&mut self, on: bool) {
         if self.unschedulable != on {
             self.unschedulable = on;
-            self.patch.unschedulable = Some(on);
+            self.patch_mut().unschedulable = Some(on);
         }
     }
 
@@ -108,12 +141,7 @@ impl<'a> NodeWork<'a> {
             ))
             .map(|(k, _)| k)
             .take_while(|k| k.starts_with(PREFIX))
-            .chain(
-                self.patch
-                    .annotations
-                    .keys()
-                    .filter(|k| k.starts_with(PREFIX)),
-            );
+            .chain(self.written_keys().filter(|k| k.starts_with(PREFIX)));
         let owners = keys
             .filter_map(|k| {
                 Some((
