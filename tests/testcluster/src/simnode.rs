@@ -186,7 +186,7 @@ pub async fn lift_not_ready(api: &Api<Node>, mut node: Node) -> Result<()> {
         .name
         .clone()
         .context("a node without a name")?;
-    loop {
+    for _ in 0..CONFLICTS {
         let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
         if !taints.iter().any(|t| t.key == NOT_READY) {
             return Ok(());
@@ -205,9 +205,13 @@ pub async fn lift_not_ready(api: &Api<Node>, mut node: Node) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
+    anyhow::bail!("node {name}: not-ready taint still not lifted after {CONFLICTS} conflicts")
 }
 
 const NOT_READY: &str = "node.kubernetes.io/not-ready";
+
+/// How many conflicting writes [`lift_not_ready`] reads again after before it gives up.
+const CONFLICTS: usize = 20;
 
 fn now() -> String {
     k8s_openapi::jiff::Timestamp::now()
