@@ -23,7 +23,7 @@ use crate::rollout::{self, Era, Standing};
 use crate::select;
 use crate::snapshot::{Cr, ObservedNode, PluginCheck, Snapshot};
 use crate::status::Report;
-use crate::work::{CrMarks, Env, NodeIndex, PerNode};
+use crate::work::{CrMarks, Env, KeptMarks, NodeIndex, PerNode};
 
 /// What one CR's pass derives once from its spec and status.
 struct CrPass<'c> {
@@ -47,12 +47,18 @@ struct CrPass<'c> {
     in_batch: PerNode<'c, bool>,
     /// The payloads it stages ahead of a node's cordon.
     prestage: Option<PayloadSet>,
-    /// Its marks on each node it selected in the snapshot (see [`Pass::mark`]).
-    marks: Option<CrMarks<'c>>,
+    /// Its marks on each node it selected in the snapshot (see [`Pass::marks`]).
+    marks: CrMarks<'c>,
 }
 
 impl<'c> CrPass<'c> {
-    fn new(cr: &'c Cr, s: &'c Snapshot, index: &NodeIndex<'c>, now: i64) -> Self {
+    fn new(
+        cr: &'c Cr,
+        s: &'c Snapshot,
+        index: &NodeIndex<'c>,
+        now: i64,
+        marks: CrMarks<'c>,
+    ) -> Self {
         let policies = &s.policies;
         let policy = cr
             .spec
@@ -99,7 +105,7 @@ impl<'c> CrPass<'c> {
                 in_batch
             },
             prestage: PayloadSet::of(cr),
-            marks: None,
+            marks,
         }
     }
 
@@ -173,8 +179,9 @@ impl<'a> Pass<'a> {
         if cr.deleting && !cr.has_finalizer {
             return;
         }
-        let mut c = CrPass::new(cr, self.s, self.index, self.now);
-        c.marks = self.marks.remove(cr.name.as_str());
+        let marks = (self.marks.remove(cr.name.as_str()))
+            .unwrap_or_else(|| CrMarks::new(&cr.name, self.index));
+        let c = CrPass::new(cr, self.s, self.index, self.now, marks);
         let selected = self.select(&c);
         let mut report = Report::new(cr, self.now, c.era.clone(), self.index);
         report.plugins(&cr.plugins);
@@ -274,12 +281,7 @@ impl<'a> Pass<'a> {
     ) -> (Standing, Status) {
         let cr = c.cr;
         let parked = erroring
-            || crate::drain::timed_out(
-                cr,
-                crate::drain::started(self.mark(c, n, CrMark::DrainStart)),
-                self.now,
-            )
-            .is_some()
+            || crate::drain::timed_out(cr, self.marks(c, n).drain_started, self.now).is_some()
             || {
                 let jobs = self.jobs_of(&cr.name, n);
                 !jobs.is_empty() && prestage::failed_for_good(cr, c.prestage.as_ref(), &jobs)
@@ -295,7 +297,7 @@ impl<'a> Pass<'a> {
             });
         }
         if done {
-            if self.mark(c, n, CrMark::Cordon).is_some() && !hold::unhealthy(cr, n).is_empty() {
+            if self.marks(c, n).cordon && !hold::unhealthy(cr, n).is_empty() {
                 // Through its interrupt but not healthy: failed for the batch, kept cordoned.
                 (Standing::Failed, Status::Erroring)
             } else {
@@ -501,20 +503,14 @@ impl<'a> Pass<'a> {
 
     /// A done node still has something of this CR's to clean up: Jobs, a cordon, a drain.
     fn holds_anything(&self, cr: &Cr, n: &ObservedNode, c: &CrPass<'a>) -> bool {
-        self.has_jobs(&cr.name, n)
-            || self.mark(c, n, CrMark::Cordon).is_some()
-            || self.mark(c, n, CrMark::DrainStart).is_some()
+        let marks = self.marks(c, n);
+        self.has_jobs(&cr.name, n) || marks.cordon || marks.drain_marked
     }
 
-    /// The CR's mark `m` on `n` as this pass has left it: as read beside its state, unless
-    /// the pass has written it since.
-    fn mark(&self, c: &CrPass<'a>, n: &ObservedNode, m: CrMark) -> Option<&str> {
-        let work = &self.work[n];
-        match c.marks.as_ref().and_then(|marks| marks.get(n, m)) {
-            Some((key, Some(value))) if work.observed(key) => value,
-            Some((key, _)) => work.get(key),
-            None => work.get(&m.key(&c.cr.name)),
-        }
+    /// The CR's status, cordon and drain-start marks on `n` as this pass has left them: as
+    /// read beside its state, unless the pass has written one of them since.
+    fn marks(&self, c: &CrPass<'a>, n: &ObservedNode) -> KeptMarks {
+        c.marks.on(n, &self.work[n])
     }
 
     /// A Job of the CR still runs on the node.
@@ -524,9 +520,8 @@ impl<'a> Pass<'a> {
 
     fn set_node_status(&mut self, c: &CrPass<'a>, n: &'a ObservedNode, status: Status) {
         let cr = c.cr;
-        let text = status.as_str();
-        let old = self.mark(c, n, CrMark::Status);
-        let (changed, was_erroring) = (old != Some(text), old == Some("erroring"));
+        let old = self.marks(c, n).status;
+        let (changed, was_erroring) = (old != Some(status), old == Some(Status::Erroring));
         if changed {
             if status == Status::Erroring && !was_erroring {
                 self.actions.push(Action::Event(Event {
@@ -536,7 +531,7 @@ impl<'a> Pass<'a> {
                     message: format!("{} is erroring on this node", cr.name),
                 }));
             }
-            self.work[n].set(&CrMark::Status.key(&cr.name), Some(text.into()));
+            self.work[n].set(&CrMark::Status.key(&cr.name), Some(status.as_str().into()));
         }
         let index = self.index;
         self.outcome

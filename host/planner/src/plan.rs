@@ -109,12 +109,16 @@ impl<'a> Pass<'a> {
     }
 
     /// `node`'s state annotation `key` as this pass has left it, for the state cache.
-    fn read<'r>(&'r self, key: &str, node: &'r ObservedNode) -> crate::states::Read<'r> {
+    fn read<'r>(
+        &'r self,
+        key: &'r str,
+        node: &'r ObservedNode,
+    ) -> crate::states::Read<'r, impl FnOnce() -> Option<&'r str> + 'r> {
         let work = &self.work[node];
         crate::states::Read {
             node,
             place: self.index.place(node),
-            raw: work.get(key),
+            raw: move || work.get(key),
             observed: work.observed(key),
         }
     }
@@ -149,13 +153,14 @@ impl<'a> Pass<'a> {
             let mut done_on = self.index.per_node();
             let mut marks = crate::work::CrMarks::new(&cr.name, self.index);
             for &n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
-                marks.read(n);
-                let (st, done) = self
-                    .s
-                    .states
-                    .judged(&cr.name, self.read(&key, n), judge, |st| {
-                        node_done(&cr.spec, &digests, st, cr.deleting)
-                    });
+                let (st, done, on) = self.s.states.judged(
+                    &cr.name,
+                    self.read(&key, n),
+                    judge,
+                    |st| node_done(&cr.spec, &digests, st, cr.deleting),
+                    || marks.read(|k| n.annotations.get(k).map(String::as_str)),
+                );
+                marks.set(n, on);
                 parsed[n] = Some(st);
                 everywhere &= done;
                 done_on[n] = done;

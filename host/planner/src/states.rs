@@ -25,6 +25,7 @@ use nodewright_api::node_state::{Malformed, NodeState, Stage, State};
 use nodewright_api::v1alpha1::NodeWrightSpec;
 
 use crate::snapshot::ObservedNode;
+use crate::work::KeptMarks;
 
 /// A node's state for a CR as parsed, with what a pass asks of every node's state answered
 /// once per text: at thousands of nodes, walking each state's entries every pass to find
@@ -69,6 +70,9 @@ struct Entry {
     parsed: Arc<Reading>,
     /// Whether the CR is done with this state, and under which [`Judge`] that was decided.
     done: Option<(u64, bool)>,
+    /// The CR's marks on the witness, as read from it (`None` while not read, and whenever
+    /// the witness changes): the witness does not change, so neither do they.
+    marks: Option<KeptMarks>,
     /// The last pass that asked for it.
     seen: u64,
 }
@@ -174,21 +178,26 @@ pub struct StateCache(Mutex<Inner>);
 
 /// A node's state annotation for one CR, as a pass reads it.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Read<'a> {
+pub(crate) struct Read<'a, F> {
     /// The node, from the snapshot.
     pub node: &'a ObservedNode,
     /// Where the node is in the snapshot (a hint: any value gives the same answer).
     pub place: usize,
-    /// The text (`None`: no annotation).
-    pub raw: Option<&'a str>,
-    /// `raw` is the node's own, as observed — not a write of this pass's.
+    /// Looks up the text (`None`: no annotation). Asked only when the node's entry cannot
+    /// vouch for its text without it: a steady pass does not search the node's annotations.
+    pub raw: F,
+    /// The text is the node's own, as observed — not a write of this pass's.
     pub observed: bool,
 }
 
 impl StateCache {
     /// `cr`'s state as `read`: the earlier parse when the text is the same, a fresh one
     /// otherwise.
-    pub(crate) fn get(&self, cr: &str, read: Read<'_>) -> Arc<Reading> {
+    pub(crate) fn get<'r>(
+        &self,
+        cr: &str,
+        read: Read<'r, impl FnOnce() -> Option<&'r str>>,
+    ) -> Arc<Reading> {
         let mut inner = self.0.lock().expect("state cache lock");
         inner.entry(cr, read).parsed.clone()
     }
@@ -217,16 +226,20 @@ impl StateCache {
         JudgeId(id)
     }
 
-    /// [`StateCache::get`], and whether the CR is done with that state: `decide`'s verdict
-    /// (`false` for a state that does not parse), kept while the text and `judge` are the
-    /// same. `decide` must be a function of the state and the judge's spec alone.
-    pub(crate) fn judged(
+    /// [`StateCache::get`], whether the CR is done with that state, and its marks on the
+    /// node. Done is `decide`'s verdict (`false` for a state that does not parse), kept while
+    /// the text and `judge` are the same; `decide` must be a function of the state and the
+    /// judge's spec alone. The marks are `marks`' reading of the node, kept while the node
+    /// is the same object as observed; `marks` must read the node as observed.
+    pub(crate) fn judged<'r>(
         &self,
         cr: &str,
-        read: Read<'_>,
+        read: Read<'r, impl FnOnce() -> Option<&'r str>>,
         judge: JudgeId,
         decide: impl FnOnce(&NodeState) -> bool,
-    ) -> (Arc<Reading>, bool) {
+        marks: impl FnOnce() -> KeptMarks,
+    ) -> (Arc<Reading>, bool, KeptMarks) {
+        let (node, observed) = (read.node, read.observed);
         let mut inner = self.0.lock().expect("state cache lock");
         let e = inner.entry(cr, read);
         let done = match e.done {
@@ -237,7 +250,18 @@ impl StateCache {
                 done
             }
         };
-        (e.parsed.clone(), done)
+        let witnessed = observed && e.witnessed_by(node);
+        let marks = match e.marks {
+            Some(kept) if witnessed => kept,
+            _ => {
+                let read = marks();
+                if witnessed {
+                    e.marks = Some(read);
+                }
+                read
+            }
+        };
+        (e.parsed.clone(), done, marks)
     }
 
     /// Ends a pass: forgets what this pass did not ask for (nodes and CRs that are gone, or
@@ -268,13 +292,20 @@ impl StateCache {
 impl Inner {
     /// `cr`'s entry for the node `read`, parsed afresh unless its text is the one parsed
     /// last; marks it asked for this pass.
-    fn entry(&mut self, cr: &str, read: Read<'_>) -> &mut Entry {
+    fn entry<'r>(
+        &mut self,
+        cr: &str,
+        read: Read<'r, impl FnOnce() -> Option<&'r str>>,
+    ) -> &mut Entry {
         let Read {
             node,
             place,
             raw,
             observed,
         } = read;
+        // The text, looked up once if at all.
+        let (mut lookup, mut text) = (Some(raw), None);
+        let mut raw = || *text.get_or_insert_with(|| lookup.take().expect("looked up once")());
         let pass = self.pass;
         if !self.entries.contains_key(cr) {
             self.entries.insert(cr.to_string(), Table::default());
@@ -286,18 +317,20 @@ impl Inner {
             if observed && e.witnessed_by(node) {
                 return true;
             }
-            let same = match (e.raw.as_deref(), raw) {
+            let same = match (e.raw.as_deref(), raw()) {
                 (Some(kept), Some(raw)) => same_text(kept, raw),
                 (kept, raw) => kept.is_none() && raw.is_none(),
             };
             if same && observed {
                 e.witness = Some(node.clone());
+                e.marks = None;
             }
             same
         });
         let at = match kept {
             Some(at) => at,
             None => {
+                let raw = raw();
                 let entry = Entry {
                     raw: raw.map(String::from),
                     witness: observed.then(|| node.clone()),
@@ -305,6 +338,7 @@ impl Inner {
                         &node.name, cr, raw,
                     ))),
                     done: None,
+                    marks: None,
                     seen: pass,
                 };
                 match found {
@@ -352,11 +386,11 @@ mod tests {
         place: usize,
         raw: Option<&'a str>,
         observed: bool,
-    ) -> Read<'a> {
+    ) -> Read<'a, impl FnOnce() -> Option<&'a str>> {
         Read {
             node,
             place,
-            raw,
+            raw: move || raw,
             observed,
         }
     }
@@ -371,10 +405,16 @@ mod tests {
     /// Asks for node n1's verdict with `raw` under `judge`; true when `decide` was run.
     fn decided(cache: &StateCache, raw: Option<&str>, judge: JudgeId) -> bool {
         let ran = Cell::new(false);
-        cache.judged("cr", read(&node("n1"), 0, raw, false), judge, |_| {
-            ran.set(true);
-            true
-        });
+        cache.judged(
+            "cr",
+            read(&node("n1"), 0, raw, false),
+            judge,
+            |_| {
+                ran.set(true);
+                true
+            },
+            KeptMarks::default,
+        );
         ran.get()
     }
 
@@ -476,11 +516,12 @@ mod tests {
         assert_ne!(deleting, v2, "deletion is a new judge");
         assert!(decided(&cache, Some("{ }"), deleting));
 
-        let (_, done) = cache.judged(
+        let (_, done, _) = cache.judged(
             "cr",
             read(&node("n1"), 0, Some("not json"), false),
             deleting,
             |_| true,
+            KeptMarks::default,
         );
         assert!(!done, "a state that does not parse is never done");
     }
@@ -535,5 +576,62 @@ mod tests {
         let empty = ask(&none, own(&none).as_deref(), true);
         assert!(!Arc::ptr_eq(&empty, &fresh));
         assert!(Arc::ptr_eq(&ask(&none, None, true), &empty));
+    }
+
+    /// The marks read beside a state are kept while the node is the same object, as
+    /// observed, and read again from a changed copy or beside a pass's own write; and a
+    /// steady ask does not look the text up at all.
+    #[test]
+    fn marks_are_kept_with_their_witness_and_the_text_is_not_looked_up_again() {
+        let cache = StateCache::default();
+        let judge = cache.judge("cr", &spec("1"), false);
+        let mut on = node("n1");
+        on.annotations
+            .insert("nodewright.io/state".into(), "{}".into());
+        let marked = KeptMarks {
+            cordon: true,
+            ..KeptMarks::default()
+        };
+        // Asks with `marks` as what reading the node gives; whether the text was looked up
+        // and the marks read.
+        let ask = |n: &ObservedNode, observed: bool, marks: KeptMarks| {
+            let (looked, read) = (Cell::new(false), Cell::new(false));
+            let raw = || {
+                looked.set(true);
+                n.annotations.get("nodewright.io/state").map(String::as_str)
+            };
+            let (_, _, got) = cache.judged(
+                "cr",
+                Read {
+                    node: n,
+                    place: 0,
+                    raw,
+                    observed,
+                },
+                judge,
+                |_| true,
+                || {
+                    read.set(true);
+                    marks
+                },
+            );
+            (got, looked.get(), read.get())
+        };
+        assert_eq!(ask(&on, true, marked), (marked, true, true));
+        assert_eq!(
+            ask(&on, true, KeptMarks::default()),
+            (marked, false, false),
+            "the same object: neither text nor marks read again"
+        );
+        let written = ask(&on, false, KeptMarks::default());
+        assert_eq!(written.0, KeptMarks::default(), "beside a write: read");
+        let mut copy = on.clone();
+        copy.labels.insert("l".into(), "v".into());
+        assert_eq!(
+            ask(&copy, true, KeptMarks::default()),
+            (KeptMarks::default(), true, true),
+            "a changed copy with the same text: compared, and its marks read"
+        );
+        assert_eq!(ask(&copy, true, marked).0, KeptMarks::default());
     }
 }

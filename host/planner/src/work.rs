@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap as HashMap;
 use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::keys::{self, CrMark};
 use nodewright_api::pinned::PinnedRef;
+use nodewright_api::v1alpha1::Status;
 
 use crate::action::NodePatch;
 use crate::cordon::{self, Mark, NodeCordon};
@@ -488,16 +489,43 @@ pub struct Env<'a> {
 /// their places in [`CrMarks`].
 const KEPT: [CrMark; 3] = [CrMark::Status, CrMark::Cordon, CrMark::DrainStart];
 
+/// What a CR's pass asks of its [`KEPT`] marks on a node, read: small and without
+/// references, so the state cache can keep it beside the state it was read with (see
+/// `StateCache::judged`) and a pass need not search the node's annotations for it again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KeptMarks {
+    /// The status mark's status (`None`: no mark, or one that spells no status).
+    pub status: Option<Status>,
+    /// A cordon mark is set.
+    pub cordon: bool,
+    /// A drain-start mark is set.
+    pub drain_marked: bool,
+    /// When the drain started, as the drain-start mark reads.
+    pub drain_started: Option<i64>,
+}
+
+impl KeptMarks {
+    /// From the marks' values, in [`KEPT`]'s order.
+    fn of([status, cordon, drain]: [Option<&str>; KEPT.len()]) -> Self {
+        KeptMarks {
+            status: status.and_then(Status::parse),
+            cordon: cordon.is_some(),
+            drain_marked: drain.is_some(),
+            drain_started: crate::drain::started(drain),
+        }
+    }
+}
+
 /// A CR's [`KEPT`] marks on each node it selects, as the snapshot has them, read in the
-/// sweep that reads the CR's state there, while the node's annotations are in the cache.
-/// Each later sweep asked them of the node's annotation map again, by then out of the cache
-/// at ten thousand nodes (see `Pass::mark`, which overlays the pass's own writes).
+/// sweep that reads the CR's state there. Each later sweep asked them of the node's
+/// annotation map again, by then out of the cache at ten thousand nodes (see `Pass::marks`,
+/// which overlays the pass's own writes).
 #[derive(Debug)]
 pub(crate) struct CrMarks<'a> {
     /// The CR's key of each kept mark, spelled once per pass.
     keys: [String; KEPT.len()],
-    /// Each kept mark's value on each node read (`None`: the node was not read).
-    on: PerNode<'a, Option<[Option<&'a str>; KEPT.len()]>>,
+    /// The marks on each node read (`None`: the node was not read).
+    on: PerNode<'a, Option<KeptMarks>>,
 }
 
 impl<'a> CrMarks<'a> {
@@ -509,24 +537,23 @@ impl<'a> CrMarks<'a> {
         }
     }
 
-    /// Reads the marks on `node`, as observed.
-    pub(crate) fn read(&mut self, node: &'a ObservedNode) {
-        let values = self
-            .keys
-            .each_ref()
-            .map(|k| node.annotations.get(k).map(String::as_str));
-        self.on[node] = Some(values);
+    /// The marks as `get` reads each of their keys.
+    pub(crate) fn read<'v>(&self, get: impl Fn(&str) -> Option<&'v str>) -> KeptMarks {
+        KeptMarks::of(self.keys.each_ref().map(|k| get(k)))
     }
 
-    /// Mark `m`'s key, and its value on `node` as read (`None` when not read there), when
-    /// `m` is a kept mark.
-    pub(crate) fn get(
-        &self,
-        node: &ObservedNode,
-        m: CrMark,
-    ) -> Option<(&str, Option<Option<&'a str>>)> {
-        let slot = KEPT.iter().position(|k| *k == m)?;
-        Some((&self.keys[slot], self.on[node].map(|values| values[slot])))
+    /// Records `marks` as read on `node`.
+    pub(crate) fn set(&mut self, node: &ObservedNode, marks: KeptMarks) {
+        self.on[node] = Some(marks);
+    }
+
+    /// The marks on `node` as `work` has them: as read, unless the pass has written one
+    /// of them since (or the node was not read).
+    pub(crate) fn on(&self, node: &ObservedNode, work: &NodeWork<'_>) -> KeptMarks {
+        match self.on[node] {
+            Some(read) if self.keys.iter().all(|k| work.observed(k)) => read,
+            _ => self.read(|k| work.get(k)),
+        }
     }
 }
 

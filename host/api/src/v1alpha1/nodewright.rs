@@ -344,6 +344,22 @@ impl Status {
             Status::Erroring => "erroring",
         }
     }
+
+    /// The status `text` spells as [`Status::as_str`] does (`None`: it spells none).
+    pub fn parse(text: &str) -> Option<Status> {
+        [
+            Status::Unknown,
+            Status::Complete,
+            Status::Blocked,
+            Status::Waiting,
+            Status::Disabled,
+            Status::Paused,
+            Status::InProgress,
+            Status::Erroring,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
 }
 
 pub(crate) fn is_zero(v: &i64) -> bool {
@@ -359,5 +375,45 @@ impl NodeWrightSpec {
     /// `prestage`, defaulted.
     pub fn prestage(&self) -> Prestage {
         self.prestage.unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every text the schema admits for a status (a variant's `const`, or an `enum`).
+    fn spellings(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("const", serde_json::Value::String(s)) => out.push(s.clone()),
+                        ("enum", serde_json::Value::Array(a)) => {
+                            out.extend(a.iter().filter_map(|s| s.as_str().map(String::from)));
+                        }
+                        _ => spellings(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| spellings(v, out)),
+            _ => {}
+        }
+    }
+
+    /// `Status::parse` reads every status the API spells, as serde does, and nothing else.
+    #[test]
+    fn every_status_the_api_spells_parses_back() {
+        let schema = serde_json::to_value(schemars::schema_for!(Status)).expect("a schema");
+        let mut texts = Vec::new();
+        spellings(&schema, &mut texts);
+        assert_eq!(texts.len(), 8, "the schema's statuses: {texts:?}");
+        for text in &texts {
+            let serde: Status = serde_json::from_value(serde_json::json!(text)).expect("serde");
+            assert_eq!(Status::parse(text), Some(serde), "{text}");
+            assert_eq!(serde.as_str(), text);
+        }
+        assert_eq!(Status::parse("In_Progress"), None);
+        assert_eq!(Status::parse(""), None);
     }
 }

@@ -22,21 +22,18 @@ fn a_mark_reads_as_the_pass_has_left_it() {
     };
     let index = NodeIndex::new(&s.nodes);
     let mut pass = Pass::new(&s, &index, 0);
-    let mut c = CrPass::new(&s.nodewrights[0], &s, &index, 0);
-    c.marks = pass.marks.remove("c");
+    let marks = pass.marks.remove("c").expect("read beside the state");
+    let c = CrPass::new(&s.nodewrights[0], &s, &index, 0, marks);
     let n = &s.nodes[0];
-    assert!(
-        c.marks
-            .as_ref()
-            .and_then(|marks| marks.get(n, CrMark::Cordon))
-            .is_some_and(|(_, read)| read.is_some())
-    );
-    assert_eq!(pass.mark(&c, n, CrMark::Cordon), Some("true"));
-    assert_eq!(pass.mark(&c, n, CrMark::DrainStart), None);
+    let read = pass.marks(&c, n);
+    assert!(read.cordon && !read.drain_marked && read.status.is_none());
     pass.work[n].set(&cordon, None);
-    assert_eq!(pass.mark(&c, n, CrMark::Cordon), None);
+    assert!(!pass.marks(&c, n).cordon, "a removal reads as written");
     pass.work[n].set(&cordon, Some("found".into()));
-    assert_eq!(pass.mark(&c, n, CrMark::Cordon), Some("found"));
+    assert!(pass.marks(&c, n).cordon);
     pass.work[n].set(&keys::drain_start("c"), Some("5".into()));
-    assert_eq!(pass.mark(&c, n, CrMark::DrainStart), Some("5"));
+    let m = pass.marks(&c, n);
+    assert!(m.drain_marked && m.drain_started == Some(5));
+    pass.work[n].set(&keys::node_status("c"), Some("erroring".into()));
+    assert_eq!(pass.marks(&c, n).status, Some(Status::Erroring));
 }
