@@ -198,7 +198,7 @@ impl<'a> Pass<'a> {
         if cr.deleting && self.release_for_deletion(cr, &selected, &standing) {
             return;
         }
-        self.actions.extend(report.finish());
+        self.actions.extend(report.finish(&self.s.states));
     }
 
     /// The nodes the CR selects (on deletion, also those that still hold its state); the

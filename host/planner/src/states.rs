@@ -22,9 +22,9 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::FxHashMap as HashMap;
 
 use nodewright_api::node_state::{Malformed, NodeState, Stage, State};
-use nodewright_api::v1alpha1::NodeWrightSpec;
+use nodewright_api::v1alpha1::{NodeWrightSpec, NodeWrightStatus, Status};
 
-use crate::snapshot::ObservedNode;
+use crate::snapshot::{Observed, ObservedNode};
 use crate::work::KeptMarks;
 
 /// A node's state for a CR as parsed, with what a pass asks of every node's state answered
@@ -97,6 +97,18 @@ struct Judge {
     seen: u64,
 }
 
+/// A CR's per-node status maps (`nodeStatus`, `nodeBootIds`) found standing: against which
+/// written status, over which nodes, for which statuses. Held objects do not change (a write
+/// copies a shared one first), so while the pass asks about the same ones the answer stands
+/// without walking the maps again.
+#[derive(Debug)]
+struct Stands {
+    written: Observed<NodeWrightStatus>,
+    nodes: Vec<ObservedNode>,
+    statuses: Vec<Option<Status>>,
+    seen: u64,
+}
+
 /// One CR's entries, each kept where its node was in the last snapshot that asked for it:
 /// a pass over a snapshot in the same order finds each at the node's own place, in order,
 /// without hashing its name (at thousands of nodes, a hash map's scattered slots were most
@@ -160,6 +172,8 @@ impl Table {
 struct Inner {
     /// CR → its entries.
     entries: HashMap<String, Table>,
+    /// CR → its per-node status maps, as the last pass that asked found them standing.
+    standing: HashMap<String, Stands>,
     /// CR → the spec its verdicts were judged against.
     judges: HashMap<String, Judge>,
     /// The last judge's number.
@@ -264,6 +278,47 @@ impl StateCache {
         (e.parsed.clone(), done, marks)
     }
 
+    /// Whether `cr`'s per-node status maps as `written` stand for `statuses`, one for each
+    /// of `nodes` in order: `walk`'s answer, kept while the written status and every node
+    /// are the same objects and every status is the same. `walk` must be a function of
+    /// those alone.
+    pub(crate) fn maps_stand(
+        &self,
+        cr: &str,
+        written: &Observed<NodeWrightStatus>,
+        nodes: &[ObservedNode],
+        statuses: &[Option<Status>],
+        walk: impl FnOnce() -> bool,
+    ) -> bool {
+        let mut inner = self.0.lock().expect("state cache lock");
+        let pass = inner.pass;
+        if let Some(s) = inner.standing.get_mut(cr)
+            && Observed::ptr_eq(&s.written, written)
+            && s.nodes.len() == nodes.len()
+            && s.nodes
+                .iter()
+                .zip(nodes)
+                .all(|(a, b)| Observed::ptr_eq(a, b))
+            && s.statuses == statuses
+        {
+            s.seen = pass;
+            return true;
+        }
+        let stands = walk();
+        if stands {
+            let kept = Stands {
+                written: written.clone(),
+                nodes: nodes.to_vec(),
+                statuses: statuses.to_vec(),
+                seen: pass,
+            };
+            inner.standing.insert(cr.to_string(), kept);
+        } else {
+            inner.standing.remove(cr);
+        }
+        stands
+    }
+
     /// Ends a pass: forgets what this pass did not ask for (nodes and CRs that are gone, or
     /// no longer selected), so the cache holds no more than one pass needs.
     pub(crate) fn end_pass(&self) {
@@ -274,6 +329,7 @@ impl StateCache {
         }
         inner.entries.retain(|_, table| !table.slots.is_empty());
         inner.judges.retain(|_, j| j.seen == pass);
+        inner.standing.retain(|_, s| s.seen == pass);
         inner.pass += 1;
     }
 
@@ -374,7 +430,6 @@ mod tests {
     use std::cell::Cell;
 
     use super::*;
-    use crate::snapshot::Observed;
 
     fn node(name: &str) -> ObservedNode {
         ObservedNode::named(name)
@@ -633,5 +688,56 @@ mod tests {
             "a changed copy with the same text: compared, and its marks read"
         );
         assert_eq!(ask(&copy, true, marked).0, KeptMarks::default());
+    }
+
+    /// The status maps' verdict is kept while the written status, every node and every
+    /// status are the same; any of them changed, or a verdict that they do not stand, walks
+    /// the maps again.
+    #[test]
+    fn the_maps_verdict_stands_only_for_the_same_objects_and_statuses() {
+        let cache = StateCache::default();
+        let written = Observed::new(NodeWrightStatus::default());
+        let nodes = vec![node("a"), node("b")];
+        let now = [Some(Status::Complete), None];
+        let walks = Cell::new(0);
+        let ask =
+            |w: &Observed<NodeWrightStatus>, n: &[ObservedNode], s: &[Option<Status>], stands| {
+                cache.maps_stand("cr", w, n, s, || {
+                    walks.set(walks.get() + 1);
+                    stands
+                })
+            };
+        assert!(ask(&written, &nodes, &now, true));
+        assert!(ask(&written, &nodes, &now, false), "kept: not walked");
+        assert_eq!(walks.get(), 1);
+
+        let other = [Some(Status::Complete), Some(Status::Waiting)];
+        assert!(
+            !ask(&written, &nodes, &other, false),
+            "another status: walked"
+        );
+        assert!(
+            !ask(&written, &nodes, &now, false),
+            "a verdict of change is not kept"
+        );
+        assert!(ask(&written, &nodes, &now, true));
+        let mut copied = nodes.clone();
+        copied[1].labels.insert("l".into(), "v".into());
+        assert!(
+            !ask(&written, &copied, &now, false),
+            "a changed node: walked"
+        );
+        assert!(ask(&written, &nodes, &now, true));
+        assert!(
+            !ask(&written, &nodes[..1], &now[..1], false),
+            "a node left: walked"
+        );
+        assert!(ask(&written, &nodes, &now, true));
+        let rewritten = Observed::new(NodeWrightStatus::default());
+        assert!(
+            !ask(&rewritten, &nodes, &now, false),
+            "another status object: walked"
+        );
+        assert_eq!(walks.get(), 9);
     }
 }

@@ -10,6 +10,7 @@ use crate::action::{Action, Event, Target};
 use crate::hold::Holds;
 use crate::node::NodeOutcome;
 use crate::snapshot::{Cr, ObservedNode, PluginCheck};
+use crate::states::StateCache;
 use crate::tally::NodeTally;
 use crate::work::NodeIndex;
 
@@ -286,9 +287,10 @@ impl<'a> Report<'a> {
         });
         conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
     }
-
+    /// The status write (if anything changed; whether the per-node maps did is remembered
+    /// in `states` while nothing they depend on changes) and transition events.
     /// The status write (if anything changed) and transition events.
-    pub fn finish(mut self) -> Vec<Action> {
+    pub fn finish(mut self, states: &StateCache) -> Vec<Action> {
         let rolled = self.roll_up();
         let (complete, total) = self.counts(rolled);
         let mut actions: Vec<Action> = self.transition(rolled).into_iter().collect();
@@ -303,7 +305,7 @@ impl<'a> Report<'a> {
         }
         self.malformed_condition();
         let cr = self.cr;
-        if self.nodes.changed() || self.status != cr.status.without_nodes() {
+        if self.nodes.changed(states, &cr.name) || self.status != cr.status.without_nodes() {
             self.nodes.write_into(&mut self.status);
             actions.insert(
                 0,

@@ -11,12 +11,14 @@ use std::collections::BTreeMap;
 
 use nodewright_api::v1alpha1::{NodeWrightStatus, Status};
 
-use crate::snapshot::ObservedNode;
+use crate::snapshot::{Observed, ObservedNode};
+use crate::states::StateCache;
 use crate::work::{NodeIndex, PerNode};
 
 /// This pass's node statuses for one CR (boot IDs are the nodes' own).
 #[derive(Debug)]
 pub(crate) struct NodeTally<'a> {
+    written: &'a Observed<NodeWrightStatus>,
     old_status: &'a BTreeMap<String, Status>,
     old_boot_ids: &'a BTreeMap<String, String>,
     index: &'a NodeIndex<'a>,
@@ -28,8 +30,9 @@ pub(crate) struct NodeTally<'a> {
 
 impl<'a> NodeTally<'a> {
     /// Against the status as last written, for the nodes of `index`.
-    pub(crate) fn new(written: &'a NodeWrightStatus, index: &'a NodeIndex<'a>) -> Self {
+    pub(crate) fn new(written: &'a Observed<NodeWrightStatus>, index: &'a NodeIndex<'a>) -> Self {
         NodeTally {
+            written,
             old_status: &written.node_status,
             old_boot_ids: &written.node_boot_ids,
             index,
@@ -66,9 +69,17 @@ impl<'a> NodeTally<'a> {
     }
 
     /// Whether the maps differ from the written ones: a node's status changed, a node came
-    /// or left, a selected node's boot ID is new or changed. (The written maps are walked in
-    /// order and each node found by name.)
-    pub(crate) fn changed(&self) -> bool {
+    /// or left, a selected node's boot ID is new or changed. The answer is `states`' while
+    /// the written status, the nodes and their statuses are those it found standing for
+    /// `cr` (a steady pass); otherwise the written maps are walked.
+    pub(crate) fn changed(&self, states: &StateCache, cr: &str) -> bool {
+        let (nodes, statuses) = (self.index.nodes(), self.now.values());
+        !states.maps_stand(cr, self.written, nodes, statuses, || !self.walk())
+    }
+
+    /// [`NodeTally::changed`], by walking the written maps in order, each node found by
+    /// name.
+    fn walk(&self) -> bool {
         let now = |name: &str| self.index.node(name).and_then(|n| self.now[n]);
         if self.len != self.old_status.len()
             || self.old_status.iter().any(|(n, s)| now(n) != Some(*s))
@@ -131,6 +142,7 @@ mod tests {
     /// Tallies the selected `(node, status, boot ID)` (beside a node the CR does not
     /// select): whether that changed the maps, and the maps it writes.
     fn tally(w: &NodeWrightStatus, selected: &[(&str, Status, &str)]) -> (bool, NodeWrightStatus) {
+        let w = Observed::new(w.clone());
         let mut all: Vec<ObservedNode> = selected
             .iter()
             .map(|(name, _, boot)| {
@@ -147,11 +159,11 @@ mod tests {
             ..Default::default()
         }));
         let index = NodeIndex::new(&all);
-        let mut t = NodeTally::new(w, &index);
+        let mut t = NodeTally::new(&w, &index);
         for (n, (_, s, _)) in all.iter().zip(selected) {
             t.record(n, *s);
         }
-        let changed = t.changed();
+        let changed = t.changed(&StateCache::default(), "cr");
         let mut out = NodeWrightStatus::default();
         t.write_into(&mut out);
         (changed, out)

@@ -255,6 +255,11 @@ impl<'a, T> PerNode<'a, T> {
         self.nodes.iter().zip(&self.values)
     }
 
+    /// The values, in snapshot order.
+    pub(crate) fn values(&self) -> &[T] {
+        &self.values
+    }
+
     fn into_values(self) -> std::vec::IntoIter<T> {
         self.values.into_iter()
     }
