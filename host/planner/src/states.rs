@@ -15,7 +15,10 @@
 //! same one to pass after pass until the node changes. An entry keeps the node it last read
 //! its text from (its *witness*); asked again for that very node's own text, it knows the
 //! text is the same without reading it — at thousands of nodes, comparing kilobytes of text
-//! per node was most of what the cache cost a pass.
+//! per node was most of what the cache cost a pass. While it is the witness, the entry also
+//! keeps the CR's marks on it ([`crate::work::KeptMarks`]), so a steady pass does not
+//! search the node's annotations at all; and per CR, the cache keeps whether its status's
+//! per-node maps stood for the last pass's nodes and statuses ([`StateCache::maps_stand`]).
 
 use std::sync::{Arc, Mutex};
 
@@ -186,7 +189,8 @@ struct Inner {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct JudgeId(u64);
 
-/// Parsed node states by CR and node, reused while their annotation text is unchanged.
+/// Parsed node states by CR and node, reused while their annotation text is unchanged (with
+/// the marks read beside them, and each CR's status maps' verdict).
 #[derive(Debug, Default)]
 pub struct StateCache(Mutex<Inner>);
 
