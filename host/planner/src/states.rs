@@ -16,9 +16,9 @@
 //! its text from (its *witness*); asked again for that very node's own text, it knows the
 //! text is the same without reading it — at thousands of nodes, comparing kilobytes of text
 //! per node was most of what the cache cost a pass. While it is the witness, the entry also
-//! keeps the CR's marks on it ([`crate::work::KeptMarks`]), so a steady pass does not
+//! keeps the CR's marks on it (`work::KeptMarks`), so a steady pass does not
 //! search the node's annotations at all; and per CR, the cache keeps whether its status's
-//! per-node maps stood for the last pass's nodes and statuses ([`StateCache::maps_stand`]).
+//! per-node maps stood for the last pass's nodes and statuses (`StateCache::maps_stand`).
 
 use std::sync::{Arc, Mutex};
 
