@@ -179,8 +179,8 @@ impl<'a> Pass<'a> {
         if cr.deleting && !cr.has_finalizer {
             return;
         }
-        let marks = (self.marks.remove(cr.name.as_str()))
-            .unwrap_or_else(|| CrMarks::new(&cr.name, self.index));
+        let read = self.marks.remove(cr.name.as_str());
+        let marks = read.unwrap_or_else(|| CrMarks::new(&cr.name, self.index));
         let c = CrPass::new(cr, self.s, self.index, self.now, marks);
         let selected = self.select(&c);
         let mut report = Report::new(cr, self.now, c.era.clone(), self.index);
