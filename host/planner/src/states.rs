@@ -20,6 +20,7 @@
 //! search the node's annotations at all; and per CR, the cache keeps whether its status's
 //! per-node maps stood for the last pass's nodes and statuses (`StateCache::maps_stand`).
 
+use std::cell::LazyCell;
 use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap as HashMap;
@@ -364,8 +365,7 @@ impl Inner {
             observed,
         } = read;
         // The text, looked up once if at all.
-        let (mut lookup, mut text) = (Some(raw), None);
-        let mut raw = || *text.get_or_insert_with(|| lookup.take().expect("looked up once")());
+        let raw = LazyCell::new(raw);
         let pass = self.pass;
         if !self.entries.contains_key(cr) {
             self.entries.insert(cr.to_string(), Table::default());
@@ -377,7 +377,7 @@ impl Inner {
             if observed && e.witnessed_by(node) {
                 return true;
             }
-            let same = match (e.raw.as_deref(), raw()) {
+            let same = match (e.raw.as_deref(), *raw) {
                 (Some(kept), Some(raw)) => same_text(kept, raw),
                 (kept, raw) => kept.is_none() && raw.is_none(),
             };
@@ -390,7 +390,7 @@ impl Inner {
         let at = match kept {
             Some(at) => at,
             None => {
-                let raw = raw();
+                let raw = *raw;
                 let entry = Entry {
                     raw: raw.map(String::from),
                     witness: observed.then(|| node.clone()),

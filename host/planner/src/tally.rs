@@ -7,8 +7,6 @@
 //! notes whether anything differs from what the status holds, and builds the new maps
 //! only when a status write is due.
 
-use std::collections::BTreeMap;
-
 use nodewright_api::v1alpha1::{NodeWrightStatus, Status};
 
 use crate::snapshot::{Observed, ObservedNode};
@@ -19,8 +17,6 @@ use crate::work::{NodeIndex, PerNode};
 #[derive(Debug)]
 pub(crate) struct NodeTally<'a> {
     written: &'a Observed<NodeWrightStatus>,
-    old_status: &'a BTreeMap<String, Status>,
-    old_boot_ids: &'a BTreeMap<String, String>,
     index: &'a NodeIndex<'a>,
     /// Each selected node's status this pass (`None`: not selected).
     now: PerNode<'a, Option<Status>>,
@@ -33,8 +29,6 @@ impl<'a> NodeTally<'a> {
     pub(crate) fn new(written: &'a Observed<NodeWrightStatus>, index: &'a NodeIndex<'a>) -> Self {
         NodeTally {
             written,
-            old_status: &written.node_status,
-            old_boot_ids: &written.node_boot_ids,
             index,
             now: index.per_node(),
             len: 0,
@@ -81,13 +75,12 @@ impl<'a> NodeTally<'a> {
     /// name.
     fn walk(&self) -> bool {
         let now = |name: &str| self.index.node(name).and_then(|n| self.now[n]);
-        if self.len != self.old_status.len()
-            || self.old_status.iter().any(|(n, s)| now(n) != Some(*s))
-        {
+        let old_status = &self.written.node_status;
+        if self.len != old_status.len() || old_status.iter().any(|(n, s)| now(n) != Some(*s)) {
             return true;
         }
         let mut same = 0;
-        for (name, b) in self.old_boot_ids {
+        for (name, b) in &self.written.node_boot_ids {
             match self.index.node(name) {
                 Some(n) if self.now[n].is_some() && !n.boot_id.is_empty() => {
                     if n.boot_id != *b {
@@ -108,7 +101,7 @@ impl<'a> NodeTally<'a> {
     /// with the selected nodes' (a boot ID is kept after its node leaves, as it always was).
     pub(crate) fn write_into(self, status: &mut NodeWrightStatus) {
         status.node_status = self.selected().map(|(n, s)| (n.name.clone(), s)).collect();
-        let mut boot_ids = self.old_boot_ids.clone();
+        let mut boot_ids = self.written.node_boot_ids.clone();
         for (n, _) in self.selected().filter(|(n, _)| !n.boot_id.is_empty()) {
             match boot_ids.get_mut(&n.name) {
                 Some(old) if *old == n.boot_id => {}
