@@ -20,7 +20,8 @@ use nodewright_api::keys;
 use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightPreview};
 use nodewright_planner::{
-    AgentPods, ObservedNode, ObservedPod, PodPlaces, Refusal, Settings, Snapshot, StateCache,
+    AgentPods, ObservedNode, ObservedPod, PodPlaces, Refusal, Roster, Settings, Snapshot,
+    StateCache,
 };
 use tokio::sync::Notify;
 
@@ -53,6 +54,8 @@ pub struct World {
     states: Arc<StateCache>,
     /// Pods' nodes as earlier passes found them, handed to every snapshot.
     pod_places: Arc<PodPlaces>,
+    /// The node list's index as earlier passes made it, handed to every snapshot.
+    roster: Arc<Roster>,
     /// Cached nodes and pods as the planner reads them.
     converted: Arc<Mutex<Converted>>,
 }
@@ -341,6 +344,7 @@ impl World {
             refusals: Arc::default(),
             states: Arc::default(),
             pod_places: Arc::default(),
+            roster: Arc::default(),
             converted: Arc::default(),
         }
     }
@@ -396,6 +400,7 @@ impl World {
             refusals: Arc::default(),
             states: Arc::default(),
             pod_places: Arc::default(),
+            roster: Arc::default(),
             converted: Arc::default(),
         };
         world.nodewrights.wait_until_ready().await?;
@@ -687,6 +692,7 @@ impl World {
             settings: settings.clone(),
             states: self.states.clone(),
             pod_places: self.pod_places.clone(),
+            roster: self.roster.clone(),
             agent_pods,
             replicas: self
                 .replicas

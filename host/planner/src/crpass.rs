@@ -20,10 +20,11 @@ use crate::packages::{Digests, node_done};
 use crate::plan::{NO_IMAGES, NO_PINS, Parsed, Pass};
 use crate::prestage::{self, PayloadSet};
 use crate::rollout::{self, Era, Standing};
+use crate::roster::NodeIndex;
 use crate::select;
 use crate::snapshot::{Cr, ObservedNode, PluginCheck, Snapshot};
 use crate::status::Report;
-use crate::work::{CrMarks, Env, KeptMarks, NodeIndex, PerNode};
+use crate::work::{CrMarks, Env, KeptMarks, PerNode};
 
 /// What one CR's pass derives once from its spec and status.
 struct CrPass<'c> {

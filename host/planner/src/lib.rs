@@ -32,6 +32,7 @@ pub mod places;
 mod plan;
 pub mod prestage;
 pub mod rollout;
+pub mod roster;
 pub mod select;
 pub mod snapshot;
 pub mod stages;
@@ -43,6 +44,7 @@ pub mod work;
 pub use action::{Action, Ask, Event, JobRequest, NodePatch, Target};
 pub use places::PodPlaces;
 pub use plan::plan;
+pub use roster::Roster;
 pub use snapshot::{
     AgentPods, Cr, GateFinding, JobPhase, NodeFacts, Observed, ObservedJob, ObservedNode,
     ObservedPod, PluginCheck, PodFacts, Refusal, Replica, Resolved, Settings, Snapshot, Work,

@@ -13,8 +13,8 @@
 
 use std::sync::Mutex;
 
+use crate::roster::NodeIndex;
 use crate::snapshot::{ObservedNode, ObservedPod};
-use crate::work::NodeIndex;
 
 /// Each pod's node place as last found, in the last snapshot's pod order.
 #[derive(Debug, Default)]

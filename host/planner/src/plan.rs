@@ -16,14 +16,15 @@ use nodewright_api::v1alpha1::{Sequencing, Status};
 
 use crate::action::Action;
 use crate::packages::node_done;
+use crate::roster::NodeIndex;
 use crate::select;
 use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod, Snapshot};
-use crate::work::{Grouped, NodeIndex, PerNode, Works};
+use crate::work::{Grouped, PerNode, Works};
 
 /// Decides what to do next. Pure: the same snapshot and clock give the same actions (the
 /// snapshot's [`crate::StateCache`] only saves parsing).
 pub fn plan(s: &Snapshot, now: i64) -> Vec<Action> {
-    let index = NodeIndex::new(&s.nodes);
+    let index = s.roster.index(&s.nodes);
     let mut pass = Pass::new(s, &index, now);
     pass.auto_taint();
     let mut order: Vec<&Cr> = s.nodewrights.iter().collect();
@@ -71,9 +72,8 @@ pub(crate) struct Pass<'a> {
 
 impl<'a> Pass<'a> {
     pub(crate) fn new(s: &'a Snapshot, index: &'a NodeIndex<'a>, now: i64) -> Self {
-        let mut nodes: Vec<&ObservedNode> = s.nodes.iter().collect();
-        nodes.sort_by(|a, b| a.rollout_key().cmp(&b.rollout_key()));
-        let work = Works::new(&s.nodes);
+        let nodes: Vec<&ObservedNode> = index.rollout().collect();
+        let work = Works::new(index);
         let mut jobs: PerNode<Vec<&ObservedJob>> = index.per_node();
         for j in &s.jobs {
             if let Some(n) = index.node(&j.node) {
@@ -222,10 +222,7 @@ impl<'a> Pass<'a> {
                     .annotations
                     .keys()
                     .any(|k| k.starts_with("nodewright.io/"));
-                let tainted = n
-                    .taints
-                    .iter()
-                    .any(|t| t.key == keys::RUNTIME_REQUIRED_TAINT_KEY);
+                let tainted = self.index.brief(n).runtime_tainted;
                 let work = &mut self.work[*n];
                 if !touched && !tainted && work.add_taint(runtime_taint()) {
                     work.set(&keys::auto_taint(&cr.name), Some("true".into()));
@@ -238,11 +235,7 @@ impl<'a> Pass<'a> {
     /// selects them is complete.
     fn runtime_required(&mut self) {
         for n in &self.nodes {
-            if !n
-                .taints
-                .iter()
-                .any(|t| t.key == keys::RUNTIME_REQUIRED_TAINT_KEY)
-            {
+            if !self.index.brief(n).runtime_tainted {
                 continue;
             }
             let crs: Vec<&Cr> = self

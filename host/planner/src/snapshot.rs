@@ -34,6 +34,9 @@ pub struct Snapshot {
     pub states: Arc<StateCache>,
     /// Each pod's node as earlier passes found it (a memo: an empty one gives the same plan).
     pub pod_places: Arc<crate::places::PodPlaces>,
+    /// The node list's index, order and briefs as earlier passes made them (a memo: an
+    /// empty one gives the same plan).
+    pub roster: Arc<crate::roster::Roster>,
     /// Whether the API server admits the agent's pods in the Jobs' namespace.
     pub agent_pods: AgentPods,
     /// The operator's own replicas (empty: unknown, and nothing waits for them).

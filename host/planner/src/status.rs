@@ -9,10 +9,10 @@ use nodewright_api::windows::WindowState;
 use crate::action::{Action, Event, Target};
 use crate::hold::Holds;
 use crate::node::NodeOutcome;
+use crate::roster::NodeIndex;
 use crate::snapshot::{Cr, ObservedNode, PluginCheck};
 use crate::states::StateCache;
 use crate::tally::NodeTally;
-use crate::work::NodeIndex;
 
 /// Collects what a CR's pass found and turns it into a status write and events.
 pub struct Report<'a> {

@@ -9,9 +9,10 @@
 
 use nodewright_api::v1alpha1::{NodeWrightStatus, Status};
 
+use crate::roster::NodeIndex;
 use crate::snapshot::{Observed, ObservedNode};
 use crate::states::StateCache;
-use crate::work::{NodeIndex, PerNode};
+use crate::work::PerNode;
 
 /// This pass's node statuses for one CR (boot IDs are the nodes' own).
 #[derive(Debug)]

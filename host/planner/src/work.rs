@@ -17,6 +17,7 @@ use nodewright_api::v1alpha1::Status;
 use crate::action::NodePatch;
 use crate::cordon::{self, Mark, NodeCordon};
 use crate::hold::Hold;
+use crate::roster::NodeIndex;
 use crate::snapshot::{ObservedNode, Refusal, Settings};
 
 /// A node's annotations and cordon as this pass has left them: the snapshot's, overlaid
@@ -316,7 +317,7 @@ impl<'a, T> Grouped<'a, T> {
 
 /// Where `node` is in `nodes`. Every node a pass handles is one of its snapshot's (found by
 /// address, so a copy of a node is a planner bug, not a lookup miss).
-fn place(nodes: &[ObservedNode], node: &ObservedNode) -> usize {
+pub(crate) fn place(nodes: &[ObservedNode], node: &ObservedNode) -> usize {
     nodes
         .element_offset(node)
         .expect("a node of the pass's own snapshot")
@@ -337,43 +338,6 @@ impl<T> std::ops::IndexMut<&ObservedNode> for PerNode<'_, T> {
     }
 }
 
-/// A pass's nodes: the snapshot's, each found by its name.
-#[derive(Debug)]
-pub struct NodeIndex<'a> {
-    nodes: &'a [ObservedNode],
-    by_name: HashMap<&'a str, &'a ObservedNode>,
-}
-
-impl<'a> NodeIndex<'a> {
-    /// Indexes `nodes` by name.
-    pub fn new(nodes: &'a [ObservedNode]) -> Self {
-        NodeIndex {
-            nodes,
-            by_name: nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
-        }
-    }
-
-    /// The node named `name` (`None`: not in the snapshot).
-    pub fn node(&self, name: &str) -> Option<&'a ObservedNode> {
-        self.by_name.get(name).copied()
-    }
-
-    /// The snapshot's nodes.
-    pub(crate) fn nodes(&self) -> &'a [ObservedNode] {
-        self.nodes
-    }
-
-    /// Where `node` is in the snapshot (see [`PerNode`]).
-    pub(crate) fn place(&self, node: &ObservedNode) -> usize {
-        place(self.nodes, node)
-    }
-
-    /// A default value for each node.
-    pub(crate) fn per_node<T: Default>(&self) -> PerNode<'a, T> {
-        PerNode::new(self.nodes)
-    }
-}
-
 /// Every node's [`NodeWork`] for a pass, found by the node (by its place in the snapshot).
 #[derive(Debug)]
 pub struct Works<'a> {
@@ -381,11 +345,15 @@ pub struct Works<'a> {
 }
 
 impl<'a> Works<'a> {
-    /// Each node's work as the snapshot has it.
-    pub fn new(nodes: &'a [ObservedNode]) -> Self {
-        Works {
-            work: PerNode::with(nodes, NodeWork::new),
-        }
+    /// Each node's work as the snapshot has it (its cordon as `index` read it).
+    pub fn new(index: &NodeIndex<'a>) -> Self {
+        let mut briefs = index.briefs().iter();
+        let work = PerNode::with(index.nodes(), |node| NodeWork {
+            node,
+            unschedulable: briefs.next().expect("a brief per node").unschedulable,
+            patch: None,
+        });
+        Works { work }
     }
 
     /// The writes the pass decided on, in no particular order.
