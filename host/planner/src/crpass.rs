@@ -23,6 +23,7 @@ use crate::rollout::{self, Era, Standing};
 use crate::roster::NodeIndex;
 use crate::select;
 use crate::snapshot::{Cr, ObservedNode, PluginCheck, Snapshot};
+use crate::states::Glance;
 use crate::status::Report;
 use crate::work::{CrMarks, Env, KeptMarks, PerNode};
 
@@ -130,13 +131,19 @@ fn tolerations(cr: &Cr) -> Vec<Toleration> {
 
 /// On a deleting CR, each node that is not through its uninstalls, with the packages it
 /// still has to uninstall (`"node: a, b"`), by node name.
-fn pending_uninstalls(cr: &Cr, standing: &Standings<'_>, states: &States<'_>) -> Vec<String> {
+fn pending_uninstalls(
+    cr: &Cr,
+    standing: &Standings<'_>,
+    states: &States<'_>,
+    state_of: impl Fn(&ObservedNode) -> Parsed,
+) -> Vec<String> {
     let mut out: Vec<String> = standing
         .iter()
         .filter(|(_, s)| s.is_some_and(|(s, _)| s != Standing::Done))
         .map(|(node, _)| {
+            let parsed = states[node].map(|_| state_of(node));
             let installed = |name: &str, version: &str| {
-                states[node]
+                parsed
                     .as_ref()
                     .and_then(|p| p.state.as_ref().ok())
                     .is_some_and(|st| st.values().any(|e| e.name == name && e.version == version))
@@ -160,8 +167,9 @@ fn pending_uninstalls(cr: &Cr, standing: &Standings<'_>, states: &States<'_>) ->
 /// Each selected node's standing (for batching) and status.
 type Standings<'a> = PerNode<'a, Option<(Standing, Status)>>;
 
-/// The parsed states of the selected nodes that have one.
-type States<'a> = PerNode<'a, Option<Parsed>>;
+/// A glance at the state of each selected node whose state parses (the state itself is
+/// read only where a node's pass, or a report, needs it: `Pass::state_of`).
+type States<'a> = PerNode<'a, Option<Glance>>;
 
 /// The batches' outcome: who may work, and each member's rollout order.
 struct Batches<'a> {
@@ -192,7 +200,8 @@ impl<'a> Pass<'a> {
         }
         let (standing, states) = self.standings(&c, &selected, before, &mut report);
         if cr.deleting && (cr.paused || cr.disabled) {
-            report.deletion_blocked(pending_uninstalls(cr, &standing, &states));
+            let state_of = |n: &ObservedNode| self.state_of(&cr.name, n);
+            report.deletion_blocked(pending_uninstalls(cr, &standing, &states, state_of));
         }
         let batches = self.batches(&c, &selected, &standing, &mut report);
         self.node_passes(&c, &selected, &standing, states, &batches, &mut report);
@@ -242,29 +251,31 @@ impl<'a> Pass<'a> {
         let cr = c.cr;
         let mut standing = self.index.per_node();
         let mut states = self.index.per_node();
-        let mut parsed_for_sequencing = self.parsed.remove(cr.name.as_str());
+        let mut glanced_for_sequencing = self.glanced.remove(cr.name.as_str());
         for &n in selected {
             let reset = self.reboot_reset(cr, n);
             // Whether it is done was found for sequencing, from the same state.
-            let (parsed, done) = match parsed_for_sequencing.as_mut().and_then(|p| p[n].take()) {
-                Some(p) if !reset => {
-                    let done = self.done_on(cr, n);
-                    (p, Some(done))
+            let (glance, done) = match glanced_for_sequencing.as_mut().and_then(|g| g[n].take()) {
+                Some(g) if !reset => (g, self.done_on(cr, n)),
+                _ => {
+                    let parsed = self.state_of(&cr.name, n);
+                    let done = parsed
+                        .state
+                        .as_ref()
+                        .is_ok_and(|st| node_done(&cr.spec, &c.digests, st, cr.deleting));
+                    (parsed.glance(), done)
                 }
-                _ => (self.state_of(&cr.name, n), None),
             };
-            let st = match &parsed.state {
-                Ok(st) => st,
-                Err(e) => {
+            if !glance.parses {
+                if let Err(e) = &self.state_of(&cr.name, n).state {
                     report.malformed(e.to_string());
-                    standing[n] = Some((Standing::Ineligible, Status::Unknown));
-                    continue;
                 }
-            };
-            let done = done.unwrap_or_else(|| node_done(&cr.spec, &c.digests, st, cr.deleting));
-            let erroring = parsed.erroring.is_some_and(|g| g >= cr.generation);
+                standing[n] = Some((Standing::Ineligible, Status::Unknown));
+                continue;
+            }
+            let erroring = glance.erroring.is_some_and(|g| g >= cr.generation);
             standing[n] = Some(self.standing(c, n, erroring, done, before, report));
-            states[n] = Some(parsed);
+            states[n] = Some(glance);
         }
         (standing, states)
     }
@@ -287,7 +298,13 @@ impl<'a> Pass<'a> {
                 let jobs = self.jobs_of(&cr.name, n);
                 !jobs.is_empty() && prestage::failed_for_good(cr, c.prestage.as_ref(), &jobs)
             };
-        let mut untolerated = select::untolerated(&n.taints, &c.tolerations);
+        let brief = self.index.brief(n);
+        // (An untainted node's object is not read: see `roster`.)
+        let mut untolerated = if brief.tainted {
+            select::untolerated(&n.taints, &c.tolerations)
+        } else {
+            Vec::new()
+        };
         if c.in_batch[n] {
             // A node we are working on goes not-ready while it reboots; that is ours.
             untolerated.retain(|t| {
@@ -313,8 +330,7 @@ impl<'a> Pass<'a> {
             (Standing::Eligible, Status::Erroring)
         } else if parked {
             (Standing::Failed, Status::Erroring)
-        } else if n.labels.get(keys::IGNORE).is_some_and(|v| v == "true") || !untolerated.is_empty()
-        {
+        } else if brief.ignored || !untolerated.is_empty() {
             report.node_blocked(&n.name, untolerated.iter().map(|t| t.key.clone()).collect());
             (Standing::Ineligible, Status::Blocked)
         } else if !cr.deleting && self.gated(before, n) {
@@ -419,7 +435,8 @@ impl<'a> Pass<'a> {
                     || (stand == Standing::Eligible
                         && prestage::ahead(env.prestage, &cr.name, &self.work[n])));
             match states[n].take() {
-                Some(parsed) if runs => {
+                Some(_) if runs => {
+                    let parsed = self.state_of(&cr.name, n);
                     let Ok(before) = &parsed.state else {
                         continue;
                     };
@@ -430,12 +447,12 @@ impl<'a> Pass<'a> {
                     }
                     report.node(&n.name, &out);
                 }
-                Some(parsed) => {
-                    if let (true, Ok(st)) = (parsed.uninstalling, &parsed.state) {
+                Some(glance) if glance.uninstalling => {
+                    if let Ok(st) = &self.state_of(&cr.name, n).state {
                         report.uninstalls(&n.name, st);
                     }
                 }
-                None => {}
+                Some(_) | None => {}
             }
             if !c.unusable {
                 self.set_node_status(c, n, node_status);

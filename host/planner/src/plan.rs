@@ -19,6 +19,7 @@ use crate::packages::node_done;
 use crate::roster::NodeIndex;
 use crate::select;
 use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod, Snapshot};
+use crate::states::Glance;
 use crate::work::{Grouped, PerNode, Works};
 
 /// Decides what to do next. Pure: the same snapshot and clock give the same actions (the
@@ -59,8 +60,9 @@ pub(crate) struct Pass<'a> {
     done_on: HashMap<&'a str, PerNode<'a, bool>>,
     /// CRs done on every node they select, in the snapshot.
     done_everywhere: HashSet<&'a str>,
-    /// CR → the node states parsed for [`Pass::completion`], taken by the CR's pass.
-    pub(crate) parsed: HashMap<&'a str, PerNode<'a, Option<Parsed>>>,
+    /// CR → a glance at each node's state, as [`Pass::completion`] read it, taken by the
+    /// CR's pass.
+    pub(crate) glanced: HashMap<&'a str, PerNode<'a, Option<Glance>>>,
     /// CR → its marks on each node it selects, as the snapshot has them (read beside the
     /// state, taken by the CR's pass).
     pub(crate) marks: HashMap<&'a str, crate::work::CrMarks<'a>>,
@@ -92,7 +94,7 @@ impl<'a> Pass<'a> {
             outcome: HashMap::default(),
             done_on: HashMap::default(),
             done_everywhere: HashSet::default(),
-            parsed: HashMap::default(),
+            glanced: HashMap::default(),
             marks: HashMap::default(),
             fencing: crate::work::Fencing::new(&s.nodes),
             actions: Vec::new(),
@@ -149,7 +151,7 @@ impl<'a> Pass<'a> {
             let key = keys::node_state(&cr.name);
             let judge = self.s.states.judge(&cr.name, &cr.spec, cr.deleting);
             let mut everywhere = true;
-            let mut parsed = self.index.per_node();
+            let mut glanced = self.index.per_node();
             let mut done_on = self.index.per_node();
             let mut marks = crate::work::CrMarks::new(&cr.name, self.index);
             for &n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
@@ -161,11 +163,11 @@ impl<'a> Pass<'a> {
                     || marks.read(|k| n.annotations.get(k).map(String::as_str)),
                 );
                 marks.set(n, on);
-                parsed[n] = Some(st);
+                glanced[n] = Some(st);
                 everywhere &= done;
                 done_on[n] = done;
             }
-            self.parsed.insert(cr.name.as_str(), parsed);
+            self.glanced.insert(cr.name.as_str(), glanced);
             self.marks.insert(cr.name.as_str(), marks);
             self.done_on.insert(cr.name.as_str(), done_on);
             if everywhere {

@@ -1,10 +1,11 @@
 //! The snapshot's nodes as every pass needs them — found by name, in rollout order, and the
-//! two facts that whole-cluster sweeps read ([`Brief`]) — kept across passes while the
-//! list holds the same node objects.
+//! facts that whole-cluster sweeps read (`Brief`) — kept across passes while the list
+//! holds the same node objects.
 //!
 //! Each of those answers reads every node's own object: its name (hashed into the index),
-//! its creation time (the rollout sort), `spec.unschedulable` (each node's work) and its
-//! taints (the runtime-required sweep), each in another cache line of the object. At 10,000
+//! its creation time (the rollout sort), `spec.unschedulable` (each node's work), its
+//! taints (the runtime-required sweep, each CR's tolerations) and its ignore label, each in
+//! another cache line of the object. At 10,000
 //! nodes the objects are scattered and out of the core's cache by the next pass, so each
 //! sweep paid a miss per node, and a cluster ten times larger cost more than ten times as
 //! much. The operator hands the same shared node objects ([`crate::Observed`]) to pass
@@ -12,7 +13,7 @@
 //! objects, so no address names another node while kept) with the answers: a pass compares
 //! addresses front to back and reads only the objects that are new. A node replaced by a
 //! newer object of the same name and creation time (a status update) costs a fresh
-//! [`Brief`]; a node that came, went or was renamed, the whole listing again. Like the state
+//! `Brief`; a node that came, went or was renamed, the whole listing again. Like the state
 //! cache it is a memo: an empty one gives the same answers.
 
 use std::sync::{Arc, Mutex};
@@ -24,7 +25,7 @@ use nodewright_api::keys;
 use crate::snapshot::ObservedNode;
 use crate::work::{PerNode, place};
 
-/// The last pass's nodes and their [`Listing`].
+/// The last pass's nodes and their `Listing`.
 #[derive(Debug, Default)]
 pub struct Roster(Mutex<Option<Kept>>);
 
@@ -49,18 +50,24 @@ struct Listing {
 pub(crate) struct Brief {
     /// `spec.unschedulable`.
     pub(crate) unschedulable: bool,
+    /// It carries a taint (one a CR may not tolerate).
+    pub(crate) tainted: bool,
     /// It carries the runtime-required taint.
     pub(crate) runtime_tainted: bool,
+    /// Its `nodewright.io/ignore` label is `true`: no CR touches it.
+    pub(crate) ignored: bool,
 }
 
 impl Brief {
     fn of(node: &ObservedNode) -> Self {
         Brief {
             unschedulable: node.unschedulable,
+            tainted: !node.taints.is_empty(),
             runtime_tainted: node
                 .taints
                 .iter()
                 .any(|t| t.key == keys::RUNTIME_REQUIRED_TAINT_KEY),
+            ignored: node.labels.get(keys::IGNORE).is_some_and(|v| v == "true"),
         }
     }
 }
@@ -133,7 +140,7 @@ impl Roster {
 }
 
 /// A pass's nodes: the snapshot's, each found by its name, in rollout order, with their
-/// [`Brief`]s.
+/// briefs (`Brief`).
 #[derive(Debug)]
 pub struct NodeIndex<'a> {
     nodes: &'a [ObservedNode],
@@ -236,14 +243,15 @@ mod tests {
         let kept = Arc::as_ptr(&roster.index(&nodes).listing);
         assert_eq!(Arc::as_ptr(&roster.index(&nodes).listing), kept);
 
-        // A node replaced by a newer object (cordoned, tainted): its brief read again, the
-        // rest kept.
+        // A node replaced by a newer object (cordoned, tainted, ignored): its brief read
+        // again, the rest kept.
         nodes[2] = ObservedNode::new(NodeFacts {
             unschedulable: true,
             taints: vec![Taint {
                 key: keys::RUNTIME_REQUIRED_TAINT_KEY.into(),
                 ..Default::default()
             }],
+            labels: [(keys::IGNORE.to_string(), "true".to_string())].into(),
             ..(*nodes[2]).clone()
         });
         let updated = roster.index(&nodes);
@@ -252,7 +260,9 @@ mod tests {
             updated.brief(&nodes[2]),
             Brief {
                 unschedulable: true,
-                runtime_tainted: true
+                tainted: true,
+                runtime_tainted: true,
+                ignored: true,
             }
         );
         assert_eq!(Arc::as_ptr(&updated.listing), kept, "changed in place");

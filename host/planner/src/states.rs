@@ -4,7 +4,8 @@
 //! thousands of nodes parsing those JSON annotations again each pass is most of its cost.
 //! A [`StateCache`] remembers each (CR, node)'s last annotation text and what it parsed to;
 //! a pass parses only the states whose text changed. What every pass asks of every state is
-//! answered with the parse ([`Reading`]), and whether the CR is done on the node — a scan of
+//! answered with the parse ([`Reading`]) and copied into its entry (`Glance`), so a pass
+//! judges a node without reading its state; whether the CR is done on the node — a scan of
 //! every package's entry — is kept beside it for the spec it was judged against
 //! ([`StateCache::judged`]). It is a memo, not an input: a pass with a warm cache returns
 //! exactly what it returns with an empty one (a test holds the planner to that), so `plan`
@@ -45,7 +46,31 @@ pub(crate) struct Reading {
     pub uninstalling: bool,
 }
 
+/// What a pass asks of most nodes' readings, kept in the cache's entry beside the reading:
+/// a node with nothing to do is judged without reading its state. At 10,000 nodes each
+/// reading is out of the core's cache by the next pass, and a pass that took a reference to
+/// every one of them (and later let go of it) paid two misses a node for what fits in a few
+/// bytes here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Glance {
+    /// The state parses.
+    pub parses: bool,
+    /// As [`Reading::erroring`].
+    pub erroring: Option<i64>,
+    /// As [`Reading::uninstalling`].
+    pub uninstalling: bool,
+}
+
 impl Reading {
+    /// What [`Glance`] keeps of it.
+    pub(crate) fn glance(&self) -> Glance {
+        Glance {
+            parses: self.state.is_ok(),
+            erroring: self.erroring,
+            uninstalling: self.uninstalling,
+        }
+    }
+
     fn new(state: Result<NodeState, Malformed>) -> Self {
         let entries = || state.iter().flat_map(|st| st.values());
         let erroring = entries()
@@ -72,6 +97,8 @@ struct Entry {
     /// node asked about, its own text is `raw` without comparing.
     witness: Option<ObservedNode>,
     parsed: Arc<Reading>,
+    /// `parsed`'s glance.
+    glance: Glance,
     /// Whether the CR is done with this state, and under which [`Judge`] that was decided.
     done: Option<(u64, bool)>,
     /// The CR's marks on the witness, as read from it (`None` while not read, and whenever
@@ -245,8 +272,8 @@ impl StateCache {
         JudgeId(id)
     }
 
-    /// [`StateCache::get`], whether the CR is done with that state, and its marks on the
-    /// node. Done is `decide`'s verdict (`false` for a state that does not parse), kept while
+    /// A glance at [`StateCache::get`]'s reading, whether the CR is done with that state,
+    /// and its marks on the node; none of them reads the reading itself once kept. Done is `decide`'s verdict (`false` for a state that does not parse), kept while
     /// the text and `judge` are the same; `decide` must be a function of the state and the
     /// judge's spec alone. The marks are `marks`' reading of the node, kept while the node
     /// is the same object as observed; `marks` must read the node as observed.
@@ -257,7 +284,7 @@ impl StateCache {
         judge: JudgeId,
         decide: impl FnOnce(&NodeState) -> bool,
         marks: impl FnOnce() -> KeptMarks,
-    ) -> (Arc<Reading>, bool, KeptMarks) {
+    ) -> (Glance, bool, KeptMarks) {
         let (node, observed) = (read.node, read.observed);
         let mut inner = self.0.lock().expect("state cache lock");
         let e = inner.entry(cr, read);
@@ -280,7 +307,7 @@ impl StateCache {
                 read
             }
         };
-        (e.parsed.clone(), done, marks)
+        (e.glance, done, marks)
     }
 
     /// Whether `cr`'s per-node status maps as `written` stand for `statuses`, one for each
@@ -391,12 +418,12 @@ impl Inner {
             Some(at) => at,
             None => {
                 let raw = *raw;
+                let parsed = Reading::new(NodeState::from_annotation(&node.name, cr, raw));
                 let entry = Entry {
                     raw: raw.map(String::from),
                     witness: observed.then(|| node.clone()),
-                    parsed: Arc::new(Reading::new(NodeState::from_annotation(
-                        &node.name, cr, raw,
-                    ))),
+                    glance: parsed.glance(),
+                    parsed: Arc::new(parsed),
                     done: None,
                     marks: None,
                     seen: pass,

@@ -312,3 +312,63 @@ fn the_maps_verdict_stands_only_for_the_same_objects_and_statuses() {
     );
     assert_eq!(walks.get(), 9);
 }
+
+/// What `judged` answers without reading the state is what the state reads: whether it
+/// parses, its highest erroring generation, whether an entry uninstalls — and it follows a
+/// new text.
+#[test]
+fn a_glance_answers_as_its_reading_and_follows_the_text() {
+    use nodewright_api::node_state::{PackageStatus, state_key};
+    let cache = StateCache::default();
+    let judge = cache.judge("cr", &spec("1"), false);
+    let n = node("n1");
+    let glance = |raw: Option<&str>| {
+        let (glance, _, _) = cache.judged(
+            "cr",
+            read(&n, 0, raw, false),
+            judge,
+            |_| true,
+            KeptMarks::default,
+        );
+        assert_eq!(glance, cache.get("cr", read(&n, 0, raw, false)).glance());
+        glance
+    };
+    let mut state = NodeState::new();
+    let mut failed = PackageStatus::new("p", "1", Stage::Apply, 3);
+    failed.state = State::Erroring;
+    state.insert(state_key("p", "1"), failed);
+    let mut older = PackageStatus::new("q", "1", Stage::Config, 2);
+    older.state = State::Erroring;
+    state.insert(state_key("q", "1"), older);
+    let erroring = state.annotation();
+    assert_eq!(
+        glance(erroring.as_deref()),
+        Glance {
+            parses: true,
+            erroring: Some(3),
+            uninstalling: false
+        }
+    );
+    state.insert(
+        state_key("r", "1"),
+        PackageStatus::new("r", "1", Stage::Uninstall, 3),
+    );
+    let uninstalling = state.annotation();
+    assert!(glance(uninstalling.as_deref()).uninstalling);
+    assert_eq!(
+        glance(Some("not json")),
+        Glance {
+            parses: false,
+            erroring: None,
+            uninstalling: false
+        }
+    );
+    assert_eq!(
+        glance(None),
+        Glance {
+            parses: true,
+            erroring: None,
+            uninstalling: false
+        }
+    );
+}
