@@ -481,7 +481,7 @@ impl<'a> Pass<'a> {
             cr,
             node: n,
             jobs: &jobs,
-            pods,
+            pods: &pods,
         };
         let out = node::pass(&visit, work, &mut st, member, &mut self.actions);
         if st != *before {

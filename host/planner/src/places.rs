@@ -1,106 +1,147 @@
-//! Which node each pod is on, by the node's place in the snapshot, kept across passes.
+//! Which pods are on which node, grouped by node, kept across passes.
 //!
 //! A pass groups every bound pod by node, and finding a pod's node by name costs two
-//! scattered reads per pod (the pod's node name, the node's own name to compare it with):
-//! with 50,000 pods in the operator's hash order that was a fifth of a 10k-node pass. The
-//! operator hands the same shared pod and node objects ([`crate::Observed`]) to pass after
-//! pass until they change, and its cache keeps them in one order, so [`PodPlaces`] keeps,
-//! in the last pass's pod order, each pod object with the node object it was found on and
-//! that node's place: while the pod is the same object and the node at that place is too,
-//! the answer stands without reading either (shared objects do not change: a write copies
-//! one first), and the pass reads the memo front to back. Like the state cache it is a
-//! memo: an empty one gives the same places.
+//! scattered reads per pod (the pod's node name, the node's name to compare it with): with
+//! 50,000 pods in the operator's hash order that was a fifth of a 10k-node pass. The
+//! operator hands the same shared pod objects ([`crate::Observed`]) to pass after pass until
+//! they change, and keeps them in one order; a pod's node is found by its name, and while
+//! the node list's names stay at the same places (`NodeIndex::names`) a name is found at the
+//! same place. So [`PodPlaces`] keeps the last pass's pods (held, so an address names no
+//! other pod while kept), each one's node place, and their grouping by node. A pass over
+//! the very same pods under the same names takes the grouping as it is, having compared
+//! addresses only (at 50,000 pods, rebuilding the places and the grouping every pass
+//! streamed some 6 MB through the cache, more than ten times the 1k pass's share); one
+//! where pods came, went or changed finds each kept pod near its own position and the rest
+//! by name. Like the state cache it is a memo: an empty one gives the same grouping.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::roster::NodeIndex;
-use crate::snapshot::{ObservedNode, ObservedPod};
+use crate::snapshot::ObservedPod;
 
-/// Each pod's node place as last found, in the last snapshot's pod order.
+/// The last snapshot's pods, their node places and their grouping by node.
 #[derive(Debug, Default)]
-pub struct PodPlaces(Mutex<Vec<Option<Entry>>>);
+pub struct PodPlaces(Mutex<Option<Kept>>);
 
-/// One pod's node, as the last pass found it.
 #[derive(Debug)]
-struct Entry {
-    /// The pod, held (so its address names no other object while the entry lives).
-    pod: ObservedPod,
-    /// The node it was found on and where that node was in the snapshot (`None`: on no
-    /// node of that snapshot).
-    node: Option<(ObservedNode, u32)>,
+struct Kept {
+    /// The node names' number (`NodeIndex::names`) the places were found under.
+    names: u64,
+    /// The pods, in the last snapshot's order (`None`: moved to the next list).
+    pods: Vec<Option<ObservedPod>>,
+    /// Each pod's node place ([`NOWHERE`]: on no node of that snapshot).
+    places: Vec<u32>,
+    grouping: Arc<Grouping>,
 }
 
-impl Entry {
-    /// The place it knows for its pod, while the node there is still the one it was found
-    /// on.
-    fn vouches(&self, nodes: &[ObservedNode]) -> Option<u32> {
-        let (node, place) = self.node.as_ref()?;
-        let still = nodes.get(*place as usize)?;
-        ObservedNode::ptr_eq(still, node).then_some(*place)
-    }
-}
+/// On no node of the snapshot.
+const NOWHERE: u32 = u32::MAX;
 
 /// How far from its position a pod is looked for among the last pass's: pods that came
 /// or went since shift the ones after them (the operator's cache keeps its order
 /// otherwise).
 const WINDOW: isize = 8;
 
+/// A snapshot's pods by node place: node `p`'s are `order[starts[p]..starts[p + 1]]`,
+/// each the pod's index in the snapshot, in snapshot order. Pods on no node are left out.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Grouping {
+    starts: Vec<u32>,
+    order: Vec<u32>,
+}
+
+impl Grouping {
+    /// Groups pods by `places` (one per pod, [`NOWHERE`] for none) among `nodes` places.
+    fn new(nodes: usize, places: &[u32]) -> Self {
+        let mut starts = vec![0u32; nodes + 1];
+        for &p in places.iter().filter(|&&p| p != NOWHERE) {
+            starts[p as usize + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut next = starts.clone();
+        let mut order = vec![0u32; starts[nodes] as usize];
+        for (i, &p) in places.iter().enumerate().filter(|(_, p)| **p != NOWHERE) {
+            let at = &mut next[p as usize];
+            order[*at as usize] = u32::try_from(i).expect("fewer than 2^32 pods");
+            *at += 1;
+        }
+        Grouping { starts, order }
+    }
+
+    /// The snapshot indexes of the pods on the node at `place`.
+    pub(crate) fn at(&self, place: usize) -> &[u32] {
+        &self.order[self.starts[place] as usize..self.starts[place + 1] as usize]
+    }
+}
+
 impl PodPlaces {
-    /// Where each of `pods`' nodes is among `index`'s nodes (`None`: not among them).
-    /// Keeps these pods' answers, in their order: a snapshot that lists the same pods in
-    /// about the same order finds each near its own position, front to back, comparing
-    /// addresses only; a pod not found there (new, changed, or moved further) is found by
-    /// its node's name.
-    pub(crate) fn places(&self, index: &NodeIndex<'_>, pods: &[ObservedPod]) -> Vec<Option<u32>> {
+    /// `pods` grouped by their nodes among `index`'s: the last pass's grouping when the
+    /// pods are the same objects in the same order and the names at the same places;
+    /// otherwise each pod kept near its own position keeps its place (the names being at
+    /// the same places) and the rest are found by their node's name.
+    pub(crate) fn grouping(&self, index: &NodeIndex<'_>, pods: &[ObservedPod]) -> Arc<Grouping> {
         let mut memo = self.0.lock().expect("pod places lock");
-        let mut last = std::mem::take(&mut *memo);
-        let nodes = index.nodes();
+        let names = index.names();
+        if let Some(kept) = memo.as_ref()
+            && kept.names == names
+            && kept.pods.len() == pods.len()
+            && kept.pods.iter().zip(pods).all(|(was, now)| {
+                was.as_ref()
+                    .is_some_and(|was| ObservedPod::ptr_eq(was, now))
+            })
+        {
+            return kept.grouping.clone();
+        }
+        let (mut last, last_places) = match memo.take() {
+            Some(kept) if kept.names == names => (kept.pods, kept.places),
+            _ => (Vec::new(), Vec::new()),
+        };
         // How far the last pass's list is shifted against this one, as last seen.
         let mut shift: isize = 0;
         let mut next = Vec::with_capacity(pods.len());
-        let places = pods
+        let places: Vec<u32> = pods
             .iter()
             .enumerate()
             .map(|(i, pod)| {
-                // Entries move from the last list to the next: a reference count changed
-                // for every pod of every pass would touch every pod's heap object.
+                // A kept pod moves from the last list to the next: a reference count
+                // changed for every pod would touch every pod's heap object.
                 let near = (0..=WINDOW).flat_map(|d| [d, -d]).find_map(|d| {
                     let at = usize::try_from(i as isize + shift + d).ok()?;
                     let slot = last.get_mut(at)?;
-                    slot.as_ref()
-                        .is_some_and(|e| ObservedPod::ptr_eq(&e.pod, pod))
-                        .then(|| (d, slot.take().expect("just checked")))
+                    let same = slot.as_ref().is_some_and(|p| ObservedPod::ptr_eq(p, pod));
+                    same.then(|| (d, at, slot.take().expect("just checked")))
                 });
-                let (entry, vouched) = match near {
-                    Some((d, entry)) => {
+                match near {
+                    Some((d, at, kept)) => {
                         shift += d;
-                        let vouched = entry.vouches(nodes);
-                        (Some(entry), vouched)
+                        next.push(Some(kept));
+                        last_places[at]
                     }
-                    None => (None, None),
-                };
-                let place = vouched.or_else(|| {
-                    let node = index.node(&pod.node)?;
-                    Some(u32::try_from(index.place(node)).expect("fewer than 2^32 nodes"))
-                });
-                let mut entry = entry.unwrap_or_else(|| Entry {
-                    pod: pod.clone(),
-                    node: None,
-                });
-                if vouched.is_none() {
-                    entry.node = place.map(|p| (nodes[p as usize].clone(), p));
+                    None => {
+                        next.push(Some(pod.clone()));
+                        index.node(&pod.node).map_or(NOWHERE, |n| {
+                            u32::try_from(index.place(n)).expect("fewer than 2^32 nodes")
+                        })
+                    }
                 }
-                next.push(Some(entry));
-                place
             })
             .collect();
-        *memo = next;
-        places
+        let grouping = Arc::new(Grouping::new(index.nodes().len(), &places));
+        *memo = Some(Kept {
+            names,
+            pods: next,
+            places,
+            grouping: grouping.clone(),
+        });
+        grouping
     }
 
     /// How many pods it holds.
     pub fn len(&self) -> usize {
-        self.0.lock().expect("pod places lock").len()
+        let memo = self.0.lock().expect("pod places lock");
+        memo.as_ref().map_or(0, |k| k.pods.len())
     }
 
     /// Holds none.
@@ -112,7 +153,8 @@ impl PodPlaces {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::PodFacts;
+    use crate::roster::Roster;
+    use crate::snapshot::{NodeFacts, ObservedNode, PodFacts};
 
     fn node(name: &str) -> ObservedNode {
         ObservedNode::named(name)
@@ -125,38 +167,55 @@ mod tests {
         })
     }
 
-    /// The places by name, as an empty memo finds them.
-    fn by_name(nodes: &[ObservedNode], pods: &[ObservedPod]) -> Vec<Option<u32>> {
-        PodPlaces::default().places(&NodeIndex::new(nodes), pods)
+    /// Each node's pods (their snapshot indexes), as `grouping` has them.
+    fn groups(nodes: &[ObservedNode], grouping: &Grouping) -> Vec<Vec<u32>> {
+        (0..nodes.len()).map(|p| grouping.at(p).to_vec()).collect()
+    }
+
+    /// The groups by name, as an empty memo and a fresh index find them.
+    fn by_name(nodes: &[ObservedNode], pods: &[ObservedPod]) -> Vec<Vec<u32>> {
+        let grouping = PodPlaces::default().grouping(&NodeIndex::new(nodes), pods);
+        groups(nodes, &grouping)
     }
 
     #[test]
-    fn a_place_is_kept_while_pod_and_node_are_the_same_objects_and_found_again_otherwise() {
-        let memo = PodPlaces::default();
+    fn the_grouping_is_kept_for_the_same_pods_and_names_and_found_again_otherwise() {
+        let (memo, roster) = (PodPlaces::default(), Roster::default());
+        let ask = |nodes: &[ObservedNode], pods: &[ObservedPod]| {
+            let grouping = memo.grouping(&roster.index(nodes), pods);
+            assert_eq!(groups(nodes, &grouping), by_name(nodes, pods));
+            grouping
+        };
         let mut nodes = vec![node("a"), node("b"), node("c")];
         let pods = vec![pod("c"), pod("a"), pod("gone"), pod("c")];
-        let first = memo.places(&NodeIndex::new(&nodes), &pods);
-        assert_eq!(first, [Some(2), Some(0), None, Some(2)]);
-        assert_eq!(first, by_name(&nodes, &pods));
+        let first = ask(&nodes, &pods);
+        assert_eq!(groups(&nodes, &first), [vec![1], vec![], vec![0, 3]]);
         assert_eq!(memo.len(), 4, "every pod is kept, in order");
-        assert_eq!(memo.places(&NodeIndex::new(&nodes), &pods), first);
+        assert!(
+            Arc::ptr_eq(&ask(&nodes, &pods), &first),
+            "the same pods under the same names: kept as it is"
+        );
+
+        // A node updated (a newer object, the same name at the same place): the names
+        // stand, and so does the grouping.
+        nodes[1] = ObservedNode::new(NodeFacts {
+            unschedulable: true,
+            ..(*nodes[1]).clone()
+        });
+        assert!(Arc::ptr_eq(&ask(&nodes, &pods), &first));
 
         // The same node objects in another order: every place found again.
         nodes.reverse();
-        let moved = memo.places(&NodeIndex::new(&nodes), &pods);
-        assert_eq!(moved, [Some(0), Some(2), None, Some(0)]);
-        assert_eq!(moved, by_name(&nodes, &pods));
+        let moved = ask(&nodes, &pods);
+        assert_eq!(groups(&nodes, &moved), [vec![0, 3], vec![], vec![1]]);
 
-        // A node replaced by a new object at the same place, a pod moved by a write (a new
-        // object), a node that left: each answered as by name.
-        nodes[0] = node("c");
+        // A pod moved by a write (a new object), a node that left, a pod that came: each
+        // answered as by name.
         let mut pods = pods;
         pods[1].node = "b".into();
         nodes.retain(|n| n.name != "a");
         pods.push(pod("a"));
-        let changed = memo.places(&NodeIndex::new(&nodes), &pods);
-        assert_eq!(changed, by_name(&nodes, &pods));
-        assert_eq!(changed, [Some(0), Some(1), None, Some(0), None]);
+        ask(&nodes, &pods);
         assert_eq!(memo.len(), 5, "only this pass's pods are kept");
 
         // Pods that came and went shift the others: found near where they were, or by name.
@@ -165,13 +224,14 @@ mod tests {
         shifted.remove(3);
         shifted.insert(3, pod("c"));
         shifted.insert(3, pod("b"));
-        let expected = by_name(&nodes, &shifted);
-        assert_eq!(memo.places(&NodeIndex::new(&nodes), &shifted), expected);
-        assert_eq!(memo.places(&NodeIndex::new(&nodes), &shifted), expected);
+        ask(&nodes, &shifted);
+        let kept = ask(&nodes, &shifted);
+        assert!(Arc::ptr_eq(&ask(&nodes, &shifted), &kept));
         let reversed: Vec<ObservedPod> = shifted.iter().rev().cloned().collect();
-        assert_eq!(
-            memo.places(&NodeIndex::new(&nodes), &reversed),
-            by_name(&nodes, &reversed)
-        );
+        ask(&nodes, &reversed);
+
+        // A node renamed at its place: the names changed, every pod found by name again.
+        nodes[0] = node("a");
+        ask(&nodes, &reversed);
     }
 }

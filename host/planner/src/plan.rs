@@ -82,7 +82,7 @@ impl<'a> Pass<'a> {
                 jobs[n].push(j);
             }
         }
-        let pods = Grouped::new(&s.nodes, &s.pods, &s.pod_places.places(index, &s.pods));
+        let pods = Grouped::new(&s.nodes, &s.pods, s.pod_places.grouping(index, &s.pods));
         let mut pass = Pass {
             s,
             now,

@@ -16,6 +16,7 @@
 //! `Brief`; a node that came, went or was renamed, the whole listing again. Like the state
 //! cache it is a memo: an empty one gives the same answers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap as HashMap;
@@ -39,6 +40,9 @@ struct Kept {
 /// What a pass reads of its node list as a whole, by each node's place in the snapshot.
 #[derive(Clone, Debug)]
 struct Listing {
+    /// Which names are at which places: the same number for as long as they are (a
+    /// refresh keeps it), another for every listing made afresh.
+    names: u64,
     by_name: HashMap<Box<str>, u32>,
     /// Places in rollout order (`NodeFacts::rollout_key`).
     rollout: Vec<u32>,
@@ -80,7 +84,10 @@ impl Listing {
             let key = |p: u32| nodes[p as usize].rollout_key();
             key(a).cmp(&key(b))
         });
+        // Numbers no listing in this process had before.
+        static LISTED: AtomicU64 = AtomicU64::new(0);
         Listing {
+            names: LISTED.fetch_add(1, Ordering::Relaxed),
             by_name: nodes
                 .iter()
                 .enumerate()
@@ -161,6 +168,12 @@ impl<'a> NodeIndex<'a> {
         let nodes = self.nodes;
         let place = *self.listing.by_name.get(name)?;
         Some(&nodes[place as usize])
+    }
+
+    /// Names which node names are at which places: two indexes with the same number find
+    /// every name at the same place (a memo keyed by it may keep places found by name).
+    pub(crate) fn names(&self) -> u64 {
+        self.listing.names
     }
 
     /// The snapshot's nodes.
@@ -266,6 +279,7 @@ mod tests {
             }
         );
         assert_eq!(Arc::as_ptr(&updated.listing), kept, "changed in place");
+        let names = updated.names();
 
         // While a pass still holds the index, an update copies rather than change it.
         let mut later = nodes.clone();
@@ -277,11 +291,21 @@ mod tests {
         assert!(!updated.brief(&nodes[1]).unschedulable);
         assert!(next.brief(&later[1]).unschedulable);
         assert_ne!(Arc::as_ptr(&next.listing), kept);
+        assert_eq!(
+            next.names(),
+            names,
+            "a copy for new facts keeps the names' number"
+        );
         drop((updated, next));
         let mut nodes = later;
 
         // Created later, renamed, joined, left, reordered: answered as afresh.
         nodes[0] = node("c", 0);
+        assert_ne!(
+            roster.index(&nodes).names(),
+            names,
+            "made afresh: a new number"
+        );
         assert_eq!(
             answers(&roster.index(&nodes)),
             answers(&NodeIndex::new(&nodes))

@@ -6,6 +6,7 @@
 use std::cell::{OnceCell, Ref, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -17,6 +18,7 @@ use nodewright_api::v1alpha1::Status;
 use crate::action::NodePatch;
 use crate::cordon::{self, Mark, NodeCordon};
 use crate::hold::Hold;
+use crate::places::Grouping;
 use crate::roster::NodeIndex;
 use crate::snapshot::{ObservedNode, Refusal, Settings};
 
@@ -266,52 +268,31 @@ impl<'a, T> PerNode<'a, T> {
     }
 }
 
-/// Items grouped by node: one `Vec` in node order, each node's items a range of it, in the
-/// order the snapshot lists them. A pass groups every bound pod this way: the operator's
-/// cache hands pods over in hash order, and pushing 50,000 of them onto a `Vec` per node
-/// scattered the writes over the heap.
+/// Items grouped by node, as a [`Grouping`] of their indexes has them: each node's in the
+/// order the snapshot lists them. A pass groups every bound pod this way, and keeps the
+/// grouping across passes (`PodPlaces`).
 #[derive(Debug)]
 pub(crate) struct Grouped<'a, T> {
     nodes: &'a [ObservedNode],
-    items: Vec<&'a T>,
-    /// Where each node's range starts, by place; the last entry is the end.
-    starts: Vec<u32>,
+    items: &'a [T],
+    grouping: Arc<Grouping>,
 }
 
 impl<'a, T> Grouped<'a, T> {
-    /// `items` by the node place of each (`places`, in the same order; `None`: on no node
-    /// of the snapshot, left out).
-    pub(crate) fn new(nodes: &'a [ObservedNode], items: &'a [T], places: &[Option<u32>]) -> Self {
-        let mut starts = vec![0u32; nodes.len() + 1];
-        for p in places.iter().flatten() {
-            starts[*p as usize + 1] += 1;
-        }
-        for i in 1..starts.len() {
-            starts[i] += starts[i - 1];
-        }
-        let mut next = starts.clone();
-        let mut slots: Vec<Option<&'a T>> = vec![None; starts[nodes.len()] as usize];
-        for (item, p) in items.iter().zip(places) {
-            if let Some(p) = p {
-                let at = &mut next[*p as usize];
-                slots[*at as usize] = Some(item);
-                *at += 1;
-            }
-        }
+    /// `items` by node, as `grouping` (of these items among these nodes) has them.
+    pub(crate) fn new(nodes: &'a [ObservedNode], items: &'a [T], grouping: Arc<Grouping>) -> Self {
         Grouped {
             nodes,
-            items: slots
-                .into_iter()
-                .map(|s| s.expect("every slot filled"))
-                .collect(),
-            starts,
+            items,
+            grouping,
         }
     }
 
     /// `node`'s items.
-    pub(crate) fn of(&self, node: &ObservedNode) -> &[&'a T] {
-        let p = place(self.nodes, node);
-        &self.items[self.starts[p] as usize..self.starts[p + 1] as usize]
+    pub(crate) fn of(&self, node: &ObservedNode) -> Vec<&'a T> {
+        let items = self.items;
+        let at = self.grouping.at(place(self.nodes, node));
+        at.iter().map(|&i| &items[i as usize]).collect()
     }
 }
 
@@ -555,8 +536,8 @@ mod tests {
         })
         .collect();
         let index = NodeIndex::new(&nodes);
-        let places = crate::places::PodPlaces::default().places(&index, &pods);
-        let grouped = Grouped::new(&nodes, &pods, &places);
+        let grouping = crate::places::PodPlaces::default().grouping(&index, &pods);
+        let grouped = Grouped::new(&nodes, &pods, grouping);
         let names = |n: &ObservedNode| -> Vec<&str> {
             grouped.of(n).iter().map(|p| p.name.as_str()).collect()
         };
