@@ -6,9 +6,17 @@
 //! by the Service's name, not by the endpoint it dialled — so a replica that has left the
 //! Service still gets calls over a connection opened before, until its node reboots under
 //! one of them ("connection reset by peer", and the fail-closed webhook refuses that write).
-//! Draining closes every open connection once its current response is sent (an idle one at
-//! once) and answers every new one with `Connection: close`, so the API server dials again
-//! and reaches a replica still in the Service.
+//! Draining ends every connection without racing the API server's next call on it: each
+//! answer from then on says `Connection: close` and the connection ends after it (the client
+//! reads that and does not send on it again); a connection left unused for [`IDLE_GRACE`]
+//! after the drain began is closed. The API server dials again and reaches a replica still
+//! in the Service. Closing an idle connection at once raced the next call: a call written
+//! onto a connection as its close arrives fails with `EOF`, and a POST is not retried (the
+//! two-node real-node e2e saw 1 of 636 webhook probes fail so). The connection in use gets a
+//! call well within the grace and ends after its answer; one left unused that long is at
+//! the bottom of the client's idle pool, so the close rarely meets a call. The grace is
+//! shorter than the wait between a fence and the node's reboot (the replica's readiness
+//! probe, every 2 s, then the planner's next pass), so no connection outlives the reboot.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,6 +33,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
 use crate::webhook::cert::Resolver;
+
+/// How long a connection left unused may stay open after its listener began draining.
+const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Largest request body read: an AdmissionReview carries the object and the old object,
 /// each at most etcd's 1.5 MiB.
@@ -89,9 +100,22 @@ pub async fn serve<F, Fut>(
         let tls = tls.clone();
         let drain = drain.clone();
         tokio::spawn(async move {
+            let closing = drain.clone();
             let service = service_fn(move |req: Request<Incoming>| {
                 let handler = handler.clone();
-                async move { Ok::<_, std::convert::Infallible>(answer(req, handler).await) }
+                let closing = closing.clone();
+                async move {
+                    let mut resp = answer(req, handler).await;
+                    // Read once the answer is ready: a call in progress when the drain
+                    // begins ends its connection too.
+                    if closing.is_some_and(|d| *d.borrow()) {
+                        resp.headers_mut().insert(
+                            hyper::header::CONNECTION,
+                            hyper::header::HeaderValue::from_static("close"),
+                        );
+                    }
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
             });
             let result = match tls {
                 Some(acceptor) => match acceptor.accept(stream).await {
@@ -110,8 +134,9 @@ pub async fn serve<F, Fut>(
     }
 }
 
-/// Serves one connection: kept alive between requests until `drain` reads true, then closed
-/// once the response in progress (if any) is sent.
+/// Serves one connection: kept alive between requests until `drain` reads true; then each
+/// answer ends it (the service says `Connection: close`), and if none comes within
+/// [`IDLE_GRACE`] it is closed (once the response in progress, if any, is sent).
 async fn connection<I, S>(
     io: I,
     service: S,
@@ -137,7 +162,10 @@ where
         done = conn.as_mut() => done,
         started = async { drain.wait_for(|d| *d).await.is_ok() } => {
             if started {
-                conn.as_mut().graceful_shutdown();
+                tokio::select! {
+                    done = conn.as_mut() => return done,
+                    () = tokio::time::sleep(IDLE_GRACE) => conn.as_mut().graceful_shutdown(),
+                }
             }
             conn.await
         }
@@ -240,7 +268,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn draining_closes_kept_alive_connections_and_keeps_no_new_one_open() {
+    async fn draining_ends_a_connection_after_its_next_answer_or_an_idle_grace_and_keeps_no_new_one()
+     {
         let (fenced, drain) = watch::channel(false);
         let addr = listener(drain, Arc::new(Notify::new())).await;
         // Not draining: a connection is kept for the next request.
@@ -250,9 +279,26 @@ mod tests {
         assert!(!head.contains("connection: close"), "{head}");
         exchange(&mut kept, "/").await;
         assert!(!closed_within(&mut kept, STAYS_OPEN).await, "kept alive");
+        let mut used = TcpStream::connect(addr).await.unwrap();
+        exchange(&mut used, "/").await;
 
-        // Draining: the idle connection is closed by the server.
+        // Draining: no idle connection is closed at once (the close would race a call the
+        // client may be sending on it) ...
         fenced.send_replace(true);
+        assert!(STAYS_OPEN < IDLE_GRACE);
+        assert!(
+            !closed_within(&mut kept, STAYS_OPEN).await,
+            "an idle connection is not closed as the drain begins"
+        );
+        // ... one used again answers, says it closes, and closes ...
+        let head = exchange(&mut used, "/").await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains("connection: close"), "{head}");
+        assert!(
+            closed_within(&mut used, CLOSES).await,
+            "closed after its answer"
+        );
+        // ... and one left unused is closed after the grace.
         assert!(
             closed_within(&mut kept, CLOSES).await,
             "the idle connection closed"
@@ -295,6 +341,10 @@ mod tests {
         assert!(
             head.starts_with("http/1.1 200"),
             "the call is answered: {head}"
+        );
+        assert!(
+            head.contains("connection: close"),
+            "the answer ends the connection, not the grace: {head}"
         );
         assert!(
             closed_within(&mut busy, CLOSES).await,
