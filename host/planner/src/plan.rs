@@ -155,7 +155,7 @@ impl<'a> Pass<'a> {
             let mut done_on = self.index.per_node();
             let mut marks = crate::work::CrMarks::new(&cr.name, self.index);
             for &n in self.nodes.iter().filter(|n| Self::selects(cr, n)) {
-                let (st, done, on) = self.s.states.judged(
+                let (glance, done, on) = self.s.states.judged(
                     &cr.name,
                     self.read(&key, n),
                     judge,
@@ -163,7 +163,7 @@ impl<'a> Pass<'a> {
                     || marks.read(|k| n.annotations.get(k).map(String::as_str)),
                 );
                 marks.set(n, on);
-                glanced[n] = Some(st);
+                glanced[n] = Some(glance);
                 everywhere &= done;
                 done_on[n] = done;
             }
