@@ -52,7 +52,7 @@ pub struct World {
     refusals: Arc<Mutex<BTreeMap<String, Refusal>>>,
     /// Node states parsed by earlier passes, handed to every snapshot.
     states: Arc<StateCache>,
-    /// Pods' nodes as earlier passes found them, handed to every snapshot.
+    /// The pods' grouping by node as earlier passes found it, handed to every snapshot.
     pod_places: Arc<PodPlaces>,
     /// The node list's index as earlier passes made it, handed to every snapshot.
     roster: Arc<Roster>,

@@ -32,7 +32,8 @@ pub struct Snapshot {
     pub settings: Settings,
     /// Node states parsed by earlier passes (a memo: an empty cache gives the same plan).
     pub states: Arc<StateCache>,
-    /// Each pod's node as earlier passes found it (a memo: an empty one gives the same plan).
+    /// The pods' grouping by node as earlier passes found it (a memo: an empty one gives the
+    /// same plan).
     pub pod_places: Arc<crate::places::PodPlaces>,
     /// The node list's index, order and briefs as earlier passes made them (a memo: an
     /// empty one gives the same plan).

@@ -273,9 +273,10 @@ impl StateCache {
     }
 
     /// A glance at [`StateCache::get`]'s reading, whether the CR is done with that state,
-    /// and its marks on the node; none of them reads the reading itself once kept. Done is `decide`'s verdict (`false` for a state that does not parse), kept while
-    /// the text and `judge` are the same; `decide` must be a function of the state and the
-    /// judge's spec alone. The marks are `marks`' reading of the node, kept while the node
+    /// and its marks on the node; none of them reads the reading itself once kept. Done is
+    /// `decide`'s verdict (`false` for a state that does not parse), kept while the text and
+    /// `judge` are the same; `decide` must be a function of the state and the judge's spec
+    /// alone. The marks are `marks`' reading of the node, kept while the node
     /// is the same object as observed; `marks` must read the node as observed.
     pub(crate) fn judged<'r>(
         &self,
