@@ -5,10 +5,9 @@
 //! Each of those answers reads every node's own object: its name (hashed into the index),
 //! its creation time (the rollout sort), `spec.unschedulable` (each node's work), its
 //! taints (the runtime-required sweep, each CR's tolerations) and its ignore label, each in
-//! another cache line of the object. At 10,000
-//! nodes the objects are scattered and out of the core's cache by the next pass, so each
-//! sweep paid a miss per node, and a cluster ten times larger cost more than ten times as
-//! much. The operator hands the same shared node objects ([`crate::Observed`]) to pass
+//! another cache line of the object. At 10,000 nodes the objects are scattered and out of
+//! the core's cache by the next pass, so each sweep paid a miss per node, and a cluster ten
+//! times larger cost more than ten times as much. The operator hands the same shared node objects ([`crate::Observed`]) to pass
 //! after pass until one changes, so [`Roster`] keeps the last pass's list (holding its
 //! objects, so no address names another node while kept) with the answers: a pass compares
 //! addresses front to back and reads only the objects that are new. A node replaced by a
