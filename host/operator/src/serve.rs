@@ -243,6 +243,14 @@ mod tests {
         }
     }
 
+    /// Sends a request on `conn`, which is answered, says it closes, and is closed.
+    async fn last_answer(conn: &mut TcpStream) {
+        let head = exchange(conn, "/").await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains("connection: close"), "{head}");
+        assert!(closed_within(conn, CLOSES).await, "closed after its answer");
+    }
+
     const STAYS_OPEN: Duration = Duration::from_millis(300);
     const CLOSES: Duration = Duration::from_secs(10);
 
@@ -284,13 +292,7 @@ mod tests {
 
         // Draining: a connection used again answers, says it closes, and closes ...
         fenced.send_replace(true);
-        let head = exchange(&mut used, "/").await;
-        assert!(head.starts_with("http/1.1 200"), "{head}");
-        assert!(head.contains("connection: close"), "{head}");
-        assert!(
-            closed_within(&mut used, CLOSES).await,
-            "closed after its answer"
-        );
+        last_answer(&mut used).await;
         // ... no idle one is closed at once (the close would race a call the client may be
         // sending on it) ...
         assert!(STAYS_OPEN < IDLE_GRACE);
@@ -305,13 +307,7 @@ mod tests {
         );
         // A new connection gets one answer, says it closes, and closes.
         let mut fresh = TcpStream::connect(addr).await.unwrap();
-        let head = exchange(&mut fresh, "/").await;
-        assert!(head.starts_with("http/1.1 200"), "{head}");
-        assert!(head.contains("connection: close"), "{head}");
-        assert!(
-            closed_within(&mut fresh, CLOSES).await,
-            "closed after one answer"
-        );
+        last_answer(&mut fresh).await;
 
         // No longer fenced: connections are kept again.
         fenced.send_replace(false);

@@ -189,11 +189,6 @@ impl<'a> NodeIndex<'a> {
             .map(move |&p| &nodes[p as usize])
     }
 
-    /// Each node's [`Brief`], in snapshot order.
-    pub(crate) fn briefs(&self) -> &[Brief] {
-        &self.listing.briefs
-    }
-
     /// `node`'s [`Brief`].
     pub(crate) fn brief(&self, node: &ObservedNode) -> Brief {
         self.listing.briefs[self.place(node)]

@@ -287,9 +287,9 @@ impl<'a> Report<'a> {
         });
         conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
     }
+
     /// The status write (if anything changed; whether the per-node maps did is remembered
     /// in `states` while nothing they depend on changes) and transition events.
-    /// The status write (if anything changed) and transition events.
     pub fn finish(mut self, states: &StateCache) -> Vec<Action> {
         let rolled = self.roll_up();
         let (complete, total) = self.counts(rolled);

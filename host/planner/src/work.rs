@@ -38,11 +38,12 @@ pub struct NodeWork<'a> {
 }
 
 impl<'a> NodeWork<'a> {
-    /// Starts from the snapshot.
-    pub fn new(node: &'a ObservedNode) -> Self {
+    /// Starts from the snapshot: `node`, whose `spec.unschedulable` is `unschedulable` (as
+    /// the pass's index read it: see `roster`).
+    pub fn new(node: &'a ObservedNode, unschedulable: bool) -> Self {
         NodeWork {
             node,
-            unschedulable: node.unschedulable,
+            unschedulable,
             patch: None,
         }
     }
@@ -328,11 +329,8 @@ pub struct Works<'a> {
 impl<'a> Works<'a> {
     /// Each node's work as the snapshot has it (its cordon as `index` read it).
     pub fn new(index: &NodeIndex<'a>) -> Self {
-        let mut briefs = index.briefs().iter();
-        let work = PerNode::with(index.nodes(), |node| NodeWork {
-            node,
-            unschedulable: briefs.next().expect("a brief per node").unschedulable,
-            patch: None,
+        let work = PerNode::with(index.nodes(), |node| {
+            NodeWork::new(node, index.brief(node).unschedulable)
         });
         Works { work }
     }
