@@ -101,6 +101,36 @@ impl CrMark {
     }
 }
 
+/// Every [`CrMark`]'s key for one CR, spelled once. A planner pass asks each node it works
+/// on for several of them; spelling a key again for every question allocated it again, and
+/// at ten thousand nodes an allocation is a cache miss of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrKeys {
+    cr: String,
+    /// In [`CrMark::ALL`]'s order (a mark's discriminant is its place).
+    keys: [String; CrMark::ALL.len()],
+}
+
+impl CrKeys {
+    /// The keys of `cr`.
+    pub fn new(cr: &str) -> Self {
+        CrKeys {
+            cr: cr.into(),
+            keys: CrMark::ALL.map(|m| m.key(cr)),
+        }
+    }
+
+    /// The CR's name.
+    pub fn cr(&self) -> &str {
+        &self.cr
+    }
+
+    /// `mark`'s key.
+    pub fn get(&self, mark: CrMark) -> &str {
+        &self.keys[mark as usize]
+    }
+}
+
 /// Node annotation holding the JSON [`crate::node_state::NodeState`] of `cr`: the source of truth.
 pub fn node_state(cr: &str) -> String {
     CrMark::State.key(cr)
@@ -271,6 +301,15 @@ mod tests {
             "example.com/state.gpu",
         ] {
             assert_eq!(CrMark::parse(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_crs_keys_spell_each_mark_as_the_mark_does() {
+        let keys = CrKeys::new("gpu-drivers");
+        assert_eq!(keys.cr(), "gpu-drivers");
+        for mark in CrMark::ALL {
+            assert_eq!(keys.get(mark), mark.key("gpu-drivers"), "{mark:?}");
         }
     }
 }

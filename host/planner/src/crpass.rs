@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap as HashMap;
 
 use k8s_openapi::api::core::v1::Toleration;
-use nodewright_api::keys::{self, CrMark};
+use nodewright_api::keys::{self, CrKeys, CrMark};
 use nodewright_api::node_state::{self, NodeState, State};
 use nodewright_api::payload::ImagePayload;
 use nodewright_api::pinned::PinnedRef;
@@ -43,8 +43,8 @@ struct CrPass<'c> {
     blocked: bool,
     tolerations: Vec<Toleration>,
     digests: Digests,
-    /// The CR's node annotations.
-    state_key: String,
+    /// The CR's node annotations' keys.
+    keys: CrKeys,
     /// Nodes in the CR's current batches.
     in_batch: PerNode<'c, bool>,
     /// The payloads it stages ahead of a node's cordon.
@@ -94,7 +94,7 @@ impl<'c> CrPass<'c> {
             blocked: unusable || cr.paused || cr.disabled,
             tolerations: tolerations(cr),
             digests: crate::packages::digests(&cr.spec),
-            state_key: keys::node_state(&cr.name),
+            keys: CrKeys::new(&cr.name),
             in_batch: {
                 let mut in_batch = index.per_node();
                 let batch = cr.status.compartment_statuses.values();
@@ -200,7 +200,7 @@ impl<'a> Pass<'a> {
         }
         let (standing, states) = self.standings(&c, &selected, before, &mut report);
         if cr.deleting && (cr.paused || cr.disabled) {
-            let state_of = |n: &ObservedNode| self.state_of(&cr.name, n);
+            let state_of = |n: &ObservedNode| self.state_of(&c.keys, n);
             report.deletion_blocked(pending_uninstalls(cr, &standing, &states, state_of));
         }
         let batches = self.batches(&c, &selected, &standing, &mut report);
@@ -220,7 +220,7 @@ impl<'a> Pass<'a> {
             .iter()
             .copied()
             .filter(|n| {
-                Self::selects(cr, n) || (cr.deleting && self.work[*n].get(&c.state_key).is_some())
+                Self::selects(cr, n) || (cr.deleting && self.work[*n].get(c.keys.get(CrMark::State)).is_some())
             })
             .collect();
         let mut chosen = self.index.per_node();
@@ -253,12 +253,12 @@ impl<'a> Pass<'a> {
         let mut states = self.index.per_node();
         let mut glanced_for_sequencing = self.glanced.remove(cr.name.as_str());
         for &n in selected {
-            let reset = self.reboot_reset(cr, n);
+            let reset = self.reboot_reset(c, n);
             // Whether it is done was found for sequencing, from the same state.
             let (glance, done) = match glanced_for_sequencing.as_mut().and_then(|g| g[n].take()) {
                 Some(g) if !reset => (g, self.done_on(cr, n)),
                 _ => {
-                    let parsed = self.state_of(&cr.name, n);
+                    let parsed = self.state_of(&c.keys, n);
                     let done = parsed
                         .state
                         .as_ref()
@@ -267,7 +267,7 @@ impl<'a> Pass<'a> {
                 }
             };
             if !glance.parses {
-                if let Err(e) = &self.state_of(&cr.name, n).state {
+                if let Err(e) = &self.state_of(&c.keys, n).state {
                     report.malformed(e.to_string());
                 }
                 standing[n] = Some((Standing::Ineligible, Status::Unknown));
@@ -416,6 +416,7 @@ impl<'a> Pass<'a> {
             pinned: c.pinned.unwrap_or(&NO_PINS),
             images: c.images.unwrap_or(&NO_IMAGES),
             digests: &c.digests,
+            keys: &c.keys,
             hold: c.holds.hold,
             orders: &batches.orders,
             replicas: &self.s.replicas,
@@ -436,19 +437,19 @@ impl<'a> Pass<'a> {
                         && prestage::ahead(env.prestage, &cr.name, &self.work[n])));
             match states[n].take() {
                 Some(_) if runs => {
-                    let parsed = self.state_of(&cr.name, n);
+                    let parsed = self.state_of(&c.keys, n);
                     let Ok(before) = &parsed.state else {
                         continue;
                     };
-                    let (out, st) = self.node_pass(&env, cr, n, before, member, &c.state_key);
-                    report.uninstalls(&n.name, &st);
+                    let (out, st) = self.node_pass(&env, cr, n, before, member);
+                    report.uninstalls(&n.name, st.as_ref().unwrap_or(before));
                     if member || out.status != Status::InProgress {
                         node_status = out.status;
                     }
                     report.node(&n.name, &out);
                 }
                 Some(glance) if glance.uninstalling => {
-                    if let Ok(st) = &self.state_of(&cr.name, n).state {
+                    if let Ok(st) = &self.state_of(&c.keys, n).state {
                         report.uninstalls(&n.name, st);
                     }
                 }
@@ -461,8 +462,9 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// One node's pass, and its state written back when the pass changed it.
-    /// Only a node that runs gets its own copy of the state to change.
+    /// One node's pass, and its state written back when the pass changed it (returned
+    /// then: `None` when it did not). The pass reads `before` in place and copies it only
+    /// to change it ([`node::Draft`]).
     fn node_pass(
         &mut self,
         env: &Env<'_>,
@@ -470,9 +472,8 @@ impl<'a> Pass<'a> {
         n: &'a ObservedNode,
         before: &NodeState,
         member: bool,
-        state_key: &str,
-    ) -> (NodeOutcome, NodeState) {
-        let mut st = before.clone();
+    ) -> (NodeOutcome, Option<NodeState>) {
+        let mut st = node::Draft::new(before);
         let jobs = self.jobs_of(&cr.name, n);
         let pods = self.pods.of(n);
         let work = &mut self.work[n];
@@ -484,10 +485,11 @@ impl<'a> Pass<'a> {
             pods: &pods,
         };
         let out = node::pass(&visit, work, &mut st, member, &mut self.actions);
-        if st != *before {
-            work.set(state_key, st.annotation());
+        let changed = st.into_changed().filter(|st| st != before);
+        if let Some(st) = &changed {
+            work.set(env.keys.get(CrMark::State), st.annotation());
         }
-        (out, st)
+        (out, changed)
     }
 
     /// Deletion, in order: the CR's Jobs stopped and gone, then its cordons and marks
@@ -549,7 +551,8 @@ impl<'a> Pass<'a> {
                     message: format!("{} is erroring on this node", cr.name),
                 }));
             }
-            self.work[n].set(&CrMark::Status.key(&cr.name), Some(status.as_str().into()));
+            let key = c.keys.get(CrMark::Status);
+            self.work[n].set(key, Some(status.as_str().into()));
         }
         let index = self.index;
         self.outcome
@@ -559,7 +562,8 @@ impl<'a> Pass<'a> {
 
     /// `reapplyOnReboot`: a boot ID change that is not our own reboot resets the node for
     /// this CR.
-    fn reboot_reset(&mut self, cr: &'a Cr, n: &'a ObservedNode) -> bool {
+    fn reboot_reset(&mut self, c: &CrPass<'a>, n: &'a ObservedNode) -> bool {
+        let cr = c.cr;
         if !self.s.settings.reapply_on_reboot {
             return false;
         }
@@ -569,14 +573,14 @@ impl<'a> Pass<'a> {
         if seen.is_empty() || *seen == n.boot_id {
             return false;
         }
-        let ours = self.state_of(&cr.name, n).state.as_ref().is_ok_and(|st| {
+        let ours = self.state_of(&c.keys, n).state.as_ref().is_ok_and(|st| {
             st.values()
                 .any(|e| !e.boot_id.is_empty() && e.state != State::Complete)
         });
         if ours {
             return false;
         }
-        self.work[n].set(&keys::node_state(&cr.name), None);
+        self.work[n].set(c.keys.get(CrMark::State), None);
         let jobs = self.jobs_of(&cr.name, n);
         self.jobs[n].retain(|j| j.cr != cr.name);
         for j in jobs {
@@ -623,19 +627,21 @@ impl<'a> Pass<'a> {
             return false;
         }
         let work = &mut self.work[n];
-        let held = work.get(&keys::cordon(&cr.name)).is_some()
-            || work.get(&keys::node_status(&cr.name)).is_some();
-        work.release(&cr.name);
+        let keys = CrKeys::new(&cr.name);
+        let held = work.get(keys.get(CrMark::Cordon)).is_some()
+            || work.get(keys.get(CrMark::Status)).is_some();
+        work.release(&keys);
         // Every other mark of the CR's goes with it (the record stays while it says what is
         // installed): one list, so a mark added later is let go of too.
         for mark in CrMark::ALL.into_iter().filter(|m| *m != CrMark::State) {
-            work.set(&mark.key(&cr.name), None);
+            work.set(keys.get(mark), None);
         }
+        let state = keys.get(CrMark::State);
         let empty = work
-            .get(&keys::node_state(&cr.name))
+            .get(state)
             .is_none_or(|raw| NodeState::parse(raw).is_ok_and(|st| st.is_empty()));
         if forget || empty {
-            work.set(&keys::node_state(&cr.name), None);
+            work.set(state, None);
         }
         if forget && held {
             self.actions.push(Action::Event(Event {

@@ -6,11 +6,14 @@
 //! [`record`] (finished Jobs), [`advance`] (the stage graph) and [`start`] (new Jobs).
 
 mod advance;
+mod draft;
 mod record;
 mod start;
 
+pub(crate) use draft::Draft;
+
 use nodewright_api::agent::RunStage;
-use nodewright_api::keys::{self, CrMark};
+use nodewright_api::keys::CrMark;
 use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State};
 use nodewright_api::v1alpha1::{Interrupt, InterruptType, Package, Status};
 
@@ -114,7 +117,7 @@ pub(crate) struct Visit<'v, 'a> {
 pub(crate) fn pass(
     v: &Visit<'_, '_>,
     work: &mut NodeWork<'_>,
-    state: &mut NodeState,
+    state: &mut Draft<'_>,
     may_start: bool,
     actions: &mut Vec<Action>,
 ) -> NodeOutcome {
@@ -182,9 +185,9 @@ impl Visit<'_, '_> {
         // A Job whose pod cannot start: nothing new starts on the node, and it reads
         // erroring until the kubelet succeeds (it keeps trying; the Job stays).
         failures.extend(self.jobs.iter().filter_map(|j| j.stuck.clone()));
-        let started = drain::started(work.get(&keys::drain_start(&cr.name)));
+        let started = drain::started(work.get(self.env.keys.get(CrMark::DrainStart)));
         if let Some(why) = drain::timed_out(cr, started, self.env.now) {
-            if work.get(&keys::node_status(&cr.name)) != Some("erroring") {
+            if work.get(self.env.keys.get(CrMark::Status)) != Some("erroring") {
                 actions.push(Action::Event(Event {
                     target: Target::Node(self.node.name.clone()),
                     warning: true,
@@ -263,7 +266,7 @@ impl Visit<'_, '_> {
         work: &NodeWork<'_>,
         runnable: &mut Vec<Runnable<'_>>,
     ) -> (bool, Option<String>) {
-        let cordoned = work.get(&keys::cordon(&self.cr.name)).is_some();
+        let cordoned = work.get(self.env.keys.get(CrMark::Cordon)).is_some();
         if cordoned {
             return (false, None);
         }
@@ -303,7 +306,7 @@ impl Visit<'_, '_> {
         ready: bool,
         actions: &mut Vec<Action>,
     ) -> bool {
-        let key = CrMark::FenceOperator.key(&self.cr.name);
+        let key = self.env.keys.get(CrMark::FenceOperator);
         let reboot_next = ready && runnable.iter().any(Runnable::reboots);
         let fence = if reboot_next {
             let fencing = self.env.fencing.names();
@@ -313,14 +316,14 @@ impl Visit<'_, '_> {
         };
         if let hold::Fence::Queued(_) | hold::Fence::Starting(_) = fence {
             // The replicas here serve meanwhile (a mark set earlier is taken back).
-            self.unfence(work, &key);
+            self.unfence(work, key);
             return true;
         }
         if let hold::Fence::Fence(waiting) = fence {
             let pods: Vec<&str> = waiting.iter().map(|r| r.pod.as_str()).collect();
             let pods = pods.join(",");
             self.env.fencing.insert(&self.node.name);
-            if work.get(&key) != Some(pods.as_str()) {
+            if work.get(key) != Some(pods.as_str()) {
                 actions.push(Action::Event(Event {
                     target: Target::Node(self.node.name.clone()),
                     warning: false,
@@ -331,7 +334,7 @@ impl Visit<'_, '_> {
                     ),
                 }));
             }
-            work.set(&key, Some(pods));
+            work.set(key, Some(pods));
             return true;
         }
         let interrupting = self
@@ -339,7 +342,7 @@ impl Visit<'_, '_> {
             .iter()
             .any(|j| matches!(j.work, Work::Interrupt { .. }));
         if !reboot_next && !interrupting {
-            self.unfence(work, &key);
+            self.unfence(work, key);
         }
         false
     }
@@ -371,34 +374,34 @@ impl Visit<'_, '_> {
             }) {
                 // Mid-interrupt-cycle (post-interrupt): keep the cordon, re-cordon if it was
                 // lifted. (A plan still running is not mid-cycle: it disrupts nothing.)
-                work.acquire(&cr.name);
+                work.acquire(self.env.keys);
             }
             return prep;
         }
-        let cordoned = work.get(&keys::cordon(&cr.name)).is_some();
+        let cordoned = work.get(self.env.keys.get(CrMark::Cordon)).is_some();
         if cr.spec.cordon_after_barrier && !cordoned {
             prep.barrier = drain::barrier(cr, self.pods);
             if !prep.barrier.is_empty() {
                 return prep;
             }
         }
-        if !work.acquire(&cr.name) {
+        if !work.acquire(self.env.keys) {
             return prep;
         }
-        let start = drain::started(work.get(&keys::drain_start(&cr.name)));
+        let start = drain::started(work.get(self.env.keys.get(CrMark::DrainStart)));
         match drain::drain(self.env, cr, &self.node.name, self.pods, start, actions) {
             Drain::Drained => {
                 prep.ready = true;
-                work.set(&keys::drain_start(&cr.name), None);
-                work.set(&keys::drain_blocked(&cr.name), None);
+                work.set(self.env.keys.get(CrMark::DrainStart), None);
+                work.set(self.env.keys.get(CrMark::DrainBlocked), None);
             }
             Drain::Barrier(held) => prep.barrier = held,
             Drain::InProgress(blocked) => {
                 if start.is_none() {
-                    work.set(&keys::drain_start(&cr.name), Some(self.env.now.to_string()));
+                    work.set(self.env.keys.get(CrMark::DrainStart), Some(self.env.now.to_string()));
                 }
                 work.set(
-                    &keys::drain_blocked(&cr.name),
+                    self.env.keys.get(CrMark::DrainBlocked),
                     blocked.as_ref().map(|b| b.message.clone()),
                 );
                 prep.drain_blocked = blocked;
@@ -422,7 +425,7 @@ impl Visit<'_, '_> {
     ) -> NodeOutcome {
         let cr = self.cr;
         let done = crate::packages::node_done(&cr.spec, self.env.digests, state, cr.deleting);
-        if done && work.get(&keys::cordon(&cr.name)).is_some() {
+        if done && work.get(self.env.keys.get(CrMark::Cordon)).is_some() {
             // Finishing a disruption: the node shows the conditions `nodeHealth` asks for
             // before the rollout lets go of it (it stays cordoned, erroring, until it does).
             let unmet = hold::unhealthy(cr, self.node);
@@ -440,7 +443,7 @@ impl Visit<'_, '_> {
             // The cordon goes only once nothing of this CR runs on the node (a Job being
             // stopped keeps it until its pods are gone).
             if !running {
-                work.release(&cr.name);
+                work.release(self.env.keys);
             }
             Status::Complete
         } else if !prep.barrier.is_empty() {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use k8s_openapi::api::core::v1::Taint;
-use nodewright_api::keys;
+use nodewright_api::keys::{self, CrKeys, CrMark};
 use nodewright_api::v1alpha1::{Sequencing, Status};
 
 use crate::action::Action;
@@ -103,11 +103,11 @@ impl<'a> Pass<'a> {
         pass
     }
 
-    /// `cr`'s state on `node` as this pass has left it (parsed once per annotation text).
-    pub(crate) fn state_of(&self, cr: &str, node: &ObservedNode) -> Parsed {
-        self.s
-            .states
-            .get(cr, self.read(&keys::node_state(cr), node))
+    /// A CR's state on `node` (`keys`: the CR's) as this pass has left it (parsed once
+    /// per annotation text).
+    pub(crate) fn state_of(&self, keys: &CrKeys, node: &ObservedNode) -> Parsed {
+        let key = keys.get(CrMark::State);
+        self.s.states.get(keys.cr(), self.read(key, node))
     }
 
     /// `node`'s state annotation `key` as this pass has left it, for the state cache.

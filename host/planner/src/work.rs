@@ -11,7 +11,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap as HashMap;
 
 use k8s_openapi::api::core::v1::Taint;
-use nodewright_api::keys::{self, CrMark};
+use nodewright_api::keys::{self, CrKeys, CrMark};
 use nodewright_api::pinned::PinnedRef;
 use nodewright_api::v1alpha1::Status;
 
@@ -174,10 +174,11 @@ impl<'a> NodeWork<'a> {
         }
     }
 
-    /// Takes (or shares) the cordon for `cr`, with Karpenter told to leave the node alone.
-    /// True when the cordon was already persisted, so the drain may begin.
-    pub fn acquire(&mut self, cr: &str) -> bool {
-        let acquired = self.cordons().acquire(cr);
+    /// Takes (or shares) the cordon for the CR whose keys are `keys`, with Karpenter told
+    /// to leave the node alone. True when the cordon was already persisted, so the drain
+    /// may begin.
+    pub fn acquire(&mut self, keys: &CrKeys) -> bool {
+        let acquired = self.cordons().acquire(keys.cr());
         self.apply(acquired.actions);
         let mut owned: Vec<String> = self
             .get(keys::KARPENTER_OWNED)
@@ -198,17 +199,17 @@ impl<'a> NodeWork<'a> {
         acquired.ready_to_drain
     }
 
-    /// Drops `cr`'s cordon; uncordons when it was the last one and ours; removes the
-    /// Karpenter annotations we added once no CR holds the node.
-    pub fn release(&mut self, cr: &str) {
-        let mut actions = self.cordons().release(cr);
+    /// Drops the cordon of the CR whose keys are `keys`; uncordons when it was the last one
+    /// and ours; removes the Karpenter annotations we added once no CR holds the node.
+    pub fn release(&mut self, keys: &CrKeys) {
+        let mut actions = self.cordons().release(keys.cr());
         if self.get(keys::RUNTIME_REQUIRED_CORDON).is_some() {
             // The runtime-required cordon outlives every rollout; only an admin lifts it.
             actions.retain(|a| *a != cordon::Action::Uncordon);
         }
         self.apply(actions);
-        self.set(&keys::drain_start(cr), None);
-        self.set(&keys::drain_blocked(cr), None);
+        self.set(keys.get(CrMark::DrainStart), None);
+        self.set(keys.get(CrMark::DrainBlocked), None);
         if self.cordons().owners.is_empty()
             && let Some(owned) = self.get(keys::KARPENTER_OWNED).map(String::from)
         {
@@ -422,6 +423,8 @@ pub struct Env<'a> {
     pub images: &'a BTreeMap<String, Vec<nodewright_api::payload::ImagePayload>>,
     /// Config digests per package.
     pub digests: &'a crate::packages::Digests,
+    /// The CR's node annotations' keys.
+    pub keys: &'a CrKeys,
     /// What a node that has not started may begin (windows, gates).
     pub hold: Hold,
     /// Each batch member's rollout order (see [`crate::JobRequest::node_order`]).

@@ -1,18 +1,20 @@
 //! Folding finished Jobs into a node's state.
 
-use nodewright_api::node_state::{NodeState, Planned, Stage, State};
+use nodewright_api::node_state::{PackageStatus, Planned, Stage, State};
 use nodewright_api::result::StageResult;
 use nodewright_api::v1alpha1::{Interrupt, InterruptType};
 
 use crate::action::{Action, Event, Target};
 use crate::snapshot::{Cr, JobPhase, ObservedJob, ObservedNode, Work};
 
+use super::draft::Draft;
+
 /// Folds finished Jobs into the node state; deletes Jobs that are done or no longer match
 /// (stopping the ones still running). Jobs already stopping are left to finish stopping.
 pub(super) fn record_jobs(
     cr: &Cr,
     node: &ObservedNode,
-    state: &mut NodeState,
+    state: &mut Draft<'_>,
     jobs: &[&ObservedJob],
     actions: &mut Vec<Action>,
     failures: &mut Vec<String>,
@@ -53,7 +55,7 @@ pub(super) fn record_jobs(
 fn record_package(
     cr: &Cr,
     node: &ObservedNode,
-    state: &mut NodeState,
+    state: &mut Draft<'_>,
     job: &ObservedJob,
     (package, version, stage): (&str, &str, Stage),
     actions: &mut Vec<Action>,
@@ -65,7 +67,7 @@ fn record_package(
         .get(package)
         .is_some_and(|p| p.version == version);
     let Some(e) = state
-        .find_mut(package, version)
+        .find(package, version)
         .filter(|e| current && e.stage == stage)
     else {
         return true;
@@ -89,15 +91,25 @@ fn record_package(
             // A pod that cannot start is a failed attempt for as long as it cannot (the
             // kubelet's next try is the next attempt); it does not spend the retry budget,
             // which counts runs of the stage, so the node goes on by itself once it starts.
-            e.attempts = (*failed + u32::from(job.stuck.is_some())) as i32;
-            if let Some(stuck) = &job.stuck {
-                e.message.clone_from(stuck);
-            } else if let Some(r) = last {
-                e.message = summary(r);
+            let attempts = (*failed + u32::from(job.stuck.is_some())) as i32;
+            let message = match (&job.stuck, last) {
+                (Some(stuck), _) => Some(stuck.clone()),
+                (None, Some(r)) => Some(summary(r)),
+                (None, None) => None,
+            };
+            let news = |e: &PackageStatus| {
+                e.attempts != attempts || message.as_ref().is_some_and(|m| *m != e.message)
+            };
+            if let Some(e) = state.find_mut_if(package, version, news) {
+                e.attempts = attempts;
+                if let Some(m) = message {
+                    e.message = m;
+                }
             }
             false
         }
         JobPhase::Succeeded(result) => {
+            let e = state.edit().find_mut(package, version).expect("read above");
             e.state = State::Complete;
             e.message.clear();
             if stage == Stage::Plan {
@@ -111,6 +123,7 @@ fn record_package(
             reason,
             last,
         } => {
+            let e = state.edit().find_mut(package, version).expect("read above");
             e.state = State::Erroring;
             e.attempts = *attempts as i32;
             e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
@@ -140,7 +153,7 @@ fn record_package(
 /// deleted.
 fn record_interrupt(
     node: &ObservedNode,
-    state: &mut NodeState,
+    state: &mut Draft<'_>,
     job: &ObservedJob,
     (stage, kind, owner): (Stage, InterruptType, &str),
     failures: &mut Vec<String>,
@@ -162,6 +175,7 @@ fn record_interrupt(
             if kind == InterruptType::Reboot && state[&owner_key].boot_id == node.boot_id {
                 return false; // the node has not come back with a new boot ID yet
             }
+            let state = state.edit();
             if stage == Stage::UninstallInterrupt {
                 state.remove(&owner_key);
             } else {
@@ -180,7 +194,7 @@ fn record_interrupt(
             ..
         } => {
             if *genuine || kind == InterruptType::Reboot || reason == "DeadlineExceeded" {
-                let e = state.get_mut(&owner_key).expect("found above");
+                let e = state.edit().get_mut(&owner_key).expect("found above");
                 e.state = State::Erroring;
                 e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
                 failures.push(format!("{owner}: {}", e.message));

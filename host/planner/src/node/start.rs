@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use nodewright_api::agent::RunStage;
-use nodewright_api::node_state::{NodeState, PackageStatus, Stage, State, state_key};
+use nodewright_api::node_state::{PackageStatus, Stage, State, state_key};
 use nodewright_api::v1alpha1::Interrupt;
 
 use crate::action::{Action, Event, Target};
@@ -12,6 +12,7 @@ use crate::interrupts::{Merged, coalesce};
 use crate::jobs::{interrupt_job, package_job};
 use crate::snapshot::Work;
 
+use super::draft::Draft;
 use super::{Runnable, Step, Visit};
 
 /// Starts what may start: a disruptive step only once the node is `ready` (cordoned and
@@ -19,7 +20,7 @@ use super::{Runnable, Step, Visit};
 /// `reboots_held` (the operator replicas on the node are still being fenced).
 pub(super) fn start(
     v: &Visit<'_, '_>,
-    state: &mut NodeState,
+    state: &mut Draft<'_>,
     runnable: &[Runnable<'_>],
     ready: bool,
     reboots_held: bool,
@@ -69,7 +70,7 @@ fn has_job(v: &Visit<'_, '_>, w: &Work) -> bool {
 /// A package stage's Job, unless it has one. True when it started one.
 fn stage_job(
     v: &Visit<'_, '_>,
-    state: &mut NodeState,
+    state: &mut Draft<'_>,
     r: &Runnable<'_>,
     run: RunStage,
     actions: &mut Vec<Action>,
@@ -89,6 +90,7 @@ fn stage_job(
         return false;
     }
     let entry = state
+        .edit()
         .entry(state_key(name, &p.version))
         .or_insert_with(|| PackageStatus {
             run: env.now,
@@ -120,7 +122,7 @@ fn stage_job(
 /// packages at their interrupt are covered by it (skipped).
 fn merged_interrupt(
     v: &Visit<'_, '_>,
-    state: &mut NodeState,
+    state: &mut Draft<'_>,
     r: &Runnable<'_>,
     merged: Option<&Merged>,
     busy: bool,
@@ -129,15 +131,13 @@ fn merged_interrupt(
     let key = state_key(r.name, &r.package.version);
     let Some(Merged { interrupt, owner }) = merged else {
         // Nothing in scope any more (a plan or config cycle needs none): done.
-        if let Some(e) = state.get_mut(&key) {
+        if let Some(e) = state.get_mut_if(&key, |e| e.state != State::Complete) {
             e.state = State::Complete;
         }
         return;
     };
     if owner != r.name {
-        if let Some(e) = state.get_mut(&key)
-            && e.state != State::Skipped
-        {
+        if let Some(e) = state.get_mut_if(&key, |e| e.state != State::Skipped) {
             e.state = State::Skipped;
         }
         return;
@@ -150,7 +150,7 @@ fn merged_interrupt(
     if has_job(v, &w) || busy {
         return;
     }
-    let Some(e) = state.get_mut(&key) else {
+    let Some(e) = state.edit().get_mut(&key) else {
         return;
     };
     let run = e.run;
@@ -181,7 +181,7 @@ fn merged_interrupt(
 /// The interrupt after a package's removal (its own, never merged).
 fn uninstall_interrupt(
     v: &Visit<'_, '_>,
-    state: &mut NodeState,
+    state: &mut Draft<'_>,
     r: &Runnable<'_>,
     actions: &mut Vec<Action>,
 ) {
@@ -198,7 +198,7 @@ fn uninstall_interrupt(
     }
     let key = state_key(r.name, &r.package.version);
     let run = state.get(&key).map_or(0, |e| e.run);
-    if let Some(e) = state.get_mut(&key) {
+    if let Some(e) = state.edit().get_mut(&key) {
         e.state = State::InProgress;
         if e.boot_id.is_empty() {
             e.boot_id = v.node.boot_id.clone();
