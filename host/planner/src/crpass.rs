@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap as HashMap;
 
 use k8s_openapi::api::core::v1::Toleration;
 use nodewright_api::keys::{self, CrKeys, CrMark};
@@ -171,10 +170,10 @@ type Standings<'a> = PerNode<'a, Option<(Standing, Status)>>;
 /// read only where a node's pass, or a report, needs it: `Pass::state_of`).
 type States<'a> = PerNode<'a, Option<Glance>>;
 
-/// The batches' outcome: who may work, and each member's rollout order.
+/// The batches' outcome: each member's rollout order (a node without one is not a member
+/// and may not work).
 struct Batches<'a> {
-    members: PerNode<'a, bool>,
-    orders: HashMap<String, u32>,
+    orders: PerNode<'a, Option<u32>>,
 }
 
 impl<'a> Pass<'a> {
@@ -352,8 +351,7 @@ impl<'a> Pass<'a> {
     ) -> Batches<'a> {
         let cr = c.cr;
         let mut out = Batches {
-            members: self.index.per_node(),
-            orders: HashMap::default(),
+            orders: self.index.per_node(),
         };
         if c.blocked {
             for (name, comp) in &cr.status.compartment_statuses {
@@ -362,7 +360,8 @@ impl<'a> Pass<'a> {
             return out;
         }
         let rules = rollout::rules(c.spec_policy(), cr.spec.interruption_budget.as_ref());
-        let mut current: Vec<String> = Vec::new();
+        // The members of every batch in order (`None`: a member gone from the snapshot).
+        let mut current: Vec<Option<&'a ObservedNode>> = Vec::new();
         let mut processed = 0u32;
         for (name, nodes) in rollout::assign(c.spec_policy(), selected) {
             let list: Vec<(&str, Standing)> = nodes
@@ -380,19 +379,18 @@ impl<'a> Pass<'a> {
                 &list,
                 &c.era,
             );
-            for n in b.members.iter().filter_map(|n| self.index.node(n)) {
-                out.members[n] = true;
-            }
             processed += b
                 .status
                 .batch_state
                 .as_ref()
                 .map_or(0, |s| (s.completed_nodes + s.failed_nodes).max(0) as u32);
-            current.extend(b.status.batch_nodes.iter().cloned());
+            current.extend(b.members().iter().map(|n| self.index.node(n)));
             report.compartment(&name, b.status, nodes);
         }
         for (i, n) in current.into_iter().enumerate() {
-            out.orders.insert(n, processed + i as u32);
+            if let Some(n) = n {
+                out.orders[n] = Some(processed + i as u32);
+            }
         }
         out
     }
@@ -428,7 +426,7 @@ impl<'a> Pass<'a> {
             let Some((stand, mut node_status)) = standing[n] else {
                 continue;
             };
-            let member = batches.members[n];
+            let member = batches.orders[n].is_some();
             let runs = !c.blocked
                 && (member
                     || stand == Standing::Failed

@@ -86,7 +86,7 @@ const REBOOT_RESTARTS: i32 = 6;
 pub(crate) fn package_job(
     env: &Env<'_>,
     cr: &Cr,
-    node: &str,
+    node: &ObservedNode,
     stage: RunStage,
     p: &Package,
     plugin: &PinnedRef,
@@ -101,7 +101,7 @@ pub(crate) fn package_job(
     call.config = p.config_map.clone();
     call.changed_keys = e.changed_keys.clone();
     call.previous_version = e.previous_version.clone();
-    call.node_order = env.orders.get(node).copied();
+    call.node_order = env.orders[node];
     if let Some(d) = deadline {
         call.timeout = d;
     }
@@ -120,7 +120,7 @@ pub(crate) fn package_job(
         resources: p.resources.clone(),
     };
     let backoff = env.settings.backoff_limit;
-    request(cr, node, e.run, deadline, backoff, ask)
+    request(cr, &node.name, e.run, deadline, backoff, ask)
 }
 
 /// The request for a node's merged (or a package's uninstall) interrupt, owned by `owner`.

@@ -53,6 +53,9 @@ pub(crate) struct Pass<'a> {
     pub(crate) work: Works<'a>,
     /// Every CR's Jobs on each node, in snapshot order.
     pub(crate) jobs: PerNode<'a, Vec<&'a ObservedJob>>,
+    /// Whether each of the snapshot's Jobs runs on one of its nodes (in the Jobs' order):
+    /// each Job's node is looked up once a pass.
+    housed: Vec<bool>,
     pub(crate) pods: Grouped<'a, ObservedPod>,
     /// CR → each node's status this pass (`None`: not selected).
     pub(crate) outcome: HashMap<&'a str, PerNode<'a, Option<Status>>>,
@@ -77,10 +80,13 @@ impl<'a> Pass<'a> {
         let nodes: Vec<&ObservedNode> = index.rollout().collect();
         let work = Works::new(index);
         let mut jobs: PerNode<Vec<&ObservedJob>> = index.per_node();
+        let mut housed = Vec::with_capacity(s.jobs.len());
         for j in &s.jobs {
-            if let Some(n) = index.node(&j.node) {
+            let node = index.node(&j.node);
+            if let Some(n) = node {
                 jobs[n].push(j);
             }
+            housed.push(node.is_some());
         }
         let pods = Grouped::new(&s.nodes, &s.pods, s.pod_places.grouping(index, &s.pods));
         let mut pass = Pass {
@@ -90,6 +96,7 @@ impl<'a> Pass<'a> {
             index,
             work,
             jobs,
+            housed,
             pods,
             outcome: HashMap::default(),
             done_on: HashMap::default(),
@@ -199,9 +206,10 @@ impl<'a> Pass<'a> {
     /// nobody's work: delete them (the garbage collector is the backstop for the first).
     fn orphans(&mut self) {
         let crs: HashSet<&str> = self.s.nodewrights.iter().map(|c| c.name.as_str()).collect();
-        for j in self.s.jobs.iter().filter(|j| !j.stopping) {
+        let jobs = self.s.jobs.iter().zip(&self.housed);
+        for (j, &housed) in jobs.filter(|(j, _)| !j.stopping) {
             let cr_gone = !crs.contains(j.cr.as_str());
-            let node_gone = self.index.node(&j.node).is_none();
+            let node_gone = !housed;
             if cr_gone || node_gone {
                 self.actions.push(Action::DeleteJob {
                     name: j.name.clone(),

@@ -181,10 +181,15 @@ impl Era {
 /// Result of choosing a compartment's batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Batch {
-    /// Nodes that may work this pass.
-    pub members: Vec<String>,
     /// The updated compartment status.
     pub status: CompartmentStatus,
+}
+
+impl Batch {
+    /// Nodes that may work this pass (the batch's members, in order).
+    pub fn members(&self) -> &[String] {
+        &self.status.batch_nodes
+    }
 }
 
 /// The batch of one compartment: the current members until each is done or failed (sticky),
@@ -219,12 +224,16 @@ pub fn batch(
     let kind =
         Growth::of(strategy).unwrap_or(Growth::Fixed(synthetic.fixed.as_ref().expect("set above")));
     let mut state = era.carry(previous.and_then(|p| p.batch_state.as_ref()));
-    let standing: BTreeMap<&str, Standing> = nodes.iter().copied().collect();
-    let mut members: Vec<String> = previous.map(|p| p.batch_nodes.clone()).unwrap_or_default();
-    members.retain(|m| standing.contains_key(m.as_str()));
+    let standing: rustc_hash::FxHashMap<&str, Standing> = nodes.iter().copied().collect();
+    let mut members: Vec<&str> = previous
+        .iter()
+        .flat_map(|p| &p.batch_nodes)
+        .map(String::as_str)
+        .filter(|m| standing.contains_key(m))
+        .collect();
     // Before this batch is folded in, the counters cover at most the done and failed
     // nodes that are not members of it.
-    let in_batch: rustc_hash::FxHashSet<&str> = members.iter().map(String::as_str).collect();
+    let in_batch: rustc_hash::FxHashSet<&str> = members.iter().copied().collect();
     let outside = |want: Standing| {
         nodes
             .iter()
@@ -233,18 +242,16 @@ pub fn batch(
     };
     state.completed_nodes = state.completed_nodes.min(outside(Standing::Done));
     state.failed_nodes = state.failed_nodes.min(outside(Standing::Failed));
-    let open = members
-        .iter()
-        .any(|m| standing[m.as_str()] == Standing::Eligible);
+    let open = members.iter().any(|m| standing[m] == Standing::Eligible);
     if !open {
         if !members.is_empty() {
             let ok = members
                 .iter()
-                .filter(|m| standing[m.as_str()] == Standing::Done)
+                .filter(|m| standing[*m] == Standing::Done)
                 .count() as u32;
             let failed = members
                 .iter()
-                .filter(|m| standing[m.as_str()] == Standing::Failed)
+                .filter(|m| standing[*m] == Standing::Failed)
                 .count() as u32;
             if ok + failed > 0 {
                 state = evaluate(kind, &state, ok, failed, ok + failed, total);
@@ -260,7 +267,7 @@ pub fn batch(
                 .iter()
                 .filter(|(_, s)| *s == Standing::Eligible)
                 .take(size)
-                .map(|(n, _)| n.to_string())
+                .map(|(n, _)| *n)
                 .collect();
         }
     }
@@ -273,7 +280,7 @@ pub fn batch(
     state.failed_nodes = state.failed_nodes.min(failed_now);
     let in_progress = members
         .iter()
-        .filter(|m| standing[m.as_str()] == Standing::Eligible)
+        .filter(|m| standing[*m] == Standing::Eligible)
         .count() as i32;
     let status = CompartmentStatus {
         matched: total as i32,
@@ -286,9 +293,9 @@ pub fn batch(
             completed * 100 / total as i32
         },
         batch_state: Some(state),
-        batch_nodes: members.clone(),
+        batch_nodes: members.into_iter().map(String::from).collect(),
     };
-    Batch { members, status }
+    Batch { status }
 }
 
 #[cfg(test)]

@@ -50,8 +50,7 @@ impl<'a> Report<'a> {
     pub fn new(cr: &'a Cr, now: i64, era: crate::rollout::Era, index: &'a NodeIndex<'a>) -> Self {
         // The per-node maps are tallied apart ([`NodeTally`]) and written only when they
         // change: at thousands of nodes they are most of the status.
-        let mut status = cr.status.without_nodes();
-        status.compartment_statuses.clear();
+        let status = cr.status.without_nodes_or_batches();
         Report {
             cr,
             now,
@@ -305,7 +304,7 @@ impl<'a> Report<'a> {
         }
         self.malformed_condition();
         let cr = self.cr;
-        if self.nodes.changed(states, &cr.name) || self.status != cr.status.without_nodes() {
+        if self.nodes.changed(states, &cr.name) || !self.status.same_without_nodes(&cr.status) {
             self.nodes.write_into(&mut self.status);
             actions.insert(
                 0,

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap as HashMap;
 
 use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::keys::{self, CrKeys, CrMark};
@@ -428,7 +427,7 @@ pub struct Env<'a> {
     /// What a node that has not started may begin (windows, gates).
     pub hold: Hold,
     /// Each batch member's rollout order (see [`crate::JobRequest::node_order`]).
-    pub orders: &'a HashMap<String, u32>,
+    pub(crate) orders: &'a PerNode<'a, Option<u32>>,
     /// The operator's replicas (a reboot of the last ready one's node waits).
     pub replicas: &'a [crate::snapshot::Replica],
     /// The nodes whose operator replicas are being fenced before a reboot, as this pass

@@ -242,8 +242,57 @@ pub struct NodeWrightStatus {
 
 impl NodeWrightStatus {
     /// A copy of everything but the per-node maps (`nodeStatus`, `nodeBootIds`), which grow
-    /// with the fleet: what a planner pass compares and rewrites every time.
+    /// with the fleet: what a planner pass rewrites every time.
     pub fn without_nodes(&self) -> NodeWrightStatus {
+        let mut copy = self.without_nodes_or_batches();
+        copy.compartment_statuses = self.compartment_statuses.clone();
+        copy
+    }
+
+    /// [`NodeWrightStatus::without_nodes`] without the compartments' statuses either (a
+    /// planner pass writes each again; a batch lists its members by name).
+    pub fn without_nodes_or_batches(&self) -> NodeWrightStatus {
+        // Destructured without `..`: a new field must be decided on here.
+        let NodeWrightStatus {
+            status,
+            node_status: _,
+            conditions,
+            observed_generation,
+            node_boot_ids: _,
+            next_window,
+            resolved_plugins,
+            resolved_payloads,
+            plugin_signers,
+            compartment_statuses: _,
+            nodes_in_progress,
+            complete_nodes,
+            package_list,
+        } = self;
+        NodeWrightStatus {
+            status: *status,
+            node_status: BTreeMap::new(),
+            conditions: conditions.clone(),
+            observed_generation: *observed_generation,
+            node_boot_ids: BTreeMap::new(),
+            next_window: next_window.clone(),
+            resolved_plugins: resolved_plugins.clone(),
+            resolved_payloads: resolved_payloads.clone(),
+            plugin_signers: plugin_signers.clone(),
+            compartment_statuses: BTreeMap::new(),
+            nodes_in_progress: *nodes_in_progress,
+            complete_nodes: complete_nodes.clone(),
+            package_list: package_list.clone(),
+        }
+    }
+
+    /// Whether `self` and `other` agree on everything but the per-node maps, compared in
+    /// place (a copy allocates every batch member's name again).
+    pub fn same_without_nodes(&self, other: &NodeWrightStatus) -> bool {
+        self.but_nodes() == other.but_nodes()
+    }
+
+    /// Every field but the per-node maps.
+    fn but_nodes(&self) -> impl PartialEq + '_ {
         // Destructured without `..`: a new field must be decided on here.
         let NodeWrightStatus {
             status,
@@ -260,21 +309,19 @@ impl NodeWrightStatus {
             complete_nodes,
             package_list,
         } = self;
-        NodeWrightStatus {
-            status: *status,
-            node_status: BTreeMap::new(),
-            conditions: conditions.clone(),
-            observed_generation: *observed_generation,
-            node_boot_ids: BTreeMap::new(),
-            next_window: next_window.clone(),
-            resolved_plugins: resolved_plugins.clone(),
-            resolved_payloads: resolved_payloads.clone(),
-            plugin_signers: plugin_signers.clone(),
-            compartment_statuses: compartment_statuses.clone(),
-            nodes_in_progress: *nodes_in_progress,
-            complete_nodes: complete_nodes.clone(),
-            package_list: package_list.clone(),
-        }
+        (
+            status,
+            conditions,
+            observed_generation,
+            next_window,
+            resolved_plugins,
+            resolved_payloads,
+            plugin_signers,
+            compartment_statuses,
+            nodes_in_progress,
+            complete_nodes,
+            package_list,
+        )
     }
 }
 
@@ -415,5 +462,56 @@ mod tests {
         }
         assert_eq!(Status::parse("In_Progress"), None);
         assert_eq!(Status::parse(""), None);
+    }
+
+    /// A status with every field the schema lists set, and each field set otherwise: the
+    /// comparison without the per-node maps sees every other field change, and the copies
+    /// leave out what they say (a field added later is in the schema, so it is asked too).
+    #[test]
+    fn a_status_compared_without_its_nodes_sees_every_other_field() {
+        let full = serde_json::json!({
+            "status": "in_progress",
+            "nodeStatus": {"a": "complete"},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "R", "message": "m",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "observedGeneration": 2,
+            "nodeBootIds": {"a": "b1"},
+            "nextWindow": "2026-01-01T00:00:00Z",
+            "resolvedPlugins": {"p": "r/p@sha256:0"},
+            "resolvedPayloads": {"p/i": "r/i@sha256:0"},
+            "pluginSigners": {"p": ["s"]},
+            "compartmentStatuses": {"c": {"matched": 1, "ceiling": 1, "inProgress": 1,
+                "completed": 0, "progressPercent": 0, "batchNodes": ["a"]}},
+            "nodesInProgress": 1,
+            "completeNodes": "0/1",
+            "packageList": "p:1",
+        });
+        let schema = serde_json::to_value(schemars::schema_for!(NodeWrightStatus)).unwrap();
+        let fields = schema["properties"].as_object().expect("properties");
+        let base: NodeWrightStatus = serde_json::from_value(full.clone()).unwrap();
+        for field in fields.keys() {
+            let mut other = full.clone();
+            other[field] = match &full[field] {
+                serde_json::Value::Null => panic!("{field}: set it in this test"),
+                serde_json::Value::String(_) if field == "status" => serde_json::json!("complete"),
+                serde_json::Value::String(_) => serde_json::json!("else"),
+                serde_json::Value::Number(_) => serde_json::json!(7),
+                serde_json::Value::Array(_) => serde_json::json!([]),
+                serde_json::Value::Object(_) => serde_json::json!({}),
+                v => panic!("{field}: {v}"),
+            };
+            let other: NodeWrightStatus = serde_json::from_value(other).unwrap();
+            assert_ne!(base, other, "{field}");
+            let per_node = matches!(field.as_str(), "nodeStatus" | "nodeBootIds");
+            assert_eq!(base.same_without_nodes(&other), per_node, "{field}");
+        }
+        let copy = base.without_nodes();
+        assert!(copy.node_status.is_empty() && copy.node_boot_ids.is_empty());
+        assert!(copy.same_without_nodes(&base));
+        let lean = base.without_nodes_or_batches();
+        assert!(lean.compartment_statuses.is_empty());
+        let mut back = lean.clone();
+        back.compartment_statuses = base.compartment_statuses.clone();
+        assert!(back.same_without_nodes(&base) && !lean.same_without_nodes(&base));
     }
 }

@@ -102,7 +102,7 @@ fn stage_job(
     if matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Plan) {
         entry.config = env.digests[name].clone();
     }
-    let req = package_job(env, cr, &v.node.name, run, p, plugin, entry);
+    let req = package_job(env, cr, v.node, run, p, plugin, entry);
     actions.push(Action::Event(Event {
         target: Target::Node(v.node.name.clone()),
         warning: false,

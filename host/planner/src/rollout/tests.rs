@@ -74,7 +74,7 @@ fn batches_are_sticky_until_each_member_is_done_or_failed() {
         ],
         &era(1, "p:1"),
     );
-    assert_eq!(first.members, ["a", "b"]);
+    assert_eq!(first.members(), ["a", "b"]);
     // a is done, b still working: the batch holds; c does not start.
     let held = batch(
         &rules,
@@ -86,7 +86,7 @@ fn batches_are_sticky_until_each_member_is_done_or_failed() {
         ],
         &era(1, "p:1"),
     );
-    assert_eq!(held.members, ["a", "b"]);
+    assert_eq!(held.members(), ["a", "b"]);
     // b failed: the batch is evaluated and the next one picks c (failed nodes are not re-picked).
     let next = batch(
         &rules,
@@ -98,7 +98,7 @@ fn batches_are_sticky_until_each_member_is_done_or_failed() {
         ],
         &era(1, "p:1"),
     );
-    assert_eq!(next.members, ["c"]);
+    assert_eq!(next.members(), ["c"]);
     let state = next.status.batch_state.unwrap();
     assert_eq!(
         (
@@ -146,7 +146,7 @@ fn a_version_change_restarts_the_counters_and_keeps_the_members_at_work() {
         ],
         &era(1, "p:1"),
     );
-    assert_eq!(done.members, ["c", "d"]);
+    assert_eq!(done.members(), ["c", "d"]);
     // Version 2 while c and d work: a and b need it too.
     let bumped = batch(
         &rules,
@@ -154,7 +154,7 @@ fn a_version_change_restarts_the_counters_and_keeps_the_members_at_work() {
         &all(Standing::Eligible),
         &era(2, "p:2"),
     );
-    assert_eq!(bumped.members, ["c", "d"], "the batch at work is kept");
+    assert_eq!(bumped.members(), ["c", "d"], "the batch at work is kept");
     let state = bumped.status.batch_state.clone().unwrap();
     assert_eq!(
         (state.generation, state.completed_nodes, state.current_batch),
@@ -172,7 +172,7 @@ fn a_version_change_restarts_the_counters_and_keeps_the_members_at_work() {
         &era(2, "p:2"),
     );
     assert_eq!(
-        after.members,
+        after.members(),
         ["a", "b"],
         "the untouched nodes get the next batch"
     );
