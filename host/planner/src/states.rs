@@ -104,9 +104,12 @@ struct Entry {
     /// The CR's marks on the witness, as read from it (`None` while not read, and whenever
     /// the witness changes): the witness does not change, so neither do they.
     marks: Option<KeptMarks>,
-    /// The last pass that asked for it.
+    /// The last pass that asked for it ([`NEVER`] until one does).
     seen: u64,
 }
+
+/// An entry's `seen` before any pass has asked for it.
+const NEVER: u64 = u64::MAX;
 
 impl Entry {
     /// Whether `node` is this entry's witness (the very object, not an equal one).
@@ -149,6 +152,10 @@ struct Table {
     slots: Vec<(String, Entry)>,
     /// Node → slot.
     at: HashMap<String, usize>,
+    /// How many entries the pass named first asked for: at the end of a pass that asked for
+    /// all of them, nothing is forgotten, and no entry needs looking at to know it (at
+    /// 10,000 nodes a sweep of every entry for that was a megabyte and a half of reads).
+    asked: (u64, usize),
 }
 
 impl Table {
@@ -184,12 +191,26 @@ impl Table {
         self.find(node, place).expect("just added")
     }
 
+    /// Slot `at`'s entry, asked for in `pass`.
+    fn ask(&mut self, at: usize, pass: u64) -> &mut Entry {
+        if self.asked.0 != pass {
+            self.asked = (pass, 0);
+        }
+        let e = &mut self.slots[at].1;
+        if e.seen != pass {
+            e.seen = pass;
+            self.asked.1 += 1;
+        }
+        e
+    }
+
     /// Keeps the entries asked for in `pass`.
     fn retain(&mut self, pass: u64) {
-        if self.slots.iter().all(|(_, e)| e.seen == pass) {
+        if self.asked == (pass, self.slots.len()) {
             return;
         }
         self.slots.retain(|(_, e)| e.seen == pass);
+        self.asked = (pass, self.slots.len());
         self.at = self
             .slots
             .iter()
@@ -427,20 +448,20 @@ impl Inner {
                     parsed: Arc::new(parsed),
                     done: None,
                     marks: None,
-                    seen: pass,
+                    seen: NEVER,
                 };
                 match found {
                     Some(at) => {
-                        table.slots[at].1 = entry;
+                        // Replaced: asked for as the entry it replaces was.
+                        let seen = table.slots[at].1.seen;
+                        table.slots[at].1 = Entry { seen, ..entry };
                         at
                     }
                     None => table.add(node, place, entry),
                 }
             }
         };
-        let e = &mut table.slots[at].1;
-        e.seen = pass;
-        e
+        table.ask(at, pass)
     }
 }
 

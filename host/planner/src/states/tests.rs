@@ -119,6 +119,34 @@ fn an_entry_is_found_by_name_whatever_place_it_is_asked_at() {
 }
 
 #[test]
+fn a_pass_forgets_exactly_the_entries_it_did_not_ask_for_however_often_it_asked() {
+    let cache = StateCache::default();
+    let nodes: Vec<ObservedNode> = (0..4).map(|i| node(&format!("n{i}"))).collect();
+    let ask = |i: usize, text: &str| cache.get("cr", read(&nodes[i], i, Some(text), true));
+    for i in 0..3 {
+        ask(i, "{}");
+    }
+    cache.end_pass();
+    assert_eq!(cache.len(), 3);
+    // n0 asked twice, its entry replaced in between (new text), n1 once, n2 not at all:
+    // three asks of a table of three, but two entries asked for.
+    ask(0, "{}");
+    ask(0, "{ }");
+    ask(1, "{}");
+    cache.end_pass();
+    assert_eq!(cache.len(), 2, "n2 was not asked for");
+    let kept = ask(0, "{ }");
+    ask(1, "{}");
+    ask(3, "{}");
+    cache.end_pass();
+    assert_eq!(cache.len(), 3, "every entry asked for, a new one among them");
+    assert!(Arc::ptr_eq(&kept, &ask(0, "{ }")), "kept, not parsed again");
+    cache.end_pass();
+    cache.end_pass();
+    assert!(cache.is_empty(), "a pass that asks for nothing forgets everything");
+}
+
+#[test]
 fn a_verdict_is_kept_only_while_the_text_the_spec_and_the_deletion_are_the_same() {
     let cache = StateCache::default();
     let v1 = cache.judge("cr", &spec("1"), false);
