@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-
 use k8s_openapi::api::core::v1::Toleration;
 use nodewright_api::keys::{self, CrKeys, CrMark};
 use nodewright_api::node_state::{self, NodeState, State};
@@ -219,7 +218,8 @@ impl<'a> Pass<'a> {
             .iter()
             .copied()
             .filter(|n| {
-                Self::selects(cr, n) || (cr.deleting && self.work[*n].get(c.keys.get(CrMark::State)).is_some())
+                Self::selects(cr, n)
+                    || (cr.deleting && self.work[*n].get(c.keys.get(CrMark::State)).is_some())
             })
             .collect();
         let mut chosen = self.index.per_node();
@@ -363,7 +363,20 @@ impl<'a> Pass<'a> {
         // The members of every batch in order (`None`: a member gone from the snapshot).
         let mut current: Vec<Option<&'a ObservedNode>> = Vec::new();
         let mut processed = 0u32;
-        for (name, nodes) in rollout::assign(c.spec_policy(), selected) {
+        let compartments = rollout::assign(c.spec_policy(), selected);
+        // Each node's compartment (its place among them), so a last batch's member is found
+        // by name through the index, and counted only in its own compartment.
+        let mut home: PerNode<Option<usize>> = self.index.per_node();
+        for (i, nodes) in compartments.values().enumerate() {
+            for &n in nodes {
+                home[n] = Some(i);
+            }
+        }
+        for (i, (name, nodes)) in compartments.into_iter().enumerate() {
+            let standing_of = |m: &str| {
+                let n = self.index.node(m).filter(|&n| home[n] == Some(i))?;
+                standing[n].map(|(s, _)| s)
+            };
             let list: Vec<(&str, Standing)> = nodes
                 .iter()
                 .map(|&n| {
@@ -373,10 +386,11 @@ impl<'a> Pass<'a> {
                     )
                 })
                 .collect();
-            let b = rollout::batch(
+            let b = rollout::batch_of(
                 &rules[&name],
                 cr.status.compartment_statuses.get(&name),
                 &list,
+                standing_of,
                 &c.era,
             );
             processed += b

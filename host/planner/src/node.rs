@@ -398,7 +398,10 @@ impl Visit<'_, '_> {
             Drain::Barrier(held) => prep.barrier = held,
             Drain::InProgress(blocked) => {
                 if start.is_none() {
-                    work.set(self.env.keys.get(CrMark::DrainStart), Some(self.env.now.to_string()));
+                    work.set(
+                        self.env.keys.get(CrMark::DrainStart),
+                        Some(self.env.now.to_string()),
+                    );
                 }
                 work.set(
                     self.env.keys.get(CrMark::DrainBlocked),

@@ -203,12 +203,27 @@ impl Batch {
 /// change), unless the CR or policy turned `resetBatchStateOnCompletion` off; a config-only
 /// edit keeps the batch position and a stop. Members already at work keep working and are
 /// counted into the new counters.
-// Long on purpose: the batch state machine (keep, grow, stop, reset) in one place, as the
-// spec states it.
 pub fn batch(
     rules: &Rules,
     previous: Option<&CompartmentStatus>,
     nodes: &[(&str, Standing)],
+    era: &Era,
+) -> Batch {
+    let standing: rustc_hash::FxHashMap<&str, Standing> = nodes.iter().copied().collect();
+    batch_of(rules, previous, nodes, |n| standing.get(n).copied(), era)
+}
+
+/// [`batch`], with a name's standing among `nodes` found by `standing_of` (`None`: not one
+/// of them). Only the last batch's members are looked up by name: a caller that finds a
+/// node by name without hashing every name in `nodes` (the planner's pass, through its
+/// node index) need not build a map of them all.
+// Long on purpose: the batch state machine (keep, grow, stop, reset) in one place, as the
+// spec states it.
+pub fn batch_of(
+    rules: &Rules,
+    previous: Option<&CompartmentStatus>,
+    nodes: &[(&str, Standing)],
+    standing_of: impl Fn(&str) -> Option<Standing>,
     era: &Era,
 ) -> Batch {
     let total = nodes.len() as u32;
@@ -224,34 +239,33 @@ pub fn batch(
     let kind =
         Growth::of(strategy).unwrap_or(Growth::Fixed(synthetic.fixed.as_ref().expect("set above")));
     let mut state = era.carry(previous.and_then(|p| p.batch_state.as_ref()));
-    let standing: rustc_hash::FxHashMap<&str, Standing> = nodes.iter().copied().collect();
-    let mut members: Vec<&str> = previous
+    // The last batch's members still among `nodes`, each with its standing.
+    let mut members: Vec<(&str, Standing)> = previous
         .iter()
         .flat_map(|p| &p.batch_nodes)
-        .map(String::as_str)
-        .filter(|m| standing.contains_key(m))
+        .filter_map(|m| Some((m.as_str(), standing_of(m)?)))
         .collect();
     // Before this batch is folded in, the counters cover at most the done and failed
-    // nodes that are not members of it.
-    let in_batch: rustc_hash::FxHashSet<&str> = members.iter().copied().collect();
-    let outside = |want: Standing| {
-        nodes
-            .iter()
-            .filter(|(n, s)| *s == want && !in_batch.contains(n))
-            .count() as i32
-    };
-    state.completed_nodes = state.completed_nodes.min(outside(Standing::Done));
-    state.failed_nodes = state.failed_nodes.min(outside(Standing::Failed));
-    let open = members.iter().any(|m| standing[m] == Standing::Eligible);
+    // nodes that are not members of it (a name the status lists twice is one member).
+    let mut distinct = rustc_hash::FxHashSet::default();
+    let (mut done_inside, mut failed_inside) = (0, 0);
+    for &(m, s) in &members {
+        if distinct.insert(m) {
+            done_inside += i32::from(s == Standing::Done);
+            failed_inside += i32::from(s == Standing::Failed);
+        }
+    }
+    let count = |want: Standing| nodes.iter().filter(|(_, s)| *s == want).count() as i32;
+    let (completed, failed_now) = (count(Standing::Done), count(Standing::Failed));
+    state.completed_nodes = state.completed_nodes.min(completed - done_inside);
+    state.failed_nodes = state.failed_nodes.min(failed_now - failed_inside);
+    let open = members.iter().any(|(_, s)| *s == Standing::Eligible);
     if !open {
         if !members.is_empty() {
-            let ok = members
-                .iter()
-                .filter(|m| standing[*m] == Standing::Done)
-                .count() as u32;
+            let ok = members.iter().filter(|(_, s)| *s == Standing::Done).count() as u32;
             let failed = members
                 .iter()
-                .filter(|m| standing[*m] == Standing::Failed)
+                .filter(|(_, s)| *s == Standing::Failed)
                 .count() as u32;
             if ok + failed > 0 {
                 state = evaluate(kind, &state, ok, failed, ok + failed, total);
@@ -267,20 +281,18 @@ pub fn batch(
                 .iter()
                 .filter(|(_, s)| *s == Standing::Eligible)
                 .take(size)
-                .map(|(n, _)| *n)
+                .copied()
                 .collect();
         }
     }
-    let completed = nodes.iter().filter(|(_, s)| *s == Standing::Done).count() as i32;
     // Counters never claim more nodes than the compartment has done or failed now: nodes
     // that left it (relabelled, removed, deselected) or need work again are not counted,
     // so `remaining` can never hide a node that still needs a batch.
-    let failed_now = nodes.iter().filter(|(_, s)| *s == Standing::Failed).count() as i32;
     state.completed_nodes = state.completed_nodes.min(completed);
     state.failed_nodes = state.failed_nodes.min(failed_now);
     let in_progress = members
         .iter()
-        .filter(|m| standing[*m] == Standing::Eligible)
+        .filter(|(_, s)| *s == Standing::Eligible)
         .count() as i32;
     let status = CompartmentStatus {
         matched: total as i32,
@@ -293,7 +305,7 @@ pub fn batch(
             completed * 100 / total as i32
         },
         batch_state: Some(state),
-        batch_nodes: members.into_iter().map(String::from).collect(),
+        batch_nodes: members.into_iter().map(|(m, _)| m.into()).collect(),
     };
     Batch { status }
 }

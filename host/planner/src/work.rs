@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
-
 use k8s_openapi::api::core::v1::Taint;
 use nodewright_api::keys::{self, CrKeys, CrMark};
 use nodewright_api::pinned::PinnedRef;

@@ -22,9 +22,8 @@ pub(super) fn advance(cr: &Cr, all_digests: &crate::packages::Digests, state: &m
     // A package that left the spec mid-stage: its Job is stopped (`record`). Its entry
     // stays, as every removed package's does (a record that its files may remain), but must
     // not read as running for ever.
-    let left = |e: &PackageStatus| {
-        e.state == State::InProgress && !cr.spec.packages.contains_key(&e.name)
-    };
+    let left =
+        |e: &PackageStatus| e.state == State::InProgress && !cr.spec.packages.contains_key(&e.name);
     if state.values().any(left) {
         for e in state.edit().values_mut().filter(|e| left(e)) {
             e.state = State::Unknown;
@@ -127,13 +126,7 @@ fn replace(state: &mut Draft<'_>, name: &str, version: &str, new: PackageStatus)
 /// A version the node does not stand on yet (no entry, or one another version was
 /// installed after — a downgrade's kept entry, gone back up to): an upgrade from a
 /// completed older version, else a fresh install.
-fn version_change(
-    cr: &Cr,
-    name: &str,
-    p: &Package,
-    wants_uninstall: bool,
-    state: &mut Draft<'_>,
-) {
+fn version_change(cr: &Cr, name: &str, p: &Package, wants_uninstall: bool, state: &mut Draft<'_>) {
     let present = state.find(name, &p.version).is_some();
     let superseded = present && standing(state, name, &p.version).is_none();
     // A current entry, or the package on its way out: nothing to change.

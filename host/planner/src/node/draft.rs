@@ -86,10 +86,17 @@ mod tests {
         )]);
         let mut draft = Draft::new(&before);
         assert!(draft.find("p", "1").is_some());
-        assert!(draft.find_mut_if("p", "1", |e| e.state == State::Complete).is_none());
+        assert!(
+            draft
+                .find_mut_if("p", "1", |e| e.state == State::Complete)
+                .is_none()
+        );
         assert!(draft.get_mut_if(&state_key("p", "1"), |_| false).is_none());
         assert!(draft.find_mut_if("q", "1", |_| true).is_none());
-        assert!(matches!(draft.0, Cow::Borrowed(_)), "no guard asked: nothing copied");
+        assert!(
+            matches!(draft.0, Cow::Borrowed(_)),
+            "no guard asked: nothing copied"
+        );
 
         let e = draft.find_mut_if("p", "1", |e| e.state == State::InProgress);
         e.expect("the guard asks").state = State::Complete;

@@ -217,3 +217,55 @@ fn a_config_edit_keeps_a_stop_and_the_batch_position_but_not_the_progress() {
     assert_eq!(kept.completed_nodes, 0, "but never the old spec's progress");
     assert_eq!(era(1, "p:1").carry(Some(&stopped)), stopped);
 }
+
+/// `batch_of` with a lookup answers as `batch` over the same nodes, including a last batch
+/// whose members left the compartment or are listed twice, and counters that cover them.
+#[test]
+fn a_batch_found_through_a_lookup_is_the_batch_of_a_map() {
+    let rules = Rules {
+        budget: Budget {
+            count: Some(3),
+            percent: None,
+        },
+        strategy: None,
+    };
+    let previous = CompartmentStatus {
+        batch_nodes: ["a", "gone", "b", "a", "c"].map(String::from).into(),
+        batch_state: Some(BatchState {
+            current_batch: 2,
+            completed_nodes: 9,
+            failed_nodes: 9,
+            generation: 1,
+            versions: "p:1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let s = [Standing::Done, Standing::Failed, Standing::Eligible];
+    for (x, y, z) in s
+        .iter()
+        .flat_map(|x| s.iter().flat_map(move |y| s.map(|z| (*x, *y, z))))
+    {
+        let nodes = [
+            ("a", x),
+            ("b", y),
+            ("c", z),
+            ("d", Standing::Done),
+            ("e", Standing::Eligible),
+        ];
+        let by_map = batch(&rules, Some(&previous), &nodes, &era(1, "p:1"));
+        let lookup = |n: &str| nodes.iter().find(|(m, _)| *m == n).map(|(_, s)| *s);
+        let by_lookup = batch_of(&rules, Some(&previous), &nodes, lookup, &era(1, "p:1"));
+        assert_eq!(by_map, by_lookup, "{nodes:?}");
+        if [x, y, z].contains(&Standing::Eligible) {
+            // The batch stays open: the counters cover the done and failed nodes outside
+            // it — d alone ("a" listed twice is one member, "gone" none).
+            let state = by_lookup.status.batch_state.expect("a state");
+            assert_eq!(
+                (state.completed_nodes, state.failed_nodes),
+                (1, 0),
+                "{nodes:?}"
+            );
+        }
+    }
+}

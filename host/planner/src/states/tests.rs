@@ -139,11 +139,18 @@ fn a_pass_forgets_exactly_the_entries_it_did_not_ask_for_however_often_it_asked(
     ask(1, "{}");
     ask(3, "{}");
     cache.end_pass();
-    assert_eq!(cache.len(), 3, "every entry asked for, a new one among them");
+    assert_eq!(
+        cache.len(),
+        3,
+        "every entry asked for, a new one among them"
+    );
     assert!(Arc::ptr_eq(&kept, &ask(0, "{ }")), "kept, not parsed again");
     cache.end_pass();
     cache.end_pass();
-    assert!(cache.is_empty(), "a pass that asks for nothing forgets everything");
+    assert!(
+        cache.is_empty(),
+        "a pass that asks for nothing forgets everything"
+    );
 }
 
 #[test]
