@@ -249,12 +249,14 @@ impl<'a> Pass<'a> {
     ) -> (Standings<'a>, States<'a>) {
         let cr = c.cr;
         let mut standing = self.index.per_node();
-        let mut states = self.index.per_node();
-        let mut glanced_for_sequencing = self.glanced.remove(cr.name.as_str());
+        // The glances taken for sequencing (every node the CR selects: `selected` holds them
+        // all), kept in place for the nodes whose state parses.
+        let glanced = self.glanced.remove(cr.name.as_str());
+        let mut states = glanced.unwrap_or_else(|| self.index.per_node());
         for &n in selected {
             let reset = self.reboot_reset(c, n);
             // Whether it is done was found for sequencing, from the same state.
-            let (glance, done) = match glanced_for_sequencing.as_mut().and_then(|g| g[n].take()) {
+            let (glance, done) = match states[n].take() {
                 Some(g) if !reset => (g, self.done_on(cr, n)),
                 _ => {
                     let parsed = self.state_of(&c.keys, n);
@@ -364,18 +366,23 @@ impl<'a> Pass<'a> {
         let mut current: Vec<Option<&'a ObservedNode>> = Vec::new();
         let mut processed = 0u32;
         let compartments = rollout::assign(c.spec_policy(), selected);
-        // Each node's compartment (its place among them), so a last batch's member is found
-        // by name through the index, and counted only in its own compartment.
-        let mut home: PerNode<Option<usize>> = self.index.per_node();
-        for (i, nodes) in compartments.values().enumerate() {
-            for &n in nodes {
-                home[n] = Some(i);
+        // A last batch's member is found by name through the index, and counted only in its
+        // own compartment: with more than one, each node's (its place among them) is noted
+        // (with one, it holds every selected node, and only those stand).
+        let home = (compartments.len() > 1).then(|| {
+            let mut home: PerNode<Option<u32>> = self.index.per_node();
+            for (i, nodes) in compartments.values().enumerate() {
+                for &n in nodes {
+                    home[n] = Some(i as u32);
+                }
             }
-        }
+            home
+        });
         for (i, (name, nodes)) in compartments.into_iter().enumerate() {
             let standing_of = |m: &str| {
-                let n = self.index.node(m).filter(|&n| home[n] == Some(i))?;
-                standing[n].map(|(s, _)| s)
+                let n = self.index.node(m)?;
+                let here = home.as_ref().is_none_or(|home| home[n] == Some(i as u32));
+                standing[n].filter(|_| here).map(|(s, _)| s)
             };
             let list: Vec<(&str, Standing)> = nodes
                 .iter()
@@ -547,7 +554,7 @@ impl<'a> Pass<'a> {
 
     /// A Job of the CR still runs on the node.
     fn busy(&self, cr: &Cr, n: &ObservedNode) -> bool {
-        self.jobs[n].iter().any(|j| j.cr == cr.name && j.running())
+        self.jobs.on(n).any(|j| j.cr == cr.name && j.running())
     }
 
     fn set_node_status(&mut self, c: &CrPass<'a>, n: &'a ObservedNode, status: Status) {
@@ -594,7 +601,7 @@ impl<'a> Pass<'a> {
         }
         self.work[n].set(c.keys.get(CrMark::State), None);
         let jobs = self.jobs_of(&cr.name, n);
-        self.jobs[n].retain(|j| j.cr != cr.name);
+        self.jobs.forget(&cr.name, n);
         for j in jobs {
             self.actions.push(Action::DeleteJob {
                 name: j.name.clone(),

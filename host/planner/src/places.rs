@@ -35,15 +35,16 @@ struct Kept {
 }
 
 /// On no node of the snapshot.
-const NOWHERE: u32 = u32::MAX;
+pub(crate) const NOWHERE: u32 = u32::MAX;
 
 /// How far from its position a pod is looked for among the last pass's: pods that came
 /// or went since shift the ones after them (the operator's cache keeps its order
 /// otherwise).
 const WINDOW: isize = 8;
 
-/// A snapshot's pods by node place: node `p`'s are `order[starts[p]..starts[p + 1]]`,
-/// each the pod's index in the snapshot, in snapshot order. Pods on no node are left out.
+/// A snapshot's pods (or Jobs) by node place: node `p`'s are
+/// `order[starts[p]..starts[p + 1]]`, each the item's index in the snapshot, in snapshot
+/// order. Items on no node are left out.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Grouping {
     starts: Vec<u32>,
@@ -51,8 +52,8 @@ pub(crate) struct Grouping {
 }
 
 impl Grouping {
-    /// Groups pods by `places` (one per pod, [`NOWHERE`] for none) among `nodes` places.
-    fn new(nodes: usize, places: &[u32]) -> Self {
+    /// Groups items by `places` (one per item, [`NOWHERE`] for none) among `nodes` places.
+    pub(crate) fn new(nodes: usize, places: &[u32]) -> Self {
         let mut starts = vec![0u32; nodes + 1];
         for &p in places.iter().filter(|&&p| p != NOWHERE) {
             starts[p as usize + 1] += 1;
@@ -64,13 +65,13 @@ impl Grouping {
         let mut order = vec![0u32; starts[nodes] as usize];
         for (i, &p) in places.iter().enumerate().filter(|(_, p)| **p != NOWHERE) {
             let at = &mut next[p as usize];
-            order[*at as usize] = u32::try_from(i).expect("fewer than 2^32 pods");
+            order[*at as usize] = u32::try_from(i).expect("fewer than 2^32 items");
             *at += 1;
         }
         Grouping { starts, order }
     }
 
-    /// The snapshot indexes of the pods on the node at `place`.
+    /// The snapshot indexes of the items on the node at `place`.
     pub(crate) fn at(&self, place: usize) -> &[u32] {
         &self.order[self.starts[place] as usize..self.starts[place + 1] as usize]
     }
