@@ -276,11 +276,9 @@ impl<'a> Pass<'a> {
 /// by place (two flat lists, not a list per node: at 10,000 nodes, 240 KB written and a
 /// thousand lists made every pass).
 pub(crate) struct JobsByNode<'a> {
-    nodes: &'a [ObservedNode],
-    jobs: &'a [ObservedJob],
     /// Each Job's node place ([`NOWHERE`]: on no node of the snapshot).
     places: Vec<u32>,
-    grouping: Grouping,
+    grouped: Grouped<'a, ObservedJob>,
     /// Whether each Job was let go of this pass ([`JobsByNode::forget`]): left out from
     /// then on (empty until one is).
     forgotten: Vec<bool>,
@@ -296,30 +294,26 @@ impl<'a> JobsByNode<'a> {
                     .map_or(NOWHERE, |n| index.place(n) as u32)
             })
             .collect();
-        let grouping = Grouping::new(index.nodes().len(), &places);
+        let grouping = Arc::new(Grouping::new(index.nodes().len(), &places));
         JobsByNode {
-            nodes: index.nodes(),
-            jobs,
             places,
-            grouping,
+            grouped: Grouped::new(index.nodes(), jobs, grouping),
             forgotten: Vec::new(),
         }
     }
 
     /// The Jobs on `node`, in snapshot order.
     pub(crate) fn on(&self, node: &ObservedNode) -> impl Iterator<Item = &'a ObservedJob> + '_ {
-        let at = self.grouping.at(crate::work::place(self.nodes, node));
-        at.iter()
-            .filter(|&&i| !self.forgotten.get(i as usize).is_some_and(|&f| f))
-            .map(|&i| &self.jobs[i as usize])
+        let forgotten = |i: usize| self.forgotten.get(i).is_some_and(|&f| f);
+        let jobs = self.grouped.indexed(node);
+        jobs.filter(move |&(i, _)| !forgotten(i)).map(|(_, j)| j)
     }
 
     /// Leaves out `cr`'s Jobs on `node` for the rest of the pass.
     pub(crate) fn forget(&mut self, cr: &str, node: &ObservedNode) {
-        self.forgotten.resize(self.jobs.len(), false);
-        let at = self.grouping.at(crate::work::place(self.nodes, node));
-        for &i in at.iter().filter(|&&i| self.jobs[i as usize].cr == cr) {
-            self.forgotten[i as usize] = true;
+        self.forgotten.resize(self.places.len(), false);
+        for (i, _) in self.grouped.indexed(node).filter(|(_, j)| j.cr == cr) {
+            self.forgotten[i] = true;
         }
     }
 }

@@ -290,9 +290,17 @@ impl<'a, T> Grouped<'a, T> {
 
     /// `node`'s items.
     pub(crate) fn of(&self, node: &ObservedNode) -> Vec<&'a T> {
+        self.indexed(node).map(|(_, item)| item).collect()
+    }
+
+    /// `node`'s items, each with its index in the snapshot's list.
+    pub(crate) fn indexed(
+        &self,
+        node: &ObservedNode,
+    ) -> impl Iterator<Item = (usize, &'a T)> + use<'_, 'a, T> {
         let items = self.items;
         let at = self.grouping.at(place(self.nodes, node));
-        at.iter().map(|&i| &items[i as usize]).collect()
+        at.iter().map(move |&i| (i as usize, &items[i as usize]))
     }
 }
 
