@@ -41,8 +41,6 @@ struct CrPass<'c> {
     blocked: bool,
     tolerations: Vec<Toleration>,
     digests: Digests,
-    /// The CR's node annotations' keys.
-    keys: CrKeys,
     /// Nodes in the CR's current batches.
     in_batch: PerNode<'c, bool>,
     /// The payloads it stages ahead of a node's cordon.
@@ -92,7 +90,6 @@ impl<'c> CrPass<'c> {
             blocked: unusable || cr.paused || cr.disabled,
             tolerations: tolerations(cr),
             digests: crate::packages::digests(&cr.spec),
-            keys: CrKeys::new(&cr.name),
             in_batch: {
                 let mut in_batch = index.per_node();
                 let batch = cr.status.compartment_statuses.values();
@@ -107,6 +104,11 @@ impl<'c> CrPass<'c> {
             prestage: PayloadSet::of(cr),
             marks,
         }
+    }
+
+    /// The CR's node annotations' keys (spelled once, with its marks).
+    fn keys(&self) -> &CrKeys {
+        self.marks.keys()
     }
 
     fn spec_policy(&self) -> Option<&'c DeploymentPolicySpec> {
@@ -198,7 +200,7 @@ impl<'a> Pass<'a> {
         }
         let (standing, states) = self.standings(&c, &selected, before, &mut report);
         if cr.deleting && (cr.paused || cr.disabled) {
-            let state_of = |n: &ObservedNode| self.state_of(&c.keys, n);
+            let state_of = |n: &ObservedNode| self.state_of(c.keys(), n);
             report.deletion_blocked(pending_uninstalls(cr, &standing, &states, state_of));
         }
         let batches = self.batches(&c, &selected, &standing, &mut report);
@@ -219,7 +221,7 @@ impl<'a> Pass<'a> {
             .copied()
             .filter(|n| {
                 Self::selects(cr, n)
-                    || (cr.deleting && self.work[*n].get(c.keys.get(CrMark::State)).is_some())
+                    || (cr.deleting && self.work[*n].get(c.keys().get(CrMark::State)).is_some())
             })
             .collect();
         let mut chosen = self.index.per_node();
@@ -259,7 +261,7 @@ impl<'a> Pass<'a> {
             let (glance, done) = match states[n].take() {
                 Some(g) if !reset => (g, self.done_on(cr, n)),
                 _ => {
-                    let parsed = self.state_of(&c.keys, n);
+                    let parsed = self.state_of(c.keys(), n);
                     let done = parsed
                         .state
                         .as_ref()
@@ -268,7 +270,7 @@ impl<'a> Pass<'a> {
                 }
             };
             if !glance.parses {
-                if let Err(e) = &self.state_of(&c.keys, n).state {
+                if let Err(e) = &self.state_of(c.keys(), n).state {
                     report.malformed(e.to_string());
                 }
                 standing[n] = Some((Standing::Ineligible, Status::Unknown));
@@ -435,7 +437,7 @@ impl<'a> Pass<'a> {
             pinned: c.pinned.unwrap_or(&NO_PINS),
             images: c.images.unwrap_or(&NO_IMAGES),
             digests: &c.digests,
-            keys: &c.keys,
+            keys: c.keys(),
             hold: c.holds.hold,
             orders: &batches.orders,
             replicas: &self.s.replicas,
@@ -456,7 +458,7 @@ impl<'a> Pass<'a> {
                         && prestage::ahead(env.prestage, &cr.name, &self.work[n])));
             match states[n].take() {
                 Some(_) if runs => {
-                    let parsed = self.state_of(&c.keys, n);
+                    let parsed = self.state_of(c.keys(), n);
                     let Ok(before) = &parsed.state else {
                         continue;
                     };
@@ -468,7 +470,7 @@ impl<'a> Pass<'a> {
                     report.node(&n.name, &out);
                 }
                 Some(glance) if glance.uninstalling => {
-                    if let Ok(st) = &self.state_of(&c.keys, n).state {
+                    if let Ok(st) = &self.state_of(c.keys(), n).state {
                         report.uninstalls(&n.name, st);
                     }
                 }
@@ -570,7 +572,7 @@ impl<'a> Pass<'a> {
                     message: format!("{} is erroring on this node", cr.name),
                 }));
             }
-            let key = c.keys.get(CrMark::Status);
+            let key = c.keys().get(CrMark::Status);
             self.work[n].set(key, Some(status.as_str().into()));
         }
         let index = self.index;
@@ -592,14 +594,14 @@ impl<'a> Pass<'a> {
         if seen.is_empty() || *seen == n.boot_id {
             return false;
         }
-        let ours = self.state_of(&c.keys, n).state.as_ref().is_ok_and(|st| {
+        let ours = self.state_of(c.keys(), n).state.as_ref().is_ok_and(|st| {
             st.values()
                 .any(|e| !e.boot_id.is_empty() && e.state != State::Complete)
         });
         if ours {
             return false;
         }
-        self.work[n].set(c.keys.get(CrMark::State), None);
+        self.work[n].set(c.keys().get(CrMark::State), None);
         let jobs = self.jobs_of(&cr.name, n);
         self.jobs.forget(&cr.name, n);
         for j in jobs {

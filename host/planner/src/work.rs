@@ -483,8 +483,8 @@ impl KeptMarks {
 /// which overlays the pass's own writes).
 #[derive(Debug)]
 pub(crate) struct CrMarks<'a> {
-    /// The CR's key of each kept mark, spelled once per pass.
-    keys: [String; KEPT.len()],
+    /// The CR's keys, spelled once per pass (its pass reads them here too).
+    keys: CrKeys,
     /// The marks on each node read (`None`: the node was not read).
     on: PerNode<'a, Option<KeptMarks>>,
 }
@@ -493,14 +493,19 @@ impl<'a> CrMarks<'a> {
     /// `cr`'s marks, none read yet.
     pub(crate) fn new(cr: &str, index: &NodeIndex<'a>) -> Self {
         CrMarks {
-            keys: KEPT.map(|m| m.key(cr)),
+            keys: CrKeys::new(cr),
             on: index.per_node(),
         }
     }
 
+    /// The CR's keys.
+    pub(crate) fn keys(&self) -> &CrKeys {
+        &self.keys
+    }
+
     /// The marks as `get` reads each of their keys.
     pub(crate) fn read<'v>(&self, get: impl Fn(&str) -> Option<&'v str>) -> KeptMarks {
-        KeptMarks::of(self.keys.each_ref().map(|k| get(k)))
+        KeptMarks::of(KEPT.map(|m| get(self.keys.get(m))))
     }
 
     /// Records `marks` as read on `node`.
@@ -512,7 +517,7 @@ impl<'a> CrMarks<'a> {
     /// of them since (or the node was not read).
     pub(crate) fn on(&self, node: &ObservedNode, work: &NodeWork<'_>) -> KeptMarks {
         match self.on[node] {
-            Some(read) if self.keys.iter().all(|k| work.observed(k)) => read,
+            Some(read) if KEPT.iter().all(|&m| work.observed(self.keys.get(m))) => read,
             _ => self.read(|k| work.get(k)),
         }
     }
