@@ -43,6 +43,9 @@ struct CrPass<'c> {
     digests: Digests,
     /// Nodes in the CR's current batches.
     in_batch: PerNode<'c, bool>,
+    /// Each compartment's last batch as its status lists it, each member found by name
+    /// once (`None`: not in the snapshot).
+    last_batches: BTreeMap<&'c str, Vec<Option<&'c ObservedNode>>>,
     /// The payloads it stages ahead of a node's cordon.
     prestage: Option<PayloadSet>,
     /// Its marks on each node it selected in the snapshot (see [`Pass::marks`]).
@@ -64,6 +67,12 @@ impl<'c> CrPass<'c> {
             .as_ref()
             .map(|name| (name, policies.get(name)));
         let spec_policy = policy.and_then(|(_, p)| p);
+        let last_batches: BTreeMap<&str, Vec<_>> = (cr.status.compartment_statuses.iter())
+            .map(|(name, c)| {
+                let found = c.batch_nodes.iter().map(|n| index.node(n)).collect();
+                (name.as_str(), found)
+            })
+            .collect();
         // Ready only with a pin for every package: the node passes start a package's Job
         // with its pin and nothing else.
         let (pinned, images) = match &cr.plugins {
@@ -92,15 +101,12 @@ impl<'c> CrPass<'c> {
             digests: crate::packages::digests(&cr.spec),
             in_batch: {
                 let mut in_batch = index.per_node();
-                let batch = cr.status.compartment_statuses.values();
-                for n in batch
-                    .flat_map(|c| &c.batch_nodes)
-                    .filter_map(|n| index.node(n))
-                {
-                    in_batch[n] = true;
+                for n in last_batches.values().flatten().flatten() {
+                    in_batch[*n] = true;
                 }
                 in_batch
             },
+            last_batches,
             prestage: PayloadSet::of(cr),
             marks,
         }
@@ -364,13 +370,13 @@ impl<'a> Pass<'a> {
             return out;
         }
         let rules = rollout::rules(c.spec_policy(), cr.spec.interruption_budget.as_ref());
-        // The members of every batch in order (`None`: a member gone from the snapshot).
-        let mut current: Vec<Option<&'a ObservedNode>> = Vec::new();
+        // The members of every batch in order.
+        let mut current: Vec<&'a ObservedNode> = Vec::new();
         let mut processed = 0u32;
         let compartments = rollout::assign(c.spec_policy(), selected);
-        // A last batch's member is found by name through the index, and counted only in its
-        // own compartment: with more than one, each node's (its place among them) is noted
-        // (with one, it holds every selected node, and only those stand).
+        // A last batch's member is counted only in its own compartment: with more than one,
+        // each node's (its place among them) is noted (with one, it holds every selected
+        // node, and only those stand).
         let home = (compartments.len() > 1).then(|| {
             let mut home: PerNode<Option<u32>> = self.index.per_node();
             for (i, nodes) in compartments.values().enumerate() {
@@ -381,39 +387,34 @@ impl<'a> Pass<'a> {
             home
         });
         for (i, (name, nodes)) in compartments.into_iter().enumerate() {
-            let standing_of = |m: &str| {
-                let n = self.index.node(m)?;
-                let here = home.as_ref().is_none_or(|home| home[n] == Some(i as u32));
-                standing[n].filter(|_| here).map(|(s, _)| s)
-            };
-            let list: Vec<(&str, Standing)> = nodes
-                .iter()
-                .map(|&n| {
-                    (
-                        n.name.as_str(),
-                        standing[n].expect("selected nodes stand").0,
-                    )
+            let here =
+                |n: &ObservedNode| home.as_ref().is_none_or(|home| home[n] == Some(i as u32));
+            let last: Vec<Option<(&ObservedNode, Standing)>> = (c.last_batches.get(name.as_str()))
+                .into_iter()
+                .flatten()
+                .map(|n| {
+                    let n = (*n).filter(|n| here(n))?;
+                    standing[n].map(|(s, _)| (n, s))
                 })
                 .collect();
-            let b = rollout::batch_of(
-                &rules[&name],
-                cr.status.compartment_statuses.get(&name),
-                &list,
-                standing_of,
-                &c.era,
-            );
+            // Each node's standing, by the node: a name is read only for a new member.
+            let list: Vec<(&ObservedNode, Standing)> = nodes
+                .iter()
+                .map(|&n| (n, standing[n].expect("selected nodes stand").0))
+                .collect();
+            let previous = cr.status.compartment_statuses.get(&name);
+            let (b, members) =
+                rollout::batch_of(&rules[&name], previous, &list, &last, |n| &n.name, &c.era);
             processed += b
                 .status
                 .batch_state
                 .as_ref()
                 .map_or(0, |s| (s.completed_nodes + s.failed_nodes).max(0) as u32);
-            current.extend(b.members().iter().map(|n| self.index.node(n)));
+            current.extend(members);
             report.compartment(&name, b.status, nodes);
         }
         for (i, n) in current.into_iter().enumerate() {
-            if let Some(n) = n {
-                out.orders[n] = Some(processed + i as u32);
-            }
+            out.orders[n] = Some(processed + i as u32);
         }
         out
     }

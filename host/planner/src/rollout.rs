@@ -210,22 +210,30 @@ pub fn batch(
     era: &Era,
 ) -> Batch {
     let standing: rustc_hash::FxHashMap<&str, Standing> = nodes.iter().copied().collect();
-    batch_of(rules, previous, nodes, |n| standing.get(n).copied(), era)
+    let last: Vec<Option<(&str, Standing)>> = previous
+        .iter()
+        .flat_map(|p| &p.batch_nodes)
+        .map(|m| standing.get_key_value(m.as_str()).map(|(n, s)| (*n, *s)))
+        .collect();
+    batch_of(rules, previous, nodes, &last, |n| n, era).0
 }
 
-/// [`batch`], with a name's standing among `nodes` found by `standing_of` (`None`: not one
-/// of them). Only the last batch's members are looked up by name: a caller that finds a
-/// node by name without hashing every name in `nodes` (the planner's pass, through its
-/// node index) need not build a map of them all.
+/// [`batch`] over node handles `N` (the planner's pass: its nodes, not their names):
+/// `nodes` the compartment's, each with its standing, in rollout order; `last` the last
+/// batch's members (`previous`'s `batch_nodes`, one for one), each as found among `nodes`
+/// (`None`: not one of them); `name` a node's name, asked only of a new member. With the
+/// batch, its members' handles in order (one for each of `batch_nodes`). A caller that
+/// found the last members once need not find them again, nor read every node's name.
 // Long on purpose: the batch state machine (keep, grow, stop, reset) in one place, as the
 // spec states it.
-pub fn batch_of(
+pub fn batch_of<'n, N: Copy>(
     rules: &Rules,
     previous: Option<&CompartmentStatus>,
-    nodes: &[(&str, Standing)],
-    standing_of: impl Fn(&str) -> Option<Standing>,
+    nodes: &[(N, Standing)],
+    last: &[Option<(N, Standing)>],
+    name: impl Fn(N) -> &'n str,
     era: &Era,
-) -> Batch {
+) -> (Batch, Vec<N>) {
     let total = nodes.len() as u32;
     let ceil = ceiling(total, &rules.budget);
     let synthetic = Strategy {
@@ -239,17 +247,19 @@ pub fn batch_of(
     let kind =
         Growth::of(strategy).unwrap_or(Growth::Fixed(synthetic.fixed.as_ref().expect("set above")));
     let mut state = era.carry(previous.and_then(|p| p.batch_state.as_ref()));
-    // The last batch's members still among `nodes`, each with its standing.
-    let mut members: Vec<(&str, Standing)> = previous
+    let listed = previous.map_or(&[][..], |p| &p.batch_nodes[..]);
+    debug_assert_eq!(listed.len(), last.len(), "one finding per listed member");
+    // The last batch's members still among `nodes`: name, handle, standing.
+    let mut members: Vec<(&str, N, Standing)> = listed
         .iter()
-        .flat_map(|p| &p.batch_nodes)
-        .filter_map(|m| Some((m.as_str(), standing_of(m)?)))
+        .zip(last)
+        .filter_map(|(m, found)| found.map(|(n, s)| (m.as_str(), n, s)))
         .collect();
     // Before this batch is folded in, the counters cover at most the done and failed
     // nodes that are not members of it (a name the status lists twice is one member).
     let mut distinct = rustc_hash::FxHashSet::default();
     let (mut done_inside, mut failed_inside) = (0, 0);
-    for &(m, s) in &members {
+    for &(m, _, s) in &members {
         if distinct.insert(m) {
             done_inside += i32::from(s == Standing::Done);
             failed_inside += i32::from(s == Standing::Failed);
@@ -259,14 +269,11 @@ pub fn batch_of(
     let (completed, failed_now) = (count(Standing::Done), count(Standing::Failed));
     state.completed_nodes = state.completed_nodes.min(completed - done_inside);
     state.failed_nodes = state.failed_nodes.min(failed_now - failed_inside);
-    let open = members.iter().any(|(_, s)| *s == Standing::Eligible);
+    let open = members.iter().any(|(_, _, s)| *s == Standing::Eligible);
     if !open {
         if !members.is_empty() {
-            let ok = members.iter().filter(|(_, s)| *s == Standing::Done).count() as u32;
-            let failed = members
-                .iter()
-                .filter(|(_, s)| *s == Standing::Failed)
-                .count() as u32;
+            let among = |want: Standing| members.iter().filter(|m| m.2 == want).count() as u32;
+            let (ok, failed) = (among(Standing::Done), among(Standing::Failed));
             if ok + failed > 0 {
                 state = evaluate(kind, &state, ok, failed, ok + failed, total);
             }
@@ -281,7 +288,7 @@ pub fn batch_of(
                 .iter()
                 .filter(|(_, s)| *s == Standing::Eligible)
                 .take(size)
-                .copied()
+                .map(|&(n, s)| (name(n), n, s))
                 .collect();
         }
     }
@@ -292,7 +299,7 @@ pub fn batch_of(
     state.failed_nodes = state.failed_nodes.min(failed_now);
     let in_progress = members
         .iter()
-        .filter(|(_, s)| *s == Standing::Eligible)
+        .filter(|(_, _, s)| *s == Standing::Eligible)
         .count() as i32;
     let status = CompartmentStatus {
         matched: total as i32,
@@ -305,9 +312,10 @@ pub fn batch_of(
             completed * 100 / total as i32
         },
         batch_state: Some(state),
-        batch_nodes: members.into_iter().map(|(m, _)| m.into()).collect(),
+        batch_nodes: members.iter().map(|(m, _, _)| (*m).into()).collect(),
     };
-    Batch { status }
+    let handles = members.into_iter().map(|(_, n, _)| n).collect();
+    (Batch { status }, handles)
 }
 
 #[cfg(test)]

@@ -218,10 +218,11 @@ fn a_config_edit_keeps_a_stop_and_the_batch_position_but_not_the_progress() {
     assert_eq!(era(1, "p:1").carry(Some(&stopped)), stopped);
 }
 
-/// `batch_of` with a lookup answers as `batch` over the same nodes, including a last batch
-/// whose members left the compartment or are listed twice, and counters that cover them.
+/// `batch_of` over handles answers as `batch` over the same nodes' names, including a last
+/// batch whose members left the compartment or are listed twice, and counters that cover
+/// them; its handles are its members'.
 #[test]
-fn a_batch_found_through_a_lookup_is_the_batch_of_a_map() {
+fn a_batch_of_handles_is_the_batch_of_their_names() {
     let rules = Rules {
         budget: Budget {
             count: Some(3),
@@ -254,9 +255,32 @@ fn a_batch_found_through_a_lookup_is_the_batch_of_a_map() {
             ("e", Standing::Eligible),
         ];
         let by_map = batch(&rules, Some(&previous), &nodes, &era(1, "p:1"));
-        let lookup = |n: &str| nodes.iter().find(|(m, _)| *m == n).map(|(_, s)| *s);
-        let by_lookup = batch_of(&rules, Some(&previous), &nodes, lookup, &era(1, "p:1"));
+        // By handle: each node's position, the last members found by a scan.
+        let handles: Vec<(usize, Standing)> = (0..nodes.len()).map(|i| (i, nodes[i].1)).collect();
+        let last: Vec<Option<(usize, Standing)>> = (previous.batch_nodes.iter())
+            .map(|m| {
+                nodes
+                    .iter()
+                    .position(|(n, _)| n == m)
+                    .map(|i| (i, nodes[i].1))
+            })
+            .collect();
+        let name = |i: usize| nodes[i].0;
+        let (by_lookup, members) = batch_of(
+            &rules,
+            Some(&previous),
+            &handles,
+            &last,
+            name,
+            &era(1, "p:1"),
+        );
         assert_eq!(by_map, by_lookup, "{nodes:?}");
+        let named: Vec<&str> = members.iter().map(|&i| nodes[i].0).collect();
+        assert_eq!(
+            named,
+            by_lookup.members(),
+            "one handle per member, in order"
+        );
         if [x, y, z].contains(&Standing::Eligible) {
             // The batch stays open: the counters cover the done and failed nodes outside
             // it — d alone ("a" listed twice is one member, "gone" none).
