@@ -176,25 +176,37 @@ impl<'a> NodeWork<'a> {
     /// to leave the node alone. True when the cordon was already persisted, so the drain
     /// may begin.
     pub fn acquire(&mut self, keys: &CrKeys) -> bool {
-        let acquired = self.cordons().acquire(keys.cr());
-        self.apply(acquired.actions);
-        let mut owned: Vec<String> = self
-            .get(keys::KARPENTER_OWNED)
-            .map(|v| v.split(',').map(String::from).collect())
-            .unwrap_or_default();
-        for key in [
+        // Held already on a cordoned node — every pass of a node at work — the cordon rule
+        // answers "ready, nothing to write" (`NodeCordon::acquire`): asked of the one mark
+        // without collecting every CR's.
+        let ready = if self.unschedulable && self.get(keys.get(CrMark::Cordon)).is_some() {
+            true
+        } else {
+            let acquired = self.cordons().acquire(keys.cr());
+            self.apply(acquired.actions);
+            acquired.ready_to_drain
+        };
+        const KARPENTER: [&str; 2] = [
             keys::KARPENTER_DO_NOT_DISRUPT,
             keys::KARPENTER_DO_NOT_REPAIR,
-        ] {
-            if self.get(key).is_none() {
+        ];
+        let missing = KARPENTER.map(|key| self.get(key).is_none());
+        if missing.contains(&true) {
+            let mut owned: Vec<String> = self
+                .get(keys::KARPENTER_OWNED)
+                .map(|v| v.split(',').map(String::from).collect())
+                .unwrap_or_default();
+            for key in KARPENTER
+                .iter()
+                .zip(missing)
+                .filter_map(|(k, m)| m.then_some(*k))
+            {
                 self.set(key, Some("true".into()));
                 owned.push(key.into());
             }
-        }
-        if !owned.is_empty() {
             self.set(keys::KARPENTER_OWNED, Some(owned.join(",")));
         }
-        acquired.ready_to_drain
+        ready
     }
 
     /// Drops the cordon of the CR whose keys are `keys`; uncordons when it was the last one
@@ -527,6 +539,82 @@ impl<'a> CrMarks<'a> {
 mod tests {
     use super::*;
     use crate::snapshot::{ObservedPod, PodFacts};
+
+    /// `acquire` as the cordon rule and the Karpenter marks spell it, every owner collected
+    /// and the owned list rebuilt on every call (the code before the held-cordon shortcut).
+    fn acquire_by_the_rule(work: &mut NodeWork<'_>, cr: &str) -> bool {
+        let acquired = work.cordons().acquire(cr);
+        work.apply(acquired.actions);
+        let mut owned: Vec<String> = work
+            .get(keys::KARPENTER_OWNED)
+            .map(|v| v.split(',').map(String::from).collect())
+            .unwrap_or_default();
+        for key in [
+            keys::KARPENTER_DO_NOT_DISRUPT,
+            keys::KARPENTER_DO_NOT_REPAIR,
+        ] {
+            if work.get(key).is_none() {
+                work.set(key, Some("true".into()));
+                owned.push(key.into());
+            }
+        }
+        if !owned.is_empty() {
+            work.set(keys::KARPENTER_OWNED, Some(owned.join(",")));
+        }
+        acquired.ready_to_drain
+    }
+
+    #[test]
+    fn acquiring_a_cordon_answers_and_writes_as_the_cordon_rule_on_every_kind_of_node() {
+        let marks = [None, Some("true"), Some("found"), Some("")];
+        let owned = [
+            None,
+            Some(""),
+            Some("x"),
+            Some("x,karpenter.sh/do-not-disrupt"),
+        ];
+        let mut shapes = 0;
+        for unschedulable in [false, true] {
+            for (mine, theirs) in marks.iter().flat_map(|m| marks.iter().map(move |t| (m, t))) {
+                for (disrupt, repair) in
+                    [(false, false), (false, true), (true, false), (true, true)]
+                {
+                    for owned in owned {
+                        let mut annotations = BTreeMap::new();
+                        let mut put = |k: &str, v: Option<&str>| {
+                            if let Some(v) = v {
+                                annotations.insert(k.to_string(), v.to_string());
+                            }
+                        };
+                        put(&keys::cordon("a"), *mine);
+                        put(&keys::cordon("b"), *theirs);
+                        put(keys::KARPENTER_DO_NOT_DISRUPT, disrupt.then_some("true"));
+                        put(keys::KARPENTER_DO_NOT_REPAIR, repair.then_some("true"));
+                        put(keys::KARPENTER_OWNED, owned);
+                        let node = ObservedNode::new(crate::snapshot::NodeFacts {
+                            name: "n".into(),
+                            annotations,
+                            unschedulable,
+                            ..Default::default()
+                        });
+                        let (mut fast, mut rule) = (
+                            NodeWork::new(&node, unschedulable),
+                            NodeWork::new(&node, unschedulable),
+                        );
+                        let ready = fast.acquire(&CrKeys::new("a"));
+                        let expected = acquire_by_the_rule(&mut rule, "a");
+                        let shape = format!(
+                            "{unschedulable} {mine:?} {theirs:?} {disrupt} {repair} {owned:?}"
+                        );
+                        assert_eq!(ready, expected, "{shape}");
+                        assert_eq!(fast.into_patch(), rule.into_patch(), "{shape}");
+                        shapes += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(shapes, 2 * 16 * 4 * 4);
+    }
 
     #[test]
     fn items_are_grouped_by_node_in_snapshot_order_and_strays_left_out() {
