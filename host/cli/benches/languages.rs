@@ -42,6 +42,8 @@ fn seed(root: &Path) {
 }
 
 fn main() {
+    // The CLI's own process has no transparent huge pages (`nodewright_cli::no_huge_pages`).
+    nodewright_cli::no_huge_pages().expect("transparent huge pages turned off");
     let cases = [
         Case {
             name: "sysctl (Rust)",

@@ -28,6 +28,8 @@ fn time<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 }
 
 fn main() {
+    // The CLI's own process has no transparent huge pages (`nodewright_cli::no_huge_pages`).
+    nodewright_cli::no_huge_pages().expect("transparent huge pages turned off");
     let bytes = std::fs::read(nodewright_artifacts::SYSCTL).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     println!("plugin: sysctl ({} bytes)", bytes.len());

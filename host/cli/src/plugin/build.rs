@@ -27,6 +27,10 @@ pub struct BuildArgs {
 }
 
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
+    // The toolchains (cargo, rustc, pip, npm) run as the host has them, transparent huge
+    // pages included: the CLI's start turned them off (`crate::no_huge_pages`), and children
+    // inherit that.
+    let _ = rustix::thread::disable_transparent_huge_pages(false);
     let mut tools = Toolchain::from_env();
     tools.install = !args.no_install;
     let built = nodewright_authoring::build(
