@@ -438,7 +438,7 @@ impl<'a> Pass<'a> {
             pinned: c.pinned.unwrap_or(&NO_PINS),
             images: c.images.unwrap_or(&NO_IMAGES),
             digests: &c.digests,
-            keys: c.keys(),
+            marks: &c.marks,
             hold: c.holds.hold,
             orders: &batches.orders,
             replicas: &self.s.replicas,
@@ -509,7 +509,7 @@ impl<'a> Pass<'a> {
         let out = node::pass(&visit, work, &mut st, member, &mut self.actions);
         let changed = st.into_changed().filter(|st| st != before);
         if let Some(st) = &changed {
-            work.set(env.keys.get(CrMark::State), st.annotation());
+            work.set(env.keys().get(CrMark::State), st.annotation());
         }
         (out, changed)
     }

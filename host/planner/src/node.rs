@@ -170,6 +170,12 @@ fn parked(cr: &Cr, e: &PackageStatus) -> bool {
 }
 
 impl Visit<'_, '_> {
+    /// The CR's marks on the node as `work` has them (as read with its state, unless this
+    /// pass wrote one).
+    fn marks(&self, work: &NodeWork<'_>) -> crate::work::KeptMarks {
+        self.env.marks.on(self.node, work)
+    }
+
     /// Adds what holds the node failed: parked stages, a drain past its timeout.
     fn failures(
         &self,
@@ -185,9 +191,9 @@ impl Visit<'_, '_> {
         // A Job whose pod cannot start: nothing new starts on the node, and it reads
         // erroring until the kubelet succeeds (it keeps trying; the Job stays).
         failures.extend(self.jobs.iter().filter_map(|j| j.stuck.clone()));
-        let started = drain::started(work.get(self.env.keys.get(CrMark::DrainStart)));
-        if let Some(why) = drain::timed_out(cr, started, self.env.now) {
-            if work.get(self.env.keys.get(CrMark::Status)) != Some("erroring") {
+        let marks = self.marks(work);
+        if let Some(why) = drain::timed_out(cr, marks.drain_started, self.env.now) {
+            if marks.status != Some(Status::Erroring) {
                 actions.push(Action::Event(Event {
                     target: Target::Node(self.node.name.clone()),
                     warning: true,
@@ -266,8 +272,7 @@ impl Visit<'_, '_> {
         work: &NodeWork<'_>,
         runnable: &mut Vec<Runnable<'_>>,
     ) -> (bool, Option<String>) {
-        let cordoned = work.get(self.env.keys.get(CrMark::Cordon)).is_some();
-        if cordoned {
+        if self.marks(work).cordon {
             return (false, None);
         }
         let reboots = runnable
@@ -306,7 +311,7 @@ impl Visit<'_, '_> {
         ready: bool,
         actions: &mut Vec<Action>,
     ) -> bool {
-        let key = self.env.keys.get(CrMark::FenceOperator);
+        let key = self.env.keys().get(CrMark::FenceOperator);
         let reboot_next = ready && runnable.iter().any(Runnable::reboots);
         let fence = if reboot_next {
             let fencing = self.env.fencing.names();
@@ -349,7 +354,7 @@ impl Visit<'_, '_> {
 
     /// Takes this CR's fence mark off the node; the node stops fencing once no CR's is left.
     fn unfence(&self, work: &mut NodeWork<'_>, key: &str) {
-        if work.get(key).is_none() {
+        if !self.marks(work).fenced {
             return;
         }
         work.set(key, None);
@@ -374,37 +379,41 @@ impl Visit<'_, '_> {
             }) {
                 // Mid-interrupt-cycle (post-interrupt): keep the cordon, re-cordon if it was
                 // lifted. (A plan still running is not mid-cycle: it disrupts nothing.)
-                work.acquire(self.env.keys);
+                work.acquire(self.env.marks);
             }
             return prep;
         }
-        let cordoned = work.get(self.env.keys.get(CrMark::Cordon)).is_some();
+        let cordoned = self.marks(work).cordon;
         if cr.spec.cordon_after_barrier && !cordoned {
             prep.barrier = drain::barrier(cr, self.pods);
             if !prep.barrier.is_empty() {
                 return prep;
             }
         }
-        if !work.acquire(self.env.keys) {
+        if !work.acquire(self.env.marks) {
             return prep;
         }
-        let start = drain::started(work.get(self.env.keys.get(CrMark::DrainStart)));
+        let marks = self.marks(work);
+        let start = marks.drain_started;
+        let keys = self.env.keys();
         match drain::drain(self.env, cr, &self.node.name, self.pods, start, actions) {
             Drain::Drained => {
                 prep.ready = true;
-                work.set(self.env.keys.get(CrMark::DrainStart), None);
-                work.set(self.env.keys.get(CrMark::DrainBlocked), None);
+                // Taken off only where set: a steady pass searches no annotations.
+                if marks.drain_marked {
+                    work.set(keys.get(CrMark::DrainStart), None);
+                }
+                if marks.drain_blocked {
+                    work.set(keys.get(CrMark::DrainBlocked), None);
+                }
             }
             Drain::Barrier(held) => prep.barrier = held,
             Drain::InProgress(blocked) => {
                 if start.is_none() {
-                    work.set(
-                        self.env.keys.get(CrMark::DrainStart),
-                        Some(self.env.now.to_string()),
-                    );
+                    work.set(keys.get(CrMark::DrainStart), Some(self.env.now.to_string()));
                 }
                 work.set(
-                    self.env.keys.get(CrMark::DrainBlocked),
+                    keys.get(CrMark::DrainBlocked),
                     blocked.as_ref().map(|b| b.message.clone()),
                 );
                 prep.drain_blocked = blocked;
@@ -428,7 +437,7 @@ impl Visit<'_, '_> {
     ) -> NodeOutcome {
         let cr = self.cr;
         let done = crate::packages::node_done(&cr.spec, self.env.digests, state, cr.deleting);
-        if done && work.get(self.env.keys.get(CrMark::Cordon)).is_some() {
+        if done && self.marks(work).cordon {
             // Finishing a disruption: the node shows the conditions `nodeHealth` asks for
             // before the rollout lets go of it (it stays cordoned, erroring, until it does).
             let unmet = hold::unhealthy(cr, self.node);
@@ -446,7 +455,7 @@ impl Visit<'_, '_> {
             // The cordon goes only once nothing of this CR runs on the node (a Job being
             // stopped keeps it until its pods are gone).
             if !running {
-                work.release(self.env.keys);
+                work.release(self.env.keys());
             }
             Status::Complete
         } else if !prep.barrier.is_empty() {

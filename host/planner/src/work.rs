@@ -175,23 +175,20 @@ impl<'a> NodeWork<'a> {
     /// Takes (or shares) the cordon for the CR whose keys are `keys`, with Karpenter told
     /// to leave the node alone. True when the cordon was already persisted, so the drain
     /// may begin.
-    pub fn acquire(&mut self, keys: &CrKeys) -> bool {
-        // Held already on a cordoned node — every pass of a node at work — the cordon rule
-        // answers "ready, nothing to write" (`NodeCordon::acquire`): asked of the one mark
-        // without collecting every CR's.
-        let ready = if self.unschedulable && self.get(keys.get(CrMark::Cordon)).is_some() {
+    pub(crate) fn acquire(&mut self, marks: &CrMarks<'_>) -> bool {
+        // Held already on a cordoned node, Karpenter told — every pass of a node at work —
+        // the cordon rule answers "ready, nothing to write" (`NodeCordon::acquire`): asked
+        // of the marks as read, without collecting every CR's or searching the annotations.
+        let kept = marks.on(self.node, self);
+        let ready = if self.unschedulable && kept.cordon {
             true
         } else {
-            let acquired = self.cordons().acquire(keys.cr());
+            let acquired = self.cordons().acquire(marks.keys().cr());
             self.apply(acquired.actions);
             acquired.ready_to_drain
         };
-        const KARPENTER: [&str; 2] = [
-            keys::KARPENTER_DO_NOT_DISRUPT,
-            keys::KARPENTER_DO_NOT_REPAIR,
-        ];
-        let missing = KARPENTER.map(|key| self.get(key).is_none());
-        if missing.contains(&true) {
+        if !kept.karpenter {
+            let missing = KARPENTER.map(|key| self.get(key).is_none());
             let mut owned: Vec<String> = self
                 .get(keys::KARPENTER_OWNED)
                 .map(|v| v.split(',').map(String::from).collect())
@@ -204,7 +201,9 @@ impl<'a> NodeWork<'a> {
                 self.set(key, Some("true".into()));
                 owned.push(key.into());
             }
-            self.set(keys::KARPENTER_OWNED, Some(owned.join(",")));
+            if !owned.is_empty() {
+                self.set(keys::KARPENTER_OWNED, Some(owned.join(",")));
+            }
         }
         ready
     }
@@ -441,8 +440,8 @@ pub struct Env<'a> {
     pub images: &'a BTreeMap<String, Vec<nodewright_api::payload::ImagePayload>>,
     /// Config digests per package.
     pub digests: &'a crate::packages::Digests,
-    /// The CR's node annotations' keys.
-    pub keys: &'a CrKeys,
+    /// The CR's node annotations' keys, and its marks on each node as read.
+    pub(crate) marks: &'a CrMarks<'a>,
     /// What a node that has not started may begin (windows, gates).
     pub hold: Hold,
     /// Each batch member's rollout order (see [`crate::JobRequest::node_order`]).
@@ -458,13 +457,34 @@ pub struct Env<'a> {
     pub nodewrights: &'a [crate::snapshot::Cr],
 }
 
-/// The marks a CR's pass asks of every node it selects — status, cordon, drain start — in
-/// their places in [`CrMarks`].
-const KEPT: [CrMark; 3] = [CrMark::Status, CrMark::Cordon, CrMark::DrainStart];
+impl Env<'_> {
+    /// The CR's node annotations' keys.
+    pub fn keys(&self) -> &CrKeys {
+        self.marks.keys()
+    }
+}
 
-/// What a CR's pass asks of its [`KEPT`] marks on a node, read: small and without
-/// references, so the state cache can keep it beside the state it was read with (see
-/// `StateCache::judged`) and a pass need not search the node's annotations for it again.
+/// The marks a CR's pass asks of every node it selects — status, cordon, drain start — and
+/// a node's pass of a node at work — drain blocked, operator fence — in their places in
+/// [`CrMarks`].
+const KEPT: [CrMark; 5] = [
+    CrMark::Status,
+    CrMark::Cordon,
+    CrMark::DrainStart,
+    CrMark::DrainBlocked,
+    CrMark::FenceOperator,
+];
+
+/// Karpenter's annotations a cordon sets (the node's, whichever CR set them).
+const KARPENTER: [&str; 2] = [
+    keys::KARPENTER_DO_NOT_DISRUPT,
+    keys::KARPENTER_DO_NOT_REPAIR,
+];
+
+/// What a CR's pass asks of its [`KEPT`] marks and of [`KARPENTER`]'s annotations on a
+/// node, read: small and without references, so the state cache can keep it beside the state
+/// it was read with (see `StateCache::judged`) and a pass need not search the node's
+/// annotations for it again — a steady pass of a node at work asks them nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct KeptMarks {
     /// The status mark's status (`None`: no mark, or one that spells no status).
@@ -475,16 +495,28 @@ pub(crate) struct KeptMarks {
     pub drain_marked: bool,
     /// When the drain started, as the drain-start mark reads.
     pub drain_started: Option<i64>,
+    /// A drain-blocked mark is set.
+    pub drain_blocked: bool,
+    /// An operator-fence mark is set.
+    pub fenced: bool,
+    /// Both of Karpenter's annotations are set.
+    pub karpenter: bool,
 }
 
 impl KeptMarks {
-    /// From the marks' values, in [`KEPT`]'s order.
-    fn of([status, cordon, drain]: [Option<&str>; KEPT.len()]) -> Self {
+    /// From the marks' values, in [`KEPT`]'s order, and Karpenter's, in [`KARPENTER`]'s.
+    fn of(
+        [status, cordon, drain, blocked, fence]: [Option<&str>; KEPT.len()],
+        karpenter: [Option<&str>; KARPENTER.len()],
+    ) -> Self {
         KeptMarks {
             status: status.and_then(Status::parse),
             cordon: cordon.is_some(),
             drain_marked: drain.is_some(),
             drain_started: crate::drain::started(drain),
+            drain_blocked: blocked.is_some(),
+            fenced: fence.is_some(),
+            karpenter: karpenter.iter().all(Option::is_some),
         }
     }
 }
@@ -517,7 +549,7 @@ impl<'a> CrMarks<'a> {
 
     /// The marks as `get` reads each of their keys.
     pub(crate) fn read<'v>(&self, get: impl Fn(&str) -> Option<&'v str>) -> KeptMarks {
-        KeptMarks::of(KEPT.map(|m| get(self.keys.get(m))))
+        KeptMarks::of(KEPT.map(|m| get(self.keys.get(m))), KARPENTER.map(&get))
     }
 
     /// Records `marks` as read on `node`.
@@ -528,8 +560,12 @@ impl<'a> CrMarks<'a> {
     /// The marks on `node` as `work` has them: as read, unless the pass has written one
     /// of them since (or the node was not read).
     pub(crate) fn on(&self, node: &ObservedNode, work: &NodeWork<'_>) -> KeptMarks {
+        let unwritten = || {
+            KEPT.iter().all(|&m| work.observed(self.keys.get(m)))
+                && KARPENTER.iter().all(|k| work.observed(k))
+        };
         match self.on[node] {
-            Some(read) if KEPT.iter().all(|&m| work.observed(self.keys.get(m))) => read,
+            Some(read) if unwritten() => read,
             _ => self.read(|k| work.get(k)),
         }
     }
@@ -597,23 +633,34 @@ mod tests {
                             unschedulable,
                             ..Default::default()
                         });
-                        let (mut fast, mut rule) = (
-                            NodeWork::new(&node, unschedulable),
-                            NodeWork::new(&node, unschedulable),
-                        );
-                        let ready = fast.acquire(&CrKeys::new("a"));
-                        let expected = acquire_by_the_rule(&mut rule, "a");
+                        let nodes = [node];
+                        let index = NodeIndex::new(&nodes);
                         let shape = format!(
                             "{unschedulable} {mine:?} {theirs:?} {disrupt} {repair} {owned:?}"
                         );
-                        assert_eq!(ready, expected, "{shape}");
-                        assert_eq!(fast.into_patch(), rule.into_patch(), "{shape}");
-                        shapes += 1;
+                        // The marks unread (asked of the annotations) and as a sweep read
+                        // and kept them.
+                        for kept in [false, true] {
+                            let mut marks = CrMarks::new("a", &index);
+                            let (mut fast, mut rule) = (
+                                NodeWork::new(&nodes[0], unschedulable),
+                                NodeWork::new(&nodes[0], unschedulable),
+                            );
+                            if kept {
+                                let read = marks.read(|k| fast.get(k));
+                                marks.set(&nodes[0], read);
+                            }
+                            let ready = fast.acquire(&marks);
+                            let expected = acquire_by_the_rule(&mut rule, "a");
+                            assert_eq!(ready, expected, "{shape} kept {kept}");
+                            assert_eq!(fast.into_patch(), rule.into_patch(), "{shape} {kept}");
+                            shapes += 1;
+                        }
                     }
                 }
             }
         }
-        assert_eq!(shapes, 2 * 16 * 4 * 4);
+        assert_eq!(shapes, 2 * 16 * 4 * 4 * 2);
     }
 
     #[test]

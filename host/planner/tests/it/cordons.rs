@@ -258,6 +258,40 @@ fn a_pdb_refusal_is_a_throttled_wait_with_the_apiservers_message() {
     assert_eq!(condition(&w, "gpu", "DrainBlocked").0, "False");
 }
 
+/// A blocked drain whose pod goes away by other means (deleted, not evicted) is drained at
+/// the next pass: its blocked mark is taken off then, before the disruptive stage starts.
+#[test]
+fn a_blocked_drain_emptied_from_outside_clears_its_blocked_mark() {
+    let mut w = World::new(1);
+    w.add_pod("node-0", "db", &[], Some("StatefulSet"));
+    w.pdb_protected.insert("default/db".into());
+    w.add_cr("gpu", spec(json!({"packages": {"driver": reboot_pkg()}})));
+    let blocked = |w: &World| {
+        w.node("node-0")
+            .annotations
+            .contains_key(&keys::drain_blocked("gpu"))
+    };
+    for _ in 0..8 {
+        w.step();
+        w.succeed_all(("reboot", 1));
+    }
+    assert!(blocked(&w), "the budget blocks the drain");
+    w.snap.pods.retain(|p| p.name != "db");
+    w.step();
+    let applying = w.snap.jobs.iter().any(|j| {
+        matches!(
+            j.work,
+            Work::Package {
+                stage: Stage::Apply,
+                ..
+            }
+        )
+    });
+    assert!(applying, "nothing left to drain: the apply starts");
+    assert!(!blocked(&w), "drained: no longer blocked");
+    assert_eq!(condition(&w, "gpu", "DrainBlocked").0, "False");
+}
+
 #[test]
 fn a_drain_timeout_marks_the_node_erroring_and_leaves_it_cordoned() {
     let mut w = World::new(1);
