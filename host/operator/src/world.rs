@@ -20,8 +20,8 @@ use nodewright_api::keys;
 use nodewright_api::trust::PluginTrustPolicy;
 use nodewright_api::v1alpha1::{DeploymentPolicy, NodeWright, NodeWrightPreview};
 use nodewright_planner::{
-    AgentPods, ObservedNode, ObservedPod, PodPlaces, Refusal, Roster, Settings, Snapshot,
-    StateCache,
+    AgentPods, JobPlaces, ObservedNode, ObservedPod, PodPlaces, Refusal, Roster, Settings,
+    Snapshot, StateCache,
 };
 use tokio::sync::Notify;
 
@@ -54,6 +54,8 @@ pub struct World {
     states: Arc<StateCache>,
     /// The pods' grouping by node as earlier passes found it, handed to every snapshot.
     pod_places: Arc<PodPlaces>,
+    /// The Jobs' grouping by node as earlier passes found it, handed to every snapshot.
+    job_places: Arc<JobPlaces>,
     /// The node list's index as earlier passes made it, handed to every snapshot.
     roster: Arc<Roster>,
     /// Cached nodes and pods as the planner reads them.
@@ -344,6 +346,7 @@ impl World {
             refusals: Arc::default(),
             states: Arc::default(),
             pod_places: Arc::default(),
+            job_places: Arc::default(),
             roster: Arc::default(),
             converted: Arc::default(),
         }
@@ -400,6 +403,7 @@ impl World {
             refusals: Arc::default(),
             states: Arc::default(),
             pod_places: Arc::default(),
+            job_places: Arc::default(),
             roster: Arc::default(),
             converted: Arc::default(),
         };
@@ -692,6 +696,7 @@ impl World {
             settings: settings.clone(),
             states: self.states.clone(),
             pod_places: self.pod_places.clone(),
+            job_places: self.job_places.clone(),
             roster: self.roster.clone(),
             agent_pods,
             replicas: self

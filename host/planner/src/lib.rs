@@ -42,7 +42,7 @@ mod tally;
 pub mod work;
 
 pub use action::{Action, Ask, Event, JobRequest, NodePatch, Target};
-pub use places::PodPlaces;
+pub use places::{JobPlaces, PodPlaces};
 pub use plan::plan;
 pub use roster::Roster;
 pub use snapshot::{

@@ -16,7 +16,7 @@ use nodewright_api::v1alpha1::{Sequencing, Status};
 
 use crate::action::Action;
 use crate::packages::node_done;
-use crate::places::{Grouping, NOWHERE};
+use crate::places::{JobPlaces, NOWHERE, Placed};
 use crate::roster::NodeIndex;
 use crate::select;
 use crate::snapshot::{Cr, ObservedJob, ObservedNode, ObservedPod, Snapshot};
@@ -77,7 +77,7 @@ impl<'a> Pass<'a> {
     pub(crate) fn new(s: &'a Snapshot, index: &'a NodeIndex<'a>, now: i64) -> Self {
         let nodes: Vec<&ObservedNode> = index.rollout().collect();
         let work = Works::new(index);
-        let jobs = JobsByNode::new(index, &s.jobs);
+        let jobs = JobsByNode::new(index, &s.jobs, &s.job_places);
         let pods = Grouped::new(&s.nodes, &s.pods, s.pod_places.grouping(index, &s.pods));
         let mut pass = Pass {
             s,
@@ -191,7 +191,7 @@ impl<'a> Pass<'a> {
     /// nobody's work: delete them (the garbage collector is the backstop for the first).
     fn orphans(&mut self) {
         let crs: HashSet<&str> = self.s.nodewrights.iter().map(|c| c.name.as_str()).collect();
-        let jobs = self.s.jobs.iter().zip(&self.jobs.places);
+        let jobs = self.s.jobs.iter().zip(&self.jobs.placed.places);
         for (j, &place) in jobs.filter(|(j, _)| !j.stopping) {
             let cr_gone = !crs.contains(j.cr.as_str());
             let node_gone = place == NOWHERE;
@@ -272,12 +272,12 @@ impl<'a> Pass<'a> {
     }
 }
 
-/// The snapshot's Jobs by node: each Job's node found by name once a pass, the Jobs grouped
-/// by place (two flat lists, not a list per node: at 10,000 nodes, 240 KB written and a
-/// thousand lists made every pass).
+/// The snapshot's Jobs by node: each Job's node found by name ([`crate::places::JobPlaces`],
+/// kept while the Jobs name the same nodes), the Jobs grouped by place (two flat lists, not
+/// a list per node: at 10,000 nodes, 240 KB written and a thousand lists made every pass).
 pub(crate) struct JobsByNode<'a> {
-    /// Each Job's node place ([`NOWHERE`]: on no node of the snapshot).
-    places: Vec<u32>,
+    /// Each Job's node place ([`NOWHERE`]: on no node of the snapshot) and the grouping.
+    placed: Arc<Placed>,
     grouped: Grouped<'a, ObservedJob>,
     /// Whether each Job was let go of this pass ([`JobsByNode::forget`]): left out from
     /// then on (empty until one is).
@@ -285,19 +285,11 @@ pub(crate) struct JobsByNode<'a> {
 }
 
 impl<'a> JobsByNode<'a> {
-    fn new(index: &NodeIndex<'a>, jobs: &'a [ObservedJob]) -> Self {
-        let places: Vec<u32> = jobs
-            .iter()
-            .map(|j| {
-                index
-                    .node(&j.node)
-                    .map_or(NOWHERE, |n| index.place(n) as u32)
-            })
-            .collect();
-        let grouping = Arc::new(Grouping::new(index.nodes().len(), &places));
+    fn new(index: &NodeIndex<'a>, jobs: &'a [ObservedJob], memo: &JobPlaces) -> Self {
+        let placed = memo.placed(index, jobs);
         JobsByNode {
-            places,
-            grouped: Grouped::new(index.nodes(), jobs, grouping),
+            grouped: Grouped::new(index.nodes(), jobs, placed.grouping.clone()),
+            placed,
             forgotten: Vec::new(),
         }
     }
@@ -311,7 +303,7 @@ impl<'a> JobsByNode<'a> {
 
     /// Leaves out `cr`'s Jobs on `node` for the rest of the pass.
     pub(crate) fn forget(&mut self, cr: &str, node: &ObservedNode) {
-        self.forgotten.resize(self.places.len(), false);
+        self.forgotten.resize(self.placed.places.len(), false);
         for (i, _) in self.grouped.indexed(node).filter(|(_, j)| j.cr == cr) {
             self.forgotten[i] = true;
         }
@@ -367,14 +359,14 @@ mod tests {
             job("5", "x", "b"),
         ];
         let index = NodeIndex::new(&nodes);
-        let mut by_node = JobsByNode::new(&index, &jobs);
+        let mut by_node = JobsByNode::new(&index, &jobs, &JobPlaces::default());
         let names = |by: &JobsByNode<'_>, n: &ObservedNode| -> Vec<String> {
             by.on(n).map(|j| j.name.clone()).collect()
         };
         assert_eq!(names(&by_node, &nodes[0]), ["2"]);
         assert_eq!(names(&by_node, &nodes[1]), ["1", "4", "5"]);
         assert_eq!(
-            by_node.places,
+            by_node.placed.places,
             [1, 0, NOWHERE, 1, 1],
             "the stray is on no node"
         );

@@ -35,6 +35,9 @@ pub struct Snapshot {
     /// The pods' grouping by node as earlier passes found it (a memo: an empty one gives the
     /// same plan).
     pub pod_places: Arc<crate::places::PodPlaces>,
+    /// The Jobs' grouping by node as earlier passes found it (a memo: an empty one gives the
+    /// same plan).
+    pub job_places: Arc<crate::places::JobPlaces>,
     /// The node list's index, order and briefs as earlier passes made them (a memo: an
     /// empty one gives the same plan).
     pub roster: Arc<crate::roster::Roster>,

@@ -269,6 +269,7 @@ impl World {
         let cold = Snapshot {
             states: Default::default(),
             pod_places: Default::default(),
+            job_places: Default::default(),
             roster: Default::default(),
             ..self.snap.clone()
         };
