@@ -15,6 +15,7 @@ use crate::action::{Action, Event, Target};
 use crate::hold::{self, Holds};
 use crate::node::{self, NodeOutcome};
 use crate::packages::{Digests, node_done};
+use crate::places::NOWHERE;
 use crate::plan::{NO_IMAGES, NO_PINS, Parsed, Pass};
 use crate::prestage::{self, PayloadSet};
 use crate::rollout::{self, Era, Standing};
@@ -67,10 +68,23 @@ impl<'c> CrPass<'c> {
             .as_ref()
             .map(|name| (name, policies.get(name)));
         let spec_policy = policy.and_then(|(_, p)| p);
-        let last_batches: BTreeMap<&str, Vec<_>> = (cr.status.compartment_statuses.iter())
-            .map(|(name, c)| {
-                let found = c.batch_nodes.iter().map(|n| index.node(n)).collect();
-                (name.as_str(), found)
+        // Each last batch's members found by name once while the status stands.
+        let found = s.states.members(&cr.name, &cr.status, index.names(), || {
+            let place = |n: &str| {
+                let at = |n| u32::try_from(index.place(n)).expect("fewer than 2^32 nodes");
+                index.node(n).map_or(NOWHERE, at)
+            };
+            let batches = cr.status.compartment_statuses.values();
+            batches
+                .map(|c| c.batch_nodes.iter().map(|n| place(n)).collect())
+                .collect()
+        });
+        let nodes = index.nodes();
+        let last_batches: BTreeMap<&str, Vec<_>> = (cr.status.compartment_statuses.keys())
+            .zip(found.iter())
+            .map(|(name, places)| {
+                let at = |&p: &u32| (p != NOWHERE).then(|| &nodes[p as usize]);
+                (name.as_str(), places.iter().map(at).collect())
             })
             .collect();
         // Ready only with a pin for every package: the node passes start a package's Job

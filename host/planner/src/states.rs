@@ -143,6 +143,19 @@ struct Stands {
     seen: u64,
 }
 
+/// A CR's last batches' members, as its written status lists them (compartment by
+/// compartment, in the status's order), each found among the nodes: a node place, or
+/// `places::NOWHERE`. The status object does not change (a write makes a new one), so while
+/// the pass asks about the same one under the same node names, so do the places.
+#[derive(Debug)]
+struct Members {
+    written: Observed<NodeWrightStatus>,
+    /// The node names' number (`NodeIndex::names`) the places were found under.
+    names: u64,
+    places: Arc<[Vec<u32>]>,
+    seen: u64,
+}
+
 /// One CR's entries, each kept where its node was in the last snapshot that asked for it:
 /// a pass over a snapshot in the same order finds each at the node's own place, in order,
 /// without hashing its name (at thousands of nodes, a hash map's scattered slots were most
@@ -226,6 +239,8 @@ struct Inner {
     entries: HashMap<String, Table>,
     /// CR → its per-node status maps, as the last pass that asked found them standing.
     standing: HashMap<String, Stands>,
+    /// CR → its last batches' members, as the last pass found them.
+    members: HashMap<String, Members>,
     /// CR → the spec its verdicts were judged against.
     judges: HashMap<String, Judge>,
     /// The last judge's number.
@@ -373,6 +388,36 @@ impl StateCache {
         stands
     }
 
+    /// The places of `cr`'s last batches' members as `written` lists them, found by `find`
+    /// under the node names numbered `names`: kept while the status is the same object and
+    /// the names are at the same places. `find` must be a function of those alone.
+    pub(crate) fn members(
+        &self,
+        cr: &str,
+        written: &Observed<NodeWrightStatus>,
+        names: u64,
+        find: impl FnOnce() -> Vec<Vec<u32>>,
+    ) -> Arc<[Vec<u32>]> {
+        let mut inner = self.0.lock().expect("state cache lock");
+        let pass = inner.pass;
+        if let Some(m) = inner.members.get_mut(cr)
+            && Observed::ptr_eq(&m.written, written)
+            && m.names == names
+        {
+            m.seen = pass;
+            return m.places.clone();
+        }
+        let places: Arc<[Vec<u32>]> = find().into();
+        let kept = Members {
+            written: written.clone(),
+            names,
+            places: places.clone(),
+            seen: pass,
+        };
+        inner.members.insert(cr.to_string(), kept);
+        places
+    }
+
     /// Ends a pass: forgets what this pass did not ask for (nodes and CRs that are gone, or
     /// no longer selected), so the cache holds no more than one pass needs.
     pub(crate) fn end_pass(&self) {
@@ -384,6 +429,7 @@ impl StateCache {
         inner.entries.retain(|_, table| !table.slots.is_empty());
         inner.judges.retain(|_, j| j.seen == pass);
         inner.standing.retain(|_, s| s.seen == pass);
+        inner.members.retain(|_, m| m.seen == pass);
         inner.pass += 1;
     }
 

@@ -407,3 +407,32 @@ fn a_glance_answers_as_its_reading_and_follows_the_text() {
         }
     );
 }
+
+#[test]
+fn a_crs_batch_members_are_found_again_only_for_another_status_or_other_names() {
+    let cache = StateCache::default();
+    let finds = Cell::new(0);
+    let ask = |written: &Observed<NodeWrightStatus>, names: u64, places: Vec<Vec<u32>>| {
+        cache.members("cr", written, names, || {
+            finds.set(finds.get() + 1);
+            places
+        })
+    };
+    let status = Observed::new(NodeWrightStatus::default());
+    let first = ask(&status, 1, vec![vec![3, 1]]);
+    assert_eq!(&first[..], [vec![3, 1]]);
+    assert_eq!(&ask(&status, 1, vec![vec![9]])[..], [vec![3, 1]], "kept");
+    assert_eq!(finds.get(), 1);
+    cache.end_pass();
+    // The same content in a new object (a write), and the same object under other names:
+    // each found again.
+    let written = Observed::new(NodeWrightStatus::default());
+    assert_eq!(&ask(&written, 1, vec![vec![2]])[..], [vec![2]]);
+    assert_eq!(&ask(&written, 2, vec![vec![0]])[..], [vec![0]]);
+    assert_eq!(finds.get(), 3);
+    // A pass that does not ask forgets it.
+    cache.end_pass();
+    cache.end_pass();
+    ask(&written, 2, vec![vec![5]]);
+    assert_eq!(finds.get(), 4, "forgotten, found again");
+}
