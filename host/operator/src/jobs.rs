@@ -387,13 +387,17 @@ pub fn read(job: &Job, pods: &[&Pod]) -> Option<nodewright_planner::ObservedJob>
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
         .collect();
     failed_pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
-    let last = failed_pods.iter().rev().find_map(|p| result_of(p));
+    let last = failed_pods
+        .iter()
+        .rev()
+        .find_map(|p| result_of(p))
+        .map(Box::new);
     let phase = if condition("Complete").is_some() {
         let ok = pods
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
             .find_map(|p| result_of(p));
-        JobPhase::Succeeded(ok)
+        JobPhase::Succeeded(ok.map(Box::new))
     } else if let Some(c) = condition("Failed") {
         let reason = c.reason.clone().unwrap_or_default();
         let genuine =

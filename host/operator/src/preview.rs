@@ -269,11 +269,11 @@ pub fn succeeds(job: &ObservedJob, plan_changes: bool) -> JobPhase {
             }
         );
     let interrupt = if plan { "reboot" } else { "none" };
-    JobPhase::Succeeded(Some(StageResult {
+    JobPhase::Succeeded(Some(Box::new(StageResult {
         interrupt: interrupt.parse().ok(),
         change_count: 1,
         ..StageResult::passed(RunStage::Plan, "preview", "")
-    }))
+    })))
 }
 
 #[cfg(test)]

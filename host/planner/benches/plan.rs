@@ -368,7 +368,7 @@ fn forecast_bench() {
             }
         );
         let interrupt = if plan { "reboot" } else { "none" };
-        JobPhase::Succeeded(Some(nodewright_api::result::StageResult {
+        JobPhase::Succeeded(Some(Box::new(nodewright_api::result::StageResult {
             interrupt: Some(interrupt.parse().unwrap()),
             change_count: 1,
             ..nodewright_api::result::StageResult::passed(
@@ -376,7 +376,7 @@ fn forecast_bench() {
                 "p",
                 "",
             )
-        }))
+        })))
     };
     let assume = Assume {
         outcome: &outcome,

@@ -313,7 +313,7 @@ pub fn planned(package: &str, phase: &JobPhase) -> PackagePlan {
             message: last
                 .as_ref()
                 .map_or_else(|| reason.clone(), |r| r.message.clone()),
-            ..last.as_ref().map(of).unwrap_or_else(|| PackagePlan {
+            ..last.as_deref().map(of).unwrap_or_else(|| PackagePlan {
                 package: package.into(),
                 ..PackagePlan::default()
             })

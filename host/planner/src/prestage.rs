@@ -123,7 +123,7 @@ pub(crate) fn record(
         let delete = match (current, &job.phase) {
             (None, _) => true,
             (Some(_), JobPhase::Active { last, .. }) => {
-                if let Some(r) = last.as_ref().filter(|r| !r.is_ok()) {
+                if let Some(r) = last.as_deref().filter(|r| !r.is_ok()) {
                     cannot_stage(v, work, failed(r), actions, failures);
                 }
                 false
@@ -154,7 +154,7 @@ pub(crate) fn record(
             }
             (Some(_), JobPhase::Failed { reason, last, .. }) => {
                 let why = last
-                    .as_ref()
+                    .as_deref()
                     .map_or_else(|| format!("payloads could not be staged: {reason}"), failed);
                 cannot_stage(v, work, why, actions, failures);
                 false

@@ -396,10 +396,10 @@ pub enum JobPhase {
         /// Counted (genuine) failed attempts.
         failed: u32,
         /// The last failed attempt's result.
-        last: Option<StageResult>,
+        last: Option<Box<StageResult>>,
     },
     /// Finished successfully.
-    Succeeded(Option<StageResult>),
+    Succeeded(Option<Box<StageResult>>),
     /// Finished unsuccessfully.
     Failed {
         /// At least one attempt failed for a reason that counts (a non-zero exit with a
@@ -410,7 +410,7 @@ pub enum JobPhase {
         /// The Job's failure reason (`BackoffLimitExceeded`, `DeadlineExceeded`, ...).
         reason: String,
         /// The last failed attempt's result.
-        last: Option<StageResult>,
+        last: Option<Box<StageResult>>,
     },
 }
 

@@ -113,7 +113,7 @@ fn record_package(
             e.state = State::Complete;
             e.message.clear();
             if stage == Stage::Plan {
-                e.planned = Some(planned(result.as_ref()));
+                e.planned = Some(planned(result.as_deref()));
             }
             true
         }
@@ -126,7 +126,10 @@ fn record_package(
             let e = state.edit().find_mut(package, version).expect("read above");
             e.state = State::Erroring;
             e.attempts = *attempts as i32;
-            e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
+            e.message = last
+                .as_deref()
+                .map(summary)
+                .unwrap_or_else(|| reason.clone());
             failures.push(format!("{package}: {}", e.message));
             actions.push(Action::Event(Event {
                 target: Target::Cr(cr.name.clone()),
@@ -196,7 +199,10 @@ fn record_interrupt(
             if *genuine || kind == InterruptType::Reboot || reason == "DeadlineExceeded" {
                 let e = state.edit().get_mut(&owner_key).expect("found above");
                 e.state = State::Erroring;
-                e.message = last.as_ref().map(summary).unwrap_or_else(|| reason.clone());
+                e.message = last
+                    .as_deref()
+                    .map(summary)
+                    .unwrap_or_else(|| reason.clone());
                 failures.push(format!("{owner}: {}", e.message));
             }
             true

@@ -113,7 +113,7 @@ fn two_nodewrights_share_a_cordon_and_the_node_stays_cordoned_until_both_finish(
                     ..
                 }
             ))
-            .then(|| JobPhase::Succeeded(Some(plan_says(j))))
+            .then(|| JobPhase::Succeeded(Some(Box::new(plan_says(j)))))
         });
         steps += 1;
         assert!(steps < 30, "a never reached apply");
@@ -131,7 +131,7 @@ fn two_nodewrights_share_a_cordon_and_the_node_stays_cordoned_until_both_finish(
         w.step();
         let ann = &w.node("node-0").annotations;
         both_marked |= ann.contains_key(&keys::cordon("a")) && ann.contains_key(&keys::cordon("b"));
-        w.finish_jobs(|j| (j.cr == "b").then(|| JobPhase::Succeeded(Some(plan_says(j)))));
+        w.finish_jobs(|j| (j.cr == "b").then(|| JobPhase::Succeeded(Some(Box::new(plan_says(j))))));
         if w.node_status("b", "node-0") == Some(Status::Complete) {
             break;
         }

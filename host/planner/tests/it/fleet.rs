@@ -195,7 +195,7 @@ pub fn outcome(f: &Fleet, pass: usize, i: usize, work: &Work) -> Option<JobPhase
             last: None,
         },
         2 | 3 => return None, // still running
-        _ => JobPhase::Succeeded(Some(match work {
+        _ => JobPhase::Succeeded(Some(Box::new(match work {
             Work::Package {
                 stage: Stage::Plan, ..
             } => match r % 3 {
@@ -204,6 +204,6 @@ pub fn outcome(f: &Fleet, pass: usize, i: usize, work: &Work) -> Option<JobPhase
                 _ => ok("none", 2),
             },
             _ => ok("none", 1),
-        })),
+        }))),
     })
 }

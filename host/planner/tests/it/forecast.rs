@@ -15,12 +15,12 @@ use crate::world::*;
 /// Every Job succeeds; a plan stage reports `plan_says` — what `World::succeed_all` does.
 fn succeed(plan_says: (&'static str, u32)) -> impl Fn(&ObservedJob) -> JobPhase {
     move |j| {
-        JobPhase::Succeeded(Some(match &j.work {
+        JobPhase::Succeeded(Some(Box::new(match &j.work {
             Work::Package {
                 stage: Stage::Plan, ..
             } => ok(plan_says.0, plan_says.1),
             _ => ok("none", 1),
-        }))
+        })))
     }
 }
 
@@ -348,11 +348,11 @@ fn plan_answers_per_node_steer_the_forecast_and_every_plan_is_listed() {
     let outcome = |j: &ObservedJob| match &j.work {
         Work::Package {
             stage: Stage::Plan, ..
-        } if j.node == "node-0" => JobPhase::Succeeded(Some(ok("none", 0))),
+        } if j.node == "node-0" => JobPhase::Succeeded(Some(Box::new(ok("none", 0)))),
         Work::Package {
             stage: Stage::Plan, ..
-        } => JobPhase::Succeeded(Some(ok("reboot", 2))),
-        _ => JobPhase::Succeeded(Some(ok("none", 1))),
+        } => JobPhase::Succeeded(Some(Box::new(ok("reboot", 2)))),
+        _ => JobPhase::Succeeded(Some(Box::new(ok("none", 1)))),
     };
     let f = foretell(&w, &outcome, &[]);
     assert!(f.settled, "{f:?}");

@@ -248,7 +248,7 @@ fn a_node_leaving_the_selector_mid_apply_is_stopped_and_released() {
         Ok(()),
         "a waiting node is released at once"
     );
-    w.finish_jobs(|_| Some(JobPhase::Succeeded(Some(ok("none", 1)))));
+    w.finish_jobs(|_| Some(JobPhase::Succeeded(Some(Box::new(ok("none", 1))))));
     w.step();
     assert!(!w.node("gpu-0").unschedulable);
     assert_eq!(holds_nothing(&w, "drivers", "gpu-0"), Ok(()));

@@ -86,12 +86,12 @@ fn failures_without_genuine_evidence_rerun_the_stage_and_in_flight_attempts_show
     w.finish_jobs(|_| {
         Some(JobPhase::Active {
             failed: 2,
-            last: Some(StageResult::failed(
+            last: Some(Box::new(StageResult::failed(
                 RunStage::Apply,
                 "tuning",
                 Blame::Package,
                 "exit 1",
-            )),
+            ))),
         })
     });
     w.step();

@@ -186,7 +186,7 @@ fn a_node_whose_payloads_cannot_be_staged_reads_erroring_and_is_never_cordoned()
     w.finish_jobs(|_| {
         Some(JobPhase::Active {
             failed: 1,
-            last: Some(no_room.clone()),
+            last: Some(Box::new(no_room.clone())),
         })
     });
     w.step();
@@ -199,7 +199,7 @@ fn a_node_whose_payloads_cannot_be_staged_reads_erroring_and_is_never_cordoned()
             genuine: true,
             attempts: 2,
             reason: "BackoffLimitExceeded".into(),
-            last: Some(no_room.clone()),
+            last: Some(Box::new(no_room.clone())),
         };
     }
     for _ in 0..6 {

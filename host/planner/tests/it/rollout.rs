@@ -90,7 +90,7 @@ fn seed_002_canary_stops_on_failure_while_production_and_default_continue() {
             Some(if j.node == "w0" || j.node == "w1" {
                 failed(Blame::Package, "fail marker present", true)
             } else {
-                JobPhase::Succeeded(Some(ok("none", 1)))
+                JobPhase::Succeeded(Some(Box::new(ok("none", 1))))
             })
         });
     }
@@ -171,10 +171,14 @@ fn priority_and_sequencing_gate_later_nodewrights() {
     assert_eq!(w.node_status("second", "node-0"), Some(Status::Waiting));
     // node-0 finishes `first`; node-1's `first` is held: `second` may start on node-0 only,
     // and `after-all` waits for `second` everywhere.
-    w.finish_jobs(|j| (j.node == "node-0").then(|| JobPhase::Succeeded(Some(ok("none", 1)))));
+    w.finish_jobs(|j| {
+        (j.node == "node-0").then(|| JobPhase::Succeeded(Some(Box::new(ok("none", 1)))))
+    });
     for _ in 0..3 {
         w.step();
-        w.finish_jobs(|j| (j.node == "node-0").then(|| JobPhase::Succeeded(Some(ok("none", 1)))));
+        w.finish_jobs(|j| {
+            (j.node == "node-0").then(|| JobPhase::Succeeded(Some(Box::new(ok("none", 1)))))
+        });
     }
     assert!(w.created().iter().any(|(_, work, n)| *n == "node-0"
         && matches!(work, Work::Package { package, .. } if package == "b")));

@@ -134,7 +134,7 @@ fn a_lost_interrupt_result_does_not_strand_the_node() {
         .iter_mut()
         .find(|j| is_interrupt(j))
         .expect("the interrupt Job is made again");
-    again.phase = JobPhase::Succeeded(Some(ok("reboot", 0)));
+    again.phase = JobPhase::Succeeded(Some(Box::new(ok("reboot", 0))));
     w.run(("reboot", 1), 20);
     assert_eq!(w.node("node-0").boot_id, rebooted_to, "no second reboot");
     assert_eq!(
@@ -164,7 +164,7 @@ fn two_packages_coalesce_into_one_reboot_owned_by_the_first_by_name() {
             .values()
             .any(|e| e.state == State::Skipped);
         w.finish_jobs(|j| {
-            Some(JobPhase::Succeeded(Some(match &j.work {
+            Some(JobPhase::Succeeded(Some(Box::new(match &j.work {
                 Work::Package {
                     package,
                     stage: Stage::Plan,
@@ -174,7 +174,7 @@ fn two_packages_coalesce_into_one_reboot_owned_by_the_first_by_name() {
                     stage: Stage::Plan, ..
                 } => ok("reboot", 1),
                 _ => ok("none", 1),
-            })))
+            }))))
         });
     }
     let interrupts: Vec<_> = stages_on(&w, "node-0")
@@ -211,8 +211,8 @@ fn the_merged_interrupt_waits_for_other_package_jobs_on_the_node() {
             Work::Package { package, .. } if package == "slow" => None,
             Work::Package {
                 stage: Stage::Plan, ..
-            } => Some(JobPhase::Succeeded(Some(ok("reboot", 1)))),
-            _ => Some(JobPhase::Succeeded(Some(ok("none", 1)))),
+            } => Some(JobPhase::Succeeded(Some(Box::new(ok("reboot", 1))))),
+            _ => Some(JobPhase::Succeeded(Some(Box::new(ok("none", 1))))),
         });
     }
     assert!(
@@ -251,7 +251,7 @@ fn a_reboot_completes_only_on_a_changed_boot_id() {
     }
     // The Job reports success but the node still has its old boot ID.
     for j in &mut w.snap.jobs {
-        j.phase = JobPhase::Succeeded(Some(ok("reboot", 0)));
+        j.phase = JobPhase::Succeeded(Some(Box::new(ok("reboot", 0))));
     }
     for _ in 0..3 {
         w.step();

@@ -371,13 +371,13 @@ impl World {
     /// Every Job succeeds; plans report `plan` (interrupt text, changes).
     pub fn succeed_all(&mut self, plan_says: (&str, u32)) {
         self.finish_jobs(|j| {
-            Some(JobPhase::Succeeded(Some(match &j.work {
+            Some(JobPhase::Succeeded(Some(Box::new(match &j.work {
                 Work::Package {
                     stage: nodewright_api::node_state::Stage::Plan,
                     ..
                 } => ok(plan_says.0, plan_says.1),
                 _ => ok("none", 1),
-            })))
+            }))))
         });
     }
 
@@ -493,6 +493,11 @@ pub fn failed(blame: Blame, msg: &str, genuine: bool) -> JobPhase {
         genuine,
         attempts: 4,
         reason: "BackoffLimitExceeded".into(),
-        last: Some(StageResult::failed(RunStage::Apply, "tuning", blame, msg)),
+        last: Some(Box::new(StageResult::failed(
+            RunStage::Apply,
+            "tuning",
+            blame,
+            msg,
+        ))),
     }
 }
