@@ -9,7 +9,7 @@ use nodewright_api::keys::{self, CrKeys, CrMark};
 use nodewright_api::node_state::{self, NodeState, State};
 use nodewright_api::payload::ImagePayload;
 use nodewright_api::pinned::PinnedRef;
-use nodewright_api::v1alpha1::{DeploymentPolicySpec, Status};
+use nodewright_api::v1alpha1::{CompartmentStatus, DeploymentPolicySpec, Status};
 
 use crate::action::{Action, Event, Target};
 use crate::hold::{self, Holds};
@@ -70,14 +70,11 @@ impl<'c> CrPass<'c> {
         let spec_policy = policy.and_then(|(_, p)| p);
         // Each last batch's members found by name once while the status stands.
         let found = s.states.members(&cr.name, &cr.status, index.names(), || {
-            let place = |n: &str| {
-                let at = |n| u32::try_from(index.place(n)).expect("fewer than 2^32 nodes");
-                index.node(n).map_or(NOWHERE, at)
-            };
             let batches = cr.status.compartment_statuses.values();
-            batches
-                .map(|c| c.batch_nodes.iter().map(|n| place(n)).collect())
-                .collect()
+            let places = |c: &CompartmentStatus| {
+                c.batch_nodes.iter().map(|n| index.place_named(n)).collect()
+            };
+            batches.map(places).collect()
         });
         let nodes = index.nodes();
         let last_batches: BTreeMap<&str, Vec<_>> = (cr.status.compartment_statuses.keys())

@@ -122,9 +122,7 @@ impl PodPlaces {
                     }
                     None => {
                         next.push(Some(pod.clone()));
-                        index.node(&pod.node).map_or(NOWHERE, |n| {
-                            u32::try_from(index.place(n)).expect("fewer than 2^32 nodes")
-                        })
+                        index.place_named(&pod.node)
                     }
                 }
             })
@@ -211,14 +209,7 @@ impl JobPlaces {
         {
             return kept.placed.clone();
         }
-        let places: Vec<u32> = jobs
-            .iter()
-            .map(|j| {
-                index.node(&j.node).map_or(NOWHERE, |n| {
-                    u32::try_from(index.place(n)).expect("fewer than 2^32 nodes")
-                })
-            })
-            .collect();
+        let places: Vec<u32> = jobs.iter().map(|j| index.place_named(&j.node)).collect();
         let grouping = Arc::new(Grouping::new(index.nodes().len(), &places));
         let placed = Arc::new(Placed { places, grouping });
         let mut nodes = String::new();

@@ -169,6 +169,15 @@ impl<'a> NodeIndex<'a> {
         Some(&nodes[place as usize])
     }
 
+    /// Where the node named `name` is in the snapshot ([`crate::places::NOWHERE`]: not in
+    /// it), as the memos keep places.
+    pub(crate) fn place_named(&self, name: &str) -> u32 {
+        self.listing
+            .by_name
+            .get(name)
+            .map_or(crate::places::NOWHERE, |&p| p)
+    }
+
     /// Names which node names are at which places: two indexes with the same number find
     /// every name at the same place (a memo keyed by it may keep places found by name).
     pub(crate) fn names(&self) -> u64 {
