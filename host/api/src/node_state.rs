@@ -12,21 +12,25 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::keys;
+use crate::keys::{self, CrMark};
 use crate::pinned::PinnedRef;
 use crate::v1alpha1::{Interrupt, is_zero};
 
-/// The annotations `cr` may write on a node: state, status, cordon mark, drain start,
-/// drain-blocked and staged payloads. A node the CR no longer targets carries none of them.
+/// The marks a CR may write on a node for its rollout: state, status, cordon mark, drain
+/// start, drain-blocked and staged payloads. A node the CR no longer targets carries none
+/// of them.
+pub const MARKS: [CrMark; 6] = [
+    CrMark::State,
+    CrMark::Status,
+    CrMark::Cordon,
+    CrMark::DrainStart,
+    CrMark::DrainBlocked,
+    CrMark::Staged,
+];
+
+/// The annotations of [`MARKS`] for `cr`.
 pub fn keys(cr: &str) -> [String; 6] {
-    [
-        keys::node_state(cr),
-        keys::node_status(cr),
-        keys::cordon(cr),
-        keys::drain_start(cr),
-        keys::drain_blocked(cr),
-        keys::staged(cr),
-    ]
+    MARKS.map(|m| m.key(cr))
 }
 
 /// What starting `cr` over on a node clears (as a patch: every value `None`): the state,

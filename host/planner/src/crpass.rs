@@ -222,7 +222,7 @@ impl<'a> Pass<'a> {
         }
         let batches = self.batches(&c, &selected, &standing, &mut report);
         self.node_passes(&c, &selected, &standing, states, &batches, &mut report);
-        if cr.deleting && self.release_for_deletion(cr, &selected, &standing) {
+        if cr.deleting && self.release_for_deletion(&c, &selected, &standing) {
             return;
         }
         self.actions.extend(report.finish(&self.s.states));
@@ -249,10 +249,10 @@ impl<'a> Pass<'a> {
             .nodes
             .iter()
             .copied()
-            .filter(|n| !chosen[*n] && self.holds_any(cr, n))
+            .filter(|n| !chosen[*n] && self.holds_any(c.keys(), n))
             .collect();
         for n in withdrawn {
-            self.withdraw(cr, n, true);
+            self.withdraw(c.keys(), n, true);
         }
         selected
     }
@@ -529,10 +529,11 @@ impl<'a> Pass<'a> {
     /// released, then the finalizer. True when the finalizer is removed this pass.
     fn release_for_deletion(
         &mut self,
-        cr: &'a Cr,
+        c: &CrPass<'a>,
         selected: &[&'a ObservedNode],
         standing: &Standings<'_>,
     ) -> bool {
+        let cr = c.cr;
         let all_done = selected
             .iter()
             .all(|&n| standing[n].is_some_and(|(s, _)| s == Standing::Done));
@@ -541,7 +542,7 @@ impl<'a> Pass<'a> {
         }
         let mut released = true;
         for n in selected {
-            released &= self.withdraw(cr, n, false);
+            released &= self.withdraw(c.keys(), n, false);
         }
         // Jobs elsewhere (a node that left the selector, or left the cluster) are being let
         // go of by the withdrawal or the orphan sweep: the finalizer waits for them too.
@@ -632,13 +633,14 @@ impl<'a> Pass<'a> {
         true
     }
 
-    /// Whether the CR has anything on `n`: a Job or one of its per-CR annotations.
-    fn holds_any(&self, cr: &Cr, n: &ObservedNode) -> bool {
+    /// Whether the CR whose keys are `keys` has anything on `n`: a Job or one of its
+    /// per-CR annotations.
+    fn holds_any(&self, keys: &CrKeys, n: &ObservedNode) -> bool {
         let work = &self.work[n];
-        self.has_jobs(&cr.name, n)
-            || node_state::keys(&cr.name)
+        self.has_jobs(keys.cr(), n)
+            || node_state::MARKS
                 .iter()
-                .any(|k| work.get(k).is_some())
+                .any(|&m| work.get(keys.get(m)).is_some())
     }
 
     /// Lets go of `n`: stops the CR's Jobs there (a running stage gets its graceful
@@ -647,8 +649,9 @@ impl<'a> Pass<'a> {
     /// that left the selector (`forget`) loses its state too; on deletion a state that
     /// still lists packages is kept as the record of what is installed, as NodeWright does.
     /// True when nothing of the CR's is left to wait for.
-    fn withdraw(&mut self, cr: &Cr, n: &ObservedNode, forget: bool) -> bool {
-        let jobs = self.jobs_of(&cr.name, n);
+    fn withdraw(&mut self, keys: &CrKeys, n: &ObservedNode, forget: bool) -> bool {
+        let cr = keys.cr();
+        let jobs = self.jobs_of(cr, n);
         for j in jobs.iter().filter(|j| !j.stopping) {
             self.actions.push(Action::DeleteJob {
                 name: j.name.clone(),
@@ -660,10 +663,9 @@ impl<'a> Pass<'a> {
             return false;
         }
         let work = &mut self.work[n];
-        let keys = CrKeys::new(&cr.name);
         let held = work.get(keys.get(CrMark::Cordon)).is_some()
             || work.get(keys.get(CrMark::Status)).is_some();
-        work.release(&keys);
+        work.release(keys);
         // Every other mark of the CR's goes with it (the record stays while it says what is
         // installed): one list, so a mark added later is let go of too.
         for mark in CrMark::ALL.into_iter().filter(|m| *m != CrMark::State) {
@@ -681,7 +683,7 @@ impl<'a> Pass<'a> {
                 target: Target::Node(n.name.clone()),
                 warning: false,
                 reason: "Released",
-                message: format!("{} no longer selects this node; released it", cr.name),
+                message: format!("{cr} no longer selects this node; released it"),
             }));
         }
         true
